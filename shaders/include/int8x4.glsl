@@ -1,0 +1,59 @@
+#ifndef VKQ_INT8X4_GLSL
+#define VKQ_INT8X4_GLSL
+// Int8x4: one int32 holds four int8 values, element i in bits [8i, 8i+8):
+//   word = q0 | q1 << 8 | q2 << 16 | q3 << 24   (two's-complement bytes)
+// An ivec4 holds a 4x4 block of 16 int8 values; each int32 of it is one row.
+// Tensors are (N, C, H, W); Cp, Hp, Wp are rounded up to multiples of 4, padding bytes 0.
+//   4W4C: word (((n*H + h)*Wp/4 + w/4)*Cp/4 + c/4)*4 + w%4, byte c%4   (convolutions)
+//   4H4W: word (((n*C + c)*Hp/4 + h/4)*Wp/4 + w/4)*4 + h%4, byte w%4   (matrix multiply)
+// vkq/packing.py holds the same formulas for the host.
+
+const int LAYOUT_4W4C = 0;
+const int LAYOUT_4H4W = 1;
+
+int up4(int x) { return (x + 3) & ~3; }
+
+// load for int8: sign_extend(word >> (8*i))
+int int8_at(int word, int i) { return bitfieldExtract(word, 8 * i, 8); }
+
+// all four values of a word, sign-extended: element i in component i
+ivec4 unpack_int8x4(int word) { return (ivec4(word) << ivec4(24, 16, 8, 0)) >> 24; }
+
+// four values (already in [-128, 127]) into one word
+int pack_int8x4(ivec4 v) {
+    v &= 0xFF;
+    return v.x | (v.y << 8) | (v.z << 16) | (v.w << 24);
+}
+
+int packed_words(int lay, ivec4 shape) {  // shape = (N, C, H, W)
+    if (lay == LAYOUT_4W4C) return shape.x * shape.z * up4(shape.w) / 4 * up4(shape.y);
+    return shape.x * shape.y * up4(shape.z) / 4 * up4(shape.w);
+}
+
+// (word index, byte) of element (n, c, h, w)
+ivec2 int8x4_locate(int lay, ivec4 e, ivec4 shape) {
+    int C4 = up4(shape.y) / 4, H4 = up4(shape.z) / 4, W4 = up4(shape.w) / 4;
+    if (lay == LAYOUT_4W4C)
+        return ivec2((((e.x * shape.z + e.z) * W4 + e.w / 4) * C4 + e.y / 4) * 4 + e.w % 4, e.y % 4);
+    return ivec2((((e.x * shape.y + e.y) * H4 + e.z / 4) * W4 + e.w / 4) * 4 + e.z % 4, e.w % 4);
+}
+
+// element (n, c, h, w) held by byte b of word i; components may lie in the padding
+ivec4 int8x4_element(int lay, int i, int b, ivec4 shape) {
+    int C4 = up4(shape.y) / 4, H4 = up4(shape.z) / 4, W4 = up4(shape.w) / 4;
+    int r = i % 4, blk = i / 4;
+    if (lay == LAYOUT_4W4C) {  // blk = ((n*H + h)*W4 + w4)*C4 + c4
+        int c4 = blk % C4; blk /= C4;
+        int w4 = blk % W4; blk /= W4;
+        return ivec4(blk / shape.z, c4 * 4 + b, blk % shape.z, w4 * 4 + r);
+    }
+    // blk = ((n*C + c)*H4 + h4)*W4 + w4
+    int w4 = blk % W4; blk /= W4;
+    int h4 = blk % H4; blk /= H4;
+    return ivec4(blk / shape.y, blk % shape.y, h4 * 4 + r, w4 * 4 + b);
+}
+
+bool in_bounds(ivec4 e, ivec4 shape) { return all(lessThan(e, shape)); }
+
+int nchw_offset(ivec4 e, ivec4 shape) { return ((e.x * shape.y + e.y) * shape.z + e.z) * shape.w + e.w; }
+#endif

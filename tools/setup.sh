@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# One-command, idempotent setup of vkq on a fresh Debian 12 machine (run as root).
+#   bash tools/setup.sh          -> Debian packages, .venv, kp (built offline), torch, vkq
+# A second run checks and skips every step that is already done (no kp rebuild).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV=${VKQ_VENV:-$ROOT/.venv}
+
+step() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+# --- 1. Debian packages --------------------------------------------------------
+# mesa-vulkan-drivers: lavapipe; chromium-common: SwiftShader's ICD (no recommends: ~32 MB);
+# glslang-tools/spirv-tools: shader compiler and validator; vulkan-validationlayers for tests;
+# libvulkan-dev libfmt-dev pybind11-dev cmake: the offline kp build; python3-venv/-dev: the venv.
+APT_PACKAGES=(mesa-vulkan-drivers chromium-common glslang-tools spirv-tools
+  vulkan-validationlayers libvulkan-dev libfmt-dev pybind11-dev cmake g++ make
+  python3-venv python3-dev)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  step "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  step "Debian packages present"
+fi
+
+# --- 2. virtual environment ------------------------------------------------------
+if [ ! -x "$VENV/bin/python" ]; then
+  step "creating $VENV"
+  python3 -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+PIP=("$PY" -m pip --disable-pip-version-check -q)
+"$PY" -c "import wheel, setuptools" 2>/dev/null || "${PIP[@]}" install wheel setuptools
+# numpy<2: kp 0.9.0 silently reads int32 tensors as zeros under numpy 2.
+"$PY" -c "import numpy, sys; sys.exit(numpy.__version__.startswith('1.'))" 2>/dev/null \
+  && true || "${PIP[@]}" install 'numpy<2'
+
+# --- 3. kp (Kompute) 0.9.0, source-only on PyPI: build offline against Debian's libs ---
+if ! "$PY" -c "import kp" 2>/dev/null; then
+  step "building kp 0.9.0 offline (about 90 s; pip caches the wheel for next time)"
+  # kp's setup.py drops -DPYTHON_EXECUTABLE (a missing comma), so CMake searches PATH for
+  # a Python: put the venv first and keep version-manager shims (pyenv) out of the way.
+  PATH="$VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+  KOMPUTE_OPT_INSTALL=OFF KOMPUTE_OPT_USE_BUILT_IN_VULKAN_HEADER=OFF \
+  KOMPUTE_OPT_USE_BUILT_IN_FMT=OFF KOMPUTE_OPT_USE_BUILT_IN_PYBIND11=OFF \
+    "${PIP[@]}" install --no-build-isolation 'kp==0.9.0'
+else
+  step "kp present"
+fi
+
+# --- 4. torch (exact pin: an unpinned torch pulls a multi-GB CUDA build) and vkq ----
+if ! "$PY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
+  step "installing torch==2.13.0 (CPU)"
+  "${PIP[@]}" install 'torch==2.13.0'
+fi
+stamp="$VENV/.vkq-installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  step "installing vkq (editable) and its Python dependencies"
+  "${PIP[@]}" install --no-build-isolation -e ".[test]"
+  touch "$stamp"
+else
+  step "vkq installed"
+fi
+step "ready: $VENV/bin/vkq"

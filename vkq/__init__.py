@@ -1,0 +1,1 @@
+"""vkq: int8 PyTorch models on any Vulkan device."""

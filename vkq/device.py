@@ -1,0 +1,270 @@
+"""The device layer: Vulkan devices, buffers, dispatches and recorded sequences.
+
+This is the only module that imports kp (Kompute). Everything above it speaks in
+Buffers, Dispatches and numpy arrays.
+
+Choosing a device, everywhere (API argument, CLI --device, VKQ_DEVICE): an index, or a
+name matched case-insensitively against the device and driver names ("llvmpipe",
+"lavapipe", "swiftshader", "nvidia", ...). The default prefers a real GPU over a
+software driver.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .vkinfo import DeviceInfo, VulkanUnavailable, query_devices
+
+# SwiftShader ships with Chromium but does not register itself with the loader.
+SWIFTSHADER_ICDS = ("/usr/lib/chromium/vk_swiftshader_icd.json",
+                    "/usr/lib/chromium-browser/vk_swiftshader_icd.json")
+NAME_ALIASES = {"lavapipe": "llvmpipe", "lvp": "llvmpipe"}
+_TYPE_RANK = {"discrete-gpu": 0, "integrated-gpu": 1, "virtual-gpu": 2, "other": 3, "cpu": 4}
+
+
+def _register_known_icds() -> None:
+    """Let the loader see SwiftShader beside the installed drivers, unless the user has
+    pinned the driver list (VK_ICD_FILENAMES / VK_DRIVER_FILES). Must run before the
+    first Vulkan call of the process."""
+    if os.environ.get("VK_ICD_FILENAMES") or os.environ.get("VK_DRIVER_FILES"):
+        return
+    added = [p for p in os.environ.get("VK_ADD_DRIVER_FILES", "").split(":") if p]
+    for icd in SWIFTSHADER_ICDS:
+        if os.path.isfile(icd) and icd not in added:
+            added.append(icd)
+            break
+    if added:
+        os.environ["VK_ADD_DRIVER_FILES"] = ":".join(added)
+
+
+_register_known_icds()
+
+
+class DeviceNotFound(LookupError):
+    pass
+
+
+@functools.lru_cache(maxsize=1)
+def devices() -> tuple[DeviceInfo, ...]:
+    """Every Vulkan device the loader can see (cached for the process)."""
+    return tuple(query_devices())
+
+
+def _listing(infos) -> str:
+    return "\n".join(f"  [{d.index}] {d.name} (driver {d.driver}, {d.type})" for d in infos) or "  (none)"
+
+
+def select(spec=None) -> DeviceInfo:
+    """Resolve a device choice (None -> $VKQ_DEVICE -> default) to its DeviceInfo."""
+    if spec is None or (isinstance(spec, str) and not spec.strip()):
+        spec = os.environ.get("VKQ_DEVICE") or None
+    infos = devices()
+    if not infos:
+        raise DeviceNotFound("no Vulkan device found: install a driver (mesa-vulkan-drivers gives lavapipe)")
+    if spec is None:
+        return min(infos, key=lambda d: (_TYPE_RANK.get(d.type, 3), "swiftshader" in d.name.lower(), d.index))
+    if isinstance(spec, DeviceInfo):
+        return spec
+    text = str(spec).strip().lower()
+    if text.lstrip("-").isdigit():
+        i = int(text)
+        if 0 <= i < len(infos):
+            return infos[i]
+        raise DeviceNotFound(f"no Vulkan device with index {i}; the devices are:\n{_listing(infos)}")
+    text = NAME_ALIASES.get(text, text)
+    matches = [d for d in infos if text in d.name.lower() or text in d.driver.lower()]
+    if not matches:
+        raise DeviceNotFound(f"no Vulkan device matches {spec!r}; the devices are:\n{_listing(infos)}")
+    return matches[0]
+
+
+_open_devices: dict[int, "Device"] = {}
+
+
+def get_device(spec=None) -> "Device":
+    """The opened Device for a choice (one per physical device per process)."""
+    info = select(spec)
+    if info.index not in _open_devices:
+        _open_devices[info.index] = Device(info)
+    return _open_devices[info.index]
+
+
+def push_constants(*values) -> np.ndarray:
+    """Pack push-constant values in order as 32-bit words: Python ints and integer arrays
+    as int32, floats and float arrays as float32 (bit patterns), like a std430 block of
+    int/float members. Kompute sends the words as they are."""
+    words = []
+    for v in values:
+        a = np.asarray(v)
+        if a.dtype.kind in "iub":
+            words.append(a.astype(np.int32).reshape(-1).view(np.uint32))
+        elif a.dtype.kind == "f":
+            words.append(a.astype(np.float32).reshape(-1).view(np.uint32))
+        else:
+            raise TypeError(f"push constant of dtype {a.dtype} is not supported")
+    return np.concatenate(words) if words else np.zeros(0, np.uint32)
+
+
+def grid_1d(n: int, local: int, max_groups: int = 65535) -> tuple[int, int, int]:
+    """Workgroup counts covering n invocations in 1-D, folded into y beyond the x limit.
+    Shaders recover the linear index with linear_invocation() (shaders/include/common.glsl)."""
+    groups = max(1, -(-n // local))
+    if groups <= max_groups:
+        return (groups, 1, 1)
+    return (max_groups, -(-groups // max_groups), 1)
+
+
+_KP_DTYPES = {np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.float32)}
+
+
+class Buffer:
+    """A device buffer of 32-bit words (int32, uint32 or float32). Packed int8 tensors
+    live in int32 buffers (four values a word)."""
+
+    def __init__(self, device: "Device", tensor, dtype, size: int, host_visible: bool):
+        self.device, self.tensor, self.dtype, self.size = device, tensor, np.dtype(dtype), size
+        self.host_visible = host_visible
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * 4
+
+    def write(self, array) -> None:
+        """Copy into the host staging copy (sent up by an upload in run/record)."""
+        self._check_host()
+        a = np.asarray(array)
+        if a.size != self.size:
+            raise ValueError(f"buffer holds {self.size} words, got an array of {a.size}")
+        self.tensor.data()[:] = a.reshape(-1).astype(self.dtype, copy=False)
+
+    def read(self) -> np.ndarray:
+        """A copy of the host staging copy (fetched by a download in run/record)."""
+        self._check_host()
+        return np.array(self.tensor.data()[: self.size], dtype=self.dtype, copy=True)
+
+    def _check_host(self):
+        if not self.host_visible:
+            raise RuntimeError("this buffer is device-only (an intermediate); it has no host copy")
+
+    def __repr__(self):
+        return f"Buffer({self.size} x {self.dtype}, {'host+device' if self.host_visible else 'device'})"
+
+
+class Dispatch:
+    """One compute dispatch: a shader variant bound to its buffers, with its workgroup
+    counts, specialization and push constants fixed when it is built."""
+
+    def __init__(self, name: str, algorithm, groups, push):
+        self.name, self.algorithm, self.groups, self.push = name, algorithm, groups, push
+
+    def op(self):
+        import kp
+        return kp.OpAlgoDispatch(self.algorithm, self.push) if self.push.size else kp.OpAlgoDispatch(self.algorithm)
+
+    def __repr__(self):
+        return f"Dispatch({self.name}, groups={self.groups})"
+
+
+class Recording:
+    """A Kompute sequence recorded once: uploads, dispatches, downloads. run() replays it."""
+
+    def __init__(self, device: "Device", steps, upload, download, timestamps: bool):
+        import kp
+        n_ops = len(steps) + (1 if upload else 0) + (1 if download else 0)
+        self.seq = device._mgr.sequence(0, n_ops + 1) if timestamps else device._mgr.sequence()
+        self.steps = list(steps)
+        if upload:
+            self.seq.record(kp.OpTensorSyncDevice([b.tensor for b in upload]))
+        for s in self.steps:
+            self.seq.record(s.op())
+        if download:
+            self.seq.record(kp.OpTensorSyncLocal([b.tensor for b in download]))
+        self.has_upload, self.timestamps = bool(upload), timestamps
+
+    def run(self) -> None:
+        self.seq.eval()
+
+    def dispatch_times_ns(self) -> list[float]:
+        """GPU time of each dispatch of the last run, from Vulkan timestamps."""
+        if not self.timestamps:
+            raise RuntimeError("record(..., timestamps=True) to time dispatches")
+        ts = self.seq.get_timestamps()
+        first = 1 if self.has_upload else 0
+        return [float(ts[first + i + 1] - ts[first + i]) for i in range(len(self.steps))]
+
+
+class Device:
+    """An opened Vulkan device (a kp.Manager) and what vkq knows about it."""
+
+    def __init__(self, info: DeviceInfo):
+        import kp
+        self.info = info
+        self._mgr = kp.Manager(info.index)
+        self._spirv: dict = {}
+
+    def __repr__(self):
+        return f"Device([{self.info.index}] {self.info.name})"
+
+    # -- buffers ------------------------------------------------------------------
+    def buffer(self, data=None, *, size: int | None = None, dtype=np.int32, host_visible: bool = True) -> Buffer:
+        """A buffer initialised from `data`, or of `size` zero words. host_visible=False makes
+        a device-only buffer (no staging copy) for intermediates."""
+        import kp
+        if data is not None:
+            arr = np.ascontiguousarray(np.asarray(data).reshape(-1))
+            dtype = arr.dtype
+        else:
+            if size is None:
+                raise ValueError("buffer() needs data or size")
+            arr = np.zeros(size, dtype=dtype)
+        if np.dtype(dtype) not in _KP_DTYPES:
+            raise TypeError(f"device buffers hold int32, uint32 or float32 words, not {np.dtype(dtype)}")
+        n = arr.size
+        if n > self.info.max_storage_buffer_range // 4:
+            raise ValueError(f"a buffer of {n * 4} bytes exceeds {self.info.name}'s storage buffer "
+                             f"range of {self.info.max_storage_buffer_range} bytes")
+        backing = arr if n else np.zeros(1, dtype=arr.dtype)  # Vulkan has no empty buffers
+        kind = kp.TensorTypes.device if host_visible else kp.TensorTypes.storage
+        return Buffer(self, self._mgr.tensor_t(backing, kind), arr.dtype, n, host_visible)
+
+    # -- dispatches ---------------------------------------------------------------
+    def spirv(self, shader: str, defines=None) -> bytes:
+        from . import shaders
+        key = (shader, tuple(sorted(shaders._normalize(defines).items())))
+        if key not in self._spirv:
+            self._spirv[key] = shaders.compile_shader(shader, defines)
+        return self._spirv[key]
+
+    def dispatch(self, shader: str, buffers, groups, *, local=(64, 1, 1), spec=(), push=(),
+                 defines=None) -> Dispatch:
+        """Build a dispatch of `shader` over `buffers` (bindings 0, 1, ...). Specialization
+        constants 0-2 are the workgroup size `local`; `spec` fills ids 3, 4, ... as int32."""
+        local = tuple(int(x) for x in local) + (1,) * (3 - len(local))
+        groups = tuple(int(x) for x in groups) + (1,) * (3 - len(groups))
+        lim = self.info
+        if np.prod(local) > lim.max_workgroup_invocations or any(
+                l > m for l, m in zip(local, lim.max_workgroup_size)):
+            raise ValueError(f"{shader}: workgroup {local} exceeds {lim.name}'s limits "
+                             f"({lim.max_workgroup_invocations} invocations, sizes {lim.max_workgroup_size})")
+        if any(g < 1 or g > m for g, m in zip(groups, lim.max_workgroup_count)):
+            raise ValueError(f"{shader}: workgroup count {groups} outside {lim.name}'s limits "
+                             f"{lim.max_workgroup_count}")
+        spec_arr = np.array(list(local) + [int(s) for s in spec], dtype=np.int32)
+        push_arr = push if isinstance(push, np.ndarray) and push.dtype == np.uint32 else push_constants(*push)
+        if push_arr.nbytes > lim.max_push_constants_bytes:
+            raise ValueError(f"{shader}: {push_arr.nbytes} bytes of push constants exceed "
+                             f"{lim.max_push_constants_bytes}")
+        tensors = [b.tensor for b in buffers]
+        algo = self._mgr.algorithm(tensors, self.spirv(shader, defines), list(groups), spec_arr, push_arr)
+        return Dispatch(shader, algo, groups, push_arr)
+
+    # -- running ------------------------------------------------------------------
+    def record(self, steps, upload=(), download=(), timestamps: bool = False) -> Recording:
+        return Recording(self, steps, list(upload), list(download), timestamps)
+
+    def run(self, steps, upload=(), download=()) -> None:
+        """Record and evaluate once: upload host copies, dispatch in order, download."""
+        self.record(steps, upload, download).run()

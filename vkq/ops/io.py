@@ -1,0 +1,71 @@
+"""Crossing between float and packed int8, and between packed layouts."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import packing
+from ..device import grid_1d
+from ..quant import INT8_MAX, INT8_MIN, dequantize, inverse_scale, quantize
+from ..registry import register_op
+
+LAYOUT_IDS = {"4W4C": 0, "4H4W": 1}   # shaders/include/int8x4.glsl
+LOCAL = 64
+
+
+def _nchw(spec):
+    return packing.as_nchw(spec.shape)
+
+
+@register_op
+class Quantize:
+    """float32 -> int8 per tensor (round half to even, clamp), written packed in the
+    output's layout. Bit-exact with quantized_decomposed.quantize_per_tensor."""
+    name = "quantize"
+    shaders = ("quantize",)
+
+    def reference(x, *, scale, zero_point, qmin=INT8_MIN, qmax=INT8_MAX):
+        return quantize(x, scale, zero_point, qmin, qmax)
+
+    def build(ctx, node):
+        x, q = node.inputs[0], node.outputs[0]
+        spec, a = ctx.spec(q), node.attrs
+        return [ctx.device.dispatch(
+            "quantize", [ctx.buffer(x), ctx.buffer(q)], grid_1d(spec.device_words(), LOCAL),
+            local=(LOCAL,), spec=(LAYOUT_IDS[spec.layout],),
+            push=(_nchw(spec), inverse_scale(a["scale"]), a["zero_point"],
+                  a.get("qmin", INT8_MIN), a.get("qmax", INT8_MAX)))]
+
+
+@register_op
+class Dequantize:
+    """int8 (packed) -> float32 per tensor: (q - zero_point) * scale."""
+    name = "dequantize"
+    shaders = ("dequantize",)
+
+    def reference(q, *, scale, zero_point):
+        return dequantize(q, scale, zero_point)
+
+    def build(ctx, node):
+        q, x = node.inputs[0], node.outputs[0]
+        spec, a = ctx.spec(q), node.attrs
+        return [ctx.device.dispatch(
+            "dequantize", [ctx.buffer(q), ctx.buffer(x)], grid_1d(spec.device_words(), LOCAL),
+            local=(LOCAL,), spec=(LAYOUT_IDS[spec.layout],),
+            push=(_nchw(spec), np.float32(a["scale"]), a["zero_point"]))]
+
+
+@register_op
+class Repack:
+    """int8 in one packed layout -> the same values in another (4W4C <-> 4H4W)."""
+    name = "repack"
+    shaders = ("repack",)
+
+    def reference(q):
+        return q
+
+    def build(ctx, node):
+        src, dst = ctx.spec(node.inputs[0]), ctx.spec(node.outputs[0])
+        return [ctx.device.dispatch(
+            "repack", [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])],
+            grid_1d(dst.device_words(), LOCAL), local=(LOCAL,),
+            spec=(LAYOUT_IDS[src.layout], LAYOUT_IDS[dst.layout]), push=(_nchw(dst),))]

@@ -1,0 +1,172 @@
+"""GLSL -> SPIR-V: find shader sources, compile variants with glslangValidator, cache on disk.
+
+A variant is a set of preprocessor defines. Each shader lists the variants it is built in
+on lines of its own, next to its code:
+    //! variant OUT_FLOAT ACT=RELU
+(no such line: the shader has one variant, with no defines). Integer choices that do not
+change the code path (tile sizes, workgroup shape) are specialization constants instead;
+ids 0, 1, 2 are always the workgroup size (see device.Device.dispatch).
+
+The cache key is the compiler's version, the variant and the text of the shader and of every
+file it includes, so editing an include or upgrading glslang recompiles.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+TARGET_ENV = "vulkan1.1"  # SPIR-V 1.3: every Vulkan 1.1 device, no optional features
+
+
+class ShaderCompileError(RuntimeError):
+    """glslangValidator rejected a shader variant; carries the compiler's message."""
+
+    def __init__(self, shader: str, defines: dict, message: str):
+        self.shader, self.defines, self.message = shader, dict(defines), message
+        variant = " ".join(f"{k}={v}" for k, v in sorted(defines.items())) or "(default variant)"
+        super().__init__(f"shader {shader!r} variant [{variant}] failed to compile:\n{message.strip()}")
+
+
+def shader_dir() -> Path:
+    """The GLSL sources: vkq.shaders when installed, else the repo's shaders/ folder."""
+    try:
+        from importlib.resources import files
+        d = Path(str(files("vkq.shaders")))
+        if d.is_dir() and any(d.glob("*.comp")):
+            return d
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return Path(__file__).resolve().parent.parent / "shaders"
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("VKQ_CACHE_DIR") or Path.home() / ".cache" / "vkq" / "spirv")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise RuntimeError(f"{name} not found on PATH: install Debian's "
+                           f"{'glslang-tools' if name.startswith('glslang') else 'spirv-tools'} "
+                           "(tools/setup.sh does)")
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version() -> str:
+    out = subprocess.run([_tool("glslangValidator"), "--version"], capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def source_path(shader: str) -> Path:
+    p = shader_dir() / f"{shader}.comp"
+    if not p.is_file():
+        known = ", ".join(sorted(s for s in list_shaders()))
+        raise FileNotFoundError(f"no shader named {shader!r} in {shader_dir()} (known: {known})")
+    return p
+
+
+def list_shaders() -> list[str]:
+    return sorted(p.stem for p in shader_dir().glob("*.comp"))
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def _sources(path: Path, seen=None) -> list[tuple[str, str]]:
+    """(name, text) of a shader and of everything it includes, recursively."""
+    seen = set() if seen is None else seen
+    if path in seen:
+        return []
+    seen.add(path)
+    text = path.read_text()
+    out = [(path.name, text)]
+    for inc in _INCLUDE.findall(text):
+        for base in (path.parent, shader_dir() / "include"):
+            if (base / inc).is_file():
+                out += _sources(base / inc, seen)
+                break
+    return out
+
+
+def variants(shader: str) -> list[dict]:
+    """The define sets a shader declares with '//! variant' lines."""
+    found = []
+    for line in source_path(shader).read_text().splitlines():
+        if line.startswith("//! variant"):
+            defs = {}
+            for tok in line[len("//! variant"):].split():
+                k, _, v = tok.partition("=")
+                defs[k] = v or "1"
+            found.append(defs)
+    return found or [{}]
+
+
+def _normalize(defines) -> dict:
+    if defines is None:
+        return {}
+    if isinstance(defines, dict):
+        return {str(k): str(v) for k, v in defines.items()}
+    return {str(d): "1" for d in defines}
+
+
+def compile_shader(shader: str, defines=None) -> bytes:
+    """SPIR-V bytes of one variant, from the disk cache when the key matches."""
+    defines = _normalize(defines)
+    path = source_path(shader)
+    h = hashlib.sha256()
+    h.update(compiler_version().encode())
+    h.update(TARGET_ENV.encode())
+    h.update(repr(sorted(defines.items())).encode())
+    for name, text in _sources(path):
+        h.update(name.encode() + b"\0" + text.encode() + b"\0")
+    cached = cache_dir() / f"{shader}-{h.hexdigest()[:24]}.spv"
+    if cached.is_file():
+        return cached.read_bytes()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.spv"
+        cmd = [_tool("glslangValidator"), "-V", "--target-env", TARGET_ENV,
+               "-I" + str(shader_dir() / "include"), "-o", str(out)]
+        cmd += [f"-D{k}={v}" for k, v in sorted(defines.items())]
+        cmd.append(str(path))
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0 or not out.is_file():
+            raise ShaderCompileError(shader, defines, res.stdout + res.stderr)
+        spirv = out.read_bytes()
+    tmp_cached = cached.with_suffix(f".{os.getpid()}.tmp")
+    tmp_cached.write_bytes(spirv)
+    os.replace(tmp_cached, cached)  # atomic: parallel processes never see half a file
+    return spirv
+
+
+def validate_spirv(spirv: bytes, what: str = "shader") -> None:
+    """Run spirv-val on SPIR-V bytes; raise with its message on failure."""
+    with tempfile.NamedTemporaryFile(suffix=".spv") as f:
+        f.write(spirv)
+        f.flush()
+        res = subprocess.run([_tool("spirv-val"), "--target-env", TARGET_ENV, f.name],
+                             capture_output=True, text=True)
+    if res.returncode != 0:
+        raise ShaderCompileError(what, {}, "spirv-val: " + res.stdout + res.stderr)
+
+
+def compile_all(validate: bool = True, progress=None) -> list[tuple[str, dict]]:
+    """Compile (and spirv-val) every declared variant of every shader; returns what was built."""
+    built = []
+    for shader in list_shaders():
+        for defs in variants(shader):
+            spirv = compile_shader(shader, defs)
+            if validate:
+                validate_spirv(spirv, f"{shader} {defs}")
+            built.append((shader, defs))
+            if progress:
+                progress(shader, defs)
+    return built

@@ -1,0 +1,283 @@
+"""Query Vulkan physical devices through the loader with ctypes.
+
+Kompute's Python API reports only a few properties; shader variants depend on more
+(subgroup size, shared memory, storage-buffer range, optional features), so we ask
+the loader directly. Enumeration order equals the order `kp.Manager(i)` uses: both
+call vkEnumeratePhysicalDevices on an instance of the same loader and environment.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from dataclasses import dataclass, field, asdict
+
+_T = {"u32": ctypes.c_uint32, "i32": ctypes.c_int32, "u64": ctypes.c_uint64,
+      "f32": ctypes.c_float, "usize": ctypes.c_size_t}
+
+# VkPhysicalDeviceLimits, field by field as in vulkan_core.h (type:name[count]).
+_LIMITS = """
+u32:maxImageDimension1D u32:maxImageDimension2D u32:maxImageDimension3D u32:maxImageDimensionCube
+u32:maxImageArrayLayers u32:maxTexelBufferElements u32:maxUniformBufferRange
+u32:maxStorageBufferRange u32:maxPushConstantsSize u32:maxMemoryAllocationCount
+u32:maxSamplerAllocationCount u64:bufferImageGranularity u64:sparseAddressSpaceSize
+u32:maxBoundDescriptorSets u32:maxPerStageDescriptorSamplers
+u32:maxPerStageDescriptorUniformBuffers u32:maxPerStageDescriptorStorageBuffers
+u32:maxPerStageDescriptorSampledImages u32:maxPerStageDescriptorStorageImages
+u32:maxPerStageDescriptorInputAttachments u32:maxPerStageResources u32:maxDescriptorSetSamplers
+u32:maxDescriptorSetUniformBuffers u32:maxDescriptorSetUniformBuffersDynamic
+u32:maxDescriptorSetStorageBuffers u32:maxDescriptorSetStorageBuffersDynamic
+u32:maxDescriptorSetSampledImages u32:maxDescriptorSetStorageImages
+u32:maxDescriptorSetInputAttachments u32:maxVertexInputAttributes u32:maxVertexInputBindings
+u32:maxVertexInputAttributeOffset u32:maxVertexInputBindingStride u32:maxVertexOutputComponents
+u32:maxTessellationGenerationLevel u32:maxTessellationPatchSize
+u32:maxTessellationControlPerVertexInputComponents
+u32:maxTessellationControlPerVertexOutputComponents
+u32:maxTessellationControlPerPatchOutputComponents u32:maxTessellationControlTotalOutputComponents
+u32:maxTessellationEvaluationInputComponents u32:maxTessellationEvaluationOutputComponents
+u32:maxGeometryShaderInvocations u32:maxGeometryInputComponents u32:maxGeometryOutputComponents
+u32:maxGeometryOutputVertices u32:maxGeometryTotalOutputComponents u32:maxFragmentInputComponents
+u32:maxFragmentOutputAttachments u32:maxFragmentDualSrcAttachments
+u32:maxFragmentCombinedOutputResources u32:maxComputeSharedMemorySize
+u32:maxComputeWorkGroupCount[3] u32:maxComputeWorkGroupInvocations u32:maxComputeWorkGroupSize[3]
+u32:subPixelPrecisionBits u32:subTexelPrecisionBits u32:mipmapPrecisionBits
+u32:maxDrawIndexedIndexValue u32:maxDrawIndirectCount f32:maxSamplerLodBias
+f32:maxSamplerAnisotropy u32:maxViewports u32:maxViewportDimensions[2] f32:viewportBoundsRange[2]
+u32:viewportSubPixelBits usize:minMemoryMapAlignment u64:minTexelBufferOffsetAlignment
+u64:minUniformBufferOffsetAlignment u64:minStorageBufferOffsetAlignment i32:minTexelOffset
+u32:maxTexelOffset i32:minTexelGatherOffset u32:maxTexelGatherOffset f32:minInterpolationOffset
+f32:maxInterpolationOffset u32:subPixelInterpolationOffsetBits u32:maxFramebufferWidth
+u32:maxFramebufferHeight u32:maxFramebufferLayers u32:framebufferColorSampleCounts
+u32:framebufferDepthSampleCounts u32:framebufferStencilSampleCounts
+u32:framebufferNoAttachmentsSampleCounts u32:maxColorAttachments u32:sampledImageColorSampleCounts
+u32:sampledImageIntegerSampleCounts u32:sampledImageDepthSampleCounts
+u32:sampledImageStencilSampleCounts u32:storageImageSampleCounts u32:maxSampleMaskWords
+u32:timestampComputeAndGraphics f32:timestampPeriod u32:maxClipDistances u32:maxCullDistances
+u32:maxCombinedClipAndCullDistances u32:discreteQueuePriorities f32:pointSizeRange[2]
+f32:lineWidthRange[2] f32:pointSizeGranularity f32:lineWidthGranularity u32:strictLines
+u32:standardSampleLocations u64:optimalBufferCopyOffsetAlignment
+u64:optimalBufferCopyRowPitchAlignment u64:nonCoherentAtomSize
+"""
+
+
+def _fields(spec: str):
+    out = []
+    for item in spec.split():
+        typ, name = item.split(":")
+        ctype = _T[typ]
+        if "[" in name:
+            name, n = name.rstrip("]").split("[")
+            ctype = ctype * int(n)
+        out.append((name, ctype))
+    return out
+
+
+def _bools(names: str, header: bool = True):
+    fields = [("sType", ctypes.c_int32), ("pNext", ctypes.c_void_p)] if header else []
+    return fields + [(n, ctypes.c_uint32) for n in names.split()]
+
+
+class _Limits(ctypes.Structure):
+    _fields_ = _fields(_LIMITS)
+
+
+class _Properties(ctypes.Structure):
+    _fields_ = [("apiVersion", ctypes.c_uint32), ("driverVersion", ctypes.c_uint32),
+                ("vendorID", ctypes.c_uint32), ("deviceID", ctypes.c_uint32),
+                ("deviceType", ctypes.c_int32), ("deviceName", ctypes.c_char * 256),
+                ("pipelineCacheUUID", ctypes.c_uint8 * 16), ("limits", _Limits),
+                ("sparseProperties", ctypes.c_uint32 * 5)]
+
+
+class _Properties2(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int32), ("pNext", ctypes.c_void_p), ("properties", _Properties)]
+
+
+class _SubgroupProperties(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int32), ("pNext", ctypes.c_void_p), ("subgroupSize", ctypes.c_uint32),
+                ("supportedStages", ctypes.c_uint32), ("supportedOperations", ctypes.c_uint32),
+                ("quadOperationsInAllStages", ctypes.c_uint32)]
+
+
+class _DriverProperties(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int32), ("pNext", ctypes.c_void_p), ("driverID", ctypes.c_int32),
+                ("driverName", ctypes.c_char * 256), ("driverInfo", ctypes.c_char * 256),
+                ("conformanceVersion", ctypes.c_uint8 * 4)]
+
+
+_FEATURES_10 = ("robustBufferAccess fullDrawIndexUint32 imageCubeArray independentBlend geometryShader "
+    "tessellationShader sampleRateShading dualSrcBlend logicOp multiDrawIndirect drawIndirectFirstInstance "
+    "depthClamp depthBiasClamp fillModeNonSolid depthBounds wideLines largePoints alphaToOne multiViewport "
+    "samplerAnisotropy textureCompressionETC2 textureCompressionASTC_LDR textureCompressionBC "
+    "occlusionQueryPrecise pipelineStatisticsQuery vertexPipelineStoresAndAtomics fragmentStoresAndAtomics "
+    "shaderTessellationAndGeometryPointSize shaderImageGatherExtended shaderStorageImageExtendedFormats "
+    "shaderStorageImageMultisample shaderStorageImageReadWithoutFormat shaderStorageImageWriteWithoutFormat "
+    "shaderUniformBufferArrayDynamicIndexing shaderSampledImageArrayDynamicIndexing "
+    "shaderStorageBufferArrayDynamicIndexing shaderStorageImageArrayDynamicIndexing shaderClipDistance "
+    "shaderCullDistance shaderFloat64 shaderInt64 shaderInt16 shaderResourceResidency shaderResourceMinLod "
+    "sparseBinding sparseResidencyBuffer sparseResidencyImage2D sparseResidencyImage3D sparseResidency2Samples "
+    "sparseResidency4Samples sparseResidency8Samples sparseResidency16Samples sparseResidencyAliased "
+    "variableMultisampleRate inheritedQueries")
+_FEATURES_12 = ("samplerMirrorClampToEdge drawIndirectCount storageBuffer8BitAccess "
+    "uniformAndStorageBuffer8BitAccess storagePushConstant8 shaderBufferInt64Atomics shaderSharedInt64Atomics "
+    "shaderFloat16 shaderInt8") + " pad" * 39  # the rest of VkPhysicalDeviceVulkan12Features
+_FEATURES_13 = ("robustImageAccess inlineUniformBlock descriptorBindingInlineUniformBlockUpdateAfterBind "
+    "pipelineCreationCacheControl privateData shaderDemoteToHelperInvocation shaderTerminateInvocation "
+    "subgroupSizeControl computeFullSubgroups synchronization2 textureCompressionASTC_HDR "
+    "shaderZeroInitializeWorkgroupMemory dynamicRendering shaderIntegerDotProduct maintenance4")
+
+
+class _Features10(ctypes.Structure):
+    _fields_ = _bools(_FEATURES_10, header=False)
+
+
+class _Features2(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int32), ("pNext", ctypes.c_void_p), ("features", _Features10)]
+
+
+class _Features12(ctypes.Structure):
+    _fields_ = [(f"{n}{i}" if n == "pad" else n, t) for i, (n, t) in enumerate(_bools(_FEATURES_12))]
+
+
+class _Features13(ctypes.Structure):
+    _fields_ = _bools(_FEATURES_13)
+
+
+class _AppInfo(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int32), ("pNext", ctypes.c_void_p), ("pApplicationName", ctypes.c_char_p),
+                ("applicationVersion", ctypes.c_uint32), ("pEngineName", ctypes.c_char_p),
+                ("engineVersion", ctypes.c_uint32), ("apiVersion", ctypes.c_uint32)]
+
+
+class _InstanceInfo(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int32), ("pNext", ctypes.c_void_p), ("flags", ctypes.c_uint32),
+                ("pApplicationInfo", ctypes.POINTER(_AppInfo)), ("enabledLayerCount", ctypes.c_uint32),
+                ("ppEnabledLayerNames", ctypes.c_void_p), ("enabledExtensionCount", ctypes.c_uint32),
+                ("ppEnabledExtensionNames", ctypes.c_void_p)]
+
+
+# VkStructureType values
+_ST_APP, _ST_INSTANCE = 0, 1
+_ST_FEATURES_2, _ST_PROPERTIES_2 = 1000059000, 1000059001
+_ST_SUBGROUP, _ST_DRIVER = 1000094000, 1000196000
+_ST_FEATURES_12, _ST_FEATURES_13 = 51, 53
+
+DEVICE_TYPES = {0: "other", 1: "integrated-gpu", 2: "discrete-gpu", 3: "virtual-gpu", 4: "cpu"}
+
+
+def _version(v: int) -> str:
+    return f"{(v >> 22) & 0x7F}.{(v >> 12) & 0x3FF}.{v & 0xFFF}"
+
+
+@dataclass
+class DeviceInfo:
+    """What vkq needs to know about one Vulkan physical device."""
+    index: int
+    name: str
+    driver: str
+    driver_info: str
+    type: str
+    api_version: str
+    vendor_id: int
+    max_workgroup_invocations: int
+    max_workgroup_size: tuple
+    max_workgroup_count: tuple
+    max_shared_memory_bytes: int
+    max_storage_buffer_range: int
+    max_push_constants_bytes: int
+    subgroup_size: int
+    timestamp_period_ns: float
+    timestamps: bool
+    features: dict = field(default_factory=dict)
+
+    @property
+    def is_software(self) -> bool:
+        return self.type == "cpu" or any(s in (self.name + self.driver).lower()
+                                         for s in ("llvmpipe", "swiftshader", "lavapipe"))
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["is_software"] = self.is_software
+        return d
+
+
+class VulkanUnavailable(RuntimeError):
+    """The Vulkan loader or an instance could not be created."""
+
+
+def _load_loader():
+    name = ctypes.util.find_library("vulkan") or "libvulkan.so.1"
+    try:
+        return ctypes.CDLL(name)
+    except OSError as e:
+        raise VulkanUnavailable(f"cannot load the Vulkan loader ({name}): {e}. "
+                                "Install libvulkan1 and a driver (tools/setup.sh does)") from None
+
+
+def query_devices() -> list[DeviceInfo]:
+    """Every physical device the loader sees, in vkEnumeratePhysicalDevices order."""
+    vk = _load_loader()
+    app = _AppInfo(_ST_APP, None, b"vkq", 1, b"vkq", 1, (1 << 22) | (3 << 12))
+    info = _InstanceInfo(_ST_INSTANCE, None, 0, ctypes.pointer(app), 0, None, 0, None)
+    inst = ctypes.c_void_p()
+    res = vk.vkCreateInstance(ctypes.byref(info), None, ctypes.byref(inst))
+    if res != 0:
+        raise VulkanUnavailable(f"vkCreateInstance failed (VkResult {res}): no Vulkan driver is installed?")
+    try:
+        count = ctypes.c_uint32()
+        vk.vkEnumeratePhysicalDevices(inst, ctypes.byref(count), None)
+        handles = (ctypes.c_void_p * count.value)()
+        vk.vkEnumeratePhysicalDevices(inst, ctypes.byref(count), handles)
+        return [_describe(vk, i, ctypes.c_void_p(h)) for i, h in enumerate(handles[:count.value])]
+    finally:
+        vk.vkDestroyInstance(inst, None)
+
+
+def _describe(vk, index: int, pd) -> DeviceInfo:
+    base = _Properties()
+    vk.vkGetPhysicalDeviceProperties(pd, ctypes.byref(base))
+    api = base.apiVersion
+    driver = _DriverProperties(_ST_DRIVER, None)
+    subgroup = _SubgroupProperties(_ST_SUBGROUP, None)
+    props = _Properties2(_ST_PROPERTIES_2, None)
+    if api >= (1 << 22) | (1 << 12):  # Vulkan 1.1: properties2 and subgroups are core
+        subgroup.pNext = ctypes.cast(ctypes.pointer(driver), ctypes.c_void_p) if api >= (1 << 22) | (2 << 12) else None
+        props.pNext = ctypes.cast(ctypes.pointer(subgroup), ctypes.c_void_p)
+        vk.vkGetPhysicalDeviceProperties2(pd, ctypes.byref(props))
+    else:
+        props.properties = base
+    p = props.properties
+    lim = p.limits
+
+    f10 = _Features10()
+    vk.vkGetPhysicalDeviceFeatures(pd, ctypes.byref(f10))
+    f12, f13 = _Features12(_ST_FEATURES_12, None), _Features13(_ST_FEATURES_13, None)
+    if api >= (1 << 22) | (2 << 12):
+        if api >= (1 << 22) | (3 << 12):
+            f12.pNext = ctypes.cast(ctypes.pointer(f13), ctypes.c_void_p)
+        f2 = _Features2(_ST_FEATURES_2, ctypes.cast(ctypes.pointer(f12), ctypes.c_void_p))
+        vk.vkGetPhysicalDeviceFeatures2(pd, ctypes.byref(f2))
+    features = {
+        "shaderInt8": bool(f12.shaderInt8), "storageBuffer8BitAccess": bool(f12.storageBuffer8BitAccess),
+        "shaderInt16": bool(f10.shaderInt16), "shaderInt64": bool(f10.shaderInt64),
+        "shaderFloat16": bool(f12.shaderFloat16), "shaderFloat64": bool(f10.shaderFloat64),
+        "shaderIntegerDotProduct": bool(f13.shaderIntegerDotProduct),
+    }
+    return DeviceInfo(
+        index=index,
+        name=p.deviceName.decode(errors="replace"),
+        driver=driver.driverName.decode(errors="replace") or "unknown",
+        driver_info=driver.driverInfo.decode(errors="replace"),
+        type=DEVICE_TYPES.get(p.deviceType, "other"),
+        api_version=_version(api),
+        vendor_id=p.vendorID,
+        max_workgroup_invocations=lim.maxComputeWorkGroupInvocations,
+        max_workgroup_size=tuple(lim.maxComputeWorkGroupSize),
+        max_workgroup_count=tuple(lim.maxComputeWorkGroupCount),
+        max_shared_memory_bytes=lim.maxComputeSharedMemorySize,
+        max_storage_buffer_range=lim.maxStorageBufferRange,
+        max_push_constants_bytes=lim.maxPushConstantsSize,
+        subgroup_size=subgroup.subgroupSize,
+        timestamp_period_ns=lim.timestampPeriod,
+        timestamps=bool(lim.timestampComputeAndGraphics),
+        features=features,
+    )
