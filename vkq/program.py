@@ -98,10 +98,12 @@ class Program:
             spec = self.tensors[name]
             if tuple(np.shape(value)) != spec.shape:
                 raise ValueError(f"constant {name!r} has shape {np.shape(value)}, its spec says {spec.shape}")
-        from .registry import OPS
+        from .registry import get_op
         for node in self.nodes:
-            if node.op not in OPS:
-                raise ValueError(f"node {node.name!r}: unknown op {node.op!r}")
+            try:
+                get_op(node.op)
+            except KeyError as e:
+                raise ValueError(f"node {node.name!r}: {e.args[0]}") from None
             for t in node.inputs:
                 if t not in known:
                     raise ValueError(f"node {node.name!r} reads {t!r} before it is produced")

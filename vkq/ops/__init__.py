@@ -1,2 +1,32 @@
-"""Every vkq op, one module per family; importing this package registers them all."""
-from . import io  # noqa: F401
+"""Every vkq op, one module per family; importing this package registers them all.
+
+The op contract (what the lowering emits and the executors run). Tensor names in a Node's
+`inputs` are activations or constants; constants are arrays in Program.constants and are
+listed as inputs so that they live in the weights file. Attrs are plain JSON values.
+int8 tensors are logical int8 arrays to the references; on the device they are Int8x4
+packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everywhere.
+
+  quantize            x f32 -> q int8           attrs scale, zero_point[, qmin, qmax]
+  dequantize          q int8 -> x f32           attrs scale, zero_point
+  repack              q int8 -> q int8          (layout change and/or row-major reshape; same numel)
+  linear_q8           x int8 4H4W (..., K), weight int8 (N, K), bias int32 (N,),
+                      multiplier int32 (N,), shift int32 (N,) -> int8 4H4W (..., N)
+                      attrs x_zp, out_zp, qmin, qmax (qmin/qmax carry a fused relu/relu6/clamp)
+                      acc = (x - x_zp) @ weight.T + bias; out = requantize(acc, multiplier, shift, out_zp, qmin, qmax)
+  linear_q8_fout      x int8 4H4W (..., K), weight int8 (N, K), bias f32 (N,), scale f32 (N,) -> f32 (..., N)
+                      attrs x_zp;  out = f32(acc_without_bias) * scale + bias  (scale = x_scale * w_scale[n])
+  linear_dynamic      x f32 (..., K), weight int8 (N, K), w_scale f32 (N,), bias f32 (N,) -> f32 (..., N)
+                      per-row int8 quantization of x on the device, int8 GEMM, float out
+  linear_weight_only  x f32 (..., K), weight int8 (N, K), w_scale f32 (N,), bias f32 (N,) -> f32 (..., N)
+  conv2d_q8           x int8 4W4C (N, C, H, W), weight int8 (OC, C/groups, KH, KW), bias int32 (OC,),
+                      multiplier int32 (OC,), shift int32 (OC,) -> int8 4W4C (N, OC, OH, OW)
+                      attrs stride [2], padding [2], dilation [2], groups, x_zp, out_zp, qmin, qmax
+                      spatial padding contributes 0 to acc (the padded value is x_zp)
+  add_q8, mul_q8      a int8, b int8 (same shape and layout) -> int8; attrs from the op module's params helper
+  clamp_q8            q int8 -> int8 (standalone relu/relu6/hardtanh)
+  max_pool2d_q8, avg_pool2d_q8, adaptive_avg_pool2d_q8, cat_q8   (see their modules)
+
+Each op module also exports a `*_params` helper that turns float scales (and a float bias) into
+the integer constants/attrs above, used by the lowering and by tests alike.
+"""
+from . import io, linear, conv, eltwise, pool  # noqa: F401

@@ -56,16 +56,17 @@ class Dequantize:
 
 @register_op
 class Repack:
-    """int8 in one packed layout -> the same values in another (4W4C <-> 4H4W)."""
+    """int8 in one packed layout -> the same values in another (4W4C <-> 4H4W), optionally
+    reshaped row-major to `shape` (same element count): flatten, view, reshape of int8."""
     name = "repack"
     shaders = ("repack",)
 
-    def reference(q):
-        return q
+    def reference(q, *, shape=None):
+        return q if shape is None else q.reshape(shape)
 
     def build(ctx, node):
         src, dst = ctx.spec(node.inputs[0]), ctx.spec(node.outputs[0])
         return [ctx.device.dispatch(
             "repack", [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])],
             grid_1d(dst.device_words(), LOCAL), local=(LOCAL,),
-            spec=(LAYOUT_IDS[src.layout], LAYOUT_IDS[dst.layout]), push=(_nchw(dst),))]
+            spec=(LAYOUT_IDS[src.layout], LAYOUT_IDS[dst.layout]), push=(_nchw(src), _nchw(dst)))]

@@ -1,0 +1,40 @@
+#ifndef VKQ_REQUANT_GLSL
+#define VKQ_REQUANT_GLSL
+// Fixed-point requantization, 32-bit integer operations only (no int64: SwiftShader and
+// many phones lack it). The specification is vkq/quant.py:requantize; keep them in step.
+//   M ~= m * 2^-s, m in [2^30, 2^31) (or 0), s in [1, 62]
+//   r   = floor((acc * m + 2^(s-1)) / 2^s)         exact, via the 64-bit product hi:lo
+//   out = clamp(clamp(r, -2^16, 2^16) + zero_point, qmin, qmax)
+
+const int REQUANT_SATURATE = 65536;
+
+// floor((acc * m + 2^(s-1)) / 2^s), saturated to +-2^16
+int fixed_point_multiply(int acc, int m, int s) {
+    int hi, lo_bits;
+    imulExtended(acc, m, hi, lo_bits);   // acc * m = hi * 2^32 + uint(lo); |acc * m| < 2^62
+    uint lo = uint(lo_bits);
+    if (s <= 32) {                       // + 2^(s-1): into the low word, carry into hi
+        uint carry;
+        lo = uaddCarry(lo, 1u << (s - 1), carry);
+        hi += int(carry);
+    } else {
+        hi += 1 << (s - 33);
+    }
+    if (s >= 32) return clamp(hi >> (s - 32), -REQUANT_SATURATE, REQUANT_SATURATE);
+    int low = int((lo >> s) | (uint(hi) << (32 - s)));   // low word of the shifted product
+    int high = hi >> s;                                   // its high word
+    if (high != (low >> 31)) return high < 0 ? -REQUANT_SATURATE : REQUANT_SATURATE;
+    return clamp(low, -REQUANT_SATURATE, REQUANT_SATURATE);
+}
+
+int requantize(int acc, int m, int s, int zero_point, int qmin, int qmax) {
+    return clamp(fixed_point_multiply(acc, m, s) + zero_point, qmin, qmax);
+}
+
+ivec4 requantize4(ivec4 acc, ivec4 m, ivec4 s, int zero_point, int qmin, int qmax) {
+    return ivec4(requantize(acc.x, m.x, s.x, zero_point, qmin, qmax),
+                 requantize(acc.y, m.y, s.y, zero_point, qmin, qmax),
+                 requantize(acc.z, m.z, s.z, zero_point, qmin, qmax),
+                 requantize(acc.w, m.w, s.w, zero_point, qmin, qmax));
+}
+#endif

@@ -1,0 +1,18 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// Test shader for include/requant.glsl: out[i] = requantize(acc[i], m[i], s[i], ...),
+// one value per int32 (not packed), so every edge case can be compared with vkq.quant.
+#include "common.glsl"
+#include "requant.glsl"
+
+layout(std430, binding = 0) readonly buffer Acc { int acc[]; };
+layout(std430, binding = 1) readonly buffer M { int m[]; };
+layout(std430, binding = 2) readonly buffer S { int s[]; };
+layout(std430, binding = 3) writeonly buffer Out { int o[]; };
+layout(push_constant) uniform Params { int n, zero_point, qmin, qmax; } p;
+
+void main() {
+    int i = linear_invocation();
+    if (i >= p.n) return;
+    o[i] = requantize(acc[i], m[i], s[i], p.zero_point, p.qmin, p.qmax);
+}

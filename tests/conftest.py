@@ -1,0 +1,58 @@
+"""Test configuration: every test that takes `device` runs on each test device.
+
+VKQ_TEST_DEVICES  comma-separated device choices (default "llvmpipe,swiftshader")
+CI=true           a device that cannot be found fails the test instead of skipping it
+VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation
+                  the Khronos layer prints what it finds; any validation message fails
+                  the test that caused it
+"""
+import os
+import sys
+
+import pytest
+
+CI = os.environ.get("CI") == "true"
+TEST_DEVICES = [d.strip() for d in os.environ.get("VKQ_TEST_DEVICES", "llvmpipe,swiftshader").split(",") if d.strip()]
+VALIDATION = "validation" in os.environ.get("VK_INSTANCE_LAYERS", "").lower()
+
+
+def pytest_generate_tests(metafunc):
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device", TEST_DEVICES, indirect=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects on the marker
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "device" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.vulkan)
+
+
+@pytest.fixture
+def device(request):
+    from vkq.device import DeviceNotFound, get_device
+    from vkq.vkinfo import VulkanUnavailable
+    try:
+        return get_device(request.param)
+    except (DeviceNotFound, VulkanUnavailable) as e:
+        if CI:
+            pytest.fail(f"Vulkan device {request.param!r} not found under CI=true: {e}")
+        pytest.skip(f"Vulkan device {request.param!r} not found: {e}")
+
+
+@pytest.fixture(autouse=True)
+def _fail_on_validation_messages(request):
+    """With the validation layer on, read what a device test printed (at the fd level:
+    the layer writes from C) and fail the test on any validation message."""
+    if not (VALIDATION and "device" in request.fixturenames):
+        yield
+        return
+    capfd = request.getfixturevalue("capfd")
+    yield
+    out, err = capfd.readouterr()
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    found = [line for line in (out + err).splitlines()
+             if "Validation Error" in line or "VUID-" in line or "UNASSIGNED-" in line]
+    if found:
+        pytest.fail("Vulkan validation messages:\n" + "\n".join(found[:20]))

@@ -1,0 +1,41 @@
+"""Run one op on a device and on its numpy reference, for kernel tests."""
+import numpy as np
+
+from vkq.executor import VulkanExecutor, run_reference
+from vkq.program import Node, Program, TensorSpec
+
+
+def single_op_program(op, inputs, outputs, attrs=None, constants=None):
+    """inputs: list of (name, TensorSpec) activations; constants: {name: (TensorSpec, array)}
+    listed after the activations unless already named in `order`; outputs: list of (name, TensorSpec)."""
+    constants = constants or {}
+    tensors = {n: s for n, s in inputs}
+    tensors.update({n: s for n, (s, _) in constants.items()})
+    tensors.update({n: s for n, s in outputs})
+    node = Node(op, [n for n, _ in inputs] + list(constants), [n for n, _ in outputs], dict(attrs or {}))
+    prog = Program(tensors=tensors, nodes=[node], inputs=[n for n, _ in inputs],
+                   outputs=[n for n, _ in outputs], constants={n: a for n, (_, a) in constants.items()})
+    prog.validate()
+    return prog
+
+
+def run_both(device, program, *arrays):
+    """(vulkan outputs, reference outputs), each a tuple."""
+    got = VulkanExecutor(program, device)(*arrays)
+    ref = run_reference(program, *arrays)
+    as_tuple = lambda x: x if isinstance(x, tuple) else (x,)
+    return as_tuple(got), as_tuple(ref)
+
+
+def assert_same(got, ref):
+    """Bit-exact for integer outputs; reports where the first differences are."""
+    for g, r in zip(got, ref):
+        assert g.shape == r.shape and g.dtype == r.dtype, (g.shape, g.dtype, r.shape, r.dtype)
+        if not np.array_equal(g, r):
+            bad = np.argwhere(g != r)
+            raise AssertionError(f"{len(bad)} of {g.size} elements differ; first at {bad[:5].tolist()}: "
+                                 f"got {g[tuple(bad[0])]}, expected {r[tuple(bad[0])]}")
+
+
+def spec(shape, dtype="float32", layout=None, scale=None, zero_point=None):
+    return TensorSpec(tuple(shape), dtype, layout, scale, zero_point)

@@ -1,0 +1,108 @@
+"""Device discovery and selection: both software drivers visible, one way to choose."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from vkq.device import DeviceNotFound, devices, select
+
+CI = os.environ.get("CI") == "true"
+
+
+def _names():
+    return " ".join(d.name.lower() + " " + d.driver.lower() for d in devices())
+
+
+def test_both_software_drivers_are_listed():
+    names = _names()
+    if not ("llvmpipe" in names and "swiftshader" in names) and not CI:
+        pytest.skip("lavapipe and SwiftShader are not both installed (tools/setup.sh installs them)")
+    assert "llvmpipe" in names and "swiftshader" in names
+
+
+def test_limits_and_features_are_read():
+    for d in devices():
+        assert d.max_workgroup_invocations >= 128 and d.max_shared_memory_bytes >= 16384
+        assert d.max_storage_buffer_range >= 2 ** 27 and d.subgroup_size >= 1
+        assert set(d.features) >= {"shaderInt8", "shaderInt16", "shaderInt64", "storageBuffer8BitAccess"}
+        if "swiftshader" in d.name.lower():     # the strict target: none of the small types
+            assert not d.features["shaderInt8"] and not d.features["shaderInt64"] and d.max_workgroup_invocations == 256
+        if "llvmpipe" in d.name.lower():
+            assert d.features["shaderInt8"] and d.max_workgroup_invocations == 1024
+
+
+def test_select_by_index_name_alias_and_env(monkeypatch):
+    infos = devices()
+    assert select(0) is infos[0] and select("0") is infos[0]
+    for d in infos:
+        key = "swiftshader" if "swiftshader" in d.name.lower() else "llvmpipe" if "llvmpipe" in d.name.lower() else None
+        if key:
+            assert select(key) is d and select(key.upper()) is d
+            monkeypatch.setenv("VKQ_DEVICE", key)
+            assert select() is d
+    if any("llvmpipe" in d.name for d in infos):
+        assert "llvmpipe" in select("lavapipe").name
+
+
+def test_default_prefers_gpu_then_lavapipe(monkeypatch):
+    monkeypatch.delenv("VKQ_DEVICE", raising=False)
+    d = select()
+    rank = {"discrete-gpu": 0, "integrated-gpu": 1, "virtual-gpu": 2, "other": 3, "cpu": 4}
+    assert rank[d.type] == min(rank[i.type] for i in devices())
+    if d.type == "cpu" and any("llvmpipe" in i.name for i in devices()):
+        assert "llvmpipe" in d.name
+
+
+def test_unknown_device_lists_the_real_ones():
+    with pytest.raises(DeviceNotFound) as e:
+        select("nonsense")
+    for d in devices():
+        assert d.name in str(e.value)
+    with pytest.raises(DeviceNotFound, match="index 99"):
+        select(99)
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "vkq.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+
+
+def test_cli_devices_json():
+    res = _cli("devices", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert len(data["devices"]) == len(devices())
+    assert {"name", "driver", "type", "subgroup_size", "max_workgroup_invocations", "features"} <= set(data["devices"][0])
+
+
+def test_cli_bad_device_env_fails_with_listing():
+    res = _cli("devices", env={"VKQ_DEVICE": "nonsense"})
+    assert res.returncode != 0
+    assert "nonsense" in res.stderr and devices()[0].name in res.stderr
+
+
+VALIDATION_LAYER = "/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json"
+
+BAD_DISPATCH_TEST = '''
+import numpy as np
+def test_bad_push_constants(device):
+    n = 4
+    bufs = [device.buffer(np.ones(n, np.int32)) for _ in range(3)] + [device.buffer(size=n)]
+    # selftest_requantize declares 16 bytes of push constants; give 8: invalid usage
+    d = device.dispatch("selftest_requantize", bufs, (1, 1, 1), local=(64,), push=(n, 0))
+    device.run([d], upload=bufs[:3], download=bufs[3:])
+'''
+
+
+@pytest.mark.skipif(not os.path.exists(VALIDATION_LAYER), reason="vulkan-validationlayers not installed")
+def test_validation_message_fails_the_test(tmp_path):
+    """The suite's guard works: with the Khronos layer on, a test that misuses Vulkan fails."""
+    (tmp_path / "test_bad.py").write_text(BAD_DISPATCH_TEST)
+    (tmp_path / "conftest.py").write_text(open(os.path.join(os.path.dirname(__file__), "conftest.py")).read())
+    env = {**os.environ, "VK_INSTANCE_LAYERS": "VK_LAYER_KHRONOS_validation", "VKQ_TEST_DEVICES": "swiftshader"}
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert res.returncode == 1, res.stdout[-2000:]
+    assert "Vulkan validation messages" in res.stdout and "VUID-" in res.stdout

@@ -1,0 +1,99 @@
+"""quantize / dequantize / repack shaders and the requantize include, on every test device,
+bit for bit against numpy (and PyTorch)."""
+import numpy as np
+import pytest
+import torch
+import torch.ao.quantization.fx._decomposed  # noqa: F401
+
+from vkq import pack, unpack
+from vkq.device import grid_1d
+from vkq.executor import VulkanExecutor
+from vkq.quant import dequantize, quantize, quantize_multipliers, requantize
+
+from oputil import assert_same, run_both, single_op_program, spec
+
+SHAPES = [(1,), (3,), (17,), (5, 7), (2, 3, 5), (1, 3, 5, 7), (2, 17, 3, 5), (1, 1, 1, 1), (2, 5, 1, 9)]
+QPARAMS = [(0.05, 3), (0.02, -128), (0.1, 127), (1 / 3, 0)]
+
+
+def _float_input(shape, scale, seed):
+    x = np.random.default_rng(seed).normal(0, 60 * scale, shape).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[: min(8, flat.size)] = (np.arange(min(8, flat.size)) - 3.5).astype(np.float32) * np.float32(scale)  # ties
+    return x
+
+
+@pytest.mark.parametrize("layout", ["4W4C", "4H4W"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_quantize_on_device_equals_numpy_and_torch(device, shape, layout):
+    for i, (scale, zp) in enumerate(QPARAMS):
+        x = _float_input(shape, scale, i)
+        prog = single_op_program("quantize", [("x", spec(shape))], [("q", spec(shape, "int8", layout, scale, zp))],
+                                 dict(scale=scale, zero_point=zp))
+        ex = VulkanExecutor(prog, device)
+        q = ex(x)
+        want = torch.ops.quantized_decomposed.quantize_per_tensor(torch.from_numpy(x), scale, zp, -128, 127, torch.int8)
+        np.testing.assert_array_equal(q, want.numpy())
+        np.testing.assert_array_equal(ex.buffers["q"].read(), pack(quantize(x, scale, zp), layout))  # the words
+
+
+@pytest.mark.parametrize("layout", ["4W4C", "4H4W"])
+@pytest.mark.parametrize("shape", SHAPES[3:])
+def test_dequantize_on_device(device, shape, layout):
+    scale, zp = 0.037, -11
+    q = np.random.default_rng(5).integers(-128, 128, shape).astype(np.int8)
+    q.reshape(-1)[:2] = [-128, 127][: q.size]
+    prog = single_op_program("dequantize", [("q", spec(shape, "int8", layout, scale, zp))], [("x", spec(shape))],
+                             dict(scale=scale, zero_point=zp))
+    got, ref = run_both(device, prog, q)
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_array_equal(got[0], dequantize(q, scale, zp))
+
+
+@pytest.mark.parametrize("src,dst", [("4W4C", "4H4W"), ("4H4W", "4W4C"), ("4W4C", "4W4C")])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_repack_layouts(device, shape, src, dst):
+    q = np.random.default_rng(6).integers(-128, 128, shape).astype(np.int8)
+    prog = single_op_program("repack", [("a", spec(shape, "int8", src))], [("b", spec(shape, "int8", dst))])
+    ex = VulkanExecutor(prog, device)
+    np.testing.assert_array_equal(ex(q), q)
+    np.testing.assert_array_equal(ex.buffers["b"].read(), pack(q, dst))
+
+
+@pytest.mark.parametrize("src_shape,dst_shape", [((2, 5, 3, 7), (2, 105)), ((1, 17, 1, 1), (1, 17)),
+                                                 ((3, 17), (51,)), ((2, 6, 5), (2, 3, 2, 5))])
+def test_repack_reshape(device, src_shape, dst_shape):
+    q = np.random.default_rng(7).integers(-128, 128, src_shape).astype(np.int8)
+    prog = single_op_program("repack", [("a", spec(src_shape, "int8", "4W4C"))],
+                             [("b", spec(dst_shape, "int8", "4H4W"))], {"shape": list(dst_shape)})
+    got, ref = run_both(device, prog, q)
+    assert_same(got, ref)
+    np.testing.assert_array_equal(got[0], q.reshape(dst_shape))
+
+
+def test_quantize_repack_dequantize_chain(device):
+    """Three dispatches recorded once and replayed: results stay exact across calls."""
+    shape, scale, zp = (2, 5, 3, 7), 0.05, 3
+    from vkq.demo import roundtrip_program
+    prog = roundtrip_program(shape, scale, zp, "4W4C", "4H4W")
+    ex = VulkanExecutor(prog, device)
+    for seed in range(3):
+        x = _float_input(shape, scale, seed)
+        np.testing.assert_array_equal(ex(x), dequantize(quantize(x, scale, zp), scale, zp))
+
+
+def test_requantize_include_matches_numpy(device):
+    """shaders/include/requant.glsl against vkq.quant.requantize over the whole int32 range."""
+    rng = np.random.default_rng(8)
+    n = 4099
+    acc = rng.integers(-2 ** 31, 2 ** 31, n, dtype=np.int64).astype(np.int32)
+    acc[n // 2:] //= (2 ** rng.integers(0, 31, n - n // 2)).astype(np.int32)
+    acc[:4] = [-2 ** 31, 2 ** 31 - 1, 0, -1]
+    reals = np.exp(rng.uniform(np.log(2.0 ** -40), np.log(2.0 ** 10), n))
+    reals[:6] = [1.0, 0.9999999, 2 ** -20, 2 ** -31, 1.5, 2 ** 29]
+    m, s = quantize_multipliers(reals)
+    bufs = [device.buffer(acc), device.buffer(m), device.buffer(s), device.buffer(size=n)]
+    for zp, qmin, qmax in ((0, -128, 127), (-128, -128, 127), (127, -128, 127), (5, 5, 60)):
+        d = device.dispatch("selftest_requantize", bufs, grid_1d(n, 64), local=(64,), push=(n, zp, qmin, qmax))
+        device.run([d], upload=bufs[:3], download=bufs[3:])
+        np.testing.assert_array_equal(bufs[3].read(), requantize(acc, m, s, zp, qmin, qmax).astype(np.int32))

@@ -1,0 +1,58 @@
+"""The quantization arithmetic (vkq/quant.py) against PyTorch and exact rationals."""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
+
+from vkq.quant import activation_bounds, dequantize, quantize, quantize_multiplier, requantize
+
+
+@pytest.mark.parametrize("scale,zp", [(0.05, 3), (1 / 3, -128), (0.0078125, 127), (0.1, 0), (2.5e-4, -7)])
+def test_quantize_matches_torch_bit_for_bit(scale, zp):
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 40 * scale, 5000).astype(np.float32)
+    x[:200] = (np.arange(200) - 100 + 0.5).astype(np.float32) * np.float32(scale)  # ties
+    want = torch.ops.quantized_decomposed.quantize_per_tensor(torch.from_numpy(x), scale, zp, -128, 127, torch.int8)
+    np.testing.assert_array_equal(quantize(x, scale, zp), want.numpy())
+    deq = torch.ops.quantized_decomposed.dequantize_per_tensor(want, scale, zp, -128, 127, torch.int8)
+    np.testing.assert_array_equal(dequantize(want.numpy(), scale, zp), deq.numpy())
+
+
+@pytest.mark.parametrize("real", [1.0, 0.9999999, 0.5, 2 ** -20, 2 ** -20 * 1.37, 0.3e-3, 1.5, 3.7, 2 ** -31 * 1.2])
+def test_multiplier_is_accurate(real):
+    m, s = quantize_multiplier(real)
+    assert (1 << 30) <= m < (1 << 31) and 1 <= s <= 62
+    assert abs(m / 2 ** s - real) <= real * 2 ** -30
+
+
+def test_requantize_is_round_half_up_of_the_fixed_point_product():
+    """r = floor(acc * m / 2^s + 1/2), computed with exact rationals."""
+    rng = np.random.default_rng(1)
+    acc = rng.integers(-2 ** 20, 2 ** 20, 3000).astype(np.int32)
+    acc[:4] = [-2 ** 31, 2 ** 31 - 1, 0, -1]
+    for real, zp in ((1.3e-4, 0), (2 ** -20 * 77, -128), (6e-5, 127), (0.5 ** 13, 5)):
+        m, s = quantize_multiplier(real)
+        exact = [(Fraction(int(a) * m, 2 ** s) + Fraction(1, 2)).__floor__() for a in acc]
+        want = np.clip(np.clip(exact, -2 ** 16, 2 ** 16) + zp, -128, 127)
+        np.testing.assert_array_equal(requantize(acc, m, s, zp), want)
+
+
+def test_requantize_close_to_float():
+    rng = np.random.default_rng(2)
+    acc = rng.integers(-200000, 200000, 5000)
+    real = 3.1e-4
+    m, s = quantize_multiplier(real)
+    got = requantize(acc, m, s, -5).astype(int)
+    want = np.clip(np.rint(acc * real) - 5, -128, 127)
+    assert np.abs(got - want).max() <= 1
+
+
+def test_activation_bounds():
+    assert activation_bounds(None, 0.1, 3) == (-128, 127)
+    assert activation_bounds("relu", 0.1, 3) == (3, 127)
+    assert activation_bounds("relu6", 0.1, -128) == (-128, -68)
+    assert activation_bounds("hardtanh", 0.1, 0, (-1.0, 1.0)) == (-10, 10)
+    with pytest.raises(ValueError):
+        activation_bounds("gelu", 0.1, 0)
