@@ -62,6 +62,40 @@ def _outputs(program: Program, env):
     return outs[0] if len(outs) == 1 else outs
 
 
+def plan_memory(program: Program, exclude=()) -> dict:
+    """Give intermediate tensors shared device buffers (slots) when their lifetimes do not
+    overlap. A tensor lives from the node that writes it to the last node that reads it,
+    both included, so a node's inputs and outputs never share. Greedy, in program order:
+    take the free slot that fits best (growing the largest free one if none fits).
+    Returns {tensor: (slot, slot_words)}; device-only buffers hold any 32-bit type."""
+    first, last = {}, {}
+    for i, node in enumerate(program.nodes):
+        for t in node.outputs:
+            first.setdefault(t, i)
+            last[t] = max(last.get(t, i), i)
+        for t in node.inputs:
+            last[t] = i
+    exclude = set(exclude)
+    order = sorted((t for t in first if t not in exclude), key=lambda t: (first[t], t))
+    slot_size, slot_free_at, assign = [], [], {}
+    for t in order:
+        need = program.tensors[t].device_words()
+        free = [k for k in range(len(slot_size)) if slot_free_at[k] < first[t]]
+        fits = [k for k in free if slot_size[k] >= need]
+        if fits:
+            k = min(fits, key=lambda k: slot_size[k])
+        elif free:
+            k = max(free, key=lambda k: slot_size[k])
+            slot_size[k] = need
+        else:
+            k = len(slot_size)
+            slot_size.append(need)
+            slot_free_at.append(-1)
+        slot_free_at[k] = last[t]
+        assign[t] = k
+    return {t: (k, max(1, slot_size[k])) for t, k in assign.items()}
+
+
 class BuildContext:
     """What an op's build() may use: the device, the buffers of its tensors, their specs,
     constant values, and buffers for constants it packs itself (uploaded once)."""
@@ -107,17 +141,27 @@ class VulkanExecutor:
         host_side = set(program.inputs) | set(program.outputs)
         for n in on_cpu:
             host_side |= set(n.inputs) | set(n.outputs)
+        shared = plan_memory(program, exclude=host_side | set(program.constants)) \
+            if not host_visible_all else {}
+        self.arena_slots = {}
         for name, spec in program.tensors.items():
-            if name in program.constants and all(name not in n.inputs for n in program.nodes
-                                                 if ops[n.op].on_vulkan):
-                continue  # a constant only CPU nodes read needs no device copy
             if name in program.constants:
-                self.buffers[name] = self.device.buffer(spec.to_device(program.constants[name]).view(spec.word_dtype))
-                self._pending_uploads.append(self.buffers[name])
+                if any(name in n.inputs for n in program.nodes if ops[n.op].on_vulkan):
+                    self.buffers[name] = self.device.buffer(spec.to_device(program.constants[name]).view(spec.word_dtype))
+                    self._pending_uploads.append(self.buffers[name])
+                continue  # (a constant only CPU nodes read needs no device copy)
+            if name in shared:
+                slot, words = shared[name]
+                if slot not in self.arena_slots:
+                    self.arena_slots[slot] = self.device.buffer(size=words, host_visible=False)
+                self.buffers[name] = self.arena_slots[slot]
                 continue
             self.buffers[name] = self.device.buffer(
                 size=spec.device_words(), dtype=spec.word_dtype,
                 host_visible=host_visible_all or name in host_side)
+        naive = sum(program.tensors[t].device_words() * 4 for t in shared)
+        self.memory = {"arena_bytes": sum(b.nbytes for b in self.arena_slots.values()),
+                       "naive_bytes": naive, "shared_tensors": len(shared)}
 
         ctx = BuildContext(self)
         self.segments = []   # ("vulkan", Recording, upload names, download names) | ("cpu", Node)

@@ -1,0 +1,72 @@
+"""A compiled program as users hold it: call it on the device, run it on the CPU
+references, save it, load it. Loading and running need numpy and kp, not torch."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .executor import VulkanExecutor, run_reference
+from .program import Program
+from .progfile import ProgramFileError, load_program, save_program
+
+
+class CompiledProgram:
+    """prog(*inputs) on the device; prog.run_reference(*inputs) on the CPU; prog.save(path)."""
+
+    def __init__(self, program: Program, device=None):
+        self.program = program
+        self._device_choice = device
+        self._executor = None
+
+    @property
+    def executor(self) -> VulkanExecutor:
+        """Built on first use: buffers, packed weights, recorded sequences (once)."""
+        if self._executor is None:
+            self._executor = VulkanExecutor(self.program, self._device_choice)
+        return self._executor
+
+    @property
+    def device(self):
+        return self.executor.device
+
+    @property
+    def fallback_ops(self) -> list:
+        """(op, reason) for every node that runs on the CPU."""
+        return list(self.program.fallback)
+
+    @property
+    def memory(self) -> dict:
+        """Device memory plan: arena bytes shared by intermediates vs the naive sum."""
+        return self.executor.memory
+
+    def __call__(self, *inputs):
+        return self.executor(*inputs)
+
+    def run_reference(self, *inputs):
+        return run_reference(self.program, *inputs)
+
+    def save(self, path) -> Path:
+        return save_program(self.program, path)
+
+    def __repr__(self):
+        n_vk = sum(1 for n in self.program.nodes if n.op not in {f[0] for f in self.program.fallback})
+        return f"CompiledProgram({len(self.program.nodes)} nodes, {len(self.program.fallback)} on the CPU)"
+
+
+def load(path, device=None) -> CompiledProgram:
+    """Load a .vkq file (fully checked; ProgramFileError if malformed) for `device`."""
+    program = load_program(path)
+    _check_runtime_needs(program, path)
+    return CompiledProgram(program, device)
+
+
+def _check_runtime_needs(program: Program, path) -> None:
+    """A program whose CPU fallback needs torch says so now, not midway through a run."""
+    if any(n.op == "torch_op" for n in program.nodes):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            ops = sorted({n.attrs.get("target", "?") for n in program.nodes if n.op == "torch_op"})
+            raise ProgramFileError(f"{path}: this program runs {', '.join(ops)} through torch on the CPU, "
+                                   "and torch cannot be imported here") from None
