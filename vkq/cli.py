@@ -44,6 +44,62 @@ def cmd_shaders(args) -> int:
     return 0
 
 
+def _load_inputs(paths):
+    import numpy as np
+    return [np.load(p, allow_pickle=False) for p in paths]
+
+
+def cmd_run(args) -> int:
+    """Run a saved program on a device; needs numpy and kp only (no torch)."""
+    import numpy as np
+    from .runtime import load
+    prog = load(args.program, device=args.device)
+    inputs = _load_inputs(args.input)
+    outputs = prog(*inputs)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    if args.output:
+        if len(args.output) != len(outputs):
+            print(f"vkq: the program has {len(outputs)} outputs, got {len(args.output)} --output paths",
+                  file=sys.stderr)
+            return 2
+        for path, y in zip(args.output, outputs):
+            np.save(path, y)
+    for i, y in enumerate(outputs):
+        print(f"output {i}: {y.dtype}{list(y.shape)}" + (f" -> {args.output[i]}" if args.output else ""))
+    print(f"device: {prog.device.info.name}; {len(prog.fallback_ops)} op(s) on the CPU")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    """Per-node agreement between the device and the CPU reference of the same program."""
+    import numpy as np
+    from .executor import VulkanExecutor, run_reference
+    from .progfile import load_program
+    program = load_program(args.program)
+    inputs = _load_inputs(args.input)
+    got = VulkanExecutor(program, args.device, host_visible_all=True)(*inputs, keep_all=True)
+    ref = run_reference(program, *inputs, keep_all=True)
+    worst = 0.0
+    print(f"{'node':<40} {'op':<22} {'output':<28} max |vulkan - reference|")
+    for node in program.nodes:
+        for t in node.outputs:
+            spec = program.tensors[t]
+            a, b = got[t], ref[t]
+            diff = float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max()) if a.size else 0.0
+            unit = "steps" if spec.dtype == "int8" else ""
+            worst = max(worst, diff if spec.dtype != "float32" else 0.0)
+            print(f"{node.name[:40]:<40} {node.op:<22} {spec.dtype + str(list(spec.shape)):<28} {diff:g} {unit}")
+    if args.expect:
+        for path, t in zip(args.expect, program.outputs):
+            want = np.load(path).astype(np.float64).reshape(-1)
+            y = got[t].astype(np.float64).reshape(-1)
+            cos = float(y @ want / (np.linalg.norm(y) * np.linalg.norm(want) + 1e-30))
+            top = int(np.argmax(y) == np.argmax(want))
+            print(f"output {t}: cosine with the float model {cos:.6f}, same argmax: {bool(top)}")
+    print("integer tensors agree bit for bit" if worst == 0 else f"MISMATCH: up to {worst:g} int8 steps")
+    return 0 if worst == 0 else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="vkq", description="int8 PyTorch models on any Vulkan device")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -56,12 +112,25 @@ def main(argv=None) -> int:
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("shaders", help="compile every shader variant and validate it with spirv-val")
     p.set_defaults(func=cmd_shaders)
+    p = sub.add_parser("run", help="run a saved .vkq program (no torch needed)")
+    p.add_argument("program")
+    p.add_argument("--input", action="append", required=True, help=".npy file, once per program input")
+    p.add_argument("--output", action="append", help=".npy path, once per program output")
+    _add_device_arg(p)
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("compare", help="per-node agreement of the device with the CPU reference")
+    p.add_argument("program")
+    p.add_argument("--input", action="append", required=True, help=".npy file, once per program input")
+    p.add_argument("--expect", action="append", help="the float model's output (.npy), to report agreement")
+    _add_device_arg(p)
+    p.set_defaults(func=cmd_compare)
     args = parser.parse_args(argv)
     from .device import DeviceNotFound
+    from .progfile import ProgramFileError
     from .vkinfo import VulkanUnavailable
     try:
         return args.func(args)
-    except (DeviceNotFound, VulkanUnavailable) as e:
+    except (DeviceNotFound, VulkanUnavailable, ProgramFileError, FileNotFoundError) as e:
         print(f"vkq: {e}", file=sys.stderr)
         return 2
 
