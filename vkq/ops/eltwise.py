@@ -1,1 +1,166 @@
-"""(being written)"""
+"""Elementwise int8 ops on packed tensors: add_q8, mul_q8, clamp_q8.
+
+Inputs and output share one shape and one packed layout. The kernels read and write whole
+ivec4 blocks (16 values) and need not know the layout: in both, a block is 4 words x 4 bytes
+and only the block's position says which bytes are padding (block_geometry, block_mask.glsl).
+
+Every op is integer-only: an int32 accumulator, then vkq.quant.requantize (the GLSL twin in
+shaders/include/requant.glsl). Each op has a `*_params` helper that turns float scales and zero
+points (and a fused activation) into its integer attrs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import packing
+from ..device import grid_1d
+from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multiplier, requantize
+from ..registry import register_op
+
+LOCAL = 64
+ADD_BITS = 22            # the larger input scale becomes 2^22 integer units (see add_q8)
+IDENTITY = (1 << 30, 30)  # quantize_multiplier(1.0)
+
+
+def block_geometry(spec) -> tuple[int, int, int, int, int]:
+    """(blocks, byte_dim, byte_blocks, word_dim, word_blocks) of a packed int8 tensor: the
+    number of ivec4 blocks and the dims its bytes and words run along (block_mask.glsl)."""
+    n, c, h, w = packing.as_nchw(spec.shape)
+    byte_dim, word_dim = (c, w) if spec.layout == "4W4C" else (w, h)
+    return (spec.device_words() // 4, byte_dim, -(-byte_dim // 4), word_dim, -(-word_dim // 4))
+
+
+def _check_zp(*zps):
+    for zp in zps:
+        if not INT8_MIN <= int(zp) <= INT8_MAX:
+            raise ValueError(f"int8 zero point must be in [-128, 127], got {zp}")
+
+
+def _out_attrs(out_scale, out_zp, activation, bounds) -> dict:
+    qmin, qmax = activation_bounds(activation, out_scale, out_zp, bounds)
+    return {"out_zp": int(out_zp), "qmin": qmin, "qmax": qmax}
+
+
+def _same_shapes(*arrays):
+    shapes = {np.shape(a) for a in arrays}
+    if len(shapes) != 1:
+        raise ValueError(f"elementwise int8 ops need inputs of one shape, got {sorted(shapes)}")
+
+
+def _int32(q, zp) -> np.ndarray:
+    return np.asarray(q).astype(np.int64) - int(zp)
+
+
+def add_q8_params(a_scale, a_zp, b_scale, b_zp, out_scale, out_zp, activation=None, bounds=None) -> dict:
+    """Attrs of add_q8: a + b with their own qparams, requantized to (out_scale, out_zp).
+
+    Both inputs go onto the common integer scale max(s_a, s_b) / 2^L: the larger gets the
+    weight 2^L, the other round(2^L * s_small / s_large). L = 22 keeps the sum exact in int32
+    (2 * 255 * 2^22 < 2^31) and the weights' rounding below 1e-4 of an output step; L is lowered
+    only when s_large / (2^L s_out) would be too small for quantize_multiplier (< 2^-31)."""
+    _check_zp(a_zp, b_zp, out_zp)
+    big = max(float(a_scale), float(b_scale))
+    bits = ADD_BITS
+    while bits > 0 and big / (2.0 ** bits * float(out_scale)) < 2.0 ** -31:
+        bits -= 1
+    m, s = quantize_multiplier(big / (2.0 ** bits * float(out_scale)))
+    return {"a_zp": int(a_zp), "b_zp": int(b_zp),
+            "a_mult": int(round(2 ** bits * float(a_scale) / big)),
+            "b_mult": int(round(2 ** bits * float(b_scale) / big)),
+            "multiplier": m, "shift": s, **_out_attrs(out_scale, out_zp, activation, bounds)}
+
+
+def mul_q8_params(a_scale, a_zp, b_scale, b_zp, out_scale, out_zp, activation=None, bounds=None) -> dict:
+    """Attrs of mul_q8: the product's real multiplier is s_a * s_b / s_out."""
+    _check_zp(a_zp, b_zp, out_zp)
+    m, s = quantize_multiplier(float(a_scale) * float(b_scale) / float(out_scale))
+    return {"a_zp": int(a_zp), "b_zp": int(b_zp), "multiplier": m, "shift": s,
+            **_out_attrs(out_scale, out_zp, activation, bounds)}
+
+
+def clamp_q8_params(in_scale, in_zp, out_scale, out_zp, activation="relu", bounds=None) -> dict:
+    """Attrs of clamp_q8: relu / relu6 / hardtanh(bounds) as (qmin, qmax) in the output's
+    quantization, plus the rescale s_in / s_out (exactly 1 when the qparams are equal)."""
+    _check_zp(in_zp, out_zp)
+    m, s = quantize_multiplier(float(in_scale) / float(out_scale))
+    return {"in_zp": int(in_zp), "multiplier": m, "shift": s,
+            **_out_attrs(out_scale, out_zp, activation, bounds)}
+
+
+def _binary_build(ctx, node, variant, a_mult=0, b_mult=0):
+    a, b, out = node.inputs[0], node.inputs[1], node.outputs[0]
+    so, at = ctx.spec(out), node.attrs
+    for t in (a, b):
+        st = ctx.spec(t)
+        if st.shape != so.shape or st.layout != so.layout:
+            raise ValueError(f"{node.name}: {t!r} is {st.shape} {st.layout}, the output {so.shape} {so.layout}")
+    blocks, *geo = block_geometry(so)
+    return [ctx.device.dispatch(
+        "eltwise_binary", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], grid_1d(blocks, LOCAL),
+        local=(LOCAL,), defines=[variant],
+        push=(geo, blocks, at["a_zp"], at["b_zp"], a_mult, b_mult, at["multiplier"], at["shift"],
+              at["out_zp"], at.get("qmin", INT8_MIN), at.get("qmax", INT8_MAX)))]
+
+
+@register_op
+class AddQ8:
+    """int8 a + int8 b -> int8 (attrs from add_q8_params):
+        acc = (a - a_zp) * a_mult + (b - b_zp) * b_mult        exact in int32
+        out = requantize(acc, multiplier, shift, out_zp, qmin, qmax)
+    a_mult / b_mult put both inputs on one integer scale, so the only rounding is the final one
+    (TFLite instead shifts left by 20 and rounds twice more, because its multiply keeps only the
+    high 32 bits; requant.glsl's multiply is exact on the 64-bit product)."""
+    name = "add_q8"
+    shaders = ("eltwise_binary",)
+
+    def reference(a, b, *, a_zp, b_zp, a_mult, b_mult, multiplier, shift, out_zp,
+                  qmin=INT8_MIN, qmax=INT8_MAX):
+        _same_shapes(a, b)
+        acc = _int32(a, a_zp) * a_mult + _int32(b, b_zp) * b_mult
+        return requantize(acc, multiplier, shift, out_zp, qmin, qmax)
+
+    def build(ctx, node):
+        return _binary_build(ctx, node, "OP_ADD", node.attrs["a_mult"], node.attrs["b_mult"])
+
+
+@register_op
+class MulQ8:
+    """int8 a * int8 b -> int8 (attrs from mul_q8_params):
+        acc = (a - a_zp) * (b - b_zp)                          |acc| <= 255^2
+        out = requantize(acc, multiplier, shift, out_zp, qmin, qmax),  M = s_a * s_b / s_out"""
+    name = "mul_q8"
+    shaders = ("eltwise_binary",)
+
+    def reference(a, b, *, a_zp, b_zp, multiplier, shift, out_zp, qmin=INT8_MIN, qmax=INT8_MAX):
+        _same_shapes(a, b)
+        acc = _int32(a, a_zp) * _int32(b, b_zp)
+        return requantize(acc, multiplier, shift, out_zp, qmin, qmax)
+
+    def build(ctx, node):
+        return _binary_build(ctx, node, "OP_MUL")
+
+
+@register_op
+class ClampQ8:
+    """Standalone relu / relu6 / hardtanh on int8 (attrs from clamp_q8_params):
+        out = requantize(q - in_zp, multiplier, shift, out_zp, qmin, qmax),  M = s_in / s_out
+    With equal qparams M = 1 exactly and this is clamp(q, qmin, qmax); the kernel then skips the
+    multiply (same result, bit for bit)."""
+    name = "clamp_q8"
+    shaders = ("eltwise_clamp",)
+
+    def reference(q, *, in_zp, multiplier, shift, out_zp, qmin=INT8_MIN, qmax=INT8_MAX):
+        return requantize(_int32(q, in_zp), multiplier, shift, out_zp, qmin, qmax)
+
+    def build(ctx, node):
+        src, out = node.inputs[0], node.outputs[0]
+        si, so, at = ctx.spec(src), ctx.spec(out), node.attrs
+        if si.shape != so.shape or si.layout != so.layout:
+            raise ValueError(f"{node.name}: input {si.shape} {si.layout} vs output {so.shape} {so.layout}")
+        requant = int((at["multiplier"], at["shift"]) != IDENTITY or at["in_zp"] != at["out_zp"])
+        blocks, *geo = block_geometry(so)
+        return [ctx.device.dispatch(
+            "eltwise_clamp", [ctx.buffer(src), ctx.buffer(out)], grid_1d(blocks, LOCAL),
+            local=(LOCAL,), spec=(requant,),
+            push=(geo, blocks, at["in_zp"], at["multiplier"], at["shift"], at["out_zp"],
+                  at.get("qmin", INT8_MIN), at.get("qmax", INT8_MAX)))]

@@ -1,0 +1,181 @@
+"""add_q8, mul_q8, clamp_q8: Vulkan == numpy reference bit for bit on every test device
+(padding bytes included), and the reference within one int8 step of PyTorch's float
+reference (dequantize -> float op -> quantize)."""
+import numpy as np
+import pytest
+import torch
+import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
+
+from oputil import assert_same, single_op_program, spec
+from vkq import packing
+from vkq.executor import VulkanExecutor, run_reference
+from vkq.ops.eltwise import add_q8_params, clamp_q8_params, mul_q8_params
+from vkq.registry import get_op
+
+QD = torch.ops.quantized_decomposed
+
+
+def dq(q, scale, zp):
+    return QD.dequantize_per_tensor(torch.from_numpy(np.asarray(q, np.int8)), scale, zp, -128, 127, torch.int8)
+
+
+def qz(x, scale, zp):
+    return QD.quantize_per_tensor(x, scale, zp, -128, 127, torch.int8).numpy()
+
+
+def q8(rng, shape):
+    """Random int8 with both extremes present."""
+    q = rng.integers(-128, 128, shape).astype(np.int8)
+    q.reshape(-1)[:2] = (-128, 127)
+    return q
+
+
+def all_pairs():
+    """Every (a, b) int8 pair once: two (4, 16, 32, 32) tensors."""
+    a, b = np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij")
+    return a.astype(np.int8).reshape(4, 16, 32, 32), b.astype(np.int8).reshape(4, 16, 32, 32)
+
+
+def run_exact(device, op, attrs, layout, *arrays):
+    """Run one op on the device; compare the output with the reference, and the raw output
+    words with the packed reference (padding bytes must be 0)."""
+    shape = arrays[0].shape
+    names = "ab"[:len(arrays)]
+    prog = single_op_program(op, [(n, spec(shape, "int8", layout)) for n in names],
+                             [("y", spec(shape, "int8", layout))], attrs)
+    ex = VulkanExecutor(prog, device)
+    got = ex(*arrays)
+    ref = run_reference(prog, *arrays)
+    assert_same((got,), (ref,))
+    np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, layout))
+    return ref
+
+
+def reference(op, attrs, *arrays):
+    return get_op(op).reference(*arrays, **attrs)
+
+
+def activate(x, act, bounds=None):
+    lo, hi = {None: (None, None), "relu": (0.0, None), "relu6": (0.0, 6.0), "hardtanh": bounds}[act]
+    return x if act is None else torch.clamp(x, lo, hi)
+
+
+def assert_near_torch(ref, expected, exact):
+    """Within one int8 step of torch, and off by one only where the exact real result
+    (`exact`, float64, in output steps) is within 0.005 of a rounding tie: there the integer
+    reference rounds half up and torch rounds its float32 value half to even."""
+    diff = np.abs(ref.astype(np.int32) - expected.astype(np.int32))
+    assert diff.max() <= 1, f"max difference {diff.max()} steps"
+    tie = np.abs(np.asarray(exact) % 1.0 - 0.5) < 0.005
+    assert not np.any((diff != 0) & ~tie), f"{np.sum((diff != 0) & ~tie)} values off by one away from a tie"
+
+
+def steps(x, scale, zp):
+    """A real value in output steps (float64), before rounding."""
+    return np.asarray(x, np.float64) / scale + zp
+
+
+def f64(q, scale, zp):
+    return (np.asarray(q, np.float64) - zp) * scale
+
+
+# (a_scale, a_zp, b_scale, b_zp, out_scale, out_zp, activation)
+ADD_CASES = {
+    "typical": (0.05, -3, 0.02, 7, 0.06, -10, None),
+    "zp_extremes": (0.03, -128, 0.03, 127, 0.05, 127, None),
+    "relu": (0.05, 127, 0.07, -128, 0.09, -20, "relu"),
+    "relu6_equal": (0.04, 0, 0.04, 0, 0.04, -100, "relu6"),
+    "scale_ratio_1e4": (1.0, 5, 1e-4, -7, 0.9, 0, None),
+    "out_finer": (0.5, 0, 0.25, 0, 0.01, 0, None),
+    "out_coarser": (0.001, -128, 0.002, 127, 1.0, 0, None),
+}
+MUL_CASES = {
+    "typical": (0.05, -3, 0.02, 7, 0.004, -10, None),
+    "zp_extremes": (0.1, -128, 0.1, 127, 0.99, 127, None),      # M ~ 0.0101
+    "near_one": (1.0, 0, 1.0, 0, 1.0 - 2 ** -12, 5, "relu"),     # M just above 1
+    "tiny": (2 ** -10, 3, 2 ** -10, -3, 2, 0, None),             # M = 2^-21
+}
+# (in_scale, in_zp, out_scale, out_zp, activation, bounds)
+CLAMP_CASES = {
+    "relu_same": (0.05, -20, 0.05, -20, "relu", None),
+    "relu6_same": (0.05, -128, 0.05, -128, "relu6", None),
+    "hardtanh_same": (0.1, 127, 0.1, 127, "hardtanh", (-2.5, 1.0)),
+    "relu_requant": (0.05, 3, 0.025, -128, "relu", None),
+    "relu6_requant": (0.1, -128, 6 / 255, -128, "relu6", None),
+    "hardtanh_requant": (0.02, 127, 0.01, 0, "hardtanh", (-1.0, 1.0)),
+}
+SHAPES = [((1, 3, 5, 17), "4W4C"), ((2, 5, 7, 3), "4H4W"), ((37,), "4W4C"), ((3, 13, 1), "4H4W")]
+
+
+@pytest.mark.parametrize("case", ADD_CASES)
+def test_add_matches_torch(case):
+    sa, za, sb, zb, so, zo, act = ADD_CASES[case]
+    a, b = all_pairs()
+    ref = reference("add_q8", add_q8_params(sa, za, sb, zb, so, zo, act), a, b)
+    assert_near_torch(ref, qz(activate(dq(a, sa, za) + dq(b, sb, zb), act), so, zo),
+                      steps(f64(a, sa, za) + f64(b, sb, zb), so, zo))
+
+
+@pytest.mark.parametrize("case", MUL_CASES)
+def test_mul_matches_torch(case):
+    sa, za, sb, zb, so, zo, act = MUL_CASES[case]
+    a, b = all_pairs()
+    ref = reference("mul_q8", mul_q8_params(sa, za, sb, zb, so, zo, act), a, b)
+    assert_near_torch(ref, qz(activate(dq(a, sa, za) * dq(b, sb, zb), act), so, zo),
+                      steps(f64(a, sa, za) * f64(b, sb, zb), so, zo))
+
+
+@pytest.mark.parametrize("case", CLAMP_CASES)
+def test_clamp_matches_torch(case):
+    si, zi, so, zo, act, bounds = CLAMP_CASES[case]
+    q = np.arange(-128, 128, dtype=np.int8)
+    attrs = clamp_q8_params(si, zi, so, zo, act, bounds)
+    ref = reference("clamp_q8", attrs, q)
+    assert_near_torch(ref, qz(activate(dq(q, si, zi), act, bounds), so, zo), steps(f64(q, si, zi), so, zo))
+    if (si, zi) == (so, zo):   # same qparams: a pure clamp, exactly
+        np.testing.assert_array_equal(ref, np.clip(q, attrs["qmin"], attrs["qmax"]))
+
+
+def test_add_params_keep_int32_exact():
+    p = add_q8_params(0.3, 0, 0.1, 0, 0.2, 0)
+    assert p["a_mult"] == 1 << 22 and p["b_mult"] == round((1 << 22) / 3)
+    assert 255 * (p["a_mult"] + p["b_mult"]) < 2 ** 31
+    tiny = add_q8_params(1e-3, 0, 1e-3, 0, 1e6, 0)   # 2^-22 * 1e-9 would underflow the multiplier
+    assert tiny["multiplier"] != 0
+
+
+# -- on the devices -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ADD_CASES)
+def test_add_all_pairs(device, case):
+    sa, za, sb, zb, so, zo, act = ADD_CASES[case]
+    run_exact(device, "add_q8", add_q8_params(sa, za, sb, zb, so, zo, act), "4W4C", *all_pairs())
+
+
+@pytest.mark.parametrize("case", MUL_CASES)
+def test_mul_all_pairs(device, case):
+    sa, za, sb, zb, so, zo, act = MUL_CASES[case]
+    run_exact(device, "mul_q8", mul_q8_params(sa, za, sb, zb, so, zo, act), "4H4W", *all_pairs())
+
+
+@pytest.mark.parametrize("shape,layout", SHAPES)
+def test_binary_odd_shapes(device, shape, layout):
+    rng = np.random.default_rng(sum(shape))
+    a, b = q8(rng, shape), q8(rng, shape)
+    run_exact(device, "add_q8", add_q8_params(*ADD_CASES["relu"]), layout, a, b)
+    run_exact(device, "mul_q8", mul_q8_params(*MUL_CASES["zp_extremes"]), layout, a, b)
+
+
+@pytest.mark.parametrize("case", CLAMP_CASES)
+@pytest.mark.parametrize("shape,layout", SHAPES[:2])
+def test_clamp(device, case, shape, layout):
+    q = q8(np.random.default_rng(7), shape)
+    ref = run_exact(device, "clamp_q8", clamp_q8_params(*CLAMP_CASES[case]), layout, q)
+    assert len(np.unique(ref)) > 2   # the case clamps some values and keeps others
+
+
+def test_add_large(device):
+    """A MobileNetV2 residual add (1, 24, 56, 56) in 4W4C."""
+    rng = np.random.default_rng(3)
+    a, b = q8(rng, (1, 24, 56, 56)), q8(rng, (1, 24, 56, 56))
+    run_exact(device, "add_q8", add_q8_params(*ADD_CASES["typical"]), "4W4C", a, b)
