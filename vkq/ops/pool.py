@@ -1,1 +1,341 @@
-"""(being written)"""
+"""Pooling and concatenation of int8 tensors: max_pool2d_q8, avg_pool2d_q8,
+adaptive_avg_pool2d_q8 (4W4C, (N, C, H, W) as convolutions produce it) and cat_q8.
+
+Window geometry follows PyTorch exactly (pooling_output_shape, ceil_mode, the avg pool divisor,
+the adaptive start/end formula); the numpy references below are the specification, and
+`*_params` helpers turn float qparams and pool arguments into the integer attrs:
+
+  max_pool2d_q8           attrs kernel, stride, padding, dilation [2], ceil_mode
+                          out = max over the window (qparams unchanged: max commutes with quantization)
+  avg_pool2d_q8           attrs kernel, stride, padding [2], ceil_mode, count_include_pad,
+                          divisor_override, in_zp, out_zp, qmin, qmax, divisors, multipliers, shifts
+  adaptive_avg_pool2d_q8  attrs output_size [2], in_zp, out_zp, qmin, qmax, divisors, multipliers, shifts
+                          acc = sum over the window of (q - in_zp)
+                          out = requantize(acc, m[d], s[d], out_zp, qmin, qmax) for the position's
+                          divisor d, (m[d], s[d]) = quantize_multiplier(s_in / (s_out * d))
+  cat_q8                  attrs dim, in_zps, multipliers, shifts, out_zp
+                          out = concatenate(requantize(q_k - in_zps[k], m[k], s[k], out_zp))
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import packing
+from ..device import grid_1d
+from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multiplier, requantize
+from ..registry import register_op
+from .eltwise import IDENTITY, _check_zp
+
+LOCAL = 64
+LAYOUT_IDS = {"4W4C": 0, "4H4W": 1}   # shaders/include/int8x4.glsl
+
+
+def _pair(v) -> tuple[int, int]:
+    v = [int(x) for x in (v if isinstance(v, (list, tuple)) else (v, v))]
+    return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+
+
+def pool_output_size(size, kernel, stride, padding=0, dilation=1, ceil_mode=False) -> int:
+    """PyTorch's pooling_output_shape: a ceil_mode window must start inside the input or its
+    left padding."""
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + padding:
+        out -= 1
+    if out < 1:
+        raise ValueError(f"pool of kernel {kernel} (dilation {dilation}, padding {padding}) "
+                         f"does not fit an input of {size}")
+    return out
+
+
+def pool2d_output_shape(shape, kernel, stride=None, padding=0, dilation=1, ceil_mode=False,
+                        output_size=None) -> tuple:
+    """The output shape of a pool on an input of `shape` (..., H, W); output_size for adaptive."""
+    *lead, h, w = shape
+    if output_size is not None:
+        return (*lead, *_pair(output_size))
+    k, st, pd, dl = _pair(kernel), _pair(stride or kernel), _pair(padding), _pair(dilation)
+    return (*lead, pool_output_size(h, k[0], st[0], pd[0], dl[0], ceil_mode),
+            pool_output_size(w, k[1], st[1], pd[1], dl[1], ceil_mode))
+
+
+def _geometry(kernel, stride, padding, dilation=1) -> dict:
+    k, st, pd, dl = _pair(kernel), _pair(stride or kernel), _pair(padding), _pair(dilation)
+    for i in range(2):
+        if min(k[i], st[i], dl[i]) < 1 or pd[i] < 0:
+            raise ValueError(f"pool kernel, stride, dilation must be >= 1 and padding >= 0: {k, st, pd, dl}")
+        if pd[i] > k[i] // 2:   # as PyTorch checks it
+            raise ValueError(f"pool padding {pd} must be at most half the kernel {k}")
+    return {"kernel": list(k), "stride": list(st), "padding": list(pd), "dilation": list(dl)}
+
+
+def _divisor_table(in_scale, out_scale, divisors) -> dict:
+    """(multiplier, shift) for each divisor d: M = s_in / (s_out * d)."""
+    divisors = sorted({int(d) for d in divisors})
+    pairs = [quantize_multiplier(float(in_scale) / (float(out_scale) * d)) for d in divisors]
+    return {"divisors": divisors, "multipliers": [m for m, _ in pairs], "shifts": [s for _, s in pairs]}
+
+
+def _out_attrs(in_zp, out_scale, out_zp, activation):
+    _check_zp(in_zp, out_zp)
+    qmin, qmax = activation_bounds(activation, out_scale, out_zp)
+    return {"in_zp": int(in_zp), "out_zp": int(out_zp), "qmin": qmin, "qmax": qmax}
+
+
+def max_pool2d_params(kernel, stride=None, padding=0, dilation=1, ceil_mode=False) -> dict:
+    """Attrs of max_pool2d_q8 (stride defaults to the kernel, as in PyTorch)."""
+    return {**_geometry(kernel, stride, padding, dilation), "ceil_mode": int(bool(ceil_mode))}
+
+
+def avg_pool2d_params(in_scale, in_zp, out_scale, out_zp, kernel, stride=None, padding=0,
+                      ceil_mode=False, count_include_pad=True, divisor_override=None,
+                      activation=None) -> dict:
+    """Attrs of avg_pool2d_q8: the geometry and a multiplier for every divisor a window can
+    have (1 .. kh*kw, or the override)."""
+    g = _geometry(kernel, stride, padding)
+    del g["dilation"]
+    kh, kw = g["kernel"]
+    divisors = [int(divisor_override)] if divisor_override else range(1, kh * kw + 1)
+    return {**g, "ceil_mode": int(bool(ceil_mode)), "count_include_pad": int(bool(count_include_pad)),
+            "divisor_override": int(divisor_override or 0),
+            **_out_attrs(in_zp, out_scale, out_zp, activation),
+            **_divisor_table(in_scale, out_scale, divisors)}
+
+
+def adaptive_avg_pool2d_params(in_scale, in_zp, out_scale, out_zp, input_size, output_size,
+                               activation=None) -> dict:
+    """Attrs of adaptive_avg_pool2d_q8 for an input of spatial size input_size (H, W)."""
+    (h, w), (oh, ow) = _pair(input_size), _pair(output_size)
+    fh, fw = _adaptive_windows(h, oh)[2], _adaptive_windows(w, ow)[2]
+    return {"output_size": [oh, ow], **_out_attrs(in_zp, out_scale, out_zp, activation),
+            **_divisor_table(in_scale, out_scale, np.unique(np.outer(fh, fw)))}
+
+
+# -- windows: (start, end, divisor factor) per output index along one dim ---------------------
+
+def _avg_windows(n, out, k, s, p, count_include_pad):
+    """PyTorch's avg_pool2d: the divisor counts padding (not the ceil_mode overhang) unless
+    count_include_pad is off; then only the in-bounds taps."""
+    x0 = np.arange(out) * s - p
+    x1 = np.minimum(x0 + k, n + p)
+    start, end = np.maximum(x0, 0), np.minimum(x1, n)
+    end = np.maximum(end, start)
+    return start, end, (x1 - x0) if count_include_pad else end - start
+
+
+def _adaptive_windows(n, out):
+    o = np.arange(out)
+    start, end = o * n // out, ((o + 1) * n + out - 1) // out
+    return start, end, end - start
+
+
+def _windows(attrs, h, w):
+    """(hs, he, ws, we, divisor[OH, OW]) of an avg/adaptive pool over an h x w input."""
+    if "output_size" in attrs:
+        (hs, he, fh), (ws, we, fw) = (_adaptive_windows(h, attrs["output_size"][0]),
+                                      _adaptive_windows(w, attrs["output_size"][1]))
+    else:
+        k, st, pd = attrs["kernel"], attrs["stride"], attrs["padding"]
+        ci = attrs.get("count_include_pad", 1)
+        oh, ow = (pool_output_size(x, k[i], st[i], pd[i], 1, attrs.get("ceil_mode", 0))
+                  for i, x in enumerate((h, w)))
+        hs, he, fh = _avg_windows(h, oh, k[0], st[0], pd[0], ci)
+        ws, we, fw = _avg_windows(w, ow, k[1], st[1], pd[1], ci)
+    div = np.outer(fh, fw)
+    if attrs.get("divisor_override"):
+        div = np.full_like(div, attrs["divisor_override"])
+    div[(he <= hs)[:, None] | (we <= ws)[None, :]] = 0     # an empty window
+    return hs, he, ws, we, div
+
+
+def _position_multipliers(attrs, div):
+    """(m, s) int32 arrays per output position: the divisor table looked up; an empty window
+    (divisor 0, PyTorch gives 0.0) gets m = 0, i.e. the zero point."""
+    table = dict(zip(attrs["divisors"], zip(attrs["multipliers"], attrs["shifts"])))
+    table[0] = (0, 31)
+    missing = sorted(set(np.unique(div).tolist()) - set(table))
+    if missing:
+        raise ValueError(f"avg pool divisors {missing} have no multiplier in the attrs (made for another input size?)")
+    ms = np.array([table[d] for d in div.reshape(-1).tolist()], dtype=np.int32)
+    return ms[:, 0].reshape(div.shape), ms[:, 1].reshape(div.shape)
+
+
+def _avg_reference(q, attrs):
+    x = np.asarray(q).astype(np.int64)
+    n, c, h, w = packing.as_nchw(x.shape)
+    x = x.reshape(n, c, h, w)
+    hs, he, ws, we, div = _windows(attrs, h, w)
+    integral = np.zeros((n, c, h + 1, w + 1), np.int64)
+    integral[:, :, 1:, 1:] = x.cumsum(2).cumsum(3)
+    box = lambda r, s: integral[:, :, r][:, :, :, s]
+    total = box(he, we) - box(hs, we) - box(he, ws) + box(hs, ws)
+    acc = total - np.outer(he - hs, we - ws) * attrs["in_zp"]
+    m, s = _position_multipliers(attrs, div)
+    out = requantize(acc, m, s, attrs["out_zp"], attrs.get("qmin", INT8_MIN), attrs.get("qmax", INT8_MAX))
+    return out.reshape(q.shape[:-2] + out.shape[-2:])
+
+
+def _spatial_specs(ctx, node):
+    si, so = ctx.spec(node.inputs[0]), ctx.spec(node.outputs[0])
+    if si.layout != "4W4C" or so.layout != "4W4C":
+        raise ValueError(f"{node.name}: pooling runs on 4W4C tensors, got {si.layout} -> {so.layout}")
+    return si, so, packing.as_nchw(si.shape), packing.as_nchw(so.shape)
+
+
+def _check_out_shape(node, got, want):
+    if tuple(got) != tuple(want):
+        raise ValueError(f"{node.name}: output shape {tuple(got)}, the pool gives {tuple(want)}")
+
+
+def _window_dispatch(ctx, node, variant, ins, outs, geo, buffers, zps=(0, 0, INT8_MIN, INT8_MAX)):
+    k, st, pd, dl = geo
+    n, c, oh, ow = outs
+    blocks = n * oh * -(-ow // 4) * -(-c // 4)
+    return ctx.device.dispatch(
+        "pool_window", buffers, grid_1d(blocks, LOCAL), local=(LOCAL,), defines=variant,
+        push=(ins, outs, (*k, *st), (*pd, *dl), *zps))
+
+
+@register_op
+class MaxPool2dQ8:
+    """Max pool on int8 with PyTorch's geometry (padding taps are -inf: skipped; a window with
+    no input tap gives -128, as quantize(-inf) does). Same qparams in and out."""
+    name = "max_pool2d_q8"
+    shaders = ("pool_window",)
+
+    def reference(q, *, kernel, stride, padding, dilation=(1, 1), ceil_mode=0):
+        x = np.asarray(q).astype(np.int16)
+        lead, (h, w) = x.shape[:-2], x.shape[-2:]
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+        oh = pool_output_size(h, kh, sh, ph, dh, ceil_mode)
+        ow = pool_output_size(w, kw, sw, pw, dw, ceil_mode)
+        rows, cols = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+        xp = np.full(lead + (max(rows, ph + h), max(cols, pw + w)), -129, np.int16)
+        xp[..., ph:ph + h, pw:pw + w] = x
+        out = np.full(lead + (oh, ow), -129, np.int16)
+        for i in range(kh):
+            for j in range(kw):
+                tap = xp[..., i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+                np.maximum(out, tap, out=out)
+        return np.maximum(out, INT8_MIN).astype(np.int8)
+
+    def build(ctx, node):
+        _, _, ins, outs = _spatial_specs(ctx, node)
+        a = node.attrs
+        _check_out_shape(node, outs, pool2d_output_shape(ins, a["kernel"], a["stride"], a["padding"],
+                                                         a.get("dilation", 1), a.get("ceil_mode", 0)))
+        geo = (a["kernel"], a["stride"], a["padding"], a.get("dilation", (1, 1)))
+        return [_window_dispatch(ctx, node, ["MAX"], ins, outs, geo,
+                                 [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])])]
+
+
+def _avg_build(ctx, node, variant, geo):
+    """A global pool when the one window is the whole input, else pool_window with a table of
+    (m, s) per output position."""
+    _, _, ins, outs = _spatial_specs(ctx, node)
+    a = node.attrs
+    hs, he, ws, we, div = _windows(a, ins[2], ins[3])
+    _check_out_shape(node, outs, ins[:2] + div.shape)
+    m, s = _position_multipliers(a, div)
+    zps = (a["in_zp"], a["out_zp"], a.get("qmin", INT8_MIN), a.get("qmax", INT8_MAX))
+    src, dst = ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])
+    if div.shape == (1, 1) and (hs[0], he[0], ws[0], we[0]) == (0, ins[2], 0, ins[3]):
+        return [_global_dispatch(ctx, ins, src, dst, int(m[0, 0]), int(s[0, 0]), zps)]
+    table = ctx.const_buffer(np.stack([m, s], -1).reshape(-1), np.int32)
+    return [_window_dispatch(ctx, node, variant, ins, outs, geo, [src, dst, table], zps)]
+
+
+def _global_dispatch(ctx, ins, src, dst, m, s, zps):
+    n, c, h, w = ins
+    c4, spatial = -(-c // 4), h * -(-w // 4)
+    limit = min(256, ctx.device.info.max_workgroup_invocations)
+    lx = min(64, 1 << (c4 - 1).bit_length())
+    ly = max(1, min(limit // lx, 1 << (spatial - 1).bit_length()))
+    in_zp, out_zp, qmin, qmax = zps
+    return ctx.device.dispatch(
+        "pool_global", [src, dst], (-(-c4 // lx), n, 1), local=(lx, ly),
+        push=(c, spatial, h * w, in_zp, m, s, out_zp, qmin, qmax))
+
+
+@register_op
+class AvgPool2dQ8:
+    """Average pool on int8: sum of (q - in_zp) over the in-bounds taps (padding taps hold the
+    value 0.0, i.e. q = in_zp, and add 0), then requantize with s_in / (s_out * divisor), the
+    divisor as PyTorch's avg_pool2d takes it (attrs from avg_pool2d_params)."""
+    name = "avg_pool2d_q8"
+    shaders = ("pool_window", "pool_global")
+
+    def reference(q, **attrs):
+        return _avg_reference(q, attrs)
+
+    def build(ctx, node):
+        a = node.attrs
+        return _avg_build(ctx, node, ["AVG"], (a["kernel"], a["stride"], a["padding"], (1, 1)))
+
+
+@register_op
+class AdaptiveAvgPool2dQ8:
+    """Adaptive average pool on int8: window o along a dim of n inputs is
+    [floor(o*n/out), ceil((o+1)*n/out)); sum of (q - in_zp), requantize with s_in / (s_out *
+    window area). Output 1x1 (global pooling) runs as one workgroup reduction per channel block."""
+    name = "adaptive_avg_pool2d_q8"
+    shaders = ("pool_window", "pool_global")
+
+    def reference(q, **attrs):
+        return _avg_reference(q, attrs)
+
+    def build(ctx, node):
+        return _avg_build(ctx, node, ["AVG", "ADAPTIVE"], ((1, 1), (1, 1), (0, 0), (1, 1)))
+
+
+# -- concatenation -----------------------------------------------------------------------------
+
+def cat_q8_params(inputs, out_scale, out_zp, dim=1) -> dict:
+    """Attrs of cat_q8; inputs = [(scale, zero_point), ...] in order."""
+    _check_zp(out_zp, *(zp for _, zp in inputs))
+    pairs = [quantize_multiplier(float(sc) / float(out_scale)) for sc, _ in inputs]
+    return {"dim": int(dim), "in_zps": [int(zp) for _, zp in inputs],
+            "multipliers": [m for m, _ in pairs], "shifts": [s for _, s in pairs], "out_zp": int(out_zp)}
+
+
+@register_op
+class CatQ8:
+    """Concatenation of int8 tensors along `dim`, each requantized to the output's qparams
+    (exactly a copy when they are equal: M = 1). On the device one dispatch per input writes
+    its part; 4W4C along channels moves whole blocks, other cases go byte by byte."""
+    name = "cat_q8"
+    shaders = ("cat_channels", "cat_generic")
+
+    def reference(*qs, dim, in_zps, multipliers, shifts, out_zp):
+        parts = [requantize(np.asarray(q).astype(np.int64) - zp, m, s, out_zp)
+                 for q, zp, m, s in zip(qs, in_zps, multipliers, shifts)]
+        return np.concatenate(parts, axis=dim)
+
+    def build(ctx, node):
+        a, so = node.attrs, ctx.spec(node.outputs[0])
+        out_shape = packing.as_nchw(so.shape)
+        dim4 = a["dim"] % len(so.shape) + 4 - len(so.shape)
+        dst, steps, off = ctx.buffer(node.outputs[0]), [], 0
+        for t, zp, m, s in zip(node.inputs, a["in_zps"], a["multipliers"], a["shifts"]):
+            si = ctx.spec(t)
+            if si.layout != so.layout:
+                raise ValueError(f"{node.name}: input {t!r} is {si.layout}, the output {so.layout}")
+            in_shape = packing.as_nchw(si.shape)
+            requant = int((m, s) != IDENTITY or zp != a["out_zp"])
+            if so.layout == "4W4C" and dim4 == 1:
+                n, c, h, w = out_shape
+                c4_lo, c4_hi = off // 4, -(-(off + in_shape[1]) // 4)
+                positions = n * h * -(-w // 4)
+                steps.append(ctx.device.dispatch(
+                    "cat_channels", [ctx.buffer(t), dst], grid_1d(positions * (c4_hi - c4_lo), LOCAL),
+                    local=(LOCAL,), spec=(requant,),
+                    push=(positions, w, c, off, in_shape[1], c4_lo, c4_hi - c4_lo, zp, m, s, a["out_zp"])))
+            else:
+                steps.append(ctx.device.dispatch(
+                    "cat_generic", [ctx.buffer(t), dst], grid_1d(so.device_words(), LOCAL),
+                    local=(LOCAL,), spec=(LAYOUT_IDS[so.layout], dim4, requant),
+                    push=(out_shape, in_shape, off, zp, m, s, a["out_zp"])))
+            off += in_shape[dim4]
+        if off != out_shape[dim4]:
+            raise ValueError(f"{node.name}: inputs give {off} along dim {a['dim']}, the output has {out_shape[dim4]}")
+        return steps

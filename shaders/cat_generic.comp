@@ -1,0 +1,49 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// One input's share of a concatenation along any dim, either layout (cat_q8 in vkq/ops/pool.py;
+// 4W4C channel concatenation has the faster cat_channels). One dispatch per input, in order;
+// one invocation per output word, byte by byte: element e of the output takes
+//   e[DIM] <  off:            kept (an earlier input wrote it)
+//   off <= e[DIM] < off + n:  requantize(input[e - off along DIM] - in_zp, m, s, out_zp)
+//   otherwise, or padding:    0 (a later input fills it)
+#include "common.glsl"
+#include "int8x4.glsl"
+#include "requant.glsl"
+
+layout(constant_id = 3) const int LAYOUT = LAYOUT_4W4C;
+layout(constant_id = 4) const int DIM = 1;        // 0..3 of (N, C, H, W)
+layout(constant_id = 5) const int REQUANT = 1;    // 0: equal qparams, a plain copy
+
+layout(std430, binding = 0) readonly buffer In { int src[]; };
+layout(std430, binding = 1) buffer Out { int dst[]; };
+layout(push_constant) uniform Params {
+    ivec4 out_shape;
+    ivec4 in_shape;
+    int off, in_zp, m, s, out_zp;
+} p;
+
+void main() {
+    int i = linear_invocation();
+    if (i >= packed_words(LAYOUT, p.out_shape)) return;
+    ivec4 v = ivec4(0);
+    bool old = false;
+    for (int b = 0; b < 4; ++b) {
+        ivec4 e = int8x4_element(LAYOUT, i, b, p.out_shape);
+        if (!in_bounds(e, p.out_shape)) continue;
+        int k = e[DIM] - p.off;
+        if (k < 0) {
+            old = true;
+            v[b] = 256;   // marker: take the byte already in the output
+        } else if (k < p.in_shape[DIM]) {
+            e[DIM] = k;
+            ivec2 at = int8x4_locate(LAYOUT, e, p.in_shape);
+            int q = int8_at(src[at.x], at.y);
+            v[b] = REQUANT != 0 ? requantize(q - p.in_zp, p.m, p.s, p.out_zp, -128, 127) : q;
+        }
+    }
+    if (old) {
+        ivec4 prev = unpack_int8x4(dst[i]);
+        v = mix(v, prev, equal(v, ivec4(256)));
+    }
+    dst[i] = pack_int8x4(v);
+}

@@ -1,0 +1,252 @@
+"""max_pool2d_q8, avg_pool2d_q8, adaptive_avg_pool2d_q8, cat_q8: Vulkan == numpy reference
+bit for bit on every test device (padding bytes included), and the reference within one int8
+step of PyTorch's float reference (dequantize -> float op -> quantize): exactly equal for max
+pool and plain copies, off by one only at rounding ties otherwise."""
+import numpy as np
+import pytest
+import torch
+import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
+import torch.nn.functional as F
+
+from oputil import assert_same, single_op_program, spec
+from vkq import packing
+from vkq.executor import VulkanExecutor, run_reference
+from vkq.ops.pool import (adaptive_avg_pool2d_params, avg_pool2d_params, cat_q8_params,
+                          max_pool2d_params, pool2d_output_shape)
+from vkq.registry import get_op
+
+QD = torch.ops.quantized_decomposed
+
+
+def dq(q, scale, zp, dtype=torch.float32):
+    x = QD.dequantize_per_tensor(torch.from_numpy(np.asarray(q, np.int8)), scale, zp, -128, 127, torch.int8)
+    return x if dtype == torch.float32 else (torch.from_numpy(np.asarray(q, np.float64)) - zp) * scale
+
+
+def qz(x, scale, zp):
+    return QD.quantize_per_tensor(x, scale, zp, -128, 127, torch.int8).numpy()
+
+
+def q8(rng, shape):
+    """Random int8 with both extremes present."""
+    q = rng.integers(-128, 128, shape).astype(np.int8)
+    q.reshape(-1)[:2] = (-128, 127)
+    return q
+
+
+def run_exact(device, op, attrs, out_shape, *arrays, layout="4W4C"):
+    """Run one op on the device; compare with the reference, and the raw output words with
+    the packed reference (padding bytes must be 0)."""
+    prog = single_op_program(op, [(f"x{i}", spec(a.shape, "int8", layout)) for i, a in enumerate(arrays)],
+                             [("y", spec(out_shape, "int8", layout))], attrs)
+    ex = VulkanExecutor(prog, device)
+    got = ex(*arrays)
+    ref = run_reference(prog, *arrays)
+    assert_same((got,), (ref,))
+    np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, layout))
+    return ref
+
+
+def assert_near_torch(ref, expected, exact):
+    """Within one int8 step of torch, and off by one only where the exact real result
+    (`exact`, float64 in output steps) is within 0.005 of a rounding tie."""
+    diff = np.abs(ref.astype(np.int32) - expected.astype(np.int32))
+    assert diff.max() <= 1, f"max difference {diff.max()} steps"
+    tie = np.abs(np.asarray(exact) % 1.0 - 0.5) < 0.005
+    assert not np.any((diff != 0) & ~tie), f"{np.sum((diff != 0) & ~tie)} values off by one away from a tie"
+
+
+def reference(op, attrs, *arrays):
+    return get_op(op).reference(*arrays, **attrs)
+
+
+# -- max pool -----------------------------------------------------------------------------------
+
+MAX_CASES = {   # (shape, kwargs of F.max_pool2d)
+    "resnet_3x3s2p1": ((1, 5, 17, 13), dict(kernel_size=3, stride=2, padding=1)),
+    "ceil_2x2": ((2, 3, 9, 11), dict(kernel_size=2, stride=2, ceil_mode=True)),
+    "ceil_3x3s2": ((1, 7, 10, 13), dict(kernel_size=3, stride=2, ceil_mode=True)),
+    "dilated_asym": ((1, 6, 17, 19), dict(kernel_size=(2, 3), stride=(2, 1), padding=(1, 0),
+                                          dilation=(2, 1), ceil_mode=True)),
+    "dilated_same": ((1, 9, 11, 7), dict(kernel_size=3, stride=1, padding=1, dilation=3)),
+    "kernel_1": ((1, 3, 5, 5), dict(kernel_size=1, stride=3)),
+}
+
+
+def max_attrs(kw):
+    return max_pool2d_params(kw["kernel_size"], kw.get("stride"), kw.get("padding", 0),
+                             kw.get("dilation", 1), kw.get("ceil_mode", False))
+
+
+def max_out_shape(shape, a):
+    return pool2d_output_shape(shape, a["kernel"], a["stride"], a["padding"], a["dilation"], a["ceil_mode"])
+
+
+@pytest.mark.parametrize("case", MAX_CASES)
+def test_max_pool_matches_torch(case):
+    shape, kw = MAX_CASES[case]
+    q = q8(np.random.default_rng(1), shape)
+    ref = reference("max_pool2d_q8", max_attrs(kw), q)
+    np.testing.assert_array_equal(ref, qz(F.max_pool2d(dq(q, 0.1, 3), **kw), 0.1, 3))
+
+
+@pytest.mark.parametrize("case", MAX_CASES)
+def test_max_pool(device, case):
+    shape, kw = MAX_CASES[case]
+    a = max_attrs(kw)
+    run_exact(device, "max_pool2d_q8", a, max_out_shape(shape, a), q8(np.random.default_rng(2), shape))
+
+
+def test_max_pool_resnet_stem(device):
+    """ResNet's stem pool: 3x3 stride 2 pad 1 on (1, 64, 112, 112)."""
+    q = q8(np.random.default_rng(3), (1, 64, 112, 112))
+    a = max_pool2d_params(3, 2, 1)
+    run_exact(device, "max_pool2d_q8", a, (1, 64, 56, 56), q)
+
+
+# -- average pools ------------------------------------------------------------------------------
+
+QPARAMS = {   # (in_scale, in_zp, out_scale, out_zp, activation)
+    "typical": (0.05, -3, 0.04, 5, None),
+    "zp_extremes": (0.02, -128, 0.01, 127, None),
+    "relu": (0.1, 127, 0.03, -20, "relu"),
+}
+AVG_CASES = {   # (shape, kwargs of F.avg_pool2d)
+    "3x3s2p1": ((1, 5, 17, 13), dict(kernel_size=3, stride=2, padding=1)),
+    "3x3s2p1_ceil": ((1, 5, 17, 13), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+    "3x3s2p1_exclude_pad": ((2, 3, 11, 9), dict(kernel_size=3, stride=2, padding=1, count_include_pad=False)),
+    "3x3s2p1_ceil_exclude_pad": ((1, 17, 10, 12), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                                                        count_include_pad=False)),
+    "2x2s2_ceil_odd": ((1, 6, 7, 9), dict(kernel_size=2, ceil_mode=True)),
+    "asym_override": ((1, 5, 13, 11), dict(kernel_size=(3, 2), stride=(2, 3), padding=(1, 1), ceil_mode=True,
+                                            divisor_override=5)),
+    "whole_input": ((2, 9, 7, 5), dict(kernel_size=(7, 5))),   # the global-pool kernel
+}
+
+
+def avg_attrs(qp, kw):
+    si, zi, so, zo, act = QPARAMS[qp]
+    return avg_pool2d_params(si, zi, so, zo, kw["kernel_size"], kw.get("stride"), kw.get("padding", 0),
+                             kw.get("ceil_mode", False), kw.get("count_include_pad", True),
+                             kw.get("divisor_override"), act)
+
+
+def activate(x, act):
+    return torch.relu(x) if act == "relu" else x
+
+
+@pytest.mark.parametrize("qp", QPARAMS)
+@pytest.mark.parametrize("case", AVG_CASES)
+def test_avg_pool_matches_torch(case, qp):
+    shape, kw = AVG_CASES[case]
+    si, zi, so, zo, act = QPARAMS[qp]
+    q = q8(np.random.default_rng(4), shape)
+    ref = reference("avg_pool2d_q8", avg_attrs(qp, kw), q)
+    exact = F.avg_pool2d(dq(q, si, zi, torch.float64), **kw).numpy() / so + zo
+    assert_near_torch(ref, qz(activate(F.avg_pool2d(dq(q, si, zi), **kw), act), so, zo), exact)
+
+
+@pytest.mark.parametrize("qp", ["zp_extremes", "relu"])
+@pytest.mark.parametrize("case", AVG_CASES)
+def test_avg_pool(device, case, qp):
+    shape, kw = AVG_CASES[case]
+    a = avg_attrs(qp, kw)
+    out = pool2d_output_shape(shape, a["kernel"], a["stride"], a["padding"], 1, a["ceil_mode"])
+    run_exact(device, "avg_pool2d_q8", a, out, q8(np.random.default_rng(5), shape))
+
+
+ADAPTIVE_CASES = {   # (input shape, output size)
+    "mobilenet_v2_global": ((1, 1280, 7, 7), (1, 1)),
+    "resnet18_global": ((2, 512, 7, 7), (1, 1)),
+    "global_odd": ((1, 5, 17, 13), (1, 1)),
+    "uneven": ((1, 7, 17, 13), (3, 5)),
+    "upsampling": ((1, 3, 5, 4), (7, 9)),   # more outputs than inputs: windows overlap
+    "same_size": ((1, 6, 7, 7), (7, 7)),
+}
+
+
+def adaptive_attrs(qp, shape, size):
+    si, zi, so, zo, act = QPARAMS[qp]
+    return adaptive_avg_pool2d_params(si, zi, so, zo, shape[-2:], size, act)
+
+
+@pytest.mark.parametrize("qp", QPARAMS)
+@pytest.mark.parametrize("case", ADAPTIVE_CASES)
+def test_adaptive_avg_pool_matches_torch(case, qp):
+    shape, size = ADAPTIVE_CASES[case]
+    si, zi, so, zo, act = QPARAMS[qp]
+    q = q8(np.random.default_rng(6), shape)
+    ref = reference("adaptive_avg_pool2d_q8", adaptive_attrs(qp, shape, size), q)
+    exact = F.adaptive_avg_pool2d(dq(q, si, zi, torch.float64), size).numpy() / so + zo
+    assert_near_torch(ref, qz(activate(F.adaptive_avg_pool2d(dq(q, si, zi), size), act), so, zo), exact)
+
+
+@pytest.mark.parametrize("qp", ["typical", "zp_extremes", "relu"])
+@pytest.mark.parametrize("case", ADAPTIVE_CASES)
+def test_adaptive_avg_pool(device, case, qp):
+    shape, size = ADAPTIVE_CASES[case]
+    run_exact(device, "adaptive_avg_pool2d_q8", adaptive_attrs(qp, shape, size), shape[:2] + size,
+              q8(np.random.default_rng(7), shape))
+
+
+def test_pool_padding_checked_as_torch():
+    with pytest.raises(ValueError, match="half the kernel"):
+        max_pool2d_params(3, 1, 2, dilation=2)
+
+
+def test_avg_pool_divisors_must_match_the_input():
+    a = adaptive_avg_pool2d_params(0.1, 0, 0.1, 0, (7, 7), (1, 1))
+    with pytest.raises(ValueError, match="divisors"):
+        reference("adaptive_avg_pool2d_q8", a, np.zeros((1, 3, 5, 5), np.int8))
+
+
+# -- concatenation ------------------------------------------------------------------------------
+
+CAT_QPARAMS = {
+    "equal": [(0.05, 3), (0.05, 3), (0.05, 3)],
+    "mixed": [(0.05, 3), (0.1, -128), (0.02, 127)],
+}
+
+
+def cat_case(qp, channels, rng, dim=1, shape=(2, None, 5, 7)):
+    qs = [q8(rng, tuple(c if s is None else s for s in shape)) for c in channels]
+    return qs, cat_q8_params(CAT_QPARAMS[qp][:len(qs)], 0.05, 3, dim)
+
+
+@pytest.mark.parametrize("qp", CAT_QPARAMS)
+def test_cat_matches_torch(qp):
+    qs, a = cat_case(qp, (5, 3, 17), np.random.default_rng(8))
+    ref = reference("cat_q8", a, *qs)
+    xs = [dq(q, s, z) for q, (s, z) in zip(qs, CAT_QPARAMS[qp])]
+    exact = np.concatenate([dq(q, s, z, torch.float64).numpy() for q, (s, z) in zip(qs, CAT_QPARAMS[qp])], 1)
+    assert_near_torch(ref, qz(torch.cat(xs, 1), 0.05, 3), exact / 0.05 + 3)
+    if qp == "equal":
+        np.testing.assert_array_equal(ref, np.concatenate(qs, 1))
+
+
+@pytest.mark.parametrize("channels", [(5, 3, 17), (4, 8, 3), (1, 1, 1), (3, 6, 2)])
+@pytest.mark.parametrize("qp", CAT_QPARAMS)
+def test_cat_channels(device, qp, channels):
+    qs, a = cat_case(qp, channels, np.random.default_rng(sum(channels)))
+    run_exact(device, "cat_q8", a, (2, sum(channels), 5, 7), *qs)
+
+
+@pytest.mark.parametrize("layout", packing.LAYOUTS)
+@pytest.mark.parametrize("dim", [0, 1, 2, 3, -1])
+def test_cat_any_dim(device, dim, layout):
+    rng = np.random.default_rng(9 + dim)
+    sizes = (2, 5, 3)
+    base = [2, 3, 6, 5]
+    qs = []
+    for n in sizes:
+        base[dim] = n
+        qs.append(q8(rng, tuple(base)))
+    a = cat_q8_params(CAT_QPARAMS["mixed"], 0.05, 3, dim)
+    base[dim] = sum(sizes)
+    run_exact(device, "cat_q8", a, tuple(base), *qs, layout=layout)
+
+
+def test_cat_lower_rank(device):
+    rng = np.random.default_rng(10)
+    qs = [q8(rng, (c, 9)) for c in (3, 6)]
+    run_exact(device, "cat_q8", cat_q8_params(CAT_QPARAMS["mixed"][:2], 0.05, 3, 0), (9, 9), *qs, layout="4H4W")
