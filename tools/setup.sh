@@ -35,11 +35,13 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
-PIP=("$PY" -m pip --disable-pip-version-check -q)
+# pip, quiet; drops this image's notes about absent local package folders (find-links)
+pip_q() { "$PY" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "^WARNING: Location '" >&2); }
+PIP=(pip_q)
 "$PY" -c "import wheel, setuptools" 2>/dev/null || "${PIP[@]}" install wheel setuptools
 # numpy<2: kp 0.9.0 silently reads int32 tensors as zeros under numpy 2.
-"$PY" -c "import numpy, sys; sys.exit(numpy.__version__.startswith('1.'))" 2>/dev/null \
-  && true || "${PIP[@]}" install 'numpy<2'
+"$PY" -c "import numpy, sys; sys.exit(not numpy.__version__.startswith('1.'))" 2>/dev/null \
+  || "${PIP[@]}" install 'numpy<2'
 
 # --- 3. kp (Kompute) 0.9.0, source-only on PyPI: build offline against Debian's libs ---
 # KOMPUTE_OPT_DISABLE_VK_DEBUG_LAYERS=ON: otherwise kp turns on the Khronos validation layer
