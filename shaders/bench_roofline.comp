@@ -1,0 +1,45 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// Synthetic shaders that measure what a device can do at all (vkq/bench.py's roofline):
+//   FMA_F32: ITERS x 8 independent vec4 multiply-adds per invocation (2 flops per lane)
+//   MAD_I32: the same with ivec4 multiply + add (2 ops per lane)
+//   COPY:    ITERS ivec4 loads and stores per invocation, grid-strided (bandwidth)
+//! variant FMA_F32
+//! variant MAD_I32
+//! variant COPY
+#include "common.glsl"
+
+layout(constant_id = 3) const int ITERS = 256;
+layout(std430, binding = 0) readonly buffer In { ivec4 src[]; };
+layout(std430, binding = 1) writeonly buffer Out { ivec4 dst[]; };
+layout(push_constant) uniform Params { int n; } p;
+
+void main() {
+    int i = linear_invocation();
+#if defined(COPY)
+    int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x * gl_NumWorkGroups.y);
+    for (int k = 0; k < ITERS; ++k, i += stride)
+        if (i < p.n) dst[i] = src[i];
+#else
+    if (i >= p.n) return;
+#if defined(FMA_F32)
+#define T vec4
+    T m = intBitsToFloat(src[i]) * 1e-30 + 0.999, c = T(1e-3);
+#else
+#define T ivec4
+    T m = src[i] | 1, c = T(7);
+#endif
+    T a0 = T(i), a1 = a0 + T(1), a2 = a0 + T(2), a3 = a0 + T(3);
+    T a4 = a0 + T(4), a5 = a0 + T(5), a6 = a0 + T(6), a7 = a0 + T(7);
+    for (int k = 0; k < ITERS; ++k) {
+        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
+        a4 = a4 * m + c; a5 = a5 * m + c; a6 = a6 * m + c; a7 = a7 * m + c;
+    }
+    T s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+#if defined(FMA_F32)
+    dst[i] = floatBitsToInt(s);
+#else
+    dst[i] = s;
+#endif
+#endif
+}
