@@ -1,1 +1,341 @@
-"""(being written)"""
+"""conv2d_q8: int8 2-D convolution on 4W4C tensors, three kernels behind one op.
+
+The op (contract in vkq/ops/__init__.py), per image n:
+    acc[oc, oh, ow] = bias[oc] + sum_{c in group(oc), kh, kw}
+                      (xp[c, oh*sh + kh*dh, ow*sw + kw*dw] - x_zp) * weight[oc, c - g*Cg, kh, kw]
+    y[oc, oh, ow]   = requantize(acc, multiplier[oc], shift[oc], out_zp, qmin, qmax)
+xp is x padded by (ph, pw) with x_zp: PyTorch pads the dequantized float with 0, which is the
+int8 value x_zp, so padding adds nothing. OH = (H + 2ph - dh*(KH-1) - 1) // sh + 1, as torch.
+
+Kernels, chosen in build() from the attrs (choose_kernel):
+  conv2d_pointwise  1x1, stride 1, no padding, groups 1: a GEMM over channels
+  conv2d_depthwise  groups == C == OC: each output channel reads its own input channel
+  conv2d_general    anything else: kernel size, stride, padding, dilation, any groups
+
+Zero point: every kernel reads a tap outside the image as the word holding x_zp in all four
+bytes, so that tap's (x - x_zp) is exactly 0; the kernels sum raw x * w and the host folds
+-x_zp * sum(weight[oc]) into the bias (bias_eff). Chosen over correcting the bias per border
+position: one select per loaded word, no per-position tables, exact everywhere.
+
+Weights are packed once at build time, in the order each kernel reads them (pack_* below), and
+uploaded with the per-channel (bias_eff, multiplier, shift) table.
+
+Speed (see bench/bench_conv.py): on CPU drivers a buffer load costs a loop over the SIMD lanes,
+so the kernels load each word once and reuse it from registers: an invocation owns a tile of
+positions x output channels, the G lanes of a subgroup that share output channels share the
+weight loads through subgroupShuffle (shaders/include/conv_common.glsl), and the general and
+pointwise kernels multiply-add in fp32, exact for these integers (see conv2d_general.comp).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import packing
+from ..device import grid_1d
+from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requantize
+from ..registry import register_op
+
+PRODUCT_BITS = 14          # |x * w| <= 128 * 128
+EXACT_PRODUCTS = 1 << 10   # products per exact fp32 partial sum: 2^10 * 2^14 = 2^24
+MAX_WINDOW_WORDS = 96      # x window words one invocation of conv2d_general holds
+
+
+# -- the specification ------------------------------------------------------------------------
+
+def conv_output_hw(h, w, kernel, stride, padding, dilation) -> tuple[int, int]:
+    """PyTorch's output size: (H + 2p - d*(K-1) - 1) // s + 1 per spatial dim."""
+    return tuple((size + 2 * p - d * (k - 1) - 1) // s + 1
+                 for size, k, s, p, d in zip((h, w), kernel, stride, padding, dilation))
+
+
+def conv2d_acc(x, weight, stride, padding, dilation, groups, x_zp) -> np.ndarray:
+    """int64 (N, OC, OH, OW): sum over each group's channels and taps of (xp - x_zp) * w, with xp
+    = x padded by x_zp. Summed as float64 matrix products, exact: every partial sum is an integer
+    far below 2^53."""
+    x = np.asarray(x).astype(np.float64) - float(x_zp)     # padding x_zp becomes 0 here
+    weight = np.asarray(weight).astype(np.float64)
+    n, c, h, w = x.shape
+    oc, cg, kh, kw = weight.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    oh, ow = conv_output_hw(h, w, (kh, kw), stride, padding, dilation)
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    cols = np.empty((n, c, kh, kw, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            cols[:, :, i, j] = xp[:, :, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+    ocg = oc // groups
+    out = np.empty((n, oc, oh * ow))
+    for g in range(groups):
+        a = cols[:, g * cg:(g + 1) * cg].reshape(n, cg * kh * kw, oh * ow)
+        out[:, g * ocg:(g + 1) * ocg] = weight[g * ocg:(g + 1) * ocg].reshape(ocg, -1) @ a
+    return out.reshape(n, oc, oh, ow).astype(np.int64)
+
+
+def conv2d_q8_params(x_scale, w_scales, out_scale, bias_float=None, activation=None, out_zp=0,
+                     bounds=None):
+    """Float quantization parameters -> (bias int32, multiplier int32, shift int32, qmin, qmax).
+
+    bias[oc] = round(b[oc] / (x_scale * w_scale[oc])) (the accumulator's scale), multiplier and
+    shift ~= x_scale * w_scale[oc] / out_scale (vkq.quant), qmin/qmax apply the fused activation
+    (None, "relu", "relu6", or "hardtanh" with bounds=(lo, hi))."""
+    w_scales = np.asarray(w_scales, np.float64).reshape(-1)
+    acc_scale = float(x_scale) * w_scales
+    if bias_float is None:
+        bias = np.zeros(w_scales.size, np.int32)
+    else:
+        b = np.rint(np.asarray(bias_float, np.float64).reshape(-1) / acc_scale)
+        bias = np.clip(b, -(1 << 31), (1 << 31) - 1).astype(np.int32)
+    multiplier, shift = quantize_multipliers(acc_scale / float(out_scale))
+    qmin, qmax = activation_bounds(activation, out_scale, out_zp, bounds)
+    return bias, multiplier, shift, qmin, qmax
+
+
+def bias_eff(weight, bias, x_zp) -> np.ndarray:
+    """bias - x_zp * sum(weight[oc]) as int64 (the kernels add it to sum x * w)."""
+    wsum = np.asarray(weight).astype(np.int64).reshape(len(weight), -1).sum(axis=1)
+    return np.asarray(bias).astype(np.int64) - int(x_zp) * wsum
+
+
+# -- geometry and kernel choice ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    n: int
+    c: int
+    h: int
+    w: int
+    oc: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    dh: int
+    dw: int
+    groups: int
+
+    @classmethod
+    def of(cls, x_shape, w_shape, stride, padding, dilation, groups) -> "ConvGeometry":
+        n, c, h, w = packing.as_nchw(x_shape)
+        oc, cg, kh, kw = (int(d) for d in w_shape)
+        groups = int(groups)
+        if groups < 1 or c % groups or oc % groups or cg != c // groups:
+            raise ValueError(f"conv2d_q8: weight {tuple(w_shape)} does not fit {c} input channels "
+                             f"in {groups} groups")
+        (sh, sw), (ph, pw), (dh, dw) = (tuple(int(v) for v in a) for a in (stride, padding, dilation))
+        if min(sh, sw, dh, dw, kh, kw) < 1 or min(ph, pw) < 0:
+            raise ValueError(f"conv2d_q8: bad stride {stride}, padding {padding} or dilation {dilation}")
+        oh, ow = conv_output_hw(h, w, (kh, kw), (sh, sw), (ph, pw), (dh, dw))
+        if oh < 1 or ow < 1:
+            raise ValueError(f"conv2d_q8: empty output for input {h}x{w} and kernel {kh}x{kw}")
+        return cls(n, c, h, w, oc, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups)
+
+    @property
+    def cg(self) -> int:
+        return self.c // self.groups
+
+    @property
+    def ocg(self) -> int:
+        return self.oc // self.groups
+
+    @property
+    def c4(self) -> int:
+        return -(-self.c // 4)
+
+
+def choose_kernel(g: ConvGeometry) -> str:
+    """The conv2d_q8 kernel for a geometry."""
+    if g.groups == 1 and g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.ph == g.pw == 0:
+        return "conv2d_pointwise"
+    if g.groups == g.c == g.oc:
+        return "conv2d_depthwise"
+    return "conv2d_general"
+
+
+# -- weight packing (the orders the kernels read) ---------------------------------------------
+
+def _words(b: np.ndarray) -> np.ndarray:
+    """int8 array whose last axis has 4 bytes -> int32 words (byte i = element i)."""
+    return np.ascontiguousarray(b, dtype=np.int8).view("<i4").astype(np.int32).reshape(b.shape[:-1])
+
+
+def c4_window(g: ConvGeometry, toc: int) -> tuple[int, np.ndarray]:
+    """(c4_count, c4_start per output-channel tile): the 4-channel input blocks a tile of toc
+    output channels reads. Every tile reads c4_count blocks (the most any tile needs) starting at
+    min(first block of its first group, C4 - c4_count); conv2d_general.comp has the same formula."""
+    tiles = -(-g.oc // toc)
+    t = np.arange(tiles)
+    first = t * toc // g.ocg * g.cg // 4
+    last_group = np.minimum((t + 1) * toc, g.oc) - 1
+    end = -(-((last_group // g.ocg + 1) * g.cg) // 4)
+    count = int((end - first).max())
+    return count, np.minimum(first, g.c4 - count)
+
+
+def pack_general(weight, g: ConvGeometry, toc: int) -> tuple[np.ndarray, int]:
+    """conv2d_general weights: word ((t*c4_count + r)*KH*KW + kh*KW + kw)*toc + o holds, in byte b,
+    weight of output channel t*toc + o and input channel 4*(c4_start[t] + r) + b (0 outside its
+    group and for padded channels). Returns (words, c4_count)."""
+    count, start = c4_window(g, toc)
+    tiles = len(start)
+    dense = np.zeros((tiles * toc, g.c4 * 4, g.kh, g.kw), np.int8)
+    for grp in range(g.groups):
+        dense[grp * g.ocg:(grp + 1) * g.ocg, grp * g.cg:(grp + 1) * g.cg] = weight[grp * g.ocg:(grp + 1) * g.ocg]
+    blocks = np.stack([dense[t * toc:(t + 1) * toc, 4 * s:4 * (s + count)] for t, s in enumerate(start)])
+    # (t, o, r, b, kh, kw) -> (t, r, kh, kw, o, b)
+    blocks = blocks.reshape(tiles, toc, count, 4, g.kh, g.kw).transpose(0, 2, 4, 5, 1, 3)
+    return _words(blocks).reshape(-1), count
+
+
+def pack_depthwise(weight, g: ConvGeometry) -> np.ndarray:
+    """conv2d_depthwise weights: word c4*KH*KW + kh*KW + kw holds, in byte b, the tap (kh, kw) of
+    channel 4*c4 + b (0 for padded channels)."""
+    dense = np.zeros((g.c4 * 4, g.kh, g.kw), np.int8)
+    dense[:g.c] = np.asarray(weight)[:, 0]
+    return _words(dense.reshape(g.c4, 4, g.kh, g.kw).transpose(0, 2, 3, 1)).reshape(-1)
+
+
+def pack_channels(bias, multiplier, shift, tile: int) -> np.ndarray:
+    """Per output-channel tile of `tile` channels: bias_eff[tile], multiplier[tile], shift[tile]
+    (padded channels: 0, 0, 31, which requantize to the zero point; their bytes are not stored)."""
+    oc = len(bias)
+    tiles = -(-oc // tile)
+    table = np.zeros((tiles * tile, 3), np.int64)
+    table[:, 2] = 31
+    table[:oc, 0], table[:oc, 1], table[:oc, 2] = bias, multiplier, shift
+    return table.reshape(tiles, tile, 3).transpose(0, 2, 1).reshape(-1).astype(np.int32)
+
+
+# -- the op -----------------------------------------------------------------------------------
+
+def _lane_group(device) -> tuple[int, dict, int]:
+    """(G, defines, workgroup size): lanes sharing weight loads, the shader variant, and a
+    workgroup size that is a multiple of the subgroup size."""
+    sg = int(device.info.subgroup_size)
+    local = min(max(64, sg), device.info.max_workgroup_invocations)
+    if sg < 2 or sg & (sg - 1) or local % sg:
+        return 1, {"NO_SUBGROUP": "1"}, local
+    return min(sg, 8), {}, local
+
+
+def _chunk(kh, kw) -> tuple[int, int]:
+    """(c4 blocks per exact fp32 partial sum, ROW_FLUSH) for a kh x kw kernel."""
+    taps = 4 * kh * kw
+    if taps <= EXACT_PRODUCTS:
+        return EXACT_PRODUCTS // taps, 0
+    if 4 * kw > EXACT_PRODUCTS:
+        raise ValueError(f"conv2d_q8: kernel width {kw} > {EXACT_PRODUCTS // 4} is not supported")
+    return 1, 1
+
+
+def _general_tiles(g: ConvGeometry) -> tuple[int, int, int]:
+    """(TOC, TH, TW) for conv2d_general: the widest channel tile whose work (padded channels
+    times input blocks read) is within 1/8 of the least, then 2x4 positions, fewer while the
+    x window is too large to hold."""
+    work = {toc: -(-g.oc // toc) * toc * c4_window(g, toc)[0] for toc in (16, 8, 4)}
+    toc = next(t for t in (16, 8, 4) if work[t] * 8 <= min(work.values()) * 9)
+    th, tw = min(2, g.oh), min(4, g.ow)
+
+    def window(th, tw):
+        return ((th - 1) * g.sh + (g.kh - 1) * g.dh + 1) * ((tw - 1) * g.sw + (g.kw - 1) * g.dw + 1)
+    while th > 1 and window(th, tw) > MAX_WINDOW_WORDS:
+        th -= 1
+    while tw > 1 and window(th, tw) > MAX_WINDOW_WORDS:
+        tw -= 1
+    return toc, th, tw
+
+
+def _check_acc_range(beff, g: ConvGeometry, taps: int):
+    """The kernels keep acc in int32: |bias_eff| + 2^14 * taps must stay below 2^31."""
+    bound = int(np.abs(beff).max(initial=0)) + (taps << PRODUCT_BITS)
+    if bound >= 1 << 31:
+        raise ValueError(f"conv2d_q8: accumulator bound {bound} does not fit int32")
+
+
+@register_op
+class Conv2dQ8:
+    """int8 conv2d on 4W4C: acc = bias + sum (x - x_zp) * w over each group's channels and the
+    taps (padding reads x_zp), y = requantize(acc, multiplier, shift, out_zp, qmin, qmax)."""
+    name = "conv2d_q8"
+    shaders = ("conv2d_general", "conv2d_depthwise", "conv2d_pointwise")
+
+    def reference(x, weight, bias, multiplier, shift, *, stride, padding, dilation, groups,
+                  x_zp, out_zp, qmin=INT8_MIN, qmax=INT8_MAX):
+        acc = conv2d_acc(x, weight, stride, padding, dilation, groups, x_zp)
+        acc += np.asarray(bias, np.int64)[:, None, None]
+        per_oc = lambda v: np.asarray(v, np.int64)[:, None, None]
+        return requantize(acc, per_oc(multiplier), per_oc(shift), out_zp, qmin, qmax)
+
+    def build(ctx, node):
+        x_name, w_name, b_name, m_name, s_name = node.inputs
+        a = node.attrs
+        weight = np.asarray(ctx.constant(w_name))
+        g = ConvGeometry.of(ctx.spec(x_name).shape, weight.shape, a["stride"], a["padding"],
+                            a["dilation"], a["groups"])
+        y_spec = ctx.spec(node.outputs[0])
+        if packing.as_nchw(y_spec.shape) != (g.n, g.oc, g.oh, g.ow):
+            raise ValueError(f"conv2d_q8: output spec {y_spec.shape} != {(g.n, g.oc, g.oh, g.ow)}")
+        if ctx.spec(x_name).layout != "4W4C" or y_spec.layout != "4W4C":
+            raise ValueError("conv2d_q8 reads and writes 4W4C tensors")
+        x_zp = int(a["x_zp"])
+        if not INT8_MIN <= x_zp <= INT8_MAX:
+            raise ValueError(f"conv2d_q8: x_zp must be in [-128, 127], got {x_zp}")
+        beff = bias_eff(weight, ctx.constant(b_name), x_zp)
+        _check_acc_range(beff, g, g.cg * g.kh * g.kw)
+        chan = (beff, ctx.constant(m_name), ctx.constant(s_name))
+        zp_word = int(np.full(4, x_zp, np.int8).view("<i4")[0])
+        outq = (int(a["out_zp"]), int(a.get("qmin", INT8_MIN)), int(a.get("qmax", INT8_MAX)))
+        G, defines, local = _lane_group(ctx.device)
+        kernel = choose_kernel(g)
+        io = (ctx.buffer(x_name), ctx.buffer(node.outputs[0]))
+        shapes = (np.array([g.n, g.c, g.h, g.w]), np.array([g.n, g.oc, g.oh, g.ow]))
+        pad = np.zeros(G, np.int32)   # lanes of the last group may read up to G - 1 words past the end
+
+        if kernel == "conv2d_general":
+            toc, th, tw = _general_tiles(g)
+            wwords, c4_count = pack_general(weight, g, toc)
+            chunk, row_flush = _chunk(g.kh, g.kw)
+            spec = (G, toc, th, tw, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, chunk, row_flush)
+            push = (*shapes, g.ph, g.pw, c4_count, g.cg, g.ocg, zp_word, *outq)
+            tiles = -(-g.ow // tw) * -(-g.oh // th)
+            lane_groups = g.n * -(-g.oc // toc) * -(-tiles // G)
+            table = pack_channels(*chan, toc)
+        elif kernel == "conv2d_depthwise":
+            th, tw = _depthwise_tiles(g)
+            wwords = pack_depthwise(weight, g)
+            spec = (G, th, tw, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw)
+            push = (*shapes, g.ph, g.pw, zp_word, *outq)
+            tiles = -(-g.ow // tw) * -(-g.oh // th)
+            lane_groups = g.n * g.c4 * -(-tiles // G)
+            table = pack_channels(*chan, 4)
+        else:
+            tp, toc = _pointwise_tiles(g)
+            wwords, _ = pack_general(weight, g, toc)
+            spec = (G, toc, tp, EXACT_PRODUCTS // 4)
+            push = (*shapes, *outq)
+            lane_groups = g.n * -(-g.oc // toc) * -(-(g.h * g.w) // (tp * G))
+            table = pack_channels(*chan, toc)
+
+        bufs = [io[0], ctx.const_buffer(np.concatenate([wwords, pad])),
+                ctx.const_buffer(np.concatenate([table, pad])), io[1]]
+        return [ctx.device.dispatch(kernel, bufs, grid_1d(lane_groups * G, local), local=(local,),
+                                    spec=spec, push=push, defines=defines)]
+
+
+def _depthwise_tiles(g: ConvGeometry) -> tuple[int, int]:
+    """(TH, TW) for conv2d_depthwise: 4x4 positions, fewer for small outputs or large windows."""
+    th, tw = min(4, g.oh), min(4, g.ow)
+    while th > 1 and ((th - 1) * g.sh + (g.kh - 1) * g.dh + 1) * ((tw - 1) * g.sw + (g.kw - 1) * g.dw + 1) > MAX_WINDOW_WORDS:
+        th -= 1
+    return th, tw
+
+
+def _pointwise_tiles(g: ConvGeometry) -> tuple[int, int]:
+    """(TP positions, TOC output channels) for conv2d_pointwise."""
+    toc = next(t for t in (16, 8, 4) if -(-g.oc // t) * t * 8 <= -(-g.oc // 4) * 4 * 9)
+    return 8, toc

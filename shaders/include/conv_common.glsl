@@ -1,0 +1,44 @@
+#ifndef VKQ_CONV_COMMON_GLSL
+#define VKQ_CONV_COMMON_GLSL
+// Shared by the conv2d_q8 kernels (conv2d_general, conv2d_depthwise, conv2d_pointwise;
+// host side in vkq/ops/conv.py). Include after common.glsl, int8x4.glsl and requant.glsl;
+// the shader enables GL_KHR_shader_subgroup_basic/_shuffle unless NO_SUBGROUP is defined.
+//
+// Lane groups. G consecutive lanes of a subgroup work on the same output channels and on
+// different output positions, so they need the same weight and per-channel words. Each word
+// is loaded once, by one lane of the group, and handed round with subgroupShuffle: on CPU
+// drivers a buffer load is a loop over the SIMD lanes (llvmpipe: ~25 cycles per lane and
+// word) while a shuffle is one vector permute. A block of words is loaded as
+//   r[i] = block[i * G + lane]            (i < ceil(words / G))
+// and word k of it is SHARE(r, k) = lane (k % G) of r[k / G]. k must be a constant after
+// unrolling, so that r[k / G] is a register.
+//   lane-group index: ((workgroup * subgroups + subgroup) * (subgroup size / G) + lane / G
+// Every lane must reach every shuffle: invocations past the end of the work clamp their
+// coordinates and only skip the final store. The workgroup size is a multiple of the
+// subgroup size (full subgroups), and G a power of two dividing it.
+// NO_SUBGROUP: G = 1 and no subgroup operations.
+
+layout(constant_id = 3) const int G = 8;
+
+int workgroup_linear() { return int(gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x); }
+
+#ifdef NO_SUBGROUP
+int group_lane() { return 0; }
+int group_index() { return linear_invocation(); }
+#define SHARE(r, k) ((r)[(k)])
+#else
+int group_lane() { return int(gl_SubgroupInvocationID) & (G - 1); }
+int group_index() {
+    return (workgroup_linear() * int(gl_NumSubgroups) + int(gl_SubgroupID)) * (int(gl_SubgroupSize) / G)
+         + int(gl_SubgroupInvocationID) / G;
+}
+#define SHARE(r, k) subgroupShuffle((r)[(k) / G], (gl_SubgroupInvocationID & ~uint(G - 1)) + uint((k) % G))
+#endif
+
+// Accumulators of four consecutive output channels -> one packed word. Only the first `valid`
+// bytes are channels; the rest are padding and stay 0.
+int requant_word(ivec4 acc, ivec4 m, ivec4 s, int zero_point, int qmin, int qmax, int valid) {
+    ivec4 q = requantize4(acc, m, s, zero_point, qmin, qmax);
+    return pack_int8x4(mix(ivec4(0), q, lessThan(ivec4(0, 1, 2, 3), ivec4(valid))));
+}
+#endif
