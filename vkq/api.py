@@ -1,0 +1,66 @@
+"""From a PyTorch model to a vkq Program in two calls.
+
+    gm = vkq.api.quantize(model, (x,), calibration=batches)       # PT2E: PyTorch's own reference
+    program, fallback = vkq.api.compile(gm, (x,))                 # or compile(model, ...) directly
+"""
+from __future__ import annotations
+
+import torch
+from torch.fx import GraphModule
+
+from .quantizer import VkqQuantizer
+
+
+def _progress(iterable, desc):
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:            # tqdm is optional: calibrate quietly without it
+        return iterable
+    total = len(iterable) if hasattr(iterable, "__len__") else None
+    return tqdm(iterable, desc=desc, total=total, unit="batch", leave=False)
+
+
+def _as_tuple(x):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: str = "static",
+             quantizer=None, progress: bool = True) -> GraphModule:
+    """Export `model`, prepare it with VkqQuantizer(scheme) (or `quantizer`), run the calibration
+    inputs through it (an iterable of input tuples; default: the example inputs once), convert.
+    Returns the converted PT2E GraphModule: q/dq around float ops, runnable eagerly."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    example_inputs = _as_tuple(example_inputs)
+    model = model.eval()
+    gm = torch.export.export(model, example_inputs).module()
+    prepared = prepare_pt2e(gm, quantizer or VkqQuantizer(scheme))
+    batches = [example_inputs] if calibration is None else calibration
+    with torch.no_grad():
+        for batch in (_progress(batches, "calibrating") if progress else batches):
+            prepared(*_as_tuple(batch))
+    return convert_pt2e(prepared)
+
+
+def compile(model_or_converted, example_inputs, calibration=None, scheme: str = "static",
+            device=None):
+    """Quantize (unless given a converted GraphModule) and lower to a vkq Program.
+    Returns (program, program.fallback). `device` is accepted for the executor wrapper to come;
+    the Program itself does not depend on it."""
+    from .lower import lower
+
+    example_inputs = _as_tuple(example_inputs)
+    gm = model_or_converted
+    if not _is_converted(gm):
+        gm = quantize(gm, example_inputs, calibration, scheme)
+    float_linear = scheme if scheme in ("dynamic", "weight_only") else "dynamic"
+    program = lower(gm, example_inputs, float_linear=float_linear)
+    return program, program.fallback
+
+
+def _is_converted(m) -> bool:
+    """A GraphModule that already carries quantized_decomposed q/dq ops."""
+    if not isinstance(m, GraphModule):
+        return False
+    return any(n.op == "call_function" and "quantized_decomposed" in str(n.target)
+               for n in m.graph.nodes)
