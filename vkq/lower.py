@@ -1,0 +1,360 @@
+"""FX -> Program: run the pass pipeline on a converted PT2E graph, then translate node by node.
+
+    program = lower(converted_gm, (x,))
+
+The Program's inputs are the model's float inputs (its first node quantizes them) and its
+outputs are float (a final dequantize, or linear_q8_fout when the last op is a linear).
+Translation is one rule per kind of FX node:
+  placeholder -> program input (float32);  get_attr -> constant;  output -> program outputs
+  vkq op (from the passes)        -> that op, its kwargs as attrs
+  quantize / dequantize per tensor -> quantize / dequantize (Vulkan)
+  anything else                   -> a CPU op (vkq.ops.cpu, CPU_RULES, else the generic torch_op),
+                                     recorded in program.fallback as (aten op, reason)
+The converted GraphModule passed in is not modified (the passes work on a copy).
+"""
+from __future__ import annotations
+
+import copy
+import operator
+
+import numpy as np
+import torch
+from torch.fx import GraphModule, Node
+
+from .passes import run_pipeline
+from .passes._graph import (DEQUANTIZE, PERMUTES, QUANTIZE, VIEWS, aten, const_value, dtype_of, is_call,
+                            op_name, q_args, qparams, record_shapes, shape_of, val, vkq_op_of)
+from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout
+from .program import Node as PNode, Program, TensorSpec
+
+# Ops that have int8 Vulkan kernels: if one of these still runs on the CPU, it is because its
+# operands were float (not quantized) or a fold rule said why not.
+HAS_INT8_KERNEL = {aten.conv2d.default, aten.linear.default, aten.add.Tensor, aten.mul.Tensor,
+                   aten.max_pool2d.default, aten.avg_pool2d.default, aten.adaptive_avg_pool2d.default,
+                   aten.cat.default, aten.relu.default, aten.hardtanh.default} | VIEWS
+
+
+def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", report: dict | None = None) -> Program:
+    """Lower a converted PT2E GraphModule to a Program. float_linear ("dynamic" or
+    "weight_only") says what a linear with a float input and int8 weights becomes when the
+    quantizer did not say (graphs from other quantizers)."""
+    example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    gm = copy.deepcopy(gm)
+    record_shapes(gm, example_inputs)
+    gm.meta["vkq_float_linear"] = float_linear
+    passes = run_pipeline(gm)
+    if report is not None:
+        report.update(passes)
+    program = Translator(gm).program()
+    program.meta["passes"] = list(passes)
+    program.validate()
+    return program
+
+
+# ------------------------------------------------------------------ specs and dtypes
+
+NP_DTYPE = {torch.float32: "float32", torch.float64: "float32", torch.float16: "float32",
+            torch.bfloat16: "float32", torch.int8: "int8", torch.int32: "int32", torch.int64: "int32",
+            torch.int16: "int32", torch.uint8: "int32", torch.bool: "int32"}
+
+
+def _spec(node_val, node: Node | None = None) -> TensorSpec:
+    dtype = NP_DTYPE.get(node_val.dtype, "float32")
+    shape = tuple(int(d) for d in node_val.shape)
+    if dtype != "int8":
+        return TensorSpec(shape, dtype)
+    layout = node.meta.get(LAYOUT_KEY) if node is not None else None
+    qp = qparams(node) if node is not None else None
+    return TensorSpec(shape, "int8", layout or ("4W4C" if len(shape) == 4 else "4H4W"),
+                      *(qp if qp is not None else (None, None)))
+
+
+def _encode(v, inputs: list):
+    """A node's args as a JSON template for torch_op: tensors by input index."""
+    if isinstance(v, Node):
+        inputs.append(v)
+        return {"input": len(inputs) - 1}
+    if isinstance(v, torch.dtype):
+        return {"dtype": str(v).split(".")[-1]}
+    if isinstance(v, torch.memory_format):
+        return {"memory_format": str(v).split(".")[-1]}
+    if isinstance(v, torch.layout):
+        return {"layout": str(v).split(".")[-1]}
+    if isinstance(v, torch.device):
+        return {"device": "cpu"}
+    if isinstance(v, tuple):
+        return {"tuple": [_encode(x, inputs) for x in v]}
+    if isinstance(v, list):
+        return [_encode(x, inputs) for x in v]
+    if isinstance(v, dict):
+        return {k: _encode(x, inputs) for k, x in v.items()}
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    raise TypeError(f"cannot store argument {v!r} of type {type(v).__name__}")
+
+
+def _arg(node: Node, i: int, name: str, default=None):
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+def _pair(v):
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return [int(x) for x in (v * 2 if len(v) == 1 else v)]
+
+
+# ------------------------------------------------------------------ CPU rules: aten -> (op, inputs, attrs)
+# Each rule gets the node and the Translator (t.const(array) makes a constant) and returns
+# (cpu op name, [input FX nodes or constant names], attrs), or None to use torch_op.
+
+def _layer_norm(n, t):
+    x, shape = n.args[0], list(n.args[1])
+    w, b, eps = _arg(n, 2, "weight"), _arg(n, 3, "bias"), _arg(n, 4, "eps", 1e-5)
+    w = w if w is not None else t.const(np.ones(shape, np.float32), "ones")
+    b = b if b is not None else t.const(np.zeros(shape, np.float32), "zeros")
+    return "layer_norm", [x, w, b], {"normalized_shape": shape, "eps": float(eps)}
+
+
+def _softmax(name):
+    def rule(n, t):
+        if _arg(n, 2, "dtype") not in (None, False):
+            return None
+        return name, [n.args[0]], {"dim": int(n.args[1])}
+    return rule
+
+
+def _unary(name):
+    return lambda n, t: (name, [n.args[0]], {})
+
+
+def _gelu(n, t):
+    return "gelu", [n.args[0]], {"approximate": n.kwargs.get("approximate", _arg(n, 1, "approximate", "none"))}
+
+
+def _hardtanh(n, t):
+    return "hardtanh", [n.args[0]], {"min_val": float(_arg(n, 1, "min_val", -1.0)),
+                                     "max_val": float(_arg(n, 2, "max_val", 1.0))}
+
+
+def _binary(name):
+    def rule(n, t):
+        a, b = n.args[0], n.args[1]
+        alpha = n.kwargs.get("alpha", 1)
+        if isinstance(a, Node) and isinstance(b, Node):
+            return name, [a, b], {"alpha": alpha}
+        if isinstance(a, Node) and isinstance(b, (int, float)):
+            return name, [a], {"scalar": float(b), "alpha": alpha}
+        if isinstance(b, Node) and isinstance(a, (int, float)) and alpha == 1:
+            return name, [b], {"scalar": float(a), "scalar_first": True}
+        return None
+    return rule
+
+
+def _linear(n, t):
+    x, w = n.args[0], n.args[1]
+    b = _arg(n, 2, "bias")
+    b = b if b is not None else t.const(np.zeros(shape_of(w)[0], np.float32), "zeros")
+    return "linear", [x, w, b], {}
+
+
+def _conv2d(n, t):
+    x, w = n.args[0], n.args[1]
+    padding = _arg(n, 4, "padding", 0)
+    if isinstance(padding, str):
+        return None
+    b = _arg(n, 2, "bias")
+    b = b if b is not None else t.const(np.zeros(shape_of(w)[0], np.float32), "zeros")
+    return "conv2d", [x, w, b], {"stride": _pair(_arg(n, 3, "stride", 1)), "padding": _pair(padding),
+                                 "dilation": _pair(_arg(n, 5, "dilation", 1)), "groups": int(_arg(n, 6, "groups", 1))}
+
+
+def _reshape(n, t):
+    return "reshape", [n.args[0]], {"shape": list(shape_of(n))}
+
+
+def _permute(n, t):
+    if n.target == aten.t.default:
+        rank = len(shape_of(n.args[0]))
+        return "permute", [n.args[0]], {"dims": [1, 0] if rank == 2 else list(range(rank))}
+    if n.target == aten.transpose.int:
+        return "transpose", [n.args[0]], {"dim0": int(n.args[1]), "dim1": int(n.args[2])}
+    return "permute", [n.args[0]], {"dims": [int(d) for d in n.args[1]]}
+
+
+def _mean(n, t):
+    if n.kwargs.get("dtype") is not None:
+        return None
+    dims = _arg(n, 1, "dim")
+    return "mean", [n.args[0]], {"dims": None if dims is None else [int(d) for d in dims],
+                                 "keepdim": bool(_arg(n, 2, "keepdim", False))}
+
+
+def _cat(n, t):
+    tensors = list(n.args[0])
+    return "cat", tensors, {"dim": int(_arg(n, 1, "dim", 0)) % len(shape_of(n))}
+
+
+def _identity(n, t):
+    return "reshape", [n.args[0]], {"shape": list(shape_of(n))}
+
+
+CPU_RULES = {
+    aten.layer_norm.default: _layer_norm,
+    aten.softmax.int: _softmax("softmax"), aten._softmax.default: _softmax("softmax"),
+    aten.log_softmax.int: _softmax("log_softmax"), aten._log_softmax.default: _softmax("log_softmax"),
+    **{getattr(aten, u).default: _unary(u) for u in
+       ("sigmoid", "tanh", "relu", "silu", "exp", "neg", "abs", "sqrt", "rsqrt")},
+    aten.gelu.default: _gelu,
+    aten.hardtanh.default: _hardtanh,
+    **{getattr(aten, b).Tensor: _binary(b) for b in ("add", "sub", "mul", "div")},
+    **{getattr(aten, b).Scalar: _binary(b) for b in ("add", "sub", "mul", "div")},
+    aten.matmul.default: lambda n, t: ("matmul", [n.args[0], n.args[1]], {}),
+    aten.bmm.default: lambda n, t: ("bmm", [n.args[0], n.args[1]], {}),
+    aten.mm.default: lambda n, t: ("matmul", [n.args[0], n.args[1]], {}),
+    aten.linear.default: _linear,
+    aten.conv2d.default: _conv2d,
+    **{v: _reshape for v in VIEWS},
+    **{p: _permute for p in PERMUTES},
+    aten.mean.dim: _mean,
+    aten.cat.default: _cat,
+    aten.dropout.default: _identity, aten.clone.default: _identity, aten.contiguous.default: _identity,
+    aten.alias.default: _identity, aten.detach.default: _identity,
+}
+
+
+def fallback_reason(node: Node) -> str:
+    if "vkq_reject" in node.meta:
+        return node.meta["vkq_reject"]
+    name = op_name(node.target)
+    int8_in = any(dtype_of(a) == torch.int8 for a in node.all_input_nodes)
+    if int8_in or dtype_of(node) == torch.int8:
+        return f"{name}: no Vulkan kernel for it on int8; runs on the CPU"
+    if node.target in HAS_INT8_KERNEL:
+        return f"{name}: its operands are float (not quantized); runs in float on the CPU"
+    return f"{name}: no int8 Vulkan kernel; runs in float on the CPU"
+
+
+# ------------------------------------------------------------------ translation
+
+class Translator:
+    def __init__(self, gm: GraphModule):
+        self.gm = gm
+        self.tensors: dict = {}
+        self.nodes: list = []
+        self.inputs: list = []
+        self.outputs: list = []
+        self.constants: dict = {}
+        self.fallback: list = []
+        self.names: dict = {}          # FX node -> tensor name (or list of names)
+        self._n = 0
+
+    def program(self) -> Program:
+        for node in self.gm.graph.nodes:
+            getattr(self, f"_{node.op}")(node)
+        # int8 tensor -> the PT2E quantize node (in the converted graph) whose value it holds
+        sources = {self.names[n]: n.meta["vkq_source"] for n in self.gm.graph.nodes
+                   if "vkq_source" in n.meta and isinstance(self.names.get(n), str)}
+        return Program(self.tensors, self.nodes, self.inputs, self.outputs, self.constants, self.fallback,
+                       meta={"int8_sources": sources})
+
+    # -- helpers
+    def const(self, array, hint: str) -> str:
+        self._n += 1
+        name = f"_const_{hint}_{self._n}"
+        array = np.ascontiguousarray(array)
+        self.constants[name] = array
+        self.tensors[name] = TensorSpec(array.shape, str(array.dtype) if array.dtype != np.float64 else "float32")
+        return name
+
+    def name(self, x) -> str:
+        return x if isinstance(x, str) else self.names[x]
+
+    def define(self, node: Node) -> str:
+        self.names[node] = node.name
+        self.tensors[node.name] = _spec(val(node), node)
+        return node.name
+
+    def emit(self, op: str, inputs, node: Node, attrs: dict) -> None:
+        out = self.define(node)
+        self.nodes.append(PNode(op, [self.name(i) for i in inputs], [out], attrs, name=node.name))
+
+    # -- one method per FX node kind
+    def _placeholder(self, node):
+        self.inputs.append(self.define(node))
+
+    def _get_attr(self, node):
+        if not node.users:
+            return
+        value = const_value(self.gm, node).detach().cpu()
+        spec = _spec(value, node)
+        arr = value.numpy().astype(spec.numpy_dtype)
+        if spec.dtype == "int8":
+            spec.layout = node.meta.get(LAYOUT_KEY) or default_layout(node)
+        self.names[node] = node.name
+        self.tensors[node.name] = spec
+        self.constants[node.name] = arr
+
+    def _call_module(self, node):
+        raise NotImplementedError(f"call_module {node.target} is left in the graph")
+
+    def _output(self, node):
+        outs = node.args[0] if isinstance(node.args[0], (tuple, list)) else [node.args[0]]
+        for o in outs:
+            if dtype_of(o) == torch.int8:          # outputs are float: dequantize what is int8
+                qp = qparams(o) or (1.0, 0)
+                name = f"{o.name}_float"
+                self.tensors[name] = TensorSpec(shape_of(o), "float32")
+                self.nodes.append(PNode("dequantize", [self.name(o)], [name],
+                                        {"scale": qp[0], "zero_point": qp[1]}, name=name))
+                self.outputs.append(name)
+            else:
+                self.outputs.append(self.name(o))
+
+    def _call_function(self, node):
+        op = vkq_op_of(node)
+        if op is not None:
+            return self.emit(op, node.args, node, dict(node.kwargs))
+        if is_call(node, QUANTIZE):
+            a = q_args(node)
+            return self.emit("quantize", [node.args[0]], node,
+                             {"scale": a["scale"], "zero_point": a["zero_point"], "qmin": a["qmin"], "qmax": a["qmax"]})
+        if is_call(node, DEQUANTIZE):
+            a = q_args(node)
+            return self.emit("dequantize", [node.args[0]], node, {"scale": a["scale"], "zero_point": a["zero_point"]})
+        if node.target is operator.getitem and isinstance(self.names.get(node.args[0]), list):
+            self.names[node] = self.names[node.args[0]][node.args[1]]
+            return None
+        return self._cpu(node)
+
+    def _cpu(self, node):
+        rule = CPU_RULES.get(node.target)
+        lowered = rule(node, self) if rule is not None else None
+        self.fallback.append((op_name(node.target), fallback_reason(node)))
+        if lowered is not None:
+            op, inputs, attrs = lowered
+            return self.emit(op, inputs, node, attrs)
+        return self._torch_op(node)
+
+    def _torch_op(self, node):
+        inputs: list = []
+        args = _encode(tuple(node.args), inputs)["tuple"]
+        kwargs = _encode(dict(node.kwargs), inputs)
+        target = node.target
+        qualified = target.name() if isinstance(target, torch._ops.OpOverload) else None
+        if qualified is None:
+            raise NotImplementedError(f"node {node.name}: {target} is not an aten op; cannot run it")
+        attrs = {"target": qualified, "args": args, "kwargs": kwargs,
+                 "dtypes": [str(dtype_of(i)).split(".")[-1] if dtype_of(i) is not None else None for i in inputs]}
+        v = val(node)
+        if isinstance(v, (tuple, list)):
+            outs = []
+            for i, vi in enumerate(v):
+                name = f"{node.name}_{i}"
+                if isinstance(vi, torch.Tensor):
+                    self.tensors[name] = _spec(vi)
+                    outs.append(name)
+            self.names[node] = outs
+            self.nodes.append(PNode("torch_op", [self.name(i) for i in inputs], outs, attrs, name=node.name))
+            return None
+        return self.emit("torch_op", inputs, node, attrs)

@@ -1,0 +1,209 @@
+"""What every pass shares: op sets for the q/dq spellings, the FX targets that stand for vkq
+ops, constants as get_attr buffers, tensor meta (shape, dtype, int8 qparams) and rejections.
+
+Tensor meta: node.meta["val"] holds a tensor (FakeTensor from export, or a meta-device tensor
+written by record_shapes / set_val) whose shape and dtype are the node's output. int8 nodes a
+pass creates also carry node.meta["vkq_qparams"] = (scale, zero_point).
+"""
+from __future__ import annotations
+
+import functools
+import re
+
+import numpy as np
+import torch
+from torch.fx import GraphModule, Node
+
+import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
+
+aten = torch.ops.aten
+qd = torch.ops.quantized_decomposed
+
+QUANTIZE = {qd.quantize_per_tensor.default}
+DEQUANTIZE = {qd.dequantize_per_tensor.default}
+QUANTIZE_TENSOR = {qd.quantize_per_tensor.tensor, qd.quantize_per_tensor.tensor2}
+DEQUANTIZE_TENSOR = {qd.dequantize_per_tensor.tensor, qd.dequantize_per_tensor.tensor2}
+DEQUANTIZE_CHANNEL = {qd.dequantize_per_channel.default}
+QUANTIZE_CHANNEL = {qd.quantize_per_channel.default}
+CHOOSE_QPARAMS = {qd.choose_qparams.tensor}
+# Ops that only re-index their input (row-major views): int8 flows through them unchanged.
+VIEWS = {aten.view.default, aten.reshape.default, aten._unsafe_view.default,
+         aten.flatten.using_ints, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default,
+         aten.unsqueeze.default}
+PERMUTES = {aten.permute.default, aten.transpose.int, aten.t.default}
+
+
+def is_call(node, targets) -> bool:
+    return isinstance(node, Node) and node.op == "call_function" and node.target in targets
+
+
+def op_name(target) -> str:
+    """'aten.layer_norm' for torch.ops.aten.layer_norm.default: what reasons and reports show."""
+    if isinstance(target, torch._ops.OpOverload):
+        return f"{target.namespace}.{target._opname}"
+    return getattr(target, "__name__", str(target))
+
+
+# ------------------------------------------------------------------ vkq ops as FX targets
+
+@functools.lru_cache(maxsize=None)
+def vkq_target(name: str):
+    """The FX call_function target standing for vkq op `name`: args are its input tensors (int8
+    tensors as torch.int8, constants as get_attr nodes), kwargs its attrs. Calling it runs the op's
+    numpy reference, so a rewritten graph stays runnable where the ops exist."""
+    def run(*args, **attrs):
+        from ..registry import get_op
+        arrays = [a.detach().numpy() if isinstance(a, torch.Tensor) else a for a in args]
+        out = get_op(name).reference(*arrays, **attrs)
+        outs = out if isinstance(out, tuple) else (out,)
+        outs = tuple(torch.from_numpy(np.ascontiguousarray(o)) for o in outs)
+        return outs if isinstance(out, tuple) else outs[0]
+    run.__name__ = run.__qualname__ = f"vkq_{name}"
+    run.__module__ = "vkq.ops"
+    run.vkq_op = name
+    return run
+
+
+def vkq_op_of(node) -> str | None:
+    """The vkq op name a node stands for, or None."""
+    if isinstance(node, Node) and node.op == "call_function":
+        return getattr(node.target, "vkq_op", None)
+    return None
+
+
+def is_vkq(node, *names) -> bool:
+    op = vkq_op_of(node)
+    return op is not None and (not names or op in names)
+
+
+# ------------------------------------------------------------------ tensor meta
+
+def val(node):
+    return node.meta.get("val") if isinstance(node, Node) else None
+
+
+def shape_of(node) -> tuple:
+    v = val(node)
+    if not isinstance(v, torch.Tensor):
+        raise ValueError(f"node {node} has no recorded shape (run record_shapes first)")
+    return tuple(int(d) for d in v.shape)
+
+
+def dtype_of(node):
+    v = val(node)
+    return v.dtype if isinstance(v, torch.Tensor) else None
+
+
+def set_val(node: Node, shape, dtype) -> Node:
+    node.meta["val"] = torch.empty(tuple(shape), dtype=dtype, device="meta")
+    return node
+
+
+def _meta_like(x):
+    if isinstance(x, torch.Tensor):
+        return torch.empty(tuple(x.shape), dtype=x.dtype, device="meta")
+    if isinstance(x, (tuple, list)):
+        return type(x)(_meta_like(v) for v in x)
+    return x
+
+
+def record_shapes(gm: GraphModule, example_inputs) -> None:
+    """Run gm once on the example inputs and write every node's output shape/dtype into
+    node.meta["val"] (convert_pt2e leaves q/dq nodes without one). Each int8 quantize also gets
+    meta["vkq_source"] = its own name: the passes hand that name on to the node that ends up
+    holding the same int8 value, so a lowered tensor can be compared with PT2E's."""
+    for n in gm.graph.nodes:
+        if is_call(n, QUANTIZE):
+            n.meta["vkq_source"] = n.name
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n):
+            result = super().run_node(n)
+            if n.op not in ("output",) and not (n.op == "call_module" and result is None):
+                n.meta["val"] = _meta_like(result)
+            return result
+    with torch.no_grad():
+        Recorder(gm).run(*example_inputs)
+
+
+def qparams(node) -> tuple[float, int] | None:
+    """(scale, zero_point) of an int8 activation node: from its quantize op, from what the pass
+    that made it wrote, or through the views and CPU ops it passed unchanged."""
+    seen = 0
+    while isinstance(node, Node) and seen < 1000:
+        seen += 1
+        if is_call(node, QUANTIZE | DEQUANTIZE):
+            return float(node.args[1]), int(node.args[2])
+        if "vkq_qparams" in node.meta:
+            s, z = node.meta["vkq_qparams"]
+            return float(s), int(z)
+        if dtype_of(node) == torch.int8 and node.op == "call_function" and node.args \
+                and isinstance(node.args[0], Node) and dtype_of(node.args[0]) == torch.int8:
+            node = node.args[0]
+            continue
+        return None
+    return None
+
+
+def q_args(node: Node) -> dict:
+    """scale, zero_point, qmin, qmax of a per-tensor quantize/dequantize node."""
+    a = list(node.args) + [None] * 6
+    kw = node.kwargs
+    return {"scale": float(kw.get("scale", a[1])), "zero_point": int(kw.get("zero_point", a[2])),
+            "qmin": int(kw.get("quant_min", a[3])), "qmax": int(kw.get("quant_max", a[4])),
+            "dtype": kw.get("dtype", a[5])}
+
+
+# ------------------------------------------------------------------ constants
+
+def const_value(gm: GraphModule, node) -> torch.Tensor | None:
+    """The tensor a get_attr node stands for, or None for anything else."""
+    if not (isinstance(node, Node) and node.op == "get_attr"):
+        return None
+    obj = gm
+    for part in node.target.split("."):
+        obj = getattr(obj, part)
+    return obj.detach() if isinstance(obj, torch.Tensor) else None
+
+
+def add_constant(gm: GraphModule, hint: str, value, before: Node) -> Node:
+    """Register `value` (numpy or torch) as a buffer of gm and return a get_attr node for it,
+    inserted before `before`."""
+    t = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(value))
+    base = "_vkq_" + re.sub(r"[^0-9a-zA-Z_]", "_", hint)
+    name, i = base, 0
+    while hasattr(gm, name):
+        i += 1
+        name = f"{base}_{i}"
+    gm.register_buffer(name, t.detach().clone())
+    with gm.graph.inserting_before(before):
+        node = gm.graph.get_attr(name)
+    set_val(node, t.shape, t.dtype)
+    return node
+
+
+# ------------------------------------------------------------------ edits
+
+def reject(node: Node, reason: str) -> None:
+    """Record why node stays as it is (it then runs in float on the CPU); the first reason wins."""
+    node.meta.setdefault("vkq_reject", reason)
+
+
+def replace(old: Node, new: Node) -> None:
+    """new takes old's place for every user; old's meta tags that name the tensor move along."""
+    old.replace_all_uses_with(new)
+
+
+def finish(gm: GraphModule, changed: bool) -> bool:
+    """Common tail of a pass: drop what is dead, regenerate the code."""
+    if changed:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return changed
+
+
+def lint(gm: GraphModule) -> None:
+    """The check run after every pass: FX's own lint, plus every call_function has recorded meta."""
+    gm.graph.lint()
+    for n in gm.graph.nodes:
+        if n.op in ("call_function", "placeholder", "get_attr") and n.users and "val" not in n.meta:
+            raise AssertionError(f"node {n.name} ({op_name(n.target)}) lost its tensor meta")

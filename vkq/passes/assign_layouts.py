@@ -1,0 +1,122 @@
+"""assign_layouts: give every int8 tensor a packed layout (node.meta["vkq_layout"]) and put an
+explicit `repack` only where a producer and a consumer disagree.
+
+  4W4C  convolutions and pools read and write it: a conv chain stays 4W4C throughout;
+  4H4W  linear_q8 reads and writes it.
+Elementwise ops (add_q8, mul_q8, clamp_q8, cat_q8) write the layout of their first input and
+need every input in it. Free producers (quantize, repack, CPU ops, constants) write the layout
+their consumers want (looking through elementwise ops), else 4W4C for 4-D tensors and 4H4W
+otherwise. A repack with one consumer just writes what that consumer wants: a flatten between
+the last conv and the first linear becomes one repack, 4W4C (N, C, H, W) -> 4H4W (N, C*H*W).
+
+The tables OUTPUT_LAYOUT, INPUT_LAYOUT and FOLLOW are the rules.
+"""
+from __future__ import annotations
+
+import torch
+from torch.fx import GraphModule, Node
+
+from ._graph import dtype_of, finish, is_vkq, qparams, set_val, shape_of, vkq_op_of, vkq_target
+
+OUTPUT_LAYOUT = {"conv2d_q8": "4W4C", "max_pool2d_q8": "4W4C", "avg_pool2d_q8": "4W4C",
+                 "adaptive_avg_pool2d_q8": "4W4C", "linear_q8": "4H4W"}
+INPUT_LAYOUT = {"conv2d_q8": "4W4C", "max_pool2d_q8": "4W4C", "avg_pool2d_q8": "4W4C",
+                "adaptive_avg_pool2d_q8": "4W4C", "linear_q8": "4H4W", "linear_q8_fout": "4H4W"}
+FOLLOW = {"add_q8", "mul_q8", "clamp_q8", "cat_q8"}
+KEY = "vkq_layout"
+
+
+def default_layout(node: Node) -> str:
+    return "4W4C" if len(shape_of(node)) == 4 else "4H4W"
+
+
+def _activation_inputs(node: Node) -> list[Node]:
+    return [a for a in node.args if isinstance(a, Node) and a.op != "get_attr"]
+
+
+def required(producer: Node, user: Node) -> str | None:
+    """The layout `user` needs `producer`'s tensor in, or None if any will do."""
+    op = vkq_op_of(user)
+    if op in INPUT_LAYOUT and user.args and user.args[0] is producer:
+        return INPUT_LAYOUT[op]
+    if op in FOLLOW and producer in _activation_inputs(user):
+        return user.meta.get(KEY)
+    return None
+
+
+def _wanted(node: Node, memo: dict) -> str | None:
+    """What node's consumers would like it to be (through elementwise ops)."""
+    if node in memo:
+        return memo[node]
+    memo[node] = None
+    for user in node.users:
+        op = vkq_op_of(user)
+        if op in INPUT_LAYOUT and user.args[0] is node:
+            memo[node] = INPUT_LAYOUT[op]
+            break
+        if op in FOLLOW and _activation_inputs(user)[:1] == [node]:
+            w = OUTPUT_LAYOUT.get(op) or _wanted(user, memo)
+            if w:
+                memo[node] = w
+                break
+    return memo[node]
+
+
+def _choose(node: Node, memo: dict) -> str:
+    op = vkq_op_of(node)
+    if op in OUTPUT_LAYOUT:
+        return OUTPUT_LAYOUT[op]
+    if op in FOLLOW:
+        first = _activation_inputs(node)[0]
+        return first.meta.get(KEY) or default_layout(first)
+    return _wanted(node, memo) or default_layout(node)
+
+
+def _repack(gm, src: Node, layout: str, cache: dict) -> Node:
+    if (src, layout) in cache:
+        return cache[(src, layout)]
+    with gm.graph.inserting_after(src):
+        node = gm.graph.call_function(vkq_target("repack"), (src,), {"shape": None})
+    set_val(node, shape_of(src), torch.int8)
+    node.meta[KEY] = layout
+    qp = qparams(src)
+    if qp is not None:
+        node.meta["vkq_qparams"] = qp
+    cache[(src, layout)] = node
+    return node
+
+
+def assign_layouts(gm: GraphModule) -> bool:
+    memo: dict = {}
+    changed = False
+    int8 = [n for n in gm.graph.nodes if dtype_of(n) == torch.int8 and n.op != "output"]
+    for node in int8:
+        layout = _choose(node, memo)
+        if node.meta.get(KEY) != layout:
+            node.meta[KEY] = layout
+            changed = True
+    cache: dict = {}
+    for node in int8:
+        for user in list(node.users):
+            need = required(node, user)
+            if need is None or need == node.meta[KEY]:
+                continue
+            if is_vkq(node, "repack") and len(node.users) == 1:
+                node.meta[KEY] = need               # the repack writes what its consumer reads
+                continue
+            user.replace_input_with(node, _repack(gm, node, need, cache))
+            changed = True
+    changed |= _drop_noop_repacks(gm)
+    return finish(gm, changed)
+
+
+def _drop_noop_repacks(gm: GraphModule) -> bool:
+    """A repack to the same shape and layout it reads is a copy of nothing."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if is_vkq(node, "repack"):
+            src = node.args[0]
+            if shape_of(src) == shape_of(node) and src.meta.get(KEY) == node.meta.get(KEY):
+                node.replace_all_uses_with(src)
+                changed = True
+    return changed

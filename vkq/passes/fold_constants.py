@@ -1,0 +1,56 @@
+"""fold_constants: what is computed from constants only is computed now, once.
+
+After fold_qdq_patterns has taken the int8 weights it can use, what is left on constants is
+float work for CPU ops: a dequantize_per_channel of a weight feeding a float conv, a permute
+of a parameter, ... Each such node becomes one get_attr buffer holding its value, so the
+Program carries the float constant and the CPU op does not redo it on every call.
+vkq op nodes and the q/dq of activations are not constant subgraphs and are left alone.
+"""
+from __future__ import annotations
+
+import torch
+from torch.fx import GraphModule, Node
+
+from ._graph import add_constant, const_value, finish, is_vkq, set_val
+
+
+def _is_foldable(node: Node) -> bool:
+    return (node.op == "call_function" and not is_vkq(node) and node.users
+            and all(a.op == "get_attr" for a in node.all_input_nodes)
+            and "val" in node.meta and isinstance(node.meta["val"], torch.Tensor))
+
+
+def evaluate_constant(gm: GraphModule, node, _depth: int = 0):
+    """The value of node if it is a constant (a get_attr, or a call on constants only), else None."""
+    if not isinstance(node, Node):
+        return None
+    if node.op == "get_attr":
+        return const_value(gm, node)
+    if node.op != "call_function" or is_vkq(node) or _depth > 50:
+        return None
+    env = {}
+    for a in node.all_input_nodes:
+        v = evaluate_constant(gm, a, _depth + 1)
+        if v is None:
+            return None
+        env[a] = v
+    args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+    with torch.no_grad():
+        out = node.target(*args, **kwargs)
+    return out if isinstance(out, torch.Tensor) else None
+
+
+def fold_constants(gm: GraphModule) -> bool:
+    changed = False
+    for node in list(gm.graph.nodes):
+        if not _is_foldable(node):
+            continue
+        value = evaluate_constant(gm, node)
+        if value is None:
+            continue
+        const = add_constant(gm, node.name, value, node)
+        set_val(const, value.shape, value.dtype)
+        node.replace_all_uses_with(const)
+        changed = True
+    return finish(gm, changed)

@@ -1,0 +1,420 @@
+"""fold_qdq_patterns: dequantize -> op -> quantize becomes one vkq integer op.
+
+    dq(x_q) -> conv2d(., dq(w_q), b) -> q(s_o, zp_o, qmin, qmax)
+        ->  conv2d_q8(x_q, w_q, bias_i32, multiplier, shift; stride, ..., x_zp, out_zp, qmin, qmax)
+
+The new node is an FX call to vkq_target(op) whose args are the int8 input(s) and get_attr
+constants (int8 weights, int32 bias = round(b / (s_x * s_w)), fixed-point multipliers) and whose
+kwargs are the op's attrs, made by the ops' `*_params` helpers. qmin/qmax come from the quantize,
+where fuse_activation already put any relu / relu6 / hardtanh.
+
+Rules are the table FOLD_RULES: aten target -> rule(gm, node), which returns the replacement node
+or a string saying why not (recorded on the node; it then runs in float on the CPU). Each rule
+walks its own q/dq neighbours with the helpers below. The patterns:
+
+  conv2d                     dq x, dq w (per channel or per tensor, symmetric)  -> conv2d_q8
+  linear                     dq x, dq w, q out                 -> linear_q8
+                             dq x, dq w, float out to the graph output -> linear_q8_fout
+                             float x, dq w                     -> linear_dynamic / linear_weight_only
+                             dq.tensor(q.tensor(x, choose_qparams(x))) x, dq w -> linear_dynamic
+  add, mul                   dq a, dq b (same shape), q out    -> add_q8 / mul_q8
+  max_pool2d                 dq x, q out                       -> max_pool2d_q8 [+ clamp_q8]
+  avg_pool2d                 dq x, q out                       -> avg_pool2d_q8
+  adaptive_avg_pool2d        dq x (4-D), q out                 -> adaptive_avg_pool2d_q8
+  cat                        dq inputs, q out                  -> cat_q8 [+ clamp_q8]
+  quantize(dequantize(x))    (what drop_cancelling_qdq left: a rescale or a narrower range) -> clamp_q8
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.fx import GraphModule, Node
+
+from ..quant import INT8_MAX, INT8_MIN, quantize_multipliers
+from ._graph import (CHOOSE_QPARAMS, DEQUANTIZE, DEQUANTIZE_CHANNEL, DEQUANTIZE_TENSOR, QUANTIZE,
+                     QUANTIZE_TENSOR, add_constant, aten, finish, is_call, op_name, q_args, reject,
+                     set_val, shape_of, vkq_target)
+from .fold_constants import evaluate_constant
+
+INT32_MAX = 2 ** 31 - 1
+
+
+# ------------------------------------------------------------------ what the rules look at
+
+@dataclass
+class Act:
+    """An int8 activation seen through its dequantize."""
+    node: Node          # the int8 tensor
+    scale: float
+    zero_point: int
+
+
+def dq_source(arg) -> Act | None:
+    """arg = dequantize_per_tensor(x_int8, s, zp, ...) -> Act(x_int8, s, zp)."""
+    if is_call(arg, DEQUANTIZE) and q_args(arg)["dtype"] == torch.int8:
+        a = q_args(arg)
+        return Act(arg.args[0], a["scale"], a["zero_point"])
+    return None
+
+
+def q_sink(node: Node) -> Node | None:
+    """The int8 per-tensor quantize that is node's only user."""
+    users = list(node.users)
+    if len(users) == 1 and is_call(users[0], QUANTIZE) and q_args(users[0])["dtype"] == torch.int8:
+        return users[0]
+    return None
+
+
+def feeds_output_only(q: Node) -> list[Node] | None:
+    """The dequantizes of q when q is only dequantized and those only go to the graph output."""
+    dqs = list(q.users)
+    if dqs and all(is_call(d, DEQUANTIZE) and all(u.op == "output" for u in d.users) for d in dqs):
+        return dqs
+    return None
+
+
+def dynamic_source(arg) -> Node | None:
+    """arg = dq.tensor(q.tensor(x, choose_qparams(x))) (PT2E's per-tensor dynamic quantization)
+    -> x: the device quantizes per row instead."""
+    if not is_call(arg, DEQUANTIZE_TENSOR):
+        return None
+    q = arg.args[0]
+    if not is_call(q, QUANTIZE_TENSOR):
+        return None
+    x, scale = q.args[0], q.args[1]
+    if is_call(scale, {operator.getitem}) and is_call(scale.args[0], CHOOSE_QPARAMS) \
+            and scale.args[0].args[0] is x:
+        return x
+    return None
+
+
+def weight(gm, node) -> tuple[np.ndarray, np.ndarray] | str:
+    """(int8 weight, per-output-channel scales) from a dequantize of a constant, or a reason."""
+    if is_call(node, DEQUANTIZE_CHANNEL):
+        q, scales, zps, axis = (evaluate_constant(gm, a) if isinstance(a, Node) else a for a in node.args[:4])
+        dtype = node.args[6] if len(node.args) > 6 else node.kwargs.get("dtype")
+        if q is None or scales is None:
+            return "its weight is not a constant"
+        if axis != 0:
+            return f"its weight is quantized along axis {axis}, not the output channels"
+        zps = np.zeros(1) if zps is None else zps.numpy()
+    elif is_call(node, DEQUANTIZE):
+        a = q_args(node)
+        q, dtype = evaluate_constant(gm, node.args[0]), a["dtype"]
+        if q is None:
+            return "its weight is not a constant"
+        scales, zps = torch.full((q.shape[0],), a["scale"], dtype=torch.float64), np.array([a["zero_point"]])
+    else:
+        return "its weight is not int8 (no dequantize of an int8 constant)"
+    if dtype != torch.int8 or q.dtype != torch.int8:
+        return f"its weight is {q.dtype}, the kernels take int8"
+    if np.any(zps != 0):
+        return "its weight is quantized with a zero point (the kernels take symmetric weights)"
+    return q.numpy().astype(np.int8), scales.double().numpy()
+
+
+def bias(gm, node, channels: int) -> np.ndarray | str:
+    """Float bias (zeros when absent) or a reason."""
+    if node is None:
+        return np.zeros(channels, np.float64)
+    b = evaluate_constant(gm, node)
+    if b is None:
+        return "its bias is not a constant"
+    return b.double().numpy().reshape(channels)
+
+
+def requant_constants(b: np.ndarray, x_scale: float, w_scales: np.ndarray, out_scale: float):
+    """int32 bias = round(b / (s_x * s_w)), fixed-point (multiplier, shift) of s_x * s_w / s_out."""
+    acc_scale = float(x_scale) * np.asarray(w_scales, np.float64)
+    acc_scale = np.broadcast_to(acc_scale, b.shape)
+    b32 = np.rint(b / acc_scale)
+    if np.any(np.abs(b32) > INT32_MAX):
+        raise OverflowError("int32 bias overflows")
+    mult, shift = quantize_multipliers(acc_scale / float(out_scale))
+    return b32.astype(np.int32), mult, shift
+
+
+def _out(q: Node) -> dict:
+    a = q_args(q)
+    return {"out_zp": a["zero_point"], "qmin": a["qmin"], "qmax": a["qmax"]}
+
+
+# ------------------------------------------------------------------ emitting
+
+def emit(gm: GraphModule, before: Node, op: str, inputs: list, constants: dict, attrs: dict,
+         shape, dtype=torch.int8, qparams=None, hint: str | None = None) -> Node:
+    """Insert vkq op `op` before `before`: args = inputs + get_attr constants (name -> array),
+    named after `hint` (the FX node the op replaces)."""
+    hint = hint or before.name
+    consts = [add_constant(gm, f"{hint}_{name}", value, before) for name, value in constants.items()]
+    with gm.graph.inserting_before(before):
+        node = gm.graph.call_function(vkq_target(op), tuple(inputs) + tuple(consts), _plain(attrs))
+    set_val(node, shape, dtype)
+    if qparams is not None:
+        node.meta["vkq_qparams"] = (float(qparams[0]), int(qparams[1]))
+    return node
+
+
+def _plain(v):
+    """Attrs as JSON values: numpy scalars and arrays to Python ints/floats/lists."""
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return _plain(v.tolist())
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
+    return v
+
+
+def emit_for_q(gm, q: Node, op, inputs, constants, attrs, hint=None) -> Node:
+    """The op's int8 output replaces quantize q."""
+    a = q_args(q)
+    node = emit(gm, q, op, inputs, constants, attrs, shape_of(q), qparams=(a["scale"], a["zero_point"]),
+                hint=hint)
+    node.meta["vkq_source"] = q.name
+    q.replace_all_uses_with(node)
+    return node
+
+
+def clamp_to(gm, src: Node, in_qp: tuple, q: Node) -> Node:
+    """clamp_q8 from int8 src (qparams in_qp) to what quantize q asks for."""
+    from ..ops.eltwise import clamp_q8_params
+    a = q_args(q)
+    attrs = clamp_q8_params(in_qp[0], in_qp[1], a["scale"], a["zero_point"], activation=None)
+    attrs.update(qmin=a["qmin"], qmax=a["qmax"])
+    node = emit(gm, q, "clamp_q8", [src], {}, attrs, shape_of(q), qparams=(a["scale"], a["zero_point"]))
+    node.meta["vkq_source"] = q.name
+    q.replace_all_uses_with(node)
+    return node
+
+
+def _needs_clamp(src_qp: tuple, q: Node) -> bool:
+    a = q_args(q)
+    return (a["scale"], a["zero_point"]) != (float(src_qp[0]), int(src_qp[1])) \
+        or a["qmin"] > INT8_MIN or a["qmax"] < INT8_MAX
+
+
+def _arg(node: Node, i: int, name: str, default):
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+def _pair(v):
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return [int(x) for x in (v * 2 if len(v) == 1 else v)]
+
+
+# ------------------------------------------------------------------ rules
+
+def fold_conv(gm, conv: Node):
+    x = dq_source(conv.args[0])
+    if x is None:
+        return "input is not a dequantized int8 tensor"
+    q = q_sink(conv)
+    if q is None:
+        return "output is not quantized to int8 (no float-output conv kernel)"
+    if len(shape_of(conv.args[0])) != 4:
+        return "input is not 4-D (N, C, H, W)"
+    padding = _arg(conv, 4, "padding", 0)
+    if isinstance(padding, str):
+        return f"padding={padding!r} (string padding) is not supported"
+    w = weight(gm, conv.args[1])
+    if isinstance(w, str):
+        return w
+    wq, ws = w
+    b = bias(gm, _arg(conv, 2, "bias", None), wq.shape[0])
+    if isinstance(b, str):
+        return b
+    out = q_args(q)
+    try:
+        b32, mult, shift = requant_constants(b, x.scale, ws, out["scale"])
+    except OverflowError as e:
+        return str(e)
+    attrs = {"stride": _pair(_arg(conv, 3, "stride", 1)), "padding": _pair(padding),
+             "dilation": _pair(_arg(conv, 5, "dilation", 1)), "groups": int(_arg(conv, 6, "groups", 1)),
+             "x_zp": x.zero_point, **_out(q)}
+    return emit_for_q(gm, q, "conv2d_q8", [x.node],
+                      {"weight": wq, "bias": b32, "multiplier": mult, "shift": shift}, attrs, hint=conv.name)
+
+
+def fold_linear(gm, lin: Node):
+    w = weight(gm, lin.args[1])
+    if isinstance(w, str):
+        return w
+    wq, ws = w
+    b = bias(gm, _arg(lin, 2, "bias", None), wq.shape[0])
+    if isinstance(b, str):
+        return b
+    if len(shape_of(lin.args[0])) > 4:
+        return "input has rank > 4"
+    x = dq_source(lin.args[0])
+    if x is None:
+        return _fold_float_linear(gm, lin, wq, ws, b)
+    q = q_sink(lin)
+    dqs = feeds_output_only(q) if q is not None else None
+    if q is None or dqs is not None:        # float out: the last linear of the model
+        node = emit(gm, lin, "linear_q8_fout", [x.node],
+                    {"weight": wq, "bias": b.astype(np.float32),
+                     "scale": (x.scale * ws).astype(np.float32)},
+                    {"x_zp": x.zero_point}, shape_of(lin), torch.float32)
+        for old in (dqs or [lin]):
+            old.replace_all_uses_with(node)
+        return node
+    out = q_args(q)
+    try:
+        b32, mult, shift = requant_constants(b, x.scale, ws, out["scale"])
+    except OverflowError as e:
+        return str(e)
+    return emit_for_q(gm, q, "linear_q8", [x.node],
+                      {"weight": wq, "bias": b32, "multiplier": mult, "shift": shift},
+                      {"x_zp": x.zero_point, **_out(q)}, hint=lin.name)
+
+
+def _fold_float_linear(gm, lin, wq, ws, b):
+    """linear on a float x with int8 weights: dynamic (per-row int8 x on the device) or
+    weight-only, as the quantizer's scheme (node meta) or lower()'s float_linear says."""
+    x = dynamic_source(lin.args[0])
+    if x is not None:
+        op = "linear_dynamic"
+    else:
+        x = lin.args[0]
+        scheme = lin.meta.get("vkq_scheme") or gm.meta.get("vkq_float_linear", "dynamic")
+        op = "linear_weight_only" if scheme == "weight_only" else "linear_dynamic"
+    node = emit(gm, lin, op, [x], {"weight": wq, "w_scale": ws.astype(np.float32),
+                                   "bias": b.astype(np.float32)}, {}, shape_of(lin), torch.float32)
+    lin.replace_all_uses_with(node)
+    return node
+
+
+def fold_binary(gm, node: Node):
+    from ..ops.eltwise import add_q8_params, mul_q8_params
+    a, b = (dq_source(v) for v in node.args[:2])
+    if a is None or b is None:
+        return "an operand is not a dequantized int8 tensor"
+    if node.kwargs.get("alpha", 1) != 1 or len(node.args) > 2:
+        return "alpha != 1 is not supported"
+    if shape_of(node.args[0]) != shape_of(node.args[1]):
+        return f"operands of shapes {shape_of(node.args[0])} and {shape_of(node.args[1])} " \
+               "(the int8 kernels need equal shapes, no broadcasting)"
+    q = q_sink(node)
+    if q is None:
+        return "output is not quantized to int8"
+    out = q_args(q)
+    op, params = ("add_q8", add_q8_params) if node.target == aten.add.Tensor else ("mul_q8", mul_q8_params)
+    attrs = params(a.scale, a.zero_point, b.scale, b.zero_point, out["scale"], out["zero_point"])
+    attrs.update(qmin=out["qmin"], qmax=out["qmax"])
+    return emit_for_q(gm, q, op, [a.node, b.node], {}, attrs)
+
+
+def fold_max_pool(gm, node: Node):
+    from ..ops.pool import max_pool2d_params
+    x = dq_source(node.args[0])
+    q = q_sink(node)
+    if x is None or q is None:
+        return "input or output is not int8"
+    if len(shape_of(node.args[0])) != 4:
+        return "input is not 4-D (N, C, H, W)"
+    kernel = _arg(node, 1, "kernel_size", None)
+    stride = _arg(node, 2, "stride", None) or None
+    attrs = max_pool2d_params(kernel, stride, _arg(node, 3, "padding", 0), _arg(node, 4, "dilation", 1),
+                              _arg(node, 5, "ceil_mode", False))
+    if not _needs_clamp((x.scale, x.zero_point), q):
+        return emit_for_q(gm, q, "max_pool2d_q8", [x.node], {}, attrs)
+    pooled = emit(gm, q, "max_pool2d_q8", [x.node], {}, attrs, shape_of(q), qparams=(x.scale, x.zero_point))
+    return clamp_to(gm, pooled, (x.scale, x.zero_point), q)
+
+
+def fold_avg_pool(gm, node: Node):
+    from ..ops.pool import avg_pool2d_params
+    x = dq_source(node.args[0])
+    q = q_sink(node)
+    if x is None or q is None:
+        return "input or output is not int8"
+    if len(shape_of(node.args[0])) != 4:
+        return "input is not 4-D (N, C, H, W)"
+    out = q_args(q)
+    attrs = avg_pool2d_params(x.scale, x.zero_point, out["scale"], out["zero_point"],
+                              _arg(node, 1, "kernel_size", None), _arg(node, 2, "stride", None) or None,
+                              _arg(node, 3, "padding", 0), _arg(node, 4, "ceil_mode", False),
+                              _arg(node, 5, "count_include_pad", True), _arg(node, 6, "divisor_override", None))
+    attrs.update(qmin=out["qmin"], qmax=out["qmax"])
+    return emit_for_q(gm, q, "avg_pool2d_q8", [x.node], {}, attrs)
+
+
+def fold_adaptive_pool(gm, node: Node):
+    from ..ops.pool import adaptive_avg_pool2d_params
+    x = dq_source(node.args[0])
+    q = q_sink(node)
+    if x is None or q is None:
+        return "input or output is not int8"
+    shape = shape_of(node.args[0])
+    if len(shape) != 4:
+        return "input is not 4-D (N, C, H, W)"
+    out = q_args(q)
+    attrs = adaptive_avg_pool2d_params(x.scale, x.zero_point, out["scale"], out["zero_point"],
+                                       shape[2:], list(shape_of(node)[2:]))
+    attrs.update(qmin=out["qmin"], qmax=out["qmax"])
+    return emit_for_q(gm, q, "adaptive_avg_pool2d_q8", [x.node], {}, attrs)
+
+
+def fold_cat(gm, node: Node):
+    from ..ops.pool import cat_q8_params
+    tensors = _arg(node, 0, "tensors", [])
+    srcs = [dq_source(t) for t in tensors]
+    q = q_sink(node)
+    if not srcs or any(s is None for s in srcs) or q is None:
+        return "an input or the output is not int8"
+    rank = len(shape_of(node))
+    if rank > 4:
+        return "rank > 4"
+    dim = int(_arg(node, 1, "dim", 0)) % rank
+    out = q_args(q)
+    attrs = cat_q8_params([(s.scale, s.zero_point) for s in srcs], out["scale"], out["zero_point"], dim)
+    if out["qmin"] == INT8_MIN and out["qmax"] == INT8_MAX:
+        return emit_for_q(gm, q, "cat_q8", [s.node for s in srcs], {}, attrs)
+    joined = emit(gm, q, "cat_q8", [s.node for s in srcs], {}, attrs, shape_of(q),
+                  qparams=(out["scale"], out["zero_point"]))
+    return clamp_to(gm, joined, (out["scale"], out["zero_point"]), q)
+
+
+def fold_requantize(gm, q: Node):
+    """quantize(dequantize(x)) that did not cancel: rescale and/or clamp on int8."""
+    x = dq_source(q.args[0])
+    if x is None or q_args(q)["dtype"] != torch.int8:
+        return None                      # a plain quantize of a float tensor: nothing to fold
+    return clamp_to(gm, x.node, (x.scale, x.zero_point), q)
+
+
+FOLD_RULES = {
+    aten.conv2d.default: fold_conv,
+    aten.linear.default: fold_linear,
+    aten.add.Tensor: fold_binary,
+    aten.mul.Tensor: fold_binary,
+    aten.max_pool2d.default: fold_max_pool,
+    aten.avg_pool2d.default: fold_avg_pool,
+    aten.adaptive_avg_pool2d.default: fold_adaptive_pool,
+    aten.cat.default: fold_cat,
+    **{t: fold_requantize for t in QUANTIZE},
+}
+
+
+def fold_qdq_patterns(gm: GraphModule) -> bool:
+    changed = False
+    for node in list(gm.graph.nodes):
+        rule = FOLD_RULES.get(node.target) if node.op == "call_function" else None
+        if rule is None or not node.users:
+            continue
+        result = rule(gm, node)
+        if isinstance(result, str):
+            reject(node, f"{op_name(node.target)}: {result}; runs in float on the CPU")
+        elif result is not None:
+            changed = True
+    return finish(gm, changed)

@@ -1,0 +1,145 @@
+"""normalize_ops: one spelling per op, so the later passes match one form.
+
+torch.export's default graph and its run_decompositions() graph spell the same model
+differently; this pass rewrites the second kind into the first:
+
+  aten.convolution (2-D, not transposed)        -> aten.conv2d(x, w, b, stride, padding, dilation, groups)
+  aten.addmm(b, x, t(w)) / aten.mm(x, t(w))     -> aten.linear(x, w, b)      (t = aten.t or permute [1, 0])
+  aten.max_pool2d_with_indices + getitem 0      -> aten.max_pool2d
+  aten.mean.dim(x, [2, 3] / [-2, -1], keepdim)  -> aten.adaptive_avg_pool2d(x, [1, 1]) [+ view (N, C)]
+  relu_ / hardtanh_ / add_ / mul_ (in place)    -> relu / hardtanh / add / mul
+  aten.relu6(x), aten.clamp(x, lo, hi)          -> aten.hardtanh(x, lo, hi);  clamp(x, 0) -> relu
+Rules are the table NORMALIZE: target -> function(node) returning the replacement node or None.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch.fx import GraphModule, Node
+
+from ._graph import PERMUTES, aten, finish, is_call, set_val, shape_of, val
+
+
+def _new(node: Node, target, args, kwargs=None) -> Node:
+    with node.graph.inserting_before(node):
+        new = node.graph.call_function(target, tuple(args), kwargs or {})
+    new.meta.update({k: v for k, v in node.meta.items()})
+    return new
+
+
+def _pair(v, n=2):
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * n if len(v) == 1 else v
+
+
+def conv_from_convolution(node):
+    x, w, b, stride, padding, dilation, transposed, _out_pad, groups = node.args[:9]
+    if transposed or len(shape_of(x)) != 4:
+        return None
+    return _new(node, aten.conv2d.default, (x, w, b, _pair(stride), _pair(padding), _pair(dilation), groups))
+
+
+def _transposed_weight(node):
+    """w if node is t(w) / permute(w, [1, 0]) of a 2-D tensor, else None."""
+    if is_call(node, PERMUTES) and len(shape_of(node)) == 2:
+        if node.target == aten.permute.default and list(node.args[1]) not in ([1, 0], [-1, -2], [-1, 0], [1, -2]):
+            return None
+        return node.args[0]
+    return None
+
+
+def linear_from_addmm(node):
+    if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+        return None
+    b, x, wt = node.args[:3]
+    w = _transposed_weight(wt)
+    if w is None or len(shape_of(b)) != 1:
+        return None
+    return _new(node, aten.linear.default, (x, w, b))
+
+
+def linear_from_mm(node):
+    x, wt = node.args[:2]
+    w = _transposed_weight(wt)
+    return None if w is None else _new(node, aten.linear.default, (x, w))
+
+
+def max_pool_from_with_indices(node):
+    users = list(node.users)
+    if not users or not all(u.target is operator.getitem and u.args[1] == 0 for u in users):
+        return None
+    new = _new(node, aten.max_pool2d.default, node.args, node.kwargs)
+    new.meta["val"] = val(users[0])
+    for u in users:
+        u.replace_all_uses_with(new)
+    return new
+
+
+def pool_from_mean(node):
+    x = node.args[0]
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    if node.kwargs.get("dtype") is not None or dims is None or len(shape_of(x)) != 4:
+        return None
+    if sorted(d % 4 for d in dims) != [2, 3]:
+        return None
+    n, c = shape_of(x)[:2]
+    pool = _new(node, aten.adaptive_avg_pool2d.default, (x, [1, 1]))
+    set_val(pool, (n, c, 1, 1), torch.float32)
+    if keepdim:
+        return pool
+    return _new(node, aten.view.default, (pool, [n, c]))
+
+
+def _renamed(target):
+    def rule(node):
+        return _new(node, target, node.args, node.kwargs)
+    return rule
+
+
+def hardtanh_from_relu6(node):
+    return _new(node, aten.hardtanh.default, (node.args[0], 0.0, 6.0))
+
+
+def from_clamp(node):
+    x = node.args[0]
+    lo = node.args[1] if len(node.args) > 1 else node.kwargs.get("min")
+    hi = node.args[2] if len(node.args) > 2 else node.kwargs.get("max")
+    if isinstance(lo, Node) or isinstance(hi, Node):
+        return None
+    if lo == 0 and hi is None:
+        return _new(node, aten.relu.default, (x,))
+    if lo is not None and hi is not None:
+        return _new(node, aten.hardtanh.default, (x, float(lo), float(hi)))
+    return None
+
+
+NORMALIZE = {
+    aten.convolution.default: conv_from_convolution,
+    aten.addmm.default: linear_from_addmm,
+    aten.mm.default: linear_from_mm,
+    aten.max_pool2d_with_indices.default: max_pool_from_with_indices,
+    aten.mean.dim: pool_from_mean,
+    aten.relu_.default: _renamed(aten.relu.default),
+    aten.hardtanh_.default: _renamed(aten.hardtanh.default),
+    aten.add_.Tensor: _renamed(aten.add.Tensor),
+    aten.mul_.Tensor: _renamed(aten.mul.Tensor),
+    aten.relu6.default: hardtanh_from_relu6,
+    aten.clamp.default: from_clamp,
+}
+
+
+def normalize_ops(gm: GraphModule) -> bool:
+    changed = False
+    for node in list(gm.graph.nodes):
+        rule = NORMALIZE.get(node.target) if node.op == "call_function" else None
+        if rule is None:
+            continue
+        new = rule(node)
+        if new is None:
+            continue
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+        changed = True
+    return finish(gm, changed)

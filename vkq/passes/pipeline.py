@@ -1,0 +1,44 @@
+"""The lowering passes, in order. Each is a function GraphModule -> bool (changed?); run_pipeline
+runs them in this order with a graph lint after each. Order matters where a comment says why."""
+from __future__ import annotations
+
+import time
+
+from torch.fx import GraphModule
+
+from ._graph import lint
+from .assign_layouts import assign_layouts
+from .drop_cancelling_qdq import drop_cancelling_qdq
+from .drop_guards import drop_guards
+from .fold_constants import fold_constants
+from .fold_qdq_patterns import fold_qdq_patterns
+from .fuse_activation import fuse_activation
+from .lift_quantize import lift_quantize
+from .normalize_ops import normalize_ops
+from .views_to_repack import views_to_repack
+
+PIPELINE = [
+    drop_guards,            # export's _guards_fn input checks: nothing to run
+    normalize_ops,          # one spelling per op (convolution -> conv2d, t + addmm -> linear, ...)
+    fuse_activation,        # relu/relu6/hardtanh before quantizes -> their qmin/qmax; before folding,
+                            #   so that dq -> conv -> q is adjacent
+    lift_quantize,          # quantize above view chains, identical quantizes merged: dq -> pool -> q adjacent
+    drop_cancelling_qdq,    # q(dq(x)) with equal params -> x: int8 stays int8 between ops
+    fold_qdq_patterns,      # dq -> op -> q -> one vkq integer op (needs the three passes above)
+    views_to_repack,        # views left on int8 -> repack(shape)
+    fold_constants,         # leftover float work on constants (weights of CPU ops) done once
+    assign_layouts,         # last: needs the final int8 ops to know who reads what
+]
+
+
+def run_pipeline(gm: GraphModule, passes=None, log=None) -> dict:
+    """Run the passes on gm in place; returns {pass name: (changed, seconds)}."""
+    report = {}
+    for p in (PIPELINE if passes is None else passes):
+        start = time.perf_counter()
+        changed = p(gm)
+        lint(gm)
+        report[p.__name__] = (bool(changed), time.perf_counter() - start)
+        if log:
+            log(f"{p.__name__}: {'changed' if changed else 'no change'}")
+    return report
