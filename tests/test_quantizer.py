@@ -1,0 +1,147 @@
+"""VkqQuantizer and vkq.api.quantize: what the converted PT2E graphs carry for each scheme."""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vkq import api, models
+from vkq.quantizer import VkqQuantizer
+
+warnings.filterwarnings("ignore", category=UserWarning)
+
+aten = torch.ops.aten
+qd = torch.ops.quantized_decomposed
+
+
+class ConvBlock(nn.Module):
+    """conv-bn-relu, conv-relu6, maxpool, add, adaptive avgpool, flatten, linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu6(self.conv2(x))
+        x = F.max_pool2d(x + y, 2)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _model():
+    torch.manual_seed(0)
+    m = ConvBlock().eval()
+    m.bn1.running_mean.uniform_(-0.5, 0.5)
+    m.bn1.running_var.uniform_(0.5, 2)
+    return m
+
+
+def attr(gm, node):
+    obj = gm
+    for part in node.target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def calls(gm, *targets):
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target in targets]
+
+
+@pytest.fixture(scope="module")
+def static_gm():
+    x = torch.randn(2, 3, 11, 11)
+    return api.quantize(_model(), (x,), calibration=[(torch.randn(2, 3, 11, 11),) for _ in range(3)],
+                        progress=False), x
+
+
+def test_static_weights_are_int8_per_channel_symmetric(static_gm):
+    gm, _ = static_gm
+    dqw = calls(gm, qd.dequantize_per_channel.default)
+    assert len(dqw) == 3                                   # conv1, conv2, fc
+    for n in dqw:
+        w = attr(gm, n.args[0])
+        assert w.dtype == torch.int8 and n.args[3] == 0 and tuple(n.args[4:7]) == (-127, 127, torch.int8)
+        zps = attr(gm, n.args[2])
+        assert torch.all(zps == 0)
+    # bias stays float, BN is folded into conv1 by prepare
+    assert not calls(gm, aten.batch_norm.default, aten._native_batch_norm_legit_no_training.default)
+    for conv in calls(gm, aten.conv2d.default):
+        assert attr(gm, conv.args[2]).dtype == torch.float32
+
+
+def test_static_activations_int8_per_tensor(static_gm):
+    gm, _ = static_gm
+    qs = calls(gm, qd.quantize_per_tensor.default)
+    assert qs and all(tuple(q.args[3:6]) == (-128, 127, torch.int8) for q in qs)
+
+
+def test_static_activation_fused_one_observer_after_it(static_gm):
+    gm, _ = static_gm
+    for conv in calls(gm, aten.conv2d.default):
+        (user,) = conv.users                              # conv -> relu / hardtanh, no q between
+        assert user.target in (aten.relu.default, aten.relu6.default, aten.hardtanh.default)
+        assert [u.target for u in user.users] == [qd.quantize_per_tensor.default]
+
+
+def test_static_shared_qparams_through_pool_and_views(static_gm):
+    gm, _ = static_gm
+    for op in (aten.max_pool2d.default, aten.adaptive_avg_pool2d.default, aten.flatten.using_ints):
+        (node,) = calls(gm, op)
+        dq_in, (q_out,) = node.args[0], node.users
+        assert dq_in.target == qd.dequantize_per_tensor.default
+        assert q_out.target == qd.quantize_per_tensor.default
+        assert dq_in.args[1:3] == q_out.args[1:3], op        # same scale and zero point
+
+
+def test_static_add_is_quantized(static_gm):
+    gm, _ = static_gm
+    (add,) = calls(gm, aten.add.Tensor)
+    assert all(a.target == qd.dequantize_per_tensor.default for a in add.args[:2])
+    assert [u.target for u in add.users] == [qd.quantize_per_tensor.default]
+
+
+def test_static_close_to_float(static_gm):
+    gm, x = static_gm
+    ref, got = _model()(x), gm(x)
+    assert F.cosine_similarity(ref.flatten(), got.flatten(), dim=0) > 0.99
+
+
+@pytest.mark.parametrize("scheme", ["dynamic", "weight_only"])
+def test_linear_only_schemes_keep_activations_float(scheme):
+    x = torch.randn(3, 64)
+    gm = api.quantize(models.mlp(), (x,), scheme=scheme, progress=False)
+    assert not calls(gm, qd.quantize_per_tensor.default, qd.quantize_per_tensor.tensor,
+                     qd.choose_qparams.tensor)                       # no per-tensor dynamic qparams
+    linears = calls(gm, aten.linear.default)
+    assert len(linears) == 3
+    for lin in linears:
+        assert lin.args[1].target == qd.dequantize_per_channel.default
+        assert lin.meta["vkq_scheme"] == scheme
+    assert F.cosine_similarity(models.mlp()(x).flatten(), gm(x).flatten(), dim=0) > 0.999
+
+
+def test_calibration_sets_the_ranges():
+    """Calibration data, not the example input, decides the activation scales."""
+    x = torch.randn(2, 64) * 0.01
+    small = api.quantize(models.mlp(), (x,), progress=False)
+    big = api.quantize(models.mlp(), (x,), calibration=[(torch.randn(2, 64) * 10,) for _ in range(2)],
+                       progress=False)
+    s_small = calls(small, qd.quantize_per_tensor.default)[0].args[1]
+    s_big = calls(big, qd.quantize_per_tensor.default)[0].args[1]
+    assert s_big > 100 * s_small
+
+
+def test_calibration_progress_bar(capsys):
+    pytest.importorskip("tqdm")
+    x = torch.randn(2, 64)
+    api.quantize(models.mlp(), (x,), calibration=[(x,)] * 2, progress=True)
+    assert "calibrating" in capsys.readouterr().err
+
+
+def test_unknown_scheme():
+    with pytest.raises(ValueError, match="scheme"):
+        VkqQuantizer("int4")
