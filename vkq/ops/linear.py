@@ -1,1 +1,315 @@
-"""(being written)"""
+"""Linear layers y = x @ W^T + b with int8 weights (N, K), activations (..., K).
+
+  linear_q8           int8 x (4H4W) -> int8 (4H4W): acc = (x - x_zp) @ W^T + bias, requantized per column
+  linear_q8_fout      int8 x (4H4W) -> float32: f32((x - x_zp) @ W^T) * scale + bias
+  linear_dynamic      float32 x -> float32: each row quantized to int8 on the device (quantize_rows),
+                      then the int8 GEMM: f32(acc - zp_row * wsum) * (row_scale * w_scale) + bias
+  linear_weight_only  float32 x -> float32: (x @ f32(W)^T) * w_scale + bias, float accumulation
+
+The three int8 ops share one GEMM (shaders/linear_q8.comp), exact in int32. The activation zero
+point never widens the operands:  sum_k (x - x_zp) w = sum_k x w - x_zp * wsum[n],  with
+wsum[n] = sum_k W[n, k] folded into a per-column constant when the op is built.
+
+Weights are packed once, at build time, into the tiling the kernel reads (pack_weight): one
+ivec4 = 4 k x 4 n, so one 128-bit load feeds a 4 x 4 block of multiply-adds per x row.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..device import grid_1d
+from ..packing import as_nchw
+from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requantize
+from ..registry import register_op
+
+# Share x across a subgroup with subgroupShuffle (off: the PLAIN variants, no subgroup operations).
+SUBGROUP_SHARING = True
+ROW_TILES = (4, 8, 16, 32)   # rows per workgroup; 32 x 4 columns a lane was fastest on lavapipe
+TN = 4                       # columns per lane
+PLAIN_WIDTH = 64             # workgroup width of the PLAIN variants
+ROWQ_WIDTH = 64              # workgroup width of the per-row quantizer (a power of two)
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _up4(n: int) -> int:
+    return (n + 3) // 4 * 4
+
+
+# -- parameters ------------------------------------------------------------------------------
+
+def linear_q8_params(x_scale, w_scales, out_scale, bias_float=None, activation=None, out_zp=0):
+    """Float quantization parameters -> the integer constants and attrs of linear_q8:
+    (bias int32 (N,), multiplier int32 (N,), shift int32 (N,), qmin, qmax).
+
+    bias[n] = rint(b[n] / (x_scale * w_scale[n]))   (the accumulator's scale, as PyTorch does)
+    multiplier, shift = quantize_multipliers(x_scale * w_scale[n] / out_scale)
+    activation: None, "relu", "relu6" or ("hardtanh", lo, hi), fused as (qmin, qmax)."""
+    w_scales = np.atleast_1d(np.asarray(w_scales, dtype=np.float64))
+    acc_scale = float(x_scale) * w_scales
+    if bias_float is None:
+        bias = np.zeros(w_scales.shape, np.int32)
+    else:
+        b = np.rint(np.asarray(bias_float, dtype=np.float64) / acc_scale)
+        if np.any(b < INT32_MIN) or np.any(b > INT32_MAX):
+            raise ValueError("bias does not fit int32 at the accumulator's scale")
+        bias = b.astype(np.int32)
+    m, s = quantize_multipliers(acc_scale / float(out_scale))
+    name, bounds = (activation[0], tuple(activation[1:])) if isinstance(activation, (tuple, list)) else (activation, None)
+    qmin, qmax = activation_bounds(name, float(out_scale), int(out_zp), bounds)
+    return bias, m, s, qmin, qmax
+
+
+# -- the per-row quantization of linear_dynamic ------------------------------------------------
+
+_INV_255 = np.float32(1.0 / 255.0)
+_MIN_SCALE = np.float32(2.0 ** -60)
+_RECIP_MAGIC = np.uint32(0x7EF311C7)
+
+
+def reciprocal(s) -> np.ndarray:
+    """1/s in float32 with + - * only: a bit-pattern first guess and three Newton steps,
+    y <- y * (2 - s * y). Within 2 ulp of 1/s for normal s; bit for bit what the shader computes."""
+    s = np.asarray(s, dtype=np.float32)
+    y = (_RECIP_MAGIC - s.view(np.uint32)).view(np.float32)
+    for _ in range(3):
+        y = y * (np.float32(2.0) - s * y)
+    return y
+
+
+def quantize_rows(x):
+    """float32 (R, K) -> (q int8 (R, K), scale float32 (R,), zero_point int32 (R,)), asymmetric per row:
+        mn = min(0, min_k x),  mx = max(0, max_k x)
+        scale = max((mx - mn) * f32(1/255), 2^-60)
+        inv = reciprocal(scale)
+        zp = clamp(-128 - rint(mn * inv), -128, 127)
+        q  = clamp(rint(x * inv) + zp, -128, 127)
+    float32 throughout, no division (GPU division is not correctly rounded; + - * are), so the
+    shader (shaders/linear_rowq.comp) agrees bit for bit. The 2^-60 floor keeps every
+    intermediate a normal float, where GPUs may flush denormals."""
+    x = np.asarray(x, dtype=np.float32)
+    mn = x.min(axis=1, initial=0)
+    mx = x.max(axis=1, initial=0)
+    scale = np.maximum((mx - mn) * _INV_255, _MIN_SCALE)
+    inv = reciprocal(scale)
+    zp = np.clip(np.float32(-128) - np.rint(mn * inv), -128, 127)
+    q = np.clip(np.rint(x * inv[:, None]) + zp[:, None], -128, 127)
+    return q.astype(np.int8), scale, zp.astype(np.int32)
+
+
+# -- tiling and weight packing ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Tiles:
+    """How a GEMM dispatch is cut: tm rows per workgroup, tn columns per lane, sg lanes sharing
+    x through subgroup shuffles (1: PLAIN), kstep k-blocks per cooperative x load, width lanes."""
+    tm: int
+    tn: int
+    sg: int
+    kstep: int
+    width: int
+
+    @property
+    def plain(self) -> bool:
+        return self.sg == 1
+
+    def spec(self):
+        return (self.tm, self.tn, self.sg, self.kstep)
+
+
+def gemm_tiles(info, rows: int, items_per_row_tile) -> Tiles:
+    """Tiles for `rows` rows on a device. items_per_row_tile(tm): x items one k-block of a row
+    tile holds (tm/4 int8 blocks, or tm float rows); kstep makes a step's items a multiple of sg."""
+    tm = next((t for t in ROW_TILES if t >= rows), ROW_TILES[-1])
+    sg = int(info.subgroup_size)
+    if not SUBGROUP_SHARING or sg < 2 or sg > info.max_workgroup_invocations:
+        return Tiles(tm, TN, 1, 1, min(PLAIN_WIDTH, info.max_workgroup_invocations))
+    items = items_per_row_tile(tm)
+    return Tiles(tm, TN, sg, sg // math.gcd(sg, items), sg)
+
+
+def pack_weight(w, tn: int, kstep: int) -> np.ndarray:
+    """(N, K) int8 or float32 -> the kernel's tiling: N padded to a multiple of tn, K to 4*kstep*
+    ceil(K4/kstep), zeros. Block (nt, kb, j) holds k = 4kb..4kb+3 x n = nt*tn + 4j .. +3, with
+    k the slower index: int8 -> one ivec4 (int32 i = k, byte b = n); float32 -> 4 vec4."""
+    w = np.asarray(w)
+    n, k = w.shape
+    k4 = _up4(k) // 4
+    k4w = -(-k4 // kstep) * kstep
+    nt = -(-n // tn)
+    p = np.zeros((nt * tn, 4 * k4w), w.dtype)
+    p[:n, :k] = w
+    # (nt, j, b, kb, i) -> (nt, kb, j, i, b)
+    blocks = np.ascontiguousarray(p.reshape(nt, tn // 4, 4, k4w, 4).transpose(0, 3, 1, 4, 2)).reshape(-1)
+    return blocks.view("<i4").astype(np.int32) if w.dtype == np.int8 else blocks.astype(np.float32)
+
+
+def _columns(n: int, tn: int, cols, fill=0) -> np.ndarray:
+    """Per-column constants, C arrays of n -> (n padded to tn, C) int32 words, floats as their
+    bits; padding columns get `fill` (one value per constant)."""
+    table = np.zeros((-(-n // tn) * tn, len(cols)), np.int32)
+    table[:] = np.asarray(fill, np.int32)
+    for i, c in enumerate(cols):
+        c = np.asarray(c)
+        table[:n, i] = c.view(np.int32) if c.dtype == np.float32 else c.astype(np.int32)
+    return table
+
+
+def _weight(ctx, name, k):
+    try:
+        w = np.asarray(ctx.constant(name))
+    except KeyError:
+        raise ValueError(f"{name!r}: vkq linear kernels need the weight as a constant") from None
+    if w.ndim != 2 or w.shape[1] != k or w.dtype != np.int8:
+        raise ValueError(f"{name!r}: expected an int8 weight of shape (N, {k}), got {w.dtype} {w.shape}")
+    return w
+
+
+def _gemm_q8(ctx, variant, x_buf, rows4: int, h: int, k: int, w, cols, out_buf, fill=0,
+             push_tail=(0, 0, 0), rowq_buf=None):
+    """The int8 GEMM dispatch over a 4H4W x of rows4 packed rows (h real rows per batch matrix);
+    cols: the four per-column constants the variant reads (see shaders/linear_q8.comp)."""
+    n = w.shape[0]
+    t = gemm_tiles(ctx.device.info, rows4, lambda tm: tm // 4)
+    nt, rb = -(-n // t.tn), rows4 // 4
+    groups = (-(-nt // t.width), -(-rb // (t.tm // 4)), 1)
+    defines = {v: 1 for v in variant + (("PLAIN",) if t.plain else ())}
+    table = _columns(n, t.tn, cols, fill)
+    bufs = [x_buf, ctx.const_buffer(pack_weight(w, t.tn, t.kstep)), ctx.const_buffer(table), out_buf]
+    bufs += [rowq_buf] if rowq_buf is not None else []
+    return ctx.device.dispatch("linear_q8", bufs, groups, local=(t.width,), spec=t.spec(),
+                               push=(rb, h, _up4(k) // 4, n, nt) + tuple(push_tail), defines=defines)
+
+
+def _int8_input(spec, k_expected=None):
+    n, c, h, k = as_nchw(spec.shape)
+    if spec.dtype != "int8" or spec.layout != "4H4W":
+        raise ValueError(f"linear kernels read int8 4H4W activations, got {spec.dtype} {spec.layout}")
+    return n * c * _up4(h), h, k
+
+
+def _rows(shape) -> int:
+    return int(np.prod(shape[:-1], dtype=np.int64))
+
+
+# -- the ops ---------------------------------------------------------------------------------
+
+@register_op
+class LinearQ8:
+    """int8 x (..., K) 4H4W, weight int8 (N, K), bias int32 (N,), multiplier/shift int32 (N,)
+    -> int8 (..., N) 4H4W:  out = requantize((x - x_zp) @ W^T + bias, multiplier, shift,
+    out_zp, qmin, qmax). On the device bias_eff = bias - x_zp * wsum is folded at build time."""
+    name = "linear_q8"
+    shaders = ("linear_q8",)
+
+    def reference(x, weight, bias, multiplier, shift, *, x_zp, out_zp, qmin=INT8_MIN, qmax=INT8_MAX):
+        acc = (x.astype(np.int64) - x_zp) @ weight.astype(np.int64).T + bias.astype(np.int64)
+        return requantize(acc, multiplier, shift, out_zp, qmin, qmax)
+
+    def build(ctx, node):
+        x, wname, bname, mname, sname = node.inputs
+        a = node.attrs
+        rows4, h, k = _int8_input(ctx.spec(x))
+        w = _weight(ctx, wname, k)
+        bias_eff = ctx.constant(bname).astype(np.int64) - int(a["x_zp"]) * w.sum(axis=1, dtype=np.int64)
+        if bias_eff.min() < INT32_MIN or bias_eff.max() > INT32_MAX:
+            raise ValueError(f"{node.name}: bias - x_zp * sum(w) overflows int32")
+        cols = [bias_eff, ctx.constant(mname), ctx.constant(sname), np.zeros(w.shape[0])]
+        return [_gemm_q8(ctx, ("OUT_Q8",), ctx.buffer(x), rows4, h, k, w, cols, ctx.buffer(node.outputs[0]),
+                         fill=(0, 0, 31, 0),   # padding columns: m = 0 with a valid shift
+                         push_tail=(a["out_zp"], a.get("qmin", INT8_MIN), a.get("qmax", INT8_MAX)))]
+
+
+@register_op
+class LinearQ8Fout:
+    """int8 x (..., K) 4H4W, weight int8 (N, K), bias f32 (N,), scale f32 (N,) -> f32 (..., N):
+    out = f32((x - x_zp) @ W^T) * scale + bias, each float op rounded once (no fused
+    multiply-add), so the device matches numpy bit for bit. |acc| must stay below 2^31."""
+    name = "linear_q8_fout"
+    shaders = ("linear_q8",)
+
+    def reference(x, weight, bias, scale, *, x_zp):
+        acc = (x.astype(np.int64) - x_zp) @ weight.astype(np.int64).T
+        return acc.astype(np.float32) * np.asarray(scale, np.float32) + np.asarray(bias, np.float32)
+
+    def build(ctx, node):
+        x, wname, bname, sname = node.inputs
+        rows4, h, k = _int8_input(ctx.spec(x))
+        w = _weight(ctx, wname, k)
+        corr = -int(node.attrs["x_zp"]) * w.sum(axis=1, dtype=np.int64)
+        cols = [corr, np.asarray(ctx.constant(sname), np.float32), np.asarray(ctx.constant(bname), np.float32),
+                np.zeros(w.shape[0])]
+        return [_gemm_q8(ctx, ("OUT_F32",), ctx.buffer(x), rows4, h, k, w, cols, ctx.buffer(node.outputs[0]))]
+
+
+@register_op
+class LinearDynamic:
+    """float32 x (..., K), weight int8 (N, K), w_scale f32 (N,), bias f32 (N,) -> f32 (..., N).
+    Each row of x is quantized on the device (quantize_rows: q, row_scale, zp), then
+    out = f32(q @ W^T - zp * wsum) * (row_scale * w_scale) + bias, float32 ops rounded once."""
+    name = "linear_dynamic"
+    shaders = ("linear_rowq", "linear_q8")
+
+    def reference(x, weight, w_scale, bias):
+        k, n = x.shape[-1], weight.shape[0]
+        q, scale, zp = quantize_rows(x.reshape(-1, k))
+        w64 = weight.astype(np.int64)
+        acc = q.astype(np.int64) @ w64.T - zp[:, None].astype(np.int64) * w64.sum(axis=1)
+        s = scale[:, None] * np.asarray(w_scale, np.float32)[None, :]
+        out = acc.astype(np.float32) * s + np.asarray(bias, np.float32)
+        return out.reshape(x.shape[:-1] + (n,))
+
+    def build(ctx, node):
+        x, wname, sname, bname = node.inputs
+        shape = ctx.spec(x).shape
+        r, k = _rows(shape), shape[-1]
+        w = _weight(ctx, wname, k)
+        rows4, k4 = _up4(r), _up4(k) // 4
+        q = ctx.scratch(rows4 * k4)
+        rowq = ctx.scratch(2 * r, np.float32)
+        width = min(ROWQ_WIDTH, 1 << (ctx.device.info.max_workgroup_invocations.bit_length() - 1))
+        quant = ctx.device.dispatch("linear_rowq", [ctx.buffer(x), q, rowq], grid_1d(rows4, 1),
+                                    local=(width,), spec=(width,), push=(r, k))
+        cols = [w.sum(axis=1, dtype=np.int64), np.asarray(ctx.constant(sname), np.float32),
+                np.asarray(ctx.constant(bname), np.float32), np.zeros(w.shape[0])]
+        gemm = _gemm_q8(ctx, ("OUT_F32", "ROW_QPARAMS"), q, rows4, r, k, w, cols,
+                        ctx.buffer(node.outputs[0]), rowq_buf=rowq)
+        return [quant, gemm]
+
+
+def float_gemm(ctx, x_buf, r: int, k: int, w, scale, bias, out_buf):
+    """The float GEMM dispatch: out = (x @ w^T) * scale + bias; w int8 (weight-only) or float32."""
+    n = w.shape[0]
+    t = gemm_tiles(ctx.device.info, r, lambda tm: tm)
+    nt = -(-n // t.tn)
+    groups = (-(-nt // t.width), -(-r // t.tm), 1)
+    defines = {"W_INT8" if w.dtype == np.int8 else "W_F32": 1}
+    if t.plain:
+        defines["PLAIN"] = 1
+    table = _columns(n, t.tn, [np.asarray(scale, np.float32), np.asarray(bias, np.float32)])
+    bufs = [x_buf, ctx.const_buffer(pack_weight(w, t.tn, t.kstep)), ctx.const_buffer(table), out_buf]
+    return ctx.device.dispatch("linear_float", bufs, groups, local=(t.width,), spec=t.spec(),
+                               push=(r, k, n, nt), defines=defines)
+
+
+@register_op
+class LinearWeightOnly:
+    """float32 x (..., K), weight int8 (N, K), w_scale f32 (N,), bias f32 (N,) -> f32 (..., N):
+    out = (x @ f32(W)^T) * w_scale + bias, accumulated in float32 (the order of the sum differs
+    from numpy's, so results agree to rounding, not bit for bit)."""
+    name = "linear_weight_only"
+    shaders = ("linear_float",)
+
+    def reference(x, weight, w_scale, bias):
+        y = np.asarray(x, np.float32) @ weight.astype(np.float32).T
+        return y * np.asarray(w_scale, np.float32) + np.asarray(bias, np.float32)
+
+    def build(ctx, node):
+        x, wname, sname, bname = node.inputs
+        shape = ctx.spec(x).shape
+        w = _weight(ctx, wname, shape[-1])
+        return [float_gemm(ctx, ctx.buffer(x), _rows(shape), shape[-1], w, ctx.constant(sname),
+                           ctx.constant(bname), ctx.buffer(node.outputs[0]))]
