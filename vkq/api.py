@@ -27,7 +27,9 @@ def _as_tuple(x):
 def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: str = "static",
              quantizer=None, progress: bool = True) -> GraphModule:
     """Export `model`, prepare it with VkqQuantizer(scheme) (or `quantizer`), run the calibration
-    inputs through it (an iterable of input tuples; default: the example inputs once), convert.
+    inputs through it (an iterable of input tuples, or of tensors for one-input models; default:
+    the example inputs once; a batch larger than the example's is cut into example-sized
+    pieces, since the exported graph has static shapes), convert.
     Returns the converted PT2E GraphModule: q/dq around float ops, runnable eagerly."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -38,8 +40,24 @@ def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: s
     batches = [example_inputs] if calibration is None else calibration
     with torch.no_grad():
         for batch in (_progress(batches, "calibrating") if progress else batches):
-            prepared(*_as_tuple(batch))
+            for chunk in _fit_batch(_as_tuple(batch), example_inputs):
+                prepared(*chunk)
     return convert_pt2e(prepared)
+
+
+def _fit_batch(batch: tuple, example: tuple):
+    """The exported graph has the example's static shapes: a calibration batch with another
+    leading (batch) size is cut into example-sized pieces (a smaller remainder is dropped)."""
+    shapes = [tuple(t.shape) for t in batch]
+    want = [tuple(t.shape) for t in example]
+    if shapes == want:
+        return [batch]
+    if len(shapes) != len(want) or any(s[1:] != w[1:] or not w for s, w in zip(shapes, want)):
+        raise ValueError(f"calibration inputs of shapes {shapes} do not fit the example's {want}")
+    n, total = want[0][0], shapes[0][0]
+    if any(s[0] != total for s in shapes) or any(w[0] != n for w in want) or total < n:
+        raise ValueError(f"calibration batch of shapes {shapes} cannot be cut into the example's {want}")
+    return [tuple(t[i:i + n] for t in batch) for i in range(0, total - n + 1, n)]
 
 
 def compile(model_or_converted, example_inputs, calibration=None, scheme: str = "static",

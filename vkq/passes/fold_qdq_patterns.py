@@ -33,14 +33,11 @@ import numpy as np
 import torch
 from torch.fx import GraphModule, Node
 
-from ..quant import INT8_MAX, INT8_MIN, quantize_multipliers
+from ..quant import INT8_MAX, INT8_MIN
 from ._graph import (CHOOSE_QPARAMS, DEQUANTIZE, DEQUANTIZE_CHANNEL, DEQUANTIZE_TENSOR, QUANTIZE,
                      QUANTIZE_TENSOR, add_constant, aten, finish, is_call, op_name, q_args, reject,
                      set_val, shape_of, vkq_target)
 from .fold_constants import evaluate_constant
-
-INT32_MAX = 2 ** 31 - 1
-
 
 # ------------------------------------------------------------------ what the rules look at
 
@@ -124,17 +121,6 @@ def bias(gm, node, channels: int) -> np.ndarray | str:
     if b is None:
         return "its bias is not a constant"
     return b.double().numpy().reshape(channels)
-
-
-def requant_constants(b: np.ndarray, x_scale: float, w_scales: np.ndarray, out_scale: float):
-    """int32 bias = round(b / (s_x * s_w)), fixed-point (multiplier, shift) of s_x * s_w / s_out."""
-    acc_scale = float(x_scale) * np.asarray(w_scales, np.float64)
-    acc_scale = np.broadcast_to(acc_scale, b.shape)
-    b32 = np.rint(b / acc_scale)
-    if np.any(np.abs(b32) > INT32_MAX):
-        raise OverflowError("int32 bias overflows")
-    mult, shift = quantize_multipliers(acc_scale / float(out_scale))
-    return b32.astype(np.int32), mult, shift
 
 
 def _out(q: Node) -> dict:
@@ -233,11 +219,9 @@ def fold_conv(gm, conv: Node):
     b = bias(gm, _arg(conv, 2, "bias", None), wq.shape[0])
     if isinstance(b, str):
         return b
+    from ..ops.conv import conv2d_q8_params
     out = q_args(q)
-    try:
-        b32, mult, shift = requant_constants(b, x.scale, ws, out["scale"])
-    except OverflowError as e:
-        return str(e)
+    b32, mult, shift, _, _ = conv2d_q8_params(x.scale, ws, out["scale"], b, None, out["zero_point"])
     attrs = {"stride": _pair(_arg(conv, 3, "stride", 1)), "padding": _pair(padding),
              "dilation": _pair(_arg(conv, 5, "dilation", 1)), "groups": int(_arg(conv, 6, "groups", 1)),
              "x_zp": x.zero_point, **_out(q)}
@@ -268,10 +252,11 @@ def fold_linear(gm, lin: Node):
         for old in (dqs or [lin]):
             old.replace_all_uses_with(node)
         return node
+    from ..ops.linear import linear_q8_params
     out = q_args(q)
     try:
-        b32, mult, shift = requant_constants(b, x.scale, ws, out["scale"])
-    except OverflowError as e:
+        b32, mult, shift, _, _ = linear_q8_params(x.scale, ws, out["scale"], b, None, out["zero_point"])
+    except ValueError as e:
         return str(e)
     return emit_for_q(gm, q, "linear_q8", [x.node],
                       {"weight": wq, "bias": b32, "multiplier": mult, "shift": shift},
