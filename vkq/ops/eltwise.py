@@ -18,6 +18,7 @@ from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multiplier, 
 from ..registry import register_op
 
 LOCAL = 64
+PER = 4                  # ivec4 blocks per invocation (fewer, longer invocations run faster on CPU drivers)
 ADD_BITS = 22            # the larger input scale becomes 2^22 integer units (see add_q8)
 IDENTITY = (1 << 30, 30)  # quantize_multiplier(1.0)
 
@@ -96,8 +97,8 @@ def _binary_build(ctx, node, variant, a_mult=0, b_mult=0):
             raise ValueError(f"{node.name}: {t!r} is {st.shape} {st.layout}, the output {so.shape} {so.layout}")
     blocks, *geo = block_geometry(so)
     return [ctx.device.dispatch(
-        "eltwise_binary", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], grid_1d(blocks, LOCAL),
-        local=(LOCAL,), defines=[variant],
+        "eltwise_binary", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], grid_1d(-(-blocks // PER), LOCAL),
+        local=(LOCAL,), spec=(PER,), defines=[variant],
         push=(geo, blocks, at["a_zp"], at["b_zp"], a_mult, b_mult, at["multiplier"], at["shift"],
               at["out_zp"], at.get("qmin", INT8_MIN), at.get("qmax", INT8_MAX)))]
 
@@ -157,10 +158,10 @@ class ClampQ8:
         si, so, at = ctx.spec(src), ctx.spec(out), node.attrs
         if si.shape != so.shape or si.layout != so.layout:
             raise ValueError(f"{node.name}: input {si.shape} {si.layout} vs output {so.shape} {so.layout}")
-        requant = int((at["multiplier"], at["shift"]) != IDENTITY or at["in_zp"] != at["out_zp"])
+        requant = (at["multiplier"], at["shift"]) != IDENTITY or at["in_zp"] != at["out_zp"]
         blocks, *geo = block_geometry(so)
         return [ctx.device.dispatch(
-            "eltwise_clamp", [ctx.buffer(src), ctx.buffer(out)], grid_1d(blocks, LOCAL),
-            local=(LOCAL,), spec=(requant,),
+            "eltwise_clamp", [ctx.buffer(src), ctx.buffer(out)], grid_1d(-(-blocks // PER), LOCAL),
+            local=(LOCAL,), spec=(PER,), defines=["REQUANT"] if requant else None,
             push=(geo, blocks, at["in_zp"], at["multiplier"], at["shift"], at["out_zp"],
                   at.get("qmin", INT8_MIN), at.get("qmax", INT8_MAX)))]
