@@ -187,13 +187,19 @@ def _check_out_shape(node, got, want):
         raise ValueError(f"{node.name}: output shape {tuple(got)}, the pool gives {tuple(want)}")
 
 
-def _window_dispatch(ctx, node, variant, ins, outs, geo, buffers, zps=(0, 0, INT8_MIN, INT8_MAX)):
-    k, st, pd, dl = geo
+def _blocks(outs) -> int:
+    """Output ivec4 blocks of a 4W4C (N, C, OH, OW) tensor: one invocation each."""
     n, c, oh, ow = outs
-    blocks = n * oh * -(-ow // 4) * -(-c // 4)
-    return ctx.device.dispatch(
-        "pool_window", buffers, grid_1d(blocks, LOCAL), local=(LOCAL,), defines=variant,
-        push=(ins, outs, (*k, *st), (*pd, *dl), *zps))
+    return n * oh * -(-ow // 4) * -(-c // 4)
+
+
+def _window_dispatch(ctx, node, variant, ins, outs, buffers, zps=(0, 0, INT8_MIN, INT8_MAX)):
+    """pool_window with the geometry as specialization constants (kernel, stride, padding,
+    dilation; each (h, w))."""
+    a = node.attrs
+    geo = [*a["kernel"], *a["stride"], *a["padding"], *a.get("dilation", (1, 1))]
+    return ctx.device.dispatch("pool_window", buffers, grid_1d(_blocks(outs), LOCAL), local=(LOCAL,),
+                               spec=geo, defines=[variant], push=(ins, outs, *zps))
 
 
 @register_op
@@ -224,14 +230,13 @@ class MaxPool2dQ8:
         a = node.attrs
         _check_out_shape(node, outs, pool2d_output_shape(ins, a["kernel"], a["stride"], a["padding"],
                                                          a.get("dilation", 1), a.get("ceil_mode", 0)))
-        geo = (a["kernel"], a["stride"], a["padding"], a.get("dilation", (1, 1)))
-        return [_window_dispatch(ctx, node, ["MAX"], ins, outs, geo,
+        return [_window_dispatch(ctx, node, "MAX", ins, outs,
                                  [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])])]
 
 
-def _avg_build(ctx, node, variant, geo):
-    """A global pool when the one window is the whole input, else pool_window with a table of
-    (m, s) per output position."""
+def _avg_build(ctx, node):
+    """A global pool when the one window is the whole input, else pool_window (regular
+    windows) or pool_adaptive with a table of (m, s) per output position."""
     _, _, ins, outs = _spatial_specs(ctx, node)
     a = node.attrs
     hs, he, ws, we, div = _windows(a, ins[2], ins[3])
@@ -242,7 +247,10 @@ def _avg_build(ctx, node, variant, geo):
     if div.shape == (1, 1) and (hs[0], he[0], ws[0], we[0]) == (0, ins[2], 0, ins[3]):
         return [_global_dispatch(ctx, ins, src, dst, int(m[0, 0]), int(s[0, 0]), zps)]
     table = ctx.const_buffer(np.stack([m, s], -1).reshape(-1), np.int32)
-    return [_window_dispatch(ctx, node, variant, ins, outs, geo, [src, dst, table], zps)]
+    if "output_size" in a:
+        return [ctx.device.dispatch("pool_adaptive", [src, dst, table], grid_1d(_blocks(outs), LOCAL),
+                                    local=(LOCAL,), push=(ins, outs, *zps))]
+    return [_window_dispatch(ctx, node, "AVG", ins, outs, [src, dst, table], zps)]
 
 
 def _global_dispatch(ctx, ins, src, dst, m, s, zps):
@@ -269,8 +277,7 @@ class AvgPool2dQ8:
         return _avg_reference(q, attrs)
 
     def build(ctx, node):
-        a = node.attrs
-        return _avg_build(ctx, node, ["AVG"], (a["kernel"], a["stride"], a["padding"], (1, 1)))
+        return _avg_build(ctx, node)
 
 
 @register_op
@@ -279,13 +286,13 @@ class AdaptiveAvgPool2dQ8:
     [floor(o*n/out), ceil((o+1)*n/out)); sum of (q - in_zp), requantize with s_in / (s_out *
     window area). Output 1x1 (global pooling) runs as one workgroup reduction per channel block."""
     name = "adaptive_avg_pool2d_q8"
-    shaders = ("pool_window", "pool_global")
+    shaders = ("pool_adaptive", "pool_global")
 
     def reference(q, **attrs):
         return _avg_reference(q, attrs)
 
     def build(ctx, node):
-        return _avg_build(ctx, node, ["AVG", "ADAPTIVE"], ((1, 1), (1, 1), (0, 0), (1, 1)))
+        return _avg_build(ctx, node)
 
 
 # -- concatenation -----------------------------------------------------------------------------
