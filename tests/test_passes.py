@@ -1,0 +1,337 @@
+"""Each lowering pass on its own: build a tiny module, export, prepare, calibrate, convert, run
+the passes up to the one under test, then assert on the graph (and, while the graph is still
+plain torch, that it computes the same numbers as before the pass)."""
+import copy
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import vkq.ops.cpu  # noqa: F401  (CPU ops register on import)
+from vkq import api
+from vkq.passes import PIPELINE, run_pipeline
+from vkq.passes._graph import QUANTIZE, DEQUANTIZE, is_vkq, record_shapes, vkq_op_of
+from vkq.passes.assign_layouts import assign_layouts
+from vkq.passes.drop_cancelling_qdq import drop_cancelling_qdq
+from vkq.passes.drop_guards import drop_guards
+from vkq.passes.fold_constants import fold_constants
+from vkq.passes.fold_qdq_patterns import fold_qdq_patterns
+from vkq.passes.fuse_activation import fuse_activation
+from vkq.passes.lift_quantize import lift_quantize
+from vkq.passes.normalize_ops import normalize_ops
+from vkq.passes.views_to_repack import views_to_repack
+
+warnings.filterwarnings("ignore", category=UserWarning)
+aten = torch.ops.aten
+qd = torch.ops.quantized_decomposed
+
+
+class ConvNet(nn.Module):
+    """conv-relu -> conv-relu6 -> maxpool -> flatten -> linear (prime-ish sizes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 5, 3, padding=1)
+        self.c2 = nn.Conv2d(5, 7, 3)
+        self.fc = nn.Linear(7 * 2 * 2, 11)
+
+    def forward(self, x):
+        x = F.relu6(self.c2(F.relu(self.c1(x))))
+        return self.fc(torch.flatten(F.max_pool2d(x, 2), 1))
+
+
+_CACHE = {}
+
+
+def converted(model, x, **kw):
+    """The converted PT2E graph (quantized once per model and input, then copied)."""
+    key = (id(model), tuple(x.shape), tuple(sorted((k, id(v)) for k, v in kw.items())))
+    if key not in _CACHE:                  # the model is kept too, so that its id is not reused
+        torch.manual_seed(1)
+        _CACHE[key] = (model, api.quantize(model.eval(), (x,), progress=False, **kw,
+                                           calibration=[(torch.randn_like(x),) for _ in range(3)]))
+    return copy.deepcopy(_CACHE[key][1])
+
+
+def prepared(model, x, upto=None, **kw):
+    """(converted PT2E graph, a copy with shapes recorded and the passes before `upto` run)."""
+    gm = converted(model, x, **kw)
+    work = copy.deepcopy(gm)
+    record_shapes(work, (x,))
+    before = PIPELINE if upto is None else PIPELINE[:PIPELINE.index(upto)]
+    run_pipeline(work, before)
+    return gm, work
+
+
+def targets(gm):
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def vkq_ops(gm):
+    return [vkq_op_of(n) for n in gm.graph.nodes if is_vkq(n)]
+
+
+def same_numbers(a, b, x):
+    with torch.no_grad():
+        ra, rb = a(x), b(x)
+    ra, rb = (ra[0] if isinstance(ra, tuple) else ra), (rb[0] if isinstance(rb, tuple) else rb)
+    assert torch.equal(ra, rb)
+
+
+X = torch.randn(2, 3, 7, 7)
+
+
+@pytest.fixture(scope="module")
+def convnet():
+    torch.manual_seed(0)
+    return ConvNet().eval()
+
+
+def test_pipeline_is_an_ordered_list_linted_after_each_pass(convnet):
+    names = [p.__name__ for p in PIPELINE]
+    assert names == ["drop_guards", "normalize_ops", "fuse_activation", "lift_quantize", "drop_cancelling_qdq",
+                     "fold_qdq_patterns", "views_to_repack", "fold_constants", "assign_layouts"]
+    _, gm = prepared(convnet, X, upto=PIPELINE[0])
+    report = run_pipeline(gm)
+    assert list(report) == names and all(isinstance(c, bool) for c, _ in report.values())
+
+
+def test_drop_guards(convnet):
+    _, gm = prepared(convnet, X, upto=drop_guards)
+    assert any(n.op == "call_module" for n in gm.graph.nodes)
+    assert drop_guards(gm)
+    assert not any(n.op == "call_module" for n in gm.graph.nodes)
+    assert not drop_guards(gm)
+
+
+def test_normalize_ops_decomposed_spellings():
+    """Re-export + run_decompositions: convolution, permute + addmm, max_pool2d_with_indices and
+    mean.dim come back as conv2d, linear, max_pool2d and adaptive_avg_pool2d, same numbers."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.fc = nn.Conv2d(3, 5, 3), nn.Linear(5, 4)
+
+        def forward(self, x):
+            return self.fc(F.max_pool2d(F.relu(self.c(x)), 2).mean((2, 3)))
+    torch.manual_seed(0)
+    gm = converted(M(), X)
+    dec = torch.export.export(gm, (X,)).run_decompositions().module()
+    assert aten.convolution.default in targets(dec) and aten.addmm.default in targets(dec)
+    work = copy.deepcopy(dec)
+    record_shapes(work, (X,))
+    drop_guards(work)
+    assert normalize_ops(work)
+    t = targets(work)
+    for gone in (aten.convolution.default, aten.addmm.default, aten.max_pool2d_with_indices.default, aten.mean.dim):
+        assert gone not in t
+    for there in (aten.conv2d.default, aten.linear.default, aten.max_pool2d.default, aten.adaptive_avg_pool2d.default):
+        assert there in t
+    same_numbers(dec, work, X)
+
+
+def test_fuse_activation_moves_relu_into_the_quantize_range(convnet):
+    gm, work = prepared(convnet, X, upto=fuse_activation)
+    assert aten.relu.default in targets(work) and aten.hardtanh.default in targets(work)
+    assert fuse_activation(work)
+    assert aten.relu.default not in targets(work) and aten.hardtanh.default not in targets(work)
+    conv_qs = [next(iter(n.users)) for n in work.graph.nodes if n.target == aten.conv2d.default]
+    assert all(q.target in QUANTIZE for q in conv_qs)            # conv -> q directly
+    relu6_q = conv_qs[1]
+    scale, zp, qmin, qmax = relu6_q.args[1:5]
+    assert qmin == max(-128, zp) and qmax == min(127, int(np.rint(6 / scale)) + zp)
+    same_numbers(gm, work, X)                                     # exact: clamp commutes with quantize
+
+
+def test_fuse_activation_keeps_a_relu_with_a_float_user():
+    class M(nn.Module):
+        def forward(self, x):
+            return torch.sigmoid(F.relu(x))
+    x = torch.randn(2, 5)
+    _, work = prepared(M(), x, upto=fuse_activation)
+    assert not fuse_activation(work)
+    assert aten.relu.default in targets(work)
+
+
+def test_lift_quantize_puts_the_view_on_int8():
+    """dq -> avg_pool -> flatten -> q (XNNPACK leaves avg_pool unannotated) becomes
+    avg_pool -> q -> flatten(int8), so that dq -> avg_pool -> q can fold."""
+    from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.fc = nn.Conv2d(3, 4, 3), nn.Linear(4 * 2 * 2, 3)
+
+        def forward(self, x):
+            return self.fc(torch.flatten(F.avg_pool2d(self.c(x), 2), 1))
+    x = torch.randn(2, 3, 6, 6)
+    q = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    gm, work = prepared(M(), x, upto=lift_quantize, quantizer=q)
+    (flat,) = [n for n in work.graph.nodes if n.target == aten.flatten.using_ints]
+    assert flat.args[0].target == aten.avg_pool2d.default
+    assert lift_quantize(work)
+    (flat,) = [n for n in work.graph.nodes if n.target == aten.flatten.using_ints]
+    assert flat.args[0].target in QUANTIZE and flat.meta["val"].dtype == torch.int8
+    (pool,) = [n for n in work.graph.nodes if n.target == aten.avg_pool2d.default]
+    assert [u.target for u in pool.users] == [qd.quantize_per_tensor.default]
+    same_numbers(gm, work, x)
+
+
+def test_lift_quantize_merges_identical_quantizes():
+    """Two quantizes of one tensor with one set of parameters, behind two views: one quantize,
+    right after the tensor, and the views on int8."""
+    class M(nn.Module):
+        def forward(self, x):
+            qa = qd.quantize_per_tensor(x.view(2, 15), 0.05, 3, -128, 127, torch.int8)
+            qb = qd.quantize_per_tensor(x.reshape(2, 15), 0.05, 3, -128, 127, torch.int8)
+            da = qd.dequantize_per_tensor(qa, 0.05, 3, -128, 127, torch.int8)
+            db = qd.dequantize_per_tensor(qb, 0.05, 3, -128, 127, torch.int8)
+            return da + 1, db * 2
+    x = torch.randn(2, 3, 5)
+    gm = torch.export.export(M(), (x,)).module()
+    work = copy.deepcopy(gm)
+    record_shapes(work, (x,))
+    assert len([n for n in work.graph.nodes if n.target in QUANTIZE]) == 2
+    assert lift_quantize(work)
+    qs = [n for n in work.graph.nodes if n.target in QUANTIZE]
+    assert len(qs) == 1 and qs[0].args[0].op == "placeholder"
+    same_numbers(gm, work, x)
+
+
+def test_drop_cancelling_qdq(convnet):
+    gm, work = prepared(convnet, X, upto=drop_cancelling_qdq)
+    pairs = [n for n in work.graph.nodes if n.target in QUANTIZE and n.args[0].target in DEQUANTIZE]
+    assert pairs                                                   # maxpool / flatten edges
+    assert drop_cancelling_qdq(work)
+    assert not [n for n in work.graph.nodes if n.target in QUANTIZE and n.args[0].target in DEQUANTIZE]
+    same_numbers(gm, work, X)
+
+
+def _attr(gm, node):
+    obj = gm
+    for part in node.target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def test_fold_qdq_patterns_conv_and_linear(convnet):
+    gm, work = prepared(convnet, X, upto=fold_qdq_patterns)
+    assert fold_qdq_patterns(work)
+    assert vkq_ops(work) == ["conv2d_q8", "conv2d_q8", "max_pool2d_q8", "linear_q8_fout"]
+    assert aten.conv2d.default not in targets(work) and aten.linear.default not in targets(work)
+    conv = next(n for n in work.graph.nodes if is_vkq(n, "conv2d_q8"))
+    x, w, b, m, s = conv.args
+    weight, bias = _attr(work, w), _attr(work, b)
+    assert x.meta["val"].dtype == torch.int8
+    assert weight.dtype == torch.int8 and tuple(weight.shape) == (5, 3, 3, 3)
+    assert bias.dtype == torch.int32 and _attr(work, m).dtype == torch.int32 and _attr(work, s).dtype == torch.int32
+    assert conv.kwargs["stride"] == [1, 1] and conv.kwargs["padding"] == [1, 1] and conv.kwargs["groups"] == 1
+    # against the PT2E graph: same int8 weight, int32 bias = round(b / (s_x * s_w)), relu as qmin
+    pt_conv = next(n for n in gm.graph.nodes if n.target == aten.conv2d.default)
+    dq_x, dq_w, b_float = pt_conv.args[:3]
+    assert torch.equal(weight, _attr(gm, dq_w.args[0]))
+    s_w = _attr(gm, dq_w.args[1]).double()
+    expect = torch.round(_attr(gm, b_float).double() / (dq_x.args[1] * s_w)).int()
+    assert torch.equal(bias, expect)
+    assert conv.kwargs["x_zp"] == dq_x.args[2]
+    assert conv.kwargs["qmin"] == conv.kwargs["out_zp"]            # the fused relu: qmin = quantize(0)
+
+
+def test_fold_qdq_patterns_records_why_not():
+    """A conv whose output feeds a float op unquantized cannot be an int8 op: it stays, with a reason."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(3, 4, 3)
+
+        def forward(self, x):
+            return torch.tanh(self.c(x))
+    x = torch.randn(1, 3, 6, 6)
+    gm = converted(M(), x)
+    # drop the output quantize PT2E put after the conv: the conv output is then float
+    for n in list(gm.graph.nodes):
+        if n.target == aten.conv2d.default:
+            q = next(iter(n.users))
+            dq = next(iter(q.users))
+            dq.replace_all_uses_with(n)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    work = copy.deepcopy(gm)
+    record_shapes(work, (x,))
+    run_pipeline(work, PIPELINE[:PIPELINE.index(fold_qdq_patterns) + 1])
+    (conv,) = [n for n in work.graph.nodes if n.target == aten.conv2d.default]
+    assert conv.meta["vkq_reject"].startswith("aten.conv2d: output is not quantized")
+
+
+def test_views_to_repack_and_layouts(convnet):
+    """Conv chain 4W4C, linear input 4H4W, the flatten between them one repack with the shape."""
+    _, work = prepared(convnet, X, upto=views_to_repack)
+    assert views_to_repack(work)
+    fold_constants(work)
+    assert assign_layouts(work)
+    layouts = {n.name: (vkq_op_of(n) or str(n.target), n.meta.get("vkq_layout"))
+               for n in work.graph.nodes if n.meta.get("vkq_layout")}
+    ops = [v for v in layouts.values() if not v[0].startswith("_")]
+    assert ops == [("quantized_decomposed.quantize_per_tensor.default", "4W4C"), ("conv2d_q8", "4W4C"), ("conv2d_q8", "4W4C"),
+                   ("max_pool2d_q8", "4W4C"), ("repack", "4H4W")]
+    (repack,) = [n for n in work.graph.nodes if is_vkq(n, "repack")]
+    assert repack.kwargs["shape"] == [2, 28]
+    assert vkq_op_of(next(iter(repack.users))) == "linear_q8_fout"
+
+
+def test_assign_layouts_inserts_a_repack_only_where_needed():
+    """One quantized input read by a conv (4W4C) and a linear (4H4W), summed by an add."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.fc = nn.Conv2d(4, 4, 1), nn.Linear(5, 5)
+
+        def forward(self, x):
+            return self.c(x) + self.fc(x)
+    x = torch.randn(1, 4, 5, 5)
+    _, work = prepared(M(), x, upto=assign_layouts)
+    assign_layouts(work)
+    add = next(n for n in work.graph.nodes if is_vkq(n, "add_q8"))
+    lin = next(n for n in work.graph.nodes if is_vkq(n, "linear_q8"))
+    conv = next(n for n in work.graph.nodes if is_vkq(n, "conv2d_q8"))
+    # the input is quantized 4W4C (its first reader is the conv); the linear reads a 4H4W copy,
+    # and its 4H4W output is repacked to the add's 4W4C: two repacks, no more
+    repacks = [n for n in work.graph.nodes if is_vkq(n, "repack")]
+    assert len(repacks) == 2
+    assert conv.args[0].target in QUANTIZE and conv.args[0].meta["vkq_layout"] == "4W4C"
+    assert is_vkq(lin.args[0], "repack") and lin.args[0].meta["vkq_layout"] == "4H4W"
+    assert add.meta["vkq_layout"] == "4W4C" and add.args[0] is conv
+    assert is_vkq(add.args[1], "repack") and add.args[1].args[0] is lin and add.args[1].meta["vkq_layout"] == "4W4C"
+
+
+def test_fold_constants_float_weights_for_cpu_ops():
+    """A float conv (input not quantized) keeps its dequantized int8 weight: computed once."""
+    from vkq.quantizer import VkqQuantizer
+
+    class Q(VkqQuantizer):                        # weights only, as a partial quantizer might do
+        def annotate(self, model):
+            from vkq.quantizer import _annotate, weight_spec
+            for n in model.graph.nodes:
+                if n.target == aten.conv2d.default:
+                    _annotate(n, {n.args[1]: weight_spec()})
+            return model
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(3, 4, 3)
+
+        def forward(self, x):
+            return self.c(x)
+    x = torch.randn(1, 3, 6, 6)
+    gm, work = prepared(M(), x, upto=fold_constants, quantizer=Q())
+    assert qd.dequantize_per_channel.default in targets(work)
+    assert fold_constants(work)
+    assert qd.dequantize_per_channel.default not in targets(work)
+    (conv,) = [n for n in work.graph.nodes if n.target == aten.conv2d.default]
+    assert conv.args[1].op == "get_attr" and getattr(work, conv.args[1].target).dtype == torch.float32
+    same_numbers(gm, work, x)
