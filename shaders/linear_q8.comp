@@ -119,31 +119,37 @@ void main() {
     }
     if (nt >= p.NT) return;
 
+    // The epilogue copies acc with constant indices (so acc stays in registers) and then runs
+    // rolled loops: one copy of the requantization code, which SwiftShader compiles in 0.2 s
+    // instead of 5 s for TM*TN unrolled copies.
     int Hp = up4(p.H), N4 = up4(p.N) / 4;
     [[unroll]] for (int j = 0; j < TN4; ++j) {
         int nb = nt * TN4 + j;          // column block: n = 4nb .. 4nb+3
         if (nb >= N4) break;
+        ivec4 tile[TM];
+        [[unroll]] for (int r = 0; r < TM; ++r) tile[r] = acc[r][j];
         ivec4 c0 = chan[4 * nb], c1 = chan[4 * nb + 1], c2 = chan[4 * nb + 2], c3 = chan[4 * nb + 3];
         bvec4 col_ok = lessThan(4 * nb + ivec4(0, 1, 2, 3), ivec4(p.N));
-        [[unroll]] for (int i = 0; i < TM4; ++i) {
+        for (int i = 0; i < TM4; ++i) {
             int rb = rb0 + i;
             if (rb >= p.RB) break;
 #ifdef OUT_Q8
+            ivec4 bias = ivec4(c0.x, c1.x, c2.x, c3.x), m = ivec4(c0.y, c1.y, c2.y, c3.y), sh = ivec4(c0.z, c1.z, c2.z, c3.z);
             ivec4 words;
-            [[unroll]] for (int rr = 0; rr < 4; ++rr) {
-                ivec4 a = acc[4 * i + rr][j] + ivec4(c0.x, c1.x, c2.x, c3.x);
-                ivec4 q = requantize4(a, ivec4(c0.y, c1.y, c2.y, c3.y), ivec4(c0.z, c1.z, c2.z, c3.z),
-                                      p.out_zp, p.qmin, p.qmax);
+            for (int rr = 0; rr < 4; ++rr) {
+                ivec4 a = tile[4 * i + rr] + bias, q = ivec4(0);
                 bool row_ok = (4 * rb + rr) % Hp < p.H;   // padding rows and columns stay 0
-                words[rr] = pack_int8x4(row_ok ? q * ivec4(col_ok) : ivec4(0));
+                for (int b = 0; b < 4; ++b)
+                    if (row_ok && col_ok[b]) q[b] = requantize(a[b], m[b], sh[b], p.out_zp, p.qmin, p.qmax);
+                words[rr] = pack_int8x4(q);
             }
             out_q[rb * N4 + nb] = words;
 #else
-            [[unroll]] for (int rr = 0; rr < 4; ++rr) {
+            for (int rr = 0; rr < 4; ++rr) {
                 int prow = 4 * rb + rr, h = prow % Hp;
                 if (h >= p.H) continue;
                 int row = prow / Hp * p.H + h;   // row in the (batch * H, N) float output
-                ivec4 a = acc[4 * i + rr][j];
+                ivec4 a = tile[4 * i + rr];
                 vec4 scale = intBitsToFloat(ivec4(c0.y, c1.y, c2.y, c3.y));
 #ifdef ROW_QPARAMS
                 vec2 rq = rowq[row];
@@ -154,7 +160,7 @@ void main() {
                 a += ivec4(c0.x, c1.x, c2.x, c3.x);
 #endif
                 precise vec4 y = vec4(a) * scale + intBitsToFloat(ivec4(c0.z, c1.z, c2.z, c3.z));
-                [[unroll]] for (int b = 0; b < 4; ++b)
+                for (int b = 0; b < 4; ++b)
                     if (col_ok[b]) out_f[row * p.N + 4 * nb + b] = y[b];
             }
 #endif

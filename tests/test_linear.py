@@ -1,0 +1,337 @@
+"""linear_q8, linear_q8_fout, linear_dynamic, linear_weight_only.
+
+On every test device the int8 ops equal their numpy references bit for bit (the packed output
+words too, so padding bytes are 0); the float weight-only op agrees within a bound on float
+rounding. The references are checked against PyTorch's float path (quantized_decomposed
+dequantize -> F.linear -> quantize) within one int8 step."""
+import numpy as np
+import pytest
+import torch
+import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
+import torch.nn.functional as F
+
+from oputil import assert_same, single_op_program, spec
+from vkq import packing
+from vkq.executor import VulkanExecutor, run_reference
+from vkq.ops import linear
+from vkq.ops.linear import linear_q8_params, pack_weight, quantize_rows, reciprocal
+from vkq.quant import quantize_multiplier, quantize_multipliers
+from vkq.registry import get_op
+
+QD = torch.ops.quantized_decomposed
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+def q8(rng, shape, lo=-128, hi=127):
+    """Random int8 with both extremes present."""
+    q = rng.integers(lo, hi + 1, shape).astype(np.int8)
+    q.reshape(-1)[:2] = (lo, hi)[:q.size]
+    return q
+
+
+def weights(rng, n, k):
+    """Per-output-channel symmetric int8 weights in [-127, 127] and their scales."""
+    return q8(rng, (n, k), -127, 127), rng.uniform(0.002, 0.02, n)
+
+
+def w_spec(w):
+    return spec(w.shape, "int8", "4H4W")
+
+
+def q8_program(x_shape, w, bias, m, s, attrs):
+    out = tuple(x_shape[:-1]) + (w.shape[0],)
+    n = (w.shape[0],)
+    return single_op_program("linear_q8", [("x", spec(x_shape, "int8", "4H4W"))],
+                             [("y", spec(out, "int8", "4H4W"))], attrs,
+                             {"w": (w_spec(w), w), "b": (spec(n, "int32"), bias),
+                              "m": (spec(n, "int32"), m), "s": (spec(n, "int32"), s)})
+
+
+def float_program(op, x_shape, w, consts):
+    out = tuple(x_shape[:-1]) + (w.shape[0],)
+    n = (w.shape[0],)
+    return single_op_program(op, [("x", spec(x_shape))], [("y", spec(out))], {},
+                             {"w": (w_spec(w), w), **{k: (spec(n), v) for k, v in consts.items()}})
+
+
+def run_exact(device, prog, x):
+    ex = VulkanExecutor(prog, device)
+    got, ref = ex(x), run_reference(prog, x)
+    assert_same((got,), (ref,))
+    out = prog.tensors["y"]
+    if out.dtype == "int8":   # the words themselves: padding rows and columns are 0
+        np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, "4H4W"))
+    return ref
+
+
+def torch_dq_weight(w, w_scales):
+    return QD.dequantize_per_channel(torch.from_numpy(w), torch.tensor(w_scales, dtype=torch.float64),
+                                     torch.zeros(len(w_scales), dtype=torch.int64), 0, -127, 127, torch.int8)
+
+
+def torch_linear_q8(x, x_scale, x_zp, w, w_scales, b, out_scale, out_zp, act=None):
+    """PyTorch's float reference: dequantize x and w, F.linear, activation, quantize."""
+    xf = QD.dequantize_per_tensor(torch.from_numpy(x), x_scale, x_zp, -128, 127, torch.int8)
+    y = F.linear(xf, torch_dq_weight(w, w_scales), torch.from_numpy(b.astype(np.float32)))
+    if act is not None:
+        name, lo, hi = (act, 0.0, 6.0 if act == "relu6" else None) if isinstance(act, str) else act
+        y = torch.clamp(y, lo, hi)
+    return QD.quantize_per_tensor(y, out_scale, out_zp, -128, 127, torch.int8).numpy()
+
+
+# cases: (x shape, N, x_zp, out_zp, activation)
+Q8_CASES = [
+    ((1, 1), 1, 0, 0, None),
+    ((3, 5), 17, -128, 127, None),          # zero points at both ends
+    ((5, 17), 3, 127, -128, "relu"),
+    ((17, 37), 13, 3, -5, "relu6"),
+    ((2, 3, 5), 7, -7, 10, ("hardtanh", -0.5, 0.3)),   # batch dims; bounds x max|y|
+    ((2, 2, 3, 9), 5, 1, 0, None),          # rank 4
+    ((37,), 4, 0, 2, None),                 # a single row
+]
+
+
+def q8_case(rng, x_shape, n, x_zp, out_zp, act, x_scale=0.05):
+    k = x_shape[-1]
+    x = q8(rng, x_shape)
+    w, ws = weights(rng, n, k)
+    b = rng.normal(0, 0.5, n)
+    # an output scale that spreads the outputs over the int8 range
+    y = torch.from_numpy((x.astype(np.float64) - x_zp) * x_scale) @ torch_dq_weight(w, ws).T.double()
+    ymax = float(y.abs().max())
+    out_scale = max(ymax / 100, 1e-3)
+    if isinstance(act, tuple):   # hardtanh bounds given as fractions of max|y|
+        act = (act[0], act[1] * ymax, act[2] * ymax)
+    bias, m, s, qmin, qmax = linear_q8_params(x_scale, ws, out_scale, b, act, out_zp)
+    attrs = dict(x_zp=x_zp, out_zp=out_zp, qmin=qmin, qmax=qmax)
+    return x, w, ws, b, out_scale, act, (bias, m, s), attrs
+
+
+# -- linear_q8 --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("x_shape,n,x_zp,out_zp,act", Q8_CASES)
+def test_linear_q8_exact(device, x_shape, n, x_zp, out_zp, act):
+    rng = np.random.default_rng(sum(x_shape) * 100 + n)
+    x, w, _, _, _, _, consts, attrs = q8_case(rng, x_shape, n, x_zp, out_zp, act)
+    ref = run_exact(device, q8_program(x.shape, w, *consts, attrs), x)
+    if ref.size > 20:   # not everything clamped to one value
+        assert len(np.unique(ref)) > 5
+
+
+@pytest.mark.parametrize("x_shape,n,x_zp,out_zp,act", Q8_CASES)
+def test_linear_q8_reference_matches_torch(x_shape, n, x_zp, out_zp, act):
+    rng = np.random.default_rng(sum(x_shape) * 100 + n)
+    x, w, ws, b, out_scale, act, consts, attrs = q8_case(rng, x_shape, n, x_zp, out_zp, act)
+    ref = get_op("linear_q8").reference(x, w, *consts, **attrs)
+    want = torch_linear_q8(x, 0.05, x_zp, w, ws, b, out_scale, out_zp, act)
+    assert np.abs(ref.astype(int) - want).max() <= 1
+
+
+def test_linear_q8_extreme_multipliers(device):
+    """A multiplier near 1 (tiny accumulators) and one near 2^-20 (accumulators near 2^26 from
+    all-extreme inputs, zero points at the ends)."""
+    rng = np.random.default_rng(7)
+    # M ~ 1: K = 3, values in [-3, 3]
+    x = rng.integers(-3, 4, (9, 3)).astype(np.int8)
+    w = rng.integers(-3, 4, (6, 3)).astype(np.int8)
+    m, s = (np.full(6, v, np.int32) for v in quantize_multiplier(0.99999))
+    bias = rng.integers(-20, 20, 6).astype(np.int32)
+    ref = run_exact(device, q8_program(x.shape, w, bias, m, s, dict(x_zp=-2, out_zp=0, qmin=-128, qmax=127)), x)
+    assert ref.min() > -128 and ref.max() < 127   # nothing saturates, every bit of the product counts
+    # M ~ 2^-20: K = 1500; row r is -128 for k < t_r and 127 after, x_zp = 127, so
+    # acc = -255 * sum_{k < t_r} w, up to 255 * 127 * 1500 ~ 2^25.2
+    t = np.linspace(0, 1500, 9).astype(int)
+    x = np.where(np.arange(1500)[None, :] < t[:, None], -128, 127).astype(np.int8)
+    w = np.where(rng.random((7, 1500)) < 0.9, -127, 127).astype(np.int8)
+    m, s = quantize_multipliers(2.0 ** -20 * rng.uniform(1, 1.9, 7))
+    ref = run_exact(device, q8_program(x.shape, w, np.zeros(7, np.int32), m, s,
+                                       dict(x_zp=127, out_zp=-128, qmin=-128, qmax=127)), x)
+    assert np.abs((x.astype(np.int64) - 127) @ w.astype(np.int64).T).max() > 2 ** 25
+    assert len(np.unique(ref)) > 5
+
+
+def test_linear_q8_params():
+    bias, m, s, qmin, qmax = linear_q8_params(0.1, [0.01, 0.02], 0.5, [0.0105, -1.0], "relu6", -3)
+    np.testing.assert_array_equal(bias, [10, -500])            # rint(b / (0.1 * w_scale)), half to even
+    np.testing.assert_allclose(m / 2.0 ** s, [0.002, 0.004], rtol=1e-9)
+    assert (qmin, qmax) == (-3, 9)
+    assert linear_q8_params(0.1, [0.01], 0.5, None, ("hardtanh", -1.0, 1.0), 0)[3:] == (-2, 2)
+    with pytest.raises(ValueError):
+        linear_q8_params(1e-9, [1e-9], 0.5, [1e3])             # bias does not fit int32
+
+
+def test_pack_weight_layout():
+    """Block (nt, kb, j): int32 i holds k = 4kb+i, byte b holds n = nt*TN + 4j + b."""
+    rng = np.random.default_rng(3)
+    w = q8(rng, (13, 10))
+    tn, kstep = 8, 2
+    words = pack_weight(w, tn, kstep).view(np.uint8).reshape(-1, 4, 4)   # (block, i, b)
+    k4w = 4                                                      # ceil(ceil(10/4) / 2) * 2
+    for nt in range(2):
+        for kb in range(k4w):
+            for j in range(tn // 4):
+                blk = words[(nt * k4w + kb) * (tn // 4) + j].view(np.int8)
+                for i in range(4):
+                    for b in range(4):
+                        n, k = nt * tn + 4 * j + b, 4 * kb + i
+                        assert blk[i, b] == (w[n, k] if n < 13 and k < 10 else 0)
+    f = pack_weight(w.astype(np.float32), tn, kstep)
+    np.testing.assert_array_equal(f, pack_weight(w, tn, kstep).view(np.int8).astype(np.float32))
+
+
+def test_linear_q8_without_subgroups(device, monkeypatch):
+    """The PLAIN variants (no subgroup operations) give the same bits."""
+    monkeypatch.setattr(linear, "SUBGROUP_SHARING", False)
+    rng = np.random.default_rng(11)
+    x, w, _, _, _, _, consts, attrs = q8_case(rng, (2, 9, 21), 11, 5, -2, None)
+    run_exact(device, q8_program(x.shape, w, *consts, attrs), x)
+    xf = rng.normal(0, 1, (9, 21)).astype(np.float32)
+    consts = {"s": rng.uniform(1e-3, 1e-2, 11).astype(np.float32), "b": rng.normal(0, 1, 11).astype(np.float32)}
+    run_exact(device, float_program("linear_dynamic", xf.shape, w, consts), xf)
+    got = VulkanExecutor(float_program("linear_weight_only", xf.shape, w, consts), device)(xf)
+    np.testing.assert_allclose(got, get_op("linear_weight_only").reference(xf, w, consts["s"], consts["b"]),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_weight_must_be_constant(device):
+    w = np.ones((3, 4), np.int8)
+    prog = single_op_program("linear_q8", [("x", spec((2, 4), "int8", "4H4W")), ("w", w_spec(w))],
+                             [("y", spec((2, 3), "int8", "4H4W"))], dict(x_zp=0, out_zp=0),
+                             {"b": (spec((3,), "int32"), np.zeros(3, np.int32)),
+                              "m": (spec((3,), "int32"), np.full(3, 1 << 30, np.int32)),
+                              "s": (spec((3,), "int32"), np.full(3, 31, np.int32))})
+    with pytest.raises(ValueError, match="constant"):
+        VulkanExecutor(prog, device)
+
+
+# -- linear_q8_fout ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("x_shape,n,x_zp", [((1, 3), 1, 0), ((5, 17), 13, -128), ((2, 3, 37), 7, 127),
+                                            ((6, 601), 5, 127)])
+def test_linear_q8_fout_exact(device, x_shape, n, x_zp):
+    """f32(acc) * scale + bias bit for bit; K = 601 of extreme values puts |acc| above 2^24,
+    where f32(acc) itself rounds."""
+    rng = np.random.default_rng(n)
+    x = q8(rng, x_shape)
+    w, ws = weights(rng, n, x_shape[-1])
+    if x_shape[-1] == 601:
+        x[:] = -128
+        w[:] = rng.choice(np.array([127, 125], np.int8), w.shape)
+    consts = {"b": rng.normal(0, 1, n).astype(np.float32), "s": (0.05 * ws).astype(np.float32)}
+    prog = single_op_program("linear_q8_fout", [("x", spec(x_shape, "int8", "4H4W"))],
+                             [("y", spec(x_shape[:-1] + (n,)))], {"x_zp": x_zp},
+                             {"w": (w_spec(w), w), **{k: (spec((n,)), v) for k, v in consts.items()}})
+    ref = run_exact(device, prog, x)
+    if x_shape[-1] == 601:
+        acc = (x.astype(np.int64) - x_zp) @ w.astype(np.int64).T
+        assert np.abs(acc).min() > 2 ** 24 and np.any(acc.astype(np.float32).astype(np.int64) != acc)
+    # PyTorch: dequantize, F.linear; float32 rounding apart, the same numbers
+    want = F.linear(QD.dequantize_per_tensor(torch.from_numpy(x), 0.05, x_zp, -128, 127, torch.int8),
+                    torch_dq_weight(w, ws), torch.from_numpy(consts["b"])).numpy()
+    np.testing.assert_allclose(ref, want, rtol=1e-5, atol=1e-4)
+
+
+# -- linear_dynamic ---------------------------------------------------------------------------
+
+def awkward_rows(rng, k):
+    """Rows that stress the per-row quantizer: zeros, one sign only, constant, tiny, huge,
+    exact ties of x * inv."""
+    rows = [np.zeros(k), np.abs(rng.normal(0, 1, k)), -np.abs(rng.normal(0, 3, k)), np.full(k, 0.7),
+            rng.normal(0, 1e-25, k), rng.normal(0, 1e25, k), np.linspace(-1, 1, k) * 127.5 / 128]
+    rows.append(np.round(rng.normal(0, 40, k)) * np.float32(1 / 255.0) * 3)
+    return np.array(rows, np.float32)
+
+
+def test_quantize_rows():
+    """scale, zp and q as documented; dequantized rows within half a step of x; and close to
+    PyTorch's choose_qparams_per_token_asymmetric (which divides in float64)."""
+    rng = np.random.default_rng(5)
+    x = np.concatenate([awkward_rows(rng, 50), rng.normal(0, 2, (20, 50)).astype(np.float32)])
+    q, scale, zp = quantize_rows(x)
+    assert q.dtype == np.int8 and scale.dtype == np.float32
+    deq = (q.astype(np.float32) - zp[:, None]) * scale[:, None]
+    assert np.all(np.abs(deq - x) <= scale[:, None] * 0.5001 + 1e-30)
+    lo, hi = ((np.array([-128, 127])[None, :] - zp[:, None]) * scale[:, None].astype(np.float64)).T
+    assert np.all(lo <= np.minimum(x.min(1), 0) + scale * 0.5001)     # [-128, 127] covers [mn, mx]
+    assert np.all(hi >= np.maximum(x.max(1), 0) - scale * 0.5001)
+    r = reciprocal(scale)
+    assert np.all(np.abs(r.astype(np.float64) * scale - 1) < 3e-7)
+    t_scale, t_zp = QD.choose_qparams_per_token_asymmetric(torch.from_numpy(x[8:]), torch.int8)
+    np.testing.assert_allclose(scale[8:], t_scale.numpy()[:, 0], rtol=1e-6)
+    assert np.abs(zp[8:] - t_zp.numpy()[:, 0]).max() <= 1
+
+
+@pytest.mark.parametrize("x_shape,n", [((1, 1), 1), ((3, 5), 17), ((2, 5, 37), 3), ((8, 50), 13)])
+def test_linear_dynamic_exact(device, x_shape, n):
+    rng = np.random.default_rng(n)
+    k = x_shape[-1]
+    x = rng.normal(0, 2, x_shape).astype(np.float32)
+    if x_shape == (8, 50):
+        x = awkward_rows(rng, 50)
+    w, ws = weights(rng, n, k)
+    consts = {"s": ws.astype(np.float32), "b": rng.normal(0, 1, n).astype(np.float32)}
+    ref = run_exact(device, float_program("linear_dynamic", x.shape, w, consts), x)
+    assert np.all(np.isfinite(ref))
+
+
+def test_linear_dynamic_reference_matches_torch():
+    """Against PyTorch's per-token path (choose_qparams / quantize / dequantize_per_token,
+    F.linear) and the float linear: both within half an x step times sum_k |w|."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(0, 2, (2, 7, 40)).astype(np.float32)
+    w, ws = weights(rng, 9, 40)
+    b = rng.normal(0, 1, 9).astype(np.float32)
+    ref = get_op("linear_dynamic").reference(x, w, ws.astype(np.float32), b)
+    wf = torch_dq_weight(w, ws)
+    tx = torch.from_numpy(x.reshape(-1, 40))
+    sc, zp = QD.choose_qparams_per_token_asymmetric(tx, torch.int8)
+    tq = QD.quantize_per_token(tx, sc, zp, -128, 127, torch.int8)
+    xd = QD.dequantize_per_token(tq, sc, zp, -128, 127, torch.int8, torch.float32)
+    want = F.linear(xd, wf, torch.from_numpy(b)).numpy().reshape(ref.shape)
+    exact = F.linear(torch.from_numpy(x), wf, torch.from_numpy(b)).numpy()
+    step = quantize_rows(x.reshape(-1, 40))[1].reshape(2, 7, 1)
+    bound = 0.5 * step * np.abs(wf.numpy()).sum(axis=1) + 1e-5
+    assert np.all(np.abs(ref - exact) <= bound)
+    assert np.all(np.abs(want - exact) <= bound)
+
+
+# -- linear_weight_only -----------------------------------------------------------------------
+
+def weight_only_tolerance(x, w, ws, k):
+    """float32 sums in another order: 1e-6 * sqrt(K) ulp-scale error per |x||w| term."""
+    mag = np.abs(x.reshape(-1, k)).astype(np.float64) @ np.abs(w.astype(np.float64)).T * ws
+    return (1e-6 * np.sqrt(k) * mag + 1e-6).reshape(x.shape[:-1] + (w.shape[0],))
+
+
+@pytest.mark.parametrize("x_shape,n", [((1, 1), 1), ((3, 5), 17), ((2, 5, 37), 3), ((17, 130), 13)])
+def test_linear_weight_only(device, x_shape, n):
+    rng = np.random.default_rng(n + 1)
+    k = x_shape[-1]
+    x = rng.normal(0, 2, x_shape).astype(np.float32)
+    w, ws = weights(rng, n, k)
+    consts = {"s": ws.astype(np.float32), "b": rng.normal(0, 1, n).astype(np.float32)}
+    prog = float_program("linear_weight_only", x.shape, w, consts)
+    got, ref = VulkanExecutor(prog, device)(x), run_reference(prog, x)
+    tol = weight_only_tolerance(x, w, ws, k)
+    assert np.all(np.abs(got - ref) <= tol)
+    want = F.linear(torch.from_numpy(x), torch_dq_weight(w, ws), torch.from_numpy(consts["b"])).numpy()
+    assert np.all(np.abs(ref - want) <= tol)
+
+
+# -- real layer shapes ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("k,n", [(384, 384), (384, 1536), (1536, 384)])
+def test_transformer_shapes(device, k, n):
+    """A ViT-S/DeiT-S block's linears at 128 tokens: static int8 exactly, dynamic exactly,
+    weight-only within tolerance."""
+    rng = np.random.default_rng(k + n)
+    x, w, _, _, _, _, consts, attrs = q8_case(rng, (128, k), n, -3, 4, None, x_scale=0.02)
+    run_exact(device, q8_program(x.shape, w, *consts, attrs), x)
+    xf = rng.normal(0, 1, (128, k)).astype(np.float32)
+    _, ws = weights(rng, n, k)
+    fc = {"s": ws.astype(np.float32), "b": rng.normal(0, 1, n).astype(np.float32)}
+    run_exact(device, float_program("linear_dynamic", xf.shape, w, fc), xf)
+    prog = float_program("linear_weight_only", xf.shape, w, fc)
+    got = VulkanExecutor(prog, device)(xf)
+    assert np.all(np.abs(got - run_reference(prog, xf)) <= weight_only_tolerance(xf, w, ws, k))
