@@ -25,7 +25,7 @@ def cmd_devices(args) -> int:
         print(f"{mark}[{d.index}] {d.name}\n"
               f"     driver {d.driver} {d.driver_info}  type {d.type}  Vulkan {d.api_version}\n"
               f"     workgroup: {d.max_workgroup_invocations} invocations, size {d.max_workgroup_size}; "
-              f"subgroup {d.subgroup_size}; shared memory {d.max_shared_memory_bytes // 1024} KiB; "
+              f"subgroup {d.subgroup_size} ({', '.join(d.subgroup_operations) or 'no operations'}); shared memory {d.max_shared_memory_bytes // 1024} KiB; "
               f"storage buffer range {d.max_storage_buffer_range // 2**20} MiB\n"
               f"     optional features: {feats}")
     print("(* = selected: --device / VKQ_DEVICE / default)")

@@ -162,6 +162,9 @@ _ST_SUBGROUP, _ST_DRIVER = 1000094000, 1000196000
 _ST_FEATURES_12, _ST_FEATURES_13 = 51, 53
 
 DEVICE_TYPES = {0: "other", 1: "integrated-gpu", 2: "discrete-gpu", 3: "virtual-gpu", 4: "cpu"}
+SUBGROUP_OPERATIONS = {1: "basic", 2: "vote", 4: "arithmetic", 8: "ballot", 16: "shuffle",
+                       32: "shuffle_relative", 64: "clustered", 128: "quad"}
+_STAGE_COMPUTE = 0x20
 
 
 def _version(v: int) -> str:
@@ -185,6 +188,7 @@ class DeviceInfo:
     max_storage_buffer_range: int
     max_push_constants_bytes: int
     subgroup_size: int
+    subgroup_operations: tuple   # in compute shaders: "basic", "shuffle", "arithmetic", ...
     timestamp_period_ns: float
     timestamps: bool
     features: dict = field(default_factory=dict)
@@ -277,6 +281,9 @@ def _describe(vk, index: int, pd) -> DeviceInfo:
         max_storage_buffer_range=lim.maxStorageBufferRange,
         max_push_constants_bytes=lim.maxPushConstantsSize,
         subgroup_size=subgroup.subgroupSize,
+        subgroup_operations=tuple(name for bit, name in SUBGROUP_OPERATIONS.items()
+                                  if subgroup.supportedOperations & bit
+                                  and subgroup.supportedStages & _STAGE_COMPUTE),
         timestamp_period_ns=lim.timestampPeriod,
         timestamps=bool(lim.timestampComputeAndGraphics),
         features=features,
