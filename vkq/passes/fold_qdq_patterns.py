@@ -164,9 +164,15 @@ def emit_for_q(gm, q: Node, op, inputs, constants, attrs, hint=None) -> Node:
     a = q_args(q)
     node = emit(gm, q, op, inputs, constants, attrs, shape_of(q), qparams=(a["scale"], a["zero_point"]),
                 hint=hint)
-    node.meta["vkq_source"] = q.name
+    _hand_on_source(q, node)
     q.replace_all_uses_with(node)
     return node
+
+
+def _hand_on_source(q: Node, node: Node) -> None:
+    """node now holds the value quantize q held: it is compared with the same PT2E quantize."""
+    if "vkq_source" in q.meta:
+        node.meta["vkq_source"] = q.meta["vkq_source"]
 
 
 def clamp_to(gm, src: Node, in_qp: tuple, q: Node) -> Node:
@@ -176,7 +182,7 @@ def clamp_to(gm, src: Node, in_qp: tuple, q: Node) -> Node:
     attrs = clamp_q8_params(in_qp[0], in_qp[1], a["scale"], a["zero_point"], activation=None)
     attrs.update(qmin=a["qmin"], qmax=a["qmax"])
     node = emit(gm, q, "clamp_q8", [src], {}, attrs, shape_of(q), qparams=(a["scale"], a["zero_point"]))
-    node.meta["vkq_source"] = q.name
+    _hand_on_source(q, node)
     q.replace_all_uses_with(node)
     return node
 

@@ -1,0 +1,324 @@
+"""quantize -> lower -> run_reference(program, x) against the converted PT2E GraphModule run
+eagerly (PyTorch's own reference): float outputs agree (cosine >= 0.999) and, op by op, every
+int8 output is within one step of PT2E's on >= 99% of its elements (assert_matches_pt2e).
+Also: what falls back to the CPU and why, other quantizers' graphs, the CPU ops themselves."""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import vkq.ops.cpu  # noqa: F401  (CPU ops register on import)
+from vkq import api, models
+from vkq.executor import VulkanExecutor, run_reference
+from vkq.lower import lower
+from vkq.registry import get_op
+
+warnings.filterwarnings("ignore", category=UserWarning)
+
+
+class SmallCNN(nn.Module):
+    """conv-bn-relu, conv-relu6, maxpool, residual add, adaptive avgpool, flatten, linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 12, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(12)
+        self.conv2 = nn.Conv2d(12, 12, 3, padding=1)
+        self.conv3 = nn.Conv2d(12, 20, 3, stride=2, padding=1)
+        self.fc = nn.Linear(20, 7)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = F.max_pool2d(x + F.relu6(self.conv2(x)), 2)
+        x = F.relu(self.conv3(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def small_cnn():
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        m = SmallCNN().eval()
+        m.bn1.running_mean.uniform_(-0.3, 0.3)
+        m.bn1.running_var.uniform_(0.5, 2.0)
+    return m
+
+
+def batches(shape, n=4, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(shape, generator=g),) for _ in range(n)]
+
+
+def pt2e_values(gm, *inputs):
+    """Every node's value when the converted graph runs eagerly."""
+    values = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n):
+            values[n.name] = super().run_node(n)
+            return values[n.name]
+    with torch.no_grad():
+        Recorder(gm).run(*inputs)
+    return values
+
+
+def cosine(a, b):
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def assert_matches_pt2e(program, gm, x, min_cos=0.999):
+    """End to end: the float outputs' cosine. Op by op: every node of the program, fed the PT2E
+    values of its inputs, gives an int8 output within one step of PT2E's on >= 99% of the
+    elements (a float output: equal to float rounding). Op by op, so that a float op that
+    amplifies a one-step difference (layer_norm) does not hide or fake an error downstream.
+    Returns how many node outputs were compared."""
+    env = run_reference(program, x.numpy(), keep_all=True)
+    with torch.no_grad():
+        ref = gm(x)
+    ref = (ref[0] if isinstance(ref, tuple) else ref).numpy()
+    out = env[program.outputs[0]]
+    assert out.dtype == np.float32 and out.shape == ref.shape
+    assert cosine(out, ref) >= min_cos
+
+    values = {k: v.detach().numpy() for k, v in pt2e_values(gm, x).items() if isinstance(v, torch.Tensor)}
+    sources = program.meta["int8_sources"]
+
+    def pt2e(name):
+        """The PT2E value a program tensor stands for: the quantize it replaced, or the FX node
+        of the same name that the passes left as it was."""
+        v = values.get(sources.get(name, name))
+        return v if v is not None and v.shape == program.tensors[name].shape else None
+
+    compared = 0
+    for node in program.nodes:
+        args = [pt2e(i) if pt2e(i) is not None else env[i] for i in node.inputs]
+        result = get_op(node.op).reference(*args, **node.attrs)
+        for name, got in zip(node.outputs, result if isinstance(result, tuple) else (result,)):
+            want = pt2e(name)
+            if want is None:
+                continue
+            if program.tensors[name].dtype == "int8":
+                within = np.mean(np.abs(np.asarray(got, np.int32) - want.astype(np.int32)) <= 1)
+                assert within >= 0.99, f"{node.op} -> {name}: only {within:.2%} within one step of PT2E"
+            else:
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{node.op} -> {name}")
+            compared += 1
+    return compared
+
+
+def ops(program):
+    return [n.op for n in program.nodes]
+
+
+# ---------------------------------------------------------------- static int8 models
+
+@pytest.fixture(scope="module")
+def cnn():
+    x = torch.randn(2, 3, 13, 13, generator=torch.Generator().manual_seed(0))
+    gm = api.quantize(small_cnn(), (x,), calibration=batches((8, 3, 13, 13)), progress=False)
+    return gm, lower(gm, (x,)), x
+
+
+def test_cnn_lowers_to_vulkan_ops_only(cnn):
+    _, program, _ = cnn
+    assert ops(program) == ["quantize", "conv2d_q8", "conv2d_q8", "add_q8", "max_pool2d_q8", "conv2d_q8",
+                            "adaptive_avg_pool2d_q8", "repack", "linear_q8_fout"]
+    assert program.fallback == []
+    assert program.tensors[program.inputs[0]].dtype == "float32"
+    assert program.tensors[program.outputs[0]].dtype == "float32"
+    # a conv chain stays 4W4C; the flatten before the linear is one repack 4W4C -> 4H4W
+    for n in program.nodes[1:-2]:
+        assert program.tensors[n.outputs[0]].layout == "4W4C", n.op
+    repack = program.nodes[-2]
+    assert program.tensors[repack.inputs[0]].layout == "4W4C"
+    assert program.tensors[repack.outputs[0]].layout == "4H4W" and repack.attrs["shape"] == [2, 20]
+
+
+def test_cnn_matches_pt2e(cnn):
+    gm, program, x = cnn
+    assert assert_matches_pt2e(program, gm, x) >= 7
+
+
+def test_cnn_relu_fused_as_qmin(cnn):
+    _, program, _ = cnn
+    conv1 = program.nodes[1]
+    assert conv1.attrs["qmin"] > -128 or conv1.attrs["out_zp"] == -128
+    assert conv1.attrs["qmin"] == conv1.attrs["out_zp"]
+
+
+def test_mlp_static():
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(0))
+    gm = api.quantize(models.mlp(), (x,), calibration=batches((5, 64)), progress=False)
+    program = lower(gm, (x,))
+    assert ops(program) == ["quantize", "linear_q8", "linear_q8", "linear_q8_fout"]
+    assert program.fallback == []
+    assert_matches_pt2e(program, gm, x)
+
+
+def test_unsupported_ops_fall_back_with_reasons():
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    gm = api.quantize(models.unsupported_ops_model(), (x,), calibration=batches((2, 3, 16, 16)), progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [
+        ("aten.layer_norm", "aten.layer_norm: no int8 Vulkan kernel; runs in float on the CPU"),
+        ("aten.sigmoid", "aten.sigmoid: no int8 Vulkan kernel; runs in float on the CPU"),
+        ("aten.softmax", "aten.softmax: no int8 Vulkan kernel; runs in float on the CPU"),
+    ]
+    cpu_ops = [n.op for n in program.nodes if not get_op(n.op).on_vulkan]
+    assert cpu_ops == ["layer_norm", "sigmoid", "softmax"]
+    # around each CPU op: dequantize before, quantize after (both Vulkan)
+    assert ops(program) == ["quantize", "conv2d_q8", "adaptive_avg_pool2d_q8", "repack", "dequantize", "layer_norm",
+                            "quantize", "linear_q8", "dequantize", "sigmoid", "quantize", "linear_q8", "dequantize",
+                            "softmax"]
+    assert_matches_pt2e(program, gm, x)
+
+
+# ---------------------------------------------------------------- other quantizers, other spellings
+
+def test_xnnpack_quantized_graph_lowers():
+    """Work from the q/dq graph, not vkq's annotations: XNNPACK leaves avg_pool2d unannotated
+    (dq -> avg_pool -> flatten -> q), the lowering still makes one avg_pool2d_q8."""
+    from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+    x = torch.randn(4, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    q = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    gm = api.quantize(models.digits_cnn(), (x,), calibration=batches((4, 1, 8, 8)), quantizer=q, progress=False)
+    program = lower(gm, (x,))
+    assert ops(program) == ["quantize", "conv2d_q8", "conv2d_q8", "add_q8", "max_pool2d_q8", "conv2d_q8",
+                            "avg_pool2d_q8", "repack", "linear_q8_fout"]
+    assert program.fallback == []
+    assert_matches_pt2e(program, gm, x)
+
+
+def test_xnnpack_dynamic_graph_lowers_to_per_row_linear():
+    """choose_qparams -> q.tensor -> dq.tensor -> linear becomes linear_dynamic (per row)."""
+    from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(0))
+    q = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
+    gm = api.quantize(models.mlp(), (x,), quantizer=q, progress=False)
+    program = lower(gm, (x,))
+    assert [o for o in ops(program) if o != "relu"] == ["linear_dynamic"] * 3
+    assert cosine(run_reference(program, x.numpy()), gm(x).detach().numpy()) >= 0.999
+
+
+@pytest.mark.parametrize("scheme,op", [("dynamic", "linear_dynamic"), ("weight_only", "linear_weight_only")])
+def test_linear_only_schemes(scheme, op):
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(0))
+    gm = api.quantize(models.mlp(), (x,), scheme=scheme, progress=False)
+    program = lower(gm, (x,))                       # the scheme comes from the quantizer's node meta
+    assert ops(program) == [op, "relu", op, "relu", op]
+    assert [f[0] for f in program.fallback] == ["aten.relu", "aten.relu"]
+    assert "operands are float" in program.fallback[0][1]
+    assert cosine(run_reference(program, x.numpy()), gm(x).detach().numpy()) >= 0.999
+
+
+def test_decomposed_graph_lowers_the_same(cnn):
+    """convolution / permute+addmm / mean.dim spellings (re-export + run_decompositions)."""
+    gm, program, x = cnn
+    dec = torch.export.export(gm, (x,)).run_decompositions().module()
+    again = lower(dec, (x,))
+    assert ops(again) == ops(program)
+    np.testing.assert_array_equal(run_reference(again, x.numpy()), run_reference(program, x.numpy()))
+
+
+def test_lower_leaves_the_converted_graph_alone(cnn):
+    gm, _, x = cnn
+    before = str(gm.graph)
+    lower(gm, (x,))
+    assert str(gm.graph) == before
+
+
+def test_torch_op_fallback_for_ops_without_a_cpu_rule():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(6, 6)
+
+        def forward(self, x):
+            return torch.cumsum(self.fc(x), dim=1)
+    x = torch.randn(2, 6)
+    gm = api.quantize(M().eval(), (x,), progress=False)
+    program = lower(gm, (x,))
+    (node,) = [n for n in program.nodes if n.op == "torch_op"]
+    assert node.attrs["target"] == "aten::cumsum"
+    assert program.fallback == [("aten.cumsum", "aten.cumsum: no int8 Vulkan kernel; runs in float on the CPU")]
+    assert cosine(run_reference(program, x.numpy()), gm(x).detach().numpy()) >= 0.999
+
+
+def test_api_compile():
+    x = torch.randn(3, 64)
+    program, fallback = api.compile(models.mlp(), (x,))
+    assert ops(program)[0] == "quantize" and fallback == program.fallback == []
+    gm = api.quantize(models.mlp(), (x,), scheme="weight_only", progress=False)
+    program, fallback = api.compile(gm, (x,), scheme="weight_only")
+    assert "linear_weight_only" in ops(program)
+
+
+# ---------------------------------------------------------------- the CPU ops against torch
+
+R = np.random.default_rng(0)
+A = R.standard_normal((3, 5, 7)).astype(np.float32)
+B = R.standard_normal((3, 5, 7)).astype(np.float32)
+IMG = R.standard_normal((2, 4, 9, 9)).astype(np.float32)
+W = R.standard_normal((6, 2, 3, 3)).astype(np.float32)
+BIAS = R.standard_normal(6).astype(np.float32)
+t = torch.from_numpy
+
+CPU_CASES = [
+    ("layer_norm", (A, np.full(7, 1.5, np.float32), np.full(7, 0.25, np.float32)), {"normalized_shape": [7], "eps": 1e-5},
+     F.layer_norm(t(A), (7,), t(np.full(7, 1.5, np.float32)), t(np.full(7, 0.25, np.float32)))),
+    ("softmax", (A,), {"dim": 1}, torch.softmax(t(A), 1)),
+    ("log_softmax", (A,), {"dim": -1}, torch.log_softmax(t(A), -1)),
+    ("gelu", (A,), {"approximate": "none"}, F.gelu(t(A))),
+    ("gelu", (A,), {"approximate": "tanh"}, F.gelu(t(A), approximate="tanh")),
+    ("sigmoid", (A,), {}, torch.sigmoid(t(A))),
+    ("tanh", (A,), {}, torch.tanh(t(A))),
+    ("silu", (A,), {}, F.silu(t(A))),
+    ("relu", (A,), {}, F.relu(t(A))),
+    ("hardtanh", (A,), {"min_val": -0.5, "max_val": 0.7}, F.hardtanh(t(A), -0.5, 0.7)),
+    ("add", (A, B[:, :1]), {"alpha": 2}, torch.add(t(A), t(B[:, :1]), alpha=2)),
+    ("sub", (A,), {"scalar": 3.0, "scalar_first": True}, 3.0 - t(A)),
+    ("mul", (A, B), {}, t(A) * t(B)),
+    ("div", (A,), {"scalar": 4.0}, t(A) / 4.0),
+    ("matmul", (A, B.transpose(0, 2, 1).copy()), {}, t(A) @ t(B.transpose(0, 2, 1).copy())),
+    ("bmm", (A, B.transpose(0, 2, 1).copy()), {}, torch.bmm(t(A), t(B.transpose(0, 2, 1).copy()))),
+    ("linear", (A, W.reshape(6, 18)[:, :7].copy(), BIAS), {}, F.linear(t(A), t(W.reshape(6, 18)[:, :7].copy()), t(BIAS))),
+    ("conv2d", (IMG, W, BIAS), {"stride": [2, 1], "padding": [1, 2], "dilation": [1, 2], "groups": 2},
+     F.conv2d(t(IMG), t(W), t(BIAS), (2, 1), (1, 2), (1, 2), 2)),
+    ("reshape", (A,), {"shape": [15, 7]}, t(A).reshape(15, 7)),
+    ("permute", (A,), {"dims": [2, 0, 1]}, t(A).permute(2, 0, 1)),
+    ("transpose", (A,), {"dim0": 0, "dim1": 2}, t(A).transpose(0, 2)),
+    ("mean", (A,), {"dims": [1, 2], "keepdim": True}, t(A).mean((1, 2), keepdim=True)),
+    ("cat", (A, B), {"dim": 2}, torch.cat([t(A), t(B)], 2)),
+    ("torch_op", (A,), {"target": "aten::cumsum", "args": [{"input": 0}, 1], "kwargs": {}, "dtypes": ["float32"]},
+     torch.cumsum(t(A), 1)),
+]
+
+
+@pytest.mark.parametrize("op,inputs,attrs,want", CPU_CASES, ids=[f"{c[0]}{i}" for i, c in enumerate(CPU_CASES)])
+def test_cpu_op_matches_torch(op, inputs, attrs, want):
+    spec = get_op(op)
+    assert not spec.on_vulkan
+    got = spec.reference(*inputs, **attrs)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_cpu_shape_ops_keep_int8():
+    q = R.integers(-128, 128, (2, 3, 4)).astype(np.int8)
+    assert get_op("permute").reference(q, dims=[2, 1, 0]).dtype == np.int8
+    assert get_op("reshape").reference(q, shape=[6, 4]).dtype == np.int8
+
+
+# ---------------------------------------------------------------- on a device
+
+def test_lowered_cnn_runs_on_device(cnn, device):
+    """The lowered program on Vulkan equals its reference bit for bit (int8 all the way, the
+    float output of linear_q8_fout included)."""
+    _, program, x = cnn
+    got = VulkanExecutor(program, device)(x.numpy(), keep_all=True)
+    ref = run_reference(program, x.numpy(), keep_all=True)
+    for name in ref:
+        if name in got and name not in program.constants:
+            np.testing.assert_array_equal(got[name], ref[name], err_msg=name)
