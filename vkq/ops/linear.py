@@ -105,7 +105,8 @@ def quantize_rows(x):
 @dataclass(frozen=True)
 class Tiles:
     """How a GEMM dispatch is cut: tm rows per workgroup, tn columns per lane, sg lanes sharing
-    x through subgroup shuffles (1: PLAIN), kstep k-blocks per cooperative x load, width lanes."""
+    x through subgroup shuffles (1: the PLAIN variant), kstep k-blocks per cooperative x load,
+    width invocations per workgroup (= sg, or PLAIN_WIDTH for PLAIN)."""
     tm: int
     tn: int
     sg: int
@@ -120,15 +121,15 @@ class Tiles:
         return (self.tm, self.tn, self.sg, self.kstep)
 
 
-def gemm_tiles(info, rows: int, items_per_row_tile) -> Tiles:
-    """Tiles for `rows` rows on a device. items_per_row_tile(tm): x items one k-block of a row
-    tile holds (tm/4 int8 blocks, or tm float rows); kstep makes a step's items a multiple of sg."""
+def gemm_tiles(info, rows: int, rows_per_item: int) -> Tiles:
+    """Tiles for `rows` rows on a device. An x item (what one lane loads) spans rows_per_item
+    rows of one k-block: 4 for int8 (an ivec4), 1 for float (a vec4); kstep makes the items of
+    a step a multiple of sg, so every lane loads one."""
     tm = next((t for t in ROW_TILES if t >= rows), ROW_TILES[-1])
     sg = int(info.subgroup_size)
     if not SUBGROUP_SHARING or sg < 2 or sg > info.max_workgroup_invocations:
         return Tiles(tm, TN, 1, 1, min(PLAIN_WIDTH, info.max_workgroup_invocations))
-    items = items_per_row_tile(tm)
-    return Tiles(tm, TN, sg, sg // math.gcd(sg, items), sg)
+    return Tiles(tm, TN, sg, sg // math.gcd(sg, tm // rows_per_item), sg)
 
 
 def pack_weight(w, tn: int, kstep: int) -> np.ndarray:
@@ -158,13 +159,16 @@ def _columns(n: int, tn: int, cols, fill=0) -> np.ndarray:
     return table
 
 
-def _weight(ctx, name, k):
+def _weight(ctx, node, k):
+    """The op's weight constant, (N, K) int8; the output shape checked against it."""
+    name = node.inputs[1]
     try:
         w = np.asarray(ctx.constant(name))
     except KeyError:
         raise ValueError(f"{name!r}: vkq linear kernels need the weight as a constant") from None
     if w.ndim != 2 or w.shape[1] != k or w.dtype != np.int8:
         raise ValueError(f"{name!r}: expected an int8 weight of shape (N, {k}), got {w.dtype} {w.shape}")
+    _check_output(ctx, node, w)
     return w
 
 
@@ -173,7 +177,7 @@ def _gemm_q8(ctx, variant, x_buf, rows4: int, h: int, k: int, w, cols, out_buf, 
     """The int8 GEMM dispatch over a 4H4W x of rows4 packed rows (h real rows per batch matrix);
     cols: the four per-column constants the variant reads (see shaders/linear_q8.comp)."""
     n = w.shape[0]
-    t = gemm_tiles(ctx.device.info, rows4, lambda tm: tm // 4)
+    t = gemm_tiles(ctx.device.info, rows4, 4)
     nt, rb = -(-n // t.tn), rows4 // 4
     groups = (-(-nt // t.width), -(-rb // (t.tm // 4)), 1)
     defines = {v: 1 for v in variant + (("PLAIN",) if t.plain else ())}
@@ -184,11 +188,18 @@ def _gemm_q8(ctx, variant, x_buf, rows4: int, h: int, k: int, w, cols, out_buf, 
                                push=(rb, h, _up4(k) // 4, n, nt) + tuple(push_tail), defines=defines)
 
 
-def _int8_input(spec, k_expected=None):
+def _int8_input(spec):
+    """(packed rows, rows of each batch matrix, K) of an int8 4H4W activation."""
     n, c, h, k = as_nchw(spec.shape)
     if spec.dtype != "int8" or spec.layout != "4H4W":
         raise ValueError(f"linear kernels read int8 4H4W activations, got {spec.dtype} {spec.layout}")
     return n * c * _up4(h), h, k
+
+
+def _check_output(ctx, node, w):
+    want = ctx.spec(node.inputs[0]).shape[:-1] + (w.shape[0],)
+    if ctx.spec(node.outputs[0]).shape != want:
+        raise ValueError(f"{node.name}: output shape {ctx.spec(node.outputs[0]).shape}, expected {want}")
 
 
 def _rows(shape) -> int:
@@ -210,10 +221,10 @@ class LinearQ8:
         return requantize(acc, multiplier, shift, out_zp, qmin, qmax)
 
     def build(ctx, node):
-        x, wname, bname, mname, sname = node.inputs
+        x, _, bname, mname, sname = node.inputs
         a = node.attrs
         rows4, h, k = _int8_input(ctx.spec(x))
-        w = _weight(ctx, wname, k)
+        w = _weight(ctx, node, k)
         bias_eff = ctx.constant(bname).astype(np.int64) - int(a["x_zp"]) * w.sum(axis=1, dtype=np.int64)
         if bias_eff.min() < INT32_MIN or bias_eff.max() > INT32_MAX:
             raise ValueError(f"{node.name}: bias - x_zp * sum(w) overflows int32")
@@ -236,9 +247,9 @@ class LinearQ8Fout:
         return acc.astype(np.float32) * np.asarray(scale, np.float32) + np.asarray(bias, np.float32)
 
     def build(ctx, node):
-        x, wname, bname, sname = node.inputs
+        x, _, bname, sname = node.inputs
         rows4, h, k = _int8_input(ctx.spec(x))
-        w = _weight(ctx, wname, k)
+        w = _weight(ctx, node, k)
         corr = -int(node.attrs["x_zp"]) * w.sum(axis=1, dtype=np.int64)
         cols = [corr, np.asarray(ctx.constant(sname), np.float32), np.asarray(ctx.constant(bname), np.float32),
                 np.zeros(w.shape[0])]
@@ -263,10 +274,10 @@ class LinearDynamic:
         return out.reshape(x.shape[:-1] + (n,))
 
     def build(ctx, node):
-        x, wname, sname, bname = node.inputs
+        x, _, sname, bname = node.inputs
         shape = ctx.spec(x).shape
         r, k = _rows(shape), shape[-1]
-        w = _weight(ctx, wname, k)
+        w = _weight(ctx, node, k)
         rows4, k4 = _up4(r), _up4(k) // 4
         q = ctx.scratch(rows4 * k4)
         rowq = ctx.scratch(2 * r, np.float32)
@@ -283,7 +294,7 @@ class LinearDynamic:
 def float_gemm(ctx, x_buf, r: int, k: int, w, scale, bias, out_buf):
     """The float GEMM dispatch: out = (x @ w^T) * scale + bias; w int8 (weight-only) or float32."""
     n = w.shape[0]
-    t = gemm_tiles(ctx.device.info, r, lambda tm: tm)
+    t = gemm_tiles(ctx.device.info, r, 1)
     nt = -(-n // t.tn)
     groups = (-(-nt // t.width), -(-r // t.tm), 1)
     defines = {"W_INT8" if w.dtype == np.int8 else "W_F32": 1}
@@ -308,8 +319,8 @@ class LinearWeightOnly:
         return y * np.asarray(w_scale, np.float32) + np.asarray(bias, np.float32)
 
     def build(ctx, node):
-        x, wname, sname, bname = node.inputs
+        x, _, sname, bname = node.inputs
         shape = ctx.spec(x).shape
-        w = _weight(ctx, wname, shape[-1])
+        w = _weight(ctx, node, shape[-1])
         return [float_gemm(ctx, ctx.buffer(x), _rows(shape), shape[-1], w, ctx.constant(sname),
                            ctx.constant(bname), ctx.buffer(node.outputs[0]))]
