@@ -2,18 +2,18 @@
 #extension GL_GOOGLE_include_directive : require
 // One input's share of a channel concatenation of 4W4C int8 tensors (cat_q8 in vkq/ops/pool.py).
 // The op runs one dispatch per input, in order; this one writes output channels
-// [off, off + in_c) requantized to the output: out = requantize(q - in_zp, m, s, out_zp).
+// [off, off + in_c): REQUANT: out = requantize(q - in_zp, m, s, out_zp), else a copy.
 // One invocation per output ivec4 block (4 widths x 4 channels) of channel blocks
 // [off/4, ceil((off + in_c)/4)). When off % 4 = r != 0 every output word straddles two input
 // words, a funnel shift:  out = (in[q] >>> 8*(4 - r)) | (in[q + 1] << 8*r).
 // Bytes of channels < off belong to earlier inputs, already written: kept (read-modify-write);
 // bytes of later channels are written 0 (the next dispatch fills them), and so is padding.
+//! variant
+//! variant REQUANT
 #include "common.glsl"
 #include "int8x4.glsl"
 #include "requant.glsl"
 #include "block_mask.glsl"
-
-layout(constant_id = 3) const int REQUANT = 1;   // 0: equal qparams, a plain copy
 
 layout(std430, binding = 0) readonly buffer In { ivec4 src[]; };
 layout(std430, binding = 1) buffer Out { ivec4 dst[]; };
@@ -28,6 +28,10 @@ ivec4 load(int pos, int q, int in_c4) {
     return (q >= 0 && q < in_c4) ? src[pos * in_c4 + q] : ivec4(0);
 }
 
+int requant_word(int w) {
+    return pack_int8x4(requantize4(unpack_int8x4(w) - p.in_zp, ivec4(p.m), ivec4(p.s), p.out_zp, -128, 127));
+}
+
 void main() {
     int i = linear_invocation();
     if (i >= p.positions * p.nc4) return;
@@ -37,11 +41,9 @@ void main() {
     ivec4 w = load(pos, q, in_c4);
     if (r != 0)
         w = ivec4(uvec4(w) >> (8 * (4 - r))) | (load(pos, q + 1, in_c4) << (8 * r));
-    if (REQUANT != 0) {
-        for (int j = 0; j < 4; ++j)
-            w[j] = pack_int8x4(requantize4(unpack_int8x4(w[j]) - p.in_zp, ivec4(p.m), ivec4(p.s),
-                                           p.out_zp, -128, 127));
-    }
+#ifdef REQUANT
+    w = ivec4(requant_word(w.x), requant_word(w.y), requant_word(w.z), requant_word(w.w));
+#endif
     int o = pos * C4 + c4;
     int below = byte_mask(p.off - 4 * c4);                      // earlier inputs' channels
     int mine = byte_mask(p.off + p.in_c - 4 * c4) & ~below;

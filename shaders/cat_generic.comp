@@ -4,15 +4,16 @@
 // 4W4C channel concatenation has the faster cat_channels). One dispatch per input, in order;
 // one invocation per output word, byte by byte: element e of the output takes
 //   e[DIM] <  off:            kept (an earlier input wrote it)
-//   off <= e[DIM] < off + n:  requantize(input[e - off along DIM] - in_zp, m, s, out_zp)
+//   off <= e[DIM] < off + n:  input[e - off along DIM], REQUANT: requantized to the output
 //   otherwise, or padding:    0 (a later input fills it)
+//! variant
+//! variant REQUANT
 #include "common.glsl"
 #include "int8x4.glsl"
 #include "requant.glsl"
 
 layout(constant_id = 3) const int LAYOUT = LAYOUT_4W4C;
 layout(constant_id = 4) const int DIM = 1;        // 0..3 of (N, C, H, W)
-layout(constant_id = 5) const int REQUANT = 1;    // 0: equal qparams, a plain copy
 
 layout(std430, binding = 0) readonly buffer In { int src[]; };
 layout(std430, binding = 1) buffer Out { int dst[]; };
@@ -38,7 +39,10 @@ void main() {
             e[DIM] = k;
             ivec2 at = int8x4_locate(LAYOUT, e, p.in_shape);
             int q = int8_at(src[at.x], at.y);
-            v[b] = REQUANT != 0 ? requantize(q - p.in_zp, p.m, p.s, p.out_zp, -128, 127) : q;
+#ifdef REQUANT
+            q = requantize(q - p.in_zp, p.m, p.s, p.out_zp, -128, 127);
+#endif
+            v[b] = q;
         }
     }
     if (old) {

@@ -44,6 +44,7 @@ def run_exact(device, op, attrs, out_shape, *arrays, layout="4W4C"):
     ref = run_reference(prog, *arrays)
     assert_same((got,), (ref,))
     np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, layout))
+    assert len(np.unique(ref)) >= min(3, ref.size), "a degenerate case: (nearly) every output is the same"
     return ref
 
 
@@ -108,8 +109,9 @@ def test_max_pool_resnet_stem(device):
 
 QPARAMS = {   # (in_scale, in_zp, out_scale, out_zp, activation)
     "typical": (0.05, -3, 0.04, 5, None),
-    "zp_extremes": (0.02, -128, 0.01, 127, None),
-    "relu": (0.1, 127, 0.03, -20, "relu"),
+    "zp_high": (0.02, 127, 0.015, 127, None),     # only values <= 0 in and out
+    "zp_low": (0.02, -128, 0.03, -128, None),     # only values >= 0 in and out
+    "relu": (0.1, 2, 0.03, -20, "relu"),
 }
 AVG_CASES = {   # (shape, kwargs of F.avg_pool2d)
     "3x3s2p1": ((1, 5, 17, 13), dict(kernel_size=3, stride=2, padding=1)),
@@ -146,7 +148,7 @@ def test_avg_pool_matches_torch(case, qp):
     assert_near_torch(ref, qz(activate(F.avg_pool2d(dq(q, si, zi), **kw), act), so, zo), exact)
 
 
-@pytest.mark.parametrize("qp", ["zp_extremes", "relu"])
+@pytest.mark.parametrize("qp", ["zp_high", "zp_low", "relu"])
 @pytest.mark.parametrize("case", AVG_CASES)
 def test_avg_pool(device, case, qp):
     shape, kw = AVG_CASES[case]
@@ -181,7 +183,7 @@ def test_adaptive_avg_pool_matches_torch(case, qp):
     assert_near_torch(ref, qz(activate(F.adaptive_avg_pool2d(dq(q, si, zi), size), act), so, zo), exact)
 
 
-@pytest.mark.parametrize("qp", ["typical", "zp_extremes", "relu"])
+@pytest.mark.parametrize("qp", QPARAMS)
 @pytest.mark.parametrize("case", ADAPTIVE_CASES)
 def test_adaptive_avg_pool(device, case, qp):
     shape, size = ADAPTIVE_CASES[case]
@@ -192,6 +194,16 @@ def test_adaptive_avg_pool(device, case, qp):
 def test_pool_padding_checked_as_torch():
     with pytest.raises(ValueError, match="half the kernel"):
         max_pool2d_params(3, 1, 2, dilation=2)
+
+
+@pytest.mark.parametrize("local", [(16, 16), (4, 64), (64, 2)])
+def test_global_pool_workgroup_reduction(device, local, monkeypatch):
+    """The shared-memory split of pool_global (GPUs use it; CPU drivers get y = 1)."""
+    from vkq.ops import pool
+    monkeypatch.setattr(pool, "_global_local", lambda *_: local)
+    shape = (2, 37, 13, 11)
+    run_exact(device, "adaptive_avg_pool2d_q8", adaptive_attrs("typical", shape, (1, 1)), (2, 37, 1, 1),
+              q8(np.random.default_rng(11), shape))
 
 
 def test_avg_pool_divisors_must_match_the_input():

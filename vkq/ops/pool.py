@@ -253,12 +253,23 @@ def _avg_build(ctx, node):
     return [_window_dispatch(ctx, node, "AVG", ins, outs, [src, dst, table], zps)]
 
 
+def _global_local(info, n, c4, spatial) -> tuple[int, int]:
+    """pool_global's workgroup (x over channel blocks, y splitting each spatial sum). CPU drivers
+    run a workgroup as SIMD lanes of one thread, where a barrier costs more than the split saves
+    (lavapipe, SwiftShader: y = 1 is fastest); on GPUs y grows until the grid fills the device."""
+    lx = min(64, 1 << (c4 - 1).bit_length())
+    if info.type == "cpu":
+        return lx, 1
+    ly, limit = 1, min(256, info.max_workgroup_invocations)
+    while lx * ly * 2 <= limit and ly * 2 <= spatial and n * c4 * ly < 16384:
+        ly *= 2
+    return lx, ly
+
+
 def _global_dispatch(ctx, ins, src, dst, m, s, zps):
     n, c, h, w = ins
     c4, spatial = -(-c // 4), h * -(-w // 4)
-    limit = min(256, ctx.device.info.max_workgroup_invocations)
-    lx = min(64, 1 << (c4 - 1).bit_length())
-    ly = max(1, min(limit // lx, 1 << (spatial - 1).bit_length()))
+    lx, ly = _global_local(ctx.device.info, n, c4, spatial)
     in_zp, out_zp, qmin, qmax = zps
     return ctx.device.dispatch(
         "pool_global", [src, dst], (-(-c4 // lx), n, 1), local=(lx, ly),
@@ -328,19 +339,19 @@ class CatQ8:
             if si.layout != so.layout:
                 raise ValueError(f"{node.name}: input {t!r} is {si.layout}, the output {so.layout}")
             in_shape = packing.as_nchw(si.shape)
-            requant = int((m, s) != IDENTITY or zp != a["out_zp"])
+            requant = ["REQUANT"] if (m, s) != IDENTITY or zp != a["out_zp"] else None
             if so.layout == "4W4C" and dim4 == 1:
                 n, c, h, w = out_shape
                 c4_lo, c4_hi = off // 4, -(-(off + in_shape[1]) // 4)
                 positions = n * h * -(-w // 4)
                 steps.append(ctx.device.dispatch(
                     "cat_channels", [ctx.buffer(t), dst], grid_1d(positions * (c4_hi - c4_lo), LOCAL),
-                    local=(LOCAL,), spec=(requant,),
+                    local=(LOCAL,), defines=requant,
                     push=(positions, w, c, off, in_shape[1], c4_lo, c4_hi - c4_lo, zp, m, s, a["out_zp"])))
             else:
                 steps.append(ctx.device.dispatch(
                     "cat_generic", [ctx.buffer(t), dst], grid_1d(so.device_words(), LOCAL),
-                    local=(LOCAL,), spec=(LAYOUT_IDS[so.layout], dim4, requant),
+                    local=(LOCAL,), spec=(LAYOUT_IDS[so.layout], dim4), defines=requant,
                     push=(out_shape, in_shape, off, zp, m, s, a["out_zp"])))
             off += in_shape[dim4]
         if off != out_shape[dim4]:
