@@ -295,7 +295,8 @@ class AvgPool2dQ8:
 class AdaptiveAvgPool2dQ8:
     """Adaptive average pool on int8: window o along a dim of n inputs is
     [floor(o*n/out), ceil((o+1)*n/out)); sum of (q - in_zp), requantize with s_in / (s_out *
-    window area). Output 1x1 (global pooling) runs as one workgroup reduction per channel block."""
+    window area). Output 1x1 (global pooling, the common case) runs as pool_global: one sum per
+    (n, channel block) over 16-byte blocks, split across a workgroup's y on GPUs."""
     name = "adaptive_avg_pool2d_q8"
     shaders = ("pool_adaptive", "pool_global")
 
