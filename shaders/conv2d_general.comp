@@ -159,4 +159,12 @@ void main() {
                 y[(((n * OH + oh) * OW4 + (ow >> 2)) * OC4 + oc4) * 4 + (ow & 3)] = word;
         }
     }
+    // 4W4C padding columns OW .. up4(OW)-1 hold 0 (a buffer starts with whatever its memory
+    // held): the tile of column OW-1 writes them, in a loop kept rolled (small code)
+    if (live && (OW & 3) != 0 && ow0 + TW >= OW) {
+        [[dont_unroll]] for (int i = 0; i < min(TH, OH - oh0); ++i)
+        [[dont_unroll]] for (int b = t * (TOC / 4); b < min(t * (TOC / 4) + TOC / 4, OC4); ++b)
+        [[dont_unroll]] for (int ow = OW; ow < OW4 * 4; ++ow)
+            y[(((n * OH + oh0 + i) * OW4 + (ow >> 2)) * OC4 + b) * 4 + (ow & 3)] = 0;
+    }
 }

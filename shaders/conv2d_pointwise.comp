@@ -105,4 +105,12 @@ void main() {
                 y[(((n * H + h) * W4 + (ww >> 2)) * OC4 + oc4) * 4 + (ww & 3)] = word;
         }
     }
+    // 4W4C padding columns W .. up4(W)-1 hold 0 (a buffer starts with whatever its memory
+    // held): the invocation of column W-1 writes them, in a loop kept rolled (small code)
+    if (live_n && (W & 3) != 0) {
+        [[dont_unroll]] for (int pos = pos0 + W - 1 - pos0 % W; pos < min(pos0 + TP, HW); pos += W)
+        [[dont_unroll]] for (int b = t * (TOC / 4); b < min(t * (TOC / 4) + TOC / 4, OC4); ++b)
+        [[dont_unroll]] for (int ww = W; ww < W4 * 4; ++ww)
+            y[(((n * H + pos / W) * W4 + (ww >> 2)) * OC4 + b) * 4 + (ww & 3)] = 0;
+    }
 }

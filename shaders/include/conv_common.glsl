@@ -18,7 +18,11 @@
 // subgroup size (full subgroups), and G a power of two dividing it.
 // NO_SUBGROUP: G = 1 and no subgroup operations.
 
+#ifdef NO_SUBGROUP
+const int G = 1;                              // (the host's specialization id 3 is then unused)
+#else
 layout(constant_id = 3) const int G = 8;
+#endif
 
 int workgroup_linear() { return int(gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x); }
 
