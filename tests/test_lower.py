@@ -322,3 +322,20 @@ def test_lowered_cnn_runs_on_device(cnn, device):
     for name in ref:
         if name in got and name not in program.constants:
             np.testing.assert_array_equal(got[name], ref[name], err_msg=name)
+
+
+def test_inference_identities_are_dropped():
+    """dropout (eval), clone, contiguous: no CPU round trip between the pool and the linear."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.fc, self.drop = nn.Conv2d(3, 8, 3), nn.Linear(8, 5), nn.Dropout(0.2)
+
+        def forward(self, x):
+            x = F.adaptive_avg_pool2d(F.relu(self.c(x)), 1).flatten(1).contiguous()
+            return self.fc(self.drop(x.clone()))
+    x = torch.randn(2, 3, 9, 9)
+    gm = api.quantize(M().eval(), (x,), progress=False)
+    program = lower(gm, (x,))
+    assert ops(program) == ["quantize", "conv2d_q8", "adaptive_avg_pool2d_q8", "repack", "linear_q8_fout"]
+    assert program.fallback == []

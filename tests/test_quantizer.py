@@ -145,3 +145,17 @@ def test_calibration_progress_bar(capsys):
 def test_unknown_scheme():
     with pytest.raises(ValueError, match="scheme"):
         VkqQuantizer("int4")
+
+
+def test_pool_on_the_float_input_is_quantized():
+    """A pool reading the model input still runs on int8: its input gets an observer and its
+    output shares it (views and activations of float tensors stay float)."""
+    class M(nn.Module):
+        def forward(self, x):
+            return F.max_pool2d(x, 2)
+    x = torch.randn(1, 3, 6, 6)
+    gm = api.quantize(M(), (x,), progress=False)
+    (pool,) = calls(gm, aten.max_pool2d.default)
+    (q_out,) = pool.users
+    assert pool.args[0].target == qd.dequantize_per_tensor.default
+    assert q_out.target == qd.quantize_per_tensor.default and q_out.args[1:3] == pool.args[0].args[1:3]

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch.fx import GraphModule, Node
 
+from .ops import cpu as _cpu_ops  # noqa: F401  (the CPU fallback ops this lowering emits)
 from .passes import run_pipeline
 from .passes._graph import (DEQUANTIZE, PERMUTES, QUANTIZE, VIEWS, aten, const_value, dtype_of, is_call,
                             op_name, q_args, qparams, record_shapes, shape_of, val, vkq_op_of)

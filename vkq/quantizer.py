@@ -49,6 +49,7 @@ SHARE_INPUT = {
     aten.flatten.using_ints, aten.view.default, aten.reshape.default, aten._unsafe_view.default,
     aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default,
     aten.permute.default, aten.transpose.int,
+    aten.dropout.default, aten.clone.default, aten.contiguous.default,
     *ACTIVATIONS,
 }
 CAT = {aten.cat.default}

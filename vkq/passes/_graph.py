@@ -188,11 +188,6 @@ def reject(node: Node, reason: str) -> None:
     node.meta.setdefault("vkq_reject", reason)
 
 
-def replace(old: Node, new: Node) -> None:
-    """new takes old's place for every user; old's meta tags that name the tensor move along."""
-    old.replace_all_uses_with(new)
-
-
 def finish(gm: GraphModule, changed: bool) -> bool:
     """Common tail of a pass: drop what is dead, regenerate the code."""
     if changed:

@@ -9,6 +9,7 @@ differently; this pass rewrites the second kind into the first:
   aten.mean.dim(x, [2, 3] / [-2, -1], keepdim)  -> aten.adaptive_avg_pool2d(x, [1, 1]) [+ view (N, C)]
   relu_ / hardtanh_ / add_ / mul_ (in place)    -> relu / hardtanh / add / mul
   aten.relu6(x), aten.clamp(x, lo, hi)          -> aten.hardtanh(x, lo, hi);  clamp(x, 0) -> relu
+  dropout (eval), clone, alias, contiguous, detach -> removed (identities at inference)
 Rules are the table NORMALIZE: target -> function(node) returning the replacement node or None.
 """
 from __future__ import annotations
@@ -115,6 +116,18 @@ def from_clamp(node):
     return None
 
 
+def identity(node):
+    """Inference-time identities are dropped: their input takes their place."""
+    if node.target == aten.dropout.default and _train(node):
+        return None
+    x = node.args[0]
+    return x if isinstance(x, Node) and val(x) is not None and tuple(val(x).shape) == shape_of(node) else None
+
+
+def _train(node) -> bool:
+    return bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("train", False))
+
+
 NORMALIZE = {
     aten.convolution.default: conv_from_convolution,
     aten.addmm.default: linear_from_addmm,
@@ -127,6 +140,8 @@ NORMALIZE = {
     aten.mul_.Tensor: _renamed(aten.mul.Tensor),
     aten.relu6.default: hardtanh_from_relu6,
     aten.clamp.default: from_clamp,
+    **{t: identity for t in (aten.dropout.default, aten.clone.default, aten.alias.default,
+                             aten.contiguous.default, aten.detach.default)},
 }
 
 
