@@ -339,3 +339,26 @@ def test_inference_identities_are_dropped():
     program = lower(gm, (x,))
     assert ops(program) == ["quantize", "conv2d_q8", "adaptive_avg_pool2d_q8", "repack", "linear_q8_fout"]
     assert program.fallback == []
+
+
+def test_int8_permute_runs_on_the_cpu_between_vulkan_ops():
+    """conv -> permute to channels-last -> linear over channels: the permute stays int8 (a CPU
+    op on int8, recorded), the linear reads the 4-D tensor, scalar arithmetic falls back."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.fc, self.fc2 = nn.Conv2d(3, 8, 3), nn.Linear(8, 6), nn.Linear(6 * 7 * 7, 5)
+
+        def forward(self, x):
+            y = torch.relu(self.fc(self.c(x).permute(0, 2, 3, 1)))
+            return self.fc2(y.reshape(y.shape[0], -1)) * 2
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 9, 9)
+    gm = api.quantize(M().eval(), (x,), calibration=batches((2, 3, 9, 9)), progress=False)
+    program = lower(gm, (x,))
+    assert ops(program) == ["quantize", "conv2d_q8", "permute", "linear_q8", "repack", "linear_q8", "dequantize", "mul"]
+    permute = program.nodes[2]
+    assert program.tensors[permute.outputs[0]].dtype == "int8" and program.tensors[permute.outputs[0]].shape == (2, 7, 7, 8)
+    assert [f[0] for f in program.fallback] == ["aten.permute", "aten.mul"]
+    assert "int8" in program.fallback[0][1] and "scalar operand" in program.fallback[1][1]
+    assert assert_matches_pt2e(program, gm, x) >= 5

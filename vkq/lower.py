@@ -230,7 +230,7 @@ def fallback_reason(node: Node) -> str:
     name = op_name(node.target)
     int8_in = any(dtype_of(a) == torch.int8 for a in node.all_input_nodes)
     if int8_in or dtype_of(node) == torch.int8:
-        return f"{name}: no Vulkan kernel for it on int8; runs on the CPU"
+        return f"{name}: no Vulkan kernel for this op on int8 tensors; runs on the CPU"
     if node.target in HAS_INT8_KERNEL:
         return f"{name}: its operands are float (not quantized); runs in float on the CPU"
     return f"{name}: no int8 Vulkan kernel; runs in float on the CPU"

@@ -287,6 +287,8 @@ def _fold_float_linear(gm, lin, wq, ws, b):
 
 def fold_binary(gm, node: Node):
     from ..ops.eltwise import add_q8_params, mul_q8_params
+    if not all(isinstance(v, Node) for v in node.args[:2]):
+        return "a scalar operand (the int8 kernels take two int8 tensors)"
     a, b = (dq_source(v) for v in node.args[:2])
     if a is None or b is None:
         return "an operand is not a dequantized int8 tensor"
