@@ -14,8 +14,9 @@
 // One invocation owns one block of 4 channels x TH x TW output positions. The 4 channels of a
 // word never mix, so a tap is (x word) * (weight word) lane by lane: 4 int32 multiply-adds on
 // unpacked ivec4s, exact. The (TH-1)*SH + (KH-1)*DH + 1 by (TW-1)*SW + (KW-1)*DW + 1 window of
-// x words is loaded once and every word serves every tap that reads it; the G lanes of a group
-// share the block's KH*KW weight words (conv_common.glsl).
+// x words is loaded once (the columns it shares with the next tile of its row come from the next
+// lane) and every word serves every tap that reads it; the G lanes of a group share the block's
+// KH*KW weight words (conv_common.glsl).
 //! variant
 //! variant NO_SUBGROUP
 #include "common.glsl"
@@ -34,6 +35,13 @@ layout(constant_id = 11) const int DW = 1;
 
 const int WH = (TH - 1) * SH + (KH - 1) * DH + 1;
 const int WW = (TW - 1) * SW + (KW - 1) * DW + 1;
+#ifdef NO_SUBGROUP
+const int OWN = WW;
+#else
+const int OWN_MIN = SW * TW < WW ? SW * TW : WW;
+const int OWN = WW <= 2 * OWN_MIN ? OWN_MIN : WW;    // columns a lane loads
+#endif
+const int HALO = WW - OWN;                          // columns from the next lane (conv_common.glsl)
 const int WREGS = (KH * KW + G - 1) / G;
 const int PREGS = (12 + G - 1) / G;
 
@@ -69,16 +77,39 @@ void main() {
     int wr[WREGS];
     [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[c4 * KH * KW + i * G + lane];
 
-    ivec4 xv[WH][WW];
+    // the window, clamped into the image; outside it reads x_zp
+    int row_off[WH], col_off[WW];
+    bool row_in[WH], col_in[WW];
     [[unroll]] for (int r = 0; r < WH; ++r) {
         const int ih = oh0 * SH - p.ph + r;
-        const int row = (n * H + clamp(ih, 0, H - 1)) * W4 * C4 * 4 + c4 * 4;
-        [[unroll]] for (int c = 0; c < WW; ++c) {
-            const int iw = ow0 * SW - p.pw + c, iwc = clamp(iw, 0, W - 1);
-            const int word = x[row + (iwc >> 2) * C4 * 4 + (iwc & 3)];
-            xv[r][c] = unpack_int8x4(ih >= 0 && ih < H && iw >= 0 && iw < W ? word : p.zp_word);
+        row_in[r] = ih >= 0 && ih < H;
+        row_off[r] = (n * H + clamp(ih, 0, H - 1)) * W4 * C4 * 4 + c4 * 4;
+    }
+    [[unroll]] for (int c = 0; c < WW; ++c) {
+        const int iw = ow0 * SW - p.pw + c, iwc = clamp(iw, 0, W - 1);
+        col_in[c] = iw >= 0 && iw < W;
+        col_off[c] = (iwc >> 2) * C4 * 4 + (iwc & 3);
+    }
+    int xw[WH][WW];
+    [[unroll]] for (int r = 0; r < WH; ++r)
+    [[unroll]] for (int c = 0; c < OWN; ++c) {
+        const int word = x[row_off[r] + col_off[c]];
+        xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
+    }
+    if (HALO > 0) {
+        [[unroll]] for (int r = 0; r < WH; ++r)
+        [[unroll]] for (int c = OWN; c < WW; ++c) xw[r][c] = from_next_lane(xw[r][c - OWN]);
+        if (lane == G - 1 || st % tiles_w == tiles_w - 1) {   // the next lane is not the right neighbour
+            [[unroll]] for (int r = 0; r < WH; ++r)
+            [[unroll]] for (int c = OWN; c < WW; ++c) {
+                const int word = x[row_off[r] + col_off[c]];
+                xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
+            }
         }
     }
+    ivec4 xv[WH][WW];
+    [[unroll]] for (int r = 0; r < WH; ++r)
+    [[unroll]] for (int c = 0; c < WW; ++c) xv[r][c] = unpack_int8x4(xw[r][c]);
     ivec4 acc[TH * TW];
     [[unroll]] for (int k = 0; k < TH * TW; ++k) acc[k] = ivec4(0);
     [[unroll]] for (int kh = 0; kh < KH; ++kh)

@@ -16,9 +16,10 @@
 //
 // One invocation owns TOC output channels x TH x TW output positions. Per block of 4 input
 // channels it loads its (TH-1)*SH + (KH-1)*DH + 1 by (TW-1)*SW + (KW-1)*DW + 1 window of x
-// words once, and every unpacked x value serves TOC output channels and every kernel tap that
-// reads it; every unpacked weight word serves TH*TW positions. The G lanes of a group share the
-// tile's weight words (conv_common.glsl).
+// words once (the columns it shares with the next tile of its row come from the next lane,
+// conv_common.glsl), and every unpacked x value serves TOC output channels and every kernel tap
+// that reads it; every unpacked weight word serves TH*TW positions. The G lanes of a group share
+// the tile's weight words.
 //
 // Exact fp32 accumulation: products of int8 values are integers with |x*w| <= 2^14, and a sum
 // of integers stays exact in fp32 while every partial sum is below 2^24 in magnitude, whatever
@@ -46,6 +47,13 @@ layout(constant_id = 14) const int ROW_FLUSH = 0;
 
 const int WH = (TH - 1) * SH + (KH - 1) * DH + 1;   // input window, in rows
 const int WW = (TW - 1) * SW + (KW - 1) * DW + 1;   // and in columns (words)
+#ifdef NO_SUBGROUP
+const int OWN = WW;
+#else
+const int OWN_MIN = SW * TW < WW ? SW * TW : WW;
+const int OWN = WW <= 2 * OWN_MIN ? OWN_MIN : WW;    // columns a lane loads
+#endif
+const int HALO = WW - OWN;                          // columns from the next lane (conv_common.glsl)
 const int TAPW = KH * KW * TOC;                     // weight words per c4 block
 const int WREGS = (TAPW + G - 1) / G;
 const int PREGS = (3 * TOC + G - 1) / G;
@@ -82,6 +90,7 @@ void main() {
     n = min(n, N - 1);
     st = min(st, tiles - 1);
     const int oh0 = st / tiles_w * TH, ow0 = st % tiles_w * TW;
+    const bool halo_self = lane == G - 1 || st % tiles_w == tiles_w - 1;
 
     // word offsets of the window (c4 = 0), clamped into the image; outside it reads x_zp
     int row_off[WH], col_off[WW];
@@ -108,12 +117,26 @@ void main() {
         const int c_end = min(c0 + CHUNK, p.c4_count);
         for (int r4 = c0; r4 < c_end; ++r4) {
             const int c4w = (c4_start + r4) * 4;
+            int xw[WH][WW];
+            [[unroll]] for (int r = 0; r < WH; ++r)
+            [[unroll]] for (int c = 0; c < OWN; ++c) {
+                const int word = x[row_off[r] + col_off[c] + c4w];
+                xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
+            }
+            if (HALO > 0) {
+                [[unroll]] for (int r = 0; r < WH; ++r)
+                [[unroll]] for (int c = OWN; c < WW; ++c) xw[r][c] = from_next_lane(xw[r][c - OWN]);
+                if (halo_self) {
+                    [[unroll]] for (int r = 0; r < WH; ++r)
+                    [[unroll]] for (int c = OWN; c < WW; ++c) {
+                        const int word = x[row_off[r] + col_off[c] + c4w];
+                        xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
+                    }
+                }
+            }
             vec4 xv[WH][WW];
             [[unroll]] for (int r = 0; r < WH; ++r)
-            [[unroll]] for (int c = 0; c < WW; ++c) {
-                int word = x[row_off[r] + col_off[c] + c4w];
-                xv[r][c] = vec4(unpack_int8x4(row_in[r] && col_in[c] ? word : p.zp_word));
-            }
+            [[unroll]] for (int c = 0; c < WW; ++c) xv[r][c] = vec4(unpack_int8x4(xw[r][c]));
             int wr[WREGS];
             [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[wbase + r4 * TAPW + i * G];
 

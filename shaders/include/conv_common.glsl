@@ -30,6 +30,7 @@ int workgroup_linear() { return int(gl_WorkGroupID.x + gl_WorkGroupID.y * gl_Num
 int group_lane() { return 0; }
 int group_index() { return linear_invocation(); }
 #define SHARE(r, k) ((r)[(k)])
+int from_next_lane(int v) { return v; }
 #else
 int group_lane() { return int(gl_SubgroupInvocationID) & (G - 1); }
 int group_index() {
@@ -37,7 +38,20 @@ int group_index() {
          + int(gl_SubgroupInvocationID) / G;
 }
 #define SHARE(r, k) subgroupShuffle((r)[(k) / G], (gl_SubgroupInvocationID & ~uint(G - 1)) + uint((k) % G))
+// v of the next lane of the group (the last lane gets the first lane's)
+int from_next_lane(int v) {
+    uint i = gl_SubgroupInvocationID;
+    return subgroupShuffle(v, (i & ~uint(G - 1)) | ((i + 1u) & uint(G - 1)));
+}
 #endif
+
+// Window halos. The spatial tiles of a group's lanes run along output rows, so the next lane
+// usually holds the tile right of this one and its x window starts SW*TW columns to the right:
+// a lane loads the first OWN = SW*TW columns of its window itself and takes the HALO columns
+// after them from the next lane (from_next_lane); only a lane whose next lane is not its right
+// neighbour (the group's last lane, the last tile of a row) loads its halo, under a branch, and
+// a load costs only for the lanes that run it. Windows with HALO > OWN (huge kernels, NO_SUBGROUP)
+// load every column.
 
 // Accumulators of four consecutive output channels -> one packed word. Only the first `valid`
 // bytes are channels; the rest are padding and stay 0.
