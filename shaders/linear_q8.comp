@@ -15,10 +15,10 @@
 //      subgroupShuffle. Every unpacked x word is reused for TN columns, every w word for TM rows.
 // Why: on lavapipe an ivec4 buffer load costs about 400 multiply-adds per lane (it loads lane
 // by lane, with a bounds check each), so each byte is loaded once per subgroup; a shuffle costs
-// about 10 multiply-adds: 4.5x faster than the same tile with every lane loading its own x. Loops with a
-// constant trip count are [[unroll]]: rolled, they index the register arrays dynamically
-// (lavapipe: 2.5x slower). The PLAIN variant (SG = 1, any workgroup width) needs no subgroup
-// operations: every invocation loads its own x.
+// about 10 multiply-adds: 4.5x faster than the same tile with every lane loading its own x.
+// Loops with a constant trip count are [[unroll]]: rolled, they index the register arrays
+// dynamically (lavapipe: 2.5x slower). The PLAIN variant (SG = 1, any workgroup width) needs
+// no subgroup operations: every invocation loads its own x.
 //! variant OUT_Q8
 //! variant OUT_F32
 //! variant OUT_F32 ROW_QPARAMS
