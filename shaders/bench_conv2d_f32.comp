@@ -7,8 +7,8 @@
 #endif
 // Bench-only (bench/bench_conv.py): a plain fp32 direct conv2d, stride 1, zero padding, with
 // the tiling of conv2d_general (TOC channels x TH x TW positions per invocation, the x window
-// loaded once, weight words shared by the G lanes of a group), so that it and the int8 kernel
-// differ in the data type only:
+// loaded once with its halo columns from the next lane, weight words shared by the G lanes of a
+// group), so that it and the int8 kernel differ in the data type only:
 //   y[oc, oh, ow] = sum_{c, kh, kw} x[c, oh - P + kh, ow - P + kw] * w[oc, c, kh, kw]
 // x and y are float (N, H, W, C/4) of vec4 (4 channels each): 4 words where int8 has one.
 //! variant
@@ -25,6 +25,11 @@ layout(constant_id = 7) const int KH = 3;
 layout(constant_id = 8) const int KW = 3;
 
 const int WH = TH + KH - 1, WW = TW + KW - 1;
+#ifdef NO_SUBGROUP
+const int OWN = WW;
+#else
+const int OWN = WW <= 2 * TW ? TW : WW;   // columns a lane loads; the rest from the next lane
+#endif
 const int TAPW = KH * KW * TOC * 4;    // weight floats per block of 4 input channels
 const int WREGS = (TAPW + G - 1) / G;
 
@@ -57,10 +62,20 @@ void main() {
         vec4 xv[WH][WW];
         [[unroll]] for (int r = 0; r < WH; ++r)
         [[unroll]] for (int c = 0; c < WW; ++c) {
-            const int ih = oh0 - p.pad + r, iw = ow0 - p.pad + c;
-            const vec4 v = x[((n * H + clamp(ih, 0, H - 1)) * W + clamp(iw, 0, W - 1)) * C4 + c4];
-            xv[r][c] = ih >= 0 && ih < H && iw >= 0 && iw < W ? v : vec4(0.0);
+            if (c < OWN || lane == G - 1 || st % tiles_w == tiles_w - 1) {
+                const int ih = oh0 - p.pad + r, iw = ow0 - p.pad + c;
+                const vec4 v = x[((n * H + clamp(ih, 0, H - 1)) * W + clamp(iw, 0, W - 1)) * C4 + c4];
+                xv[r][c] = ih >= 0 && ih < H && iw >= 0 && iw < W ? v : vec4(0.0);
+            }
         }
+#ifndef NO_SUBGROUP
+        [[unroll]] for (int r = 0; r < WH; ++r)          // halo: the next lane's first columns
+        [[unroll]] for (int c = OWN; c < WW; ++c) {
+            const uint i = gl_SubgroupInvocationID;
+            const vec4 v = subgroupShuffle(xv[r][c - OWN], (i & ~uint(G - 1)) | ((i + 1u) & uint(G - 1)));
+            if (!(lane == G - 1 || st % tiles_w == tiles_w - 1)) xv[r][c] = v;
+        }
+#endif
         float wr[WREGS];
         [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[(t * C4 + c4) * TAPW + i * G + lane];
         [[unroll]] for (int kh = 0; kh < KH; ++kh)
