@@ -74,17 +74,17 @@ def _encode(v, inputs: list):
     """A node's args as a JSON template for torch_op: tensors by input index."""
     if isinstance(v, Node):
         inputs.append(v)
-        return {"input": len(inputs) - 1}
+        return {"__input__": len(inputs) - 1}
     if isinstance(v, torch.dtype):
-        return {"dtype": str(v).split(".")[-1]}
+        return {"__dtype__": str(v).split(".")[-1]}
     if isinstance(v, torch.memory_format):
-        return {"memory_format": str(v).split(".")[-1]}
+        return {"__memory_format__": str(v).split(".")[-1]}
     if isinstance(v, torch.layout):
-        return {"layout": str(v).split(".")[-1]}
+        return {"__layout__": str(v).split(".")[-1]}
     if isinstance(v, torch.device):
-        return {"device": "cpu"}
+        return {"__device__": "cpu"}
     if isinstance(v, tuple):
-        return {"tuple": [_encode(x, inputs) for x in v]}
+        return {"__tuple__": [_encode(x, inputs) for x in v]}
     if isinstance(v, list):
         return [_encode(x, inputs) for x in v]
     if isinstance(v, dict):
@@ -339,7 +339,7 @@ class Translator:
 
     def _torch_op(self, node):
         inputs: list = []
-        args = _encode(tuple(node.args), inputs)["tuple"]
+        args = _encode(list(node.args), inputs)
         kwargs = _encode(dict(node.kwargs), inputs)
         target = node.target
         qualified = target.name() if isinstance(target, torch._ops.OpOverload) else None

@@ -168,8 +168,9 @@ DTYPE_NAMES = {"float32": "float32", "float64": "float64", "float16": "float16",
 
 
 def torch_op(*tensors, target, args, kwargs=None, dtypes=None):
-    """Call aten op `target` ("aten::name.overload") on the inputs. args/kwargs are JSON templates:
-    {"input": i} is tensors[i], {"dtype": name} a torch dtype, {"tuple": [...]} a tuple;
+    """Call aten op `target` ("aten::name.overload") on the inputs. args (a list) and kwargs (a dict)
+    are JSON templates: {"__input__": i} is tensors[i], {"__dtype__": name} a torch dtype,
+    {"__tuple__": [...]} a tuple (also __memory_format__, __layout__, __device__);
     dtypes[i] is the torch dtype input i had in the model (the Program keeps float32/int32)."""
     import torch
     ts = []
@@ -181,18 +182,18 @@ def torch_op(*tensors, target, args, kwargs=None, dtypes=None):
 
     def decode(v):
         if isinstance(v, dict):
-            if "input" in v:
-                return ts[v["input"]]
-            if "dtype" in v:
-                return getattr(torch, v["dtype"])
-            if "tuple" in v:
-                return tuple(decode(x) for x in v["tuple"])
-            if "memory_format" in v:
-                return getattr(torch, v["memory_format"])
-            if "layout" in v:
-                return getattr(torch, v["layout"])
-            if "device" in v:
-                return torch.device(v["device"])
+            if "__input__" in v:
+                return ts[v["__input__"]]
+            if "__dtype__" in v:
+                return getattr(torch, v["__dtype__"])
+            if "__tuple__" in v:
+                return tuple(decode(x) for x in v["__tuple__"])
+            if "__memory_format__" in v:
+                return getattr(torch, v["__memory_format__"])
+            if "__layout__" in v:
+                return getattr(torch, v["__layout__"])
+            if "__device__" in v:
+                return torch.device(v["__device__"])
             return {k: decode(x) for k, x in v.items()}
         if isinstance(v, list):
             return [decode(x) for x in v]
@@ -204,7 +205,7 @@ def torch_op(*tensors, target, args, kwargs=None, dtypes=None):
     name, _, overload = rest.partition(".")
     op = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
     with torch.no_grad():
-        out = op(*decode(args), **decode(kwargs or {}))
+        out = op(*decode(args), **{k: decode(v) for k, v in (kwargs or {}).items()})
     if isinstance(out, (tuple, list)):
         return tuple(o.detach().numpy() for o in out)
     return out.detach().numpy()

@@ -399,6 +399,13 @@ FOLD_RULES = {
 }
 
 
+def _touches_int8(node: Node) -> bool:
+    """A dequantize feeds it or a quantize reads it: then why it was not folded is worth saying
+    (an op wholly in float gets lower's plain "operands are float" reason)."""
+    return any(is_call(a, DEQUANTIZE | DEQUANTIZE_CHANNEL) for a in node.all_input_nodes) \
+        or any(is_call(u, QUANTIZE) for u in node.users)
+
+
 def fold_qdq_patterns(gm: GraphModule) -> bool:
     changed = False
     for node in list(gm.graph.nodes):
@@ -406,7 +413,7 @@ def fold_qdq_patterns(gm: GraphModule) -> bool:
         if rule is None or not node.users:
             continue
         result = rule(gm, node)
-        if isinstance(result, str):
+        if isinstance(result, str) and _touches_int8(node):
             reject(node, f"{op_name(node.target)}: {result}; runs in float on the CPU")
         elif result is not None:
             changed = True
