@@ -92,6 +92,8 @@ def assert_matches_pt2e(program, gm, x, min_cos=0.999):
         """The PT2E value a program tensor stands for: the quantize it replaced, or the FX node
         of the same name that the passes left as it was."""
         v = values.get(sources.get(name, name))
+        if v is not None and v.dtype == np.uint8 and program.tensors[name].dtype == "int8":
+            v = (v.astype(np.int16) - 128).astype(np.int8)     # a uint8 graph, lowered as int8
         return v if v is not None and v.shape == program.tensors[name].shape else None
 
     local = dict(env)                                        # each tensor: PT2E's value where
@@ -196,6 +198,23 @@ def test_xnnpack_quantized_graph_lowers():
                             "avg_pool2d_q8", "repack", "linear_q8_fout"]
     assert program.fallback == []
     assert_matches_pt2e(program, gm, x)
+
+
+def test_x86_uint8_graph_lowers_as_int8(cnn):
+    """X86InductorQuantizer's uint8 activations (0..255) become int8 with zero point - 128 (exact);
+    what it leaves in float (the residual add, pools) runs in float on the CPU."""
+    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+        X86InductorQuantizer, get_default_x86_inductor_quantization_config)
+    _, _, x = cnn
+    q = X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config())
+    gm = api.quantize(small_cnn(), (x,), calibration=batches((2, 3, 13, 13)), quantizer=q, progress=False)
+    program = lower(gm, (x,))
+    quantizes = [n for n in program.nodes if n.op == "quantize"]
+    assert quantizes and all(n.attrs["qmin"] == -128 and n.attrs["qmax"] == 127 for n in quantizes)
+    assert quantizes[0].attrs["zero_point"] == next(
+        n for n in gm.graph.nodes if n.op == "call_function" and "quantize_per_tensor" in str(n.target)).args[2] - 128
+    assert ops(program)[-1] == "linear_q8_fout"
+    assert assert_matches_pt2e(program, gm, x) >= 4
 
 
 def test_xnnpack_dynamic_graph_lowers_to_per_row_linear():

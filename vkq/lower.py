@@ -316,6 +316,8 @@ class Translator:
         op = vkq_op_of(node)
         if op is not None:
             return self.emit(op, node.args, node, dict(node.kwargs))
+        if is_call(node, QUANTIZE | DEQUANTIZE) and q_args(node)["dtype"] != torch.int8:
+            return self._cpu(node)            # another integer type: torch runs it
         if is_call(node, QUANTIZE):
             a = q_args(node)
             return self.emit("quantize", [node.args[0]], node,

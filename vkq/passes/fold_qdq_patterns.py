@@ -14,7 +14,8 @@ walks its own q/dq neighbours with the helpers below. The patterns:
 
   conv2d                     dq x, dq w (per channel or per tensor, symmetric)  -> conv2d_q8
   linear                     dq x, dq w, q out                 -> linear_q8
-                             dq x, dq w, float out to the graph output -> linear_q8_fout
+                             dq x, dq w, float out (no quantize after it, or one only
+                               dequantized into the graph output)    -> linear_q8_fout
                              float x, dq w                     -> linear_dynamic / linear_weight_only
                              dq.tensor(q.tensor(x, choose_qparams(x))) x, dq w -> linear_dynamic
   add, mul                   dq a, dq b (same shape), q out    -> add_q8 / mul_q8

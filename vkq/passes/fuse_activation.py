@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from torch.fx import GraphModule, Node
 
 from ..quant import activation_bounds
@@ -43,7 +45,8 @@ def fuse_activation(gm: GraphModule) -> bool:
     for act in list(gm.graph.nodes):
         if not is_call(act, ACTIVATIONS) or not act.users:
             continue
-        if not all(is_call(u, QUANTIZE) and u.args[0] is act for u in act.users):
+        if not all(is_call(u, QUANTIZE) and u.args[0] is act and q_args(u)["dtype"] == torch.int8
+                   for u in act.users):
             continue
         activation, bounds = _bounds(act)
         if bounds is not None and not all(math.isfinite(b) for b in bounds):

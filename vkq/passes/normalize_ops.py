@@ -10,6 +10,8 @@ differently; this pass rewrites the second kind into the first:
   relu_ / hardtanh_ / add_ / mul_ (in place)    -> relu / hardtanh / add / mul
   aten.relu6(x), aten.clamp(x, lo, hi)          -> aten.hardtanh(x, lo, hi);  clamp(x, 0) -> relu
   dropout (eval), clone, alias, contiguous, detach -> removed (identities at inference)
+  quantize / dequantize per tensor to uint8     -> int8 with zero point - 128 (X86 quantizer):
+                                                   q_u8 - 128 = q_i8, the floats are the same
 Rules are the table NORMALIZE: target -> function(node) returning the replacement node or None.
 """
 from __future__ import annotations
@@ -19,7 +21,7 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import PERMUTES, aten, finish, is_call, set_val, shape_of, val
+from ._graph import DEQUANTIZE, PERMUTES, QUANTIZE, aten, finish, is_call, set_val, shape_of, val
 
 
 def _new(node: Node, target, args, kwargs=None) -> Node:
@@ -128,6 +130,17 @@ def _train(node) -> bool:
     return bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("train", False))
 
 
+def int8_from_uint8(node):
+    """(x, s, zp, qmin, qmax, uint8) -> (x, s, zp - 128, qmin - 128, qmax - 128, int8): exact."""
+    a = list(node.args)
+    if len(a) != 6 or a[5] != torch.uint8 or node.kwargs:
+        return None
+    new = _new(node, node.target, (a[0], a[1], int(a[2]) - 128, int(a[3]) - 128, int(a[4]) - 128, torch.int8))
+    if is_call(new, QUANTIZE):
+        set_val(new, shape_of(node), torch.int8)
+    return new
+
+
 NORMALIZE = {
     aten.convolution.default: conv_from_convolution,
     aten.addmm.default: linear_from_addmm,
@@ -140,6 +153,7 @@ NORMALIZE = {
     aten.mul_.Tensor: _renamed(aten.mul.Tensor),
     aten.relu6.default: hardtanh_from_relu6,
     aten.clamp.default: from_clamp,
+    **{t: int8_from_uint8 for t in QUANTIZE | DEQUANTIZE},
     **{t: identity for t in (aten.dropout.default, aten.clone.default, aten.alias.default,
                              aten.contiguous.default, aten.detach.default)},
 }
