@@ -7,19 +7,20 @@
 #endif
 // conv2d_q8, general kernel: any kernel size, stride, padding, dilation and groups
 // (vkq/ops/conv.py; x and y are 4W4C):
-//   acc[oc, oh, ow] = sum_{c, kh, kw} xz[c, oh*SH - ph + kh*DH, ow*SW - pw + kw*DW] * w[oc, c, kh, kw]
+//   acc[oc, oh, ow] = sum_{c, kh, kw} xz[c, oh*SH - PH + kh*DH, ow*SW - PW + kw*DW] * w[oc, c, kh, kw]
 //   y[oc, oh, ow]   = requantize(acc + bias_eff[oc], m[oc], s[oc], out_zp, qmin, qmax)
 // xz is x read as x_zp outside the image, so a padded tap adds x_zp * w, and the host folds
 // -x_zp * sum(w[oc]) into bias_eff: together exactly sum (x - x_zp) * w with 0 for padding.
 // Groups: w is dense over the c4 blocks [c4_start, c4_start + c4_count) of each output-channel
 // tile, zero outside an output channel's group.
 //
-// One invocation owns TOC output channels x TH x TW output positions. Per block of 4 input
-// channels it loads its (TH-1)*SH + (KH-1)*DH + 1 by (TW-1)*SW + (KW-1)*DW + 1 window of x
-// words once (the columns it shares with the next tile of its row come from the next lane,
-// conv_common.glsl), and every unpacked x value serves TOC output channels and every kernel tap
-// that reads it; every unpacked weight word serves TH*TW positions. The G lanes of a group share
-// the tile's weight words.
+// One invocation owns TOC output channels x TH rows x one 4W4C block of 4 columns (from ow0, a
+// multiple of 4), and stores them as TH * TOC/4 ivec4s (columns past OW as 0: the 4W4C padding).
+// Per block of 4 input channels it loads its (TH-1)*SH + (KH-1)*DH + 1 by 3*SW + (KW-1)*DW + 1
+// window of x words once: its SW own 4W4C blocks per row as ivec4s, the halo columns mostly from
+// the neighbouring lanes (conv_common.glsl). Every unpacked x value serves TOC output channels
+// and every kernel tap that reads it; every unpacked weight word serves TH*4 positions. The G
+// lanes of a group share the tile's weight words.
 //
 // Exact fp32 accumulation: products of int8 values are integers with |x*w| <= 2^14, and a sum
 // of integers stays exact in fp32 while every partial sum is below 2^24 in magnitude, whatever
@@ -35,40 +36,42 @@
 
 layout(constant_id = 4) const int TOC = 16;     // output channels per invocation, a multiple of 4
 layout(constant_id = 5) const int TH = 2;       // output rows per invocation
-layout(constant_id = 6) const int TW = 4;       // output columns per invocation
-layout(constant_id = 7) const int KH = 3;
-layout(constant_id = 8) const int KW = 3;
-layout(constant_id = 9) const int SH = 1;
-layout(constant_id = 10) const int SW = 1;
-layout(constant_id = 11) const int DH = 1;
-layout(constant_id = 12) const int DW = 1;
-layout(constant_id = 13) const int CHUNK = 28;  // c4 blocks per exact fp32 partial sum
-layout(constant_id = 14) const int ROW_FLUSH = 0;
+layout(constant_id = 6) const int KH = 3;
+layout(constant_id = 7) const int KW = 3;
+layout(constant_id = 8) const int SH = 1;
+layout(constant_id = 9) const int SW = 1;
+layout(constant_id = 10) const int DH = 1;
+layout(constant_id = 11) const int DW = 1;
+layout(constant_id = 12) const int PH = 1;
+layout(constant_id = 13) const int PW = 1;
+layout(constant_id = 14) const int CHUNK = 28;  // c4 blocks per exact fp32 partial sum
+layout(constant_id = 15) const int ROW_FLUSH = 0;
 
+const int TW = 4;                                   // output columns per invocation: one block
 const int WH = (TH - 1) * SH + (KH - 1) * DH + 1;   // input window, in rows
 const int WW = (TW - 1) * SW + (KW - 1) * DW + 1;   // and in columns (words)
+const int OWN = 4 * SW;                             // own columns: window columns PW .. PW+OWN-1
+const int XW = WW > PW + OWN ? WW : PW + OWN;       // columns held (own ones past WW too: halos)
 #ifdef NO_SUBGROUP
-const int OWN = WW;
+const int HALO_SHUFFLE = 0;
 #else
-const int OWN_MIN = SW * TW < WW ? SW * TW : WW;
-const int OWN = WW <= 2 * OWN_MIN ? OWN_MIN : WW;    // columns a lane loads
+const int HALO_SHUFFLE = (PW <= OWN ? 1 : 0) * (WW - PW - OWN <= OWN ? 1 : 0);  // halos fit in neighbours' own
 #endif
-const int HALO = WW - OWN;                          // columns from the next lane (conv_common.glsl)
 const int TAPW = KH * KW * TOC;                     // weight words per c4 block
 const int WREGS = (TAPW + G - 1) / G;
 const int PREGS = (3 * TOC + G - 1) / G;
 const int NACC = TH * TW * TOC;                     // accumulator (i, j, oc) at (i*TW + j)*TOC + oc
 
 layout(std430, binding = 0) readonly buffer X { int x[]; };
+layout(std430, binding = 0) readonly buffer X4 { ivec4 x4[]; };    // the same words, by block
 // word ((t*c4_count + r)*KH*KW + kh*KW + kw)*TOC + o: byte b = w[t*TOC + o, 4*(c4_start + r) + b, kh, kw]
 layout(std430, binding = 1) readonly buffer Wt { int w[]; };
 // per output-channel tile t: bias_eff[TOC], m[TOC], s[TOC] at t*3*TOC
 layout(std430, binding = 2) readonly buffer Chan { int chan[]; };
-layout(std430, binding = 3) writeonly buffer Y { int y[]; };
+layout(std430, binding = 3) writeonly buffer Y { ivec4 y[]; };
 layout(push_constant) uniform Params {
     ivec4 in_shape;    // N, C, H, W
     ivec4 out_shape;   // N, OC, OH, OW
-    int ph, pw;
     int c4_count;      // c4 blocks each output-channel tile reads
     int cg, ocg;       // input and output channels per group
     int zp_word;       // x_zp in all four bytes
@@ -79,7 +82,7 @@ void main() {
     const int N = p.in_shape.x, C4 = up4(p.in_shape.y) / 4, H = p.in_shape.z, W = p.in_shape.w;
     const int OC = p.out_shape.y, OH = p.out_shape.z, OW = p.out_shape.w;
     const int OC4 = up4(OC) / 4, W4 = up4(W) / 4, OW4 = up4(OW) / 4;
-    const int tiles_w = (OW + TW - 1) / TW, tiles = tiles_w * ((OH + TH - 1) / TH);
+    const int tiles_w = OW4, tiles = tiles_w * ((OH + TH - 1) / TH);
     const int spatial_groups = (tiles + G - 1) / G, oc_tiles = (OC + TOC - 1) / TOC;
 
     // group q -> (image n, output-channel tile t, G spatial tiles); lane -> one spatial tile
@@ -90,21 +93,21 @@ void main() {
     n = min(n, N - 1);
     st = min(st, tiles - 1);
     const int oh0 = st / tiles_w * TH, ow0 = st % tiles_w * TW;
-    const bool halo_self = lane == G - 1 || st % tiles_w == tiles_w - 1;
+    bool left_self = HALO_SHUFFLE == 0 || lane == 0 || st % tiles_w == 0;
+    bool right_self = HALO_SHUFFLE == 0 || lane == G - 1 || st % tiles_w == tiles_w - 1;
 
-    // word offsets of the window (c4 = 0), clamped into the image; outside it reads x_zp
-    int row_off[WH], col_off[WW];
+    // the window (c4 = 0), clamped into the image; outside it reads x_zp
+    int row_blk[WH], col_off[WW];     // ivec4 index of a row's block 0; word offset of a column
     bool row_in[WH], col_in[WW];
     [[unroll]] for (int r = 0; r < WH; ++r) {
-        int ih = oh0 * SH - p.ph + r;
+        const int ih = oh0 * SH - PH + r;
         row_in[r] = ih >= 0 && ih < H;
-        row_off[r] = (n * H + clamp(ih, 0, H - 1)) * W4 * C4 * 4;
+        row_blk[r] = (n * H + clamp(ih, 0, H - 1)) * W4 * C4;
     }
     [[unroll]] for (int c = 0; c < WW; ++c) {
-        int iw = ow0 * SW - p.pw + c;
+        const int iw = ow0 * SW - PW + c, iwc = clamp(iw, 0, W - 1);
         col_in[c] = iw >= 0 && iw < W;
-        iw = clamp(iw, 0, W - 1);
-        col_off[c] = (iw >> 2) * C4 * 4 + (iw & 3);
+        col_off[c] = (iwc >> 2) * C4 * 4 + (iwc & 3);
     }
     const int c4_start = min(t * TOC / p.ocg * p.cg / 4, C4 - p.c4_count);
     const int wbase = t * p.c4_count * TAPW + lane;
@@ -116,30 +119,40 @@ void main() {
     for (int c0 = 0; c0 < p.c4_count; c0 += CHUNK) {
         const int c_end = min(c0 + CHUNK, p.c4_count);
         for (int r4 = c0; r4 < c_end; ++r4) {
-            const int c4w = (c4_start + r4) * 4;
-            int xw[WH][WW];
-            [[unroll]] for (int r = 0; r < WH; ++r)
-            [[unroll]] for (int c = 0; c < OWN; ++c) {
-                const int word = x[row_off[r] + col_off[c] + c4w];
-                xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
+            const int c4 = c4_start + r4;
+            int xw[WH][XW];
+            [[unroll]] for (int r = 0; r < WH; ++r)      // own blocks
+            [[unroll]] for (int b = 0; b < SW; ++b) {
+                const ivec4 v = x4[row_blk[r] + min(ow0 * SW / 4 + b, W4 - 1) * C4 + c4];
+                [[unroll]] for (int e = 0; e < 4; ++e)
+                    xw[r][PW + 4 * b + e] = row_in[r] && ow0 * SW + 4 * b + e < W ? v[e] : p.zp_word;
             }
-            if (HALO > 0) {
+            if (HALO_SHUFFLE != 0) {
+                [[unroll]] for (int r = 0; r < WH; ++r) {
+                    [[unroll]] for (int c = 0; c < PW; ++c) xw[r][c] = from_prev_lane(xw[r][c + OWN]);
+                    [[unroll]] for (int c = PW + OWN; c < WW; ++c) xw[r][c] = from_next_lane(xw[r][c - OWN]);
+                }
+            }
+            if (left_self) {
                 [[unroll]] for (int r = 0; r < WH; ++r)
-                [[unroll]] for (int c = OWN; c < WW; ++c) xw[r][c] = from_next_lane(xw[r][c - OWN]);
-                if (halo_self) {
-                    [[unroll]] for (int r = 0; r < WH; ++r)
-                    [[unroll]] for (int c = OWN; c < WW; ++c) {
-                        const int word = x[row_off[r] + col_off[c] + c4w];
-                        xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
-                    }
+                [[unroll]] for (int c = 0; c < min(PW, WW); ++c) {
+                    const int word = x[row_blk[r] * 4 + col_off[c] + c4 * 4];
+                    xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
+                }
+            }
+            if (right_self) {
+                [[unroll]] for (int r = 0; r < WH; ++r)
+                [[unroll]] for (int c = PW + OWN; c < WW; ++c) {
+                    const int word = x[row_blk[r] * 4 + col_off[c] + c4 * 4];
+                    xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
                 }
             }
             vec4 xv[WH][WW];
             [[unroll]] for (int r = 0; r < WH; ++r)
             [[unroll]] for (int c = 0; c < WW; ++c) xv[r][c] = vec4(unpack_int8x4(xw[r][c]));
+
             int wr[WREGS];
             [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[wbase + r4 * TAPW + i * G];
-
             [[unroll]] for (int kh = 0; kh < KH; ++kh) {
                 [[unroll]] for (int kw = 0; kw < KW; ++kw)
                 [[unroll]] for (int o = 0; o < TOC; ++o) {
@@ -159,7 +172,7 @@ void main() {
         [[unroll]] for (int k = 0; k < NACC; ++k) { acc[k] += int(part[k]); part[k] = 0.0; }
     }
 
-    // epilogue: bias_eff, m, s of the tile's channels, requantize, one word per 4 channels
+    // epilogue: bias_eff, m, s of the tile's channels, requantize, one ivec4 per 4x4 block
     int pr[PREGS];
     [[unroll]] for (int i = 0; i < PREGS; ++i) pr[i] = chan[t * 3 * TOC + i * G + lane];
     int bias[TOC], m[TOC], s[TOC];
@@ -169,25 +182,18 @@ void main() {
         s[o] = SHARE(pr, 2 * TOC + o);
     }
     [[unroll]] for (int i = 0; i < TH; ++i)
-    [[unroll]] for (int j = 0; j < TW; ++j) {
-        const int oh = oh0 + i, ow = ow0 + j;
-        [[unroll]] for (int b = 0; b < TOC / 4; ++b) {
-            const int k = (i * TW + j) * TOC + 4 * b, oc4 = t * (TOC / 4) + b;
-            ivec4 a = ivec4(acc[k], acc[k + 1], acc[k + 2], acc[k + 3])
-                    + ivec4(bias[4 * b], bias[4 * b + 1], bias[4 * b + 2], bias[4 * b + 3]);
-            int word = requant_word(a, ivec4(m[4 * b], m[4 * b + 1], m[4 * b + 2], m[4 * b + 3]),
-                                    ivec4(s[4 * b], s[4 * b + 1], s[4 * b + 2], s[4 * b + 3]),
-                                    p.out_zp, p.qmin, p.qmax, OC - 4 * oc4);
-            if (live && oh < OH && ow < OW && oc4 < OC4)
-                y[(((n * OH + oh) * OW4 + (ow >> 2)) * OC4 + oc4) * 4 + (ow & 3)] = word;
+    [[unroll]] for (int b = 0; b < TOC / 4; ++b) {
+        const int oh = oh0 + i, oc4 = t * (TOC / 4) + b;
+        const ivec4 bb = ivec4(bias[4 * b], bias[4 * b + 1], bias[4 * b + 2], bias[4 * b + 3]);
+        const ivec4 mm = ivec4(m[4 * b], m[4 * b + 1], m[4 * b + 2], m[4 * b + 3]);
+        const ivec4 ss = ivec4(s[4 * b], s[4 * b + 1], s[4 * b + 2], s[4 * b + 3]);
+        ivec4 words;
+        [[unroll]] for (int j = 0; j < TW; ++j) {
+            const int k = (i * TW + j) * TOC + 4 * b;
+            const int word = requant_word(ivec4(acc[k], acc[k + 1], acc[k + 2], acc[k + 3]) + bb, mm, ss,
+                                          p.out_zp, p.qmin, p.qmax, OC - 4 * oc4);
+            words[j] = ow0 + j < OW ? word : 0;   // columns past OW: 4W4C padding, 0
         }
-    }
-    // 4W4C padding columns OW .. up4(OW)-1 hold 0 (a buffer starts with whatever its memory
-    // held): the tile of column OW-1 writes them, in a loop kept rolled (small code)
-    if (live && (OW & 3) != 0 && ow0 + TW >= OW) {
-        [[dont_unroll]] for (int i = 0; i < min(TH, OH - oh0); ++i)
-        [[dont_unroll]] for (int b = t * (TOC / 4); b < min(t * (TOC / 4) + TOC / 4, OC4); ++b)
-        [[dont_unroll]] for (int ow = OW; ow < OW4 * 4; ++ow)
-            y[(((n * OH + oh0 + i) * OW4 + (ow >> 2)) * OC4 + b) * 4 + (ow & 3)] = 0;
+        if (live && oh < OH && oc4 < OC4) y[((n * OH + oh) * OW4 + ow0 / 4) * OC4 + oc4] = words;
     }
 }

@@ -11,10 +11,11 @@
 //   y[oc, pos]   = requantize(acc + bias_eff[oc], m[oc], s[oc], out_zp, qmin, qmax)
 // (bias_eff = bias - x_zp * sum(w[oc]), folded on the host.)
 //
-// One invocation owns TP consecutive positions (row-major, running across rows, so no column
-// tile is wasted at a row's end) x TOC output channels. Per block of 4 input channels it loads
-// TP x words and the G lanes of a group share the TOC weight words (conv_common.glsl): every
-// unpacked x value serves TOC channels and every weight word TP positions.
+// One invocation owns TB 4W4C blocks of 4 columns (running over the blocks of the image row by
+// row) x TOC output channels, and stores TB * TOC/4 ivec4s (columns past W as 0: the 4W4C
+// padding). Per block of 4 input channels it loads TB x ivec4s and the G lanes of a group share
+// the TOC weight words (conv_common.glsl): every unpacked x value serves TOC channels and every
+// weight word 4*TB positions.
 // Exact fp32 accumulation as in conv2d_general.comp: CHUNK c4 blocks (4*CHUNK <= 2^10 products
 // of |x*w| <= 2^14) per fp32 partial sum, then into the int32 total.
 //! variant
@@ -25,18 +26,19 @@
 #include "conv_common.glsl"
 
 layout(constant_id = 4) const int TOC = 16;     // output channels per invocation, a multiple of 4
-layout(constant_id = 5) const int TP = 8;       // positions per invocation
+layout(constant_id = 5) const int TB = 2;       // 4-column blocks per invocation
 layout(constant_id = 6) const int CHUNK = 256;  // c4 blocks per exact fp32 partial sum
 
+const int TP = 4 * TB;                          // positions per invocation
 const int WREGS = (TOC + G - 1) / G;
 const int PREGS = (3 * TOC + G - 1) / G;
 
-layout(std430, binding = 0) readonly buffer X { int x[]; };
+layout(std430, binding = 0) readonly buffer X { ivec4 x[]; };
 // word (t*C4 + c4)*TOC + o: byte b = w[t*TOC + o, 4*c4 + b]
 layout(std430, binding = 1) readonly buffer Wt { int w[]; };
 // per output-channel tile t: bias_eff[TOC], m[TOC], s[TOC] at t*3*TOC
 layout(std430, binding = 2) readonly buffer Chan { int chan[]; };
-layout(std430, binding = 3) writeonly buffer Y { int y[]; };
+layout(std430, binding = 3) writeonly buffer Y { ivec4 y[]; };
 layout(push_constant) uniform Params {
     ivec4 in_shape;    // N, C, H, W
     ivec4 out_shape;   // N, OC, H, W
@@ -45,25 +47,19 @@ layout(push_constant) uniform Params {
 
 void main() {
     const int N = p.in_shape.x, C4 = up4(p.in_shape.y) / 4, H = p.in_shape.z, W = p.in_shape.w;
-    const int OC = p.out_shape.y, OC4 = up4(OC) / 4, W4 = up4(W) / 4, HW = H * W;
-    const int pos_groups = (HW + TP * G - 1) / (TP * G), oc_tiles = (OC + TOC - 1) / TOC;
+    const int OC = p.out_shape.y, OC4 = up4(OC) / 4, W4 = up4(W) / 4, HB = H * W4;
+    const int block_groups = (HB + TB * G - 1) / (TB * G), oc_tiles = (OC + TOC - 1) / TOC;
 
-    // group q -> (image n, output-channel tile t, G*TP positions); lane -> TP of them
+    // group q -> (image n, output-channel tile t, G*TB column blocks); lane -> TB of them
     const int q = group_index(), lane = group_lane();
-    const int t = (q / pos_groups) % oc_tiles;
-    int n = q / (pos_groups * oc_tiles);
+    const int t = (q / block_groups) % oc_tiles;
+    int n = q / (block_groups * oc_tiles);
     const bool live_n = n < N;
     n = min(n, N - 1);
-    const int pos0 = ((q % pos_groups) * G + lane) * TP;
-
-    int x_off[TP];   // word of (n, c4 = 0, position), clamped into the image
-    [[unroll]] for (int k = 0; k < TP; ++k) {
-        const int pos = min(pos0 + k, HW - 1), h = pos / W, ww = pos % W;
-        x_off[k] = ((n * H + h) * W4 + (ww >> 2)) * C4 * 4 + (ww & 3);
-    }
+    const int blk0 = ((q % block_groups) * G + lane) * TB;    // block (h, w4) of the image is h*W4 + w4
     const int wbase = t * C4 * TOC + lane;
 
-    int acc[TP * TOC];           // (position k, channel o) at k*TOC + o
+    int acc[TP * TOC];           // (position 4*k + e, channel o) at (4*k + e)*TOC + o
     float part[TP * TOC];
     [[unroll]] for (int k = 0; k < TP * TOC; ++k) { acc[k] = 0; part[k] = 0.0; }
     for (int c0 = 0; c0 < C4; c0 += CHUNK) {
@@ -72,7 +68,10 @@ void main() {
             int wr[WREGS];
             [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[wbase + c4 * TOC + i * G];
             vec4 xv[TP];
-            [[unroll]] for (int k = 0; k < TP; ++k) xv[k] = vec4(unpack_int8x4(x[x_off[k] + c4 * 4]));
+            [[unroll]] for (int k = 0; k < TB; ++k) {
+                const ivec4 v = x[(n * HB + min(blk0 + k, HB - 1)) * C4 + c4];
+                [[unroll]] for (int e = 0; e < 4; ++e) xv[4 * k + e] = vec4(unpack_int8x4(v[e]));
+            }
             [[unroll]] for (int o = 0; o < TOC; ++o) {
                 const vec4 wv = vec4(unpack_int8x4(SHARE(wr, o)));
                 [[unroll]] for (int k = 0; k < TP; ++k)
@@ -91,26 +90,19 @@ void main() {
         m[o] = SHARE(pr, TOC + o);
         s[o] = SHARE(pr, 2 * TOC + o);
     }
-    [[unroll]] for (int k = 0; k < TP; ++k) {
-        const int pos = pos0 + k, h = pos / W, ww = pos % W;
-        [[unroll]] for (int b = 0; b < TOC / 4; ++b) {
-            const int a = k * TOC + 4 * b, oc4 = t * (TOC / 4) + b;
-            const int word = requant_word(
-                ivec4(acc[a], acc[a + 1], acc[a + 2], acc[a + 3])
-                    + ivec4(bias[4 * b], bias[4 * b + 1], bias[4 * b + 2], bias[4 * b + 3]),
-                ivec4(m[4 * b], m[4 * b + 1], m[4 * b + 2], m[4 * b + 3]),
-                ivec4(s[4 * b], s[4 * b + 1], s[4 * b + 2], s[4 * b + 3]),
-                p.out_zp, p.qmin, p.qmax, OC - 4 * oc4);
-            if (live_n && pos < HW && oc4 < OC4)
-                y[(((n * H + h) * W4 + (ww >> 2)) * OC4 + oc4) * 4 + (ww & 3)] = word;
+    [[unroll]] for (int k = 0; k < TB; ++k)
+    [[unroll]] for (int b = 0; b < TOC / 4; ++b) {
+        const int blk = blk0 + k, oc4 = t * (TOC / 4) + b;
+        const ivec4 bb = ivec4(bias[4 * b], bias[4 * b + 1], bias[4 * b + 2], bias[4 * b + 3]);
+        const ivec4 mm = ivec4(m[4 * b], m[4 * b + 1], m[4 * b + 2], m[4 * b + 3]);
+        const ivec4 ss = ivec4(s[4 * b], s[4 * b + 1], s[4 * b + 2], s[4 * b + 3]);
+        ivec4 words;
+        [[unroll]] for (int e = 0; e < 4; ++e) {
+            const int a = (4 * k + e) * TOC + 4 * b;
+            const int word = requant_word(ivec4(acc[a], acc[a + 1], acc[a + 2], acc[a + 3]) + bb, mm, ss,
+                                          p.out_zp, p.qmin, p.qmax, OC - 4 * oc4);
+            words[e] = 4 * (blk % W4) + e < W ? word : 0;   // columns past W: 4W4C padding, 0
         }
-    }
-    // 4W4C padding columns W .. up4(W)-1 hold 0 (a buffer starts with whatever its memory
-    // held): the invocation of column W-1 writes them, in a loop kept rolled (small code)
-    if (live_n && (W & 3) != 0) {
-        [[dont_unroll]] for (int pos = pos0 + W - 1 - pos0 % W; pos < min(pos0 + TP, HW); pos += W)
-        [[dont_unroll]] for (int b = t * (TOC / 4); b < min(t * (TOC / 4) + TOC / 4, OC4); ++b)
-        [[dont_unroll]] for (int ww = W; ww < W4 * 4; ++ww)
-            y[(((n * H + pos / W) * W4 + (ww >> 2)) * OC4 + b) * 4 + (ww & 3)] = 0;
+        if (live_n && blk < HB && oc4 < OC4) y[(n * HB + blk) * OC4 + oc4] = words;
     }
 }

@@ -31,6 +31,7 @@ int group_lane() { return 0; }
 int group_index() { return linear_invocation(); }
 #define SHARE(r, k) ((r)[(k)])
 int from_next_lane(int v) { return v; }
+int from_prev_lane(int v) { return v; }
 #else
 int group_lane() { return int(gl_SubgroupInvocationID) & (G - 1); }
 int group_index() {
@@ -38,20 +39,27 @@ int group_index() {
          + int(gl_SubgroupInvocationID) / G;
 }
 #define SHARE(r, k) subgroupShuffle((r)[(k) / G], (gl_SubgroupInvocationID & ~uint(G - 1)) + uint((k) % G))
-// v of the next lane of the group (the last lane gets the first lane's)
+// v of the next / previous lane of the group (wrapping round inside the group)
 int from_next_lane(int v) {
     uint i = gl_SubgroupInvocationID;
     return subgroupShuffle(v, (i & ~uint(G - 1)) | ((i + 1u) & uint(G - 1)));
 }
+int from_prev_lane(int v) {
+    uint i = gl_SubgroupInvocationID;
+    return subgroupShuffle(v, (i & ~uint(G - 1)) | ((i - 1u) & uint(G - 1)));
+}
 #endif
 
-// Window halos. The spatial tiles of a group's lanes run along output rows, so the next lane
-// usually holds the tile right of this one and its x window starts SW*TW columns to the right:
-// a lane loads the first OWN = SW*TW columns of its window itself and takes the HALO columns
-// after them from the next lane (from_next_lane); only a lane whose next lane is not its right
-// neighbour (the group's last lane, the last tile of a row) loads its halo, under a branch, and
-// a load costs only for the lanes that run it. Windows with HALO > OWN (huge kernels, NO_SUBGROUP)
-// load every column.
+// Windows and halos (conv2d_general, conv2d_depthwise). A lane's output columns are whole 4W4C
+// blocks (TW = 4*TB columns from ow0, a multiple of 4), so its x window, input columns
+// SW*ow0 - PW .. SW*ow0 - PW + WW - 1, holds SW*TB whole blocks that this lane alone reads
+// in full: its own blocks, loaded as ivec4s (window columns PW .. PW + OWN - 1, OWN = 4*SW*TB).
+// The PW columns left of them are the previous tile's last own columns and the columns right
+// of them the next tile's first. The spatial tiles of a group's lanes run along output rows, so
+// those halo columns come from the previous / next lane by shuffle; only a lane whose neighbour
+// does not hold the adjacent tile (the group's first / last lane, a row's first / last tile)
+// loads them itself, word by word under a branch (a load costs only for the lanes that run it).
+// Padding wider than the own blocks, and NO_SUBGROUP, load every halo column.
 
 // Accumulators of four consecutive output channels -> one packed word. Only the first `valid`
 // bytes are channels; the rest are padding and stay 0.

@@ -233,21 +233,14 @@ def _chunk(kh, kw) -> tuple[int, int]:
     return 1, 1
 
 
-def _general_tiles(g: ConvGeometry) -> tuple[int, int, int]:
-    """(TOC, TH, TW) for conv2d_general: the widest channel tile whose work (padded channels
-    times input blocks read) is within 1/8 of the least, then 2x4 positions, fewer while the
-    x window is too large to hold."""
+def _general_tiles(g: ConvGeometry) -> tuple[int, int]:
+    """(TOC, TH) for conv2d_general (its TW is one 4-column block): the widest channel tile
+    whose work (padded channels times input blocks read) is within 1/8 of the least; 2 rows
+    (measured best on llvmpipe with TOC 16: 16 x 8 accumulators), 1 if the window is large."""
     work = {toc: -(-g.oc // toc) * toc * c4_window(g, toc)[0] for toc in (16, 8, 4)}
     toc = next(t for t in (16, 8, 4) if work[t] * 8 <= min(work.values()) * 9)
-    th, tw = min(2, g.oh), min(4, g.ow)
-
-    def window(th, tw):
-        return ((th - 1) * g.sh + (g.kh - 1) * g.dh + 1) * ((tw - 1) * g.sw + (g.kw - 1) * g.dw + 1)
-    while th > 1 and window(th, tw) > MAX_WINDOW_WORDS:
-        th -= 1
-    while tw > 1 and window(th, tw) > MAX_WINDOW_WORDS:
-        tw -= 1
-    return toc, th, tw
+    window = (g.sh + (g.kh - 1) * g.dh + 1) * (3 * g.sw + (g.kw - 1) * g.dw + 1)
+    return toc, 2 if g.oh > 1 and window <= MAX_WINDOW_WORDS else 1
 
 
 def _check_acc_range(beff, g: ConvGeometry, taps: int):
@@ -297,28 +290,28 @@ class Conv2dQ8:
         pad = np.zeros(G, np.int32)   # lanes of the last group may read up to G - 1 words past the end
 
         if kernel == "conv2d_general":
-            toc, th, tw = _general_tiles(g)
+            toc, th = _general_tiles(g)
             wwords, c4_count = pack_general(weight, g, toc)
             chunk, row_flush = _chunk(g.kh, g.kw)
-            spec = (G, toc, th, tw, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, chunk, row_flush)
-            push = (*shapes, g.ph, g.pw, c4_count, g.cg, g.ocg, zp_word, *outq)
-            tiles = -(-g.ow // tw) * -(-g.oh // th)
+            spec = (G, toc, th, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw, chunk, row_flush)
+            push = (*shapes, c4_count, g.cg, g.ocg, zp_word, *outq)
+            tiles = -(-g.ow // 4) * -(-g.oh // th)
             lane_groups = g.n * -(-g.oc // toc) * -(-tiles // G)
             table = pack_channels(*chan, toc)
         elif kernel == "conv2d_depthwise":
-            th, tw = _depthwise_tiles(g)
+            th, tb = _depthwise_tiles(g)
             wwords = pack_depthwise(weight, g)
-            spec = (G, th, tw, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw)
-            push = (*shapes, g.ph, g.pw, zp_word, *outq)
-            tiles = -(-g.ow // tw) * -(-g.oh // th)
+            spec = (G, th, tb, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw)
+            push = (*shapes, zp_word, *outq)
+            tiles = -(-(-(-g.ow // 4)) // tb) * -(-g.oh // th)
             lane_groups = g.n * g.c4 * -(-tiles // G)
             table = pack_channels(*chan, 4)
         else:
-            tp, toc = _pointwise_tiles(g)
+            tb, toc = _pointwise_tiles(g)
             wwords, _ = pack_general(weight, g, toc)
-            spec = (G, toc, tp, EXACT_PRODUCTS // 4)
+            spec = (G, toc, tb, EXACT_PRODUCTS // 4)
             push = (*shapes, *outq)
-            lane_groups = g.n * -(-g.oc // toc) * -(-(g.h * g.w) // (tp * G))
+            lane_groups = g.n * -(-g.oc // toc) * -(-(g.h * -(-g.w // 4)) // (tb * G))
             table = pack_channels(*chan, toc)
 
         bufs = [io[0], ctx.const_buffer(np.concatenate([wwords, pad])),
@@ -328,24 +321,24 @@ class Conv2dQ8:
 
 
 def _depthwise_tiles(g: ConvGeometry) -> tuple[int, int]:
-    """(TH, TW) for conv2d_depthwise: 4x8 positions (measured best on llvmpipe: the kernel is
-    bound by its loads and stores, and the window of a larger tile re-reads fewer rows), fewer
-    for small outputs or large windows."""
-    th, tw = min(4, g.oh), min(8, -(-g.ow // 4) * 4)
+    """(TH, TB) for conv2d_depthwise: 4 rows x 2 blocks of 4 columns (measured best on llvmpipe:
+    the kernel is bound by its loads and stores, and a larger tile's window re-reads fewer
+    columns and rows), fewer for small outputs or large windows."""
+    th, tb = min(4, g.oh), 2 if g.ow > 4 else 1
 
-    def window(th, tw):
-        return ((th - 1) * g.sh + (g.kh - 1) * g.dh + 1) * ((tw - 1) * g.sw + (g.kw - 1) * g.dw + 1)
-    while th > 1 and window(th, tw) > MAX_WINDOW_WORDS:
+    def window(th, tb):
+        return ((th - 1) * g.sh + (g.kh - 1) * g.dh + 1) * ((4 * tb - 1) * g.sw + (g.kw - 1) * g.dw + 1)
+    while th > 1 and window(th, tb) > MAX_WINDOW_WORDS:
         th -= 1
-    while tw > 1 and window(th, tw) > MAX_WINDOW_WORDS:
-        tw -= 1
-    return th, tw
+    if window(th, tb) > MAX_WINDOW_WORDS:
+        tb = 1
+    return th, tb
 
 
 def _pointwise_tiles(g: ConvGeometry) -> tuple[int, int]:
-    """(TP positions, TOC output channels) for conv2d_pointwise: 8 positions and the TOC <= 32
-    that minimizes tiles * (TOC + 22). Per position and c4 block, a tile costs TOC*4 multiply-adds
-    (~0.2 cycles each per lane on llvmpipe) plus one x load (~18 cycles per lane): fewer, wider
-    tiles load x fewer times, but padded channels cost multiply-adds."""
+    """(TB 4-column blocks, TOC output channels) for conv2d_pointwise: 2 blocks (8 positions) and
+    the TOC <= 32 that minimizes tiles * (TOC + 22). Per position and c4 block, a tile costs
+    TOC*4 multiply-adds (~0.2 cycles each per lane on llvmpipe) plus one x word loaded (~18
+    cycles per lane): fewer, wider tiles load x fewer times, but padded channels cost work."""
     cost = {t: -(-g.oc // t) * (t + 22) for t in range(32, 0, -4)}
-    return 8, min(cost, key=lambda t: (cost[t], -t))
+    return 2, min(cost, key=lambda t: (cost[t], -t))
