@@ -1,11 +1,56 @@
 """vkq: int8 PyTorch models on any Vulkan device.
 
     import vkq
-    vkq.devices()                       # what the Vulkan loader sees
-    words = vkq.pack(q_int8, "4W4C")    # Int8x4 packing, and vkq.unpack(words, layout, shape)
+    ref_gm = vkq.quantize(model, example_inputs, calibration, scheme="static")  # PyTorch's reference
+    prog = vkq.compile(model_or_converted, example_inputs, calibration=None, scheme="static", device=None)
+    outputs = prog(*inputs)                 # on the device; numpy out
+    outputs = prog.run_reference(*inputs)   # the same integer program, numpy references on the CPU
+    prog.fallback_ops                       # (op, reason) that run on the CPU
+    prog.save("model.vkq"); prog = vkq.load("model.vkq", device=None)
+
+    vkq.devices()                           # what the Vulkan loader sees
+    words = vkq.pack(q_int8, "4W4C")        # Int8x4 packing; vkq.unpack(words, layout, shape)
+
+Importing vkq does not import torch: loading and running a saved program needs numpy and kp only.
 """
 from .device import devices, get_device, select as select_device
 from .packing import pack, unpack
+from .progfile import ProgramFileError
+from .runtime import CompiledProgram, load
 from .shaders import ShaderCompileError
 
-__all__ = ["devices", "get_device", "select_device", "pack", "unpack", "ShaderCompileError"]
+__all__ = ["quantize", "compile", "load", "CompiledProgram", "devices", "get_device", "select_device",
+           "pack", "unpack", "ShaderCompileError", "ProgramFileError"]
+
+
+def _quiet_third_party_logs():
+    """torchao announces CUDA-only extensions it cannot load and torch deprecations that are
+    not ours; keep the user's terminal for vkq's own messages."""
+    import logging
+    import warnings
+    for name in ("torchao", "torch.utils._pytree", "torch._export", "torch.export"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=FutureWarning, module="copyreg")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+
+
+def quantize(model, example_inputs, calibration=None, scheme: str = "static"):
+    """PT2E quantization with vkq's quantizer; returns the converted GraphModule (PyTorch's
+    own fake-quant reference, runnable eagerly)."""
+    _quiet_third_party_logs()
+    from .api import quantize as _quantize
+    return _quantize(model, example_inputs, calibration, scheme)
+
+
+def compile(model_or_converted, example_inputs, calibration=None, scheme: str = "static",
+            device=None) -> CompiledProgram:
+    """A float nn.Module is quantized with vkq's quantizer first; an already converted PT2E
+    GraphModule (any quantizer) is lowered as it is. Prints which ops fall back to the CPU."""
+    _quiet_third_party_logs()
+    from .api import compile as _compile
+    program, fallback = _compile(model_or_converted, example_inputs, calibration, scheme)
+    if fallback:
+        print(f"vkq: {len(fallback)} op(s) run on the CPU:")
+        for op, reason in fallback:
+            print(f"  {op}: {reason}")
+    return CompiledProgram(program, device)
