@@ -309,7 +309,7 @@ class Conv2dQ8:
         else:
             tb, toc = _pointwise_tiles(g)
             wwords, _ = pack_general(weight, g, toc)
-            spec = (G, toc, tb, EXACT_PRODUCTS // 4)
+            spec = (G, toc, tb, _chunk(1, 1)[0])
             push = (*shapes, *outq)
             lane_groups = g.n * -(-g.oc // toc) * -(-(g.h * -(-g.w // 4)) // (tb * G))
             table = pack_channels(*chan, toc)
