@@ -20,11 +20,16 @@ position: one select per loaded word, no per-position tables, exact everywhere.
 Weights are packed once at build time, in the order each kernel reads them (pack_* below), and
 uploaded with the per-channel (bias_eff, multiplier, shift) table.
 
-Speed (see bench/bench_conv.py): on CPU drivers a buffer load costs a loop over the SIMD lanes,
-so the kernels load each word once and reuse it from registers: an invocation owns a tile of
-positions x output channels, the G lanes of a subgroup that share output channels share the
-weight loads through subgroupShuffle (shaders/include/conv_common.glsl), and the general and
-pointwise kernels multiply-add in fp32, exact for these integers (see conv2d_general.comp).
+Speed (bench/bench_conv.py). What limits it on the CPU drivers is memory access: llvmpipe runs
+every buffer load or store as a loop over the SIMD lanes (~15 cycles per active lane and 32-bit
+word, the cost of ~100 lane multiply-adds), so the kernels load each word once and reuse it
+from registers. An invocation owns a register tile of positions (whole 4W4C blocks of 4
+columns: ivec4 loads and stores) x output channels; the G lanes of a subgroup that share output
+channels share the weight loads, and neighbouring lanes the window halos, through
+subgroupShuffle (shaders/include/conv_common.glsl); the general and pointwise kernels
+multiply-add in fp32, exact for these integers (conv2d_general.comp). Tile sizes are
+specialization constants chosen here; G and the workgroup size come from the device's subgroup
+size and limits (_lane_group).
 """
 from __future__ import annotations
 
@@ -39,7 +44,11 @@ from ..registry import register_op
 
 PRODUCT_BITS = 14          # |x * w| <= 128 * 128
 EXACT_PRODUCTS = 1 << 10   # products per exact fp32 partial sum: 2^10 * 2^14 = 2^24
-MAX_WINDOW_WORDS = 96      # x window words one invocation of conv2d_general holds
+MAX_WINDOW_WORDS = 96      # x window words one invocation holds (more: fewer rows per tile)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 # -- the specification ------------------------------------------------------------------------
@@ -237,10 +246,34 @@ def _general_tiles(g: ConvGeometry) -> tuple[int, int]:
     """(TOC, TH) for conv2d_general (its TW is one 4-column block): the widest channel tile
     whose work (padded channels times input blocks read) is within 1/8 of the least; 2 rows
     (measured best on llvmpipe with TOC 16: 16 x 8 accumulators), 1 if the window is large."""
-    work = {toc: -(-g.oc // toc) * toc * c4_window(g, toc)[0] for toc in (16, 8, 4)}
+    work = {toc: cdiv(g.oc, toc) * toc * c4_window(g, toc)[0] for toc in (16, 8, 4)}
     toc = next(t for t in (16, 8, 4) if work[t] * 8 <= min(work.values()) * 9)
     window = (g.sh + (g.kh - 1) * g.dh + 1) * (3 * g.sw + (g.kw - 1) * g.dw + 1)
     return toc, 2 if g.oh > 1 and window <= MAX_WINDOW_WORDS else 1
+
+
+def _depthwise_tiles(g: ConvGeometry) -> tuple[int, int]:
+    """(TH, TB) for conv2d_depthwise: 4 rows x 2 blocks of 4 columns (measured best on llvmpipe:
+    the kernel is bound by its loads and stores, and a larger tile's window re-reads fewer
+    columns and rows), fewer for small outputs or large windows."""
+    th, tb = min(4, g.oh), 2 if g.ow > 4 else 1
+
+    def window(th, tb):
+        return ((th - 1) * g.sh + (g.kh - 1) * g.dh + 1) * ((4 * tb - 1) * g.sw + (g.kw - 1) * g.dw + 1)
+    while th > 1 and window(th, tb) > MAX_WINDOW_WORDS:
+        th -= 1
+    if window(th, tb) > MAX_WINDOW_WORDS:
+        tb = 1
+    return th, tb
+
+
+def _pointwise_tiles(g: ConvGeometry) -> tuple[int, int]:
+    """(TB 4-column blocks, TOC output channels) for conv2d_pointwise: 2 blocks (8 positions) and
+    the TOC <= 32 that minimizes tiles * (TOC + 22). Per position and c4 block, a tile costs
+    TOC*4 multiply-adds (~0.2 cycles each per lane on llvmpipe) plus one x word loaded (~18
+    cycles per lane): fewer, wider tiles load x fewer times, but padded channels cost work."""
+    cost = {t: cdiv(g.oc, t) * (t + 22) for t in range(32, 0, -4)}
+    return 2, min(cost, key=lambda t: (cost[t], -t))
 
 
 def _check_acc_range(beff, g: ConvGeometry, taps: int):
@@ -287,7 +320,7 @@ class Conv2dQ8:
         kernel = choose_kernel(g)
         io = (ctx.buffer(x_name), ctx.buffer(node.outputs[0]))
         shapes = (np.array([g.n, g.c, g.h, g.w]), np.array([g.n, g.oc, g.oh, g.ow]))
-        pad = np.zeros(G, np.int32)   # lanes of the last group may read up to G - 1 words past the end
+        pad = np.zeros(G, np.int32)   # the lanes of a group read r[i] = block[i*G + lane]: up to G-1 words past
 
         if kernel == "conv2d_general":
             toc, th = _general_tiles(g)
@@ -295,23 +328,23 @@ class Conv2dQ8:
             chunk, row_flush = _chunk(g.kh, g.kw)
             spec = (G, toc, th, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw, chunk, row_flush)
             push = (*shapes, c4_count, g.cg, g.ocg, zp_word, *outq)
-            tiles = -(-g.ow // 4) * -(-g.oh // th)
-            lane_groups = g.n * -(-g.oc // toc) * -(-tiles // G)
+            tiles = cdiv(g.ow, 4) * cdiv(g.oh, th)          # one column block x th rows each
+            lane_groups = g.n * cdiv(g.oc, toc) * cdiv(tiles, G)
             table = pack_channels(*chan, toc)
         elif kernel == "conv2d_depthwise":
             th, tb = _depthwise_tiles(g)
             wwords = pack_depthwise(weight, g)
             spec = (G, th, tb, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw)
             push = (*shapes, zp_word, *outq)
-            tiles = -(-(-(-g.ow // 4)) // tb) * -(-g.oh // th)
-            lane_groups = g.n * g.c4 * -(-tiles // G)
+            tiles = cdiv(cdiv(g.ow, 4), tb) * cdiv(g.oh, th)  # tb column blocks x th rows each
+            lane_groups = g.n * g.c4 * cdiv(tiles, G)
             table = pack_channels(*chan, 4)
         else:
             tb, toc = _pointwise_tiles(g)
             wwords, _ = pack_general(weight, g, toc)
             spec = (G, toc, tb, _chunk(1, 1)[0])
             push = (*shapes, *outq)
-            lane_groups = g.n * -(-g.oc // toc) * -(-(g.h * -(-g.w // 4)) // (tb * G))
+            lane_groups = g.n * cdiv(g.oc, toc) * cdiv(g.h * cdiv(g.w, 4), tb * G)
             table = pack_channels(*chan, toc)
 
         bufs = [io[0], ctx.const_buffer(np.concatenate([wwords, pad])),
@@ -319,26 +352,3 @@ class Conv2dQ8:
         return [ctx.device.dispatch(kernel, bufs, grid_1d(lane_groups * G, local), local=(local,),
                                     spec=spec, push=push, defines=defines)]
 
-
-def _depthwise_tiles(g: ConvGeometry) -> tuple[int, int]:
-    """(TH, TB) for conv2d_depthwise: 4 rows x 2 blocks of 4 columns (measured best on llvmpipe:
-    the kernel is bound by its loads and stores, and a larger tile's window re-reads fewer
-    columns and rows), fewer for small outputs or large windows."""
-    th, tb = min(4, g.oh), 2 if g.ow > 4 else 1
-
-    def window(th, tb):
-        return ((th - 1) * g.sh + (g.kh - 1) * g.dh + 1) * ((4 * tb - 1) * g.sw + (g.kw - 1) * g.dw + 1)
-    while th > 1 and window(th, tb) > MAX_WINDOW_WORDS:
-        th -= 1
-    if window(th, tb) > MAX_WINDOW_WORDS:
-        tb = 1
-    return th, tb
-
-
-def _pointwise_tiles(g: ConvGeometry) -> tuple[int, int]:
-    """(TB 4-column blocks, TOC output channels) for conv2d_pointwise: 2 blocks (8 positions) and
-    the TOC <= 32 that minimizes tiles * (TOC + 22). Per position and c4 block, a tile costs
-    TOC*4 multiply-adds (~0.2 cycles each per lane on llvmpipe) plus one x word loaded (~18
-    cycles per lane): fewer, wider tiles load x fewer times, but padded channels cost work."""
-    cost = {t: -(-g.oc // t) * (t + 22) for t in range(32, 0, -4)}
-    return 2, min(cost, key=lambda t: (cost[t], -t))
