@@ -84,8 +84,8 @@ def test_wheel_ships_the_shaders(tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
                    check=True, capture_output=True)
-    out = subprocess.run([sys.executable, "-c", "import vkq.shaders as s; print(s.__file__ if False else '');"
-                          "from vkq import shaders; print(shaders.shader_dir())"],
+    out = subprocess.run([sys.executable, "-c", "from vkq import shaders, registry; registry.get_op('conv2d_q8');"
+                          "print(shaders.shader_dir())"],
                          cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, check=True).stdout.split()
     assert out[-1].startswith(str(target)), out

@@ -108,7 +108,13 @@ class BuildContext:
         return self._ex.program.tensors[name]
 
     def buffer(self, name: str) -> Buffer:
-        return self._ex.buffers[name]
+        """The device buffer of a tensor. A constant gets one, in its spec's device layout,
+        on first request; most ops pack their constants themselves (const_buffer) instead."""
+        ex = self._ex
+        if name not in ex.buffers and name in ex.program.constants:
+            spec = ex.program.tensors[name]
+            ex.buffers[name] = self.const_buffer(spec.to_device(ex.program.constants[name]).view(spec.word_dtype))
+        return ex.buffers[name]
 
     def constant(self, name: str) -> np.ndarray:
         return self._ex.program.constants[name]
@@ -146,10 +152,7 @@ class VulkanExecutor:
         self.arena_slots = {}
         for name, spec in program.tensors.items():
             if name in program.constants:
-                if any(name in n.inputs for n in program.nodes if ops[n.op].on_vulkan):
-                    self.buffers[name] = self.device.buffer(spec.to_device(program.constants[name]).view(spec.word_dtype))
-                    self._pending_uploads.append(self.buffers[name])
-                continue  # (a constant only CPU nodes read needs no device copy)
+                continue  # ops pack the constants they read (BuildContext.buffer uploads the rest)
             if name in shared:
                 slot, words = shared[name]
                 if slot not in self.arena_slots:

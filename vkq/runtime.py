@@ -50,8 +50,9 @@ class CompiledProgram:
         return save_program(self.program, path)
 
     def __repr__(self):
-        n_vk = sum(1 for n in self.program.nodes if n.op not in {f[0] for f in self.program.fallback})
-        return f"CompiledProgram({len(self.program.nodes)} nodes, {len(self.program.fallback)} on the CPU)"
+        from .registry import get_op
+        on_cpu = sum(1 for n in self.program.nodes if not get_op(n.op).on_vulkan)
+        return f"CompiledProgram({len(self.program.nodes)} nodes, {on_cpu} on the CPU)"
 
 
 def load(path, device=None) -> CompiledProgram:
