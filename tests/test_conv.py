@@ -44,7 +44,7 @@ def run_exact(device, prog, x):
 
 
 def random_case(rng, n, c, h, w, oc, k, groups=1, x_zp=0, small=False):
-    """Random int8 x (both extremes present), weights in [-127, 127] (both ends present), bias."""
+    """Random int8 x (both extremes present), weights in [-127, 127] (both ends and one -128), bias."""
     kh, kw = pair(k)
     if small:   # values near x_zp and small weights: accumulators small enough for multipliers ~1
         x = np.clip(x_zp + rng.integers(-3, 4, (n, c, h, w)), -128, 127).astype(np.int8)
@@ -53,7 +53,7 @@ def random_case(rng, n, c, h, w, oc, k, groups=1, x_zp=0, small=False):
         x = rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)
         x.reshape(-1)[:2] = (-128, 127)
         wt = rng.integers(-127, 128, (oc, c // groups, kh, kw)).astype(np.int8)
-        wt.reshape(-1)[:2] = (-127, 127)
+        wt.reshape(-1)[:3] = (-127, 127, -128)   # -128: outside the contract, but quantizers emit it
     b = rng.integers(-20000, 20000, oc).astype(np.int32)
     return x, wt, b
 
