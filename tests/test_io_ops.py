@@ -91,6 +91,10 @@ def test_requantize_include_matches_numpy(device):
     acc[:4] = [-2 ** 31, 2 ** 31 - 1, 0, -1]
     reals = np.exp(rng.uniform(np.log(2.0 ** -40), np.log(2.0 ** 10), n))
     reals[:6] = [1.0, 0.9999999, 2 ** -20, 2 ** -31, 1.5, 2 ** 29]
+    # exact ties (dyadic multipliers, shifts on both sides of 32) must round half to even
+    ties = np.arange(-600, 600)
+    acc[100:100 + ties.size] = ties * 2048 + 1024 * (ties % 3 == 0)
+    reals[100:100 + ties.size] = np.resize([0.25, 0.5, 2.0 ** -11, 2.0 ** -13, 2.0 ** -3], ties.size)
     m, s = quantize_multipliers(reals)
     bufs = [device.buffer(acc), device.buffer(m), device.buffer(s), device.buffer(size=n)]
     for zp, qmin, qmax in ((0, -128, 127), (-128, -128, 127), (127, -128, 127), (5, 5, 60)):

@@ -27,14 +27,21 @@ def test_multiplier_is_accurate(real):
     assert abs(m / 2 ** s - real) <= real * 2 ** -30
 
 
-def test_requantize_is_round_half_up_of_the_fixed_point_product():
-    """r = floor(acc * m / 2^s + 1/2), computed with exact rationals."""
+def _round_half_even(f: Fraction) -> int:
+    r = (f + Fraction(1, 2)).__floor__()
+    return r - 1 if (r - f == Fraction(1, 2) and r % 2) else r
+
+
+def test_requantize_rounds_the_fixed_point_product_half_to_even():
+    """r = round_half_to_even(acc * m / 2^s), computed with exact rationals; dyadic
+    multipliers (an average of 4, 2^-13) make ties frequent."""
     rng = np.random.default_rng(1)
     acc = rng.integers(-2 ** 20, 2 ** 20, 3000).astype(np.int32)
     acc[:4] = [-2 ** 31, 2 ** 31 - 1, 0, -1]
-    for real, zp in ((1.3e-4, 0), (2 ** -20 * 77, -128), (6e-5, 127), (0.5 ** 13, 5)):
+    acc[4:200] = np.arange(-98, 98)   # small values: ties for the dyadic multipliers
+    for real, zp in ((1.3e-4, 0), (2 ** -20 * 77, -128), (6e-5, 127), (0.5 ** 13, 5), (0.25, 0), (0.5, -3)):
         m, s = quantize_multiplier(real)
-        exact = [(Fraction(int(a) * m, 2 ** s) + Fraction(1, 2)).__floor__() for a in acc]
+        exact = [_round_half_even(Fraction(int(a) * m, 2 ** s)) for a in acc]
         want = np.clip(np.clip(exact, -2 ** 16, 2 ** 16) + zp, -128, 127)
         np.testing.assert_array_equal(requantize(acc, m, s, zp), want)
 

@@ -8,8 +8,11 @@ Dequantize: x = (q - zero_point) * scale
 Requantize (int32 accumulator -> int8), integer fixed point, 32-bit operations only on device:
     the real multiplier M > 0 is written once on the host as  M ~= m * 2^-s
     with m an int32 in [2^30, 2^31) and s in [1, 62];
-    r   = floor((acc * m + 2^(s-1)) / 2^s)        # exact 64-bit product, round half up
+    r   = round_half_to_even(acc * m / 2^s)        # exact 64-bit product
+        = floor((acc * m + 2^(s-1)) / 2^s), minus 1 when that is odd and the division was a tie
     out = clamp(clamp(r, -2^16, 2^16) + zero_point, qmin, qmax)
+Ties round to even as PyTorch's quantize does (rint): they are frequent where the multiplier is
+dyadic (an average pool over 4 values with shared qparams) and rare elsewhere.
 The inner clamp keeps the zero-point add in range; it never changes an int8 result because
 |zero_point| <= 128. Shaders form acc * m with imulExtended (hi, lo words) and shift the pair:
 no 64-bit integers, so SwiftShader and phones agree bit for bit with this numpy code.
@@ -73,7 +76,10 @@ def requantize(acc, m, s, zero_point: int, qmin: int = INT8_MIN, qmax: int = INT
     acc = np.asarray(acc, dtype=np.int64)
     m = np.asarray(m, dtype=np.int64)
     s = np.asarray(s, dtype=np.int64)
-    r = (acc * m + (np.int64(1) << (s - 1))) >> s   # exact: |acc * m| < 2^62
+    biased = acc * m + (np.int64(1) << (s - 1))      # exact: |acc * m| < 2^62
+    r = biased >> s
+    tie = (biased & ((np.int64(1) << s) - 1)) == 0    # acc * m / 2^s was exactly k + 1/2
+    r = r - (tie & (r & 1).astype(bool))
     r = np.clip(r, -(1 << 16), 1 << 16) + zero_point
     return np.clip(r, qmin, qmax).astype(np.int8)
 

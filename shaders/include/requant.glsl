@@ -3,28 +3,35 @@
 // Fixed-point requantization, 32-bit integer operations only (no int64: SwiftShader and
 // many phones lack it). The specification is vkq/quant.py:requantize; keep them in step.
 //   M ~= m * 2^-s, m in [2^30, 2^31) (or 0), s in [1, 62]
-//   r   = floor((acc * m + 2^(s-1)) / 2^s)         exact, via the 64-bit product hi:lo
+//   r   = round_half_to_even(acc * m / 2^s)        exact, via the 64-bit product hi:lo:
+//       = floor((acc * m + 2^(s-1)) / 2^s), less 1 if that is odd and the division was a tie
 //   out = clamp(clamp(r, -2^16, 2^16) + zero_point, qmin, qmax)
 
 const int REQUANT_SATURATE = 65536;
 
-// floor((acc * m + 2^(s-1)) / 2^s), saturated to +-2^16
+// round_half_to_even(acc * m / 2^s), saturated to +-2^16
 int fixed_point_multiply(int acc, int m, int s) {
     int hi, lo_bits;
     imulExtended(acc, m, hi, lo_bits);   // acc * m = hi * 2^32 + uint(lo); |acc * m| < 2^62
     uint lo = uint(lo_bits);
+    bool tie;                            // after + 2^(s-1), the s bits shifted out are all 0
     if (s <= 32) {                       // + 2^(s-1): into the low word, carry into hi
         uint carry;
         lo = uaddCarry(lo, 1u << (s - 1), carry);
         hi += int(carry);
+        tie = (lo & (0xFFFFFFFFu >> (32 - s))) == 0u;
     } else {
         hi += 1 << (s - 33);
+        tie = lo == 0u && (hi & ((1 << (s - 32)) - 1)) == 0;
     }
-    if (s >= 32) return clamp(hi >> (s - 32), -REQUANT_SATURATE, REQUANT_SATURATE);
+    if (s >= 32) {
+        int r = hi >> (s - 32);
+        return clamp(r - int(tie && (r & 1) != 0), -REQUANT_SATURATE, REQUANT_SATURATE);
+    }
     int low = int((lo >> s) | (uint(hi) << (32 - s)));   // low word of the shifted product
     int high = hi >> s;                                   // its high word
     if (high != (low >> 31)) return high < 0 ? -REQUANT_SATURATE : REQUANT_SATURATE;
-    return clamp(low, -REQUANT_SATURATE, REQUANT_SATURATE);
+    return clamp(low - int(tie && (low & 1) != 0), -REQUANT_SATURATE, REQUANT_SATURATE);
 }
 
 int requantize(int acc, int m, int s, int zero_point, int qmin, int qmax) {
