@@ -242,38 +242,50 @@ def _chunk(kh, kw) -> tuple[int, int]:
     return 1, 1
 
 
-def _general_tiles(g: ConvGeometry) -> tuple[int, int]:
+# The G lanes of a group take G spatial tiles of one output-channel tile: a map with fewer
+# tiles than G leaves lanes idle, so the tile choosers below shrink tiles until there are G.
+
+def _general_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
     """(TOC, TH) for conv2d_general (its TW is one 4-column block): the widest channel tile
     whose work (padded channels times input blocks read) is within 1/8 of the least; 2 rows
-    (measured best on llvmpipe with TOC 16: 16 x 8 accumulators), 1 if the window is large."""
+    (measured best on llvmpipe with TOC 16: 16 x 8 accumulators), 1 if the window is large
+    or the map small."""
     work = {toc: cdiv(g.oc, toc) * toc * c4_window(g, toc)[0] for toc in (16, 8, 4)}
     toc = next(t for t in (16, 8, 4) if work[t] * 8 <= min(work.values()) * 9)
     window = (g.sh + (g.kh - 1) * g.dh + 1) * (3 * g.sw + (g.kw - 1) * g.dw + 1)
-    return toc, 2 if g.oh > 1 and window <= MAX_WINDOW_WORDS else 1
+    two = g.oh > 1 and window <= 4 * MAX_WINDOW_WORDS // 3 and cdiv(g.ow, 4) * cdiv(g.oh, 2) >= G  # stem: 117
+    return toc, 2 if two else 1
 
 
-def _depthwise_tiles(g: ConvGeometry) -> tuple[int, int]:
+def _depthwise_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
     """(TH, TB) for conv2d_depthwise: 4 rows x 2 blocks of 4 columns (measured best on llvmpipe:
     the kernel is bound by its loads and stores, and a larger tile's window re-reads fewer
-    columns and rows), fewer for small outputs or large windows."""
+    columns and rows), smaller for large windows or small maps (fewer than G tiles)."""
     th, tb = min(4, g.oh), 2 if g.ow > 4 else 1
 
     def window(th, tb):
         return ((th - 1) * g.sh + (g.kh - 1) * g.dh + 1) * ((4 * tb - 1) * g.sw + (g.kw - 1) * g.dw + 1)
-    while th > 1 and window(th, tb) > MAX_WINDOW_WORDS:
-        th -= 1
-    if window(th, tb) > MAX_WINDOW_WORDS:
+
+    def tiles(th, tb):
+        return cdiv(cdiv(g.ow, 4), tb) * cdiv(g.oh, th)
+    while th > 1 and (window(th, tb) > MAX_WINDOW_WORDS or tiles(th, tb) < G):
+        if tb > 1 and tiles(th, tb) < G:
+            tb = 1
+        else:
+            th = th // 2 if th > 2 else 1
+    if window(th, tb) > MAX_WINDOW_WORDS or tiles(th, tb) < G:
         tb = 1
     return th, tb
 
 
-def _pointwise_tiles(g: ConvGeometry) -> tuple[int, int]:
-    """(TB 4-column blocks, TOC output channels) for conv2d_pointwise: 2 blocks (8 positions) and
-    the TOC <= 32 that minimizes tiles * (TOC + 22). Per position and c4 block, a tile costs
-    TOC*4 multiply-adds (~0.2 cycles each per lane on llvmpipe) plus one x word loaded (~18
-    cycles per lane): fewer, wider tiles load x fewer times, but padded channels cost work."""
+def _pointwise_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
+    """(TB 4-column blocks, TOC output channels) for conv2d_pointwise: 2 blocks (8 positions),
+    1 if the map has fewer than 2G blocks, and the TOC <= 32 that minimizes tiles * (TOC + 22):
+    per position and c4 block a tile costs TOC*4 multiply-adds (~0.2 cycles each per lane on
+    llvmpipe) plus one x word loaded (~18 cycles per lane), so fewer, wider tiles load x fewer
+    times, but padded channels cost work."""
     cost = {t: cdiv(g.oc, t) * (t + 22) for t in range(32, 0, -4)}
-    return 2, min(cost, key=lambda t: (cost[t], -t))
+    return 2 if g.h * cdiv(g.w, 4) >= 2 * G else 1, min(cost, key=lambda t: (cost[t], -t))
 
 
 def _check_acc_range(beff, g: ConvGeometry, taps: int):
@@ -323,7 +335,7 @@ class Conv2dQ8:
         pad = np.zeros(G, np.int32)   # the lanes of a group read r[i] = block[i*G + lane]: up to G-1 words past
 
         if kernel == "conv2d_general":
-            toc, th = _general_tiles(g)
+            toc, th = _general_tiles(g, G)
             wwords, c4_count = pack_general(weight, g, toc)
             chunk, row_flush = _chunk(g.kh, g.kw)
             spec = (G, toc, th, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw, chunk, row_flush)
@@ -332,7 +344,7 @@ class Conv2dQ8:
             lane_groups = g.n * cdiv(g.oc, toc) * cdiv(tiles, G)
             table = pack_channels(*chan, toc)
         elif kernel == "conv2d_depthwise":
-            th, tb = _depthwise_tiles(g)
+            th, tb = _depthwise_tiles(g, G)
             wwords = pack_depthwise(weight, g)
             spec = (G, th, tb, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw)
             push = (*shapes, zp_word, *outq)
@@ -340,7 +352,7 @@ class Conv2dQ8:
             lane_groups = g.n * g.c4 * cdiv(tiles, G)
             table = pack_channels(*chan, 4)
         else:
-            tb, toc = _pointwise_tiles(g)
+            tb, toc = _pointwise_tiles(g, G)
             wwords, _ = pack_general(weight, g, toc)
             spec = (G, toc, tb, _chunk(1, 1)[0])
             push = (*shapes, *outq)
