@@ -152,6 +152,8 @@ SMALL_CASES = [
     (1, 4, 1, 1, 8, 3, 1, 1, 1, 1),          # 1x1 image
     (2, 5, 2, 3, 5, 3, 1, 1, 1, 5),
     (1, 8, 6, 7, 8, 3, 1, 5, 1, 8),
+    (1, 8, 7, 9, 16, 3, 1, 1, 1, 8),         # depthwise with channel multiplier 2: general kernel
+    (1, 20, 6, 6, 8, 3, 2, 1, 1, 4),         # groups of 5 channels straddle 4-channel words
 ]
 
 
