@@ -221,7 +221,7 @@ def _attr(gm, node):
 def test_fold_qdq_patterns_conv_and_linear(convnet):
     gm, work = prepared(convnet, X, upto=fold_qdq_patterns)
     assert fold_qdq_patterns(work)
-    assert vkq_ops(work) == ["conv2d_q8", "conv2d_q8", "max_pool2d_q8", "linear_q8_fout"]
+    assert vkq_ops(work) == ["conv2d_q8", "conv2d_q8", "max_pool2d_q8", "linear_q8"]
     assert aten.conv2d.default not in targets(work) and aten.linear.default not in targets(work)
     conv = next(n for n in work.graph.nodes if is_vkq(n, "conv2d_q8"))
     x, w, b, m, s = conv.args
@@ -277,10 +277,10 @@ def test_views_to_repack_and_layouts(convnet):
                for n in work.graph.nodes if n.meta.get("vkq_layout")}
     ops = [v for v in layouts.values() if not v[0].startswith("_")]
     assert ops == [("quantized_decomposed.quantize_per_tensor.default", "4W4C"), ("conv2d_q8", "4W4C"), ("conv2d_q8", "4W4C"),
-                   ("max_pool2d_q8", "4W4C"), ("repack", "4H4W")]
+                   ("max_pool2d_q8", "4W4C"), ("repack", "4H4W"), ("linear_q8", "4H4W")]
     (repack,) = [n for n in work.graph.nodes if is_vkq(n, "repack")]
     assert repack.kwargs["shape"] == [2, 28]
-    assert vkq_op_of(next(iter(repack.users))) == "linear_q8_fout"
+    assert vkq_op_of(next(iter(repack.users))) == "linear_q8"
 
 
 def test_assign_layouts_inserts_a_repack_only_where_needed():

@@ -14,8 +14,8 @@ walks its own q/dq neighbours with the helpers below. The patterns:
 
   conv2d                     dq x, dq w (per channel or per tensor, symmetric)  -> conv2d_q8
   linear                     dq x, dq w, q out                 -> linear_q8
-                             dq x, dq w, float out (no quantize after it, or one only
-                               dequantized into the graph output)    -> linear_q8_fout
+                             dq x, dq w, float out (the quantizer left it unquantized)
+                                                               -> linear_q8_fout
                              float x, dq w                     -> linear_dynamic / linear_weight_only
                              dq.tensor(q.tensor(x, choose_qparams(x))) x, dq w -> linear_dynamic
   add, mul                   dq a, dq b (same shape), q out    -> add_q8 / mul_q8
@@ -63,14 +63,6 @@ def q_sink(node: Node) -> Node | None:
     users = list(node.users)
     if len(users) == 1 and is_call(users[0], QUANTIZE) and q_args(users[0])["dtype"] == torch.int8:
         return users[0]
-    return None
-
-
-def feeds_output_only(q: Node) -> list[Node] | None:
-    """The dequantizes of q when q is only dequantized and those only go to the graph output."""
-    dqs = list(q.users)
-    if dqs and all(is_call(d, DEQUANTIZE) and all(u.op == "output" for u in d.users) for d in dqs):
-        return dqs
     return None
 
 
@@ -250,15 +242,15 @@ def fold_linear(gm, lin: Node):
     if x is None:
         return _fold_float_linear(gm, lin, wq, ws, b)
     q = q_sink(lin)
-    dqs = feeds_output_only(q) if q is not None else None
-    if q is None or dqs is not None:        # float out: the last linear of the model
+    if q is None:   # the quantizer left the output float: dequantize the accumulator directly
         node = emit(gm, lin, "linear_q8_fout", [x.node],
                     {"weight": wq, "bias": b.astype(np.float32),
                      "scale": (x.scale * ws).astype(np.float32)},
                     {"x_zp": x.zero_point}, shape_of(lin), torch.float32)
-        for old in (dqs or [lin]):
-            old.replace_all_uses_with(node)
+        lin.replace_all_uses_with(node)
         return node
+    # A quantized output stays quantized, even when only dequantized into the graph output:
+    # PT2E clamps it to the calibrated range, and the program must compute what PT2E does.
     from ..ops.linear import linear_q8_params
     out = q_args(q)
     try:
