@@ -8,8 +8,12 @@ Translation is one rule per kind of FX node:
   placeholder -> program input (float32);  get_attr -> constant;  output -> program outputs
   vkq op (from the passes)        -> that op, its kwargs as attrs
   quantize / dequantize per tensor -> quantize / dequantize (Vulkan)
-  anything else                   -> a CPU op (vkq.ops.cpu, CPU_RULES, else the generic torch_op),
-                                     recorded in program.fallback as (aten op, reason)
+  anything else                   -> a rule in CPU_RULES: a float32 op with a Vulkan shader
+                                     (vkq.ops.float) or a CPU op (vkq.ops.cpu), else the generic
+                                     torch_op; what runs on the CPU is recorded in
+                                     program.fallback as (aten op, reason)
+Last, CPU nodes that need nothing from the device move to the front (schedule_host_first):
+an encoder's embedding gather and attention-mask arithmetic run before its one Vulkan segment.
 The converted GraphModule passed in is not modified (the passes work on a copy).
 """
 from __future__ import annotations
@@ -21,12 +25,13 @@ import numpy as np
 import torch
 from torch.fx import GraphModule, Node
 
-from .ops import cpu as _cpu_ops  # noqa: F401  (the CPU fallback ops this lowering emits)
+from .ops import cpu as _cpu_ops, float as _float_ops  # noqa: F401  (the ops CPU_RULES emit)
 from .passes import run_pipeline
 from .passes._graph import (DEQUANTIZE, PERMUTES, QUANTIZE, VIEWS, aten, const_value, dtype_of, is_call,
                             op_name, q_args, qparams, record_shapes, shape_of, val, vkq_op_of)
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout
 from .program import Node as PNode, Program, TensorSpec
+from .registry import get_op
 
 # Ops that have int8 Vulkan kernels: if one of these still runs on the CPU, it is because its
 # operands were float (not quantized) or a fold rule said why not.
@@ -47,6 +52,7 @@ def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", rep
     if report is not None:
         report.update(passes)
     program = Translator(gm).program()
+    schedule_host_first(program)
     program.meta["passes"] = list(passes)
     program.validate()
     return program
@@ -107,7 +113,19 @@ def _pair(v):
 
 # ------------------------------------------------------------------ CPU rules: aten -> (op, inputs, attrs)
 # Each rule gets the node and the Translator (t.const(array) makes a constant) and returns
-# (cpu op name, [input FX nodes or constant names], attrs), or None to use torch_op.
+# (op name, [input FX nodes or constant names], attrs), or None to use torch_op. The float ops
+# (vkq.ops.float) have float32 shaders: their rules decline (-> torch_op) unless every tensor
+# is float, so integer and bool arithmetic (masks, ids) stays with torch on the CPU.
+
+def _is_float(n) -> bool:
+    """n (an FX node; other args count as float) and its tensor inputs are floating point."""
+    nodes = [n] + [a for a in n.all_input_nodes]
+    return all(dtype_of(x) is None or dtype_of(x).is_floating_point for x in nodes)
+
+
+def _float_only(rule):
+    return lambda n, t: rule(n, t) if _is_float(n) else None
+
 
 def _layer_norm(n, t):
     x, shape = n.args[0], list(n.args[1])
@@ -136,6 +154,16 @@ def _gelu(n, t):
 def _hardtanh(n, t):
     return "hardtanh", [n.args[0]], {"min_val": float(_arg(n, 1, "min_val", -1.0)),
                                      "max_val": float(_arg(n, 2, "max_val", 1.0))}
+
+
+def _clamp(lo_name, hi_name):
+    def rule(n, t):
+        lo = _arg(n, 1, lo_name) if lo_name else None
+        hi = (_arg(n, 2 if lo_name else 1, hi_name) if hi_name else None)
+        if isinstance(lo, Node) or isinstance(hi, Node):
+            return None
+        return "clamp", [n.args[0]], {"min": None if lo is None else float(lo), "max": None if hi is None else float(hi)}
+    return rule
 
 
 def _binary(name):
@@ -170,37 +198,56 @@ def _conv2d(n, t):
                                  "dilation": _pair(_arg(n, 5, "dilation", 1)), "groups": int(_arg(n, 6, "groups", 1))}
 
 
+def _f32(name, n) -> str:
+    """The Vulkan twin of an any-dtype shape op when its tensors are float32."""
+    return f"{name}_f32" if _is_float(n) else name
+
+
 def _reshape(n, t):
-    return "reshape", [n.args[0]], {"shape": list(shape_of(n))}
+    return _f32("reshape", n), [n.args[0]], {"shape": list(shape_of(n))}
 
 
 def _permute(n, t):
     if n.target == aten.t.default:
         rank = len(shape_of(n.args[0]))
-        return "permute", [n.args[0]], {"dims": [1, 0] if rank == 2 else list(range(rank))}
+        return _f32("permute", n), [n.args[0]], {"dims": [1, 0] if rank == 2 else list(range(rank))}
     if n.target == aten.transpose.int:
-        return "transpose", [n.args[0]], {"dim0": int(n.args[1]), "dim1": int(n.args[2])}
-    return "permute", [n.args[0]], {"dims": [int(d) for d in n.args[1]]}
+        return _f32("transpose", n), [n.args[0]], {"dim0": int(n.args[1]), "dim1": int(n.args[2])}
+    return _f32("permute", n), [n.args[0]], {"dims": [int(d) for d in n.args[1]]}
 
 
-def _mean(n, t):
-    if n.kwargs.get("dtype") is not None:
+def _expand(n, t):
+    return "expand_f32", [n.args[0]], {"shape": list(shape_of(n))}
+
+
+def _reduce(name):
+    def rule(n, t):
+        if n.kwargs.get("dtype") is not None:
+            return None
+        dims = _arg(n, 1, "dim")
+        return name, [n.args[0]], {"dims": None if dims is None or len(dims) == 0 else [int(d) for d in dims],
+                                   "keepdim": bool(_arg(n, 2, "keepdim", False))}
+    return rule
+
+
+def _vector_norm(n, t):
+    if _arg(n, 1, "ord", 2) != 2 or n.kwargs.get("dtype") is not None:
         return None
-    dims = _arg(n, 1, "dim")
-    return "mean", [n.args[0]], {"dims": None if dims is None else [int(d) for d in dims],
-                                 "keepdim": bool(_arg(n, 2, "keepdim", False))}
+    dims = _arg(n, 2, "dim")
+    return "vector_norm", [n.args[0]], {"dims": None if dims is None else [int(d) for d in dims],
+                                        "keepdim": bool(_arg(n, 3, "keepdim", False))}
 
 
 def _cat(n, t):
     tensors = list(n.args[0])
-    return "cat", tensors, {"dim": int(_arg(n, 1, "dim", 0)) % len(shape_of(n))}
+    return _f32("cat", n), tensors, {"dim": int(_arg(n, 1, "dim", 0)) % len(shape_of(n))}
 
 
 def _identity(n, t):
-    return "reshape", [n.args[0]], {"shape": list(shape_of(n))}
+    return _f32("reshape", n), [n.args[0]], {"shape": list(shape_of(n))}
 
 
-CPU_RULES = {
+_FLOAT_RULES = {
     aten.layer_norm.default: _layer_norm,
     aten.softmax.int: _softmax("softmax"), aten._softmax.default: _softmax("softmax"),
     aten.log_softmax.int: _softmax("log_softmax"), aten._log_softmax.default: _softmax("log_softmax"),
@@ -208,19 +255,33 @@ CPU_RULES = {
        ("sigmoid", "tanh", "relu", "silu", "exp", "neg", "abs", "sqrt", "rsqrt")},
     aten.gelu.default: _gelu,
     aten.hardtanh.default: _hardtanh,
+    aten.clamp.default: _clamp("min", "max"), aten.clamp_min.default: _clamp("min", None),
+    aten.clamp_max.default: _clamp(None, "max"),
     **{getattr(aten, b).Tensor: _binary(b) for b in ("add", "sub", "mul", "div")},
     **{getattr(aten, b).Scalar: _binary(b) for b in ("add", "sub", "mul", "div")},
     aten.matmul.default: lambda n, t: ("matmul", [n.args[0], n.args[1]], {}),
     aten.bmm.default: lambda n, t: ("bmm", [n.args[0], n.args[1]], {}),
     aten.mm.default: lambda n, t: ("matmul", [n.args[0], n.args[1]], {}),
+    aten.mean.dim: _reduce("mean"),
+    aten.sum.dim_IntList: _reduce("sum"), aten.sum.default: _reduce("sum"),
+    aten.linalg_vector_norm.default: _vector_norm,
+    aten.expand.default: _expand, aten.expand_as.default: _expand,
+}
+
+CPU_RULES = {
+    **{target: _float_only(rule) for target, rule in _FLOAT_RULES.items()},
     aten.linear.default: _linear,
     aten.conv2d.default: _conv2d,
     **{v: _reshape for v in VIEWS},
     **{p: _permute for p in PERMUTES},
-    aten.mean.dim: _mean,
     aten.cat.default: _cat,
     aten.dropout.default: _identity, aten.clone.default: _identity, aten.contiguous.default: _identity,
     aten.alias.default: _identity, aten.detach.default: _identity,
+}
+
+
+SPECIFIC_REASONS = {
+    aten.embedding.default: "a gather of table rows by int64 ids (the table stays in host memory); runs on the CPU",
 }
 
 
@@ -228,12 +289,36 @@ def fallback_reason(node: Node) -> str:
     if "vkq_reject" in node.meta:
         return node.meta["vkq_reject"]
     name = op_name(node.target)
+    if node.target in SPECIFIC_REASONS:
+        return f"{name}: {SPECIFIC_REASONS[node.target]}"
+    ints = sorted({str(dtype_of(a)).split(".")[-1] for a in [node, *node.all_input_nodes]
+                   if dtype_of(a) is not None and not dtype_of(a).is_floating_point and dtype_of(a) != torch.int8})
+    if ints:
+        return f"{name}: works on {'/'.join(ints)} tensors (ids, masks), which have no Vulkan kernels; runs on the CPU"
     int8_in = any(dtype_of(a) == torch.int8 for a in node.all_input_nodes)
     if int8_in or dtype_of(node) == torch.int8:
         return f"{name}: no Vulkan kernel for this op on int8 tensors; runs on the CPU"
     if node.target in HAS_INT8_KERNEL:
         return f"{name}: its operands are float (not quantized); runs in float on the CPU"
     return f"{name}: no int8 Vulkan kernel; runs in float on the CPU"
+
+
+# ------------------------------------------------------------------ scheduling
+
+def schedule_host_first(program: Program) -> None:
+    """Move the CPU nodes that need nothing computed on the device (directly or through other
+    nodes) to the front, keeping their order: they only read program inputs, constants and each
+    other, so the order stays valid, and the Vulkan nodes they used to sit between join one
+    segment (the executor transfers only at CPU/Vulkan boundaries)."""
+    device_made: set = set()
+    early, rest = [], []
+    for node in program.nodes:
+        if get_op(node.op).on_vulkan or any(t in device_made for t in node.inputs):
+            device_made.update(node.outputs)
+            rest.append(node)
+        else:
+            early.append(node)
+    program.nodes = early + rest
 
 
 # ------------------------------------------------------------------ translation
@@ -333,7 +418,8 @@ class Translator:
     def _cpu(self, node):
         rule = CPU_RULES.get(node.target)
         lowered = rule(node, self) if rule is not None else None
-        self.fallback.append((op_name(node.target), fallback_reason(node)))
+        if lowered is None or not get_op(lowered[0]).on_vulkan:
+            self.fallback.append((op_name(node.target), fallback_reason(node)))
         if lowered is not None:
             op, inputs, attrs = lowered
             return self.emit(op, inputs, node, attrs)

@@ -1,21 +1,16 @@
-"""CPU-only ops: what a lowered model runs in float (or on int8 without a kernel) between
-Vulkan segments. Registered with no build(), so the executor runs their numpy references.
+"""CPU-only ops: what a lowered model runs on the host between Vulkan segments. Registered
+with no build(), so the executor runs their numpy references. (The float ops with float32
+shaders — layer_norm, softmax, gelu, add, matmul, ... — are in vkq.ops.float.)
 
 Every reference takes logical numpy arrays and JSON attrs and needs no torch, except
 `torch_op`, the generic fallback, which calls the aten op by its qualified name.
 
-  layer_norm(x, weight, bias; normalized_shape, eps)     softmax / log_softmax(x; dim)
-  sigmoid, tanh, relu, silu, exp, neg, abs, sqrt, rsqrt(x)      gelu(x; approximate)
-  hardtanh(x; min_val, max_val)
-  add, sub, mul, div(a[, b]; scalar, scalar_first, alpha)   (b absent: the scalar operand)
-  matmul, bmm(a, b)      linear(x, weight, bias)      conv2d(x, weight, bias; stride, padding, dilation, groups)
-  reshape(x; shape)      permute(x; dims)      transpose(x; dim0, dim1)      (any dtype, int8 too)
-  mean(x; dims, keepdim)      cat(*xs; dim)
+  linear(x, weight, bias)      conv2d(x, weight, bias; stride, padding, dilation, groups)
+  reshape(x; shape)      permute(x; dims)      transpose(x; dim0, dim1)      cat(*xs; dim)
+      (any dtype, int8 too; float32 tensors get their Vulkan twins reshape_f32, ... instead)
   torch_op(*tensors; target, args, kwargs, dtypes)   anything else, through torch
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -28,14 +23,6 @@ def _f(x):
     return np.asarray(x, dtype=F32)
 
 
-_ERF = np.frompyfunc(math.erf, 1, 1)
-
-
-def _erf(x):
-    """erf elementwise in float64 (math.erf; numpy has none)."""
-    return _ERF(np.asarray(x, np.float64)).astype(np.float64)
-
-
 def _cpu(name, fn, doc=""):
     """Register a CPU op `name` whose reference is fn."""
     cls = type(name, (), {"name": name, "reference": staticmethod(fn), "__doc__": doc})
@@ -43,73 +30,7 @@ def _cpu(name, fn, doc=""):
     return fn
 
 
-# ---------------------------------------------------------------- normalisation, activations
-
-def layer_norm(x, weight, bias, *, normalized_shape, eps=1e-5):
-    x = _f(x).astype(np.float64)
-    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
-    mean = x.mean(axis=axes, keepdims=True)
-    var = x.var(axis=axes, keepdims=True)
-    y = (x - mean) / np.sqrt(var + eps)
-    return (y * _f(weight) + _f(bias)).astype(F32)
-
-
-def softmax(x, *, dim=-1):
-    x = _f(x).astype(np.float64)
-    e = np.exp(x - x.max(axis=dim, keepdims=True))
-    return (e / e.sum(axis=dim, keepdims=True)).astype(F32)
-
-
-def log_softmax(x, *, dim=-1):
-    x = _f(x).astype(np.float64)
-    m = x.max(axis=dim, keepdims=True)
-    return (x - m - np.log(np.exp(x - m).sum(axis=dim, keepdims=True))).astype(F32)
-
-
-def gelu(x, *, approximate="none"):
-    x = _f(x).astype(np.float64)
-    if approximate == "tanh":
-        y = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-    else:
-        y = 0.5 * x * (1 + _erf(x / math.sqrt(2)).astype(np.float64))
-    return y.astype(F32)
-
-
-def hardtanh(x, *, min_val=-1.0, max_val=1.0):
-    return np.clip(_f(x), F32(min_val), F32(max_val))
-
-
-UNARY = {
-    "sigmoid": lambda x: (1 / (1 + np.exp(-_f(x).astype(np.float64)))).astype(F32),
-    "tanh": lambda x: np.tanh(_f(x)),
-    "relu": lambda x: np.maximum(_f(x), F32(0)),
-    "silu": lambda x: (_f(x) / (1 + np.exp(-_f(x).astype(np.float64)))).astype(F32),
-    "exp": lambda x: np.exp(_f(x)),
-    "neg": lambda x: -_f(x),
-    "abs": lambda x: np.abs(_f(x)),
-    "sqrt": lambda x: np.sqrt(_f(x)),
-    "rsqrt": lambda x: (1 / np.sqrt(_f(x).astype(np.float64))).astype(F32),
-}
-
-
-# ---------------------------------------------------------------- arithmetic
-
-def _binary(fn):
-    def reference(a, b=None, *, scalar=None, scalar_first=False, alpha=1):
-        a = _f(a)
-        other = F32(scalar) if b is None else _f(b)
-        if alpha != 1:
-            other = other * F32(alpha)
-        return fn(other, a) if (b is None and scalar_first) else fn(a, other)
-    return reference
-
-
-BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
-
-
-def matmul(a, b):
-    return np.matmul(_f(a), _f(b))
-
+# ---------------------------------------------------------------- float layers with float weights
 
 def linear(x, weight, bias):
     return (_f(x) @ _f(weight).T + _f(bias)).astype(F32)
@@ -149,11 +70,6 @@ def permute(x, *, dims):
 
 def transpose(x, *, dim0, dim1):
     return np.ascontiguousarray(np.swapaxes(np.asarray(x), dim0, dim1))
-
-
-def mean(x, *, dims=None, keepdim=False):
-    axes = None if dims is None else tuple(dims)
-    return _f(x).astype(np.float64).mean(axis=axes, keepdims=keepdim).astype(F32)
 
 
 def cat(*xs, dim=0):
@@ -213,22 +129,10 @@ def torch_op(*tensors, target, args, kwargs=None, dtypes=None):
 
 # ---------------------------------------------------------------- registration
 
-_cpu("layer_norm", layer_norm, "Float layer norm over the trailing normalized_shape dims.")
-_cpu("softmax", softmax, "Float softmax along dim.")
-_cpu("log_softmax", log_softmax, "Float log-softmax along dim.")
-_cpu("gelu", gelu, "Float GELU (erf, or the tanh approximation).")
-_cpu("hardtanh", hardtanh, "Float clamp to [min_val, max_val].")
-for _name, _fn in UNARY.items():
-    _cpu(_name, _fn, f"Float elementwise {_name}.")
-for _name, _fn in BINARY.items():
-    _cpu(_name, _binary(_fn), f"Float elementwise {_name} with broadcasting (or a scalar operand).")
-_cpu("matmul", matmul, "Float matmul (numpy broadcasting rules).")
-_cpu("bmm", matmul, "Float batched matmul.")
 _cpu("linear", linear, "Float x @ weight.T + bias.")
 _cpu("conv2d", conv2d, "Float conv2d (im2col).")
 _cpu("reshape", reshape, "Row-major reshape (view, flatten, squeeze, unsqueeze) of any dtype.")
 _cpu("permute", permute, "Permute the dims of any dtype.")
 _cpu("transpose", transpose, "Swap two dims of any dtype.")
-_cpu("mean", mean, "Float mean over dims.")
 _cpu("cat", cat, "Concatenate along dim (any dtype, all inputs alike).")
 _cpu("torch_op", torch_op, "Any aten op, called through torch (torch needed at run time).")

@@ -1,0 +1,52 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// Elementwise float32 out = a (op) b with numpy broadcasting, or a (op) scalar / scalar (op) a
+// (vkq/ops/float.py). The iteration runs over the output (rank <= 6 after merging dims that
+// are contiguous in every operand); a broadcast dim has stride 0. b is scaled by alpha first
+// (add/sub's alpha), each float op rounded once (`precise`: no fused multiply-add), so add,
+// sub and mul agree with numpy bit for bit; div is within 2.5 ulp (Vulkan's division).
+//! variant OP_ADD
+//! variant OP_SUB
+//! variant OP_MUL
+//! variant OP_DIV
+#include "common.glsl"
+
+layout(constant_id = 3) const int PER = 4;
+
+layout(std430, binding = 0) readonly buffer A { float a[]; };
+layout(std430, binding = 1) readonly buffer B { float b[]; };
+layout(std430, binding = 2) writeonly buffer Out { float o[]; };
+layout(push_constant) uniform Params {
+    int n, rank;
+    int mode;           // 0: a op b;  1: a op scalar;  2: scalar op a
+    float scalar, alpha;
+    int shape[6];       // the output's, merged
+    int sa[6], sb[6];   // element strides of a and b along those dims (0: broadcast)
+} p;
+
+void main() {
+    int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x * gl_NumWorkGroups.y);
+    int i = linear_invocation();
+    for (int k = 0; k < PER && i < p.n; ++k, i += stride) {
+        int oa = 0, ob = 0, t = i;
+        for (int d = p.rank - 1; d >= 0; --d) {
+            int s = p.shape[d], j = t % s;
+            t /= s;
+            oa += j * p.sa[d];
+            ob += j * p.sb[d];
+        }
+        float x = a[oa];
+        precise float y = (p.mode == 0 ? b[ob] : p.scalar) * p.alpha;
+        if (p.mode == 2) { float tmp = x; x = y; y = tmp; }
+#if defined(OP_ADD)
+        precise float r = x + y;
+#elif defined(OP_SUB)
+        precise float r = x - y;
+#elif defined(OP_MUL)
+        precise float r = x * y;
+#else
+        float r = x / y;
+#endif
+        o[i] = r;
+    }
+}

@@ -1,0 +1,243 @@
+"""The float32 Vulkan ops (vkq/ops/float.py) against their numpy references, on odd shapes,
+on every test device. Tolerances say why they are not zero:
+  exact   one correctly rounded float op per value (add/sub/mul, clamps) or a copy of bits
+  ulp(n)  within n ulp of the reference (division: Vulkan allows 2.5 ulp)
+  fn      exp_f32/erf_f32/tanh_f32 approximations (shaders/include/float_math.glsl) and float32 tree
+          sums vs the reference's float64: an absolute + relative bound
+  dot     a float32 sum of K products in another order than the reference's:
+          |error| <= 2 K eps sum_k |a b|  (the usual bound for recursive summation)
+"""
+import math
+
+import numpy as np
+import pytest
+
+from oputil import single_op_program, spec
+from vkq.executor import VulkanExecutor, run_reference
+from vkq.ops import float as fops
+from vkq.registry import get_op
+
+EPS = float(np.finfo(np.float32).eps)
+R = np.random.default_rng(7)
+
+
+def rnd(*shape, lo=-3.0, hi=3.0):
+    return R.uniform(lo, hi, shape).astype(np.float32)
+
+
+def run_op(device, op, inputs, attrs, out_shape, constants=None):
+    """(vulkan, reference) of one op; inputs: list of arrays (activations), constants: list of
+    arrays passed after them."""
+    names = [f"x{i}" for i in range(len(inputs))]
+    consts = {f"c{i}": (spec(a.shape), a) for i, a in enumerate(constants or [])}
+    prog = single_op_program(op, [(n, spec(a.shape)) for n, a in zip(names, inputs)],
+                             [("y", spec(out_shape))], attrs, consts)
+    got = VulkanExecutor(prog, device)(*inputs)
+    ref = run_reference(prog, *inputs)
+    assert got.shape == ref.shape == tuple(out_shape) and got.dtype == np.float32
+    return got, ref
+
+
+def check(got, ref, tol, scale=None):
+    if tol == "exact":
+        np.testing.assert_array_equal(got, ref)
+        return
+    kind, *p = tol
+    if kind == "ulp":
+        bound = p[0] * np.spacing(np.abs(ref)) + 1e-37
+    elif kind == "bound":
+        bound = p[0]
+    elif kind == "fn":
+        atol, rtol = p
+        bound = atol + rtol * np.abs(ref)
+    else:   # "dot": scale = sum_k |a b| per output, p[0] = K
+        bound = 2 * p[0] * EPS * scale + 1e-30
+    err = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+    assert np.all(err <= bound), f"max error {err.max():.3g} at {np.unravel_index(np.argmax(err - bound), err.shape)}, bound there {bound.reshape(-1)[np.argmax(err - bound)] if np.ndim(bound) else bound:.3g}"
+
+
+# ---------------------------------------------------------------- elementwise
+
+UNARY_CASES = [
+    ("gelu", {"approximate": "none"}, rnd(5, 1537, lo=-9, hi=9), "gelu"),
+    ("gelu", {"approximate": "tanh"}, rnd(3, 401, lo=-9, hi=9), "gelu"),
+    ("relu", {}, rnd(7, 37), "exact"),
+    ("neg", {}, rnd(7, 37), "exact"),
+    ("abs", {}, rnd(7, 37), "exact"),
+    ("hardtanh", {"min_val": -0.5, "max_val": 0.75}, rnd(7, 37), "exact"),
+    ("clamp", {"min": 1e-9, "max": None}, rnd(11, 3, lo=-1, hi=1), "exact"),
+    ("clamp", {"min": None, "max": 0.25}, rnd(11, 3, lo=-1, hi=1), "exact"),
+    ("exp", {}, rnd(9, 113, lo=-80, hi=80), ("fn", 0, 3 * EPS)),
+    ("sigmoid", {}, rnd(9, 113, lo=-30, hi=30), ("fn", 3e-7, 4 * EPS)),
+    ("silu", {}, rnd(9, 113, lo=-30, hi=30), ("fn", 3e-7, 4 * EPS)),
+    ("tanh", {}, rnd(9, 113, lo=-10, hi=10), ("fn", 3e-7, 4 * EPS)),
+    ("sqrt", {}, rnd(9, 113, lo=1e-3, hi=1e3), ("ulp", 3)),
+    ("rsqrt", {}, rnd(9, 113, lo=1e-3, hi=1e3), ("ulp", 3)),
+]
+
+
+@pytest.mark.parametrize("op,attrs,x,tol", UNARY_CASES, ids=[f"{c[0]}{i}" for i, c in enumerate(UNARY_CASES)])
+def test_unary(device, op, attrs, x, tol):
+    got, ref = run_op(device, op, [x], attrs, x.shape)
+    if tol == "gelu":   # 0.5 x (1 + erf(x / sqrt 2)): erf's 4e-7 (tanh's 2e-7) scaled by 0.5 |x|, plus rounding
+        check(got, ref, ("bound", 0.5 * np.abs(x) * 5e-7 + 4 * EPS * np.abs(ref) + 1e-12))
+    else:
+        check(got, ref, tol)
+
+
+A = rnd(3, 5, 37)
+BINARY_CASES = [
+    ("add", [A, rnd(3, 5, 37)], {}, "exact"),
+    ("add", [rnd(3, 1, 37), rnd(5, 37)], {"alpha": 2}, "exact"),                 # both broadcast
+    ("sub", [A, rnd(37)], {}, "exact"),
+    ("sub", [A], {"scalar": 3.0, "scalar_first": True}, "exact"),
+    ("mul", [rnd(1, 13, 384), (R.random((1, 13, 1)) > 0.4).astype(np.float32)], {}, "exact"),   # masking
+    ("mul", [A], {"scalar": 0.1767767}, "exact"),
+    ("div", [rnd(2, 3, 1, 5, 7, 3), rnd(3, 4, 1, 7, 1, lo=0.5, hi=2)], {}, ("ulp", 3)),   # rank 6
+    ("div", [A], {"scalar": 7.0}, ("ulp", 3)),
+    ("div", [A], {"scalar": 2.0, "scalar_first": True}, ("ulp", 3)),
+]
+
+
+@pytest.mark.parametrize("op,inputs,attrs,tol", BINARY_CASES, ids=[f"{c[0]}{i}" for i, c in enumerate(BINARY_CASES)])
+def test_binary(device, op, inputs, attrs, tol):
+    out_shape = np.broadcast_shapes(*[a.shape for a in inputs])
+    got, ref = run_op(device, op, inputs, attrs, out_shape)
+    check(got, ref, tol)
+
+
+def test_binary_with_a_constant_operand(device):
+    """An operand that is a program constant (a position-embedding table) goes up once."""
+    x, table = rnd(1, 11, 29), rnd(1, 11, 29)
+    got, ref = run_op(device, "add", [x], {}, x.shape, constants=[table])
+    check(got, ref, "exact")
+
+
+# ---------------------------------------------------------------- rows: layer norm, softmax
+
+@pytest.mark.parametrize("shape,norm", [((3, 5, 37), [37]), ((13, 384), [384]), ((2, 5, 7, 3), [7, 3]), ((4, 1), [1])])
+def test_layer_norm(device, shape, norm):
+    x = rnd(*shape) * 4 + 1.5
+    w, b = rnd(*norm), rnd(*norm)
+    got, ref = run_op(device, "layer_norm", [x], {"normalized_shape": norm, "eps": 1e-5}, shape, constants=[w, b])
+    check(got, ref, ("fn", 4e-6, 4e-6))
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape,dim", [((3, 7, 113), -1), ((3, 7, 11), 1), ((2, 300), 1), ((5,), 0)])
+def test_softmax(device, op, shape, dim):
+    x = rnd(*shape, lo=-12, hi=12)
+    got, ref = run_op(device, op, [x], {"dim": dim}, shape)
+    check(got, ref, ("fn", 1e-7, 2e-6) if op == "softmax" else ("fn", 3e-6, 1e-6))
+    if op == "softmax":
+        np.testing.assert_allclose(got.sum(axis=dim), 1.0, atol=2e-6)
+
+
+def test_softmax_of_masked_scores(device):
+    """Scores plus an additive mask of float32's lowest value (what transformers builds for
+    padding) come out exactly 0, so padded tokens contribute nothing."""
+    x = rnd(2, 12, 17, 17, lo=-5, hi=5)
+    keep = np.ones(17, bool)
+    keep[11:] = False
+    x = (x + np.where(keep, 0, np.finfo(np.float32).min).astype(np.float32)).astype(np.float32)
+    got, ref = run_op(device, "softmax", [x], {"dim": -1}, x.shape)
+    assert np.all(got[..., ~keep] == 0)
+    check(got, ref, ("fn", 1e-7, 2e-6))
+
+
+# ---------------------------------------------------------------- matmul
+
+MATMUL_CASES = [
+    ((3, 7, 37), (3, 37, 11), {}),
+    ((2, 1, 5, 9), (3, 9, 6), {}),            # batch dims broadcast both ways
+    ((13, 29), (29, 17), {}),
+    ((9,), (3, 9, 6), {}),                    # 1-D operands (numpy rules)
+    ((3, 5, 9), (9,), {}),
+    ((1, 12, 17, 32), (1, 12, 32, 17), {}),   # attention scores, odd token count
+    ((1, 12, 17, 17), (1, 12, 17, 32), {}),   # attention-weighted values
+    ((3, 7, 37), (3, 11, 37), {"transpose_b": True}),
+]
+
+
+@pytest.mark.parametrize("op", ["matmul", "bmm"])
+@pytest.mark.parametrize("a_shape,b_shape,attrs", MATMUL_CASES, ids=[str(i) for i in range(len(MATMUL_CASES))])
+def test_matmul(device, op, a_shape, b_shape, attrs):
+    if op == "bmm" and (len(a_shape) != 3 or len(b_shape) != 3):
+        pytest.skip("bmm is 3-D only")
+    a, b = rnd(*a_shape), rnd(*b_shape)
+    ref = get_op(op).reference(a, b, **attrs)
+    got, ref2 = run_op(device, op, [a, b], attrs, ref.shape)
+    np.testing.assert_array_equal(ref, ref2)
+    bt = np.swapaxes(b, -1, -2) if attrs.get("transpose_b") else b
+    scale = np.matmul(np.abs(a).astype(np.float64), np.abs(bt).astype(np.float64))
+    check(got, ref, ("dot", a_shape[-1]), scale)
+
+
+# ---------------------------------------------------------------- reductions
+
+REDUCE_CASES = [
+    ("sum", (3, 13, 37), {"dims": [1], "keepdim": False}),
+    ("sum", (3, 13, 37), {"dims": [-1, 0], "keepdim": True}),
+    ("sum", (7, 11), {"dims": None, "keepdim": False}),
+    ("mean", (3, 13, 37), {"dims": [0, 2], "keepdim": False}),
+    ("vector_norm", (5, 384), {"dims": [1], "keepdim": True}),
+    ("vector_norm", (2, 3, 5, 7, 11), {"dims": [1, 3], "keepdim": False}),
+]
+
+
+@pytest.mark.parametrize("op,shape,attrs", REDUCE_CASES, ids=[f"{c[0]}{i}" for i, c in enumerate(REDUCE_CASES)])
+def test_reduce(device, op, shape, attrs):
+    x = rnd(*shape)
+    ref = get_op(op).reference(x, **attrs)
+    got, _ = run_op(device, op, [x], attrs, ref.shape)
+    count = x.size // max(ref.size, 1)
+    if op == "vector_norm":   # |error of sum x^2| <= 2 count eps sum x^2, halved by the sqrt
+        check(got, ref, ("fn", 0, (count + 2) * EPS))
+    else:
+        scale = get_op("sum").reference(np.abs(x), **attrs).astype(np.float64)
+        scale = scale / count if op == "mean" else scale
+        check(got, ref, ("dot", count + 1), scale)
+
+
+# ---------------------------------------------------------------- copies
+
+COPY_CASES = [
+    ("reshape_f32", [rnd(3, 5, 7)], {"shape": [15, 7]}, (15, 7)),
+    ("permute_f32", [rnd(3, 5, 7, 2)], {"dims": [2, 0, 3, 1]}, (7, 3, 2, 5)),
+    ("transpose_f32", [rnd(1, 17, 12, 32)], {"dim0": 1, "dim1": 2}, (1, 12, 17, 32)),
+    ("transpose_f32", [rnd(1, 12, 17, 32)], {"dim0": -1, "dim1": -2}, (1, 12, 32, 17)),
+    ("expand_f32", [rnd(3, 1, 7)], {"shape": [2, 3, 5, 7]}, (2, 3, 5, 7)),
+    ("cat_f32", [rnd(3, 2, 7), rnd(3, 5, 7), rnd(3, 1, 7)], {"dim": 1}, (3, 8, 7)),
+]
+
+
+@pytest.mark.parametrize("op,inputs,attrs,out_shape", COPY_CASES, ids=[c[0] + str(i) for i, c in enumerate(COPY_CASES)])
+def test_copy(device, op, inputs, attrs, out_shape):
+    got, ref = run_op(device, op, inputs, attrs, out_shape)
+    check(got, ref, "exact")
+
+
+# ---------------------------------------------------------------- without a device
+
+def test_float_ops_run_on_vulkan_and_keep_cpu_twins():
+    for name in ("layer_norm", "softmax", "gelu", "add", "matmul", "sum", "vector_norm", "clamp", "reshape_f32"):
+        assert get_op(name).on_vulkan, name
+    for name in ("reshape", "permute", "transpose", "cat", "linear", "conv2d", "torch_op"):
+        assert not get_op(name).on_vulkan, name
+
+
+def test_erf_and_exp_approximations_are_as_accurate_as_stated():
+    """The numpy twins of the shaders' erf_f32 and exp_f32, evaluated in float32."""
+    x = np.linspace(-6, 6, 200_003).astype(np.float32)
+    want = np.array([math.erf(float(v)) for v in x])
+    assert np.abs(fops.erf_f32(x).astype(np.float64) - want).max() <= 4.0e-7
+    x = np.linspace(-87, 88, 200_003).astype(np.float32)
+    want = np.exp(x.astype(np.float64))
+    assert (np.abs(fops.exp_f32(x) - want) / want).max() <= 2 * EPS
+
+
+def test_merge_dims():
+    assert fops.merge_dims([2, 3, 4], [12, 4, 1], [12, 4, 1]) == ([24], [[1], [1]])
+    assert fops.merge_dims([2, 3, 4], [12, 4, 1], [0, 4, 1]) == ([2, 12], [[12, 1], [0, 1]])
+    assert fops.merge_dims([1, 1], [1, 1]) == ([1], [[0]])
+    assert fops.broadcast_strides((3, 1, 7), (2, 3, 5, 7)) == [0, 7, 0, 1]

@@ -1,0 +1,503 @@
+"""Float32 ops on Vulkan: what a lowered model computes in float between (and around) its
+int8 or dynamic-int8 kernels: the non-linear parts of a transformer encoder, its attention
+matmuls, pooling and normalisation. Each op has its numpy reference (the specification) and
+a build() that runs it as a float32 compute shader, so a float region stays on the device.
+
+  layer_norm(x, weight, bias; normalized_shape, eps)     float_layer_norm
+  softmax / log_softmax(x; dim)                          float_softmax (SOFTMAX / LOG)
+  gelu(x; approximate), hardtanh(x; min_val, max_val), clamp(x; min, max),
+  sigmoid, tanh, relu, silu, exp, neg, abs, sqrt, rsqrt(x)     float_unary
+  add, sub, mul, div(a[, b]; scalar, scalar_first, alpha)      float_binary (numpy broadcasting)
+  matmul, bmm(a, b; transpose_b)                         float_matmul (batch dims broadcast)
+  sum, mean(x; dims, keepdim), vector_norm(x; dims, keepdim)   float_reduce (SUM / MEAN / NORM2)
+  reshape_f32(x; shape), permute_f32(x; dims), transpose_f32(x; dim0, dim1),
+  expand_f32(x; shape), cat_f32(*xs; dim)                float_copy (a strided copy of words)
+
+The _f32 shape ops are the float twins of vkq.ops.cpu's reshape/permute/transpose/cat (which
+take any dtype, int8 included, and run on the CPU); the lowering picks the twin for float
+tensors. Inputs and outputs are float32, contiguous row-major (the executor's device layout).
+
+How close the device comes to the reference (tests/test_float_ops.py checks each on odd
+shapes on every test device):
+  add, sub, mul, relu, neg, abs, clamp, hardtanh, the copies   bit for bit (one rounding each)
+  div                       <= 2.5 ulp (Vulkan's division is not correctly rounded)
+  exp, sigmoid, silu, tanh  exp_f32: Cody-Waite + Cephes polynomial, <= 2 ulp relative (the
+                            driver's exp may be 3 + 2|x| ulp, so the shaders do not use it)
+  gelu                      erf_f32 (Eigen/XLA rational, float32): |error| <= 4.0e-7 on erf,
+                            so <= 0.5 |x| 4e-7 + rounding on gelu
+  softmax, log_softmax      exp_f32, float32 tree sums vs float64 in the reference: ~1e-6 rel
+  layer_norm                float32 tree sums of 384-ish values vs float64: ~1e-6 rel
+  matmul, sum, mean, norm   float32 accumulation in another order: |error| <= K eps sum |a b|
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..device import grid_1d
+from ..registry import register_op
+from .cpu import cat as _cat_ref, permute as _permute_ref, reshape as _reshape_ref, transpose as _transpose_ref
+
+F32 = np.float32
+LOCAL = 64        # workgroup width of the elementwise and row shaders (<= every device's limit)
+PER = 4           # values per invocation in the elementwise shaders
+MAX_RANK = 6      # dims of an elementwise iteration after merging (push-constant arrays)
+MAX_BATCH_RANK = 4
+MATMUL_TILE = (4, 4)   # outputs per invocation (rows, columns); an 8 x 8 workgroup
+
+
+def _f(x):
+    return np.asarray(x, dtype=F32)
+
+
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x):
+    """erf elementwise in float64 (math.erf; numpy has none)."""
+    return _ERF(np.asarray(x, np.float64)).astype(np.float64)
+
+
+# ---------------------------------------------------------------- numpy twins of float_math.glsl
+
+_ERF_P = [-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02]
+_ERF_Q = [-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+          -1.42647390514189e-02]
+
+
+def erf_f32(x):
+    """The shaders' erf in float32 numpy: x P(x^2) / Q(x^2) on x clamped to [-4, 4]."""
+    x = np.clip(_f(x), F32(-4), F32(4))
+    x2 = x * x
+    p, q = F32(_ERF_P[0]), F32(_ERF_Q[0])
+    for c in _ERF_P[1:]:
+        p = p * x2 + F32(c)
+    for c in _ERF_Q[1:]:
+        q = q * x2 + F32(c)
+    return x * p / q
+
+
+def exp_f32(x):
+    """The shaders' exp in float32 numpy: x = n ln2 + r (Cody-Waite), Cephes' polynomial, 2^n."""
+    x = np.clip(_f(x), F32(-87.33654), F32(88.72283))
+    n = np.rint(x * F32(1.44269504089))
+    r = x - n * F32(0.693359375)
+    r = r + n * F32(2.12194440e-4)
+    p = F32(1.9875691500e-4)
+    for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+        p = p * r + F32(c)
+    p = p * (r * r) + r + F32(1)
+    return np.ldexp(p, n.astype(np.int32)).astype(F32)
+
+
+# ---------------------------------------------------------------- references
+
+def layer_norm(x, weight, bias, *, normalized_shape, eps=1e-5):
+    x = _f(x).astype(np.float64)
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = x.var(axis=axes, keepdims=True)
+    y = (x - mean) / np.sqrt(var + eps)
+    return (y * _f(weight) + _f(bias)).astype(F32)
+
+
+def softmax(x, *, dim=-1):
+    x = _f(x).astype(np.float64)
+    e = np.exp(x - x.max(axis=dim, keepdims=True))
+    return (e / e.sum(axis=dim, keepdims=True)).astype(F32)
+
+
+def log_softmax(x, *, dim=-1):
+    x = _f(x).astype(np.float64)
+    m = x.max(axis=dim, keepdims=True)
+    return (x - m - np.log(np.exp(x - m).sum(axis=dim, keepdims=True))).astype(F32)
+
+
+def gelu(x, *, approximate="none"):
+    x = _f(x).astype(np.float64)
+    if approximate == "tanh":
+        y = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    else:
+        y = 0.5 * x * (1 + _erf(x / math.sqrt(2)).astype(np.float64))
+    return y.astype(F32)
+
+
+def hardtanh(x, *, min_val=-1.0, max_val=1.0):
+    return np.clip(_f(x), F32(min_val), F32(max_val))
+
+
+def clamp(x, *, min=None, max=None):
+    """Clamp to [min, max]; either bound may be absent (clamp_min, clamp_max)."""
+    y = _f(x)
+    if min is not None:
+        y = np.maximum(y, F32(min))
+    if max is not None:
+        y = np.minimum(y, F32(max))
+    return y
+
+
+UNARY = {
+    "sigmoid": lambda x: (1 / (1 + np.exp(-_f(x).astype(np.float64)))).astype(F32),
+    "tanh": lambda x: np.tanh(_f(x)),
+    "relu": lambda x: np.maximum(_f(x), F32(0)),
+    "silu": lambda x: (_f(x) / (1 + np.exp(-_f(x).astype(np.float64)))).astype(F32),
+    "exp": lambda x: np.exp(_f(x)),
+    "neg": lambda x: -_f(x),
+    "abs": lambda x: np.abs(_f(x)),
+    "sqrt": lambda x: np.sqrt(_f(x)),
+    "rsqrt": lambda x: (1 / np.sqrt(_f(x).astype(np.float64))).astype(F32),
+}
+
+
+def _binary(fn):
+    def reference(a, b=None, *, scalar=None, scalar_first=False, alpha=1):
+        a = _f(a)
+        other = F32(scalar) if b is None else _f(b)
+        if alpha != 1:
+            other = other * F32(alpha)
+        return fn(other, a) if (b is None and scalar_first) else fn(a, other)
+    return reference
+
+
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+
+
+def matmul(a, b, *, transpose_b=False):
+    """a @ b, or a @ b^T (the last two dims of b swapped) with transpose_b."""
+    b = _f(b)
+    return np.matmul(_f(a), np.swapaxes(b, -1, -2) if transpose_b else b)
+
+
+def _axes(dims):
+    return None if dims is None else tuple(dims)
+
+
+def mean(x, *, dims=None, keepdim=False):
+    return _f(x).astype(np.float64).mean(axis=_axes(dims), keepdims=keepdim).astype(F32)
+
+
+def sum_(x, *, dims=None, keepdim=False):
+    return _f(x).astype(np.float64).sum(axis=_axes(dims), keepdims=keepdim).astype(F32)
+
+
+def vector_norm(x, *, dims=None, keepdim=False):
+    """The 2-norm over dims: sqrt(sum x^2) (linalg_vector_norm with ord 2)."""
+    x = _f(x).astype(np.float64)
+    return np.sqrt((x * x).sum(axis=_axes(dims), keepdims=keepdim)).astype(F32)
+
+
+def expand(x, *, shape):
+    """Broadcast x to shape (numpy rules), materialised."""
+    return np.ascontiguousarray(np.broadcast_to(np.asarray(x), tuple(shape)))
+
+
+# ---------------------------------------------------------------- strides: what the shaders index with
+
+def strides_of(shape) -> list:
+    """Row-major element strides of a contiguous tensor."""
+    out, s = [], 1
+    for d in reversed(shape):
+        out.append(s)
+        s *= int(d)
+    return out[::-1]
+
+
+def broadcast_strides(shape, out_shape, strides=None) -> list:
+    """Strides that read `shape` (with `strides`, default contiguous) at every index of
+    out_shape under numpy broadcasting: 0 along the dims it is broadcast over."""
+    strides = strides_of(shape) if strides is None else list(strides)
+    lead = len(out_shape) - len(shape)
+    if lead < 0:
+        raise ValueError(f"cannot broadcast {tuple(shape)} to {tuple(out_shape)}")
+    res = []
+    for d, od in enumerate(out_shape):
+        k = d - lead
+        if k < 0 or (shape[k] == 1 and od != 1):
+            res.append(0)
+        elif shape[k] == od:
+            res.append(strides[k])
+        else:
+            raise ValueError(f"cannot broadcast {tuple(shape)} to {tuple(out_shape)}")
+    return res
+
+
+def merge_dims(shape, *strides):
+    """Drop size-1 dims and merge neighbours that are contiguous in every stride list
+    (s[d] == s[d+1] * shape[d+1]), keeping the row-major order of the iteration. Returns
+    (shape, [strides, ...]); a scalar iteration is ([1], [[0], ...])."""
+    dims = [d for d in range(len(shape)) if shape[d] != 1]
+    out_shape, out_strides = [], [[] for _ in strides]
+    for d in dims:
+        if out_shape and all(st[-1] == s[d] * shape[d] for st, s in zip(out_strides, strides)):
+            out_shape[-1] *= shape[d]
+            for st, s in zip(out_strides, strides):
+                st[-1] = s[d]
+            continue
+        out_shape.append(int(shape[d]))
+        for st, s in zip(out_strides, strides):
+            st.append(int(s[d]))
+    if not out_shape:
+        return [1], [[0] for _ in strides]
+    return out_shape, out_strides
+
+
+def _pad(values, n, fill=0) -> list:
+    values = list(values)
+    return values + [fill] * (n - len(values))
+
+
+def _numel(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _check(ctx, node, dtypes=("float32",)):
+    for t in list(node.inputs) + list(node.outputs):
+        spec = ctx.spec(t)
+        if spec.dtype not in dtypes:
+            raise ValueError(f"{node.name}: {node.op} on Vulkan takes {'/'.join(dtypes)} tensors; "
+                             f"{t!r} is {spec.dtype}")
+
+
+def _elementwise(ctx, shader, buffers, n, push, defines=None):
+    return ctx.device.dispatch(shader, buffers, grid_1d(-(-n // PER), LOCAL), local=(LOCAL,),
+                               spec=(PER,), push=push, defines=defines)
+
+
+def _row_local(ctx, d: int) -> int:
+    """Workgroup width of a row shader: a power of two, <= LOCAL, <= the row length rounded up."""
+    width = 1
+    while width < min(LOCAL, d) and width * 2 <= ctx.device.info.max_workgroup_invocations:
+        width *= 2
+    return width
+
+
+# ---------------------------------------------------------------- builds
+
+def _unary_build(variant, bounds=lambda attrs: (-np.inf, np.inf)):
+    def build(ctx, node):
+        _check(ctx, node)
+        x, y = node.inputs[0], node.outputs[0]
+        n = _numel(ctx.spec(y).shape)
+        if ctx.spec(x).shape != ctx.spec(y).shape:
+            raise ValueError(f"{node.name}: elementwise {node.op} needs equal in/out shapes")
+        v = variant(node.attrs) if callable(variant) else variant
+        lo, hi = bounds(node.attrs)
+        return [_elementwise(ctx, "float_unary", [ctx.buffer(x), ctx.buffer(y)], n,
+                             (n, F32(lo), F32(hi)), [v])]
+    return build
+
+
+def _bound(v, default):
+    return default if v is None else v
+
+
+_GELU_VARIANT = {"none": "OP_GELU", "tanh": "OP_GELU_TANH"}
+
+
+def _gelu_variant(attrs):
+    approx = attrs.get("approximate", "none")
+    if approx not in _GELU_VARIANT:
+        raise ValueError(f"gelu: unknown approximate={approx!r}")
+    return _GELU_VARIANT[approx]
+
+
+def _binary_build(variant):
+    def build(ctx, node):
+        _check(ctx, node)
+        at, out = node.attrs, node.outputs[0]
+        oshape = ctx.spec(out).shape
+        a = node.inputs[0]
+        sa = broadcast_strides(ctx.spec(a).shape, oshape)
+        if len(node.inputs) == 2:
+            b, mode, scalar = node.inputs[1], 0, 0.0
+            sb = broadcast_strides(ctx.spec(b).shape, oshape)
+        else:
+            b, mode, scalar = a, 2 if at.get("scalar_first") else 1, at["scalar"]
+            sb = [0] * len(oshape)
+        shape, (sa, sb) = merge_dims(oshape, sa, sb)
+        if len(shape) > MAX_RANK:
+            raise ValueError(f"{node.name}: broadcasting over {len(shape)} dims (the shader takes {MAX_RANK})")
+        n = _numel(oshape)
+        push = (n, len(shape), mode, F32(scalar), F32(at.get("alpha", 1)),
+                _pad(shape, MAX_RANK, 1), _pad(sa, MAX_RANK), _pad(sb, MAX_RANK))
+        return [_elementwise(ctx, "float_binary", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], n, push,
+                             [variant])]
+    return build
+
+
+def _layer_norm_build(ctx, node):
+    _check(ctx, node)
+    x, w, b = node.inputs
+    y = node.outputs[0]
+    d = _numel(node.attrs["normalized_shape"])
+    n = _numel(ctx.spec(x).shape)
+    if _numel(ctx.spec(w).shape) != d or _numel(ctx.spec(b).shape) != d or n % max(d, 1):
+        raise ValueError(f"{node.name}: layer_norm weight/bias must have the normalized_shape's {d} values")
+    rows, width = n // d, _row_local(ctx, d)
+    return [ctx.device.dispatch("float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b), ctx.buffer(y)],
+                                grid_1d(rows, 1), local=(width,), spec=(width,),
+                                push=(rows, d, F32(node.attrs.get("eps", 1e-5))))]
+
+
+def _softmax_build(variant):
+    def build(ctx, node):
+        _check(ctx, node)
+        x, y = node.inputs[0], node.outputs[0]
+        shape = ctx.spec(x).shape
+        dim = node.attrs.get("dim", -1) % len(shape)
+        d, inner = shape[dim], _numel(shape[dim + 1:])
+        rows, width = _numel(shape) // max(d, 1), _row_local(ctx, d)
+        return [ctx.device.dispatch("float_softmax", [ctx.buffer(x), ctx.buffer(y)], grid_1d(rows, 1),
+                                    local=(width,), spec=(width,), push=(rows, d, inner), defines=[variant])]
+    return build
+
+
+def matmul_geometry(a_shape, b_shape, transpose_b=False):
+    """(M, N, K, sam, sak, sbk, sbn, batch_shape, a_batch_strides, b_batch_strides, out_shape)
+    of np.matmul(a, b) for contiguous a and b (b read transposed in place with transpose_b)."""
+    a2 = (1,) + tuple(a_shape) if len(a_shape) == 1 else tuple(a_shape)
+    b2 = tuple(b_shape) + (1,) if len(b_shape) == 1 else tuple(b_shape)
+    m, k = a2[-2:]
+    kb, n = (b2[-1], b2[-2]) if transpose_b else b2[-2:]
+    if k != kb:
+        raise ValueError(f"matmul: inner dims differ, {tuple(a_shape)} @ {tuple(b_shape)}")
+    batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
+    sa_all, sb_all = strides_of(a2), strides_of(b2)
+    sab = broadcast_strides(a2[:-2], batch, sa_all[:-2])
+    sbb = broadcast_strides(b2[:-2], batch, sb_all[:-2])
+    sbk, sbn = (1, k) if transpose_b else (n, 1)
+    out = batch + ((m,) if len(a_shape) > 1 else ()) + ((n,) if len(b_shape) > 1 else ())
+    return m, n, k, k, 1, sbk, sbn, batch, sab, sbb, out
+
+
+def _matmul_build(ctx, node):
+    _check(ctx, node)
+    a, b = node.inputs
+    out = node.outputs[0]
+    m, n, k, sam, sak, sbk, sbn, batch, sab, sbb, oshape = matmul_geometry(
+        ctx.spec(a).shape, ctx.spec(b).shape, node.attrs.get("transpose_b", False))
+    if tuple(oshape) != ctx.spec(out).shape:
+        raise ValueError(f"{node.name}: output shape {ctx.spec(out).shape}, expected {tuple(oshape)}")
+    bshape, (sab, sbb) = merge_dims(batch, sab, sbb) if batch else ([1], [[0], [0]])
+    if len(bshape) > MAX_BATCH_RANK:
+        raise ValueError(f"{node.name}: {len(bshape)} batch dims after merging (the shader takes {MAX_BATCH_RANK})")
+    tm, tn = MATMUL_TILE
+    groups = (-(-n // (8 * tn)), -(-m // (8 * tm)), _numel(batch))
+    push = (m, n, k, sam, sak, sbk, sbn, len(bshape), _pad(bshape, MAX_BATCH_RANK, 1),
+            _pad(sab, MAX_BATCH_RANK), _pad(sbb, MAX_BATCH_RANK))
+    return [ctx.device.dispatch("float_matmul", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], groups,
+                                local=(8, 8), spec=(tm, tn), push=push)]
+
+
+def _reduce_build(variant):
+    def build(ctx, node):
+        _check(ctx, node)
+        x, y = node.inputs[0], node.outputs[0]
+        shape = ctx.spec(x).shape
+        dims = node.attrs.get("dims")
+        red = sorted({d % len(shape) for d in dims}) if dims else list(range(len(shape)))
+        keep = [d for d in range(len(shape)) if d not in red]
+        st = strides_of(shape)
+        kshape, (kst,) = merge_dims([shape[d] for d in keep], [st[d] for d in keep])
+        rshape, (rst,) = merge_dims([shape[d] for d in red], [st[d] for d in red])
+        if len(kshape) > 4 or len(rshape) > 4:
+            raise ValueError(f"{node.name}: reduction over more than 4 (merged) dims")
+        n_out, count = _numel(ctx.spec(y).shape), _numel([shape[d] for d in red])
+        push = (n_out, count, len(kshape), len(rshape), _pad(kshape, 4, 1), _pad(kst, 4),
+                _pad(rshape, 4, 1), _pad(rst, 4))
+        return [ctx.device.dispatch("float_reduce", [ctx.buffer(x), ctx.buffer(y)], grid_1d(n_out, LOCAL),
+                                    local=(LOCAL,), push=push, defines=[variant])]
+    return build
+
+
+def _copy(ctx, src, dst, shape, ss, ds, sbase=0, dbase=0):
+    """One float_copy dispatch over the iteration `shape` (merged here)."""
+    shape, (ss, ds) = merge_dims(shape, ss, ds)
+    if len(shape) > MAX_RANK:
+        raise ValueError(f"a strided copy over {len(shape)} dims (the shader takes {MAX_RANK})")
+    n = _numel(shape)
+    push = (n, len(shape), sbase, dbase, _pad(shape, MAX_RANK, 1), _pad(ss, MAX_RANK), _pad(ds, MAX_RANK))
+    return _elementwise(ctx, "float_copy", [src, dst], n, push)
+
+
+WORDS = ("float32", "int32")
+
+
+def _reshape_build(ctx, node):
+    _check(ctx, node, WORDS)
+    n = _numel(ctx.spec(node.outputs[0]).shape)
+    return [_copy(ctx, ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0]), [n], [1], [1])]
+
+
+def _permute_dims(node, rank):
+    if node.op == "transpose_f32":
+        dims = list(range(rank))
+        d0, d1 = node.attrs["dim0"] % rank, node.attrs["dim1"] % rank
+        dims[d0], dims[d1] = dims[d1], dims[d0]
+        return dims
+    return [d % rank for d in node.attrs["dims"]]
+
+
+def _permute_build(ctx, node):
+    _check(ctx, node, WORDS)
+    shape = ctx.spec(node.inputs[0]).shape
+    dims = _permute_dims(node, len(shape))
+    st = strides_of(shape)
+    oshape = [shape[d] for d in dims]
+    return [_copy(ctx, ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0]), oshape,
+                  [st[d] for d in dims], strides_of(oshape))]
+
+
+def _expand_build(ctx, node):
+    _check(ctx, node, WORDS)
+    shape, oshape = ctx.spec(node.inputs[0]).shape, ctx.spec(node.outputs[0]).shape
+    return [_copy(ctx, ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0]), oshape,
+                  broadcast_strides(shape, oshape), strides_of(oshape))]
+
+
+def _cat_build(ctx, node):
+    _check(ctx, node, WORDS)
+    oshape = ctx.spec(node.outputs[0]).shape
+    dim = node.attrs.get("dim", 0) % len(oshape)
+    ost, dst, steps, offset = strides_of(oshape), ctx.buffer(node.outputs[0]), [], 0
+    for t in node.inputs:
+        shape = ctx.spec(t).shape
+        if _numel(shape):
+            steps.append(_copy(ctx, ctx.buffer(t), dst, shape, strides_of(shape), ost, 0, offset * ost[dim]))
+        offset += shape[dim]
+    return steps
+
+
+# ---------------------------------------------------------------- registration
+
+def _op(name, reference, build, shaders, doc):
+    register_op(type(name, (), {"name": name, "reference": staticmethod(reference), "build": staticmethod(build),
+                                "shaders": shaders, "__doc__": doc}))
+
+
+_op("layer_norm", layer_norm, _layer_norm_build, ("float_layer_norm",),
+    "Float layer norm over the trailing normalized_shape dims (one workgroup a row).")
+_op("softmax", softmax, _softmax_build("SOFTMAX"), ("float_softmax",), "Float softmax along dim (max-subtracted).")
+_op("log_softmax", log_softmax, _softmax_build("LOG"), ("float_softmax",), "Float log-softmax along dim.")
+_op("gelu", gelu, _unary_build(_gelu_variant), ("float_unary",), "Float GELU (erf, or the tanh approximation).")
+_op("hardtanh", hardtanh, _unary_build("OP_CLAMP", lambda a: (a.get("min_val", -1.0), a.get("max_val", 1.0))),
+    ("float_unary",), "Float clamp to [min_val, max_val].")
+_op("clamp", clamp, _unary_build("OP_CLAMP", lambda a: (_bound(a.get("min"), -np.inf), _bound(a.get("max"), np.inf))),
+    ("float_unary",), "Float clamp to [min, max], either bound optional (clamp, clamp_min, clamp_max).")
+for _name, _fn in UNARY.items():
+    _op(_name, _fn, _unary_build(f"OP_{_name.upper()}"), ("float_unary",), f"Float elementwise {_name}.")
+for _name, _fn in BINARY.items():
+    _op(_name, _binary(_fn), _binary_build(f"OP_{_name.upper()}"), ("float_binary",),
+        f"Float elementwise {_name} with broadcasting (or a scalar operand).")
+_op("matmul", matmul, _matmul_build, ("float_matmul",), "Float matmul (numpy broadcasting rules).")
+_op("bmm", matmul, _matmul_build, ("float_matmul",), "Float batched matmul.")
+_op("mean", mean, _reduce_build("MEAN"), ("float_reduce",), "Float mean over dims.")
+_op("sum", sum_, _reduce_build("SUM"), ("float_reduce",), "Float sum over dims.")
+_op("vector_norm", vector_norm, _reduce_build("NORM2"), ("float_reduce",), "Float 2-norm over dims.")
+_op("reshape_f32", _reshape_ref, _reshape_build, ("float_copy",), "Row-major reshape of a float32 tensor (a copy).")
+_op("permute_f32", _permute_ref, _permute_build, ("float_copy",), "Permute the dims of a float32 tensor.")
+_op("transpose_f32", _transpose_ref, _permute_build, ("float_copy",), "Swap two dims of a float32 tensor.")
+_op("expand_f32", expand, _expand_build, ("float_copy",), "Broadcast a float32 tensor to a shape (materialised).")
+_op("cat_f32", _cat_ref, _cat_build, ("float_copy",), "Concatenate float32 tensors along dim.")
