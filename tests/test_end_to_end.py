@@ -1,0 +1,193 @@
+"""Real models, end to end: quantize (PT2E) -> compile -> run on each test device.
+
+For every model: the Vulkan output equals the CPU reference of the same program bit for bit,
+and it agrees with PyTorch's converted PT2E model run eagerly (cosine >= 0.999). MobileNetV2
+with torchvision's ImageNet weights keeps its top-1 on real photos, and a saved .vkq runs
+through `vkq run` with torch unavailable, giving the same bytes as in the compiling process.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import vkq
+from vkq import models
+
+vkq._quiet_third_party_logs()
+
+
+def cosine(a, b):
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _eager(gm, x):
+    with torch.no_grad():
+        return gm(x).numpy()
+
+
+class Compiled:
+    """A model quantized and lowered once per test session; run on any device."""
+
+    def __init__(self, model, example, calibration, scheme="static"):
+        self.gm = vkq.quantize(model, (example,), calibration, scheme)
+        self.program = vkq.compile(self.gm, (example,)).program
+        self._on = {}
+
+    def on(self, device) -> vkq.CompiledProgram:
+        if device.info.index not in self._on:
+            self._on[device.info.index] = vkq.CompiledProgram(self.program, device)
+        return self._on[device.info.index]
+
+    def check(self, device, x, min_cos=0.999):
+        """Vulkan == CPU reference exactly; cosine with PT2E's eager output."""
+        got = self.on(device)(x.numpy())
+        np.testing.assert_array_equal(got, self.on(device).run_reference(x.numpy()))
+        cos = cosine(got, _eager(self.gm, x))
+        assert cos >= min_cos, f"cosine with PT2E {cos:.5f} < {min_cos}"
+        return got
+
+
+# ---------------------------------------------------------------- MobileNetV2, real weights
+
+@pytest.fixture(scope="module")
+def photos():
+    skimage = pytest.importorskip("skimage.data")
+    return {"coffee": models.imagenet_preprocess(skimage.coffee()),
+            "chelsea": models.imagenet_preprocess(skimage.chelsea())}
+
+
+@pytest.fixture(scope="module")
+def mobilenet(photos):
+    model = models.mobilenet_v2(pretrained=True)
+    x = photos["coffee"]
+    # calibrate on the photos and flipped/shifted views of them (real image statistics)
+    calib = [(p,) for p in photos.values()] + [(torch.flip(p, dims=[3]),) for p in photos.values()] \
+        + [(torch.roll(p, 17, dims=2),) for p in photos.values()]
+    return Compiled(model, x, calib)
+
+
+@pytest.mark.slow
+def test_mobilenet_v2_keeps_top1_on_real_photos(mobilenet, photos, device):
+    assert not mobilenet.program.fallback, mobilenet.program.fallback  # all of it on Vulkan
+    top1 = {name: int(np.argmax(mobilenet.check(device, x))) for name, x in photos.items()}
+    assert top1["coffee"] == 967                      # espresso
+    assert top1["chelsea"] in (281, 282, 285)         # tabby, tiger cat, Egyptian cat
+
+
+RUNNER_WITHOUT_TORCH = r"""
+import builtins, runpy, sys
+real_import = builtins.__import__
+def no_torch(name, *a, **k):
+    if name == "torch" or name.startswith("torch."):
+        raise ImportError("torch is blocked in this test")
+    return real_import(name, *a, **k)
+builtins.__import__ = no_torch
+sys.argv = ["vkq"] + sys.argv[1:]
+from vkq.cli import main
+code = main()
+assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules)
+sys.exit(code)
+"""
+
+
+@pytest.mark.slow
+def test_saved_mobilenet_runs_from_the_cli_without_torch(mobilenet, photos, device, tmp_path):
+    path = vkq.CompiledProgram(mobilenet.program).save(tmp_path / "mobilenet_v2.vkq")
+    x = photos["chelsea"].numpy()
+    np.save(tmp_path / "x.npy", x)
+    want = mobilenet.on(device)(x)
+    script = tmp_path / "runner.py"
+    script.write_text(RUNNER_WITHOUT_TORCH)
+    res = subprocess.run([sys.executable, str(script), "run", str(path), "--input", str(tmp_path / "x.npy"),
+                          "--output", str(tmp_path / "y.npy"), "--device", device.info.name],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = np.load(tmp_path / "y.npy")
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    # the weights are int8: the file is about a quarter of the fp32 state dict
+    fp32_bytes = sum(t.numel() * 4 for t in models.mobilenet_v2(pretrained=True).state_dict().values())
+    assert path.stat().st_size <= 0.3 * fp32_bytes
+
+
+# ---------------------------------------------------------------- ResNet-18, MLP, fallback
+
+def _randn(shape, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=g) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    xs = _randn((1, 3, 64, 64), 4, 0)
+    return Compiled(models.resnet18(num_classes=10), xs[0], [(x,) for x in xs[1:]]), xs
+
+
+@pytest.mark.slow
+def test_resnet18_static_int8(resnet, device):
+    compiled, xs = resnet
+    assert not compiled.program.fallback
+    compiled.check(device, xs[0])
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    xs = _randn((5, 64), 4, 1)
+    return Compiled(models.mlp(), xs[0], [(x,) for x in xs[1:]]), xs
+
+
+def test_mlp_static_int8(mlp, device):
+    compiled, xs = mlp
+    assert not compiled.program.fallback
+    for x in xs[:2]:
+        compiled.check(device, x)
+
+
+class PartlyUnsupported(nn.Module):
+    """int8 conv and linear around ops no Vulkan kernel covers: a cumulative sum (through
+    torch on the CPU) and a float conv the quantizer left unquantized (numpy on the CPU)."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = nn.Linear(8 * 6 * 6, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x))
+        x = torch.cumsum(x, dim=1) / 8.0
+        return self.fc(torch.flatten(x, 1))
+
+
+@pytest.fixture(scope="module")
+def unsupported():
+    xs = _randn((2, 3, 6, 6), 3, 2)
+    return Compiled(PartlyUnsupported().eval(), xs[0], [(x,) for x in xs]), xs
+
+
+def test_unsupported_ops_fall_back_and_stay_correct(unsupported, device):
+    compiled, xs = unsupported
+    fallback = dict(compiled.program.fallback)
+    assert any(k.startswith("aten.cumsum") for k in fallback), fallback
+    assert all(reason and "cumsum" in reason for k, reason in fallback.items() if k.startswith("aten.cumsum"))
+    on_vulkan = [n.op for n in compiled.program.nodes if n.op in ("conv2d_q8", "linear_q8")]
+    assert on_vulkan == ["conv2d_q8", "linear_q8"]
+    compiled.check(device, xs[0])
+
+
+class OnlyFloatOps(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(torch.flip(x, dims=[1]), dim=-1)
+
+
+def test_entirely_unsupported_model_runs_on_the_cpu(device):
+    x = torch.randn(3, 11)
+    prog = vkq.compile(OnlyFloatOps(), (x,))
+    assert prog.fallback_ops
+    got = prog(x.numpy())
+    np.testing.assert_allclose(got, OnlyFloatOps()(x).numpy(), rtol=1e-5, atol=1e-6)
