@@ -227,7 +227,7 @@ def _lane_group(device) -> tuple[int, dict, int]:
     workgroup size that is a multiple of the subgroup size."""
     sg = int(device.info.subgroup_size)
     local = min(max(64, sg), device.info.max_workgroup_invocations)
-    if sg < 2 or sg & (sg - 1) or local % sg:
+    if sg < 2 or sg & (sg - 1) or local % sg or "shuffle" not in device.info.subgroup_operations:
         return 1, {"NO_SUBGROUP": "1"}, local
     return min(sg, 8), {}, local
 
