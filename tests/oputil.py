@@ -39,3 +39,26 @@ def assert_same(got, ref):
 
 def spec(shape, dtype="float32", layout=None, scale=None, zero_point=None):
     return TensorSpec(tuple(shape), dtype, layout, scale, zero_point)
+
+
+_CLI_WITHOUT_TORCH = r"""
+import builtins, sys
+real_import = builtins.__import__
+def no_torch(name, *a, **k):
+    if name == "torch" or name.startswith("torch."):
+        raise ImportError("torch is blocked in this test")
+    return real_import(name, *a, **k)
+builtins.__import__ = no_torch
+sys.argv = ["vkq"] + sys.argv[1:]
+from vkq.cli import main
+code = main()
+assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules), "torch was imported"
+sys.exit(code)
+"""
+
+
+def run_cli_without_torch(*args):
+    """`vkq ARGS...` in a fresh interpreter where `import torch` fails (the runner's promise)."""
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-c", _CLI_WITHOUT_TORCH, *map(str, args)], capture_output=True, text=True)

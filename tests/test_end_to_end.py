@@ -5,10 +5,6 @@ and it agrees with PyTorch's converted PT2E model run eagerly (cosine >= 0.999).
 with torchvision's ImageNet weights keeps its top-1 on real photos, and a saved .vkq runs
 through `vkq run` with torch unavailable, giving the same bytes as in the compiling process.
 """
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -16,6 +12,8 @@ from torch import nn
 
 import vkq
 from vkq import models
+
+from oputil import run_cli_without_torch
 
 vkq._quiet_third_party_logs()
 
@@ -79,33 +77,14 @@ def test_mobilenet_v2_keeps_top1_on_real_photos(mobilenet, photos, device):
     assert top1["chelsea"] in (281, 282, 285)         # tabby, tiger cat, Egyptian cat
 
 
-RUNNER_WITHOUT_TORCH = r"""
-import builtins, runpy, sys
-real_import = builtins.__import__
-def no_torch(name, *a, **k):
-    if name == "torch" or name.startswith("torch."):
-        raise ImportError("torch is blocked in this test")
-    return real_import(name, *a, **k)
-builtins.__import__ = no_torch
-sys.argv = ["vkq"] + sys.argv[1:]
-from vkq.cli import main
-code = main()
-assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules)
-sys.exit(code)
-"""
-
-
 @pytest.mark.slow
 def test_saved_mobilenet_runs_from_the_cli_without_torch(mobilenet, photos, device, tmp_path):
     path = vkq.CompiledProgram(mobilenet.program).save(tmp_path / "mobilenet_v2.vkq")
     x = photos["chelsea"].numpy()
     np.save(tmp_path / "x.npy", x)
     want = mobilenet.on(device)(x)
-    script = tmp_path / "runner.py"
-    script.write_text(RUNNER_WITHOUT_TORCH)
-    res = subprocess.run([sys.executable, str(script), "run", str(path), "--input", str(tmp_path / "x.npy"),
-                          "--output", str(tmp_path / "y.npy"), "--device", device.info.name],
-                         capture_output=True, text=True)
+    res = run_cli_without_torch("run", path, "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npy",
+                                "--device", device.info.name)
     assert res.returncode == 0, res.stdout + res.stderr
     got = np.load(tmp_path / "y.npy")
     assert got.dtype == want.dtype and got.tobytes() == want.tobytes()

@@ -1,8 +1,5 @@
 """The .vkq program file: round trip, and every kind of damage refused with a message."""
 import json
-import os
-import subprocess
-import sys
 import zipfile
 
 import numpy as np
@@ -13,6 +10,8 @@ from vkq.executor import plan_memory, run_reference
 from vkq.program import Node, Program, TensorSpec
 from vkq.progfile import ProgramFileError, load_program, save_program
 from vkq.runtime import CompiledProgram, load
+
+from oputil import run_cli_without_torch
 
 
 def _program_with_constant():
@@ -132,30 +131,12 @@ def test_arena_report(device):
     assert prog.memory["arena_bytes"] < prog.memory["naive_bytes"]
 
 
-RUNNER_WITHOUT_TORCH = r"""
-import sys, builtins
-real_import = builtins.__import__
-def no_torch(name, *a, **k):
-    if name == "torch" or name.startswith("torch."):
-        raise ImportError("torch is blocked in this test")
-    return real_import(name, *a, **k)
-builtins.__import__ = no_torch
-import numpy as np, vkq.runtime
-prog = vkq.runtime.load(sys.argv[1], device=sys.argv[2])
-x = np.load(sys.argv[3])
-np.save(sys.argv[4], prog(x))
-assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules), "torch was imported"
-"""
-
-
 def test_runner_works_without_torch(device, tmp_path):
     p = roundtrip_program((1, 3, 5, 7), 0.05, -3, "4W4C", "4H4W")
     path = save_program(p, tmp_path / "r.vkq")
     x = np.random.default_rng(2).normal(0, 2, (1, 3, 5, 7)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    script = tmp_path / "runner.py"
-    script.write_text(RUNNER_WITHOUT_TORCH)
-    res = subprocess.run([sys.executable, str(script), str(path), device.info.name, str(tmp_path / "x.npy"),
-                          str(tmp_path / "y.npy")], capture_output=True, text=True)
+    res = run_cli_without_torch("run", path, "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npy",
+                                "--device", device.info.name)
     assert res.returncode == 0, res.stderr[-3000:]
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), run_reference(p, x))
