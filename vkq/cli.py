@@ -100,6 +100,12 @@ def cmd_compare(args) -> int:
     return 0 if worst == 0 else 1
 
 
+def cmd_bench(args) -> int:
+    """Roofline, kernels and models with their peers in one run (vkq/bench.py)."""
+    from .bench import main as bench_main
+    return bench_main(args)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="vkq", description="int8 PyTorch models on any Vulkan device")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -125,6 +131,17 @@ def main(argv=None) -> int:
     p.add_argument("--expect", action="append", help="the float model's output (.npy), to report agreement")
     _add_device_arg(p)
     p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("bench", help="roofline, kernels and models against torch and ncnn, same run")
+    p.add_argument("suite", nargs="?", default="all", choices=("all", "roofline", "kernels", "models"))
+    _add_device_arg(p)
+    p.add_argument("--quick", action="store_true", help="tiny shapes, few repeats (a smoke test for CI)")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats a measurement (default 10, quick 2)")
+    p.add_argument("--only", default=None, help="the cases whose name contains this (or a family: linear, conv, ...)")
+    p.add_argument("--models", default=None, help="comma-separated model names (default mobilenet_v2,resnet18)")
+    p.add_argument("--json", default=None, help="write one record per measurement here")
+    p.add_argument("--plot", default=None, help="draw the kernels and models into this .png")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_bench)
     args = parser.parse_args(argv)
     from .device import DeviceNotFound
     from .progfile import ProgramFileError
