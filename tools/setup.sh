@@ -12,9 +12,9 @@ step() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 # --- 1. Debian packages --------------------------------------------------------
 # mesa-vulkan-drivers: lavapipe; chromium-common: SwiftShader's ICD (no recommends: ~32 MB);
 # glslang-tools/spirv-tools: shader compiler and validator; vulkan-validationlayers for tests;
-# libvulkan-dev libfmt-dev pybind11-dev cmake: the offline kp build; python3-venv/-dev: the venv.
+# libvulkan-dev libfmt-dev pybind11-dev cmake patch: the offline kp build; python3-venv/-dev: the venv.
 APT_PACKAGES=(mesa-vulkan-drivers chromium-common glslang-tools spirv-tools
-  vulkan-validationlayers libvulkan-dev libfmt-dev pybind11-dev cmake g++ make
+  vulkan-validationlayers libvulkan-dev libfmt-dev pybind11-dev cmake g++ make patch
   python3-venv python3-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -43,27 +43,35 @@ PIP=(pip_q)
 "$PY" -c "import numpy, sys; sys.exit(not numpy.__version__.startswith('1.'))" 2>/dev/null \
   || "${PIP[@]}" install 'numpy<2'
 
-# --- 3. kp (Kompute) 0.9.0, source-only on PyPI: build offline against Debian's libs ---
+# --- 3. kp (Kompute) 0.9.0, source-only on PyPI: built offline against Debian's libs ---
+# tools/kp-0.9.0.patch fixes two upstream bugs: setup.py drops -DPYTHON_EXECUTABLE (a missing
+# comma, so CMake picked whatever Python came first on PATH), and timestamp queries are never
+# reset before use (the validation layer rejects every timed sequence).
 # KOMPUTE_OPT_DISABLE_VK_DEBUG_LAYERS=ON: otherwise kp turns on the Khronos validation layer
 # whenever it is installed and swallows its messages. vkq enables validation on purpose
 # (VK_INSTANCE_LAYERS, tools/test.sh), so that the layer prints what it finds.
-# The wheel is kept in .cache/wheels so a new venv installs it without rebuilding.
-KP_STAMP="$VENV/.kp-0.9.0-no-debug-layers"
+# The wheel is kept in .cache/wheels/<patch hash> so a new venv installs it without rebuilding.
+KP_PATCH="$ROOT/tools/kp-0.9.0.patch"
+KP_TAG="kp-0.9.0-$(sha256sum "$KP_PATCH" | cut -c1-12)"
+KP_STAMP="$VENV/.$KP_TAG"
 if ! { "$PY" -c "import kp" 2>/dev/null && [ -f "$KP_STAMP" ]; }; then
-  WHEELS="$ROOT/.cache/wheels"
+  WHEELS="$ROOT/.cache/wheels/$KP_TAG"
   if ! ls "$WHEELS"/kp-0.9.0-*.whl >/dev/null 2>&1; then
-    step "building kp 0.9.0 offline (about 90 s, once)"
+    step "building kp 0.9.0 offline with tools/kp-0.9.0.patch (about 90 s, once)"
+    SRC=$(mktemp -d)
+    "${PIP[@]}" download --no-deps --no-binary :all: -d "$SRC" 'kp==0.9.0'
+    tar xzf "$SRC"/kp-0.9.0.tar.gz -C "$SRC"
+    patch -s -d "$SRC/kp-0.9.0" -p1 < "$KP_PATCH"
     mkdir -p "$WHEELS"
-    # kp's setup.py drops -DPYTHON_EXECUTABLE (a missing comma), so CMake searches PATH for
-    # a Python: put the venv first and keep version-manager shims (pyenv) out of the way.
-    PATH="$VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
     KOMPUTE_OPT_INSTALL=OFF KOMPUTE_OPT_USE_BUILT_IN_VULKAN_HEADER=OFF \
     KOMPUTE_OPT_USE_BUILT_IN_FMT=OFF KOMPUTE_OPT_USE_BUILT_IN_PYBIND11=OFF \
     KOMPUTE_OPT_DISABLE_VK_DEBUG_LAYERS=ON \
-      "${PIP[@]}" wheel --no-deps --no-build-isolation --no-cache-dir -w "$WHEELS" 'kp==0.9.0'
+      "${PIP[@]}" wheel --no-deps --no-build-isolation --no-cache-dir -w "$WHEELS" "$SRC/kp-0.9.0"
+    rm -rf "$SRC"
   fi
   step "installing kp from $WHEELS"
   "${PIP[@]}" install --force-reinstall --no-deps "$WHEELS"/kp-0.9.0-*.whl
+  rm -f "$VENV"/.kp-0.9.0-*
   touch "$KP_STAMP"
 else
   step "kp present"
