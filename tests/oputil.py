@@ -62,3 +62,29 @@ def run_cli_without_torch(*args):
     import subprocess
     import sys
     return subprocess.run([sys.executable, "-c", _CLI_WITHOUT_TORCH, *map(str, args)], capture_output=True, text=True)
+
+
+# -- PyTorch's float reference for int8 ops: quantized_decomposed dequantize / quantize ----------
+
+def torch_dequantize(q, scale, zp, dtype=None):
+    """int8 numpy -> torch float32 as PT2E dequantizes (float64: the exact value, for bounds)."""
+    import torch
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
+    if dtype == torch.float64:
+        return (torch.from_numpy(np.asarray(q, np.float64)) - zp) * scale
+    return torch.ops.quantized_decomposed.dequantize_per_tensor(
+        torch.from_numpy(np.asarray(q, np.int8)), scale, zp, -128, 127, torch.int8)
+
+
+def torch_quantize(x, scale, zp):
+    """torch float -> int8 numpy as PT2E quantizes (round half to even, clamp)."""
+    import torch
+    import torch.ao.quantization.fx._decomposed  # noqa: F401
+    return torch.ops.quantized_decomposed.quantize_per_tensor(x, scale, zp, -128, 127, torch.int8).numpy()
+
+
+def random_int8(rng, shape):
+    """Random int8 with both extremes present."""
+    q = rng.integers(-128, 128, shape).astype(np.int8)
+    q.reshape(-1)[:2] = (-128, 127)[: q.size]
+    return q

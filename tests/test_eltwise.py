@@ -7,27 +7,13 @@ import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
 
 from oputil import assert_same, single_op_program, spec
+from oputil import random_int8 as q8, torch_dequantize as dq, torch_quantize as qz
 from vkq import packing
 from vkq.executor import VulkanExecutor, run_reference
 from vkq.ops.eltwise import add_q8_params, clamp_q8_params, mul_q8_params
 from vkq.registry import get_op
 
 QD = torch.ops.quantized_decomposed
-
-
-def dq(q, scale, zp):
-    return QD.dequantize_per_tensor(torch.from_numpy(np.asarray(q, np.int8)), scale, zp, -128, 127, torch.int8)
-
-
-def qz(x, scale, zp):
-    return QD.quantize_per_tensor(x, scale, zp, -128, 127, torch.int8).numpy()
-
-
-def q8(rng, shape):
-    """Random int8 with both extremes present."""
-    q = rng.integers(-128, 128, shape).astype(np.int8)
-    q.reshape(-1)[:2] = (-128, 127)
-    return q
 
 
 def all_pairs():

@@ -9,6 +9,7 @@ import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_
 import torch.nn.functional as F
 
 from oputil import assert_same, single_op_program, spec
+from oputil import random_int8 as q8, torch_dequantize as dq, torch_quantize as qz
 from vkq import packing
 from vkq.executor import VulkanExecutor, run_reference
 from vkq.ops.pool import (adaptive_avg_pool2d_params, avg_pool2d_params, cat_q8_params,
@@ -16,22 +17,6 @@ from vkq.ops.pool import (adaptive_avg_pool2d_params, avg_pool2d_params, cat_q8_
 from vkq.registry import get_op
 
 QD = torch.ops.quantized_decomposed
-
-
-def dq(q, scale, zp, dtype=torch.float32):
-    x = QD.dequantize_per_tensor(torch.from_numpy(np.asarray(q, np.int8)), scale, zp, -128, 127, torch.int8)
-    return x if dtype == torch.float32 else (torch.from_numpy(np.asarray(q, np.float64)) - zp) * scale
-
-
-def qz(x, scale, zp):
-    return QD.quantize_per_tensor(x, scale, zp, -128, 127, torch.int8).numpy()
-
-
-def q8(rng, shape):
-    """Random int8 with both extremes present."""
-    q = rng.integers(-128, 128, shape).astype(np.int8)
-    q.reshape(-1)[:2] = (-128, 127)
-    return q
 
 
 def run_exact(device, op, attrs, out_shape, *arrays, layout="4W4C"):
