@@ -13,7 +13,6 @@ from vkq.executor import VulkanExecutor, run_reference
 from vkq.ops.eltwise import add_q8_params, clamp_q8_params, mul_q8_params
 from vkq.registry import get_op
 
-QD = torch.ops.quantized_decomposed
 
 
 def all_pairs():

@@ -16,7 +16,6 @@ from vkq.ops.pool import (adaptive_avg_pool2d_params, avg_pool2d_params, cat_q8_
                           max_pool2d_params, pool2d_output_shape)
 from vkq.registry import get_op
 
-QD = torch.ops.quantized_decomposed
 
 
 def run_exact(device, op, attrs, out_shape, *arrays, layout="4W4C"):
