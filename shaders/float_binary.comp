@@ -5,10 +5,16 @@
 // are contiguous in every operand); a broadcast dim has stride 0. b is scaled by alpha first
 // (add/sub's alpha), each float op rounded once (`precise`: no fused multiply-add), so add,
 // sub and mul agree with numpy bit for bit; div is within 2.5 ulp (Vulkan's division).
+// CONTIG: a and b (if a tensor) contiguous in the output's order (rank 1, strides 1): no index
+// arithmetic (integer division is scalarised on CPU drivers).
 //! variant OP_ADD
 //! variant OP_SUB
 //! variant OP_MUL
 //! variant OP_DIV
+//! variant OP_ADD CONTIG
+//! variant OP_SUB CONTIG
+//! variant OP_MUL CONTIG
+//! variant OP_DIV CONTIG
 #include "common.glsl"
 
 layout(constant_id = 3) const int PER = 4;
@@ -28,6 +34,9 @@ void main() {
     int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x * gl_NumWorkGroups.y);
     int i = linear_invocation();
     for (int k = 0; k < PER && i < p.n; ++k, i += stride) {
+#ifdef CONTIG
+        int oa = i, ob = i;
+#else
         int oa = 0, ob = 0, t = i;
         for (int d = p.rank - 1; d >= 0; --d) {
             int s = p.shape[d], j = t % s;
@@ -35,6 +44,7 @@ void main() {
             oa += j * p.sa[d];
             ob += j * p.sb[d];
         }
+#endif
         float x = a[oa];
         precise float y = (p.mode == 0 ? b[ob] : p.scalar) * p.alpha;
         if (p.mode == 2) { float tmp = x; x = y; y = tmp; }

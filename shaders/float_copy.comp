@@ -4,7 +4,10 @@
 // for every index of an iteration shape (rank <= 6, merged),
 //   dst[dbase + sum_d idx_d * ds_d] = src[sbase + sum_d idx_d * ss_d]
 // permute: src strides permuted; expand: src stride 0 on broadcast dims; cat: one dispatch
-// per input into its slice of dst; reshape: one contiguous run. Values are copied as bits.
+// per input into its slice of dst; reshape: one contiguous run (CONTIG: no index arithmetic).
+// Values are copied as bits.
+//! variant GENERAL
+//! variant CONTIG
 #include "common.glsl"
 
 layout(constant_id = 3) const int PER = 4;
@@ -20,6 +23,9 @@ void main() {
     int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x * gl_NumWorkGroups.y);
     int i = linear_invocation();
     for (int k = 0; k < PER && i < p.n; ++k, i += stride) {
+#ifdef CONTIG
+        int so = p.sbase + i, dof = p.dbase + i;
+#else
         int so = p.sbase, dof = p.dbase, t = i;
         for (int d = p.rank - 1; d >= 0; --d) {
             int s = p.shape[d], j = t % s;
@@ -27,6 +33,7 @@ void main() {
             so += j * p.ss[d];
             dof += j * p.ds[d];
         }
+#endif
         dst[dof] = src[so];
     }
 }

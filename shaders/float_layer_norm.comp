@@ -1,9 +1,12 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// Layer norm over the trailing D values of each row (vkq/ops/float.py layer_norm), one
-// workgroup a row, two passes over the row (mean, then the mean of squared deviations):
+// Layer norm over the trailing D values of each row (vkq/ops/float.py layer_norm), a row per
+// subgroup (ROW_SUBGROUP) or per workgroup, two passes over the row (mean, then the mean of
+// squared deviations):
 //   y[r, j] = (x[r, j] - mean_r) * inversesqrt(var_r + eps) * w[j] + b[j]
-// float32 tree sums (the reference sums in float64): relative error of mean/var ~ log2(D) ulp.
+// float32 sums (the reference sums in float64): relative error of mean/var ~ D/lanes ulp.
+//! variant ROW_SUBGROUP
+//! variant ROW_WORKGROUP
 #include "common.glsl"
 
 layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of two
@@ -19,20 +22,20 @@ layout(push_constant) uniform Params {
 } p;
 
 void main() {
-    int r = workgroup_index();
-    if (r >= p.R) return;   // the whole workgroup leaves together
-    int lid = int(gl_LocalInvocationID.x), base = r * p.D;
+    int l = lane(), n = lanes();
+    for (int r = first_row(); r < p.R; r += row_stride()) {   // uniform over a row's owner
+        int base = r * p.D;
+        float s = 0.0;
+        for (int j = l; j < p.D; j += n) s += x[base + j];
+        float mean = row_sum(s) / float(p.D);
 
-    float s = 0.0;
-    for (int j = lid; j < p.D; j += LOCAL) s += x[base + j];
-    float mean = wg_sum(s) / float(p.D);
+        float ss = 0.0;
+        for (int j = l; j < p.D; j += n) {
+            float d = x[base + j] - mean;
+            ss += d * d;
+        }
+        float rstd = inversesqrt(row_sum(ss) / float(p.D) + p.eps);
 
-    float ss = 0.0;
-    for (int j = lid; j < p.D; j += LOCAL) {
-        float d = x[base + j] - mean;
-        ss += d * d;
+        for (int j = l; j < p.D; j += n) y[base + j] = (x[base + j] - mean) * rstd * w[j] + bias[j];
     }
-    float rstd = inversesqrt(wg_sum(ss) / float(p.D) + p.eps);
-
-    for (int j = lid; j < p.D; j += LOCAL) y[base + j] = (x[base + j] - mean) * rstd * w[j] + bias[j];
 }

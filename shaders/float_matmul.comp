@@ -1,39 +1,69 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
-// Batched float32 matmul with numpy's broadcasting of batch dims (vkq/ops/float.py matmul):
-//   out[z, i, j] = sum_k a[oa(z) + i*sam + k*sak] * b[ob(z) + k*sbk + j*sbn]
-// out is contiguous (batches, M, N); z runs over the batches (workgroup z), oa/ob from the
-// merged batch shape and each operand's batch strides (0 where it is broadcast). Strides let
-// a transposed operand be read in place. An invocation owns a TM x TN block of out and
-// accumulates in float32 in k order (the reference's order differs: results agree to
-// ~K ulp of sum_k |a b|).
+// Batched float32 matmul of strided views (vkq/ops/float.py matmul, matmul_strided):
+//   out[oo(z) + i*som + j*son] = sum_k a[oa(z) + i*sam + k*sak] * b[ob(z) + k*sbk + j*sbn]
+// z runs over the batches (workgroup z); oa/ob/oo come from the merged batch shape and each
+// tensor's batch strides (0 where an operand is broadcast). Strides let transposed or
+// head-split operands be read, and a head-merged output written, in place.
+// A workgroup owns TM rows (workgroup y) x (width * TN) columns; a lane owns TN columns. The
+// rows are the same for every lane, so their loads are uniform (one load, not a gather, on CPU
+// drivers that run lanes as SIMD); each lane loads its own columns of b.
+// float32 accumulation in k order (the reference's order differs: results agree to ~K ulp of
+// sum_k |a b|).
+//   GENERAL  any strides, a float load per value
+//   VEC_K    a and b contiguous along k (sak = sbk = 1; K, sam, sbn and batch strides multiples
+//            of 4): vec4 loads along k, TM x TN dot products (a @ b^T: attention scores Q K^T)
+//   VEC_KN   a contiguous along k, b along n (sak = sbn = 1; K, N, sam, sbk and batch strides
+//            multiples of 4): per 4 k, TM vec4 of a and 4 vec4 of b feed TM x 16 multiply-adds
+//            (P V, and plain row-major matmuls)
+// OUT4: out contiguous along n (son = 1; N, som and batch strides multiples of 4): a lane
+// stores its 4 columns of a row as one vec4.
+//! variant GENERAL
+//! variant VEC_K
+//! variant VEC_KN
+//! variant GENERAL OUT4
+//! variant VEC_K OUT4
+//! variant VEC_KN OUT4
 #include "common.glsl"
 
-layout(constant_id = 3) const int TM = 4;
-layout(constant_id = 4) const int TN = 4;
+#ifndef TM
+#define TM 16       // rows per workgroup (vkq/ops/float.py MATMUL_TILE passes it)
+#endif
+const int TN = 4;   // columns per lane
 
+#if defined(VEC_K) || defined(VEC_KN)
+layout(std430, binding = 0) readonly buffer A { vec4 a4[]; };
+layout(std430, binding = 1) readonly buffer B { vec4 b4[]; };
+#else
 layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
+#endif
+#ifdef OUT4
+layout(std430, binding = 2) writeonly buffer Out { vec4 o4[]; };
+#else
 layout(std430, binding = 2) writeonly buffer Out { float o[]; };
+#endif
 layout(push_constant) uniform Params {
     int M, N, K;
-    int sam, sak, sbk, sbn;
-    int nb;                           // batch rank after merging (<= 4)
-    int bshape[4], sab[4], sbb[4];    // batch shape, a's and b's batch strides
+    int sam, sak, sbk, sbn, som, son;
+    int nb;                                    // batch rank after merging (<= 3)
+    int bshape[3], sab[3], sbb[3], sob[3];     // batch shape; a's, b's and out's batch strides
 } p;
 
 void main() {
     int z = int(gl_WorkGroupID.z);
-    int oa = 0, ob = 0, t = z;
+    int oa = 0, ob = 0, oo = 0, t = z;
     for (int d = p.nb - 1; d >= 0; --d) {
         int j = t % p.bshape[d];
         t /= p.bshape[d];
         oa += j * p.sab[d];
         ob += j * p.sbb[d];
+        oo += j * p.sob[d];
     }
-    int i0 = int(gl_GlobalInvocationID.y) * TM, j0 = int(gl_GlobalInvocationID.x) * TN;
-    if (i0 >= p.M || j0 >= p.N) return;
+    int i0 = int(gl_WorkGroupID.y) * TM;            // uniform over the workgroup
+    int j0 = int(gl_GlobalInvocationID.x) * TN;
+    if (j0 >= p.N) return;
 
     int ra[TM], cb[TN];   // rows past M / columns past N re-read the last one (not stored)
     [[unroll]] for (int r = 0; r < TM; ++r) ra[r] = oa + min(i0 + r, p.M - 1) * p.sam;
@@ -43,6 +73,26 @@ void main() {
     [[unroll]] for (int r = 0; r < TM; ++r)
         [[unroll]] for (int c = 0; c < TN; ++c) acc[r][c] = 0.0;
 
+#if defined(VEC_K)
+    for (int k4 = 0; k4 < p.K / 4; ++k4) {
+        vec4 av[TM], bv[TN];
+        [[unroll]] for (int r = 0; r < TM; ++r) av[r] = a4[ra[r] / 4 + k4];
+        [[unroll]] for (int c = 0; c < TN; ++c) bv[c] = b4[cb[c] / 4 + k4];
+        [[unroll]] for (int r = 0; r < TM; ++r)
+            [[unroll]] for (int c = 0; c < TN; ++c) acc[r][c] += dot(av[r], bv[c]);
+    }
+#elif defined(VEC_KN)
+    int bcol = cb[0] / 4, bstep = p.sbk / 4;       // TN = 4: a lane's columns are one vec4
+    for (int k4 = 0; k4 < p.K / 4; ++k4) {
+        vec4 bv[4];
+        [[unroll]] for (int kk = 0; kk < 4; ++kk) bv[kk] = b4[bcol + (4 * k4 + kk) * bstep];
+        [[unroll]] for (int r = 0; r < TM; ++r) {
+            vec4 av = a4[ra[r] / 4 + k4];
+            vec4 s = av.x * bv[0] + av.y * bv[1] + av.z * bv[2] + av.w * bv[3];
+            [[unroll]] for (int c = 0; c < TN; ++c) acc[r][c] += s[c];
+        }
+    }
+#else
     for (int k = 0; k < p.K; ++k) {
         float av[TM], bv[TN];
         [[unroll]] for (int r = 0; r < TM; ++r) av[r] = a[ra[r] + k * p.sak];
@@ -50,11 +100,15 @@ void main() {
         [[unroll]] for (int r = 0; r < TM; ++r)
             [[unroll]] for (int c = 0; c < TN; ++c) acc[r][c] += av[r] * bv[c];
     }
+#endif
 
-    int out0 = z * p.M * p.N;
     [[unroll]] for (int r = 0; r < TM; ++r) {
         if (i0 + r >= p.M) break;
+#ifdef OUT4
+        o4[(oo + (i0 + r) * p.som + j0) / 4] = vec4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+#else
         [[unroll]] for (int c = 0; c < TN; ++c)
-            if (j0 + c < p.N) o[out0 + (i0 + r) * p.N + j0 + c] = acc[r][c];
+            if (j0 + c < p.N) o[oo + (i0 + r) * p.som + (j0 + c) * p.son] = acc[r][c];
+#endif
     }
 }

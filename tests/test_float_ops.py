@@ -115,8 +115,15 @@ def test_binary_with_a_constant_operand(device):
 
 # ---------------------------------------------------------------- rows: layer norm, softmax
 
+@pytest.fixture(params=["subgroup", "workgroup"])
+def rows(request, monkeypatch):
+    """Row shaders both ways: a subgroup a row (the default where subgroup arithmetic exists)
+    and a workgroup a row (shared-memory reductions)."""
+    monkeypatch.setattr(fops, "ROW_SUBGROUP", request.param == "subgroup")
+
+
 @pytest.mark.parametrize("shape,norm", [((3, 5, 37), [37]), ((13, 384), [384]), ((2, 5, 7, 3), [7, 3]), ((4, 1), [1])])
-def test_layer_norm(device, shape, norm):
+def test_layer_norm(device, rows, shape, norm):
     x = rnd(*shape) * 4 + 1.5
     w, b = rnd(*norm), rnd(*norm)
     got, ref = run_op(device, "layer_norm", [x], {"normalized_shape": norm, "eps": 1e-5}, shape, constants=[w, b])
@@ -125,7 +132,7 @@ def test_layer_norm(device, shape, norm):
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 @pytest.mark.parametrize("shape,dim", [((3, 7, 113), -1), ((3, 7, 11), 1), ((2, 300), 1), ((5,), 0)])
-def test_softmax(device, op, shape, dim):
+def test_softmax(device, rows, op, shape, dim):
     x = rnd(*shape, lo=-12, hi=12)
     got, ref = run_op(device, op, [x], {"dim": dim}, shape)
     check(got, ref, ("fn", 1e-7, 2e-6) if op == "softmax" else ("fn", 3e-6, 1e-6))
@@ -145,6 +152,23 @@ def test_softmax_of_masked_scores(device):
     check(got, ref, ("fn", 1e-7, 2e-6))
 
 
+@pytest.mark.parametrize("x_shape,mask_shape", [((1, 12, 17, 17), (1, 1, 17, 17)), ((2, 3, 5, 11), (2, 1, 1, 11)),
+                                                 ((3, 7), (7,)), ((2, 3, 5, 11), (5, 1))])
+def test_softmax_masked(device, rows, x_shape, mask_shape):
+    """softmax(x * scale + mask), the mask broadcast (a padding mask of float32's lowest value
+    where mask_shape allows): exactly what mul, add and softmax give, to softmax's tolerance."""
+    x = rnd(*x_shape, lo=-40, hi=40)
+    mask = np.where(R.random(mask_shape) < 0.3, np.finfo(np.float32).min, 0).astype(np.float32)
+    mask.reshape(-1)[0] = 0.0
+    got, ref = run_op(device, "softmax_masked", [x, mask], {"scale": 0.17677669}, x_shape)
+    want = get_op("softmax").reference(get_op("add").reference(get_op("mul").reference(x, scalar=0.17677669), mask), dim=-1)
+    np.testing.assert_array_equal(ref, want)
+    check(got, ref, ("fn", 1e-7, 2e-6))
+    full = np.broadcast_to(mask, x_shape) != 0
+    masked = full & ~full.all(axis=-1, keepdims=True)   # a wholly masked row stays uniform, as in torch
+    assert np.all(got[masked] == 0)
+
+
 # ---------------------------------------------------------------- matmul
 
 MATMUL_CASES = [
@@ -155,7 +179,7 @@ MATMUL_CASES = [
     ((3, 5, 9), (9,), {}),
     ((1, 12, 17, 32), (1, 12, 32, 17), {}),   # attention scores, odd token count
     ((1, 12, 17, 17), (1, 12, 17, 32), {}),   # attention-weighted values
-    ((3, 7, 37), (3, 11, 37), {"transpose_b": True}),
+    ((2, 5, 8), (2, 8, 12), {}),               # vec4 along n (VEC_N)
 ]
 
 
@@ -168,9 +192,38 @@ def test_matmul(device, op, a_shape, b_shape, attrs):
     ref = get_op(op).reference(a, b, **attrs)
     got, ref2 = run_op(device, op, [a, b], attrs, ref.shape)
     np.testing.assert_array_equal(ref, ref2)
-    bt = np.swapaxes(b, -1, -2) if attrs.get("transpose_b") else b
-    scale = np.matmul(np.abs(a).astype(np.float64), np.abs(bt).astype(np.float64))
+    scale = np.matmul(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64))
     check(got, ref, ("dot", a_shape[-1]), scale)
+
+
+def heads(x, h):
+    """(B, L, h*d) -> (B, h, L, d), as a transformer splits heads."""
+    b, l, hd = x.shape
+    return x.reshape(b, l, h, hd // h).transpose(0, 2, 1, 3)
+
+
+@pytest.mark.parametrize("l,d", [(17, 32), (16, 32), (5, 3)])
+def test_matmul_strided_attention(device, l, d):
+    """Q K^T and P V of head-split projections read in place, the head merge written in place:
+    d = 32 takes the vec4 paths (VEC_K for Q K^T, VEC_N for P V), d = 3 the general one."""
+    h = 3
+    q, k, v = rnd(1, l, h * d), rnd(1, l, h * d), rnd(1, l, h * d)
+    hs = [1, h, l, d]
+    split = [l * h * d, d, h * d, 1]                    # heads(x) as strides over x
+    k_t = [l * h * d, d, 1, h * d]                      # heads(k) transposed (..., d, l)
+    scores_attrs = {"a_view": [hs, split], "b_view": [[1, h, d, l], k_t], "out_strides": [h * l * l, l * l, l, 1],
+                    "out_shape": [1, h, l, l]}
+    got, ref = run_op(device, "matmul_strided", [q, k], scores_attrs, (1, h, l, l))
+    want = heads(q, h) @ heads(k, h).transpose(0, 1, 3, 2)
+    np.testing.assert_allclose(ref, want, rtol=1e-5, atol=1e-5)
+    check(got, ref, ("dot", d), np.abs(heads(q, h)) @ np.abs(heads(k, h)).transpose(0, 1, 3, 2))
+    p = rnd(1, h, l, l, lo=0, hi=1)
+    ctx_attrs = {"a_view": [[1, h, l, l], [h * l * l, l * l, l, 1]], "b_view": [hs, split],
+                 "out_strides": split, "out_shape": [1, l, h * d]}     # merged back to (1, l, h*d)
+    got, ref = run_op(device, "matmul_strided", [p, v], ctx_attrs, (1, l, h * d))
+    want = (p @ heads(v, h)).transpose(0, 2, 1, 3).reshape(1, l, h * d)
+    np.testing.assert_allclose(ref, want, rtol=1e-5, atol=1e-5)
+    check(got, ref, ("dot", l), (np.abs(p) @ np.abs(heads(v, h))).transpose(0, 2, 1, 3).reshape(1, l, h * d))
 
 
 # ---------------------------------------------------------------- reductions
@@ -234,6 +287,63 @@ def test_erf_and_exp_approximations_are_as_accurate_as_stated():
     x = np.linspace(-87, 88, 200_003).astype(np.float32)
     want = np.exp(x.astype(np.float64))
     assert (np.abs(fops.exp_f32(x) - want) / want).max() <= 2 * EPS
+
+
+def test_reshape_view():
+    assert fops.reshape_view([2, 3, 4], [12, 4, 1], [6, 4]) == [4, 1]
+    assert fops.reshape_view([2, 3, 4], [12, 4, 1], [2, 3, 2, 2]) == [12, 4, 2, 1]
+    assert fops.reshape_view([3, 2], [1, 3], [6]) is None                      # a transposed view
+    assert fops.reshape_view([1, 5, 12, 32], [1920, 32, 160, 1], [1, 5, 384]) is None
+    assert fops.reshape_view([5, 12, 32], [384, 32, 1], [1, 5, 12, 32])[1:] == [384, 32, 1]
+
+
+def test_fold_views_into_matmul():
+    """The attention pattern: reshape -> transpose -> matmul <- transpose <- transpose <- reshape,
+    and transpose -> reshape after the second matmul: every copy folds, the result is the same."""
+    from vkq.executor import run_reference
+    from vkq.program import Node, Program
+    l, h, d = 7, 3, 4
+    t = {n: spec(s) for n, s in [("q", (1, l, h * d)), ("k", (1, l, h * d)), ("v", (1, l, h * d)),
+                                 ("q4", (1, l, h, d)), ("qh", (1, h, l, d)), ("k4", (1, l, h, d)),
+                                 ("kh", (1, h, l, d)), ("kt", (1, h, d, l)), ("s", (1, h, l, l)),
+                                 ("v4", (1, l, h, d)), ("vh", (1, h, l, d)), ("c", (1, h, l, d)),
+                                 ("ct", (1, l, h, d)), ("out", (1, l, h * d))]}
+    nodes = [Node("reshape_f32", ["q"], ["q4"], {"shape": [1, l, h, d]}),
+             Node("transpose_f32", ["q4"], ["qh"], {"dim0": 1, "dim1": 2}),
+             Node("reshape_f32", ["k"], ["k4"], {"shape": [1, l, h, d]}),
+             Node("transpose_f32", ["k4"], ["kh"], {"dim0": 1, "dim1": 2}),
+             Node("transpose_f32", ["kh"], ["kt"], {"dim0": 2, "dim1": 3}),
+             Node("matmul", ["qh", "kt"], ["s"]),
+             Node("reshape_f32", ["v"], ["v4"], {"shape": [1, l, h, d]}),
+             Node("permute_f32", ["v4"], ["vh"], {"dims": [0, 2, 1, 3]}),
+             Node("matmul", ["s", "vh"], ["c"]),
+             Node("transpose_f32", ["c"], ["ct"], {"dim0": 1, "dim1": 2}),
+             Node("reshape_f32", ["ct"], ["out"], {"shape": [1, l, h * d]})]
+    prog = Program(t, nodes, ["q", "k", "v"], ["out"])
+    xs = [rnd(1, l, h * d) for _ in range(3)]
+    want = run_reference(prog, *xs)
+    assert fops.fold_views_into_matmul(prog) == 2
+    assert [n.op for n in prog.nodes] == ["matmul_strided", "matmul_strided"]
+    assert prog.nodes[0].inputs == ["q", "k"] and prog.nodes[1].inputs == ["s", "v"]
+    assert set(prog.tensors) == {"q", "k", "v", "s", "out"}
+    prog.validate()
+    np.testing.assert_allclose(run_reference(prog, *xs), want, rtol=1e-6, atol=1e-6)
+
+
+def test_fold_scale_mask_into_softmax():
+    from vkq.executor import run_reference
+    from vkq.program import Node, Program
+    t = {n: spec(s) for n, s in [("s", (1, 3, 5, 5)), ("m", (1, 1, 5, 5)), ("s2", (1, 3, 5, 5)),
+                                 ("s3", (1, 3, 5, 5)), ("p", (1, 3, 5, 5))]}
+    nodes = [Node("mul", ["s"], ["s2"], {"scalar": 0.5, "alpha": 1}), Node("add", ["m", "s2"], ["s3"], {"alpha": 1}),
+             Node("softmax", ["s3"], ["p"], {"dim": -1})]
+    prog = Program(t, nodes, ["s", "m"], ["p"])
+    xs = [rnd(1, 3, 5, 5), np.where(R.random((1, 1, 5, 5)) < 0.3, -1e30, 0).astype(np.float32)]
+    want = run_reference(prog, *xs)
+    assert fops.fold_scale_mask_into_softmax(prog) == 1
+    assert [(n.op, n.inputs, n.attrs) for n in prog.nodes] == [("softmax_masked", ["s", "m"], {"scale": 0.5})]
+    assert set(prog.tensors) == {"s", "m", "p"}
+    np.testing.assert_array_equal(run_reference(prog, *xs), want)
 
 
 def test_merge_dims():

@@ -106,6 +106,33 @@ def cmd_bench(args) -> int:
     return bench_main(args)
 
 
+def cmd_embed(args) -> int:
+    """Sentence embeddings (all-MiniLM-L6-v2) on Vulkan: the pairwise cosine similarity matrix."""
+    import numpy as np
+    from .transformer import VulkanSentenceEncoder, cosine_matrix
+    enc = VulkanSentenceEncoder(scheme=args.scheme, lengths=[int(x) for x in args.lengths.split(",")],
+                                device=args.device)
+    emb = enc.embed(args.sentences)
+
+    def show(title, sim):
+        print(title)
+        print("      " + " ".join(f"{f'[{j}]':>7}" for j in range(len(sim))))
+        for i, row in enumerate(sim):
+            print(f"{f'[{i}]':>5} " + " ".join(f"{v:7.4f}" for v in row))
+    for i, s in enumerate(args.sentences):
+        print(f"[{i}] {s}")
+    device = next(iter(enc.programs.values())).device.info.name if enc.programs else "?"
+    show(f"cosine similarity, vkq {args.scheme} on {device}:", cosine_matrix(emb))
+    if args.compare:
+        ref = enc.torch_embed(args.sentences)
+        show("cosine similarity, torch fp32 (CPU):", cosine_matrix(ref))
+        cos = (emb * ref).sum(1) / (np.linalg.norm(emb, axis=1) * np.linalg.norm(ref, axis=1))
+        diff = np.abs(cosine_matrix(emb) - cosine_matrix(ref)).max()
+        print(f"embedding cosine vkq vs fp32: min {cos.min():.5f}, mean {cos.mean():.5f}; "
+              f"largest similarity difference {diff:.4f}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="vkq", description="int8 PyTorch models on any Vulkan device")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -142,6 +169,15 @@ def main(argv=None) -> int:
     p.add_argument("--plot", default=None, help="draw the kernels and models into this .png")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("embed", help="sentence embeddings (all-MiniLM-L6-v2) on Vulkan: pairwise cosine similarities")
+    p.add_argument("sentences", nargs="+")
+    _add_device_arg(p)
+    p.add_argument("--scheme", default="dynamic", choices=("dynamic", "weight_only"),
+                   help="dynamic: per-token int8 activations x int8 weights; weight_only: float x int8 weights")
+    p.add_argument("--lengths", default="16,128", help="padded token lengths to compile (each sentence takes the "
+                   "smallest that holds it; longer ones are truncated to the largest)")
+    p.add_argument("--compare", action="store_true", help="also the torch fp32 similarities, and the agreement")
+    p.set_defaults(func=cmd_embed)
     args = parser.parse_args(argv)
     from .device import DeviceNotFound
     from .progfile import ProgramFileError

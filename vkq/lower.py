@@ -12,8 +12,10 @@ Translation is one rule per kind of FX node:
                                      (vkq.ops.float) or a CPU op (vkq.ops.cpu), else the generic
                                      torch_op; what runs on the CPU is recorded in
                                      program.fallback as (aten op, reason)
-Last, CPU nodes that need nothing from the device move to the front (schedule_host_first):
-an encoder's embedding gather and attention-mask arithmetic run before its one Vulkan segment.
+Then reshape/permute copies around float matmuls fold into strided matmuls, attention's scale
+and mask into its softmax, and CPU nodes that
+need nothing from the device move to the front (schedule_host_first): an encoder's embedding
+gather and attention-mask arithmetic run before its one Vulkan segment.
 The converted GraphModule passed in is not modified (the passes work on a copy).
 """
 from __future__ import annotations
@@ -52,6 +54,8 @@ def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", rep
     if report is not None:
         report.update(passes)
     program = Translator(gm).program()
+    _float_ops.fold_views_into_matmul(program)   # attention's head split/merge copies -> strided matmuls
+    _float_ops.fold_scale_mask_into_softmax(program)   # softmax(scores * s + mask) in one pass
     schedule_host_first(program)
     program.meta["passes"] = list(passes)
     program.validate()

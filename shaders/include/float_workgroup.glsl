@@ -1,13 +1,32 @@
 #ifndef VKQ_FLOAT_WORKGROUP_GLSL
 #define VKQ_FLOAT_WORKGROUP_GLSL
-// Workgroup-wide float reductions over shared memory (a tree, log2(LOCAL) barriers). The
-// including shader declares `const int LOCAL` (a power of two, = the workgroup width) first.
-// Every invocation of the workgroup must call them (they hold barriers); all get the result.
+// Rows of a row-wise shader (layer norm, softmax): who owns a row and how its lanes reduce.
+//   ROW_SUBGROUP  a subgroup owns a row: subgroupAdd / subgroupMax, no barriers (on CPU drivers
+//                 a barrier switches every SIMD group of the workgroup; a subgroup is one of them)
+//   otherwise     the workgroup owns a row: a shared-memory tree, log2(LOCAL) barriers
+// The including shader declares `const int LOCAL` (a power of two, the workgroup width) first.
+// Rows are grid-strided, so any subgroup size covers them all:
+//   for (int r = first_row(); r < R; r += row_stride()) { ... lane(), lanes(), row_sum(v) ... }
+// Every lane of a row's owner must call row_sum/row_max (they synchronise the owner).
 
+#ifdef ROW_SUBGROUP
+#extension GL_KHR_shader_subgroup_arithmetic : require
+int first_row() { return int(gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID); }
+int row_stride() { return int(gl_NumWorkGroups.x * gl_NumSubgroups); }
+int lane() { return int(gl_SubgroupInvocationID); }
+int lanes() { return int(gl_SubgroupSize); }
+float row_sum(float v) { return subgroupAdd(v); }
+float row_max(float v) { return subgroupMax(v); }
+#else
 shared float wg_red[LOCAL];
 
-float wg_sum(float v) {
-    int lid = int(gl_LocalInvocationID.x);
+int first_row() { return int(gl_WorkGroupID.x); }
+int row_stride() { return int(gl_NumWorkGroups.x); }
+int lane() { return int(gl_LocalInvocationID.x); }
+int lanes() { return LOCAL; }
+
+float row_sum(float v) {
+    int lid = lane();
     wg_red[lid] = v;
     barrier();
     for (int s = LOCAL / 2; s > 0; s >>= 1) {
@@ -19,8 +38,8 @@ float wg_sum(float v) {
     return r;
 }
 
-float wg_max(float v) {
-    int lid = int(gl_LocalInvocationID.x);
+float row_max(float v) {
+    int lid = lane();
     wg_red[lid] = v;
     barrier();
     for (int s = LOCAL / 2; s > 0; s >>= 1) {
@@ -31,7 +50,5 @@ float wg_max(float v) {
     barrier();
     return r;
 }
-
-// The workgroup's index in a 1-D grid folded into y (vkq.device.grid_1d(rows, 1)).
-int workgroup_index() { return int(gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x); }
+#endif
 #endif

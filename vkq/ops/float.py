@@ -4,11 +4,14 @@ matmuls, pooling and normalisation. Each op has its numpy reference (the specifi
 a build() that runs it as a float32 compute shader, so a float region stays on the device.
 
   layer_norm(x, weight, bias; normalized_shape, eps)     float_layer_norm
-  softmax / log_softmax(x; dim)                          float_softmax (SOFTMAX / LOG)
+  softmax / log_softmax(x; dim)                          float_softmax (LOG)
+  softmax_masked(x, mask; scale)                         float_softmax (MASKED): softmax(x*scale + mask)
   gelu(x; approximate), hardtanh(x; min_val, max_val), clamp(x; min, max),
   sigmoid, tanh, relu, silu, exp, neg, abs, sqrt, rsqrt(x)     float_unary
   add, sub, mul, div(a[, b]; scalar, scalar_first, alpha)      float_binary (numpy broadcasting)
-  matmul, bmm(a, b; transpose_b)                         float_matmul (batch dims broadcast)
+  matmul, bmm(a, b)                                      float_matmul (batch dims broadcast)
+  matmul_strided(a, b; a_view, b_view, out_strides, out_shape)   float_matmul, in place of the
+                      reshape/permute copies around an attention matmul (fold_views_into_matmul)
   sum, mean(x; dims, keepdim), vector_norm(x; dims, keepdim)   float_reduce (SUM / MEAN / NORM2)
   reshape_f32(x; shape), permute_f32(x; dims), transpose_f32(x; dim0, dim1),
   expand_f32(x; shape), cat_f32(*xs; dim)                float_copy (a strided copy of words)
@@ -25,9 +28,15 @@ shapes on every test device):
                             driver's exp may be 3 + 2|x| ulp, so the shaders do not use it)
   gelu                      erf_f32 (Eigen/XLA rational, float32): |error| <= 4.0e-7 on erf,
                             so <= 0.5 |x| 4e-7 + rounding on gelu
-  softmax, log_softmax      exp_f32, float32 tree sums vs float64 in the reference: ~1e-6 rel
-  layer_norm                float32 tree sums of 384-ish values vs float64: ~1e-6 rel
-  matmul, sum, mean, norm   float32 accumulation in another order: |error| <= K eps sum |a b|
+  softmax(_masked), log_   exp_f32, float32 sums vs float64 in the reference: ~1e-6 rel
+  layer_norm                float32 sums of the row vs float64: ~1e-6 rel
+  matmul(_strided), sum,    float32 accumulation in another order: |error| <= 2 K eps sum |a b|
+  mean, vector_norm
+
+Two program rewrites for attention, run by the lowering (vkq.lower) after translation; each
+turns a chain of these ops into one op whose reference computes the same values:
+  fold_views_into_matmul         head split / K transpose / head merge copies -> matmul_strided
+  fold_scale_mask_into_softmax   softmax(mul(scores, s) + mask) -> softmax_masked
 """
 from __future__ import annotations
 
@@ -43,8 +52,11 @@ F32 = np.float32
 LOCAL = 64        # workgroup width of the elementwise and row shaders (<= every device's limit)
 PER = 4           # values per invocation in the elementwise shaders
 MAX_RANK = 6      # dims of an elementwise iteration after merging (push-constant arrays)
-MAX_BATCH_RANK = 4
-MATMUL_TILE = (4, 4)   # outputs per invocation (rows, columns); an 8 x 8 workgroup
+MAX_BATCH_RANK = 3
+MATMUL_ROWS = (8, 16, 32)   # rows a workgroup owns: the first >= M (more rows, fewer reloads of b: on
+                            # llvmpipe at L=128 attention 8 -> 32 rows took 8.6 -> 6.7 ms a matmul)
+MATMUL_TN = 4               # columns a lane owns (TN in shaders/float_matmul.comp)
+ROW_SUBGROUP = True    # row shaders: a subgroup a row where subgroup arithmetic exists (tests force False)
 
 
 def _f(x):
@@ -109,6 +121,12 @@ def softmax(x, *, dim=-1):
     return (e / e.sum(axis=dim, keepdims=True)).astype(F32)
 
 
+def softmax_masked(x, mask, *, scale=1.0):
+    """softmax(x * scale + mask) along the last dim, mask broadcast to x, the product and the sum
+    rounded to float32 as the separate mul and add compute them (attention's scores -> weights)."""
+    return softmax(_f(x) * F32(scale) + _f(mask), dim=-1)
+
+
 def log_softmax(x, *, dim=-1):
     x = _f(x).astype(np.float64)
     m = x.max(axis=dim, keepdims=True)
@@ -164,10 +182,25 @@ def _binary(fn):
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
 
 
-def matmul(a, b, *, transpose_b=False):
-    """a @ b, or a @ b^T (the last two dims of b swapped) with transpose_b."""
-    b = _f(b)
-    return np.matmul(_f(a), np.swapaxes(b, -1, -2) if transpose_b else b)
+def matmul(a, b):
+    return np.matmul(_f(a), _f(b))
+
+
+def _view(x, shape, strides):
+    """The strided view (element strides) of x's row-major values."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    return np.lib.stride_tricks.as_strided(flat, tuple(shape), tuple(s * flat.itemsize for s in strides))
+
+
+def matmul_strided(a, b, *, a_view, b_view, out_strides, out_shape):
+    """np.matmul of strided views of a's and b's values, written into out (shape out_shape)
+    through out_strides:  views are [shape, strides] in elements, offset 0, e.g. the heads of
+    a (1, L, 384) projection as (1, 12, L, 32) with strides (L*384, 32, 384, 1). What a chain
+    of reshape/permute copies around a matmul computes (fold_views_into_matmul), without them."""
+    r = np.matmul(_view(_f(a), *a_view), _view(_f(b), *b_view))
+    out = np.zeros(int(np.prod(out_shape, dtype=np.int64)), F32)
+    _view(out, r.shape, out_strides)[...] = r   # a view of out's own buffer: writes land in out
+    return out.reshape(out_shape)
 
 
 def _axes(dims):
@@ -265,12 +298,21 @@ def _elementwise(ctx, shader, buffers, n, push, defines=None):
                                spec=(PER,), push=push, defines=defines)
 
 
-def _row_local(ctx, d: int) -> int:
-    """Workgroup width of a row shader: a power of two, <= LOCAL, <= the row length rounded up."""
-    width = 1
-    while width < min(LOCAL, d) and width * 2 <= ctx.device.info.max_workgroup_invocations:
-        width *= 2
-    return width
+def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=()):
+    """A row shader: a subgroup a row where the device has subgroup arithmetic (ROW_SUBGROUP,
+    no barriers), else a workgroup a row (a power of two <= LOCAL, <= the row length rounded up).
+    Rows are grid-strided in the shader, so the workgroup count only has to be <= the limit."""
+    info = ctx.device.info
+    sg = int(info.subgroup_size)
+    if ROW_SUBGROUP and "arithmetic" in info.subgroup_operations and 1 < sg <= LOCAL:
+        width, variant, per_group = LOCAL, "ROW_SUBGROUP", LOCAL // sg
+    else:
+        width, variant, per_group = 1, "ROW_WORKGROUP", 1
+        while width < min(LOCAL, d) and width * 2 <= info.max_workgroup_invocations:
+            width *= 2
+    groups = min(max(1, -(-rows // per_group)), info.max_workgroup_count[0])
+    return ctx.device.dispatch(shader, buffers, (groups, 1, 1), local=(width,), spec=(width,), push=push,
+                               defines=[variant, *defines])
 
 
 # ---------------------------------------------------------------- builds
@@ -322,8 +364,9 @@ def _binary_build(variant):
         n = _numel(oshape)
         push = (n, len(shape), mode, F32(scalar), F32(at.get("alpha", 1)),
                 _pad(shape, MAX_RANK, 1), _pad(sa, MAX_RANK), _pad(sb, MAX_RANK))
+        contig = len(shape) == 1 and sa == [1] and (sb == [1] or mode != 0)
         return [_elementwise(ctx, "float_binary", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], n, push,
-                             [variant])]
+                             [variant] + (["CONTIG"] if contig else []))]
     return build
 
 
@@ -335,60 +378,133 @@ def _layer_norm_build(ctx, node):
     n = _numel(ctx.spec(x).shape)
     if _numel(ctx.spec(w).shape) != d or _numel(ctx.spec(b).shape) != d or n % max(d, 1):
         raise ValueError(f"{node.name}: layer_norm weight/bias must have the normalized_shape's {d} values")
-    rows, width = n // d, _row_local(ctx, d)
-    return [ctx.device.dispatch("float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b), ctx.buffer(y)],
-                                grid_1d(rows, 1), local=(width,), spec=(width,),
-                                push=(rows, d, F32(node.attrs.get("eps", 1e-5))))]
+    rows = n // d
+    return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b), ctx.buffer(y)],
+                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5))))]
 
 
-def _softmax_build(variant):
+_NO_MASK = (1.0, 0, 0, [1, 1, 1], [0, 0, 0])   # scale, mrank, mj, mshape, mstride
+
+
+def _softmax_build(defines):
     def build(ctx, node):
         _check(ctx, node)
         x, y = node.inputs[0], node.outputs[0]
         shape = ctx.spec(x).shape
         dim = node.attrs.get("dim", -1) % len(shape)
         d, inner = shape[dim], _numel(shape[dim + 1:])
-        rows, width = _numel(shape) // max(d, 1), _row_local(ctx, d)
-        return [ctx.device.dispatch("float_softmax", [ctx.buffer(x), ctx.buffer(y)], grid_1d(rows, 1),
-                                    local=(width,), spec=(width,), push=(rows, d, inner), defines=[variant])]
+        rows = _numel(shape) // max(d, 1)
+        return [_row_dispatch(ctx, "float_softmax", [ctx.buffer(x), ctx.buffer(y)], rows, d,
+                              (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:]), defines)]
     return build
 
 
-def matmul_geometry(a_shape, b_shape, transpose_b=False):
-    """(M, N, K, sam, sak, sbk, sbn, batch_shape, a_batch_strides, b_batch_strides, out_shape)
-    of np.matmul(a, b) for contiguous a and b (b read transposed in place with transpose_b)."""
+def _softmax_masked_build(ctx, node):
+    _check(ctx, node)
+    x, mask = node.inputs
+    y = node.outputs[0]
+    shape = ctx.spec(x).shape
+    d, rows = shape[-1], _numel(shape[:-1])
+    st = broadcast_strides(ctx.spec(mask).shape, shape)
+    mshape, (mst,) = merge_dims(list(shape[:-1]), st[:-1]) if len(shape) > 1 else ([1], [[0]])
+    if len(mshape) > 3:
+        raise ValueError(f"{node.name}: the mask's row dims merge to {len(mshape)} (the shader takes 3)")
+    push = (rows, d, 1, F32(node.attrs.get("scale", 1.0)), len(mshape), st[-1], _pad(mshape, 3, 1), _pad(mst, 3))
+    return [_row_dispatch(ctx, "float_softmax", [ctx.buffer(x), ctx.buffer(y), ctx.buffer(mask)], rows, d, push,
+                          ("MASKED",))]
+
+
+def _batch_geometry(a_view, b_view, out_strides):
+    """(M, N, K, (sam, sak, sbk, sbn, som, son), batch shape, [a, b, out batch strides], out shape)
+    of np.matmul over strided views ([shape, strides] each, rank >= 2) and an output view."""
+    (ash, ast), (bsh, bst) = a_view, b_view
+    m, k = ash[-2:]
+    kb, n = bsh[-2:]
+    if k != kb:
+        raise ValueError(f"matmul: inner dims differ, {tuple(ash)} @ {tuple(bsh)}")
+    batch = tuple(np.broadcast_shapes(tuple(ash[:-2]), tuple(bsh[:-2])))
+    sab = broadcast_strides(ash[:-2], batch, ast[:-2])
+    sbb = broadcast_strides(bsh[:-2], batch, bst[:-2])
+    sob = list(out_strides[:-2])
+    inner = (ast[-2], ast[-1], bst[-2], bst[-1], out_strides[-2], out_strides[-1])
+    return m, n, k, inner, batch, [sab, sbb, sob], batch + (m, n)
+
+
+def _contiguous_view(shape):
+    return [list(shape), strides_of(shape)]
+
+
+def matmul_views(a_shape, b_shape):
+    """numpy's matmul of contiguous a and b as views: 1-D operands become (1, K) / (K, 1)
+    (the output drops that dim, which changes no offsets of a contiguous out)."""
     a2 = (1,) + tuple(a_shape) if len(a_shape) == 1 else tuple(a_shape)
     b2 = tuple(b_shape) + (1,) if len(b_shape) == 1 else tuple(b_shape)
-    m, k = a2[-2:]
-    kb, n = (b2[-1], b2[-2]) if transpose_b else b2[-2:]
-    if k != kb:
-        raise ValueError(f"matmul: inner dims differ, {tuple(a_shape)} @ {tuple(b_shape)}")
     batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
-    sa_all, sb_all = strides_of(a2), strides_of(b2)
-    sab = broadcast_strides(a2[:-2], batch, sa_all[:-2])
-    sbb = broadcast_strides(b2[:-2], batch, sb_all[:-2])
-    sbk, sbn = (1, k) if transpose_b else (n, 1)
-    out = batch + ((m,) if len(a_shape) > 1 else ()) + ((n,) if len(b_shape) > 1 else ())
-    return m, n, k, k, 1, sbk, sbn, batch, sab, sbb, out
+    out = batch + (a2[-2], b2[-1])
+    return _contiguous_view(a2), _contiguous_view(b2), strides_of(out)
+
+
+def matmul_shape(a_shape, b_shape) -> tuple:
+    """The shape np.matmul gives (1-D operands lose their dim)."""
+    a_view, b_view, _ = matmul_views(a_shape, b_shape)
+    batch = tuple(np.broadcast_shapes(tuple(a_view[0][:-2]), tuple(b_view[0][:-2])))
+    return batch + ((a_shape[-2],) if len(a_shape) > 1 else ()) + ((b_shape[-1],) if len(b_shape) > 1 else ())
+
+
+def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel):
+    m, n, k, inner, batch, (sab, sbb, sob), rshape = _batch_geometry(a_view, b_view, out_strides)
+    if _numel(rshape) != want_numel:
+        raise ValueError(f"{node.name}: the product has {_numel(rshape)} values, the output {want_numel}")
+    if batch:
+        bshape, (sab, sbb, sob) = merge_dims(batch, sab, sbb, sob)
+    else:
+        bshape, sab, sbb, sob = [1], [0], [0], [0]
+    if len(bshape) > MAX_BATCH_RANK:
+        raise ValueError(f"{node.name}: {len(bshape)} batch dims after merging (the shader takes {MAX_BATCH_RANK})")
+    sam, sak, sbk, sbn, som, son = inner
+    x4 = lambda *v: all(int(q) % 4 == 0 for q in v)
+    if sak == 1 and sbk == 1 and x4(k, sam, sbn, *sab, *sbb):
+        variant = "VEC_K"
+    elif sak == 1 and sbn == 1 and x4(k, n, sam, sbk, *sab, *sbb):
+        variant = "VEC_KN"
+    else:
+        variant = "GENERAL"
+    out4 = ["OUT4"] if son == 1 and x4(n, som, *sob) else []
+    tm = next((t for t in MATMUL_ROWS if t >= m), MATMUL_ROWS[-1])
+    tn = MATMUL_TN
+    lanes = -(-n // tn)   # column tiles; a workgroup is the smallest power of two >= them, <= LOCAL
+    width = 1
+    while width < min(lanes, LOCAL):
+        width *= 2
+    groups = (-(-lanes // width), -(-m // tm), _numel(batch))
+    push = (m, n, k, *inner, len(bshape), _pad(bshape, MAX_BATCH_RANK, 1), _pad(sab, MAX_BATCH_RANK),
+            _pad(sbb, MAX_BATCH_RANK), _pad(sob, MAX_BATCH_RANK))
+    a, b = node.inputs
+    return ctx.device.dispatch("float_matmul", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(node.outputs[0])], groups,
+                               local=(width,), push=push, defines={variant: 1, **dict.fromkeys(out4, 1), "TM": tm})
 
 
 def _matmul_build(ctx, node):
     _check(ctx, node)
     a, b = node.inputs
-    out = node.outputs[0]
-    m, n, k, sam, sak, sbk, sbn, batch, sab, sbb, oshape = matmul_geometry(
-        ctx.spec(a).shape, ctx.spec(b).shape, node.attrs.get("transpose_b", False))
-    if tuple(oshape) != ctx.spec(out).shape:
-        raise ValueError(f"{node.name}: output shape {ctx.spec(out).shape}, expected {tuple(oshape)}")
-    bshape, (sab, sbb) = merge_dims(batch, sab, sbb) if batch else ([1], [[0], [0]])
-    if len(bshape) > MAX_BATCH_RANK:
-        raise ValueError(f"{node.name}: {len(bshape)} batch dims after merging (the shader takes {MAX_BATCH_RANK})")
-    tm, tn = MATMUL_TILE
-    groups = (-(-n // (8 * tn)), -(-m // (8 * tm)), _numel(batch))
-    push = (m, n, k, sam, sak, sbk, sbn, len(bshape), _pad(bshape, MAX_BATCH_RANK, 1),
-            _pad(sab, MAX_BATCH_RANK), _pad(sbb, MAX_BATCH_RANK))
-    return [ctx.device.dispatch("float_matmul", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], groups,
-                                local=(8, 8), spec=(tm, tn), push=push)]
+    a_view, b_view, out_strides = matmul_views(ctx.spec(a).shape, ctx.spec(b).shape)
+    want = matmul_shape(ctx.spec(a).shape, ctx.spec(b).shape)
+    if tuple(want) != ctx.spec(node.outputs[0]).shape:
+        raise ValueError(f"{node.name}: output shape {ctx.spec(node.outputs[0]).shape}, expected {tuple(want)}")
+    return [_matmul_dispatch(ctx, node, a_view, b_view, out_strides, _numel(want))]
+
+
+def _matmul_strided_build(ctx, node):
+    _check(ctx, node)
+    at = node.attrs
+    out = ctx.spec(node.outputs[0]).shape
+    if tuple(at["out_shape"]) != out:
+        raise ValueError(f"{node.name}: out_shape {at['out_shape']} but the output is {out}")
+    for t, (shape, strides) in zip(node.inputs, (at["a_view"], at["b_view"])):
+        top = sum((d - 1) * s for d, s in zip(shape, strides))
+        if top >= _numel(ctx.spec(t).shape) or min(strides, default=0) < 0:
+            raise ValueError(f"{node.name}: the view {shape}/{strides} reaches past {t!r}")
+    return [_matmul_dispatch(ctx, node, at["a_view"], at["b_view"], at["out_strides"], _numel(out))]
 
 
 def _reduce_build(variant):
@@ -419,7 +535,8 @@ def _copy(ctx, src, dst, shape, ss, ds, sbase=0, dbase=0):
         raise ValueError(f"a strided copy over {len(shape)} dims (the shader takes {MAX_RANK})")
     n = _numel(shape)
     push = (n, len(shape), sbase, dbase, _pad(shape, MAX_RANK, 1), _pad(ss, MAX_RANK), _pad(ds, MAX_RANK))
-    return _elementwise(ctx, "float_copy", [src, dst], n, push)
+    return _elementwise(ctx, "float_copy", [src, dst], n, push,
+                        ["CONTIG" if len(shape) == 1 and ss == ds == [1] else "GENERAL"])
 
 
 WORDS = ("float32", "int32")
@@ -470,6 +587,169 @@ def _cat_build(ctx, node):
     return steps
 
 
+# ---------------------------------------------------------------- folding copies into matmuls
+
+VIEW_OPS = ("reshape_f32", "transpose_f32", "permute_f32")
+
+
+def reshape_view(shape, strides, new_shape):
+    """Strides that read a strided view (shape, strides) reshaped row-major to new_shape
+    without copying, or None where none exist (numpy's no-copy reshape rule: the old dims
+    merged into each new dim must be contiguous among themselves)."""
+    shape, new_shape = [int(d) for d in shape], [int(d) for d in new_shape]
+    if _numel(shape) != _numel(new_shape) or 0 in shape:
+        return None
+    old = [(d, s) for d, s in zip(shape, strides) if d != 1]
+    out, i, j = [0] * len(new_shape), 0, 0
+    while i < len(new_shape):
+        if new_shape[i] == 1:
+            i += 1
+            continue
+        # take new dims i.. and old dims j.. until their sizes agree
+        ni, nsize, oj, osize = i, new_shape[i], j, old[j][0]
+        while nsize != osize:
+            if nsize < osize:
+                ni += 1
+                nsize *= new_shape[ni]
+            else:
+                oj += 1
+                osize *= old[oj][0]
+        if any(old[k][1] != old[k + 1][0] * old[k + 1][1] for k in range(j, oj)):
+            return None
+        stride = old[oj][1]
+        for k in range(ni, i - 1, -1):
+            out[k] = stride
+            stride *= new_shape[k]
+        i, j = ni + 1, oj + 1
+    return out
+
+
+def _through(view, node, in_shape):
+    """The view after one copy node, reading forward (None: a reshape that needs a copy)."""
+    shape, strides = view
+    if node.op == "reshape_f32":
+        st = reshape_view(shape, strides, node.attrs["shape"])
+        return None if st is None else [list(node.attrs["shape"]), st]
+    dims = _permute_dims(node, len(shape))
+    return [[shape[d] for d in dims], [strides[d] for d in dims]]
+
+
+def _back(view, node, in_shape):
+    """The view of a copy node's input inside the buffer its output's view describes."""
+    shape, strides = view
+    if node.op == "reshape_f32":
+        st = reshape_view(shape, strides, in_shape)
+        return None if st is None else [list(in_shape), st]
+    dims = _permute_dims(node, len(in_shape))
+    back = [0] * len(dims)
+    for i, d in enumerate(dims):
+        back[d] = strides[i]
+    return [list(in_shape), back]
+
+
+def fold_views_into_matmul(program) -> int:
+    """Replace matmul(reshape/permute copies of a, ... of b) -> reshape/permute copies by one
+    matmul_strided that reads a and b and writes the last tensor in place, when every tensor in
+    between has no other reader: a transformer's head split (view + transpose), K's transpose
+    and the head merge (transpose + reshape) cost no dispatches. Returns the matmuls folded."""
+    producer = {t: n for n in program.nodes for t in n.outputs}
+    readers: dict = {}
+    for n in program.nodes:
+        for t in n.inputs:
+            readers.setdefault(t, []).append(n)
+    shape = lambda t: list(program.tensors[t].shape)
+    private = lambda t: len(readers.get(t, [])) == 1 and t not in program.outputs
+    is_view = lambda n: n is not None and n.op in VIEW_OPS and n.name not in gone
+    gone, folded = set(), 0
+
+    for idx, node in enumerate(program.nodes):
+        if node.op not in ("matmul", "bmm") or any(len(shape(t)) < 2 for t in node.inputs + node.outputs):
+            continue
+        ins = []
+        for t in node.inputs:   # up from each operand: its copies, nearest first
+            chain, cur = [], t
+            while private(cur) and is_view(producer.get(cur)):
+                chain.append(producer[cur])
+                cur = producer[cur].inputs[0]
+            for cut in range(len(chain), -1, -1):   # the longest chain a view can stand for
+                base = chain[cut - 1].inputs[0] if cut else t
+                view = _contiguous_view(shape(base))
+                for c in reversed(chain[:cut]):
+                    view = _through(view, c, shape(c.inputs[0])) if view is not None else None
+                if view is not None:
+                    break
+            ins.append((base, view, chain[:cut]))
+        chain, cur = [], node.outputs[0]
+        while private(cur) and is_view(readers[cur][0]):
+            chain.append(readers[cur][0])
+            cur = readers[cur][0].outputs[0]
+        # back from the last copy's output (contiguous) to the matmul's result
+        for cut in range(len(chain), -1, -1):
+            last = chain[cut - 1].outputs[0] if cut else node.outputs[0]
+            view = _contiguous_view(shape(last))
+            for c in reversed(chain[:cut]):
+                view = _back(view, c, shape(c.inputs[0])) if view is not None else None
+            if view is not None:
+                break
+        out_chain = chain[:cut]
+        if not (ins[0][2] or ins[1][2] or out_chain):
+            continue
+        (a, a_view, a_chain), (b, b_view, b_chain) = ins
+        attrs = {"a_view": a_view, "b_view": b_view, "out_strides": view[1], "out_shape": shape(last)}
+        program.nodes[idx] = type(node)("matmul_strided", [a, b], [last], attrs, name=node.name)
+        for c in a_chain + b_chain + out_chain:
+            gone.add(c.name)
+            for t in (c.outputs if c in a_chain + b_chain else c.inputs):
+                program.tensors.pop(t, None)
+        folded += 1
+    program.nodes = [n for n in program.nodes if n.name not in gone]
+    return folded
+
+
+def _broadcasts(shape, to) -> bool:
+    try:
+        broadcast_strides(shape, to)
+        return True
+    except ValueError:
+        return False
+
+
+def fold_scale_mask_into_softmax(program) -> int:
+    """softmax(mul(x, scalar) + mask) along the last dim -> softmax_masked(x, mask; scale) when
+    the intermediates have no other reader: attention's scale and padding mask cost no passes
+    over the scores. The references agree bit for bit. Returns the softmaxes folded."""
+    producer = {t: n for n in program.nodes for t in n.outputs}
+    readers: dict = {}
+    for n in program.nodes:
+        for t in n.inputs:
+            readers.setdefault(t, []).append(n)
+    shape = lambda t: tuple(program.tensors[t].shape)
+    private = lambda t: len(readers.get(t, [])) == 1 and t not in program.outputs
+    gone, folded = set(), 0
+    for idx, node in enumerate(program.nodes):
+        t = node.inputs[0] if node.op == "softmax" else None
+        add = producer.get(t) if t is not None else None
+        if (add is None or not private(t) or add.op != "add" or len(add.inputs) != 2 or add.attrs.get("alpha", 1) != 1
+                or node.attrs.get("dim", -1) % len(shape(t)) != len(shape(t)) - 1):
+            continue
+        pair = [(x, m) for x, m in (add.inputs, add.inputs[::-1]) if shape(x) == shape(t) and _broadcasts(shape(m), shape(t))]
+        if not pair:
+            continue
+        src, mask = pair[0]
+        scale, mul = 1.0, producer.get(src)
+        if private(src) and mul is not None and mul.op == "mul" and len(mul.inputs) == 1:
+            scale, src = float(mul.attrs["scalar"]), mul.inputs[0]
+            gone.add(mul.name)
+            program.tensors.pop(mul.outputs[0], None)
+        gone.add(add.name)
+        program.tensors.pop(t, None)
+        program.nodes[idx] = type(node)("softmax_masked", [src, mask], list(node.outputs), {"scale": scale},
+                                        name=node.name)
+        folded += 1
+    program.nodes = [n for n in program.nodes if n.name not in gone]
+    return folded
+
+
 # ---------------------------------------------------------------- registration
 
 def _op(name, reference, build, shaders, doc):
@@ -479,8 +759,10 @@ def _op(name, reference, build, shaders, doc):
 
 _op("layer_norm", layer_norm, _layer_norm_build, ("float_layer_norm",),
     "Float layer norm over the trailing normalized_shape dims (one workgroup a row).")
-_op("softmax", softmax, _softmax_build("SOFTMAX"), ("float_softmax",), "Float softmax along dim (max-subtracted).")
-_op("log_softmax", log_softmax, _softmax_build("LOG"), ("float_softmax",), "Float log-softmax along dim.")
+_op("softmax", softmax, _softmax_build(()), ("float_softmax",), "Float softmax along dim (max-subtracted).")
+_op("softmax_masked", softmax_masked, _softmax_masked_build, ("float_softmax",),
+    "Float softmax(x * scale + mask) along the last dim (attention weights), mask broadcast.")
+_op("log_softmax", log_softmax, _softmax_build(("LOG",)), ("float_softmax",), "Float log-softmax along dim.")
 _op("gelu", gelu, _unary_build(_gelu_variant), ("float_unary",), "Float GELU (erf, or the tanh approximation).")
 _op("hardtanh", hardtanh, _unary_build("OP_CLAMP", lambda a: (a.get("min_val", -1.0), a.get("max_val", 1.0))),
     ("float_unary",), "Float clamp to [min_val, max_val].")
@@ -493,6 +775,8 @@ for _name, _fn in BINARY.items():
         f"Float elementwise {_name} with broadcasting (or a scalar operand).")
 _op("matmul", matmul, _matmul_build, ("float_matmul",), "Float matmul (numpy broadcasting rules).")
 _op("bmm", matmul, _matmul_build, ("float_matmul",), "Float batched matmul.")
+_op("matmul_strided", matmul_strided, _matmul_strided_build, ("float_matmul",),
+    "Float matmul of strided views of its inputs, written through a strided view of its output.")
 _op("mean", mean, _reduce_build("MEAN"), ("float_reduce",), "Float mean over dims.")
 _op("sum", sum_, _reduce_build("SUM"), ("float_reduce",), "Float sum over dims.")
 _op("vector_norm", vector_norm, _reduce_build("NORM2"), ("float_reduce",), "Float 2-norm over dims.")
