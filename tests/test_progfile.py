@@ -140,3 +140,11 @@ def test_runner_works_without_torch(device, tmp_path):
                                 "--device", device.info.name)
     assert res.returncode == 0, res.stderr[-3000:]
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), run_reference(p, x))
+
+
+def test_zero_dim_constant_keeps_its_shape(tmp_path):
+    p = _program_with_constant()
+    p.tensors["s"] = TensorSpec((), "float32")
+    p.constants["s"] = np.array(-3.5e38, np.float32)
+    q = load_program(save_program(p, tmp_path / "z.vkq"))
+    assert q.constants["s"].shape == () and q.constants["s"] == np.float32(-3.5e38)

@@ -156,8 +156,6 @@ def test_vulkan_agrees_with_the_program_reference(minilm, programs, device, sche
     assert row_cosines(got, np.concatenate([prog.run_reference(ids[i:i + 1], mask[i:i + 1]) for i in range(2)])).min() >= at_least
 
 
-@pytest.mark.xfail(reason="vkq/progfile.py saves constants through np.ascontiguousarray, which makes the 0-d "
-                          "constant of the attention mask's where() shape (1,); loading then rejects it", strict=False)
 def test_saved_program_runs_the_same(minilm, programs, device, tmp_path):
     """The .vkq file keeps the new ops and their attrs (strided views, the softmax mask)."""
     import vkq

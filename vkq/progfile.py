@@ -43,7 +43,7 @@ def _jsonable(value, where: str):
 
 def _npy_bytes(array: np.ndarray) -> bytes:
     buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+    np.save(buf, np.array(array, order="C"), allow_pickle=False)  # (ascontiguousarray makes 0-d 1-d)
     return buf.getvalue()
 
 
