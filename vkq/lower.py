@@ -29,8 +29,8 @@ from torch.fx import GraphModule, Node
 
 from .ops import cpu as _cpu_ops, float as _float_ops  # noqa: F401  (the ops CPU_RULES emit)
 from .passes import run_pipeline
-from .passes._graph import (DEQUANTIZE, PERMUTES, QUANTIZE, VIEWS, aten, const_value, dtype_of, is_call,
-                            op_name, q_args, qparams, record_shapes, shape_of, val, vkq_op_of)
+from .passes._graph import (DEQUANTIZE, PERMUTES, QUANTIZE, VIEWS, arg, aten, const_value, dtype_of, is_call,
+                            op_name, pair, q_args, qparams, record_shapes, shape_of, val, vkq_op_of)
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout
 from .program import Node as PNode, Program, TensorSpec
 from .registry import get_op
@@ -104,17 +104,6 @@ def _encode(v, inputs: list):
     raise TypeError(f"cannot store argument {v!r} of type {type(v).__name__}")
 
 
-def _arg(node: Node, i: int, name: str, default=None):
-    if len(node.args) > i:
-        return node.args[i]
-    return node.kwargs.get(name, default)
-
-
-def _pair(v):
-    v = list(v) if isinstance(v, (list, tuple)) else [v]
-    return [int(x) for x in (v * 2 if len(v) == 1 else v)]
-
-
 # ------------------------------------------------------------------ CPU rules: aten -> (op, inputs, attrs)
 # Each rule gets the node and the Translator (t.const(array) makes a constant) and returns
 # (op name, [input FX nodes or constant names], attrs), or None to use torch_op. The float ops
@@ -133,7 +122,7 @@ def _float_only(rule):
 
 def _layer_norm(n, t):
     x, shape = n.args[0], list(n.args[1])
-    w, b, eps = _arg(n, 2, "weight"), _arg(n, 3, "bias"), _arg(n, 4, "eps", 1e-5)
+    w, b, eps = arg(n, 2, "weight"), arg(n, 3, "bias"), arg(n, 4, "eps", 1e-5)
     w = w if w is not None else t.const(np.ones(shape, np.float32), "ones")
     b = b if b is not None else t.const(np.zeros(shape, np.float32), "zeros")
     return "layer_norm", [x, w, b], {"normalized_shape": shape, "eps": float(eps)}
@@ -141,7 +130,7 @@ def _layer_norm(n, t):
 
 def _softmax(name):
     def rule(n, t):
-        if _arg(n, 2, "dtype") not in (None, False):
+        if arg(n, 2, "dtype") not in (None, False):
             return None
         return name, [n.args[0]], {"dim": int(n.args[1])}
     return rule
@@ -152,18 +141,18 @@ def _unary(name):
 
 
 def _gelu(n, t):
-    return "gelu", [n.args[0]], {"approximate": n.kwargs.get("approximate", _arg(n, 1, "approximate", "none"))}
+    return "gelu", [n.args[0]], {"approximate": n.kwargs.get("approximate", arg(n, 1, "approximate", "none"))}
 
 
 def _hardtanh(n, t):
-    return "hardtanh", [n.args[0]], {"min_val": float(_arg(n, 1, "min_val", -1.0)),
-                                     "max_val": float(_arg(n, 2, "max_val", 1.0))}
+    return "hardtanh", [n.args[0]], {"min_val": float(arg(n, 1, "min_val", -1.0)),
+                                     "max_val": float(arg(n, 2, "max_val", 1.0))}
 
 
 def _clamp(lo_name, hi_name):
     def rule(n, t):
-        lo = _arg(n, 1, lo_name) if lo_name else None
-        hi = (_arg(n, 2 if lo_name else 1, hi_name) if hi_name else None)
+        lo = arg(n, 1, lo_name) if lo_name else None
+        hi = (arg(n, 2 if lo_name else 1, hi_name) if hi_name else None)
         if isinstance(lo, Node) or isinstance(hi, Node):
             return None
         return "clamp", [n.args[0]], {"min": None if lo is None else float(lo), "max": None if hi is None else float(hi)}
@@ -186,20 +175,20 @@ def _binary(name):
 
 def _linear(n, t):
     x, w = n.args[0], n.args[1]
-    b = _arg(n, 2, "bias")
+    b = arg(n, 2, "bias")
     b = b if b is not None else t.const(np.zeros(shape_of(w)[0], np.float32), "zeros")
     return "linear", [x, w, b], {}
 
 
 def _conv2d(n, t):
     x, w = n.args[0], n.args[1]
-    padding = _arg(n, 4, "padding", 0)
+    padding = arg(n, 4, "padding", 0)
     if isinstance(padding, str):
         return None
-    b = _arg(n, 2, "bias")
+    b = arg(n, 2, "bias")
     b = b if b is not None else t.const(np.zeros(shape_of(w)[0], np.float32), "zeros")
-    return "conv2d", [x, w, b], {"stride": _pair(_arg(n, 3, "stride", 1)), "padding": _pair(padding),
-                                 "dilation": _pair(_arg(n, 5, "dilation", 1)), "groups": int(_arg(n, 6, "groups", 1))}
+    return "conv2d", [x, w, b], {"stride": pair(arg(n, 3, "stride", 1)), "padding": pair(padding),
+                                 "dilation": pair(arg(n, 5, "dilation", 1)), "groups": int(arg(n, 6, "groups", 1))}
 
 
 def _f32(name, n) -> str:
@@ -228,23 +217,23 @@ def _reduce(name):
     def rule(n, t):
         if n.kwargs.get("dtype") is not None:
             return None
-        dims = _arg(n, 1, "dim")
+        dims = arg(n, 1, "dim")
         return name, [n.args[0]], {"dims": None if dims is None or len(dims) == 0 else [int(d) for d in dims],
-                                   "keepdim": bool(_arg(n, 2, "keepdim", False))}
+                                   "keepdim": bool(arg(n, 2, "keepdim", False))}
     return rule
 
 
 def _vector_norm(n, t):
-    if _arg(n, 1, "ord", 2) != 2 or n.kwargs.get("dtype") is not None:
+    if arg(n, 1, "ord", 2) != 2 or n.kwargs.get("dtype") is not None:
         return None
-    dims = _arg(n, 2, "dim")
+    dims = arg(n, 2, "dim")
     return "vector_norm", [n.args[0]], {"dims": None if dims is None else [int(d) for d in dims],
-                                        "keepdim": bool(_arg(n, 3, "keepdim", False))}
+                                        "keepdim": bool(arg(n, 3, "keepdim", False))}
 
 
 def _cat(n, t):
     tensors = list(n.args[0])
-    return _f32("cat", n), tensors, {"dim": int(_arg(n, 1, "dim", 0)) % len(shape_of(n))}
+    return _f32("cat", n), tensors, {"dim": int(arg(n, 1, "dim", 0)) % len(shape_of(n))}
 
 
 def _identity(n, t):

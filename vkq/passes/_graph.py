@@ -202,3 +202,16 @@ def lint(gm: GraphModule) -> None:
     for n in gm.graph.nodes:
         if n.op in ("call_function", "placeholder", "get_attr") and n.users and "val" not in n.meta:
             raise AssertionError(f"node {n.name} ({op_name(n.target)}) lost its tensor meta")
+
+
+def arg(node: Node, i: int, name: str, default=None):
+    """An aten call's argument by position or by keyword."""
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+def pair(v) -> list:
+    """A stride/padding/dilation argument as two ints (one value means both)."""
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return [int(x) for x in (v * 2 if len(v) == 1 else v)]

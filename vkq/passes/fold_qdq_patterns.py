@@ -36,7 +36,7 @@ from torch.fx import GraphModule, Node
 
 from ..quant import INT8_MAX, INT8_MIN
 from ._graph import (CHOOSE_QPARAMS, DEQUANTIZE, DEQUANTIZE_CHANNEL, DEQUANTIZE_TENSOR, QUANTIZE,
-                     QUANTIZE_TENSOR, add_constant, aten, finish, is_call, op_name, q_args, reject,
+                     QUANTIZE_TENSOR, add_constant, arg, aten, finish, is_call, op_name, pair, q_args, reject,
                      set_val, shape_of, vkq_target)
 from .fold_constants import evaluate_constant
 
@@ -186,17 +186,6 @@ def _needs_clamp(src_qp: tuple, q: Node) -> bool:
         or a["qmin"] > INT8_MIN or a["qmax"] < INT8_MAX
 
 
-def _arg(node: Node, i: int, name: str, default):
-    if len(node.args) > i:
-        return node.args[i]
-    return node.kwargs.get(name, default)
-
-
-def _pair(v):
-    v = list(v) if isinstance(v, (list, tuple)) else [v]
-    return [int(x) for x in (v * 2 if len(v) == 1 else v)]
-
-
 # ------------------------------------------------------------------ rules
 
 def fold_conv(gm, conv: Node):
@@ -208,21 +197,21 @@ def fold_conv(gm, conv: Node):
         return "output is not quantized to int8 (no float-output conv kernel)"
     if len(shape_of(conv.args[0])) != 4:
         return "input is not 4-D (N, C, H, W)"
-    padding = _arg(conv, 4, "padding", 0)
+    padding = arg(conv, 4, "padding", 0)
     if isinstance(padding, str):
         return f"padding={padding!r} (string padding) is not supported"
     w = weight(gm, conv.args[1])
     if isinstance(w, str):
         return w
     wq, ws = w
-    b = bias(gm, _arg(conv, 2, "bias", None), wq.shape[0])
+    b = bias(gm, arg(conv, 2, "bias", None), wq.shape[0])
     if isinstance(b, str):
         return b
     from ..ops.conv import conv2d_q8_params
     out = q_args(q)
     b32, mult, shift, _, _ = conv2d_q8_params(x.scale, ws, out["scale"], b, None, out["zero_point"])
-    attrs = {"stride": _pair(_arg(conv, 3, "stride", 1)), "padding": _pair(padding),
-             "dilation": _pair(_arg(conv, 5, "dilation", 1)), "groups": int(_arg(conv, 6, "groups", 1)),
+    attrs = {"stride": pair(arg(conv, 3, "stride", 1)), "padding": pair(padding),
+             "dilation": pair(arg(conv, 5, "dilation", 1)), "groups": int(arg(conv, 6, "groups", 1)),
              "x_zp": x.zero_point, **_out(q)}
     return emit_for_q(gm, q, "conv2d_q8", [x.node],
                       {"weight": wq, "bias": b32, "multiplier": mult, "shift": shift}, attrs, hint=conv.name)
@@ -233,7 +222,7 @@ def fold_linear(gm, lin: Node):
     if isinstance(w, str):
         return w
     wq, ws = w
-    b = bias(gm, _arg(lin, 2, "bias", None), wq.shape[0])
+    b = bias(gm, arg(lin, 2, "bias", None), wq.shape[0])
     if isinstance(b, str):
         return b
     if len(shape_of(lin.args[0])) > 4:
@@ -308,10 +297,10 @@ def fold_max_pool(gm, node: Node):
         return "input or output is not int8"
     if len(shape_of(node.args[0])) != 4:
         return "input is not 4-D (N, C, H, W)"
-    kernel = _arg(node, 1, "kernel_size", None)
-    stride = _arg(node, 2, "stride", None) or None
-    attrs = max_pool2d_params(kernel, stride, _arg(node, 3, "padding", 0), _arg(node, 4, "dilation", 1),
-                              _arg(node, 5, "ceil_mode", False))
+    kernel = arg(node, 1, "kernel_size", None)
+    stride = arg(node, 2, "stride", None) or None
+    attrs = max_pool2d_params(kernel, stride, arg(node, 3, "padding", 0), arg(node, 4, "dilation", 1),
+                              arg(node, 5, "ceil_mode", False))
     if not _needs_clamp((x.scale, x.zero_point), q):
         return emit_for_q(gm, q, "max_pool2d_q8", [x.node], {}, attrs)
     pooled = emit(gm, q, "max_pool2d_q8", [x.node], {}, attrs, shape_of(q), qparams=(x.scale, x.zero_point))
@@ -328,9 +317,9 @@ def fold_avg_pool(gm, node: Node):
         return "input is not 4-D (N, C, H, W)"
     out = q_args(q)
     attrs = avg_pool2d_params(x.scale, x.zero_point, out["scale"], out["zero_point"],
-                              _arg(node, 1, "kernel_size", None), _arg(node, 2, "stride", None) or None,
-                              _arg(node, 3, "padding", 0), _arg(node, 4, "ceil_mode", False),
-                              _arg(node, 5, "count_include_pad", True), _arg(node, 6, "divisor_override", None))
+                              arg(node, 1, "kernel_size", None), arg(node, 2, "stride", None) or None,
+                              arg(node, 3, "padding", 0), arg(node, 4, "ceil_mode", False),
+                              arg(node, 5, "count_include_pad", True), arg(node, 6, "divisor_override", None))
     attrs.update(qmin=out["qmin"], qmax=out["qmax"])
     return emit_for_q(gm, q, "avg_pool2d_q8", [x.node], {}, attrs)
 
@@ -353,7 +342,7 @@ def fold_adaptive_pool(gm, node: Node):
 
 def fold_cat(gm, node: Node):
     from ..ops.pool import cat_q8_params
-    tensors = _arg(node, 0, "tensors", [])
+    tensors = arg(node, 0, "tensors", [])
     srcs = [dq_source(t) for t in tensors]
     q = q_sink(node)
     if not srcs or any(s is None for s in srcs) or q is None:
@@ -361,7 +350,7 @@ def fold_cat(gm, node: Node):
     rank = len(shape_of(node))
     if rank > 4:
         return "rank > 4"
-    dim = int(_arg(node, 1, "dim", 0)) % rank
+    dim = int(arg(node, 1, "dim", 0)) % rank
     out = q_args(q)
     attrs = cat_q8_params([(s.scale, s.zero_point) for s in srcs], out["scale"], out["zero_point"], dim)
     if out["qmin"] == INT8_MIN and out["qmax"] == INT8_MAX:
