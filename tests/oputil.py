@@ -88,3 +88,18 @@ def random_int8(rng, shape):
     q = rng.integers(-128, 128, shape).astype(np.int8)
     q.reshape(-1)[:2] = (-128, 127)[: q.size]
     return q
+
+
+def run_exact(device, op, attrs, out_shape, *arrays, layout="4W4C"):
+    """Run one op on the device; compare with the reference, and the raw output words with
+    the packed reference (padding bytes must be 0)."""
+    from vkq import packing
+    prog = single_op_program(op, [(f"x{i}", spec(a.shape, "int8", layout)) for i, a in enumerate(arrays)],
+                             [("y", spec(out_shape, "int8", layout))], attrs)
+    ex = VulkanExecutor(prog, device)
+    got = ex(*arrays)
+    ref = run_reference(prog, *arrays)
+    assert_same((got,), (ref,))
+    np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, layout))
+    assert len(np.unique(ref)) >= min(3, ref.size), "a degenerate case: (nearly) every output is the same"
+    return ref

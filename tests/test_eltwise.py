@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
 
+import oputil
 from oputil import assert_same, single_op_program, spec
 from oputil import random_int8 as q8, torch_dequantize as dq, torch_quantize as qz
 from vkq import packing
@@ -22,19 +23,8 @@ def all_pairs():
 
 
 def run_exact(device, op, attrs, layout, *arrays):
-    """Run one op on the device; compare the output with the reference, and the raw output
-    words with the packed reference (padding bytes must be 0)."""
-    shape = arrays[0].shape
-    names = "ab"[:len(arrays)]
-    prog = single_op_program(op, [(n, spec(shape, "int8", layout)) for n in names],
-                             [("y", spec(shape, "int8", layout))], attrs)
-    ex = VulkanExecutor(prog, device)
-    got = ex(*arrays)
-    ref = run_reference(prog, *arrays)
-    assert_same((got,), (ref,))
-    np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, layout))
-    assert len(np.unique(ref)) >= min(3, ref.size), "a degenerate case: (nearly) every output is the same"
-    return ref
+    """Run one op on the device against its reference (same shape in and out); see oputil."""
+    return oputil.run_exact(device, op, attrs, arrays[0].shape, *arrays, layout=layout)
 
 
 def reference(op, attrs, *arrays):

@@ -8,7 +8,7 @@ import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
 import torch.nn.functional as F
 
-from oputil import assert_same, single_op_program, spec
+from oputil import assert_same, run_exact, single_op_program, spec
 from oputil import random_int8 as q8, torch_dequantize as dq, torch_quantize as qz
 from vkq import packing
 from vkq.executor import VulkanExecutor, run_reference
@@ -16,20 +16,6 @@ from vkq.ops.pool import (adaptive_avg_pool2d_params, avg_pool2d_params, cat_q8_
                           max_pool2d_params, pool2d_output_shape)
 from vkq.registry import get_op
 
-
-
-def run_exact(device, op, attrs, out_shape, *arrays, layout="4W4C"):
-    """Run one op on the device; compare with the reference, and the raw output words with
-    the packed reference (padding bytes must be 0)."""
-    prog = single_op_program(op, [(f"x{i}", spec(a.shape, "int8", layout)) for i, a in enumerate(arrays)],
-                             [("y", spec(out_shape, "int8", layout))], attrs)
-    ex = VulkanExecutor(prog, device)
-    got = ex(*arrays)
-    ref = run_reference(prog, *arrays)
-    assert_same((got,), (ref,))
-    np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, layout))
-    assert len(np.unique(ref)) >= min(3, ref.size), "a degenerate case: (nearly) every output is the same"
-    return ref
 
 
 def assert_near_torch(ref, expected, exact):
