@@ -289,14 +289,22 @@ def fold_binary(gm, node: Node):
     return emit_for_q(gm, q, op, [a.node, b.node], {}, attrs)
 
 
-def fold_max_pool(gm, node: Node):
-    from ..ops.pool import max_pool2d_params
-    x = dq_source(node.args[0])
-    q = q_sink(node)
+def _int8_nchw_operands(node: Node):
+    """(dq source, q sink) of a pooling op on an int8 NCHW tensor, or why not."""
+    x, q = dq_source(node.args[0]), q_sink(node)
     if x is None or q is None:
         return "input or output is not int8"
     if len(shape_of(node.args[0])) != 4:
         return "input is not 4-D (N, C, H, W)"
+    return x, q
+
+
+def fold_max_pool(gm, node: Node):
+    from ..ops.pool import max_pool2d_params
+    operands = _int8_nchw_operands(node)
+    if isinstance(operands, str):
+        return operands
+    x, q = operands
     kernel = arg(node, 1, "kernel_size", None)
     stride = arg(node, 2, "stride", None) or None
     attrs = max_pool2d_params(kernel, stride, arg(node, 3, "padding", 0), arg(node, 4, "dilation", 1),
@@ -309,12 +317,10 @@ def fold_max_pool(gm, node: Node):
 
 def fold_avg_pool(gm, node: Node):
     from ..ops.pool import avg_pool2d_params
-    x = dq_source(node.args[0])
-    q = q_sink(node)
-    if x is None or q is None:
-        return "input or output is not int8"
-    if len(shape_of(node.args[0])) != 4:
-        return "input is not 4-D (N, C, H, W)"
+    operands = _int8_nchw_operands(node)
+    if isinstance(operands, str):
+        return operands
+    x, q = operands
     out = q_args(q)
     attrs = avg_pool2d_params(x.scale, x.zero_point, out["scale"], out["zero_point"],
                               arg(node, 1, "kernel_size", None), arg(node, 2, "stride", None) or None,
@@ -326,13 +332,11 @@ def fold_avg_pool(gm, node: Node):
 
 def fold_adaptive_pool(gm, node: Node):
     from ..ops.pool import adaptive_avg_pool2d_params
-    x = dq_source(node.args[0])
-    q = q_sink(node)
-    if x is None or q is None:
-        return "input or output is not int8"
+    operands = _int8_nchw_operands(node)
+    if isinstance(operands, str):
+        return operands
+    x, q = operands
     shape = shape_of(node.args[0])
-    if len(shape) != 4:
-        return "input is not 4-D (N, C, H, W)"
     out = q_args(q)
     attrs = adaptive_avg_pool2d_params(x.scale, x.zero_point, out["scale"], out["zero_point"],
                                        shape[2:], list(shape_of(node)[2:]))
