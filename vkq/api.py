@@ -17,7 +17,7 @@ def _progress(iterable, desc):
     except ImportError:            # tqdm is optional: calibrate quietly without it
         return iterable
     total = len(iterable) if hasattr(iterable, "__len__") else None
-    return tqdm(iterable, desc=desc, total=total, unit="batch", leave=False, disable=None)  # None: a TTY only
+    return tqdm(iterable, desc=desc, total=total, unit="batch", leave=False)
 
 
 def _as_tuple(x):
