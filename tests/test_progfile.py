@@ -148,3 +148,12 @@ def test_zero_dim_constant_keeps_its_shape(tmp_path):
     p.constants["s"] = np.array(-3.5e38, np.float32)
     q = load_program(save_program(p, tmp_path / "z.vkq"))
     assert q.constants["s"].shape == () and q.constants["s"] == np.float32(-3.5e38)
+
+
+def test_cli_run_refuses_wrong_inputs_with_a_message(tmp_path):
+    path = save_program(roundtrip_program((1, 3, 5, 7), 0.05, 0, "4W4C", "4H4W"), tmp_path / "r.vkq")
+    np.save(tmp_path / "x.npy", np.zeros((3, 3), np.float32))
+    res = run_cli_without_torch("run", path, "--input", tmp_path / "x.npy")
+    assert res.returncode == 2 and "must have shape (1, 3, 5, 7)" in res.stderr
+    res = run_cli_without_torch("run", path, "--input", tmp_path / "x.npy", "--input", tmp_path / "x.npy")
+    assert res.returncode == 2 and "takes 1 input(s)" in res.stderr

@@ -184,7 +184,7 @@ def main(argv=None) -> int:
     from .vkinfo import VulkanUnavailable
     try:
         return args.func(args)
-    except (DeviceNotFound, VulkanUnavailable, ProgramFileError, FileNotFoundError) as e:
+    except (DeviceNotFound, VulkanUnavailable, ProgramFileError, FileNotFoundError, ValueError) as e:
         print(f"vkq: {e}", file=sys.stderr)
         return 2
 

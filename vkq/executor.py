@@ -34,7 +34,7 @@ def run_reference(program: Program, *inputs, keep_all: bool = False):
 
 def _bind_inputs(program: Program, inputs) -> dict:
     if len(inputs) != len(program.inputs):
-        raise TypeError(f"program takes {len(program.inputs)} inputs, got {len(inputs)}")
+        raise ValueError(f"the program takes {len(program.inputs)} input(s) ({', '.join(program.inputs)}), got {len(inputs)}")
     env = {}
     for name, x in zip(program.inputs, inputs):
         spec = program.tensors[name]
