@@ -7,10 +7,7 @@ import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
 
 import oputil
-from oputil import assert_same, single_op_program, spec
 from oputil import random_int8 as q8, torch_dequantize as dq, torch_quantize as qz
-from vkq import packing
-from vkq.executor import VulkanExecutor, run_reference
 from vkq.ops.eltwise import add_q8_params, clamp_q8_params, mul_q8_params
 from vkq.registry import get_op
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401
 
-from vkq import pack, unpack
+from vkq import pack
 from vkq.device import grid_1d
 from vkq.executor import VulkanExecutor
 from vkq.quant import dequantize, quantize, quantize_multipliers, requantize

@@ -8,10 +8,9 @@ import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
 import torch.nn.functional as F
 
-from oputil import assert_same, run_exact, single_op_program, spec
+from oputil import run_exact
 from oputil import random_int8 as q8, torch_dequantize as dq, torch_quantize as qz
 from vkq import packing
-from vkq.executor import VulkanExecutor, run_reference
 from vkq.ops.pool import (adaptive_avg_pool2d_params, avg_pool2d_params, cat_q8_params,
                           max_pool2d_params, pool2d_output_shape)
 from vkq.registry import get_op

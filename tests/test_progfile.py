@@ -9,7 +9,7 @@ from vkq.demo import roundtrip_program
 from vkq.executor import plan_memory, run_reference
 from vkq.program import Node, Program, TensorSpec
 from vkq.progfile import ProgramFileError, load_program, save_program
-from vkq.runtime import CompiledProgram, load
+from vkq.runtime import CompiledProgram
 
 from oputil import run_cli_without_torch
 

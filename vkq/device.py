@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
-from .vkinfo import DeviceInfo, VulkanUnavailable, query_devices
+from .vkinfo import DeviceInfo, query_devices
 
 # SwiftShader ships with Chromium but does not register itself with the loader.
 SWIFTSHADER_ICDS = ("/usr/lib/chromium/vk_swiftshader_icd.json",

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from .executor import VulkanExecutor, run_reference
 from .program import Program
 from .progfile import ProgramFileError, load_program, save_program
