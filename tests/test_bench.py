@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from vkq import bench, packing
-from vkq.bench import kernels as bench_kernels
 from vkq.cli import main
 
 
@@ -56,17 +55,17 @@ def test_quick_run(device, tmp_path, capfd):
         else:   # CPU peers: no roof of theirs was measured
             assert r["roof_gops"] is None and r["roofline_fraction"] is None, r
 
-    dot = bench_kernels.can_choose_dot_product() and device.info.features.get("shaderIntegerDotProduct")
-    assert ("dot4_gops" in roof) == bool(dot)
+    dot = "shaderIntegerDotProduct" in device.features_enabled
+    assert ("dot4_gops" in roof) == dot
     for family, name, params in bench.kernel_cases(quick=True):
         rows = {(r["backend"], r["dtype"]): r for r in kernels if r["name"] == name}
         ours = rows[("vulkan", "int8")]
         assert ours["timing"] == "gpu" and positive(ours["gops"]) and positive(ours["roofline_fraction"]), ours
-        assert ours["dot_product"] is False or not bench_kernels.can_choose_dot_product(), ours
+        assert ours["dot_product"] is False, ours
         assert ("torch-cpu", "fp32") in rows and ("torch-cpu", "int8") in rows, (name, sorted(rows))
         if family in ("linear", "conv"):
             # both paths of the integer dot product where the device has it, one where not
-            assert (("vulkan-dot", "int8") in rows) == bool(dot), (name, sorted(rows))
+            assert (("vulkan-dot", "int8") in rows) == dot, (name, sorted(rows))
             if dot:
                 assert rows[("vulkan-dot", "int8")]["dot_product"] is True
             if bench.ncnn_gpu_index(device)[0] is not None:

@@ -9,7 +9,6 @@ Paths: the int8 linear and conv kernels run once per way vkq can run them on thi
 shaderIntegerDotProduct, the integer-dot-product variants (backend "vulkan-dot")."""
 from __future__ import annotations
 
-import inspect
 import math
 
 import numpy as np
@@ -84,20 +83,12 @@ def run_kernels(s: Settings, show_progress: bool = True) -> list[Record]:
 
 
 # -- paths: with and without the integer dot product ------------------------------------
-def can_choose_dot_product() -> bool:
-    """Whether this vkq's get_device can force the integer-dot-product choice."""
-    return "dot_product" in inspect.signature(get_device).parameters
-
-
 def paths(device: Device) -> list[tuple[str, Device]]:
     """(backend, device) for each way vkq runs an int8 kernel on this physical device:
-    ("vulkan", opened without the integer dot product) and, where the device offers
-    shaderIntegerDotProduct, ("vulkan-dot", opened with it). A vkq whose get_device cannot
-    force the choice has one path: the device as opened."""
-    if not can_choose_dot_product():
-        return [("vulkan", device)]
+    ("vulkan", opened without the integer dot product) and, where the device can enable
+    shaderIntegerDotProduct, ("vulkan-dot", opened with it)."""
     out = [("vulkan", get_device(device.info.index, dot_product=False))]
-    if device.info.features.get("shaderIntegerDotProduct"):
+    if "shaderIntegerDotProduct" in device.features_enabled:
         out.append(("vulkan-dot", get_device(device.info.index, dot_product=True)))
     return out
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from ..device import Device, get_device
-from .kernels import can_choose_dot_product, paths, run_kernels
+from .kernels import paths, run_kernels
 from .models import DEFAULT_MODELS, run_models
 from .records import Settings, note
 from .report import print_models_memory, print_tables, targets, write_json
@@ -24,10 +24,8 @@ def run(suites=("kernels", "models"), device=None, quick: bool = False, repeats:
     roof = measure(dev, quick, dot_device=dot)
     s = Settings(dev, roof, quick, repeats or (2 if quick else 10), 1 if quick else 2, 0.5 if quick else 8.0, only,
                  progress=progress)
-    if not can_choose_dot_product():
-        note(s, "one kernel path: this vkq's get_device cannot choose the integer dot product")
-    elif dot is None:
-        note(s, f"one kernel path: {dev.info.name} has no shaderIntegerDotProduct")
+    if dot is None:
+        note(s, f"one kernel path: {dev.info.name} cannot enable shaderIntegerDotProduct")
     s.load_avg = [os.getloadavg()[0]]
     records = list(roof["records"])
     if "kernels" in suites:
