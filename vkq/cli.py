@@ -109,7 +109,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    """Roofline, kernels and models with their peers in one run (vkq/bench.py)."""
+    """Roofline, kernels and models with their peers in one run (vkq/bench/)."""
     from .bench import main as bench_main
     return bench_main(args)
 
@@ -174,7 +174,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None, help="the cases whose name contains this (or a family: linear, conv, ...)")
     p.add_argument("--models", default=None, help="comma-separated model names (default mobilenet_v2,resnet18)")
     p.add_argument("--json", default=None, help="write one record per measurement here")
-    p.add_argument("--plot", default=None, help="draw the kernels and models into this .png")
+    p.add_argument("--plot", default=None, help="draw the roofline chart of the kernels beside the models "
+                   "into this .png")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("embed", help="sentence embeddings (all-MiniLM-L6-v2) on Vulkan: pairwise cosine similarities")
