@@ -81,6 +81,18 @@ def select(spec=None) -> DeviceInfo:
     return matches[0]
 
 
+def _log_variant(shader: str, defines: tuple) -> None:
+    """With $VKQ_DISPATCH_LOG set, append each shader variant a dispatch is built from, with
+    the pytest test that built it: tools/gpuav_select.py turns the log of the lavapipe test
+    pass into the smallest set of tests that runs every variant under GPU-assisted validation."""
+    path = os.environ.get("VKQ_DISPATCH_LOG")
+    if path:
+        import json
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+        with open(path, "a") as f:
+            f.write(json.dumps({"test": test, "shader": shader, "defines": dict(defines)}) + "\n")
+
+
 _open_devices: dict[tuple, "Device"] = {}
 _open_lock = threading.Lock()
 
@@ -353,6 +365,7 @@ class Device:
         key = (shader, tuple(sorted(shaders._normalize(defines).items())))
         if key not in self._spirv:
             self._spirv[key] = shaders.compile_shader(shader, defines)
+        _log_variant(*key)
         return self._spirv[key]
 
     def dispatch(self, shader: str, buffers, groups, *, local=(64, 1, 1), spec=(), push=(),
