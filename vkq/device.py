@@ -10,6 +10,7 @@ software driver.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
@@ -112,21 +113,22 @@ def default_dot_product(info: DeviceInfo) -> bool:
     return bool(info.features.get("shaderIntegerDotProduct")) and info.dot_product_accelerated
 
 
-def get_device(spec=None, *, dot_product: bool | None = None) -> "Device":
+def get_device(spec=None, *, dot_product: bool | None = None, subgroups: bool = True) -> "Device":
     """The opened Device for a choice: one per physical device and kernel choice per process.
     dot_product: None chooses per device (default_dot_product); True/False forces the int8
     kernels' integer-dot-product variants on or off (True on a device without the feature is
-    an error)."""
+    an error). subgroups=False hides the device's subgroup operations from the kernels, so
+    they take the variants written for devices without them (tests run those too)."""
     info = select(spec)
     if dot_product is None:
         dot_product = default_dot_product(info)
     elif dot_product and not info.features.get("shaderIntegerDotProduct"):
         raise DeviceNotFound(f"{info.name} has no shaderIntegerDotProduct: the integer dot product "
                              "kernels cannot run there")
-    key = (info.index, bool(dot_product))
+    key = (info.index, bool(dot_product), bool(subgroups))
     with _open_lock:
         if key not in _open_devices:
-            _open_devices[key] = Device(info, dot_product=bool(dot_product))
+            _open_devices[key] = Device(info, dot_product=bool(dot_product), subgroups=subgroups)
         return _open_devices[key]
 
 
@@ -314,9 +316,9 @@ class Device:
     integer-dot-product variants here. lock: held while the device's queue or its kp
     objects are used, so that threads may share a device."""
 
-    def __init__(self, info: DeviceInfo, dot_product: bool = False):
+    def __init__(self, info: DeviceInfo, dot_product: bool = False, subgroups: bool = True):
         import kp
-        self.info = info
+        self.info = info if subgroups else dataclasses.replace(info, subgroup_operations=("basic",))
         self.features_enabled = frozenset(enabled_features(info))
         if dot_product and "shaderIntegerDotProduct" not in self.features_enabled:
             raise DeviceNotFound(f"{info.name}: the integer dot product cannot be enabled")
