@@ -89,8 +89,10 @@ class Program:
     meta: dict = field(default_factory=dict)
 
     def validate(self) -> None:
-        """Every name is defined before use, shapes of constants match their specs."""
+        """Every name is defined once before use, shapes of constants match their specs."""
         known = set(self.inputs) | set(self.constants)
+        if len(known) != len(self.inputs) + len(self.constants):
+            raise ValueError("a program input is named twice, or is also a constant")
         for name in list(self.inputs) + list(self.constants):
             if name not in self.tensors:
                 raise ValueError(f"tensor {name!r} has no spec")
@@ -110,6 +112,8 @@ class Program:
             for t in node.outputs:
                 if t not in self.tensors:
                     raise ValueError(f"node {node.name!r} writes {t!r}, which has no spec")
+                if t in known:
+                    raise ValueError(f"node {node.name!r} writes {t!r}, which is already defined")
                 known.add(t)
         for t in self.outputs:
             if t not in known:
