@@ -252,3 +252,29 @@ def test_pt2_exported_in_training_mode_is_compiled_in_eval_form(tmp_path):
     with torch.no_grad():
         assert torch.equal(gm(x), model.eval()(x)) and torch.equal(example, x)
     assert gm.eval() is gm
+
+
+def test_calibration_files_of_several_kinds(cnn, tmp_path, capsys):
+    import vkq.calibration as cal
+    ids, mask = InputSpec((2, 9), np.dtype(np.int64)), InputSpec((2, 9), np.dtype(np.int64))
+    np.savez(tmp_path / "b0.npz", np.arange(18).reshape(2, 9), np.ones((2, 9), np.int32))
+    (batch,) = calibration_batches([tmp_path / "b0.npz"], [ids, mask], progress=False)
+    assert [a.dtype for a in batch] == [np.int64, np.int64] and batch[1].sum() == 18
+    with pytest.raises(cal.CalibrationError, match="holds 2 arrays; the model takes 1 inputs"):
+        calibration_batches([tmp_path / "b0.npz"], [ids], progress=False)
+    np.save(tmp_path / "s.npy", np.zeros((5, 2, 9), np.int64))
+    with pytest.raises(cal.CalibrationError, match="a .npy file calibrates a one-input model; this one takes 2"):
+        calibration_batches([tmp_path / "s.npy"], [ids, mask], progress=False)
+    assert len(calibration_batches([tmp_path / "s.npy"], [ids], limit=3, progress=False)) == 3
+    with pytest.raises(cal.CalibrationError, match=r"dtype float64 does not convert to the model's input dtype int64"):
+        np.save(tmp_path / "f.npy", np.zeros((2, 9)))
+        calibration_batches([tmp_path / "f.npy"], [ids], progress=False)
+    # images in batches of the input's batch size: 7 images make 3 batches of 2, one is left over
+    two = InputSpec((2, 3, 21, 21), np.dtype(np.float32))
+    batches = calibration_batches([cnn.images], [two], TRANSFORM, progress=False)
+    assert [b[0].shape for b in batches] == [(2, 3, 21, 21)] * 3 and "1 image(s) left over" in capsys.readouterr().err
+    assert len(calibration_batches([cnn.images], [two], TRANSFORM, limit=2, progress=False)) == 2
+    grey = InputSpec((1, 1, 21, 21), np.dtype(np.float32))
+    assert calibration_batches([cnn.images / "0.png"], [grey], progress=False)[0][0].shape == (1, 1, 21, 21)
+    with pytest.raises(cal.CalibrationError, match="images calibrate a model with one float input"):
+        calibration_batches([cnn.images], [ids], progress=False)
