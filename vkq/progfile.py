@@ -284,8 +284,10 @@ def _check_version(manifest: dict) -> int:
     _require(version <= VERSION, f"program file version {version} is newer than this vkq reads "
              f"(versions 1 to {VERSION}); update vkq to load it")
     if version >= 2:
-        stored = manifest.get("digest")
-        _require(isinstance(stored, str) and stored.startswith("sha256:"), f"{MANIFEST} has no digest")
+        _require("digest" in manifest, f"{MANIFEST} has no digest")
+        stored = manifest["digest"]
+        _require(isinstance(stored, str) and stored.startswith("sha256:"),
+                 f"{MANIFEST}: digest must be 'sha256:<64 hex digits>', got {_kind(stored)}")
         try:
             actual = digest(manifest)
         except (ValueError, RecursionError) as e:
