@@ -162,8 +162,8 @@ def _keys(entry: dict, required, optional, where):
 
 
 def check_dim(d, where):
-    """One entry of a tensor shape: a non-negative integer. (Symbolic dimensions, expressions
-    in the input symbols, are to be accepted here.)"""
+    """One entry of a tensor shape: a non-negative integer. (Symbolic dimensions, vkq.symbolic
+    expressions in the program's input symbols, are to be accepted here, and bounded by them.)"""
     _require(_is_int(d) and 0 <= d <= MAX_ELEMENTS,
              f"{where} must be a non-negative integer up to {MAX_ELEMENTS}, got {_kind(d)}")
     return d
