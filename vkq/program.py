@@ -174,8 +174,8 @@ class Program:
         return Program(tensors, nodes, self.inputs, self.outputs, self.constants, self.fallback, meta)
 
     def validate(self) -> None:
-        """Every name is defined before use, shapes of constants match their specs, symbolic
-        dims use declared symbols with sane bounds."""
+        """Every name is defined once before use, shapes of constants match their specs,
+        symbolic dims use declared symbols with sane bounds."""
         for sym, bounds in self.symbols.items():
             if (not isinstance(bounds, (list, tuple)) or len(bounds) != 2
                     or not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)
@@ -188,6 +188,8 @@ class Program:
             if name in self.tensors and self.tensors[name].symbolic:
                 raise ValueError(f"constant {name!r} has a symbolic shape")
         known = set(self.inputs) | set(self.constants)
+        if len(known) != len(self.inputs) + len(self.constants):
+            raise ValueError("a program input is named twice, or is also a constant")
         for name in list(self.inputs) + list(self.constants):
             if name not in self.tensors:
                 raise ValueError(f"tensor {name!r} has no spec")
@@ -207,6 +209,8 @@ class Program:
             for t in node.outputs:
                 if t not in self.tensors:
                     raise ValueError(f"node {node.name!r} writes {t!r}, which has no spec")
+                if t in known:
+                    raise ValueError(f"node {node.name!r} writes {t!r}, which is already defined")
                 known.add(t)
         for t in self.outputs:
             if t not in known:
