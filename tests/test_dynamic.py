@@ -98,3 +98,26 @@ def test_inputs_that_disagree_are_refused():
     assert prog.bind([(3, 4), (3, 4)]) == {"s0": 3}
     with pytest.raises(ValueError, match=r"input 'b' dimension 0 is 2, but input 'a' dimension 0 is 3: both are batch"):
         prog.bind([(3, 4), (2, 4)])
+
+
+def test_saved_dynamic_program_runs_any_shape_through_vkq_run(device, tmp_path):
+    """The .vkq file keeps the symbols and their bounds; `vkq run` (no torch) takes any shape
+    within them and refuses one outside, naming the dimension."""
+    from oputil import run_cli_without_torch
+    from vkq.progfile import load_program, save_program
+    rng = np.random.default_rng(3)
+    prog = conv_net(rng)
+    path = save_program(prog, tmp_path / "dyn.vkq")
+    loaded = load_program(path)
+    assert loaded.symbols == {k: tuple(v) for k, v in BOUNDS.items()} and loaded.tensors["h"].shape == prog.tensors["h"].shape
+    name = device.info.name
+    for shape in SHAPES[:4]:
+        x = rng.normal(0, 1, shape).astype(np.float32)
+        np.save(tmp_path / "x.npy", x)
+        res = run_cli_without_torch("run", path, "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npy",
+                                    "--device", name)
+        assert res.returncode == 0, res.stderr
+        np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), run_reference(prog, x))
+    np.save(tmp_path / "x.npy", np.zeros((1, 5, 30, 9), np.float32))
+    res = run_cli_without_torch("run", path, "--input", tmp_path / "x.npy", "--device", name)
+    assert res.returncode == 2 and "dimension 2 (height) must be in [5, 23], got 30" in res.stderr

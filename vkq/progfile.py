@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import packing
+from . import packing, symbolic
 from .program import DTYPES, Node, Program, TensorSpec
 
 FORMAT = "vkq-program"
@@ -111,6 +111,8 @@ def save_program(program: Program, path) -> Path:
         "fallback": [list(f) for f in program.fallback],
         "meta": _jsonable(program.meta, "meta"),
     }
+    if program.symbols:
+        manifest["symbols"] = {s: [int(lo), int(hi)] for s, (lo, hi) in program.symbols.items()}
     # What is saved is what load will see: JSON turns tuples into lists, keys into strings.
     manifest = json.loads(json.dumps(manifest))
     manifest["digest"] = digest(manifest)
@@ -162,10 +164,19 @@ def _keys(entry: dict, required, optional, where):
 
 
 def check_dim(d, where):
-    """One entry of a tensor shape: a non-negative integer. (Symbolic dimensions, vkq.symbolic
-    expressions in the program's input symbols, are to be accepted here, and bounded by them.)"""
+    """One entry of a tensor shape: a non-negative integer, or (dynamic shapes) an integer
+    expression in the program's input symbols (vkq.symbolic; Program.validate checks the
+    symbols are declared, and shapes at the symbols' bounds are checked when the executor
+    sizes its buffers)."""
+    if isinstance(d, str):
+        _require(len(d) <= 256, f"{where}: a symbolic dimension of {len(d)} characters")
+        try:
+            symbolic.check(d)
+        except symbolic.SymbolicError as e:
+            raise ProgramFileError(f"{where}: {e}") from None
+        return d
     _require(_is_int(d) and 0 <= d <= MAX_ELEMENTS,
-             f"{where} must be a non-negative integer up to {MAX_ELEMENTS}, got {_kind(d)}")
+             f"{where} must be a non-negative integer up to {MAX_ELEMENTS} or an expression, got {_kind(d)}")
     return d
 
 
@@ -223,6 +234,17 @@ def _constant_entry(name, entry, tensors) -> dict:
     _require(isinstance(entry["sha256"], str) and _SHA256.fullmatch(entry["sha256"]),
              f"{where}: sha256 must be 64 hex digits, got {_kind(entry['sha256'])}")
     return entry
+
+
+def _symbols(value) -> dict:
+    """The dynamic dims' bounds: {symbol: [min, max]} (Program.validate checks their order)."""
+    out = {}
+    for sym, bounds in _typed(value, dict, "symbols").items():
+        _require(sym.isidentifier(), f"symbols: {sym!r} is not a symbol name")
+        _require(isinstance(bounds, list) and len(bounds) == 2 and all(_is_int(b) for b in bounds),
+                 f"symbols: {sym!r} must be [min, max] integers, got {_kind(bounds)}")
+        out[sym] = (int(bounds[0]), int(bounds[1]))
+    return out
 
 
 def _fallback(value) -> list:
@@ -299,7 +321,7 @@ def _check_version(manifest: dict) -> int:
 
 def _program_from(manifest: dict, version: int, archive: _Archive) -> Program:
     top = ("format", "version", "tensors", "nodes", "inputs", "outputs", "constants")
-    _keys(manifest, top + (("digest",) if version >= 2 else ()), ("fallback", "meta"), MANIFEST)
+    _keys(manifest, top + (("digest",) if version >= 2 else ()), ("fallback", "meta", "symbols"), MANIFEST)
     tensors = {name: _tensor_spec(name, t) for name, t in _typed(manifest["tensors"], dict, "tensors").items()}
     nodes = [_node(i, n) for i, n in enumerate(_typed(manifest["nodes"], list, "nodes"))]
     inputs, outputs = _names(manifest["inputs"], "inputs"), _names(manifest["outputs"], "outputs")
@@ -308,6 +330,7 @@ def _program_from(manifest: dict, version: int, archive: _Archive) -> Program:
                for name, c in _typed(manifest["constants"], dict, "constants").items()}
     fallback = _fallback(manifest.get("fallback", []))
     meta = _typed(manifest.get("meta", {}), dict, "meta")
+    symbols = _symbols(manifest.get("symbols", {}))
 
     files = [c["file"] for c in entries.values()]
     _require(len(set(files)) == len(files), "two constants name the same file")
@@ -315,7 +338,7 @@ def _program_from(manifest: dict, version: int, archive: _Archive) -> Program:
         raise ProgramFileError(f"the archive holds an entry nothing uses: {extra!r}")
     constants = {name: _read_constant(archive, name, entry, tensors[name]) for name, entry in entries.items()}
 
-    program = Program(tensors, nodes, inputs, outputs, constants, fallback, dict(meta))
+    program = Program(tensors, nodes, inputs, outputs, constants, fallback, dict(meta), symbols)
     try:
         program.validate()
     except ValueError as e:
