@@ -34,21 +34,24 @@ def _quiet_third_party_logs():
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
 
 
-def quantize(model, example_inputs, calibration=None, scheme: str = "static"):
+def quantize(model, example_inputs, calibration=None, scheme: str = "static", dynamic_shapes=None):
     """PT2E quantization with vkq's quantizer; returns the converted GraphModule (PyTorch's
-    own fake-quant reference, runnable eagerly)."""
+    own fake-quant reference, runnable eagerly). dynamic_shapes: torch.export's."""
     _quiet_third_party_logs()
     from .api import quantize as _quantize
-    return _quantize(model, example_inputs, calibration, scheme)
+    return _quantize(model, example_inputs, calibration, scheme, dynamic_shapes=dynamic_shapes)
 
 
 def compile(model_or_converted, example_inputs, calibration=None, scheme: str = "static",
-            device=None) -> CompiledProgram:
+            device=None, dynamic_shapes=None) -> CompiledProgram:
     """A float nn.Module is quantized with vkq's quantizer first; an already converted PT2E
-    GraphModule (any quantizer) is lowered as it is. Prints which ops fall back to the CPU."""
+    GraphModule (any quantizer) is lowered as it is. Prints which ops fall back to the CPU.
+    dynamic_shapes (torch.export's: a torch.export.Dim("batch", min=1, max=16) per dynamic
+    input dimension) makes one program for every shape within the bounds."""
     _quiet_third_party_logs()
     from .api import compile as _compile
-    program, fallback = _compile(model_or_converted, example_inputs, calibration, scheme)
+    program, fallback = _compile(model_or_converted, example_inputs, calibration, scheme,
+                                 dynamic_shapes=dynamic_shapes)
     if fallback:
         print(f"vkq: {len(fallback)} op(s) run on the CPU:")
         for op, reason in fallback:

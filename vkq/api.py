@@ -25,22 +25,25 @@ def _as_tuple(x):
 
 
 def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: str = "static",
-             quantizer=None, progress: bool = True) -> GraphModule:
+             quantizer=None, progress: bool = True, dynamic_shapes=None) -> GraphModule:
     """Export `model`, prepare it with VkqQuantizer(scheme) (or `quantizer`), run the calibration
     inputs through it (an iterable of input tuples, or of tensors for one-input models; default:
-    the example inputs once; a batch larger than the example's is cut into example-sized
-    pieces, since the exported graph has static shapes), convert.
+    the example inputs once), convert. dynamic_shapes is torch.export's (a torch.export.Dim
+    per dynamic input dimension, with min= and max=): calibration batches of any shape within
+    the bounds are used as they are; without it the graph has the example's static shapes and
+    a batch larger than the example's is cut into example-sized pieces.
     Returns the converted PT2E GraphModule: q/dq around float ops, runnable eagerly."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     example_inputs = _as_tuple(example_inputs)
     model = model.eval()
-    gm = torch.export.export(model, example_inputs).module()
+    gm = torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes).module()
     prepared = prepare_pt2e(gm, quantizer or VkqQuantizer(scheme))
     batches = [example_inputs] if calibration is None else calibration
     with torch.no_grad():
         for batch in (_progress(batches, "calibrating") if progress else batches):
-            for chunk in _fit_batch(_as_tuple(batch), example_inputs):
+            batch = _as_tuple(batch)
+            for chunk in ([batch] if dynamic_shapes is not None else _fit_batch(batch, example_inputs)):
                 prepared(*chunk)
     return convert_pt2e(prepared)
 
@@ -61,18 +64,19 @@ def _fit_batch(batch: tuple, example: tuple):
 
 
 def compile(model_or_converted, example_inputs, calibration=None, scheme: str = "static",
-            device=None):
+            device=None, dynamic_shapes=None):
     """Quantize (unless given a converted GraphModule) and lower to a vkq Program.
     Returns (program, program.fallback). `device` is accepted for the executor wrapper to come;
-    the Program itself does not depend on it."""
+    the Program itself does not depend on it. dynamic_shapes (torch.export's) makes one
+    program for every input shape within the Dims' bounds."""
     from .lower import lower
 
     example_inputs = _as_tuple(example_inputs)
     gm = model_or_converted
     if not _is_converted(gm):
-        gm = quantize(gm, example_inputs, calibration, scheme)
+        gm = quantize(gm, example_inputs, calibration, scheme, dynamic_shapes=dynamic_shapes)
     float_linear = scheme if scheme in ("dynamic", "weight_only") else "dynamic"
-    program = lower(gm, example_inputs, float_linear=float_linear)
+    program = lower(gm, example_inputs, float_linear=float_linear, dynamic_shapes=dynamic_shapes)
     return program, program.fallback
 
 

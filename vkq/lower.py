@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch.fx import GraphModule, Node
 
+from . import dynamic
 from .ops import cpu as _cpu_ops, float as _float_ops  # noqa: F401  (the ops CPU_RULES emit)
 from .passes import run_pipeline
 from .passes._graph import (DEQUANTIZE, PERMUTES, QUANTIZE, VIEWS, arg, aten, const_value, dtype_of, is_call,
@@ -42,11 +43,37 @@ HAS_INT8_KERNEL = {aten.conv2d.default, aten.linear.default, aten.add.Tensor, at
                    aten.cat.default, aten.relu.default, aten.hardtanh.default} | VIEWS
 
 
-def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", report: dict | None = None) -> Program:
+def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", report: dict | None = None,
+          dynamic_shapes=None) -> Program:
     """Lower a converted PT2E GraphModule to a Program. float_linear ("dynamic" or
     "weight_only") says what a linear with a float input and int8 weights becomes when the
-    quantizer did not say (graphs from other quantizers)."""
+    quantizer did not say (graphs from other quantizers). A graph exported with dynamic dims
+    gives a symbolic Program (vkq.dynamic); dynamic_shapes (what was given to torch.export)
+    only names the dims in messages."""
     example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    fakes = dynamic.input_fake_values(gm)
+    if fakes is None:
+        return _lower_at(gm, example_inputs, float_linear, report)[0]
+    shapes, bounds = dynamic.symbolic_shapes(gm, fakes)
+    bounds, names = dynamic.user_bounds(gm, shapes, bounds, dynamic_shapes)
+    program, lowered = _lower_at(gm, example_inputs, float_linear, report)
+    dyn = dynamic.symbolize(program, lowered, shapes, bounds, names)
+    example = dyn.bind([tuple(x.shape) for x in example_inputs])
+    probe = dynamic.probe_bindings(dyn.symbols, example)
+    if probe != example:
+        probe_inputs = tuple(_resized(x, dyn.tensors[name].shape, probe) for x, name in zip(example_inputs, dyn.inputs))
+        dynamic.verify(dyn, _lower_at(gm, probe_inputs, float_linear, None)[0], probe)
+    return dyn
+
+
+def _resized(x, sym_shape, bindings):
+    """An input of another shape with the example's values (ids stay valid ids)."""
+    shape = tuple(dynamic.symbolic.evaluate_shape(sym_shape, bindings))
+    return torch.from_numpy(np.resize(x.detach().cpu().numpy(), shape).copy())
+
+
+def _lower_at(gm: GraphModule, example_inputs, float_linear: str, report: dict | None):
+    """(Program at the example inputs' shapes, the lowered GraphModule)."""
     gm = copy.deepcopy(gm)
     record_shapes(gm, example_inputs)
     gm.meta["vkq_float_linear"] = float_linear
@@ -59,7 +86,7 @@ def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", rep
     schedule_host_first(program)
     program.meta["passes"] = list(passes)
     program.validate()
-    return program
+    return program, gm
 
 
 # ------------------------------------------------------------------ specs and dtypes

@@ -1,0 +1,266 @@
+"""Dynamic shapes through lowering: a converted PT2E graph exported with torch.export's
+dynamic_shapes becomes one symbolic Program.
+
+How, in three steps (lower() calls them when the graph's inputs have symbolic dims):
+1. symbolic_shapes: run the converted graph once under the export's own FakeTensorMode, so
+   every node gets its output shape in torch's symbols ("s31", "(((s16 - 1)//2)) + 1"), and
+   every integer node (aten.sym_size and the arithmetic on it) its expression.
+2. The passes and the translation run as for a static program, on the example inputs'
+   concrete shapes; then symbolize turns that Program's specs into the symbolic shapes of the
+   FX nodes they came from (a vkq op holds the value of the PT2E quantize node it replaced:
+   meta["vkq_source"]), and an attr that equals its node's output shape into that shape.
+3. verify: the same converted graph lowered again at a second shape (every symbol moved within
+   its bounds) must equal the symbolic Program specialized to that shape — same nodes, attrs,
+   specs and constants. A lowering that decided something from a concrete size (a tile, a
+   divisor, a folded mask) fails here with the node and attr named, instead of computing
+   something else at other shapes.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.fx import GraphModule, Node
+
+from . import symbolic
+from .program import Program, TensorSpec
+
+
+class DynamicShapeError(ValueError):
+    """The model cannot be lowered with these dynamic dims (the message says where)."""
+
+
+def _dims(shape) -> tuple:
+    """torch sizes (ints and SymInts) -> ints and vkq.symbolic expression strings."""
+    out = []
+    for d in shape:
+        if isinstance(d, torch.SymInt):
+            expr = d.node.expr
+            out.append(int(expr) if expr.is_number else str(expr))
+        else:
+            out.append(int(d))
+    return tuple(out)
+
+
+def _symint(v):
+    if isinstance(v, torch.SymInt):
+        expr = v.node.expr
+        return int(expr) if expr.is_number else str(expr)
+    return int(v)
+
+
+def input_fake_values(gm: GraphModule) -> list | None:
+    """The placeholders' FakeTensors when at least one has a symbolic dim, else None."""
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    if not vals or not all(isinstance(v, torch.Tensor) for v in vals):
+        return None
+    if not any(isinstance(d, torch.SymInt) for v in vals for d in v.shape):
+        return None
+    return vals
+
+
+def symbolic_shapes(gm: GraphModule, fakes: list) -> tuple[dict, dict]:
+    """({node name: shape of ints/expressions, or an int node's expression}, {symbol: (min, max)})
+    from one run of gm under the fake mode the export made (no real data is touched)."""
+    mode = fakes[0].fake_mode
+    env = mode.shape_env
+    shapes: dict = {}
+
+    class Propagate(torch.fx.Interpreter):
+        def run_node(self, n):
+            result = super().run_node(n)
+            if isinstance(result, torch.Tensor):
+                shapes[n.name] = _dims(result.shape)
+            elif isinstance(result, (torch.SymInt, int)) and not isinstance(result, bool):
+                shapes[n.name] = _symint(result)
+            elif isinstance(result, (tuple, list)):
+                for i, r in enumerate(result):
+                    if isinstance(r, torch.Tensor):
+                        shapes[f"{n.name}_{i}"] = _dims(r.shape)
+            return result
+
+        def call_module(self, target, args, kwargs):    # export's _guards_fn: nothing to compute
+            if target == "_guards_fn" or str(target).startswith("_guards"):
+                return None
+            return super().call_module(target, args, kwargs)
+
+    with mode, torch.no_grad():
+        Propagate(gm).run(*fakes)
+    used = set()
+    for v in shapes.values():
+        for d in (v if isinstance(v, tuple) else (v,)):
+            used |= symbolic.symbols_of(d) if isinstance(d, str) else set()
+    bounds = {}
+    for sym, vr in env.var_to_range.items():
+        name = str(sym)
+        if name in used:
+            hi = vr.upper
+            finite = getattr(hi, "is_finite", True) and str(hi) not in ("oo", "int_oo")
+            bounds[name] = (int(vr.lower), int(hi) if finite else None)
+    return shapes, bounds
+
+
+def _input_dims(gm: GraphModule, dynamic_shapes) -> list:
+    """Per placeholder, its dynamic_shapes entry ({dim: Dim} or a list/tuple of Dim|None), or None."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if isinstance(dynamic_shapes, dict):
+        specs = list(dynamic_shapes.values())
+    else:
+        specs = list(dynamic_shapes or [])
+    out = []
+    for i in range(len(placeholders)):
+        spec = specs[i] if i < len(specs) else None
+        if isinstance(spec, (list, tuple)):
+            spec = {d: dim for d, dim in enumerate(spec) if dim is not None}
+        out.append(spec if isinstance(spec, dict) else None)
+    return out
+
+
+def user_bounds(gm: GraphModule, shapes: dict, bounds: dict, dynamic_shapes=None) -> tuple[dict, dict]:
+    """({symbol: (min, max)}, {symbol: "batch"}): the bounds and names the user gave each
+    symbol's torch.export.Dim (export's own ranges are narrower: it assumes sizes >= 2), and
+    export's range where no Dim says."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    final, names = dict(bounds), {}
+    for n, spec in zip(placeholders, _input_dims(gm, dynamic_shapes)):
+        for d, sym in enumerate(shapes.get(n.name, ())):
+            if not (isinstance(sym, str) and sym.isidentifier()) or spec is None or d not in spec:
+                continue
+            dim = spec[d]
+            lo, hi = getattr(dim, "min", None), getattr(dim, "max", None)
+            names[sym] = getattr(dim, "__name__", sym)
+            if isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi < 2 ** 31:
+                final[sym] = (lo, hi)
+    for sym, (lo, hi) in final.items():
+        if hi is None:
+            raise DynamicShapeError(f"dynamic dim {names.get(sym, sym)} has no upper bound: give torch.export.Dim "
+                                    "a max= (vkq sizes its buffers for the largest shape)")
+    return final, names
+
+
+def symbolize(program: Program, gm: GraphModule, shapes: dict, bounds: dict, names: dict) -> Program:
+    """The concrete Program lowered from gm at the example shapes, with every tensor's
+    symbolic shape and shape attrs; its example shapes must come out of the expressions."""
+    nodes = {n.name: n for n in gm.graph.nodes}
+    example = {}
+    for name in program.inputs:
+        sym = shapes.get(name)
+        if sym is None:
+            raise DynamicShapeError(f"input {name!r} has no symbolic shape")
+        for want, got in zip(sym, program.tensors[name].shape):
+            if isinstance(want, str) and want.isidentifier():
+                example[want] = got
+    tensors = {}
+    for t, spec in program.tensors.items():
+        if t in program.constants:
+            tensors[t] = spec
+            continue
+        sym = _symbolic_shape_of(t, program, nodes, shapes, tensors)
+        if sym is None or len(sym) != len(spec.shape):
+            raise DynamicShapeError(f"tensor {t!r}: vkq cannot tell how its shape {spec.shape} follows the inputs' "
+                                    "dynamic dims")
+        if symbolic.evaluate_shape(sym, example) != spec.shape:
+            raise DynamicShapeError(f"tensor {t!r}: its symbolic shape {sym} gives "
+                                    f"{symbolic.evaluate_shape(sym, example)} at the example, not {spec.shape}")
+        tensors[t] = TensorSpec(sym, spec.dtype, spec.layout, spec.scale, spec.zero_point)
+    new_nodes = []
+    for node in program.nodes:
+        attrs = node.attrs
+        if len(node.outputs) == 1:
+            out = program.tensors[node.outputs[0]].shape
+            attrs = _shape_attrs(attrs, out, tensors[node.outputs[0]].shape)
+        new_nodes.append(type(node)(node.op, node.inputs, node.outputs, attrs, node.name))
+    meta = {**program.meta, "symbol_names": _described(program, tensors, names)}
+    dyn = Program(tensors, new_nodes, program.inputs, program.outputs, program.constants, program.fallback, meta,
+                  {s: bounds[s] for s in sorted(bounds)})
+    dyn.validate()
+    return dyn
+
+
+def _described(program: Program, tensors: dict, names: dict) -> dict:
+    """{symbol: "batch"} -> {symbol: "batch"}, with export's own name where the user gave none."""
+    out = {}
+    for name in program.inputs:
+        for d in tensors[name].shape:
+            if isinstance(d, str) and d.isidentifier():
+                out.setdefault(d, names.get(d, d))
+    return out
+
+
+def _symbolic_shape_of(t, program, nodes, shapes, done):
+    if t in shapes and isinstance(shapes[t], tuple):
+        return shapes[t]
+    fx = nodes.get(t)
+    if fx is not None and fx.meta.get("vkq_source") in shapes:
+        return shapes[fx.meta["vkq_source"]]
+    if t.endswith("_float") and t[:-len("_float")] in done:           # the output's dequantize
+        return done[t[:-len("_float")]].shape
+    producer = next((n for n in program.nodes if t in n.outputs), None)
+    if producer is not None:                   # a shape-preserving op: its input's shape
+        concrete = program.tensors[t].shape
+        for i in producer.inputs:
+            if i in done and program.tensors[i].shape == concrete and i not in program.constants:
+                return done[i].shape
+    return None
+
+
+def _shape_attrs(attrs, concrete: tuple, sym: tuple):
+    """An attr that lists exactly the output's concrete shape is that shape (reshape, expand,
+    repack targets): it becomes the symbolic shape."""
+    if concrete == sym:
+        return attrs
+
+    def walk(v):
+        if isinstance(v, (list, tuple)) and len(v) == len(concrete) and len(v) > 0 \
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in v) and tuple(v) == concrete:
+            return [symbolic.expr_attr(d) for d in sym]
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+    return walk(attrs)
+
+
+def probe_bindings(bounds: dict, example: dict) -> dict:
+    """A second shape for verify: every symbol moved off its example value within its bounds
+    (+1, or -1 at the top), so that a size the lowering took as a constant shows."""
+    out = {}
+    for s, (lo, hi) in bounds.items():
+        v = example[s]
+        out[s] = v + 1 if v + 1 <= hi else max(lo, v - 1)
+    return out
+
+
+def verify(dyn: Program, probe: Program, bindings: dict) -> None:
+    """dyn specialized at `bindings` must be exactly `probe` (the graph lowered there)."""
+    spec = dyn.specialize(bindings)
+    if [n.op for n in spec.nodes] != [n.op for n in probe.nodes]:
+        raise DynamicShapeError("the lowering makes different ops at different shapes "
+                                f"({len(spec.nodes)} vs {len(probe.nodes)} nodes): these dims cannot be dynamic")
+    for a, b in zip(spec.nodes, probe.nodes):
+        where = f"node {a.name!r} ({a.op})"
+        if a.inputs != b.inputs or a.outputs != b.outputs:
+            raise DynamicShapeError(f"{where} reads or writes other tensors at another shape")
+        for k in set(a.attrs) | set(b.attrs):
+            if _plain(a.attrs.get(k)) != _plain(b.attrs.get(k)):
+                raise DynamicShapeError(f"{where}: its attribute {k!r} depends on the input size "
+                                        f"({a.attrs.get(k)!r} at {bindings} should be {b.attrs.get(k)!r}); "
+                                        "this op cannot run with dynamic shapes yet")
+    for t, s in spec.tensors.items():
+        p = probe.tensors.get(t)
+        if p is None or (s.shape, s.dtype, s.layout, s.scale, s.zero_point) != \
+                (p.shape, p.dtype, p.layout, p.scale, p.zero_point):
+            raise DynamicShapeError(f"tensor {t!r} is {s} at {bindings}, but lowering there gives {p}")
+    for t, v in dyn.constants.items():
+        if t not in probe.constants or not np.array_equal(np.asarray(v), np.asarray(probe.constants[t])):
+            raise DynamicShapeError(f"constant {t!r} depends on the input size: these dims cannot be dynamic yet")
+
+
+def _plain(v):
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (np.integer, np.floating)):
+        return v.item()
+    return v
