@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from vkq import models                                                    # noqa: E402
-from vkq.registry import get_op                                           # noqa: E402
+from vkq.registry import cpu_reason                                        # noqa: E402
 from vkq.runtime import CompiledProgram                                   # noqa: E402
 from vkq.transformer import (VulkanSentenceEncoder, compile_encoder, cosine_matrix, token_counts,  # noqa: E402
                              tokenize, torch_embed)
@@ -106,7 +106,7 @@ def test_lowered_program_is_a_cpu_prefix_and_vulkan(programs):
     for scheme, program in programs.items():
         linear = "linear_dynamic" if scheme == "dynamic" else "linear_weight_only"
         assert [n.op for n in program.nodes].count(linear) == 36   # 6 layers x (Q, K, V, out, 2 FFN)
-        on_cpu = [get_op(n.op).on_vulkan is False for n in program.nodes]
+        on_cpu = [cpu_reason(n, program.tensors) is not None for n in program.nodes]
         first_vulkan = on_cpu.index(False)
         assert not any(on_cpu[first_vulkan:]), "a CPU node after the first Vulkan node"
         assert len(program.fallback) == sum(on_cpu)

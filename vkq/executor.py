@@ -11,7 +11,7 @@ import numpy as np
 
 from .device import Buffer, Device, get_device
 from .program import Node, Program, TensorSpec
-from .registry import get_op
+from .registry import cpu_reason, get_op
 
 
 def _as_numpy(x) -> np.ndarray:
@@ -140,8 +140,8 @@ class VulkanExecutor:
         self.device = device if isinstance(device, Device) else get_device(device)
         self.buffers: dict[str, Buffer] = {}
         self._pending_uploads: list[Buffer] = []
-        ops = {n.op: get_op(n.op) for n in program.nodes}
-        on_cpu = [n for n in program.nodes if not ops[n.op].on_vulkan]
+        on_cpu = [n for n in program.nodes if cpu_reason(n, program.tensors) is not None]
+        cpu_nodes = {id(n) for n in on_cpu}
 
         # Tensors the host must see: program I/O, and everything crossing a CPU node.
         host_side = set(program.inputs) | set(program.outputs)
@@ -170,7 +170,7 @@ class VulkanExecutor:
         self.segments = []   # ("vulkan", Recording, upload names, download names) | ("cpu", Node)
         run: list = []
         for node in program.nodes + [None]:
-            if node is not None and ops[node.op].on_vulkan:
+            if node is not None and id(node) not in cpu_nodes:
                 run.append(node)
                 continue
             if run:

@@ -31,9 +31,9 @@ from .ops import cpu as _cpu_ops, float as _float_ops  # noqa: F401  (the ops CP
 from .passes import run_pipeline
 from .passes._graph import (DEQUANTIZE, PERMUTES, QUANTIZE, VIEWS, arg, aten, const_value, dtype_of, is_call,
                             op_name, pair, q_args, qparams, record_shapes, shape_of, val, vkq_op_of)
-from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout
+from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
 from .program import Node as PNode, Program, TensorSpec
-from .registry import get_op
+from .registry import cpu_reason, get_op
 
 # Ops that have int8 Vulkan kernels: if one of these still runs on the CPU, it is because its
 # operands were float (not quantized) or a fold rule said why not.
@@ -76,8 +76,7 @@ def _spec(node_val, node: Node | None = None) -> TensorSpec:
         return TensorSpec(shape, dtype)
     layout = node.meta.get(LAYOUT_KEY) if node is not None else None
     qp = qparams(node) if node is not None else None
-    return TensorSpec(shape, "int8", layout or ("4W4C" if len(shape) == 4 else "4H4W"),
-                      *(qp if qp is not None else (None, None)))
+    return TensorSpec(shape, "int8", layout or rank_layout(len(shape)), *(qp if qp is not None else (None, None)))
 
 
 def _encode(v, inputs: list):
@@ -191,26 +190,21 @@ def _conv2d(n, t):
                                  "dilation": pair(arg(n, 5, "dilation", 1)), "groups": int(arg(n, 6, "groups", 1))}
 
 
-def _f32(name, n) -> str:
-    """The Vulkan twin of an any-dtype shape op when its tensors are float32."""
-    return f"{name}_f32" if _is_float(n) else name
-
-
 def _reshape(n, t):
-    return _f32("reshape", n), [n.args[0]], {"shape": list(shape_of(n))}
+    return "reshape", [n.args[0]], {"shape": list(shape_of(n))}
 
 
 def _permute(n, t):
     if n.target == aten.t.default:
         rank = len(shape_of(n.args[0]))
-        return _f32("permute", n), [n.args[0]], {"dims": [1, 0] if rank == 2 else list(range(rank))}
+        return "permute", [n.args[0]], {"dims": [1, 0] if rank == 2 else list(range(rank))}
     if n.target == aten.transpose.int:
-        return _f32("transpose", n), [n.args[0]], {"dim0": int(n.args[1]), "dim1": int(n.args[2])}
-    return _f32("permute", n), [n.args[0]], {"dims": [int(d) for d in n.args[1]]}
+        return "transpose", [n.args[0]], {"dim0": int(n.args[1]), "dim1": int(n.args[2])}
+    return "permute", [n.args[0]], {"dims": [int(d) for d in n.args[1]]}
 
 
 def _expand(n, t):
-    return "expand_f32", [n.args[0]], {"shape": list(shape_of(n))}
+    return "expand", [n.args[0]], {"shape": list(shape_of(n))}
 
 
 def _reduce(name):
@@ -233,11 +227,100 @@ def _vector_norm(n, t):
 
 def _cat(n, t):
     tensors = list(n.args[0])
-    return _f32("cat", n), tensors, {"dim": int(arg(n, 1, "dim", 0)) % len(shape_of(n))}
+    return "cat", tensors, {"dim": int(arg(n, 1, "dim", 0)) % len(shape_of(n))}
 
 
 def _identity(n, t):
-    return _f32("reshape", n), [n.args[0]], {"shape": list(shape_of(n))}
+    return "reshape", [n.args[0]], {"shape": list(shape_of(n))}
+
+
+def _slice(n, t):
+    x = n.args[0]
+    rank = len(shape_of(x))
+    dim, start, end, step = (arg(n, 1, "dim", 0), arg(n, 2, "start"), arg(n, 3, "end"), arg(n, 4, "step", 1))
+    if any(isinstance(v, Node) for v in (start, end, step)) or (step or 1) < 1:
+        return None
+    size = shape_of(x)[int(dim) % rank]
+    clip = lambda v: None if v is None else max(-size - 1, min(int(v), size))   # torch's ints may be huge
+    return "slice", [x], {"dim": int(dim) % rank, "start": clip(start), "end": clip(end), "step": int(step or 1)}
+
+
+def _narrow(n, t):
+    x, dim, start, length = n.args[:4]
+    if isinstance(start, Node):
+        return None
+    rank = len(shape_of(x))
+    start = int(start) % shape_of(x)[int(dim) % rank]
+    return "slice", [x], {"dim": int(dim) % rank, "start": start, "end": start + int(length), "step": 1}
+
+
+def _select(n, t):
+    x, dim, index = n.args[:3]
+    if isinstance(index, Node):
+        return None
+    return "select", [x], {"dim": int(dim) % len(shape_of(x)), "index": int(index)}
+
+
+def _split(n, t):
+    x = n.args[0]
+    dim = int(arg(n, 2, "dim", 0)) % len(shape_of(x))   # split(x, size, dim), chunk(x, chunks, dim)
+    return "split", [x], {"dim": dim, "sizes": [int(v.shape[dim]) for v in val(n)]}
+
+
+def _unbind(n, t):
+    x = n.args[0]
+    return "unbind", [x], {"dim": int(arg(n, 1, "dim", 0)) % len(shape_of(x))}
+
+
+def _constant_pad(n, t):
+    x, pad = n.args[0], [int(p) for p in n.args[1]]
+    if n.target == aten.pad.default and arg(n, 2, "mode", "constant") != "constant":
+        return None
+    value = arg(n, 3 if n.target == aten.pad.default else 2, "value", 0.0)
+    value = 0.0 if value is None else float(value)
+    if any(p < 0 for p in pad):
+        return None
+    if dtype_of(x) == torch.int8:       # the int8 number that stands for value
+        qp = qparams(x)
+        if qp is None:
+            return None
+        value = int(np.clip(np.rint(np.float32(value) / np.float32(qp[0])) + qp[1], -128, 127))
+    elif dtype_of(x) is not None and not dtype_of(x).is_floating_point:
+        value = int(value)
+    return "constant_pad_nd", [x], {"pad": pad, "value": value}
+
+
+# Ops that only move values: lowered to `take` with the index map they compute on the indices
+# themselves (every argument but the moved tensor must be a constant).
+MOVERS = {aten.index.Tensor, aten.roll.default, aten.flip.default, aten.repeat.default,
+          aten.index_select.default, aten.gather.default, aten.pixel_shuffle.default,
+          aten.pixel_unshuffle.default, aten.unfold.default, aten.tile.default, aten.diagonal.default,
+          aten.as_strided.default}
+
+
+def _take(n, t):
+    from .passes.fold_constants import evaluate_constant
+    x = n.args[0]
+    if not isinstance(x, Node) or not isinstance(val(n), torch.Tensor):
+        return None
+    env = {}
+    for a in n.all_input_nodes:
+        if a is not x:
+            v = evaluate_constant(t.gm, a)
+            if v is None:
+                return None
+            env[a] = v
+    numel = int(np.prod(shape_of(x), dtype=np.int64))
+    if numel >= 2 ** 31:
+        return None
+    env[x] = torch.arange(numel, dtype=torch.int64).reshape(shape_of(x))
+    args = torch.fx.node.map_arg(n.args, lambda a: env[a])
+    kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
+    with torch.no_grad():
+        index = n.target(*args, **kwargs)
+    if not isinstance(index, torch.Tensor) or tuple(index.shape) != shape_of(n):
+        return None
+    return "take", [x, t.const(index.numpy().astype(np.int32), "index")], {}
 
 
 _FLOAT_RULES = {
@@ -258,7 +341,6 @@ _FLOAT_RULES = {
     aten.mean.dim: _reduce("mean"),
     aten.sum.dim_IntList: _reduce("sum"), aten.sum.default: _reduce("sum"),
     aten.linalg_vector_norm.default: _vector_norm,
-    aten.expand.default: _expand, aten.expand_as.default: _expand,
 }
 
 CPU_RULES = {
@@ -268,6 +350,12 @@ CPU_RULES = {
     **{v: _reshape for v in VIEWS},
     **{p: _permute for p in PERMUTES},
     aten.cat.default: _cat,
+    aten.expand.default: _expand, aten.expand_as.default: _expand,
+    aten.slice.Tensor: _slice, aten.narrow.default: _narrow, aten.select.int: _select,
+    aten.split.Tensor: _split, aten.split_with_sizes.default: _split,
+    aten.chunk.default: _split, aten.unbind.int: _unbind,
+    aten.constant_pad_nd.default: _constant_pad, aten.pad.default: _constant_pad,
+    **{m: _take for m in MOVERS},
     aten.dropout.default: _identity, aten.clone.default: _identity, aten.contiguous.default: _identity,
     aten.alias.default: _identity, aten.detach.default: _identity,
 }
@@ -306,7 +394,7 @@ def schedule_host_first(program: Program) -> None:
     device_made: set = set()
     early, rest = [], []
     for node in program.nodes:
-        if get_op(node.op).on_vulkan or any(t in device_made for t in node.inputs):
+        if cpu_reason(node, program.tensors) is None or any(t in device_made for t in node.inputs):
             device_made.update(node.outputs)
             rest.append(node)
         else:
@@ -315,6 +403,20 @@ def schedule_host_first(program: Program) -> None:
 
 
 # ------------------------------------------------------------------ translation
+
+def _attr_value(gm, node) -> torch.Tensor:
+    """A get_attr that is not a tensor: a Python number as a 0-d tensor, else a clear error."""
+    obj = gm
+    for part in node.target.split("."):
+        obj = getattr(obj, part, None)
+    if isinstance(obj, (bool, int, float)):
+        return torch.tensor(obj)
+    users = ", ".join(f"{u.name} ({op_name(u.target)})" for u in node.users)
+    raise NotImplementedError(
+        f"get_attr {node.target!r} is a {type(obj).__name__}, not a tensor, read by {users}: "
+        "vkq lowers tensors and the ops on them (a control-flow or other higher-order op on a "
+        "submodule cannot be lowered; export the model without it)")
+
 
 class Translator:
     def __init__(self, gm: GraphModule):
@@ -355,8 +457,26 @@ class Translator:
         return node.name
 
     def emit(self, op: str, inputs, node: Node, attrs: dict) -> None:
-        out = self.define(node)
-        self.nodes.append(PNode(op, [self.name(i) for i in inputs], [out], attrs, name=node.name))
+        """One program node for FX node `node`; a list-valued node (split, unbind) gets one output
+        per element, named after the getitem that reads it. A node its op declines for Vulkan
+        is recorded in the fallback list with the op's reason."""
+        v = val(node)
+        if isinstance(v, (tuple, list)):
+            getitems = {u.args[1]: u for u in node.users if u.target is operator.getitem}
+            outs = []
+            for i, vi in enumerate(v):
+                item = getitems.get(i)
+                name = item.name if item is not None else f"{node.name}_{i}"
+                self.tensors[name] = _spec(vi, item)
+                outs.append(name)
+            self.names[node] = outs
+        else:
+            outs = [self.define(node)]
+        self.nodes.append(PNode(op, [self.name(i) for i in inputs], outs, attrs, name=node.name))
+        if get_op(op).build is not None:
+            why = cpu_reason(self.nodes[-1], self.tensors)
+            if why is not None:
+                self.fallback.append((op_name(node.target) if vkq_op_of(node) is None else op, f"{why}; runs on the CPU"))
 
     # -- one method per FX node kind
     def _placeholder(self, node):
@@ -365,7 +485,10 @@ class Translator:
     def _get_attr(self, node):
         if not node.users:
             return
-        value = const_value(self.gm, node).detach().cpu()
+        value = const_value(self.gm, node)
+        if value is None:     # not a tensor: a number becomes a 0-d constant; anything else cannot be lowered
+            value = _attr_value(self.gm, node)
+        value = value.detach().cpu()
         spec = _spec(value, node)
         arr = value.numpy().astype(spec.numpy_dtype)
         if spec.dtype == "int8":
@@ -411,7 +534,7 @@ class Translator:
     def _cpu(self, node):
         rule = CPU_RULES.get(node.target)
         lowered = rule(node, self) if rule is not None else None
-        if lowered is None or not get_op(lowered[0]).on_vulkan:
+        if lowered is None or get_op(lowered[0]).build is None:
             self.fallback.append((op_name(node.target), fallback_reason(node)))
         if lowered is not None:
             op, inputs, attrs = lowered

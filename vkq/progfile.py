@@ -87,6 +87,12 @@ def _require(cond, msg):
         raise ProgramFileError(msg)
 
 
+# Op names that files from older vkq versions use, and the op that now runs them (the float
+# twins of the shape ops became one op per name for every dtype).
+OP_ALIASES = {"reshape_f32": "reshape", "permute_f32": "permute", "transpose_f32": "transpose",
+              "expand_f32": "expand", "cat_f32": "cat"}
+
+
 def load_program(path) -> Program:
     """Read and fully check a .vkq file; raise ProgramFileError on anything malformed."""
     path = Path(path)
@@ -114,8 +120,8 @@ def load_program(path) -> Program:
         try:
             tensors = {n: TensorSpec(tuple(t["shape"]), t["dtype"], t.get("layout"), t.get("scale"),
                                      t.get("zero_point")) for n, t in manifest["tensors"].items()}
-            nodes = [Node(n["op"], n["inputs"], n["outputs"], dict(n.get("attrs") or {}), n.get("name", ""))
-                     for n in manifest["nodes"]]
+            nodes = [Node(OP_ALIASES.get(n["op"], n["op"]), n["inputs"], n["outputs"], dict(n.get("attrs") or {}),
+                          n.get("name", "")) for n in manifest["nodes"]]
         except (KeyError, TypeError, ValueError) as e:
             raise ProgramFileError(f"{path}: malformed tensor or node entry ({e})") from None
         constants = {}

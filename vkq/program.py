@@ -5,7 +5,7 @@ logical shape and dtype, and for int8 tensors the packed layout and quantization
 parameters. Constants (weights, biases, requantization tables) are tensors with a value.
 
 How a tensor lives on a device is defined here, once:
-  int8    -> int32 words, Int8x4-packed in its layout (vkq.packing)
+  int8    -> int32 words, Int8x4-packed in its layout (vkq.packing: 4W4C, 4H4W, ROW)
   float32 -> float32, contiguous (row-major) in its logical shape
   int32   -> int32, contiguous
 """
@@ -24,7 +24,7 @@ DTYPES = ("int8", "float32", "int32")
 class TensorSpec:
     shape: tuple
     dtype: str = "float32"
-    layout: str | None = None        # "4W4C" / "4H4W" for int8 tensors
+    layout: str | None = None        # "4W4C" / "4H4W" / "ROW" for int8 tensors
     scale: float | None = None       # per-tensor quantization of int8 activations
     zero_point: int | None = None
 
@@ -32,8 +32,8 @@ class TensorSpec:
         self.shape = tuple(int(d) for d in self.shape)
         if self.dtype not in DTYPES:
             raise ValueError(f"tensor dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.dtype == "int8" and self.layout not in packing.LAYOUTS:
-            raise ValueError(f"an int8 tensor needs a packed layout {packing.LAYOUTS}, got {self.layout!r}")
+        if self.dtype == "int8" and self.layout not in packing.ALL_LAYOUTS:
+            raise ValueError(f"an int8 tensor needs a packed layout {packing.ALL_LAYOUTS}, got {self.layout!r}")
 
     @property
     def numpy_dtype(self):

@@ -13,12 +13,10 @@ a build() that runs it as a float32 compute shader, so a float region stays on t
   matmul_strided(a, b; a_view, b_view, out_strides, out_shape)   float_matmul, in place of the
                       reshape/permute copies around an attention matmul (fold_views_into_matmul)
   sum, mean(x; dims, keepdim), vector_norm(x; dims, keepdim)   float_reduce (SUM / MEAN / NORM2)
-  reshape_f32(x; shape), permute_f32(x; dims), transpose_f32(x; dim0, dim1),
-  expand_f32(x; shape), cat_f32(*xs; dim)                float_copy (a strided copy of words)
 
-The _f32 shape ops are the float twins of vkq.ops.cpu's reshape/permute/transpose/cat (which
-take any dtype, int8 included, and run on the CPU); the lowering picks the twin for float
-tensors. Inputs and outputs are float32, contiguous row-major (the executor's device layout).
+The ops that only move values (reshape, permute, cat, slice, ...) are in vkq.ops.shape, for
+every dtype; their float32/int32 dispatches use float_copy (a strided copy of words).
+Inputs and outputs are float32, contiguous row-major (the executor's device layout).
 
 How close the device comes to the reference (tests/test_float_ops.py checks each on odd
 shapes on every test device):
@@ -46,7 +44,6 @@ import numpy as np
 
 from ..device import grid_1d
 from ..registry import register_op
-from .cpu import cat as _cat_ref, permute as _permute_ref, reshape as _reshape_ref, transpose as _transpose_ref
 
 F32 = np.float32
 LOCAL = 64        # workgroup width of the elementwise and row shaders (<= every device's limit)
@@ -219,11 +216,6 @@ def vector_norm(x, *, dims=None, keepdim=False):
     """The 2-norm over dims: sqrt(sum x^2) (linalg_vector_norm with ord 2)."""
     x = _f(x).astype(np.float64)
     return np.sqrt((x * x).sum(axis=_axes(dims), keepdims=keepdim)).astype(F32)
-
-
-def expand(x, *, shape):
-    """Broadcast x to shape (numpy rules), materialised."""
-    return np.ascontiguousarray(np.broadcast_to(np.asarray(x), tuple(shape)))
 
 
 # ---------------------------------------------------------------- strides: what the shaders index with
@@ -528,68 +520,19 @@ def _reduce_build(variant):
     return build
 
 
-def _copy(ctx, src, dst, shape, ss, ds, sbase=0, dbase=0):
-    """One float_copy dispatch over the iteration `shape` (merged here)."""
-    shape, (ss, ds) = merge_dims(shape, ss, ds)
-    if len(shape) > MAX_RANK:
-        raise ValueError(f"a strided copy over {len(shape)} dims (the shader takes {MAX_RANK})")
-    n = _numel(shape)
-    push = (n, len(shape), sbase, dbase, _pad(shape, MAX_RANK, 1), _pad(ss, MAX_RANK), _pad(ds, MAX_RANK))
-    return _elementwise(ctx, "float_copy", [src, dst], n, push,
-                        ["CONTIG" if len(shape) == 1 and ss == ds == [1] else "GENERAL"])
-
-
-WORDS = ("float32", "int32")
-
-
-def _reshape_build(ctx, node):
-    _check(ctx, node, WORDS)
-    n = _numel(ctx.spec(node.outputs[0]).shape)
-    return [_copy(ctx, ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0]), [n], [1], [1])]
-
-
-def _permute_dims(node, rank):
-    if node.op == "transpose_f32":
+def permute_dims(op, attrs, rank) -> list:
+    """The dims of a permute node, or of a transpose node as a permutation."""
+    if op == "transpose":
         dims = list(range(rank))
-        d0, d1 = node.attrs["dim0"] % rank, node.attrs["dim1"] % rank
+        d0, d1 = attrs["dim0"] % rank, attrs["dim1"] % rank
         dims[d0], dims[d1] = dims[d1], dims[d0]
         return dims
-    return [d % rank for d in node.attrs["dims"]]
-
-
-def _permute_build(ctx, node):
-    _check(ctx, node, WORDS)
-    shape = ctx.spec(node.inputs[0]).shape
-    dims = _permute_dims(node, len(shape))
-    st = strides_of(shape)
-    oshape = [shape[d] for d in dims]
-    return [_copy(ctx, ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0]), oshape,
-                  [st[d] for d in dims], strides_of(oshape))]
-
-
-def _expand_build(ctx, node):
-    _check(ctx, node, WORDS)
-    shape, oshape = ctx.spec(node.inputs[0]).shape, ctx.spec(node.outputs[0]).shape
-    return [_copy(ctx, ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0]), oshape,
-                  broadcast_strides(shape, oshape), strides_of(oshape))]
-
-
-def _cat_build(ctx, node):
-    _check(ctx, node, WORDS)
-    oshape = ctx.spec(node.outputs[0]).shape
-    dim = node.attrs.get("dim", 0) % len(oshape)
-    ost, dst, steps, offset = strides_of(oshape), ctx.buffer(node.outputs[0]), [], 0
-    for t in node.inputs:
-        shape = ctx.spec(t).shape
-        if _numel(shape):
-            steps.append(_copy(ctx, ctx.buffer(t), dst, shape, strides_of(shape), ost, 0, offset * ost[dim]))
-        offset += shape[dim]
-    return steps
+    return [d % rank for d in attrs["dims"]]
 
 
 # ---------------------------------------------------------------- folding copies into matmuls
 
-VIEW_OPS = ("reshape_f32", "transpose_f32", "permute_f32")
+VIEW_OPS = ("reshape", "transpose", "permute")
 
 
 def reshape_view(shape, strides, new_shape):
@@ -627,20 +570,20 @@ def reshape_view(shape, strides, new_shape):
 def _through(view, node, in_shape):
     """The view after one copy node, reading forward (None: a reshape that needs a copy)."""
     shape, strides = view
-    if node.op == "reshape_f32":
+    if node.op == "reshape":
         st = reshape_view(shape, strides, node.attrs["shape"])
         return None if st is None else [list(node.attrs["shape"]), st]
-    dims = _permute_dims(node, len(shape))
+    dims = permute_dims(node.op, node.attrs, len(shape))
     return [[shape[d] for d in dims], [strides[d] for d in dims]]
 
 
 def _back(view, node, in_shape):
     """The view of a copy node's input inside the buffer its output's view describes."""
     shape, strides = view
-    if node.op == "reshape_f32":
+    if node.op == "reshape":
         st = reshape_view(shape, strides, in_shape)
         return None if st is None else [list(in_shape), st]
-    dims = _permute_dims(node, len(in_shape))
+    dims = permute_dims(node.op, node.attrs, len(in_shape))
     back = [0] * len(dims)
     for i, d in enumerate(dims):
         back[d] = strides[i]
@@ -780,8 +723,3 @@ _op("matmul_strided", matmul_strided, _matmul_strided_build, ("float_matmul",),
 _op("mean", mean, _reduce_build("MEAN"), ("float_reduce",), "Float mean over dims.")
 _op("sum", sum_, _reduce_build("SUM"), ("float_reduce",), "Float sum over dims.")
 _op("vector_norm", vector_norm, _reduce_build("NORM2"), ("float_reduce",), "Float 2-norm over dims.")
-_op("reshape_f32", _reshape_ref, _reshape_build, ("float_copy",), "Row-major reshape of a float32 tensor (a copy).")
-_op("permute_f32", _permute_ref, _permute_build, ("float_copy",), "Permute the dims of a float32 tensor.")
-_op("transpose_f32", _transpose_ref, _permute_build, ("float_copy",), "Swap two dims of a float32 tensor.")
-_op("expand_f32", expand, _expand_build, ("float_copy",), "Broadcast a float32 tensor to a shape (materialised).")
-_op("cat_f32", _cat_ref, _cat_build, ("float_copy",), "Concatenate float32 tensors along dim.")
