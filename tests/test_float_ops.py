@@ -355,3 +355,53 @@ def test_merge_dims():
     assert fops.merge_dims([2, 3, 4], [12, 4, 1], [0, 4, 1]) == ([2, 12], [[12, 1], [0, 1]])
     assert fops.merge_dims([1, 1], [1, 1]) == ([1], [[0]])
     assert fops.broadcast_strides((3, 1, 7), (2, 3, 5, 7)) == [0, 7, 0, 1]
+
+
+# ---------------------------------------------------------------- group norm, attention
+
+@pytest.mark.parametrize("shape,groups", [((2, 6, 5, 7), 3), ((1, 8, 3, 3), 8), ((3, 4, 11), 1)])
+def test_group_norm(device, rows, shape, groups):
+    x = rnd(*shape) * 3 + 0.5
+    c = shape[1]
+    w, b = rnd(c), rnd(c)
+    got, ref = run_op(device, "group_norm", [x], {"groups": groups, "eps": 1e-5}, shape, constants=[w, b])
+    check(got, ref, ("fn", 4e-6, 4e-6))
+    import torch
+    want = torch.nn.functional.group_norm(torch.from_numpy(x), groups, torch.from_numpy(w), torch.from_numpy(b), 1e-5)
+    check(got, want.numpy(), ("fn", 1e-5, 1e-5))
+
+
+def sdpa_inputs(batch, L, S, E, Ev=None):
+    return rnd(*batch, L, E), rnd(*batch, S, E), rnd(*batch, S, Ev or E)
+
+
+SDPA_CASES = [   # q, k, v shapes; mask; attrs
+    ("plain", sdpa_inputs((2, 3), 7, 7, 8), None, {"causal": False, "mask_kind": "none"}),
+    ("causal", sdpa_inputs((1, 4), 9, 9, 16), None, {"causal": True, "mask_kind": "none"}),
+    ("cross", sdpa_inputs((2, 1), 5, 13, 8, 12), None, {"causal": False, "mask_kind": "none"}),
+    ("float mask", sdpa_inputs((2, 2), 6, 6, 4), rnd(2, 1, 1, 6, lo=-9, hi=0), {"causal": False, "mask_kind": "float"}),
+    ("bool mask", sdpa_inputs((2, 3), 11, 11, 8), (R.random((2, 1, 11, 11)) > 0.3), {"causal": False, "mask_kind": "bool"}),
+    ("rank 3", sdpa_inputs((5,), 3, 17, 4), None, {"causal": False, "mask_kind": "none"}),
+]
+
+
+@pytest.mark.parametrize("name,qkv,mask,attrs", SDPA_CASES, ids=[c[0] for c in SDPA_CASES])
+def test_scaled_dot_product_attention(device, rows, name, qkv, mask, attrs):
+    """Against the reference (float rounding) and against PyTorch's own attention."""
+    import torch
+    import torch.nn.functional as F
+    q, k, v = qkv
+    attrs = dict(attrs, scale=1 / math.sqrt(q.shape[-1]))
+    inputs = [q, k, v] + ([] if mask is None else [mask.astype(np.int32) if mask.dtype == bool else mask])
+    names = [f"x{i}" for i in range(len(inputs))]
+    out_shape = q.shape[:-1] + (v.shape[-1],)
+    prog = single_op_program("scaled_dot_product_attention",
+                             [(n, spec(a.shape, "int32" if a.dtype == np.int32 else "float32")) for n, a in zip(names, inputs)],
+                             [("y", spec(out_shape))], attrs)
+    got = VulkanExecutor(prog, device)(*inputs)
+    ref = run_reference(prog, *inputs)
+    np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-6)
+    t = lambda a: torch.from_numpy(a)
+    want = F.scaled_dot_product_attention(t(q), t(k), t(v), attn_mask=None if mask is None else t(mask),
+                                          is_causal=attrs["causal"]).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-6)

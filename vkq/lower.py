@@ -28,6 +28,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from .ops import cpu as _cpu_ops, float as _float_ops  # noqa: F401  (the ops CPU_RULES emit)
+from .ops.attention import default_scale
 from .passes import run_pipeline
 from .passes._graph import (DEQUANTIZE, PERMUTES, QUANTIZE, VIEWS, arg, aten, const_value, dtype_of, is_call,
                             op_name, pair, q_args, qparams, record_shapes, shape_of, val, vkq_op_of)
@@ -125,6 +126,31 @@ def _layer_norm(n, t):
     w = w if w is not None else t.const(np.ones(shape, np.float32), "ones")
     b = b if b is not None else t.const(np.zeros(shape, np.float32), "zeros")
     return "layer_norm", [x, w, b], {"normalized_shape": shape, "eps": float(eps)}
+
+
+def _group_norm(n, t):
+    x, groups = n.args[0], int(n.args[1])
+    c = shape_of(x)[1]
+    w, b, eps = arg(n, 2, "weight"), arg(n, 3, "bias"), arg(n, 4, "eps", 1e-5)
+    w = w if w is not None else t.const(np.ones(c, np.float32), "ones")
+    b = b if b is not None else t.const(np.zeros(c, np.float32), "zeros")
+    return "group_norm", [x, w, b], {"groups": groups, "eps": float(eps)}
+
+
+def _pow(n, t):
+    """pow(x, e) for the exponents that are one existing op (RMS norms square: pow(x, 2) = x * x
+    exactly, as torch computes it)."""
+    x, e = n.args[0], n.args[1]
+    if isinstance(e, Node):
+        return None
+    e = float(e)
+    if e == 2:
+        return "mul", [x, x], {}
+    if e == 1:
+        return "reshape", [x], {"shape": list(shape_of(n))}
+    if e == -1:
+        return "div", [x], {"scalar": 1.0, "scalar_first": True}
+    return {0.5: ("sqrt", [x], {}), -0.5: ("rsqrt", [x], {})}.get(e)
 
 
 def _softmax(name):
@@ -290,6 +316,97 @@ def _constant_pad(n, t):
     return "constant_pad_nd", [x], {"pad": pad, "value": value}
 
 
+def _sdpa(n, t):
+    q, k, v = n.args[:3]
+    mask = arg(n, 3, "attn_mask")
+    dropout, causal, scale = arg(n, 4, "dropout_p", 0.0), arg(n, 5, "is_causal", False), arg(n, 6, "scale")
+    if dropout or arg(n, 7, "enable_gqa", False) or any(dtype_of(a) != torch.float32 for a in (q, k, v)):
+        return None
+    scale = default_scale(shape_of(q)[-1]) if scale is None else float(scale)
+    attrs = {"scale": scale, "causal": bool(causal), "mask_kind": "none"}
+    if mask is None:
+        return "scaled_dot_product_attention", [q, k, v], attrs
+    if not isinstance(mask, Node):
+        return None
+    attrs["mask_kind"] = "float" if dtype_of(mask).is_floating_point else "bool"
+    return "scaled_dot_product_attention", [q, k, v, mask], attrs
+
+
+def _word_dtype(d) -> str | None:
+    """The program dtype a torch dtype becomes for the word ops: float32 / int32 / bool, or None
+    (int8/uint8/int16 wrap around in ways the kernels do not model)."""
+    if d is None:
+        return None
+    if d == torch.bool:
+        return "bool"
+    if d.is_floating_point:
+        return "float32"
+    return "int32" if d in (torch.int32, torch.int64) else None
+
+
+def _cast(n, t):
+    x = n.args[0]
+    src, dst = _word_dtype(dtype_of(x)), _word_dtype(dtype_of(n))
+    if src is None or dst is None:
+        return None
+    return "cast", [x], {"dtype": dst}
+
+
+def _binary_any(name):
+    """add/sub/mul of float32 or of int32 tensors (a mix declines: the node runs on the CPU)."""
+    rule = _binary(name)
+    return lambda n, t: rule(n, t) if all(_word_dtype(dtype_of(a)) for a in n.all_input_nodes) else None
+
+
+def _compare(name):
+    def rule(n, t):
+        a, b = n.args[0], n.args[1]
+        if not isinstance(a, Node) or _word_dtype(dtype_of(a)) is None:
+            return None
+        if isinstance(b, Node):
+            return name, [a, b], {}
+        return name, [a], {"scalar": b}
+    return rule
+
+
+def _bitwise(name, bool_only=False):
+    def rule(n, t):
+        a, b = n.args[0], n.args[1]
+        if bool_only and any(dtype_of(x) != torch.bool for x in n.all_input_nodes):
+            return None
+        if any(_word_dtype(dtype_of(x)) not in ("int32", "bool") for x in n.all_input_nodes):
+            return None
+        return (name, [a, b], {}) if isinstance(b, Node) else (name, [a], {"scalar": int(b)})
+    return rule
+
+
+def _logical_not(n, t):
+    return ("logical_not", [n.args[0]], {}) if dtype_of(n.args[0]) == torch.bool else None
+
+
+def _value_tensor(t, v, like):
+    """A scalar operand as a 0-d constant of node like's dtype."""
+    dtype = _word_dtype(dtype_of(like))
+    return t.const(np.array(v, np.float32 if dtype == "float32" else np.int32), "scalar")
+
+
+def _where(n, t):
+    cond, a, b = n.args[:3]
+    a = a if isinstance(a, Node) else _value_tensor(t, a, n)
+    b = b if isinstance(b, Node) else _value_tensor(t, b, n)
+    return "where", [cond, a, b], {}
+
+
+def _masked_fill(n, t):
+    x, mask, value = n.args[:3]
+    value = value if isinstance(value, Node) else _value_tensor(t, value, n)
+    return "where", [mask, value, x], {}
+
+
+def _embedding(n, t):
+    return "embedding", [n.args[0], n.args[1]], {}
+
+
 # Ops that only move values: lowered to `take` with the index map they compute on the indices
 # themselves (every argument but the moved tensor must be a constant).
 MOVERS = {aten.index.Tensor, aten.roll.default, aten.flip.default, aten.repeat.default,
@@ -325,6 +442,8 @@ def _take(n, t):
 
 _FLOAT_RULES = {
     aten.layer_norm.default: _layer_norm,
+    aten.group_norm.default: _group_norm,
+    aten.pow.Tensor_Scalar: _pow,
     aten.softmax.int: _softmax("softmax"), aten._softmax.default: _softmax("softmax"),
     aten.log_softmax.int: _softmax("log_softmax"), aten._log_softmax.default: _softmax("log_softmax"),
     **{getattr(aten, u).default: _unary(u) for u in
@@ -356,6 +475,25 @@ CPU_RULES = {
     aten.chunk.default: _split, aten.unbind.int: _unbind,
     aten.constant_pad_nd.default: _constant_pad, aten.pad.default: _constant_pad,
     **{m: _take for m in MOVERS},
+    aten.scaled_dot_product_attention.default: _sdpa,
+    **{c: _cast for c in (aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device,
+                          aten.type_as.default)},
+    **{getattr(aten, b).Tensor: _binary_any(b) for b in ("add", "sub", "mul")},
+    **{getattr(aten, b).Scalar: _binary_any(b) for b in ("add", "sub", "mul")},
+    **{getattr(aten, c).Tensor: _compare(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
+    **{getattr(aten, c).Scalar: _compare(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
+    aten.bitwise_and.Tensor: _bitwise("bitwise_and"), aten.bitwise_and.Scalar: _bitwise("bitwise_and"),
+    aten.__and__.Tensor: _bitwise("bitwise_and"), aten.__and__.Scalar: _bitwise("bitwise_and"),
+    aten.bitwise_or.Tensor: _bitwise("bitwise_or"), aten.bitwise_or.Scalar: _bitwise("bitwise_or"),
+    aten.__or__.Tensor: _bitwise("bitwise_or"), aten.__or__.Scalar: _bitwise("bitwise_or"),
+    aten.bitwise_xor.Tensor: _bitwise("bitwise_xor"), aten.__xor__.Tensor: _bitwise("bitwise_xor"),
+    aten.logical_and.default: _bitwise("bitwise_and", bool_only=True),
+    aten.logical_or.default: _bitwise("bitwise_or", bool_only=True),
+    aten.logical_not.default: _logical_not, aten.bitwise_not.default: _logical_not,
+    aten.where.self: _where, aten.where.ScalarOther: _where, aten.where.ScalarSelf: _where,
+    aten.where.Scalar: _where,
+    aten.masked_fill.Scalar: _masked_fill, aten.masked_fill.Tensor: _masked_fill,
+    aten.embedding.default: _embedding,
     aten.dropout.default: _identity, aten.clone.default: _identity, aten.contiguous.default: _identity,
     aten.alias.default: _identity, aten.detach.default: _identity,
 }

@@ -4,6 +4,7 @@ matmuls, pooling and normalisation. Each op has its numpy reference (the specifi
 a build() that runs it as a float32 compute shader, so a float region stays on the device.
 
   layer_norm(x, weight, bias; normalized_shape, eps)     float_layer_norm
+  group_norm(x, weight, bias; groups, eps)               float_layer_norm (a group a row)
   softmax / log_softmax(x; dim)                          float_softmax (LOG)
   softmax_masked(x, mask; scale)                         float_softmax (MASKED): softmax(x*scale + mask)
   gelu(x; approximate), hardtanh(x; min_val, max_val), clamp(x; min, max),
@@ -166,8 +167,19 @@ UNARY = {
 }
 
 
+def _integral(v) -> bool:
+    return v is None or float(v) == int(v)
+
+
 def _binary(fn):
     def reference(a, b=None, *, scalar=None, scalar_first=False, alpha=1):
+        if fn is not np.divide and np.asarray(a).dtype.kind in "iub" and _integral(alpha) and (
+                np.asarray(b).dtype.kind in "iub" if b is not None else _integral(scalar)):
+            a64 = np.asarray(a, np.int64)       # int32 tensors (ids, masks): integer arithmetic, wrapping
+            other = np.int64(scalar) if b is None else np.asarray(b, np.int64)
+            other = other * int(alpha)
+            r = fn(other, a64) if (b is None and scalar_first) else fn(a64, other)
+            return r.astype(np.int32)
         a = _f(a)
         other = F32(scalar) if b is None else _f(b)
         if alpha != 1:
@@ -337,8 +349,21 @@ def _gelu_variant(attrs):
     return _GELU_VARIANT[approx]
 
 
+def _binary_decline(node, tensors):
+    dtypes = {tensors[t].dtype for t in node.inputs + node.outputs}
+    if dtypes == {"float32"}:
+        return None
+    if dtypes == {"int32"} and node.op != "div":
+        from .logic import int_decline
+        return int_decline(node, tensors)
+    return f"{node.op}: tensors of dtypes {sorted(dtypes)} (the kernels take all float32 or all int32)"
+
+
 def _binary_build(variant):
     def build(ctx, node):
+        if ctx.spec(node.outputs[0]).dtype == "int32":
+            from .logic import int_build
+            return int_build(ctx, node)
         _check(ctx, node)
         at, out = node.attrs, node.outputs[0]
         oshape = ctx.spec(out).shape
@@ -372,7 +397,32 @@ def _layer_norm_build(ctx, node):
         raise ValueError(f"{node.name}: layer_norm weight/bias must have the normalized_shape's {d} values")
     rows = n // d
     return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b), ctx.buffer(y)],
-                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5))))]
+                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), 1, d, 1))]
+
+
+def group_norm(x, weight, bias, *, groups, eps=1e-5):
+    """Normalise each group of C/groups channels of each image over its channels and positions,
+    then a per-channel affine (torch.nn.GroupNorm)."""
+    x = _f(x).astype(np.float64)
+    n, c = x.shape[:2]
+    g = x.reshape(n, groups, -1)
+    y = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + eps)).reshape(x.shape)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    return (y * _f(weight).reshape(shape) + _f(bias).reshape(shape)).astype(F32)
+
+
+def _group_norm_build(ctx, node):
+    _check(ctx, node)
+    x, w, b = node.inputs
+    shape, groups = ctx.spec(x).shape, node.attrs["groups"]
+    n, c = shape[:2]
+    hw = _numel(shape[2:])
+    if c % groups or _numel(ctx.spec(w).shape) != c or _numel(ctx.spec(b).shape) != c:
+        raise ValueError(f"{node.name}: group_norm of {c} channels in {groups} groups, weight/bias of {c}")
+    rows, d = n * groups, c // groups * hw
+    return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b),
+                                                    ctx.buffer(node.outputs[0])],
+                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), groups, c // groups, hw))]
 
 
 _NO_MASK = (1.0, 0, 0, [1, 1, 1], [0, 0, 0])   # scale, mrank, mj, mshape, mstride
@@ -391,19 +441,25 @@ def _softmax_build(defines):
     return build
 
 
+def masked_softmax_dispatch(ctx, name, shape, mask_shape, scale, buffers, bool_mask=False):
+    """softmax(x * scale + mask) along the last dim of x (shape), mask broadcast; buffers
+    (x, y, mask). bool_mask: the mask is int32 0/1 (1: attend; 0: -inf)."""
+    d, rows = shape[-1], _numel(shape[:-1])
+    st = broadcast_strides(mask_shape, shape)
+    mshape, (mst,) = merge_dims(list(shape[:-1]), st[:-1]) if len(shape) > 1 else ([1], [[0]])
+    if len(mshape) > 3:
+        raise ValueError(f"{name}: the mask's row dims merge to {len(mshape)} (the shader takes 3)")
+    push = (rows, d, 1, F32(scale), len(mshape), st[-1], _pad(mshape, 3, 1), _pad(mst, 3))
+    return _row_dispatch(ctx, "float_softmax", list(buffers), rows, d, push,
+                         ("MASKED",) + (("BOOL_MASK",) if bool_mask else ()))
+
+
 def _softmax_masked_build(ctx, node):
     _check(ctx, node)
     x, mask = node.inputs
     y = node.outputs[0]
-    shape = ctx.spec(x).shape
-    d, rows = shape[-1], _numel(shape[:-1])
-    st = broadcast_strides(ctx.spec(mask).shape, shape)
-    mshape, (mst,) = merge_dims(list(shape[:-1]), st[:-1]) if len(shape) > 1 else ([1], [[0]])
-    if len(mshape) > 3:
-        raise ValueError(f"{node.name}: the mask's row dims merge to {len(mshape)} (the shader takes 3)")
-    push = (rows, d, 1, F32(node.attrs.get("scale", 1.0)), len(mshape), st[-1], _pad(mshape, 3, 1), _pad(mst, 3))
-    return [_row_dispatch(ctx, "float_softmax", [ctx.buffer(x), ctx.buffer(y), ctx.buffer(mask)], rows, d, push,
-                          ("MASKED",))]
+    return [masked_softmax_dispatch(ctx, node.name, ctx.spec(x).shape, ctx.spec(mask).shape,
+                                    node.attrs.get("scale", 1.0), [ctx.buffer(x), ctx.buffer(y), ctx.buffer(mask)])]
 
 
 def _batch_geometry(a_view, b_view, out_strides):
@@ -443,7 +499,8 @@ def matmul_shape(a_shape, b_shape) -> tuple:
     return batch + ((a_shape[-2],) if len(a_shape) > 1 else ()) + ((b_shape[-1],) if len(b_shape) > 1 else ())
 
 
-def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel):
+def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel, buffers=None):
+    """One float_matmul dispatch of strided views; buffers (a, b, out) default to the node's."""
     m, n, k, inner, batch, (sab, sbb, sob), rshape = _batch_geometry(a_view, b_view, out_strides)
     if _numel(rshape) != want_numel:
         raise ValueError(f"{node.name}: the product has {_numel(rshape)} values, the output {want_numel}")
@@ -471,8 +528,9 @@ def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel):
     groups = (-(-lanes // width), -(-m // tm), _numel(batch))
     push = (m, n, k, *inner, len(bshape), _pad(bshape, MAX_BATCH_RANK, 1), _pad(sab, MAX_BATCH_RANK),
             _pad(sbb, MAX_BATCH_RANK), _pad(sob, MAX_BATCH_RANK))
-    a, b = node.inputs
-    return ctx.device.dispatch("float_matmul", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(node.outputs[0])], groups,
+    if buffers is None:
+        buffers = [ctx.buffer(node.inputs[0]), ctx.buffer(node.inputs[1]), ctx.buffer(node.outputs[0])]
+    return ctx.device.dispatch("float_matmul", list(buffers), groups,
                                local=(width,), push=push, defines={variant: 1, **dict.fromkeys(out4, 1), "TM": tm})
 
 
@@ -695,13 +753,15 @@ def fold_scale_mask_into_softmax(program) -> int:
 
 # ---------------------------------------------------------------- registration
 
-def _op(name, reference, build, shaders, doc):
+def _op(name, reference, build, shaders, doc, decline=None):
     register_op(type(name, (), {"name": name, "reference": staticmethod(reference), "build": staticmethod(build),
-                                "shaders": shaders, "__doc__": doc}))
+                                "shaders": shaders, "__doc__": doc, "decline": staticmethod(decline)}))
 
 
 _op("layer_norm", layer_norm, _layer_norm_build, ("float_layer_norm",),
     "Float layer norm over the trailing normalized_shape dims (one workgroup a row).")
+_op("group_norm", group_norm, _group_norm_build, ("float_layer_norm",),
+    "Float group norm: C/groups channels x positions a row, per-channel weight and bias.")
 _op("softmax", softmax, _softmax_build(()), ("float_softmax",), "Float softmax along dim (max-subtracted).")
 _op("softmax_masked", softmax_masked, _softmax_masked_build, ("float_softmax",),
     "Float softmax(x * scale + mask) along the last dim (attention weights), mask broadcast.")
@@ -714,8 +774,9 @@ _op("clamp", clamp, _unary_build("OP_CLAMP", lambda a: (_bound(a.get("min"), -np
 for _name, _fn in UNARY.items():
     _op(_name, _fn, _unary_build(f"OP_{_name.upper()}"), ("float_unary",), f"Float elementwise {_name}.")
 for _name, _fn in BINARY.items():
-    _op(_name, _binary(_fn), _binary_build(f"OP_{_name.upper()}"), ("float_binary",),
-        f"Float elementwise {_name} with broadcasting (or a scalar operand).")
+    _op(_name, _binary(_fn), _binary_build(f"OP_{_name.upper()}"), ("float_binary", "word_ops"),
+        f"Elementwise {_name} with broadcasting (or a scalar operand): float32, or int32 (not div).",
+        _binary_decline)
 _op("matmul", matmul, _matmul_build, ("float_matmul",), "Float matmul (numpy broadcasting rules).")
 _op("bmm", matmul, _matmul_build, ("float_matmul",), "Float batched matmul.")
 _op("matmul_strided", matmul_strided, _matmul_strided_build, ("float_matmul",),
