@@ -358,6 +358,17 @@ def _binary_any(name):
     return lambda n, t: rule(n, t) if all(_word_dtype(dtype_of(a)) for a in n.all_input_nodes) else None
 
 
+def _rsub(n, t):
+    """rsub(x, other, alpha) = other - alpha * x ((1 - mask) of attention masks)."""
+    x, other = n.args[0], n.args[1]
+    if n.kwargs.get("alpha", arg(n, 2, "alpha", 1)) != 1:
+        return None
+    if isinstance(other, Node):
+        return "sub", [other, x], {"alpha": 1}
+    return "sub", [x], {"scalar": float(other) if dtype_of(n).is_floating_point else int(other),
+                        "scalar_first": True}
+
+
 def _compare(name):
     def rule(n, t):
         a, b = n.args[0], n.args[1]
@@ -409,10 +420,11 @@ def _embedding(n, t):
 
 # Ops that only move values: lowered to `take` with the index map they compute on the indices
 # themselves (every argument but the moved tensor must be a constant).
-MOVERS = {aten.index.Tensor, aten.roll.default, aten.flip.default, aten.repeat.default,
+MOVERS = {aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten.index.Tensor, aten.roll.default, aten.flip.default, aten.repeat.default,
           aten.index_select.default, aten.gather.default, aten.pixel_shuffle.default,
           aten.pixel_unshuffle.default, aten.unfold.default, aten.tile.default, aten.diagonal.default,
-          aten.as_strided.default}
+          aten.as_strided.default, aten.movedim.int, aten.swapaxes.default, aten.permute_copy.default,
+          aten.narrow_copy.default, aten.slice_copy.Tensor, aten.select_copy.int}
 
 
 def _take(n, t):
@@ -430,14 +442,25 @@ def _take(n, t):
     numel = int(np.prod(shape_of(x), dtype=np.int64))
     if numel >= 2 ** 31:
         return None
-    env[x] = torch.arange(numel, dtype=torch.int64).reshape(shape_of(x))
-    args = torch.fx.node.map_arg(n.args, lambda a: env[a])
-    kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
-    with torch.no_grad():
-        index = n.target(*args, **kwargs)
+    index = None
+    for dtype in (torch.int64, torch.float64):      # (some movers, e.g. upsampling, take floats only)
+        env[x] = torch.arange(numel, dtype=dtype).reshape(shape_of(x))
+        args = torch.fx.node.map_arg(n.args, lambda a: env[a])
+        kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
+        try:
+            with torch.no_grad():
+                index = n.target(*args, **kwargs)
+            break
+        except (RuntimeError, NotImplementedError):
+            continue
     if not isinstance(index, torch.Tensor) or tuple(index.shape) != shape_of(n):
         return None
-    return "take", [x, t.const(index.numpy().astype(np.int32), "index")], {}
+    return "take", [x, t.const(index.numpy().astype(np.int64).astype(np.int32), "index")], {}
+
+
+def _upsample_bilinear(n, t):
+    from .ops.resize import bilinear_attrs
+    return "upsample_bilinear2d", [n.args[0]], bilinear_attrs(n, shape_of(n))
 
 
 _FLOAT_RULES = {
@@ -467,6 +490,7 @@ CPU_RULES = {
     aten.linear.default: _linear,
     aten.conv2d.default: _conv2d,
     **{v: _reshape for v in VIEWS},
+    aten.unflatten.int: _reshape, aten.view_copy.default: _reshape, aten.alias_copy.default: _reshape,
     **{p: _permute for p in PERMUTES},
     aten.cat.default: _cat,
     aten.expand.default: _expand, aten.expand_as.default: _expand,
@@ -476,10 +500,12 @@ CPU_RULES = {
     aten.constant_pad_nd.default: _constant_pad, aten.pad.default: _constant_pad,
     **{m: _take for m in MOVERS},
     aten.scaled_dot_product_attention.default: _sdpa,
+    aten.upsample_bilinear2d.vec: _upsample_bilinear, aten.upsample_bilinear2d.default: _upsample_bilinear,
     **{c: _cast for c in (aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device,
                           aten.type_as.default)},
     **{getattr(aten, b).Tensor: _binary_any(b) for b in ("add", "sub", "mul")},
     **{getattr(aten, b).Scalar: _binary_any(b) for b in ("add", "sub", "mul")},
+    aten.rsub.Scalar: _rsub, aten.rsub.Tensor: _rsub,
     **{getattr(aten, c).Tensor: _compare(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
     **{getattr(aten, c).Scalar: _compare(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
     aten.bitwise_and.Tensor: _bitwise("bitwise_and"), aten.bitwise_and.Scalar: _bitwise("bitwise_and"),
