@@ -6,7 +6,8 @@
 // FLOAT: float32 NCHW in and out, weights float32 bits,
 //   out = (x00 * wx0 + x01 * wx1) * wy0 + (x10 * wx0 + x11 * wx1) * wy1    (each op rounded once)
 // INT8: packed int8 in layout SRC -> DST (one quantization), weights in Q11 (wy0 + wy1 = 2048),
-//   acc = wy0 * (wx0 * q00 + wx1 * q01) + wy1 * (wx0 * q10 + wx1 * q11);  out = (acc + 2^21) >> 22
+//   acc = wy0 * (wx0 * q00 + wx1 * q01) + wy1 * (wx0 * q10 + wx1 * q11);  out = acc / 2^22 rounded
+//   half to even (as PT2E's quantize rounds the float result; ties are common at scale 2)
 //   (a convex combination: the zero point passes through, no clamp needed). One word per invocation.
 //! variant FLOAT
 //! variant INT8
@@ -59,7 +60,8 @@ void main() {
         int wx0 = taps[4 * Ho + 2 * Wo + e.w], wx1 = taps[4 * Ho + 3 * Wo + e.w];
         int top = wx0 * at(ivec4(e.x, e.y, y0, x0)) + wx1 * at(ivec4(e.x, e.y, y0, x1));
         int bot = wx0 * at(ivec4(e.x, e.y, y1, x0)) + wx1 * at(ivec4(e.x, e.y, y1, x1));
-        v[b] = (wy0 * top + wy1 * bot + (1 << 21)) >> 22;
+        int acc = wy0 * top + wy1 * bot, q = acc >> 22, r = acc & 0x3FFFFF;
+        v[b] = q + int(r > 0x200000 || (r == 0x200000 && (q & 1) == 1));
     }
     dst[i] = pack_int8x4(v);
 #endif

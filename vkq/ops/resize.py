@@ -5,7 +5,7 @@
       on the host exactly as ATen computes them (area_pixel_compute_scale/_source_index in
       float32); the device rounds each op once in ATen's order, so it agrees to float rounding.
       int8 (one quantization in and out): the same taps with weights in Q11 (2048ths), integer
-      arithmetic, round half up: within one step of PT2E's dequantize -> float bilinear ->
+      arithmetic, round half to even: within one step of PT2E's dequantize -> float bilinear ->
       quantize (each weight is off by at most 2^-12).
   Nearest upsampling is a pure gather: the lowering makes it a `take` (vkq/ops/shape.py) with
   the index map ATen itself computes, so it is exact for every size and scale.
@@ -65,7 +65,8 @@ def upsample_bilinear2d(x, *, out_size, align_corners=False, scales=None):
         top = qx0 * v[:, :, y0][..., x0] + qx1 * v[:, :, y0][..., x1]
         bot = qx0 * v[:, :, y1][..., x0] + qx1 * v[:, :, y1][..., x1]
         acc = qy0[:, None] * top + qy1[:, None] * bot
-        return ((acc + (1 << (2 * Q - 1))) >> (2 * Q)).astype(np.int8)
+        q, r, half = acc >> (2 * Q), acc & ((1 << 2 * Q) - 1), 1 << (2 * Q - 1)
+        return (q + ((r > half) | ((r == half) & (q & 1 == 1)))).astype(np.int8)
     x = x.astype(F32)
     top = x[:, :, y0][..., x0] * wx0 + x[:, :, y0][..., x1] * wx1
     bot = x[:, :, y1][..., x0] * wx0 + x[:, :, y1][..., x1] * wx1
