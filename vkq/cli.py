@@ -17,17 +17,25 @@ def cmd_devices(args) -> int:
     infos = devices()
     chosen = select(args.device)       # raises DeviceNotFound (listing the devices) on a bad choice
     if args.json:
-        print(json.dumps({"default": chosen.index, "devices": [d.as_dict() for d in infos]}, indent=2))
+        from .device import enabled_features
+        print(json.dumps({"default": chosen.index, "devices": [{**d.as_dict(), "enabled_features": enabled_features(d)}
+                                                                for d in infos]}, indent=2))
         return 0
+    from .device import default_dot_product, enabled_features
     for d in infos:
         mark = "*" if d.index == chosen.index else " "
         feats = ", ".join(k for k, v in d.features.items() if v) or "none"
+        enabled = enabled_features(d)
+        sizes = (f"{d.min_subgroup_size}-{d.max_subgroup_size}" if d.max_subgroup_size else "not controllable")
         print(f"{mark}[{d.index}] {d.name}\n"
               f"     driver {d.driver} {d.driver_info}  type {d.type}  Vulkan {d.api_version}\n"
               f"     workgroup: {d.max_workgroup_invocations} invocations, size {d.max_workgroup_size}; "
               f"subgroup {d.subgroup_size} ({', '.join(d.subgroup_operations) or 'no operations'}); shared memory {d.max_shared_memory_bytes // 1024} KiB; "
               f"storage buffer range {d.max_storage_buffer_range // 2**20} MiB\n"
-              f"     optional features: {feats}")
+              f"     optional features: {feats}\n"
+              f"     enabled by vkq: {', '.join(enabled) or 'none'}; subgroup sizes {sizes}"
+              f"{' (kernels rely on ' + str(d.shuffle_lanes) + ' lanes)' if d.shuffle_lanes else ' (kernels use no subgroup shuffles)'}; "
+              f"integer dot product {'accelerated: used' if default_dot_product(d) else 'not accelerated: not used by default'}")
     print("(* = selected: --device / VKQ_DEVICE / default)")
     return 0
 
@@ -101,7 +109,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    """Roofline, kernels and models with their peers in one run (vkq/bench.py)."""
+    """Roofline, kernels and models with their peers in one run (vkq/bench/)."""
     from .bench import main as bench_main
     return bench_main(args)
 
@@ -166,7 +174,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None, help="the cases whose name contains this (or a family: linear, conv, ...)")
     p.add_argument("--models", default=None, help="comma-separated model names (default mobilenet_v2,resnet18)")
     p.add_argument("--json", default=None, help="write one record per measurement here")
-    p.add_argument("--plot", default=None, help="draw the kernels and models into this .png")
+    p.add_argument("--plot", default=None, help="draw the roofline chart of the kernels beside the models "
+                   "into this .png")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("embed", help="sentence embeddings (all-MiniLM-L6-v2) on Vulkan: pairwise cosine similarities")
