@@ -284,3 +284,36 @@ def test_pattern_matches_pt2e_op_by_op(quantized):
     if scheme == "dynamic":
         pytest.skip("the dynamic scheme has no int8 activations to compare op by op (end to end: above)")
     assert assert_matches_pt2e(prog.program, gm, x if len(x) > 1 else x[0], min_cos=0.99) > 0
+
+
+class Unsupported(nn.Module):
+    """What has no kernel: an int8 add on a rank-5 view (ROW: the eltwise kernel takes the blocked
+    layouts), a linear over a rank-5 int8 tensor, a transposed conv, cumsum, amax; beside them
+    reflect padding and nearest-exact resizing, which are gathers."""
+
+    def __init__(self):
+        super().__init__()
+        self.c, self.fc, self.t = nn.Conv2d(3, 8, 1), nn.Linear(5, 4), nn.ConvTranspose2d(8, 4, 2, 2)
+
+    def forward(self, x):
+        y = self.c(x)
+        n, c, h, w = y.shape
+        z = y.view(n, 2, 4, h, w)
+        z = self.fc(z + z.flip(1)).cumsum(-1)
+        u = F.interpolate(F.pad(self.t(y), (1, 1, 1, 1), mode="reflect"), scale_factor=1.5, mode="nearest-exact")
+        return z.sum() + u.amax(1).sum()
+
+
+def test_what_has_no_kernel_falls_back_with_its_reason(device):
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 4, 5)
+    gm = vkq.quantize(Unsupported().eval(), (x,), [(torch.randn(1, 3, 4, 5),) for _ in range(2)])
+    prog = vkq.compile(gm, (x,), device=device)
+    ops = [op for op, _ in prog.fallback_ops]
+    assert {"add_q8", "aten.linear", "aten.cumsum", "aten.conv_transpose2d", "aten.amax"} <= set(ops), ops
+    assert "aten.pad" not in ops and "aten._upsample_nearest_exact2d" not in ops
+    assert all(reason for _, reason in prog.fallback_ops)
+    assert "ROW" in dict(prog.fallback_ops)["add_q8"]
+    got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+    np.testing.assert_allclose(got, gm(x).detach().numpy(), rtol=1e-4)

@@ -79,8 +79,9 @@ def compile(model_or_converted, example_inputs, calibration=None, scheme: str = 
 
 
 def _is_converted(m) -> bool:
-    """A GraphModule that already carries quantized_decomposed q/dq ops."""
+    """A GraphModule that already carries quantized_decomposed q/dq ops, or that convert_pt2e
+    made (with nothing the quantizer annotated there are none; exporting it again would fail)."""
     if not isinstance(m, GraphModule):
         return False
     return any(n.op == "call_function" and "quantized_decomposed" in str(n.target)
-               for n in m.graph.nodes)
+               for n in m.graph.nodes) or "_observed_graph_module_attrs" in m.meta   # prepare_pt2e's mark

@@ -301,7 +301,7 @@ def _unbind(n, t):
 def _constant_pad(n, t):
     x, pad = n.args[0], [int(p) for p in n.args[1]]
     if n.target == aten.pad.default and arg(n, 2, "mode", "constant") != "constant":
-        return None
+        return _take(n, t)           # reflect / replicate / circular: a gather
     value = arg(n, 3 if n.target == aten.pad.default else 2, "value", 0.0)
     value = 0.0 if value is None else float(value)
     if any(p < 0 for p in pad):
@@ -420,7 +420,10 @@ def _embedding(n, t):
 
 # Ops that only move values: lowered to `take` with the index map they compute on the indices
 # themselves (every argument but the moved tensor must be a constant).
-MOVERS = {aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten.index.Tensor, aten.roll.default, aten.flip.default, aten.repeat.default,
+MOVERS = {aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten._upsample_nearest_exact2d.vec,
+          aten._upsample_nearest_exact2d.default, aten.upsample_nearest1d.vec, aten.upsample_nearest3d.vec,
+          aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.replication_pad1d.default,
+          aten.replication_pad2d.default, aten.index.Tensor, aten.roll.default, aten.flip.default, aten.repeat.default,
           aten.index_select.default, aten.gather.default, aten.pixel_shuffle.default,
           aten.pixel_unshuffle.default, aten.unfold.default, aten.tile.default, aten.diagonal.default,
           aten.as_strided.default, aten.movedim.int, aten.swapaxes.default, aten.permute_copy.default,
