@@ -73,6 +73,8 @@ UNARY_CASES = [
     ("tanh", {}, rnd(9, 113, lo=-10, hi=10), ("fn", 3e-7, 4 * EPS)),
     ("sqrt", {}, rnd(9, 113, lo=1e-3, hi=1e3), ("ulp", 3)),
     ("rsqrt", {}, rnd(9, 113, lo=1e-3, hi=1e3), ("ulp", 3)),
+    ("pow", {"exponent": 2.0}, rnd(9, 113, lo=-9, hi=9), "exact"),
+    ("pow", {"exponent": 3.0}, rnd(9, 113, lo=-9, hi=9), "exact"),
 ]
 
 

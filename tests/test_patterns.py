@@ -317,3 +317,21 @@ def test_what_has_no_kernel_falls_back_with_its_reason(device):
     got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
     np.testing.assert_allclose(got, ref, rtol=1e-5)
     np.testing.assert_allclose(got, gm(x).detach().numpy(), rtol=1e-4)
+
+
+def test_attention_reads_the_heads_in_place():
+    """The head split (view, permute, unbind of a packed projection) and the head merge
+    (transpose, reshape) fold into the attention's strided reads and writes: no copies left."""
+    torch.manual_seed(0)
+    x = (torch.randn(2, 7, 16), _keep(2, 7, 0))
+    for model in (Attention(), ViT()):
+        inputs = x if isinstance(model, Attention) else (torch.randn(2, 3, 12, 12),)
+        prog = vkq.compile(vkq.quantize(model.eval(), inputs, scheme="dynamic"), inputs, scheme="dynamic")
+        ops = [n.op for n in prog.program.nodes]
+        assert "scaled_dot_product_attention" in ops
+        assert not {"unbind", "permute", "transpose", "select"} & set(ops[:ops.index("scaled_dot_product_attention")]) \
+            or isinstance(model, ViT), ops
+        sdpa = prog.program.nodes[ops.index("scaled_dot_product_attention")]
+        assert "views" in sdpa.attrs and len({*sdpa.inputs[:3]}) <= 2
+        got = prog(*[a.numpy() for a in inputs])
+        assert cosine(got, prog.run_reference(*[a.numpy() for a in inputs])) >= 0.99999

@@ -28,7 +28,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from .ops import cpu as _cpu_ops, float as _float_ops  # noqa: F401  (the ops CPU_RULES emit)
-from .ops.attention import default_scale
+from .ops.attention import default_scale, fold_views_into_attention
 from .passes import run_pipeline
 from .passes._graph import (DEQUANTIZE, PERMUTES, QUANTIZE, VIEWS, arg, aten, const_value, dtype_of, is_call,
                             op_name, pair, q_args, qparams, record_shapes, shape_of, val, vkq_op_of)
@@ -57,6 +57,7 @@ def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", rep
     program = Translator(gm).program()
     _float_ops.fold_views_into_matmul(program)   # attention's head split/merge copies -> strided matmuls
     _float_ops.fold_scale_mask_into_softmax(program)   # softmax(scores * s + mask) in one pass
+    fold_views_into_attention(program)   # q, k, v read from the projection, the result written merged
     schedule_host_first(program)
     program.meta["passes"] = list(passes)
     program.validate()
@@ -138,19 +139,17 @@ def _group_norm(n, t):
 
 
 def _pow(n, t):
-    """pow(x, e) for the exponents that are one existing op (RMS norms square: pow(x, 2) = x * x
-    exactly, as torch computes it)."""
+    """pow(x, e) with a scalar exponent: `pow` (x * x for RMS norms, (x * x) * x for GPT-2's gelu;
+    other exponents decline to the CPU), or the one existing op it is."""
     x, e = n.args[0], n.args[1]
-    if isinstance(e, Node):
+    if isinstance(e, Node) or not _is_float(n):
         return None
     e = float(e)
-    if e == 2:
-        return "mul", [x, x], {}
     if e == 1:
         return "reshape", [x], {"shape": list(shape_of(n))}
     if e == -1:
         return "div", [x], {"scalar": 1.0, "scalar_first": True}
-    return {0.5: ("sqrt", [x], {}), -0.5: ("rsqrt", [x], {})}.get(e)
+    return {0.5: ("sqrt", [x], {}), -0.5: ("rsqrt", [x], {})}.get(e, ("pow", [x], {"exponent": e}))
 
 
 def _softmax(name):

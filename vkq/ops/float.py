@@ -171,6 +171,22 @@ def _integral(v) -> bool:
     return v is None or float(v) == int(v)
 
 
+def pow_(x, *, exponent):
+    """x ** exponent for a scalar exponent; 2 and 3 as ATen computes them ((x * x) * x)."""
+    x = _f(x)
+    if exponent == 2:
+        return x * x
+    if exponent == 3:
+        return (x * x) * x
+    return np.power(x.astype(np.float64), float(exponent)).astype(F32)
+
+
+def _pow_decline(node, tensors):
+    if node.attrs["exponent"] not in (2, 3):
+        return f"pow: exponent {node.attrs['exponent']} has no shader (2 and 3 do; 0.5, -0.5, -1 lower to sqrt, rsqrt, div)"
+    return None
+
+
 def _binary(fn):
     def reference(a, b=None, *, scalar=None, scalar_first=False, alpha=1):
         if fn is not np.divide and np.asarray(a).dtype.kind in "iub" and _integral(alpha) and (
@@ -195,9 +211,9 @@ def matmul(a, b):
     return np.matmul(_f(a), _f(b))
 
 
-def _view(x, shape, strides):
-    """The strided view (element strides) of x's row-major values."""
-    flat = np.ascontiguousarray(x).reshape(-1)
+def _view(x, shape, strides, offset=0):
+    """The strided view (element strides, from element `offset`) of x's row-major values."""
+    flat = np.ascontiguousarray(x).reshape(-1)[int(offset):]
     return np.lib.stride_tricks.as_strided(flat, tuple(shape), tuple(s * flat.itemsize for s in strides))
 
 
@@ -500,8 +516,9 @@ def matmul_shape(a_shape, b_shape) -> tuple:
     return batch + ((a_shape[-2],) if len(a_shape) > 1 else ()) + ((b_shape[-1],) if len(b_shape) > 1 else ())
 
 
-def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel, buffers=None):
-    """One float_matmul dispatch of strided views; buffers (a, b, out) default to the node's."""
+def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel, buffers=None, offsets=(0, 0, 0)):
+    """One float_matmul dispatch of strided views from base offsets (a, b, out); buffers
+    (a, b, out) default to the node's."""
     m, n, k, inner, batch, (sab, sbb, sob), rshape = _batch_geometry(a_view, b_view, out_strides)
     if _numel(rshape) != want_numel:
         raise ValueError(f"{node.name}: the product has {_numel(rshape)} values, the output {want_numel}")
@@ -513,13 +530,14 @@ def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel, buffers
         raise ValueError(f"{node.name}: {len(bshape)} batch dims after merging (the shader takes {MAX_BATCH_RANK})")
     sam, sak, sbk, sbn, som, son = inner
     x4 = lambda *v: all(int(q) % 4 == 0 for q in v)
-    if sak == 1 and sbk == 1 and x4(k, sam, sbn, *sab, *sbb):
+    a_off, b_off, o_off = (int(v) for v in offsets)
+    if sak == 1 and sbk == 1 and x4(k, sam, sbn, *sab, *sbb, a_off, b_off):
         variant = "VEC_K"
-    elif sak == 1 and sbn == 1 and x4(k, n, sam, sbk, *sab, *sbb):
+    elif sak == 1 and sbn == 1 and x4(k, n, sam, sbk, *sab, *sbb, a_off, b_off):
         variant = "VEC_KN"
     else:
         variant = "GENERAL"
-    out4 = ["OUT4"] if son == 1 and x4(n, som, *sob) else []
+    out4 = ["OUT4"] if son == 1 and x4(n, som, *sob, o_off) else []
     tm = next((t for t in MATMUL_ROWS if t >= m), MATMUL_ROWS[-1])
     tn = MATMUL_TN
     lanes = -(-n // tn)   # column tiles; a workgroup is the smallest power of two >= them, <= LOCAL
@@ -528,7 +546,7 @@ def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel, buffers
         width *= 2
     groups = (-(-lanes // width), -(-m // tm), _numel(batch))
     push = (m, n, k, *inner, len(bshape), _pad(bshape, MAX_BATCH_RANK, 1), _pad(sab, MAX_BATCH_RANK),
-            _pad(sbb, MAX_BATCH_RANK), _pad(sob, MAX_BATCH_RANK))
+            _pad(sbb, MAX_BATCH_RANK), _pad(sob, MAX_BATCH_RANK), a_off, b_off, o_off)
     if buffers is None:
         buffers = [ctx.buffer(node.inputs[0]), ctx.buffer(node.inputs[1]), ctx.buffer(node.outputs[0])]
     return ctx.device.dispatch("float_matmul", list(buffers), groups,
@@ -782,6 +800,8 @@ _op("matmul", matmul, _matmul_build, ("float_matmul",), "Float matmul (numpy bro
 _op("bmm", matmul, _matmul_build, ("float_matmul",), "Float batched matmul.")
 _op("matmul_strided", matmul_strided, _matmul_strided_build, ("float_matmul",),
     "Float matmul of strided views of its inputs, written through a strided view of its output.")
+_op("pow", pow_, _unary_build(lambda a: "OP_CUBE" if a["exponent"] == 3 else "OP_SQUARE"), ("float_unary",),
+    "Float x ** exponent (a scalar; the shader takes 2 and 3).", _pow_decline)
 _op("mean", mean, _reduce_build("MEAN"), ("float_reduce",), "Float mean over dims.")
 _op("sum", sum_, _reduce_build("SUM"), ("float_reduce",), "Float sum over dims.")
 _op("vector_norm", vector_norm, _reduce_build("NORM2"), ("float_reduce",), "Float 2-norm over dims.")
