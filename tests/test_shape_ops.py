@@ -131,3 +131,13 @@ def test_registry_decides_per_node():
     row = {t: spec((2, 3, 5, 7, 2), "int8", "ROW") for t in "abc"}
     assert "ROW" in cpu_reason(add, row)
     assert cpu_reason(Node("torch_op", ["x"], ["y"], {}), f32) == "torch_op: no Vulkan kernel"
+
+
+def test_cat_skips_legacy_empty_inputs(device):
+    """torch.cat([torch.empty(0), x]) is x (GPT-2's empty past keys): the gather skips it."""
+    x = values((2, 3, 5), "float32")
+    empty = np.zeros((0,), np.float32)
+    prog = single_op_program("cat", [("e", spec((0,))), ("x", spec(x.shape))], [("y", spec(x.shape))], {"dim": 2})
+    assert cpu_reason(prog.nodes[0], prog.tensors) is None
+    np.testing.assert_array_equal(VulkanExecutor(prog, device)(empty, x), x)
+    np.testing.assert_array_equal(run_reference(prog, empty, x), x)

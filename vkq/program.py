@@ -40,7 +40,10 @@ class TensorSpec:
         return np.dtype(self.dtype)
 
     def device_words(self) -> int:
-        """int32/float32 words this tensor takes on a device."""
+        """int32/float32 words this tensor takes on a device (at least one: an empty tensor,
+        such as a model's empty cache, still gets a buffer)."""
+        if int(np.prod(self.shape, dtype=np.int64)) == 0:
+            return 1
         if self.dtype == "int8":
             return packing.packed_size(self.shape, self.layout)
         return int(np.prod(self.shape, dtype=np.int64))
@@ -54,12 +57,16 @@ class TensorSpec:
         a = np.asarray(array)
         if a.shape != self.shape:
             raise ValueError(f"expected shape {self.shape}, got {a.shape}")
+        if a.size == 0:
+            return np.zeros(1, self.word_dtype)
         if self.dtype == "int8":
             return packing.pack(a.astype(np.int8, copy=False), self.layout)
         return np.ascontiguousarray(a, dtype=self.numpy_dtype).reshape(-1)
 
     def from_device(self, words) -> np.ndarray:
         """Device words -> the logical array."""
+        if int(np.prod(self.shape, dtype=np.int64)) == 0:
+            return np.zeros(self.shape, self.numpy_dtype)
         if self.dtype == "int8":
             return packing.unpack(np.asarray(words).view(np.int32), self.layout, self.shape)
         return np.asarray(words).view(self.numpy_dtype).reshape(self.shape).copy()

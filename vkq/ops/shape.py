@@ -66,8 +66,14 @@ def expand(x, *, shape):
     return np.ascontiguousarray(np.broadcast_to(np.asarray(x), tuple(shape)))
 
 
+def _cat_inputs(xs, rank):
+    """torch.cat skips 1-D empty tensors beside tensors of another rank (legacy), and so do we."""
+    return [x for x in xs if not (np.ndim(x) == 1 and np.size(x) == 0 and rank != 1)]
+
+
 def cat(*xs, dim=0):
-    return np.concatenate([np.asarray(x) for x in xs], axis=dim)
+    rank = max(np.ndim(x) for x in xs)
+    return np.concatenate([np.asarray(x) for x in _cat_inputs(xs, rank)], axis=dim)
 
 
 def _slice_index(rank, dim, s):
@@ -208,6 +214,8 @@ def gathers(op, attrs, ins, outs) -> list:
         dim = attrs.get("dim", 0) % len(out)
         res, offset = [], 0
         for k, s in enumerate(ins):
+            if len(s) != len(out):
+                continue                               # a legacy 1-D empty input
             if _numel(s):
                 lo = [0] * len(out)
                 lo[dim] = offset
