@@ -29,24 +29,26 @@ def _variant(shader: str, defines: dict) -> tuple:
     return shader, tuple(sorted(shaders._normalize(defines).items()))
 
 
-def read_log(path) -> dict:
-    """test node id -> set of variants it built."""
-    tests = defaultdict(set)
+def read_log(path) -> tuple[dict, dict]:
+    """(test node id -> set of variants it built, test node id -> dispatches it built)."""
+    tests, dispatches = defaultdict(set), defaultdict(int)
     for line in Path(path).read_text().splitlines():
         if line.strip():
             rec = json.loads(line)
             if rec["test"]:
                 tests[rec["test"]].add(_variant(rec["shader"], rec["defines"]))
-    return tests
+                dispatches[rec["test"]] += 1
+    return tests, dispatches
 
 
-def cover(tests: dict) -> list:
-    """Greedy set cover: repeatedly the test that adds the most variants not yet covered
-    (ties: the one building the fewest variants, then by name, for a stable choice)."""
+def cover(tests: dict, cost: dict) -> list:
+    """Weighted greedy set cover: repeatedly the test with the most new variants per unit of
+    cost (the dispatches it builds: a whole model costs more than a kernel case, and GPU-assisted
+    validation's time grows with the work), ties by name for a stable choice."""
     left = set().union(*tests.values()) if tests else set()
     chosen = []
     while left:
-        best = max(tests, key=lambda t: (len(tests[t] & left), -len(tests[t]), t))
+        best = max(tests, key=lambda t: (len(tests[t] & left) / cost[t], t))
         chosen.append(best)
         left -= tests[best]
     return sorted(chosen)
@@ -62,8 +64,8 @@ def main(argv=None) -> int:
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
-    tests = read_log(argv[0])
-    chosen = cover(tests)
+    tests, dispatches = read_log(argv[0])
+    chosen = cover(tests, dispatches)
     built = set().union(*tests.values()) if tests else set()
     print("\n".join(chosen))
     print(f"gpuav_select: {len(chosen)} of {len(tests)} tests build all {len(built)} variants", file=sys.stderr)

@@ -78,7 +78,8 @@ def check(dim, known=None) -> None:
         if dim < 0:
             raise SymbolicError(f"negative dimension {dim}")
         return
-    unknown = symbols_of(dim) - set(known) if known is not None else set()
+    used = symbols_of(dim)          # parses: an unreadable expression raises here
+    unknown = used - set(known) if known is not None else set()
     if unknown:
         raise SymbolicError(f"{dim!r} uses undeclared symbol(s) {', '.join(sorted(unknown))}")
 
