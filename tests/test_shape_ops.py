@@ -141,3 +141,18 @@ def test_cat_skips_legacy_empty_inputs(device):
     assert cpu_reason(prog.nodes[0], prog.tensors) is None
     np.testing.assert_array_equal(VulkanExecutor(prog, device)(empty, x), x)
     np.testing.assert_array_equal(run_reference(prog, empty, x), x)
+
+
+def test_program_files_with_the_old_float_twin_names_load(tmp_path, monkeypatch):
+    """Files saved when the shape ops had float twins (reshape_f32, ...) load as the one op."""
+    from vkq.program import Program
+    from vkq.progfile import load_program, save_program
+    x = values((2, 3, 4), "float32")
+    prog = single_op_program("permute", [("x", spec(x.shape))], [("y", spec((4, 2, 3)))], {"dims": [2, 0, 1]})
+    prog.nodes[0].op = "permute_f32"
+    with monkeypatch.context() as m:
+        m.setattr(Program, "validate", lambda self: None)     # today's save refuses the old name
+        save_program(prog, tmp_path / "old.vkq")
+    loaded = load_program(tmp_path / "old.vkq")
+    assert [n.op for n in loaded.nodes] == ["permute"]
+    np.testing.assert_array_equal(run_reference(loaded, x), x.transpose(2, 0, 1))
