@@ -22,8 +22,8 @@ import math
 import numpy as np
 
 from ..registry import register_op
-from .float import (_back, _contiguous_view, _matmul_dispatch, _numel, _through, _view, masked_softmax_dispatch,
-                    softmax_masked, strides_of)
+from .float import (_contiguous_view, _matmul_dispatch, _numel, _through, _view, masked_softmax_dispatch,
+                    merge_view, readers_of, softmax_masked, split_view, strides_of)
 
 F32 = np.float32
 
@@ -172,10 +172,7 @@ def fold_views_into_attention(program) -> int:
     dropped. Only float tensors with one reader each are looked through. Returns the attentions
     changed."""
     producer = {t: (n, i) for n in program.nodes for i, t in enumerate(n.outputs)}
-    readers: dict = {}
-    for n in program.nodes:
-        for t in n.inputs:
-            readers.setdefault(t, []).append(n)
+    readers = readers_of(program)
     shape = lambda t: list(program.tensors[t].shape)
     single = lambda t: len(readers.get(t, [])) == 1 and t not in program.outputs
     is_float = lambda t: program.tensors[t].dtype == "float32"
@@ -184,38 +181,22 @@ def fold_views_into_attention(program) -> int:
         if node.op != "scaled_dot_product_attention" or "views" in node.attrs:
             continue
         bases, views = [], []
+        step = lambda cur: (producer[cur], producer[cur][0].inputs[0]) if single(cur) and is_float(cur) \
+            and cur in producer and producer[cur][0].op in SHAPE_OPS else None
         for t in node.inputs[:3]:
-            chain, cur = [], t
-            while single(cur) and is_float(cur) and cur in producer and producer[cur][0].op in SHAPE_OPS:
-                chain.append(producer[cur])
-                cur = producer[cur][0].inputs[0]
-            for cut in range(len(chain), -1, -1):       # the longest chain a view stands for
-                base = chain[cut - 1][0].inputs[0] if cut else t
-                view = _contiguous_view(shape(base)) + [0]
-                for n, i in reversed(chain[:cut]):
-                    view = _forward(view, n, i) if view is not None else None
-                if view is not None:
-                    break
+            base, view, _ = split_view(t, step, lambda v, item: _forward(v, *item),
+                                       lambda b: _contiguous_view(shape(b)) + [0])
             bases.append(base)
             views.append(view)
-        chain, cur = [], node.outputs[0]
-        while single(cur) and readers[cur][0].op in ("reshape", "permute", "transpose"):
-            chain.append(readers[cur][0])
-            cur = readers[cur][0].outputs[0]
-        for cut in range(len(chain), -1, -1):
-            last = chain[cut - 1].outputs[0] if cut else node.outputs[0]
-            out = _contiguous_view(shape(last))
-            for c in reversed(chain[:cut]):
-                out = _back(out, c, shape(c.inputs[0])) if out is not None else None
-            if out is not None:
-                break
+        last, out_chain, out = merge_view(node.outputs[0], readers, single,
+                                          lambda n: n.op in ("reshape", "permute", "transpose"), shape)
         if bases == node.inputs[:3] and last == node.outputs[0]:
             continue
         attrs = dict(node.attrs, views=views)
         if last != node.outputs[0]:
             attrs["out_view"] = [shape(last), out[1]]
-            merged |= {id(c) for c in chain[:cut]}           # their output is written in place now
-            for c in chain[:cut]:
+            merged |= {id(c) for c in out_chain}              # their output is written in place now
+            for c in out_chain:
                 program.tensors.pop(c.inputs[0], None)
         program.nodes[idx] = type(node)(node.op, bases + node.inputs[3:], [last], attrs, name=node.name)
         changed += 1

@@ -667,16 +667,59 @@ def _back(view, node, in_shape):
     return [list(in_shape), back]
 
 
+def readers_of(program) -> dict:
+    """tensor -> the nodes that read it, in program order."""
+    readers: dict = {}
+    for n in program.nodes:
+        for t in n.inputs:
+            readers.setdefault(t, []).append(n)
+    return readers
+
+
+def split_view(t, step, forward, start):
+    """(base, view, chain): walking up from tensor t through the ops that made it (step(cur) ->
+    (op, its input) or None), the farthest tensor `base` whose values t can be read from as a
+    strided view (start(base), then forward(view, op) down the chain: None where a copy is
+    needed). A head split read in place. With no such ops: (t, start(t), [])."""
+    chain, tensors = [], [t]
+    while (up := step(tensors[-1])) is not None:
+        chain.append(up[0])
+        tensors.append(up[1])
+    for cut in range(len(chain), 0, -1):
+        view = start(tensors[cut])
+        for item in reversed(chain[:cut]):
+            view = forward(view, item) if view is not None else None
+        if view is not None:
+            return tensors[cut], view, chain[:cut]
+    return t, start(t), []
+
+
+def merge_view(start, readers, private, is_view, shape):
+    """(last, chain, view): the copies after tensor `start` (each the only reader of the one
+    before it, is_view), the tensor the longest foldable run of them ends in, and [shape,
+    strides] of start's values inside that tensor (read back from its contiguous layout): a
+    head merge written in place. With no copies: (start, [], contiguous)."""
+    chain, cur = [], start
+    while private(cur) and is_view(readers[cur][0]):
+        chain.append(readers[cur][0])
+        cur = readers[cur][0].outputs[0]
+    for cut in range(len(chain), 0, -1):
+        last = chain[cut - 1].outputs[0]
+        view = _contiguous_view(shape(last))
+        for c in reversed(chain[:cut]):
+            view = _back(view, c, shape(c.inputs[0])) if view is not None else None
+        if view is not None:
+            return last, chain[:cut], view
+    return start, [], _contiguous_view(shape(start))
+
+
 def fold_views_into_matmul(program) -> int:
     """Replace matmul(reshape/permute copies of a, ... of b) -> reshape/permute copies by one
     matmul_strided that reads a and b and writes the last tensor in place, when every tensor in
     between has no other reader: a transformer's head split (view + transpose), K's transpose
     and the head merge (transpose + reshape) cost no dispatches. Returns the matmuls folded."""
     producer = {t: n for n in program.nodes for t in n.outputs}
-    readers: dict = {}
-    for n in program.nodes:
-        for t in n.inputs:
-            readers.setdefault(t, []).append(n)
+    readers = readers_of(program)
     shape = lambda t: list(program.tensors[t].shape)
     private = lambda t: len(readers.get(t, [])) == 1 and t not in program.outputs
     is_view = lambda n: n is not None and n.op in VIEW_OPS and n.name not in gone
@@ -687,31 +730,11 @@ def fold_views_into_matmul(program) -> int:
             continue
         ins = []
         for t in node.inputs:   # up from each operand: its copies, nearest first
-            chain, cur = [], t
-            while private(cur) and is_view(producer.get(cur)):
-                chain.append(producer[cur])
-                cur = producer[cur].inputs[0]
-            for cut in range(len(chain), -1, -1):   # the longest chain a view can stand for
-                base = chain[cut - 1].inputs[0] if cut else t
-                view = _contiguous_view(shape(base))
-                for c in reversed(chain[:cut]):
-                    view = _through(view, c, shape(c.inputs[0])) if view is not None else None
-                if view is not None:
-                    break
-            ins.append((base, view, chain[:cut]))
-        chain, cur = [], node.outputs[0]
-        while private(cur) and is_view(readers[cur][0]):
-            chain.append(readers[cur][0])
-            cur = readers[cur][0].outputs[0]
-        # back from the last copy's output (contiguous) to the matmul's result
-        for cut in range(len(chain), -1, -1):
-            last = chain[cut - 1].outputs[0] if cut else node.outputs[0]
-            view = _contiguous_view(shape(last))
-            for c in reversed(chain[:cut]):
-                view = _back(view, c, shape(c.inputs[0])) if view is not None else None
-            if view is not None:
-                break
-        out_chain = chain[:cut]
+            step = lambda cur: (producer[cur], producer[cur].inputs[0]) \
+                if private(cur) and is_view(producer.get(cur)) else None
+            ins.append(split_view(t, step, lambda v, c: _through(v, c, None),
+                                  lambda b: _contiguous_view(shape(b))))
+        last, out_chain, view = merge_view(node.outputs[0], readers, private, is_view, shape)
         if not (ins[0][2] or ins[1][2] or out_chain):
             continue
         (a, a_view, a_chain), (b, b_view, b_chain) = ins
@@ -739,10 +762,7 @@ def fold_scale_mask_into_softmax(program) -> int:
     the intermediates have no other reader: attention's scale and padding mask cost no passes
     over the scores. The references agree bit for bit. Returns the softmaxes folded."""
     producer = {t: n for n in program.nodes for t in n.outputs}
-    readers: dict = {}
-    for n in program.nodes:
-        for t in n.inputs:
-            readers.setdefault(t, []).append(n)
+    readers = readers_of(program)
     shape = lambda t: tuple(program.tensors[t].shape)
     private = lambda t: len(readers.get(t, [])) == 1 and t not in program.outputs
     gone, folded = set(), 0
