@@ -335,3 +335,18 @@ def test_attention_reads_the_heads_in_place():
         assert "views" in sdpa.attrs and len({*sdpa.inputs[:3]}) <= 2
         got = prog(*[a.numpy() for a in inputs])
         assert cosine(got, prog.run_reference(*[a.numpy() for a in inputs])) >= 0.99999
+
+
+def test_resizing_and_slicing_stay_int8():
+    """Nearest upsampling, slices, a class-token select and bilinear upsampling keep their
+    input's quantization (vkq's quantizer): they run on int8, one gather or one int8 kernel,
+    with no dequantize/quantize around them and no requantization after."""
+    torch.manual_seed(0)
+    x = (torch.randn(1, 3, 12, 20),)
+    model = _settle_bn(SegHead(False), lambda s: x)
+    prog = vkq.compile(vkq.quantize(model, x, [x]), x)
+    t = prog.program.tensors
+    moved = [n for n in prog.program.nodes if n.op in ("take", "upsample_bilinear2d")]
+    assert [n.op for n in moved] == ["take", "upsample_bilinear2d", "upsample_bilinear2d"]
+    assert all(t[n.inputs[0]].dtype == t[n.outputs[0]].dtype == "int8" for n in moved)
+    assert "clamp_q8" not in [n.op for n in prog.program.nodes]
