@@ -154,7 +154,7 @@ def symbolize(program: Program, gm: GraphModule, shapes: dict, bounds: dict, nam
         if t in program.constants:
             tensors[t] = spec
             continue
-        sym = _symbolic_shape_of(t, program, nodes, shapes, tensors)
+        sym = _symbolic_shape_of(t, program, nodes, shapes, tensors, gm.meta.get("vkq_stands_for", {}))
         if sym is None or len(sym) != len(spec.shape):
             raise DynamicShapeError(f"tensor {t!r}: vkq cannot tell how its shape {spec.shape} follows the inputs' "
                                     "dynamic dims")
@@ -186,12 +186,17 @@ def _described(program: Program, tensors: dict, names: dict) -> dict:
     return out
 
 
-def _symbolic_shape_of(t, program, nodes, shapes, done):
-    if t in shapes and isinstance(shapes[t], tuple):
-        return shapes[t]
-    fx = nodes.get(t)
-    if fx is not None and fx.meta.get("vkq_source") in shapes:
-        return shapes[fx.meta["vkq_source"]]
+def _symbolic_shape_of(t, program, nodes, shapes, done, stands_for):
+    seen = t
+    for _ in range(len(stands_for) + 1):       # a node a pass made holds the value of the one it replaced
+        if seen in shapes and isinstance(shapes[seen], tuple):
+            return shapes[seen]
+        fx = nodes.get(seen)
+        if fx is not None and fx.meta.get("vkq_source") in shapes:
+            return shapes[fx.meta["vkq_source"]]
+        if seen not in stands_for:
+            break
+        seen = stands_for[seen]
     if t.endswith("_float") and t[:-len("_float")] in done:           # the output's dequantize
         return done[t[:-len("_float")]].shape
     producer = next((n for n in program.nodes if t in n.outputs), None)
@@ -234,11 +239,16 @@ def probe_bindings(bounds: dict, example: dict) -> dict:
 def verify(dyn: Program, probe: Program, bindings: dict) -> None:
     """dyn specialized at `bindings` must be exactly `probe` (the graph lowered there)."""
     spec = dyn.specialize(bindings)
-    if [n.op for n in spec.nodes] != [n.op for n in probe.nodes]:
-        raise DynamicShapeError("the lowering makes different ops at different shapes "
-                                f"({len(spec.nodes)} vs {len(probe.nodes)} nodes): these dims cannot be dynamic")
-    for a, b in zip(spec.nodes, probe.nodes):
+    mine, theirs = {n.name: n for n in spec.nodes}, {n.name: n for n in probe.nodes}
+    if set(mine) != set(theirs):
+        diff = sorted(set(mine) ^ set(theirs))[:4]
+        raise DynamicShapeError(f"the lowering makes other nodes at another shape ({', '.join(diff)} ...): "
+                                "these dims cannot be dynamic")
+    for name, a in mine.items():     # (the order may differ: both are valid orders of one graph)
+        b = theirs[name]
         where = f"node {a.name!r} ({a.op})"
+        if a.op != b.op:
+            raise DynamicShapeError(f"{where} is a {b.op} at another shape: these dims cannot be dynamic")
         if a.inputs != b.inputs or a.outputs != b.outputs:
             raise DynamicShapeError(f"{where} reads or writes other tensors at another shape")
         for k in set(a.attrs) | set(b.attrs):

@@ -22,6 +22,7 @@ import numpy as np
 from .device import Buffer, Device, get_device
 from .program import Node, Program, TensorSpec
 from .registry import cpu_reason, get_op
+from .rewrites import rewrite_for_shapes
 
 
 def _as_numpy(x) -> np.ndarray:
@@ -208,14 +209,15 @@ class VulkanExecutor:
         self._scratch: dict = {}
         self._pipelines: dict = {}
         self._builds: OrderedDict = OrderedDict()
-        sized = program.specialize(program.max_bindings()) if program.dynamic else program
+        sized = rewrite_for_shapes(program.specialize(program.max_bindings())) if program.dynamic else program
         # where each node runs, decided from its specs at the upper bounds (node i of every
         # specialization is node i of the program)
         self._on_cpu = {i for i, n in enumerate(sized.nodes) if cpu_reason(n, sized.tensors) is not None}
 
         # Tensors the host must see: program I/O, and everything crossing a CPU node.
         self.host_side = set(program.inputs) | set(program.outputs)
-        for i, n in enumerate(program.nodes):
+        self._structure = _structure(sized)
+        for i, n in enumerate(sized.nodes):
             if i in self._on_cpu:
                 self.host_side |= set(n.inputs) | set(n.outputs)
         shared = plan_memory(sized, exclude=self.host_side | set(program.constants)) \
@@ -251,6 +253,11 @@ class VulkanExecutor:
             self._builds.move_to_end(key)
             return build
         program = self.program.specialize(bindings)
+        if self.program.dynamic:
+            rewrite_for_shapes(program)
+            if _structure(program) != self._structure:
+                raise ValueError(f"at {dict(bindings)} the program's views fold into other kernels than at its "
+                                 "upper bounds, where its memory was planned; compile it with narrower bounds")
         for name, spec in program.tensors.items():     # a bound that is not the largest shape
             buf = self.buffers.get(name)
             if buf is not None and spec.device_words() > buf.size:
@@ -319,3 +326,8 @@ class VulkanExecutor:
             return host
         return _outputs(program, host)
 
+
+
+def _structure(program: Program) -> list:
+    """What memory planning depends on: which node reads and writes which tensor, in order."""
+    return [(n.name, tuple(n.inputs), tuple(n.outputs)) for n in program.nodes]

@@ -29,12 +29,13 @@ from torch.fx import GraphModule, Node
 
 from . import dynamic
 from .ops import cpu as _cpu_ops, float as _float_ops  # noqa: F401  (the ops CPU_RULES emit)
-from .ops.attention import default_scale, fold_views_into_attention
+from .ops.attention import default_scale
 from .passes import run_pipeline
 from .passes._graph import (DEQUANTIZE, PERMUTES, QUANTIZE, VIEWS, arg, aten, const_value, dtype_of, is_call,
                             op_name, pair, q_args, qparams, record_shapes, shape_of, val, vkq_op_of)
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
 from .program import Node as PNode, Program, TensorSpec
+from .rewrites import rewrite_for_shapes
 from .registry import cpu_reason, get_op
 
 # Ops that have int8 Vulkan kernels: if one of these still runs on the CPU, it is because its
@@ -57,13 +58,14 @@ def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", rep
         return _lower_at(gm, example_inputs, float_linear, report)[0]
     shapes, bounds = dynamic.symbolic_shapes(gm, fakes)
     bounds, names = dynamic.user_bounds(gm, shapes, bounds, dynamic_shapes)
-    program, lowered = _lower_at(gm, example_inputs, float_linear, report)
+    exprs = {k: v for k, v in shapes.items() if not isinstance(v, tuple)}
+    program, lowered = _lower_at(gm, example_inputs, float_linear, report, exprs, dynamic_graph=True)
     dyn = dynamic.symbolize(program, lowered, shapes, bounds, names)
     example = dyn.bind([tuple(x.shape) for x in example_inputs])
     probe = dynamic.probe_bindings(dyn.symbols, example)
     if probe != example:
         probe_inputs = tuple(_resized(x, dyn.tensors[name].shape, probe) for x, name in zip(example_inputs, dyn.inputs))
-        dynamic.verify(dyn, _lower_at(gm, probe_inputs, float_linear, None)[0], probe)
+        dynamic.verify(dyn, _lower_at(gm, probe_inputs, float_linear, None, dynamic_graph=True)[0], probe)
     return dyn
 
 
@@ -73,18 +75,21 @@ def _resized(x, sym_shape, bindings):
     return torch.from_numpy(np.resize(x.detach().cpu().numpy(), shape).copy())
 
 
-def _lower_at(gm: GraphModule, example_inputs, float_linear: str, report: dict | None):
-    """(Program at the example inputs' shapes, the lowered GraphModule)."""
+def _lower_at(gm: GraphModule, example_inputs, float_linear: str, report: dict | None, exprs=None,
+              dynamic_graph: bool = False):
+    """(Program at the example inputs' shapes, the lowered GraphModule); exprs: the integer
+    nodes' symbolic values (vkq.dynamic), for a symbolic program."""
     gm = copy.deepcopy(gm)
     record_shapes(gm, example_inputs)
     gm.meta["vkq_float_linear"] = float_linear
+    stands_for = gm.meta["vkq_stands_for"] = {}       # node -> the node whose value it took over
+    gm._register_replace_node_hook(lambda old, new, user: stands_for.setdefault(new, old.name))
     passes = run_pipeline(gm)
     if report is not None:
         report.update(passes)
-    program = Translator(gm).program()
-    _float_ops.fold_views_into_matmul(program)   # attention's head split/merge copies -> strided matmuls
-    _float_ops.fold_scale_mask_into_softmax(program)   # softmax(scores * s + mask) in one pass
-    fold_views_into_attention(program)   # q, k, v read from the projection, the result written merged
+    program = Translator(gm, exprs).program()
+    if exprs is None and not dynamic_graph:
+        rewrite_for_shapes(program)      # a dynamic program gets them per shape (vkq/rewrites.py)
     schedule_host_first(program)
     program.meta["passes"] = list(passes)
     program.validate()
@@ -108,9 +113,12 @@ def _spec(node_val, node: Node | None = None) -> TensorSpec:
     return TensorSpec(shape, "int8", layout or rank_layout(len(shape)), *(qp if qp is not None else (None, None)))
 
 
-def _encode(v, inputs: list):
-    """A node's args as a JSON template for torch_op: tensors by input index."""
+def _encode(v, inputs: list, ints=None):
+    """A node's args as a JSON template for torch_op: tensors by input index; an integer node
+    (a size of a dynamic shape) as its value, `ints(node)`."""
     if isinstance(v, Node):
+        if ints is not None and not isinstance(val(v), torch.Tensor):
+            return ints(v)
         inputs.append(v)
         return {"__input__": len(inputs) - 1}
     if isinstance(v, torch.dtype):
@@ -122,11 +130,11 @@ def _encode(v, inputs: list):
     if isinstance(v, torch.device):
         return {"__device__": "cpu"}
     if isinstance(v, tuple):
-        return {"__tuple__": [_encode(x, inputs) for x in v]}
+        return {"__tuple__": [_encode(x, inputs, ints) for x in v]}
     if isinstance(v, list):
-        return [_encode(x, inputs) for x in v]
+        return [_encode(x, inputs, ints) for x in v]
     if isinstance(v, dict):
-        return {k: _encode(x, inputs) for k, x in v.items()}
+        return {k: _encode(x, inputs, ints) for k, x in v.items()}
     if isinstance(v, (bool, int, float, str)) or v is None:
         return v
     raise TypeError(f"cannot store argument {v!r} of type {type(v).__name__}")
@@ -290,16 +298,24 @@ def _slice(n, t):
     x = n.args[0]
     rank = len(shape_of(x))
     dim, start, end, step = (arg(n, 1, "dim", 0), arg(n, 2, "start"), arg(n, 3, "end"), arg(n, 4, "step", 1))
-    if any(isinstance(v, Node) for v in (start, end, step)) or (step or 1) < 1:
+    if any(isinstance(v, Node) and isinstance(val(v), torch.Tensor) for v in (start, end, step)):
+        return None
+    step = t.int_value(step) if step is not None else 1
+    if step < 1:
         return None
     size = shape_of(x)[int(dim) % rank]
-    clip = lambda v: None if v is None else max(-size - 1, min(int(v), size))   # torch's ints may be huge
-    return "slice", [x], {"dim": int(dim) % rank, "start": clip(start), "end": clip(end), "step": int(step or 1)}
+
+    def bound(v):          # torch's ints may be huge; a size of a dynamic shape stays symbolic
+        if v is None:
+            return None
+        c = max(-size - 1, min(t.int_value(v), size))
+        return t.dim_attr(v, c)
+    return "slice", [x], {"dim": int(dim) % rank, "start": bound(start), "end": bound(end), "step": step}
 
 
 def _narrow(n, t):
     x, dim, start, length = n.args[:4]
-    if isinstance(start, Node):
+    if isinstance(start, Node) or isinstance(length, Node):
         return None
     rank = len(shape_of(x))
     start = int(start) % shape_of(x)[int(dim) % rank]
@@ -612,8 +628,14 @@ def _attr_value(gm, node) -> torch.Tensor:
 
 
 class Translator:
-    def __init__(self, gm: GraphModule):
+    """FX graph -> Program. exprs (dynamic shapes): {FX node name: symbolic expression} of the
+    graph's integer nodes (sizes of dynamic dims), so that attrs taken from them stay symbolic."""
+
+    def __init__(self, gm: GraphModule, exprs: dict | None = None):
         self.gm = gm
+        self.exprs = exprs
+        self.ints: dict = {}           # integer FX node -> its value at the example shapes
+        self.expr_values: dict = {}    # symbolic attr -> its value at the example shapes
         self.tensors: dict = {}
         self.nodes: list = []
         self.inputs: list = []
@@ -644,6 +666,30 @@ class Translator:
     def name(self, x) -> str:
         return x if isinstance(x, str) else self.names[x]
 
+    def int_value(self, x) -> int:
+        """An integer argument: a Python int, or an integer node's value at the example."""
+        return self.ints[x] if isinstance(x, Node) else int(x)
+
+    def dim_attr(self, x, value: int):
+        """value as an attr: symbolic ({"expr": ...}) when it is integer node x's own value and
+        x is a size of a dynamic dim, else the int."""
+        if isinstance(x, Node) and self.exprs is not None and value == self.ints.get(x):
+            expr = self.exprs.get(x.name)
+            if isinstance(expr, str):
+                self.expr_values[expr] = int(value)
+                return {"expr": expr}
+        return int(value)
+
+    def concrete(self, attrs):
+        """attrs at the example shapes (symbolic values replaced by what they are there)."""
+        if isinstance(attrs, dict):
+            if set(attrs) == {"expr"}:
+                return self.expr_values[attrs["expr"]]
+            return {k: self.concrete(v) for k, v in attrs.items()}
+        if isinstance(attrs, (list, tuple)):
+            return type(attrs)(self.concrete(v) for v in attrs)
+        return attrs
+
     def define(self, node: Node) -> str:
         self.names[node] = node.name
         self.tensors[node.name] = _spec(val(node), node)
@@ -667,7 +713,9 @@ class Translator:
             outs = [self.define(node)]
         self.nodes.append(PNode(op, [self.name(i) for i in inputs], outs, attrs, name=node.name))
         if get_op(op).build is not None:
-            why = cpu_reason(self.nodes[-1], self.tensors)
+            last = self.nodes[-1]
+            why = cpu_reason(PNode(last.op, last.inputs, last.outputs, self.concrete(last.attrs), last.name),
+                             self.tensors)
             if why is not None:
                 self.fallback.append((op_name(node.target) if vkq_op_of(node) is None else op, f"{why}; runs on the CPU"))
 
@@ -707,6 +755,10 @@ class Translator:
                 self.outputs.append(self.name(o))
 
     def _call_function(self, node):
+        v = val(node)
+        if isinstance(v, int) and not isinstance(v, bool):
+            self.ints[node] = v        # a size (sym_size, arithmetic on sizes): read by the nodes using it
+            return None
         op = vkq_op_of(node)
         if op is not None:
             return self.emit(op, node.args, node, dict(node.kwargs))
@@ -736,8 +788,9 @@ class Translator:
 
     def _torch_op(self, node):
         inputs: list = []
-        args = _encode(list(node.args), inputs)
-        kwargs = _encode(dict(node.kwargs), inputs)
+        ints = lambda x: self.dim_attr(x, self.ints[x])
+        args = _encode(list(node.args), inputs, ints)
+        kwargs = _encode(dict(node.kwargs), inputs, ints)
         target = node.target
         qualified = target.name() if isinstance(target, torch._ops.OpOverload) else None
         if qualified is None:

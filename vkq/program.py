@@ -15,6 +15,7 @@ How a tensor lives on a device is defined here, once:
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -175,8 +176,9 @@ class Program:
         if not self.dynamic:
             return self
         tensors = {n: s.specialize(bindings) for n, s in self.tensors.items()}
-        nodes = [Node(n.op, n.inputs, n.outputs, symbolic.specialize_attrs(n.attrs, bindings), n.name)
-                 if symbolic.attrs_symbolic(n.attrs) else n for n in self.nodes]
+        # new Node objects: shape rewrites edit the specialized program, never this one
+        nodes = [Node(n.op, n.inputs, n.outputs, symbolic.specialize_attrs(copy.deepcopy(n.attrs), bindings), n.name)
+                 for n in self.nodes]
         meta = {**self.meta, "bindings": dict(bindings)}
         return Program(tensors, nodes, self.inputs, self.outputs, self.constants, self.fallback, meta)
 

@@ -1,0 +1,24 @@
+"""Program rewrites that read concrete shapes: views folded into strided kernels.
+
+Attention's head split and merge are reshape/permute copies around its matmuls; these rewrites
+let the kernels read and write through strides instead, and drop the copies. The strides follow
+from the shapes, so the rewrites run where shapes are concrete: lower() on a static program,
+the executor on each shape of a dynamic one (the program file keeps the copies, and the
+reference runs them — the same values)."""
+from __future__ import annotations
+
+from .ops.attention import fold_views_into_attention
+from .ops.float import fold_scale_mask_into_softmax, fold_views_into_matmul
+
+SHAPE_REWRITES = [
+    fold_views_into_matmul,          # attention's head split/merge copies -> strided matmuls
+    fold_scale_mask_into_softmax,    # softmax(scores * s + mask) in one pass
+    fold_views_into_attention,       # q, k, v read from the projection, the result written merged
+]
+
+
+def rewrite_for_shapes(program):
+    """Apply every shape rewrite to a concrete program, in place; returns it."""
+    for rewrite in SHAPE_REWRITES:
+        rewrite(program)
+    return program
