@@ -46,14 +46,15 @@ HAS_INT8_KERNEL = {aten.conv2d.default, aten.linear.default, aten.add.Tensor, at
 
 
 def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", report: dict | None = None,
-          dynamic_shapes=None) -> Program:
+          dynamic_shapes=None, static: bool = False) -> Program:
     """Lower a converted PT2E GraphModule to a Program. float_linear ("dynamic" or
     "weight_only") says what a linear with a float input and int8 weights becomes when the
     quantizer did not say (graphs from other quantizers). A graph exported with dynamic dims
-    gives a symbolic Program (vkq.dynamic); dynamic_shapes (what was given to torch.export)
-    only names the dims in messages."""
+    gives a symbolic Program (vkq.dynamic), unless static=True (a program for the example
+    inputs' shapes only); dynamic_shapes (what was given to torch.export) gives the dims'
+    names and bounds."""
     example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-    fakes = dynamic.input_fake_values(gm)
+    fakes = None if static else dynamic.input_fake_values(gm)
     if fakes is None:
         return _lower_at(gm, example_inputs, float_linear, report)[0]
     shapes, bounds = dynamic.symbolic_shapes(gm, fakes)
