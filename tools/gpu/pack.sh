@@ -145,6 +145,9 @@ if ((!QUICK)); then
       fi
     done
   fi
+  # kept between packs while the patch is the same
+  PATCH_SUM=$(sha256sum "$ROOT/tools/kp-0.9.0.patch" | cut -c1-16)
+  [ "$(cat "$KIT/kp-prebuilt/patch.sha256" 2>/dev/null)" = "$PATCH_SUM" ] || rm -rf "$KIT/kp-prebuilt"
   if [ -n "$PY312" ] && ! ls "$KIT"/kp-prebuilt/kp.cpython-312-*.so >/dev/null 2>&1; then
     step "kp for CPython 3.12, prebuilt here as a fallback ($PY312)"
     P=$(mktemp -d); for f in "$KIT"/debs/build/*.deb "$KIT"/debs/loader/libvulkan1_*.deb; do dpkg -x "$f" "$P"; done
@@ -152,6 +155,7 @@ if ((!QUICK)); then
     bash "$ROOT/tools/gpu/build_kp.sh" --python "$PY312" --src "$KIT/src/kp-$KP_VERSION" --prefix "$P" \
       --out "$KIT/kp-prebuilt" --pybind11 "$PB"
     strip --strip-unneeded "$KIT"/kp-prebuilt/kp*.so 2>/dev/null || true
+    echo "$PATCH_SUM" > "$KIT/kp-prebuilt/patch.sha256"
     rm -rf "$P" "$PB"
   elif [ -z "$PY312" ]; then
     step "no CPython 3.12 with headers here: no prebuilt kp fallback (set VKQ_PY312 to make one)"
