@@ -190,30 +190,41 @@ def _is_validation_message(line: str) -> bool:
     return any(k in line for k in ("Validation Error", "VUID-", "UNASSIGNED-", "SYNC-HAZARD"))
 
 
-def layer_proof(kit: Path, res: Path, device: str) -> bool:
-    """The validation layer (the caller's environment turns it on) catches a hazard on this
-    device: test_guards' two dependent dispatches recorded without their barrier must fail
-    with a SYNC-HAZARD, and pass with vkq's barriers. (test_guards' own check of this is tied
-    to the software drivers and to Debian's layer path.)"""
+# The planted faults of test_guards, by the layer feature that must catch them:
+# (test text, extra files, the parametrization that must fail, the one that must pass, what it prints)
+PLANTED = {"sync": ("HAZARD_TEST", {}, "-False]", "-True]", "SYNC-HAZARD"),
+           "oob": ("OOB_TEST", {"planted_oob.comp": "OOB_SHADER"}, "-8]", "-0]", "out of bounds")}
+
+
+def layer_proof(kit: Path, res: Path, device: str, kind: str = "sync") -> bool:
+    """The validation layer (the caller's environment turns it on, with the feature for
+    `kind`) catches test_guards' planted fault on this device: for sync, two dependent
+    dispatches recorded without their barrier (and clean with vkq's barriers); for oob, a
+    shader that reads past its buffer under GPU-assisted validation (and clean in bounds).
+    test_guards' own checks of this are tied to the software drivers and Debian's layer path."""
     import tempfile
     sys.path.insert(0, str(kit / "tests"))
+    name, extra, must_fail, must_pass, says = PLANTED[kind]
     try:
-        from test_guards import HAZARD_TEST
-    except ImportError as e:
-        print(f"  no planted hazard to run: {e}")
+        import test_guards
+        text, files = getattr(test_guards, name), {f: getattr(test_guards, v) for f, v in extra.items()}
+    except (ImportError, AttributeError) as e:
+        print(f"  no planted fault to run: {e}")
         return False
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "test_hazard.py").write_text(HAZARD_TEST)
+        (Path(tmp) / "test_planted.py").write_text(text)
         (Path(tmp) / "conftest.py").write_text((kit / "tests" / "conftest.py").read_text())
+        for f, t in files.items():
+            (Path(tmp) / f).write_text(t)
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", tmp],
                            capture_output=True, text=True, cwd=tmp, env={**os.environ, "VKQ_TEST_DEVICES": device})
     out = r.stdout + r.stderr
-    errors = [ln for ln in out.splitlines() if ln.startswith("ERROR ") and "test_dependent_dispatches" in ln]
-    ok = (r.returncode == 1 and "SYNC-HAZARD" in out and any("-False]" in ln for ln in errors)
-          and not any("-True]" in ln for ln in errors) and "2 passed" in out)
-    _dump(res / "layer-proof.json", {"caught": ok, "rc": r.returncode, "tail": out[-3000:]})
-    print(f"  planted hazard (no barrier): {'caught by the layer' if ok else 'NOT caught as expected'}; "
-          f"with vkq's barriers: {'clean' if ok else '?'}")
+    errors = [ln for ln in out.splitlines() if ln.startswith("ERROR test_planted.py")]
+    ok = (r.returncode == 1 and says in out and any(must_fail in ln for ln in errors)
+          and not any(must_pass in ln for ln in errors) and "2 passed" in out)
+    _dump(res / f"layer-proof-{kind}.json", {"caught": ok, "rc": r.returncode, "tail": out[-3000:]})
+    print(f"  planted {kind} fault: {'caught by the layer' if ok else 'NOT caught as expected'}; "
+          f"the fault-free case: {'clean' if ok else '?'}")
     if not ok:
         print(out[-2500:])
     return ok
@@ -391,10 +402,10 @@ def report(kit: Path, res: Path, outdir: Path) -> int:
     bench = _load(res / "bench.json", [])
     torch_r = _load(res / "torch.json", {})
     kernels = _load(res / "bench_kernels.json", None)
-    proof = _load(res / "layer-proof.json", None)
+    proofs = {k: _load(res / f"layer-proof-{k}.json", None) for k in PLANTED}
     data = {"manifest": {k: manifest.get(k) for k in ("commit", "dirty", "packed_at", "glslang", "kit_bytes", "quick")},
             "env": env, "steps": steps, "devices": devices, "tests": tests, "programs": check,
-            "programs_validation": check_val, "layer_proof": proof and proof.get("caught"), "bench": bench, "torch": torch_r,
+            "programs_validation": check_val, "layer_proof": {k: p.get("caught") for k, p in proofs.items() if p}, "bench": bench, "torch": torch_r,
             "kernels_records": len(kernels) if isinstance(kernels, list) else None}
     L = []
     L.append(f"vkq GPU kit report  {time.strftime('%Y-%m-%d %H:%M:%S')}  ({env.get('mode', '?')} mode)")
@@ -411,9 +422,11 @@ def report(kit: Path, res: Path, outdir: Path) -> int:
                  f"({d.get('min_subgroup_size')}-{d.get('max_subgroup_size')}); enabled by vkq: "
                  f"{', '.join(d.get('enabled_features', [])) or 'none'}; integer dot product accelerated: "
                  f"{d.get('dot_product_accelerated')}")
-    if proof is not None:
-        L.append(f"validation layer: the planted hazard (no barrier) {'was caught' if proof.get('caught') else 'was NOT caught'}"
-                 " with synchronization validation on")
+    for k, p in proofs.items():
+        if p is not None:
+            what = {"sync": "hazard (no barrier), synchronization validation",
+                    "oob": "out-of-bounds read, GPU-assisted validation"}[k]
+            L.append(f"validation layer: the planted {what}: {'caught' if p.get('caught') else 'NOT CAUGHT'}")
     for tier, n in tests.items():
         if n is None:
             L.append(f"tests {tier}: no result")
@@ -487,6 +500,7 @@ def main(argv=None) -> int:
     p.add_argument("kit", type=Path)
     p.add_argument("res", type=Path)
     p.add_argument("--device", required=True)
+    p.add_argument("--kind", choices=sorted(PLANTED), default="sync")
     p = sub.add_parser("torch-bench")
     p.add_argument("res", type=Path)
     p.add_argument("--repeats", type=int, default=50)
@@ -506,7 +520,7 @@ def main(argv=None) -> int:
         rows = bench_programs(a.kit, a.res, a.device, a.repeats)
         return 0 if all(r.get("equal") and r.get("equal_after") for r in rows) else 1
     elif a.cmd == "layer-proof":
-        return 0 if layer_proof(a.kit, a.res, a.device) else 1
+        return 0 if layer_proof(a.kit, a.res, a.device, a.kind) else 1
     elif a.cmd == "torch-bench":
         return 3 if torch_bench(a.res, a.repeats).get("skipped") else 0    # 3: nothing to measure here
     elif a.cmd == "report":

@@ -11,7 +11,10 @@
 #   optional steps are skipped, and long ones cut, so the run ends by then), --quick (repeats 5,
 #   no torch steps, no validation pass; for CI), --python PY (default python3; --local: the
 #   interpreter that imports kp), --prefix-only (never unpack into /, even as root: for a
-#   rehearsal on a development machine; a missing loader library goes on LD_LIBRARY_PATH).
+#   rehearsal on a development machine; a missing loader library goes on LD_LIBRARY_PATH),
+#   --gpu-av (after the synchronization pass, the device tests again under GPU-assisted
+#   validation, which reports out-of-bounds buffer accesses: the kernel tests where torch
+#   imports, else the no-torch ones; slow, so it takes the time of the steps after it).
 # Steps: unpack the Debian packages (the Vulkan loader into / only where it is missing, as root;
 # the rest into a prefix), install numpy<2 and vkq into target folders, build kp with CMake
 # (the prebuilt module is the fallback), then `vkq devices`, the programs through `vkq run`
@@ -24,7 +27,7 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 if [ -f "$HERE/MANIFEST.json" ]; then KIT=$HERE; else KIT=$(cd "$HERE/../.." && pwd)/.gpu-kit; fi
-LOCAL=0 PY= DEV= REPEATS=50 TESTS= BUDGET=540 QUICK=0 PREFIX_ONLY=0
+LOCAL=0 PY= DEV= REPEATS=50 TESTS= BUDGET=540 QUICK=0 PREFIX_ONLY=0 GPU_AV=0
 while (($#)); do
   case $1 in
     --local) LOCAL=1; shift ;;
@@ -35,6 +38,7 @@ while (($#)); do
     --budget) BUDGET=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
     --prefix-only) PREFIX_ONLY=1; shift ;;
+    --gpu-av) GPU_AV=1; shift ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -73,8 +77,12 @@ deb_x() {   # deb_x DEB DIR: unpack without installing (dpkg -x, else ar + tar)
   dpkg -x "$1" "$2" 2>/dev/null && return 0
   local t; t=$(mktemp -d); (cd "$t" && ar x "$1" && tar xf data.tar.* -C "$2"); local rc=$?; rm -rf "$t"; return $rc
 }
-rcmsg() { case $1 in 124|137) echo "rc $1: cut at its time limit" ;; 2) echo "rc 2: interrupted (its time limit?)" ;;
-                    *) echo "rc $1" ;; esac; }
+# finish NAME RC [DETAIL]: end a step by its exit status. Cut at its time limit (124, 137) is not
+# a failure: the tests report what ran (junit XML) and the bench what it measured, and the
+# report judges those.
+finish() {
+  case $2 in 0) end "$1" ok "${3:-}" ;; 124|137) end "$1" cut "at its time limit (rc $2)" ;; *) end "$1" FAILED "rc $2" ;; esac
+}
 # has_lib SONAME: in the dynamic linker's cache? (no grep -q on the pipe: with pipefail, ldconfig
 # killed by SIGPIPE after an early match would read as "missing")
 has_lib() { local cache; cache=$(ldconfig -p 2>/dev/null); grep -q "^[[:space:]]*$1 " <<<"$cache"; }
@@ -223,7 +231,7 @@ EOF
   run_tests() {
     local tier=$1 tag=$2 secs=$3; shift 3
     local files=() f
-    for f in $("$PY" "$KIT/kit.py" tests "$tier"); do [ -f "$KIT/tests/$f" ] && files+=("$f"); done
+    for f in $(pyrun "$KIT/kit.py" tests "$tier"); do [ -f "$KIT/tests/$f" ] && files+=("$f"); done
     local extra=()
     ((QUICK)) && extra=(-x -k "not sync_hazard")
     (cd "$KIT/tests" && env "$@" VKQ_TEST_DEVICES="$DEV" PYTHONPATH="$SITE" timeout -s INT -k 30 "$(cap "$secs")" \
@@ -231,14 +239,14 @@ EOF
   }
   if [ "$TESTS" != none ]; then
     begin "tests: no torch"
-    run_tests no-torch no-torch 240 && end "tests: no torch" ok || end "tests: no torch" FAILED "$(rcmsg $?)"
+    run_tests no-torch no-torch 240; finish "tests: no torch" $?
   fi
 
   # --- benchmark of the saved programs, integer dot product on and off ----------------------
   begin "bench"
   if room 60; then
-    timeout "$(cap 240)" env PYTHONPATH="$SITE" "$PY" "$KIT/kit.py" bench "$KIT" "$RES" --device "$DEV" --repeats "$REPEATS" \
-      && end bench ok "$REPEATS calls a path" || end bench FAILED "$(rcmsg $?)"
+    timeout "$(cap 240)" env PYTHONPATH="$SITE" "$PY" "$KIT/kit.py" bench "$KIT" "$RES" --device "$DEV" --repeats "$REPEATS"
+    finish bench $? "$REPEATS calls a path"
   else end bench skipped "no time left"; fi
   local compiled=$(( $(ls "$VKQ_CACHE_DIR" | wc -l) - before ))
   echo "SPIR-V compiled on this machine beyond the carried cache: $compiled (the programs' first run above: $(( before - $(ls "$KIT/spirv" | wc -l) )))"
@@ -263,6 +271,25 @@ EOF
       || end validation FAILED "programs rc $rc1, tests rc $rc2"
   fi
 
+  # torch beside numpy<2 (kp's numpy): the kernel bench's CPU peers and the reference tests
+  local torch_np1=0
+  ((QUICK)) || ! pyrun -c "import torch" 2>/dev/null || torch_np1=1
+
+  # --- optional: GPU-assisted validation, out-of-bounds accesses ------------------------------
+  if ((GPU_AV)); then
+    begin "gpu-assisted validation"
+    local gav=(VK_LAYER_PATH="$VALIDATION_LAYERS" VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation
+               VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_GPU_ASSISTED_EXT)
+    local tier=no-torch; ((torch_np1)) && [ "$TESTS" = all ] && tier=torch-reference
+    if [ -z "$VALIDATION_LAYERS" ]; then end "gpu-assisted validation" skipped "no validation layer"
+    elif ! room 120; then end "gpu-assisted validation" skipped "no time left"
+    elif ! env "${gav[@]}" PYTHONPATH="$SITE" timeout 120 "$PY" "$KIT/kit.py" layer-proof "$KIT" "$RES" --device "$DEV" --kind oob; then
+      end "gpu-assisted validation" skipped "the layer did not catch the planted out-of-bounds read here (see above)"
+    else
+      run_tests "$tier" "$tier-gpu-av" 300 "${gav[@]}"; finish "gpu-assisted validation" $? "the planted read caught; $tier tests clean"
+    fi
+  fi
+
   # --- torch: CUDA latency of the same models (the machine's numpy), tests with a torch reference
   begin "torch CUDA"
   if ((QUICK)); then end "torch CUDA" skipped "--quick"
@@ -271,11 +298,8 @@ EOF
     PYTHONPATH=$WORK/site-vkq timeout "$(cap 150)" "$PY" "$KIT/kit.py" torch-bench "$RES" --repeats "$REPEATS"
     local trc=$?
     case $trc in 0) end "torch CUDA" ok ;; 3) end "torch CUDA" skipped "no torch with CUDA here" ;;
-                 *) end "torch CUDA" FAILED "$(rcmsg $trc)" ;; esac
+                 *) finish "torch CUDA" $trc ;; esac
   else end "torch CUDA" skipped "no time left"; fi
-  # torch beside numpy<2 (kp's numpy): the kernel bench's CPU peers and the reference tests
-  local torch_np1=0
-  ((QUICK)) || ! pyrun -c "import torch" 2>/dev/null || torch_np1=1
   begin "vkq bench kernels"
   if ((QUICK)); then end "vkq bench kernels" skipped "--quick"
   elif ((!torch_np1)); then end "vkq bench kernels" skipped "torch does not import"
@@ -285,16 +309,15 @@ EOF
     local bopts=(--device "$DEV") bhelp; bhelp=$(pyrun -m vkq bench --help 2>&1)
     [[ $bhelp == *--no-progress* ]] && bopts+=(--no-progress)
     [[ $bhelp == *--json* ]] && bopts+=(--json "$OUTDIR/bench_kernels.json")
-    PYTHONPATH=$SITE timeout "$(cap 200)" "$PY" -m vkq bench kernels "${bopts[@]}" \
-      && { [ ! -f "$OUTDIR/bench_kernels.json" ] || cp "$OUTDIR/bench_kernels.json" "$RES/"; } \
-      && end "vkq bench kernels" ok || end "vkq bench kernels" FAILED "$(rcmsg $?)"
+    PYTHONPATH=$SITE timeout "$(cap 200)" "$PY" -m vkq bench kernels "${bopts[@]}"
+    finish "vkq bench kernels" $?
+    [ ! -f "$OUTDIR/bench_kernels.json" ] || cp "$OUTDIR/bench_kernels.json" "$RES/"
   fi
   if [ "$TESTS" = all ] && ((!QUICK)); then
     begin "tests: torch reference"
     if ((!torch_np1)); then end "tests: torch reference" skipped "torch does not import beside numpy<2"
     elif ! room 90; then end "tests: torch reference" skipped "no time left"
-    else run_tests torch-reference torch-reference 240 && end "tests: torch reference" ok \
-      || end "tests: torch reference" FAILED "$(rcmsg $?)"; fi
+    else run_tests torch-reference torch-reference 240; finish "tests: torch reference" $?; fi
   fi
   return 0
 }
