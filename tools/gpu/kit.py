@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 NO_TORCH_TESTS = ["test_devices.py", "test_packing.py", "test_guards.py", "test_float_ops.py", "test_progfile.py",
-                  "test_dynamic.py", "test_symbolic.py"]
+                  "test_dynamic.py", "test_symbolic.py", "test_logic_ops.py", "test_shape_ops.py"]
 TORCH_REFERENCE_TESTS = ["test_eltwise.py", "test_io_ops.py", "test_pool.py", "test_quant.py", "test_conv.py",
-                         "test_linear.py"]
+                         "test_linear.py", "test_resize_ops.py"]
 HOST_ONLY_TESTS = {
     "test_shaders.py": "the shader toolchain: spirv-val and a wheel built from the repo (not carried)",
     "test_bench.py": "vkq bench with its CPU and ncnn peers (run.sh runs `vkq bench kernels` instead)",
@@ -38,6 +38,7 @@ HOST_ONLY_TESTS = {
     "test_models_fp32.py": "float models trained and compared with torch 2.13",
     "test_transformer.py": "MiniLM: transformers and its weight package",
     "test_compile_cli.py": "vkq compile from a model source: PT2E (torchao, torch 2.13)",
+    "test_patterns.py": "whole models quantized with PT2E (torchao, torch 2.13)",
     "test_gpu_kit.py": "the kit itself: packs on the development machine",
 }
 TIERS = {"no-torch": NO_TORCH_TESTS, "torch-reference": TORCH_REFERENCE_TESTS}
