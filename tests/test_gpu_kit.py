@@ -8,6 +8,7 @@ MobileNetV2 and ResNet-18) and runs it with `run.sh --local`: minutes, so not in
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,6 +70,15 @@ def test_carried_tests_import_without_what_the_gpu_machine_lacks(tier, blocked):
     res = subprocess.run([sys.executable, "-c", BLOCKED_IMPORT, blocked, str(ROOT / "tests"), *kit.TIERS[tier]],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_no_torch_tests_use_no_torch_inside_either():
+    """Imports inside a test body escape the import check above: no `import torch` anywhere in
+    a no-torch file, nor oputil's torch references (a rehearsal without torch found both)."""
+    uses_torch = re.compile(r"^\s*(import torch|from torch)\b|torch_(de)?quantize\(", re.M)
+    for f in kit.NO_TORCH_TESTS:
+        hit = uses_torch.search((ROOT / "tests" / f).read_text())
+        assert hit is None, f"{f} uses torch ({hit.group(0).strip()!r}): list it in TORCH_REFERENCE_TESTS"
 
 
 def test_scripts_parse():
