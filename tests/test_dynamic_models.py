@@ -1,0 +1,126 @@
+"""Dynamic shapes through vkq.compile(..., dynamic_shapes=...): a CNN with dynamic batch, height
+and width and a BERT-style encoder with dynamic batch and sequence length, each compiled once
+and called at many shapes, agree with the programs compiled statically for those shapes from
+the same quantized graph; out-of-bounds shapes are refused naming the dimension."""
+import numpy as np
+import pytest
+
+# -- through lowering: vkq.compile(..., dynamic_shapes=...) ----------------------------------------
+
+def _compile_both(model, example, calib, scheme, dynamic_shapes):
+    """(dynamic CompiledProgram, a function making the static program for some inputs from the
+    same converted graph, i.e. the same quantization)."""
+    import vkq
+    from vkq.lower import lower
+    gm = vkq.quantize(model, example, calib, scheme, dynamic_shapes=dynamic_shapes)
+    float_linear = scheme if scheme in ("dynamic", "weight_only") else "dynamic"
+    dyn = vkq.CompiledProgram(lower(gm, example, float_linear=float_linear, dynamic_shapes=dynamic_shapes))
+    static = lambda *xs: vkq.CompiledProgram(lower(gm, xs, float_linear=float_linear, static=True))
+    return dyn, static
+
+
+class SmallCNN:
+    @staticmethod
+    def make():
+        import torch
+        torch.manual_seed(0)
+        n = torch.nn
+
+        class Block(n.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = n.Sequential(n.Conv2d(16, 16, 3, padding=1), n.BatchNorm2d(16), n.ReLU())
+                self.b = n.Sequential(n.Conv2d(16, 16, 3, padding=1), n.BatchNorm2d(16))
+
+            def forward(self, x):
+                return torch.relu(x + self.b(self.a(x)))
+
+        return n.Sequential(n.Conv2d(3, 16, 3, stride=2, padding=1), n.BatchNorm2d(16), n.ReLU(), Block(),
+                            n.Conv2d(16, 24, 3, stride=2, padding=1), n.ReLU(), n.AdaptiveAvgPool2d(1),
+                            n.Flatten(), n.Linear(24, 10)).eval()
+
+
+CNN_SHAPES = [(1, 3, 32, 32), (3, 3, 17, 29), (2, 3, 64, 40), (5, 3, 13, 13), (1, 3, 61, 9)]
+
+
+@pytest.fixture(scope="module")
+def dynamic_cnn():
+    import torch
+    from torch.export import Dim
+    model = SmallCNN.make()
+    ds = ({0: Dim("batch", min=1, max=8), 2: Dim("height", min=9, max=64), 3: Dim("width", min=9, max=64)},)
+    calib = [torch.randn(s) for s in [(4, 3, 32, 32), (2, 3, 48, 24), (1, 3, 64, 64), (3, 3, 16, 40)]]
+    return _compile_both(model, (torch.randn(2, 3, 32, 32),), calib, "static", ds)
+
+
+def test_cnn_compiled_once_runs_every_shape(device, dynamic_cnn, tmp_path):
+    """A CNN compiled once with dynamic batch, height and width equals, bit for bit, the program
+    compiled statically for each shape (same quantization), in one process, and from its saved
+    .vkq through `vkq run` without torch."""
+    import torch
+    from oputil import run_cli_without_torch
+    dyn, static = dynamic_cnn
+    prog = vkq_on(dyn, device)
+    assert prog.fallback_ops == [] and set(prog.program.symbols.values()) == {(1, 8), (9, 64)}
+    path = prog.save(tmp_path / "cnn.vkq")
+    for i, shape in enumerate(CNN_SHAPES):
+        x = torch.randn(shape).numpy()
+        y = prog(x)
+        want = vkq_on(static(torch.from_numpy(x)), device)(x)
+        np.testing.assert_array_equal(y, want)
+        if i < 3:
+            np.save(tmp_path / "x.npy", x)
+            res = run_cli_without_torch("run", path, "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npy",
+                                        "--device", device.info.name)
+            assert res.returncode == 0, res.stderr
+            np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), y)
+    with pytest.raises(ValueError, match=r"dimension 2 \(height\) must be in \[9, 64\], got 65"):
+        prog(np.zeros((1, 3, 65, 20), np.float32))
+    with pytest.raises(ValueError, match=r"dimension 0 \(batch\) must be in \[1, 8\], got 9"):
+        prog(np.zeros((9, 3, 20, 20), np.float32))
+
+
+def vkq_on(compiled, device):
+    import vkq
+    return vkq.CompiledProgram(compiled.program, device)
+
+
+@pytest.fixture(scope="module")
+def dynamic_bert():
+    import torch
+    from torch.export import Dim
+    from transformers import BertConfig, BertModel
+    from vkq.transformer import MeanPooledEncoder
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=48, max_position_embeddings=64)
+    model = MeanPooledEncoder(BertModel(cfg).eval()).eval()
+    B, L = Dim("batch", min=1, max=6), Dim("seq", min=2, max=40)
+    ds = ({0: B, 1: L}, {0: B, 1: L})
+    ids = torch.randint(0, 97, (2, 9))
+    return _compile_both(model, (ids, torch.ones_like(ids)), None, "dynamic", ds)
+
+
+BERT_SHAPES = [(1, 5), (3, 17), (2, 40), (6, 2), (4, 11)]
+
+
+def test_bert_encoder_compiled_once_runs_every_shape(device, dynamic_bert, tmp_path):
+    """A BERT-style encoder compiled once with dynamic batch and sequence length: every shape
+    agrees with the program compiled statically for it to float rounding, padded positions
+    included (a mask with zeros), and out-of-bounds shapes are refused."""
+    import torch
+    dyn, static = dynamic_bert
+    prog = vkq_on(dyn, device)
+    rng = np.random.default_rng(0)
+    for b, l in BERT_SHAPES:
+        ids = rng.integers(0, 97, (b, l)).astype(np.int64)
+        mask = np.ones((b, l), np.int64)
+        mask[0, l // 2 + 1:] = 0
+        y = prog(ids, mask)
+        want = vkq_on(static(torch.from_numpy(ids), torch.from_numpy(mask)), device)(ids, mask)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(y, prog.run_reference(ids, mask), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"dimension 1 \(seq\) must be in \[2, 40\], got 41"):
+        prog(np.zeros((1, 41), np.int64), np.ones((1, 41), np.int64))
+    with pytest.raises(ValueError, match="both are batch and must agree"):
+        prog(np.zeros((2, 5), np.int64), np.ones((3, 5), np.int64))
