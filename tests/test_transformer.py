@@ -175,3 +175,47 @@ def test_long_sentences_at_128_tokens(minilm, device):
     assert cos.min() >= 0.99
     bad, _ = misordered_pairs(cosine_matrix(ref), cosine_matrix(got))
     assert bad == 0
+
+
+@pytest.fixture(scope="module")
+def dynamic_encoder(minilm):
+    """One MiniLM program for every batch up to 8 and length up to 64 (dynamic shapes)."""
+    tokenizer, bert = minilm
+    return compile_encoder(bert, tokenizer, None, "dynamic", max_length=64, max_batch=8).program
+
+
+def test_dynamic_encoder_runs_each_batch_at_its_own_length(minilm, fp32, dynamic_encoder, device):
+    """Sentences sorted and batched by length, each batch at its longest sentence's length, give
+    the embeddings of the same program run one sentence at a time padded to 16 (float rounding:
+    a row's reductions run over other lengths), and match fp32."""
+    tokenizer, bert = minilm
+    enc = VulkanSentenceEncoder("dynamic", device=device, batch=5, max_length=64, bert=bert, tokenizer=tokenizer)
+    enc._program = CompiledProgram(dynamic_encoder, device)
+    lengths = sorted({L for _, L in enc.batches(SENTENCES)})
+    assert len(lengths) >= 3 and max(lengths) < L        # several lengths, all shorter than the padded 16
+    got = enc.embed(SENTENCES)
+    padded = VulkanSentenceEncoder("dynamic", device=device, batch=1, lengths=(L,), bert=bert, tokenizer=tokenizer)
+    padded._program = enc._program
+    assert row_cosines(got, padded.embed(SENTENCES)).min() >= 0.9999
+    cos = row_cosines(got, fp32)
+    assert cos.min() >= 0.99
+    assert misordered_pairs(cosine_matrix(fp32), cosine_matrix(got))[0] == 0
+    assert prog_shapes(enc._program) >= len(lengths)
+
+
+def prog_shapes(prog) -> int:
+    return len(prog.executor._builds)
+
+
+def test_embed_reads_sentences_from_a_file(minilm, dynamic_encoder, tmp_path, monkeypatch):
+    """`vkq embed --file` embeds one sentence a line (blank lines skipped) into --output."""
+    from vkq import cli, transformer
+    tokenizer, bert = minilm
+    monkeypatch.setattr(transformer.models, "load_minilm", lambda: (tokenizer, bert))
+    monkeypatch.setattr(transformer, "compile_encoder", lambda *a, **k: CompiledProgram(dynamic_encoder, k.get("device")))
+    (tmp_path / "s.txt").write_text("\n".join(SENTENCES[:7]) + "\n\n" + SENTENCES[7] + "\n")
+    assert cli.main(["embed", "--file", str(tmp_path / "s.txt"), "--output", str(tmp_path / "e.npy"),
+                     "--batch", "3", "--max-length", "64"]) == 0
+    emb = np.load(tmp_path / "e.npy")
+    assert emb.shape == (8, 384) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-4)
+    assert cli.main(["embed"]) == 2

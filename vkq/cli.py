@@ -191,25 +191,39 @@ def cmd_bench(args) -> int:
 
 
 def cmd_embed(args) -> int:
-    """Sentence embeddings (all-MiniLM-L6-v2) on Vulkan: the pairwise cosine similarity matrix."""
+    """Sentence embeddings (all-MiniLM-L6-v2) on Vulkan: the pairwise cosine similarity matrix,
+    or, for many sentences (--file), the embeddings themselves (--output)."""
     import numpy as np
     from .transformer import VulkanSentenceEncoder, cosine_matrix
-    enc = VulkanSentenceEncoder(scheme=args.scheme, lengths=[int(x) for x in args.lengths.split(",")],
-                                device=args.device)
-    emb = enc.embed(args.sentences)
+    sentences = list(args.sentences)
+    if args.file:
+        with open(args.file, encoding="utf-8") as f:
+            sentences += [line.strip() for line in f if line.strip()]
+    if not sentences:
+        print("vkq: no sentences: give them as arguments or --file (one per line)", file=sys.stderr)
+        return 2
+    lengths = [int(x) for x in args.lengths.split(",")] if args.lengths else None
+    enc = VulkanSentenceEncoder(scheme=args.scheme, device=args.device, batch=args.batch, lengths=lengths,
+                                max_length=args.max_length)
+    emb = enc.embed(sentences, progress=len(sentences) > args.batch)
+    if args.output:
+        np.save(args.output, emb)
+        print(f"{len(sentences)} embeddings {emb.shape} -> {args.output}")
 
     def show(title, sim):
         print(title)
         print("      " + " ".join(f"{f'[{j}]':>7}" for j in range(len(sim))))
         for i, row in enumerate(sim):
             print(f"{f'[{i}]':>5} " + " ".join(f"{v:7.4f}" for v in row))
-    for i, s in enumerate(args.sentences):
-        print(f"[{i}] {s}")
-    device = next(iter(enc.programs.values())).device.info.name if enc.programs else "?"
-    show(f"cosine similarity, vkq {args.scheme} on {device}:", cosine_matrix(emb))
+    small = len(sentences) <= 12      # a similarity matrix is readable for a few sentences
+    if small:
+        for i, s in enumerate(sentences):
+            print(f"[{i}] {s}")
+        show(f"cosine similarity, vkq {args.scheme} on {enc.program.device.info.name}:", cosine_matrix(emb))
     if args.compare:
-        ref = enc.torch_embed(args.sentences)
-        show("cosine similarity, torch fp32 (CPU):", cosine_matrix(ref))
+        ref = enc.torch_embed(sentences)
+        if small:
+            show("cosine similarity, torch fp32 (CPU):", cosine_matrix(ref))
         cos = (emb * ref).sum(1) / (np.linalg.norm(emb, axis=1) * np.linalg.norm(ref, axis=1))
         diff = np.abs(cosine_matrix(emb) - cosine_matrix(ref)).max()
         print(f"embedding cosine vkq vs fp32: min {cos.min():.5f}, mean {cos.mean():.5f}; "
@@ -277,12 +291,16 @@ def main(argv=None) -> int:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("embed", help="sentence embeddings (all-MiniLM-L6-v2) on Vulkan: pairwise cosine similarities")
-    p.add_argument("sentences", nargs="+")
+    p.add_argument("sentences", nargs="*")
+    p.add_argument("--file", default=None, help="more sentences, one per line")
+    p.add_argument("--output", default=None, help="save the embeddings (N, 384) here (.npy)")
     _add_device_arg(p)
     p.add_argument("--scheme", default="dynamic", choices=("dynamic", "weight_only"),
                    help="dynamic: per-token int8 activations x int8 weights; weight_only: float x int8 weights")
-    p.add_argument("--lengths", default="16,128", help="padded token lengths to compile (each sentence takes the "
-                   "smallest that holds it; longer ones are truncated to the largest)")
+    p.add_argument("--batch", type=int, default=8, help="sentences of similar length run together, this many at a time")
+    p.add_argument("--max-length", type=int, default=128, help="longer sentences are truncated to this many tokens")
+    p.add_argument("--lengths", default=None, help="pad every sentence to the smallest of these lengths "
+                   "(e.g. 16,128) instead of running each batch at its own length")
     p.add_argument("--compare", action="store_true", help="also the torch fp32 similarities, and the agreement")
     p.set_defaults(func=cmd_embed)
     args = parser.parse_args(argv)
