@@ -1,8 +1,19 @@
 """all-MiniLM-L6-v2 sentence embeddings: per-sentence latency of vkq on Vulkan beside PyTorch on
-the CPU, measured in the same run, and where the Vulkan time goes.
+the CPU, measured in the same run, and where the Vulkan time goes; or (--throughput N)
+sentences per second over N real sentences of 5 to 128 tokens.
 
     .venv/bin/python bench/bench_minilm.py [--device llvmpipe] [--lengths 16,128] [--reps 10]
                                            [--schemes dynamic,weight_only]
+    .venv/bin/python bench/bench_minilm.py --throughput 300 [--batch 8] [--device llvmpipe]
+
+Throughput rows (the same sentences, sorted by length and run --batch at a time):
+  torch fp32          MeanPooledEncoder on the CPU, each batch padded to its longest sentence
+  vkq dynamic         one program with dynamic batch and length, each batch at its own length
+  vkq padded 16/128   the same program, every batch padded to 16 or 128 tokens (what vkq did
+                      before dynamic shapes: one static program per length)
+with the first call at a new shape and the device memory planned for the bounds. The
+sentences are sentences of the Python standard library's docstrings (real English, no download),
+picked to spread evenly over 5..128 tokens.
 
 Rows (batch 1, one sentence padded to L tokens; wall clock per call, median and best of --reps
 after two warm-up calls):
@@ -88,13 +99,111 @@ def breakdown(prog, ids, mask):
     return dict(kinds), up_ms, down_ms, prefix_ms, len(timed_rec.steps)
 
 
+def corpus(tokenizer, n: int, lo: int = 5, hi: int = 128, seed: int = 0) -> list[str]:
+    """n sentences of lo..hi tokens, spread evenly over that range: sentences (and runs of
+    consecutive sentences, for the long end) of the standard library's docstrings."""
+    import inspect
+    import random
+    import re
+    import importlib
+    texts = []
+    skip = {"this", "antigravity", "idlelib", "tkinter", "turtle", "turtledemo"}   # print, open a browser, need Tk
+    for mod in sorted(m for m in sys.stdlib_module_names if not m.startswith("_") and m not in skip):
+        try:
+            module = importlib.import_module(mod)
+        except Exception:       # a module that does not import here: skip it
+            continue
+        for _, obj in inspect.getmembers(module):
+            doc = inspect.getdoc(obj) if callable(obj) else None
+            if doc and getattr(obj, "__module__", None) == mod:
+                texts.append(" ".join(doc.split()))
+    sentences = []
+    for text in texts:
+        parts = [p for p in re.split(r"(?<=[.!?])\s+", text)
+                 if len(p.split()) >= 3 and re.fullmatch(r"[A-Za-z0-9 ,.;:'\"()!?-]+", p)]   # prose, not code
+        for k in (1, 2, 4, 8):          # runs of k sentences reach the long lengths
+            sentences += [" ".join(parts[i:i + k]) for i in range(0, len(parts) - k + 1, k)]
+    sentences = sorted(set(sentences))
+    counts = [len(ids) for ids in tokenizer(sentences)["input_ids"]]
+    rng = random.Random(seed)
+    bins = [[s for s, c in zip(sentences, counts) if a <= c < min(a + 8, hi + 1)] for a in range(lo, hi + 1, 8)]
+    bins = [rng.sample(b, len(b)) for b in bins if b]      # each bin shuffled, drawn without repeats
+    out, k = [], 0
+    while len(out) < n:
+        for b in bins:
+            if len(out) < n:
+                out.append(b[k % len(b)])
+        k += 1
+    rng.shuffle(out)
+    return out
+
+
+def throughput(args):
+    from vkq.transformer import VulkanSentenceEncoder
+    tokenizer, bert = models.load_minilm()
+    sentences = corpus(tokenizer, args.throughput)
+    counts = [len(ids) for ids in tokenizer(sentences)["input_ids"]]
+    print(f"{len(sentences)} sentences, {min(counts)}..{max(counts)} tokens (mean {np.mean(counts):.1f}); "
+          f"batch {args.batch}; device {args.device}; torch {torch.get_num_threads()} threads")
+    fp32 = MeanPooledEncoder(bert).eval()
+    enc = VulkanSentenceEncoder("dynamic", device=args.device, batch=args.batch, max_length=128,
+                                bert=bert, tokenizer=tokenizer)
+    start = time.perf_counter()
+    prog = enc.program
+    prog.executor
+    print(f"compile (export, quantize, lower, verify) and build at the bounds: {time.perf_counter() - start:.1f} s; "
+          f"device memory: arena {prog.executor.memory['arena_bytes'] / 2**20:.1f} MiB for batch <= "
+          f"{prog.program.symbols and max(h for _, h in prog.program.symbols.values())} tokens/rows")
+    padded = VulkanSentenceEncoder("dynamic", device=args.device, batch=args.batch, lengths=(16, 128),
+                                   bert=bert, tokenizer=tokenizer)
+    padded._program = prog
+    ids, mask = tokenize(tokenizer, ["a new shape"] * 3, 37)
+    t = time.perf_counter()
+    prog(ids, mask)
+    first = time.perf_counter() - t
+    t = time.perf_counter()
+    prog(ids, mask)
+    again = time.perf_counter() - t
+    print(f"first call at a new shape (3 x 37): {first * 1e3:.0f} ms; the same shape again: {again * 1e3:.0f} ms")
+
+    def torch_run():
+        with torch.no_grad():
+            for part, length in enc.batches(sentences):
+                i, m = tokenize(tokenizer, [sentences[k] for k in part], length)
+                fp32(torch.from_numpy(i), torch.from_numpy(m))
+    rows = [("torch fp32 (CPU, batch at its longest)", torch_run),
+            ("vkq dynamic (Vulkan, batch at its longest)", lambda: enc.embed(sentences)),
+            ("vkq padded to 16/128 (Vulkan)", lambda: padded.embed(sentences))]
+    enc.embed(sentences)     # every shape built once: compilation is not throughput
+    padded.embed(sentences)
+    print(f"{'':<44} {'s':>8} {'sentences/s':>12}")
+    for name, fn in rows:
+        best = min(_wall(fn) for _ in range(args.reps_throughput))
+        print(f"{name:<44} {best:>8.2f} {len(sentences) / best:>12.1f}", flush=True)
+    ref = enc.torch_embed(sentences[:16])
+    got = enc.embed(sentences[:16])
+    cos = (got * ref).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1))
+    print(f"cosine with torch fp32 (16 sentences): min {cos.min():.5f}")
+
+
+def _wall(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="llvmpipe")
     ap.add_argument("--lengths", default="16,128")
     ap.add_argument("--schemes", default="dynamic,weight_only")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--throughput", type=int, default=0, help="sentences/s over this many sentences instead")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--reps-throughput", type=int, default=2)
     args = ap.parse_args(argv)
+    if args.throughput:
+        return throughput(args)
     lengths = [int(x) for x in args.lengths.split(",")]
     schemes = args.schemes.split(",")
 
