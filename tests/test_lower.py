@@ -52,13 +52,15 @@ def batches(shape, n=4, seed=1):
 
 
 def pt2e_values(gm, *inputs):
-    """Every node's value when the converted graph runs eagerly."""
+    """Every node's value when the converted graph runs eagerly: a copy, since an in-place op
+    further on (hardswish_, add_) would change the tensor it returned."""
     values = {}
 
     class Recorder(torch.fx.Interpreter):
         def run_node(self, n):
-            values[n.name] = super().run_node(n)
-            return values[n.name]
+            result = super().run_node(n)
+            values[n.name] = result.clone() if isinstance(result, torch.Tensor) else result
+            return result
     with torch.no_grad():
         Recorder(gm).run(*inputs)
     return values
@@ -167,16 +169,16 @@ def test_mlp_static():
 
 
 def test_ops_without_int8_kernels_run_in_float():
-    """layer_norm, sigmoid, softmax have no int8 kernels: they run on float32 shaders
-    (vkq.ops.float), with a dequantize before and a quantize after; nothing on the CPU."""
+    """layer_norm and softmax have no int8 kernels: they run on float32 shaders (vkq.ops.float),
+    with a dequantize before and a quantize after; nothing on the CPU. sigmoid between two
+    quantized linears is an int8 table (lut_q8)."""
     x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     gm = api.quantize(models.unsupported_ops_model(), (x,), calibration=batches((2, 3, 16, 16)), progress=False)
     program = lower(gm, (x,))
     assert program.fallback == []
     assert all(get_op(n.op).on_vulkan for n in program.nodes)
     assert ops(program) == ["quantize", "conv2d_q8", "adaptive_avg_pool2d_q8", "repack", "dequantize", "layer_norm",
-                            "quantize", "linear_q8", "dequantize", "sigmoid", "quantize", "linear_q8", "dequantize",
-                            "softmax"]
+                            "quantize", "linear_q8", "lut_q8", "linear_q8", "dequantize", "softmax"]
     assert_matches_pt2e(program, gm, x)
 
 
@@ -362,7 +364,8 @@ def test_inference_identities_are_dropped():
 
 def test_int8_permute_runs_on_the_cpu_between_vulkan_ops():
     """conv -> permute to channels-last -> linear over channels: the permute stays int8 (a CPU
-    op on int8, recorded), the linear reads the 4-D tensor, the float scalar mul runs on Vulkan."""
+    op on int8, recorded), the linear reads the 4-D tensor, the scalar mul of the quantized
+    output is an int8 table (lut_q8)."""
     class M(nn.Module):
         def __init__(self):
             super().__init__()
@@ -375,17 +378,19 @@ def test_int8_permute_runs_on_the_cpu_between_vulkan_ops():
     x = torch.randn(2, 3, 9, 9)
     gm = api.quantize(M().eval(), (x,), calibration=batches((2, 3, 9, 9)), progress=False)
     program = lower(gm, (x,))
-    assert ops(program) == ["quantize", "conv2d_q8", "permute", "linear_q8", "repack", "linear_q8", "dequantize", "mul"]
+    assert ops(program) == ["quantize", "conv2d_q8", "permute", "linear_q8", "repack", "linear_q8", "lut_q8",
+                            "dequantize"]
     permute = program.nodes[2]
     assert program.tensors[permute.outputs[0]].dtype == "int8" and program.tensors[permute.outputs[0]].shape == (2, 7, 7, 8)
-    assert [f[0] for f in program.fallback] == ["aten.permute"]   # the float mul has a shader
+    assert [f[0] for f in program.fallback] == ["aten.permute"]
     assert "int8" in program.fallback[0][1]
     assert assert_matches_pt2e(program, gm, x) >= 5
 
 
 def test_transformer_encoder_lowers():
-    """A tiny BERT (random init): int64 ids, a bool attention mask, embedding, matmul, softmax,
-    gelu, layer_norm on the CPU; every linear on Vulkan (static: linear_q8, dynamic:
+    """A tiny BERT (random init): int64 ids, a bool attention mask, embedding on the CPU; matmul,
+    softmax, layer_norm on float32 shaders, gelu too (dynamic) or an int8 table between two
+    quantized linears (static); every linear on Vulkan (static: linear_q8, dynamic:
     linear_dynamic); export's _assert_tensor_metadata nodes dropped."""
     transformers = pytest.importorskip("transformers")
     with torch.random.fork_rng(devices=[]):
@@ -409,8 +414,8 @@ def test_transformer_encoder_lowers():
         program = lower(gm, (ids, mask), float_linear=scheme if scheme == "dynamic" else "dynamic")
         assert ops(program).count(linear) == 12
         assert "aten.embedding" in {f[0] for f in program.fallback}
-        float_ops = {"layer_norm", "gelu"} | ({"softmax_masked", "matmul_strided"} if scheme == "dynamic"
-                                               else {"softmax", "matmul"})   # static: q/dq between them
+        float_ops = {"layer_norm"} | ({"gelu", "softmax_masked", "matmul_strided"} if scheme == "dynamic"
+                                      else {"lut_q8", "softmax", "matmul"})   # static: q/dq between them
         assert float_ops <= {n.op for n in program.nodes}   # float32 shaders
         assert all(n.attrs.get("target") != "aten::_assert_tensor_metadata" for n in program.nodes)
         if scheme == "static":
