@@ -235,3 +235,66 @@ def test_conv1d_addmm_and_matmul_with_constant_weight_are_linear_q8():
     lin = [n for n in program.nodes if n.op == "linear_q8"]
     assert [program.constants[n.inputs[1]].shape for n in lin] == [(18, 12), (7, 18)]
     assert assert_matches_pt2e(program, gm, x) >= 3
+
+
+# ---------------------------------------------------------------- squeeze-excitation
+
+@pytest.mark.parametrize("layout", ["4W4C", "4H4W"])
+@pytest.mark.parametrize("shape,gate", [((2, 13, 5, 7), (2, 13, 1, 1)), ((3, 6, 9, 3), (1, 6, 1, 1))])
+def test_mul_q8_per_channel_gate_on_device(device, shape, gate, layout):
+    from vkq.ops.eltwise import mul_q8_params
+    rng = np.random.default_rng(shape[1])
+    x, s = oputil.random_int8(rng, shape), oputil.random_int8(rng, gate)
+    attrs = mul_q8_params(0.05, -3, 1 / 256, -128, 0.04, 5)
+    prog = oputil.single_op_program("mul_q8", [("x", oputil.spec(shape, "int8", layout)),
+                                               ("s", oputil.spec(gate, "int8", layout))],
+                                    [("y", oputil.spec(shape, "int8", layout))], attrs)
+    ex = VulkanExecutor(prog, device)
+    got, ref = ex(x, s), run_reference(prog, x, s)
+    oputil.assert_same((got,), (ref,))
+    np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, layout))
+    want = get_op("mul_q8").reference(x, np.broadcast_to(s, shape), **attrs)   # the same-shape op
+    np.testing.assert_array_equal(ref, want)
+    assert len(np.unique(ref)) > 50
+
+
+class SqueezeExcitation(nn.Module):
+    """torchvision's: pool -> fc1 -> relu -> fc2 -> hardsigmoid, times the input."""
+
+    def __init__(self, c=12, squeeze=4):
+        super().__init__()
+        self.conv = nn.Conv2d(3, c, 3, padding=1)
+        self.fc1, self.fc2 = nn.Conv2d(c, squeeze, 1), nn.Conv2d(squeeze, c, 1)
+        self.out = nn.Conv2d(c, 5, 1)
+
+    def forward(self, x):
+        x = F.hardswish(self.conv(x))
+        s = F.hardsigmoid(self.fc2(F.relu(self.fc1(F.adaptive_avg_pool2d(x, 1)))))
+        return self.out(s * x)
+
+
+@pytest.fixture(scope="module")
+def se():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 11, 9)
+    gm = api.quantize(SqueezeExcitation().eval(), (x,), calibration=batches((2, 3, 11, 9)), progress=False)
+    return gm, lower(gm, (x,)), x
+
+
+def test_squeeze_excitation_is_int8(se):
+    gm, program, x = se
+    assert program.fallback == []
+    assert ops(program) == ["quantize", "conv2d_q8", "lut_q8", "adaptive_avg_pool2d_q8", "conv2d_q8", "conv2d_q8",
+                            "lut_q8", "mul_q8", "conv2d_q8", "dequantize"]
+    mul = program.nodes[7]
+    assert [program.tensors[t].shape for t in mul.inputs] == [(2, 12, 11, 9), (2, 12, 1, 1)]
+    assert assert_matches_pt2e(program, gm, x) >= 8
+
+
+def test_squeeze_excitation_on_device(se, device):
+    _, program, x = se
+    got = VulkanExecutor(program, device)(x.numpy(), keep_all=True)
+    ref = run_reference(program, x.numpy(), keep_all=True)
+    for name in ref:
+        if name in got and name not in program.constants:
+            np.testing.assert_array_equal(got[name], ref[name], err_msg=name)

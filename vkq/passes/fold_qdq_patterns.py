@@ -19,6 +19,7 @@ walks its own q/dq neighbours with the helpers below. The patterns:
                              float x, dq w                     -> linear_dynamic / linear_weight_only
                              dq.tensor(q.tensor(x, choose_qparams(x))) x, dq w -> linear_dynamic
   add, mul                   dq a, dq b (same shape), q out    -> add_q8 / mul_q8
+                             mul by a (N, C, 1, 1) gate (squeeze-excitation) -> mul_q8 (broadcast)
   elementwise f(x)           dq x, q out, f in UNARY_ELEMENTWISE (hardswish, sigmoid, x * 0.5, ...)
                                                                -> lut_q8 (table = PT2E's q(f(dq(.))))
   max_pool2d                 dq x, q out                       -> max_pool2d_q8 [+ clamp_q8]
@@ -307,7 +308,7 @@ def fold_unary(gm, node: Node):
 
 
 def fold_binary(gm, node: Node):
-    from ..ops.eltwise import add_q8_params, mul_q8_params
+    from ..ops.eltwise import add_q8_params, channel_operand, mul_q8_params
     if unary_operand(node) is not None:
         return fold_unary(gm, node)
     if not all(isinstance(v, Node) for v in node.args[:2]):
@@ -317,9 +318,13 @@ def fold_binary(gm, node: Node):
         return "an operand is not a dequantized int8 tensor"
     if node.kwargs.get("alpha", 1) != 1 or len(node.args) > 2:
         return "alpha != 1 is not supported"
-    if shape_of(node.args[0]) != shape_of(node.args[1]):
-        return f"operands of shapes {shape_of(node.args[0])} and {shape_of(node.args[1])} " \
-               "(the int8 kernels need equal shapes, no broadcasting)"
+    sa, sb = shape_of(node.args[0]), shape_of(node.args[1])
+    is_mul = node.target == aten.mul.Tensor
+    if is_mul and channel_operand(sb, sa):
+        a, b = b, a                       # the per-channel gate second: mul_q8's broadcast operand
+    elif sa != sb and not (is_mul and channel_operand(sa, sb)):
+        return f"operands of shapes {sa} and {sb} " \
+               "(the int8 kernels need equal shapes, or a (N, C, 1, 1) multiplier)"
     q = q_sink(node)
     if q is None:
         return "output is not quantized to int8"
