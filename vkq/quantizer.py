@@ -8,12 +8,13 @@ Schemes
                (one output observer, after the activation); addmm / mm / matmul with a constant
                2-D weight (GPT-2's Conv1D: w is (in, out), quantized per column); add (+relu),
                mul (+relu); standalone batch_norm (after a cat: DenseNet), which
-               transform_for_annotation makes a depthwise 1x1 conv (see batch_norm_as_conv), so
-               it is quantized and lowered as one (conv2d_q8: a per-channel int8 affine); elementwise functions of one tensor (hardswish, sigmoid, silu, gelu,
-               x * 0.5, ...: vkq.passes._graph.unary_operand; the lowering makes each a 256-entry
-               table); averaging ops (avg / adaptive-avg pool, mean), with an output observer of
-               their own: on the input's grid a mean of N values lands on a tie (k + 1/2) for
-               1 in N outputs, and PyTorch's float arithmetic breaks such ties either way
+               transform_for_annotation makes a depthwise 1x1 conv (batch_norm_as_conv), so it
+               is quantized and lowered as one (conv2d_q8: a per-channel int8 affine);
+               elementwise functions of one tensor (hardswish, sigmoid, silu, gelu, x * 0.5, ...:
+               vkq.passes._graph.unary_operand; the lowering makes each a 256-entry table);
+               averaging ops (avg / adaptive-avg pool, mean), with an output observer of their
+               own: on the input's grid a mean of N values lands on a tie (k + 1/2) for 1 in N
+               outputs, and PyTorch's float arithmetic breaks such ties either way
                (MobileNetV3's squeeze-excitation pools turned these one-step flips into a cosine
                of 0.97 with PT2E); and ops whose output shares the input's qparams: max pool,
                cat, flatten / view / reshape / squeeze / unsqueeze / permute, standalone

@@ -392,7 +392,8 @@ def fold_adaptive_pool(gm, node: Node):
 
 def fold_cat(gm, node: Node):
     from ..ops.pool import cat_q8_params
-    tensors = arg(node, 0, "tensors", [])
+    # torch.cat skips 1-D empty tensors whatever the others' rank (an empty KV cache: GPT-2)
+    tensors = [t for t in arg(node, 0, "tensors", []) if shape_of(t) != (0,)]
     srcs = [dq_source(t) for t in tensors]
     q = q_sink(node)
     if not srcs or any(s is None for s in srcs) or q is None:
@@ -400,6 +401,8 @@ def fold_cat(gm, node: Node):
     rank = len(shape_of(node))
     if rank > 4:
         return "rank > 4"
+    if any(len(shape_of(t)) != rank for t in tensors):
+        return "inputs of different ranks"
     dim = int(arg(node, 1, "dim", 0)) % rank
     out = q_args(q)
     attrs = cat_q8_params([(s.scale, s.zero_point) for s in srcs], out["scale"], out["zero_point"], dim)
