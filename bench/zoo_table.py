@@ -7,17 +7,15 @@ vkq's output with PT2E's, and latency on a Vulkan device beside torch fp32 on th
                          first on PYTHONPATH to count "before"; the zoo is loaded from this
                          tree's vkq/zoo.py either way)
 
-Latency: wall clock per call, median of --reps after one warm-up, batch 1; torch fp32 with
-torch's default threads. One run, one machine: compare the columns of a row, not two runs.
+Latency: wall clock per call, median of --reps after one warm-up (vkq.bench.timing), batch 1;
+torch fp32 with torch's default threads. One run, one machine: compare the columns of a row, not two runs.
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import json
-import statistics
 import sys
-import time
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -46,13 +44,8 @@ def first(out):
 
 
 def timed(fn, reps):
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+    from vkq.bench.timing import stats_ms, wall_times
+    return stats_ms(wall_times(fn, repeats=reps, warmup=1))[0]
 
 
 def row(zoo, name, args):

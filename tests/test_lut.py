@@ -202,11 +202,7 @@ def test_standalone_batch_norm_is_a_per_channel_int8_affine(dense):
 
 def test_standalone_batch_norm_on_device(dense, device):
     _, program, x = dense
-    got = VulkanExecutor(program, device)(x.numpy(), keep_all=True)
-    ref = run_reference(program, x.numpy(), keep_all=True)
-    for name in ref:
-        if name in got and name not in program.constants:
-            np.testing.assert_array_equal(got[name], ref[name], err_msg=name)
+    oputil.assert_program_on_device(program, device, x.numpy())
 
 
 class Conv1D(nn.Module):
@@ -293,8 +289,4 @@ def test_squeeze_excitation_is_int8(se):
 
 def test_squeeze_excitation_on_device(se, device):
     _, program, x = se
-    got = VulkanExecutor(program, device)(x.numpy(), keep_all=True)
-    ref = run_reference(program, x.numpy(), keep_all=True)
-    for name in ref:
-        if name in got and name not in program.constants:
-            np.testing.assert_array_equal(got[name], ref[name], err_msg=name)
+    oputil.assert_program_on_device(program, device, x.numpy())

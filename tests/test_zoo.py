@@ -46,6 +46,8 @@ CPU_NODES_LEFT = {
     "bert": f"embedding gather; {ATTENTION}",
     "gpt2": f"embedding gather; {ATTENTION}",
 }
+# Rank-5 int8 tensors cannot be packed for the device yet: building the program raises.
+VULKAN_FAILS = {name: RANK5 for name in ("shufflenet_v2_x0_5", "swin", "mobilevit_xxs")}
 # Random-weight networks that amplify one-step differences layer by layer (PT2E itself is at
 # 0.73-0.97 with fp32 on them). What is left between vkq and PT2E is the int32 bias: vkq adds
 # round(b / (s_x s_w)), PT2E the float b, and about 1 conv output in 1000 lands on the other side
@@ -113,7 +115,7 @@ def all_integer(program) -> bool:
     return all(program.tensors[t].dtype != "float32" or t in ends for n in program.nodes for t in n.outputs)
 
 
-@pytest.mark.parametrize("name", _cases())
+@pytest.mark.parametrize("name", _cases(VULKAN_FAILS))
 def test_zoo_on_vulkan(name, device):
     if "llvmpipe" not in device.info.name:
         pytest.skip("the zoo runs on lavapipe (SwiftShader takes minutes per model)")

@@ -238,15 +238,6 @@ STATIC_ANNOTATORS = [annotate_weighted, annotate_matmul, annotate_binary, annota
 
 # ------------------------------------------------------------------ before annotating
 
-def _param(gm: GraphModule, node):
-    if not (isinstance(node, Node) and node.op == "get_attr"):
-        return None
-    obj = gm
-    for part in node.target.split("."):
-        obj = getattr(obj, part)
-    return obj.detach() if isinstance(obj, torch.Tensor) else None
-
-
 def batch_norm_as_conv(gm: GraphModule) -> bool:
     """Each eval-mode batch_norm of a 4-D tensor left in the graph (prepare_pt2e has folded
     those after a conv; these follow a cat, a pool, an add) -> conv2d(x, a, b, groups=C) with
@@ -255,6 +246,7 @@ def batch_norm_as_conv(gm: GraphModule) -> bool:
     exactly (+-127 at scale |a| / 127), so the int8 op is an exact per-channel multiplier and
     int32 bias. Also spares convert_pt2e its QAT conv-bn folding, which re-exports ~100
     patterns (minutes on this machine) whenever a batch_norm is left in the graph."""
+    from .passes._graph import const_value
     changed = False
     for node in list(gm.graph.nodes):
         if not _is(node, {aten.batch_norm.default}):
@@ -264,7 +256,7 @@ def batch_norm_as_conv(gm: GraphModule) -> bool:
         if not isinstance(val, torch.Tensor) or val.dim() != 4 or node.args[5]:
             continue
         c = val.shape[1]
-        w, b, mean, var = (_param(gm, a) for a in node.args[1:5])
+        w, b, mean, var = (const_value(gm, a) for a in node.args[1:5])
         if mean is None or var is None or (node.args[1] is not None and w is None) \
                 or (node.args[2] is not None and b is None):
             continue
