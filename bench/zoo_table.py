@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def load_zoo():
     spec = importlib.util.spec_from_file_location("vkq_zoo_table_zoo", ROOT / "vkq" / "zoo.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod               # dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
 
