@@ -8,7 +8,8 @@ vkq's output with PT2E's, and latency on a Vulkan device beside torch fp32 on th
                          tree's vkq/zoo.py either way)
 
 Latency: wall clock per call, median of --reps after one warm-up (vkq.bench.timing), batch 1;
-torch fp32 with torch's default threads. One run, one machine: compare the columns of a row, not two runs.
+torch fp32 on one thread (on a shared machine OpenMP's spinning threads made the default
+setting's times swing 10x between runs; one thread is the stable row). One run, one machine: compare the columns of a row, not two runs.
 """
 from __future__ import annotations
 
@@ -70,7 +71,10 @@ def row(zoo, name, args):
     with torch.no_grad():
         ref = first(gm(*case.inputs))
         r["cos_pt2e"] = cosine(first(run_reference(program, *xs)), ref)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
         r["torch_fp32_ms"] = timed(lambda: case.model(*case.inputs), args.reps)
+        torch.set_num_threads(threads)
     try:
         ex = VulkanExecutor(program, args.device)
     except ValueError as e:                     # rank-5 int8 tensors, until they can be packed
