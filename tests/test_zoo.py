@@ -55,7 +55,7 @@ VULKAN_FAILS = {name: RANK5 for name in ("shufflenet_v2_x0_5", "swin", "mobilevi
 # 0%). Closing it needs the bias's fraction in the requantization (the conv/linear epilogue:
 # round((acc * m + frac) / 2^s), frac = round(f * m) fits int32).
 BIAS_ROUNDING = "int32 bias rounding's one-step flips, amplified by this random network (cosine {})"
-COSINE_BELOW = {"mobilenet_v3_large": BIAS_ROUNDING.format(0.982), "efficientnet_b0": BIAS_ROUNDING.format(0.964),
+COSINE_BELOW = {"mobilenet_v3_large": BIAS_ROUNDING.format(0.982), "efficientnet_b0": BIAS_ROUNDING.format("0.96-0.97"),
                 "shufflenet_v2_x0_5": BIAS_ROUNDING.format(0.977), "mnasnet0_5": BIAS_ROUNDING.format(0.953),
                 "lcnet_050": BIAS_ROUNDING.format(0.964)}
 

@@ -212,9 +212,8 @@ def build(name: str, calibration_batches: int = 2) -> ZooCase:
     """The zoo's model `name` (seeded: the same weights every time), its example inputs and
     calibration inputs."""
     library, make, make_input = ZOO[name]
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = random_heads(make())
-    model = calibrated_bn(model, make_input)
+    with torch.random.fork_rng(devices=[]):     # seeded init, and seeded dropout / stochastic
+        torch.manual_seed(0)                    # depth in the training-mode BN passes
+        model = calibrated_bn(random_heads(make()), make_input)
     return ZooCase(name, library, model, make_input(1, 0),
                    [make_input(1, 1 + i) for i in range(calibration_batches)])
