@@ -42,6 +42,10 @@ UNARY_ELEMENTWISE = {getattr(aten, name).default for name in (
     "trunc", "frac")} | {
     aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Scalar,
     aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar, aten.pow.Tensor_Scalar}
+# Ops that pick elements without changing them: quantize(op(x)) == op(quantize(x)), so int8
+# flows through them too (the lowering runs them as gathers, vkq/ops/shape.py).
+GATHERS = {aten.slice.Tensor, aten.select.int, aten.expand.default, aten.unflatten.int,
+           aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default}
 
 
 def is_call(node, targets) -> bool:
