@@ -32,22 +32,11 @@ from vkq.registry import get_op
 
 warnings.filterwarnings("ignore")
 
-RANK5 = "int8 tensors of rank 5-6 (channel shuffle, window partition; issue 10 item 2)"
-ATTENTION = "attention (scaled_dot_product_attention, its views) on Vulkan (issue 10 item 4)"
-NORMS = "layer_norm / group_norm on int8 neighbours, upsample, embedding, split (issue 10 item 5, zoos)"
-# What keeps nodes on the CPU today: the zoos branch's items.
+# What keeps nodes on the CPU today.
 CPU_NODES_LEFT = {
-    "shufflenet_v2_x0_5": RANK5,
-    "convnext": "permute of int8 tensors and layer_norm in channels-last (issue 10 items 2, 5)",
-    "vit": ATTENTION,
-    "swin": f"{RANK5}; {ATTENTION}",
-    "lraspp_mobilenet_v3": "upsample_bilinear2d (issue 10 item 5, zoos)",
-    "mobilevit_xxs": f"{RANK5}; {ATTENTION}",
-    "bert": f"embedding gather; {ATTENTION}",
-    "gpt2": f"embedding gather; {ATTENTION}",
+    "swin": "aten.new_zeros (the shifted-window attention mask, built at run time from nothing)",
 }
-# Rank-5 int8 tensors cannot be packed for the device yet: building the program raises.
-VULKAN_FAILS = {name: RANK5 for name in ("shufflenet_v2_x0_5", "swin", "mobilevit_xxs")}
+VULKAN_FAILS: dict = {}
 # Random-weight networks that amplify one-step differences layer by layer (PT2E itself is at
 # 0.73-0.97 with fp32 on them). What is left between vkq and PT2E is the int32 bias: vkq adds
 # round(b / (s_x s_w)), PT2E the float b, and about 1 conv output in 1000 lands on the other side
