@@ -239,8 +239,9 @@ def test_linear_q8_without_subgroups(int8_device, monkeypatch, rows):
     run_exact(device, q8_program(x.shape, w, *consts, attrs), x)
     x, w, _, _, _, _, consts, attrs = q8_case(rng, (rows, 203), 37, 5, -2, None)
     run_exact(device, q8_program(x.shape, w, *consts, attrs), x)
-    xf = rng.normal(0, 1, (rows, 21)).astype(np.float32)
-    w = w[:11, :21]
+    kf = 21 if rows == 9 else 24   # the row quantizer reads x as vec4 when K % 4 == 0
+    xf = rng.normal(0, 1, (rows, kf)).astype(np.float32)
+    w = w[:11, :kf]
     consts = {"s": rng.uniform(1e-3, 1e-2, 11).astype(np.float32), "b": rng.normal(0, 1, 11).astype(np.float32)}
     run_exact(device, float_program("linear_dynamic", xf.shape, w, consts), xf)
     got = VulkanExecutor(float_program("linear_weight_only", xf.shape, w, consts), device)(xf)
@@ -316,7 +317,8 @@ def test_quantize_rows():
     assert np.abs(zp[8:] - t_zp.numpy()[:, 0]).max() <= 1
 
 
-@pytest.mark.parametrize("x_shape,n", [((1, 1), 1), ((3, 5), 17), ((2, 5, 37), 3), ((8, 50), 13), ((1, 50), 29)])
+@pytest.mark.parametrize("x_shape,n", [((1, 1), 1), ((3, 5), 17), ((2, 5, 37), 3), ((8, 50), 13), ((1, 50), 29),
+                                       ((9, 48), 7)])
 def test_linear_dynamic_exact(int8_device, x_shape, n):
     rng = np.random.default_rng(n)
     k = x_shape[-1]
@@ -325,6 +327,8 @@ def test_linear_dynamic_exact(int8_device, x_shape, n):
         x = awkward_rows(rng, 50)
     if x_shape == (1, 50):
         x = awkward_rows(rng, 50)[-1:]
+    if x_shape == (9, 48):   # K % 4 == 0: x read as vec4
+        x = np.concatenate([awkward_rows(rng, 48), rng.normal(0, 2, (1, 48)).astype(np.float32)])
     w, ws = weights(rng, n, k)
     consts = {"s": ws.astype(np.float32), "b": rng.normal(0, 1, n).astype(np.float32)}
     ref = run_exact(int8_device, float_program("linear_dynamic", x.shape, w, consts), x)

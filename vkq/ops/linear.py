@@ -36,7 +36,7 @@ SUBGROUP_SHARING = True
 ROW_TILES = (4, 8, 16, 32)   # rows per workgroup; 32 x 4 columns a lane was fastest on lavapipe
 TN = 4                       # columns per lane
 PLAIN_WIDTH = 64             # workgroup width of the PLAIN variants
-ROWQ_WIDTH = 64              # workgroup width of the per-row quantizer (a power of two)
+ROWQ_WIDTH = 64              # workgroup width of the PLAIN per-row quantizer (a power of two)
 GEMV_ROWS = 4                # x of at most this many packed rows (one 4-row block) runs as a GEMV
 GEMV_TN = 16                 # columns per GEMV workgroup
 # The integer dot product saturates its int32 accumulator; each int8 x int8 product is at most
@@ -328,9 +328,13 @@ class LinearDynamic:
         rows4, k4 = _up4(r), _up4(k) // 4
         q = ctx.scratch(rows4 * k4)
         rowq = ctx.scratch(2 * r, np.float32)
-        width = min(ROWQ_WIDTH, 1 << (ctx.device.info.max_workgroup_invocations.bit_length() - 1))
-        quant = ctx.device.dispatch("linear_rowq", [ctx.buffer(x), q, rowq], grid_1d(rows4, 1),
-                                    local=(width,), spec=(width,), push=(r, k))
+        sg = subgroup_lanes(ctx.device.info)
+        width = sg or min(ROWQ_WIDTH, 1 << (ctx.device.info.max_workgroup_invocations.bit_length() - 1))
+        defines = {"PLAIN": 1} if not sg else {}
+        if k % 4 == 0:
+            defines["VEC4"] = 1
+        quant = ctx.device.dispatch("linear_rowq", [ctx.buffer(x), q, rowq], grid_1d(rows4 // 4, 1),
+                                    local=(width,), push=(r, k), defines=defines)
         cols = [w.sum(axis=1, dtype=np.int64), np.asarray(ctx.constant(sname), np.float32),
                 np.asarray(ctx.constant(bname), np.float32), np.zeros(w.shape[0])]
         gemm = _gemm_q8(ctx, ("OUT_F32", "ROW_QPARAMS"), q, rows4, r, k, w, cols,
