@@ -160,6 +160,24 @@ def test_adaptive_avg_pool(device, case, qp):
               q8(np.random.default_rng(7), shape))
 
 
+@pytest.mark.parametrize("tile", [(2, 1), (3, 2)])
+def test_pool_window_tiles(device, tile, monkeypatch):
+    """pool_window with several output rows and blocks per invocation, on every window
+    geometry (tiles past the output's end included): the same bits."""
+    from vkq.ops import pool
+    monkeypatch.setattr(pool, "WINDOW_TILE", tile)
+    monkeypatch.setattr(pool, "WINDOW_TILE_MIN", 0)
+    rng = np.random.default_rng(12)
+    for shape, kw in MAX_CASES.values():
+        a = max_attrs(kw)
+        run_exact(device, "max_pool2d_q8", a, max_out_shape(shape, a), q8(rng, shape))
+    for case in ("3x3s2p1_ceil_exclude_pad", "asym_override", "2x2s2_ceil_odd"):
+        shape, kw = AVG_CASES[case]
+        a = avg_attrs("typical", kw)
+        out = pool2d_output_shape(shape, a["kernel"], a["stride"], a["padding"], 1, a["ceil_mode"])
+        run_exact(device, "avg_pool2d_q8", a, out, q8(rng, shape))
+
+
 def test_pool_padding_checked_as_torch():
     with pytest.raises(ValueError, match="half the kernel"):
         max_pool2d_params(3, 1, 2, dilation=2)

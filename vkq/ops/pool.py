@@ -27,6 +27,8 @@ from ..registry import register_op
 from .eltwise import IDENTITY, _check_zp
 
 LOCAL = 64
+WINDOW_TILE = (2, 1)     # pool_window: output rows x output blocks (4 widths) per invocation
+WINDOW_TILE_MIN = 1024   # ... when the output has at least this many such tiles
 LAYOUT_IDS = {"4W4C": 0, "4H4W": 1}   # shaders/include/int8x4.glsl
 
 
@@ -193,13 +195,25 @@ def _blocks(outs) -> int:
     return n * oh * -(-ow // 4) * -(-c // 4)
 
 
+def _window_tile(outs) -> tuple[int, int]:
+    """(output rows, output blocks along the width) per pool_window invocation: WINDOW_TILE
+    where the output has enough tiles to spread over the device, 1 x 1 for small outputs."""
+    n, c, oh, ow = outs
+    th, tw = WINDOW_TILE
+    tiles = n * -(-c // 4) * -(-oh // th) * -(-(-(-ow // 4)) // tw)
+    return (th, tw) if tiles >= WINDOW_TILE_MIN else (1, 1)
+
+
 def _window_dispatch(ctx, node, variant, ins, outs, buffers, zps=(0, 0, INT8_MIN, INT8_MAX)):
     """pool_window with the geometry as specialization constants (kernel, stride, padding,
-    dilation; each (h, w))."""
+    dilation; each (h, w)), then the tile."""
     a = node.attrs
-    geo = [*a["kernel"], *a["stride"], *a["padding"], *a.get("dilation", (1, 1))]
-    return ctx.device.dispatch("pool_window", buffers, grid_1d(_blocks(outs), LOCAL), local=(LOCAL,),
-                               spec=geo, defines=[variant], push=(ins, outs, *zps))
+    th, tw = _window_tile(outs)
+    geo = [*a["kernel"], *a["stride"], *a["padding"], *a.get("dilation", (1, 1)), th, tw, *ins, *outs[2:]]
+    n, c, oh, ow = outs
+    tiles = n * -(-c // 4) * -(-oh // th) * -(-(-(-ow // 4)) // tw)
+    return ctx.device.dispatch("pool_window", buffers, grid_1d(tiles, LOCAL), local=(LOCAL,),
+                               spec=geo, defines=[variant], push=zps)
 
 
 @register_op
