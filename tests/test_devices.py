@@ -106,3 +106,25 @@ def test_validation_message_fails_the_test(tmp_path):
                          capture_output=True, text=True, env=env, cwd=tmp_path)
     assert res.returncode == 1, res.stdout[-2000:]
     assert "Vulkan validation messages" in res.stdout and "VUID-" in res.stdout
+
+
+
+def test_python_dash_m_vkq_and_enabled_features():
+    """`python -m vkq` is the vkq command; devices shows what vkq enabled."""
+    res = subprocess.run([sys.executable, "-m", "vkq", "devices", "--json"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    for d in json.loads(res.stdout)["devices"]:
+        assert set(d["enabled_features"]) <= {"shaderIntegerDotProduct", "subgroupSizeControl", "computeFullSubgroups"}
+        assert all(d["features"][f] for f in d["enabled_features"])
+        if d["api_version"] >= "1.3":      # all three are required by Vulkan 1.3 (as features it may offer)
+            assert {"subgroupSizeControl", "computeFullSubgroups"} <= set(d["enabled_features"])
+    text = _cli("devices").stdout
+    assert "enabled by vkq:" in text and "subgroup sizes" in text
+
+
+def test_opened_device_enables_what_it_offers(device):
+    from vkq.device import enabled_features, get_device
+    assert device.features_enabled == set(enabled_features(device.info))
+    if device.info.features.get("shaderIntegerDotProduct"):
+        assert get_device(device.info.index, dot_product=True).dot_product
+    assert not get_device(device.info.index, dot_product=False).dot_product

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from oputil import assert_same, single_op_program, spec
 from vkq import packing
+from vkq.device import get_device
 from vkq.executor import VulkanExecutor, run_reference
 from vkq.ops import linear
 from vkq.ops.linear import DOT_MAX_K, linear_q8_params, pack_weight, quantize_rows, reciprocal, use_dot_product
@@ -25,11 +26,10 @@ QD = torch.ops.quantized_decomposed
 # -- helpers ----------------------------------------------------------------------------------
 
 @pytest.fixture(params=["mad", "dot"])
-def int8_device(device, request, monkeypatch):
+def int8_device(device, request):
     """The device with the int8 GEMMs' integer-dot-product path forced on ("dot") or off ("mad":
     unpack and multiply-add), the choice device.dot_product makes per device."""
-    monkeypatch.setattr(device, "dot_product", request.param == "dot", raising=False)
-    return device
+    return get_device(device.info, dot_product=request.param == "dot")
 
 
 def q8(rng, shape, lo=-128, hi=127):
@@ -193,7 +193,6 @@ def test_dot_product_choice():
     assert DOT_MAX_K * 2 ** 14 < 2 ** 31 <= (DOT_MAX_K + 1) * 2 ** 14
     Dev.dot_product = False
     assert not use_dot_product(Dev, 16)
-    assert not use_dot_product(object(), 16)   # a device that does not say
 
 
 def test_linear_q8_params():

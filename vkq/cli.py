@@ -17,17 +17,25 @@ def cmd_devices(args) -> int:
     infos = devices()
     chosen = select(args.device)       # raises DeviceNotFound (listing the devices) on a bad choice
     if args.json:
-        print(json.dumps({"default": chosen.index, "devices": [d.as_dict() for d in infos]}, indent=2))
+        from .device import enabled_features
+        print(json.dumps({"default": chosen.index, "devices": [{**d.as_dict(), "enabled_features": enabled_features(d)}
+                                                                for d in infos]}, indent=2))
         return 0
+    from .device import default_dot_product, enabled_features
     for d in infos:
         mark = "*" if d.index == chosen.index else " "
         feats = ", ".join(k for k, v in d.features.items() if v) or "none"
+        enabled = enabled_features(d)
+        sizes = (f"{d.min_subgroup_size}-{d.max_subgroup_size}" if d.max_subgroup_size else "not controllable")
         print(f"{mark}[{d.index}] {d.name}\n"
               f"     driver {d.driver} {d.driver_info}  type {d.type}  Vulkan {d.api_version}\n"
               f"     workgroup: {d.max_workgroup_invocations} invocations, size {d.max_workgroup_size}; "
               f"subgroup {d.subgroup_size} ({', '.join(d.subgroup_operations) or 'no operations'}); shared memory {d.max_shared_memory_bytes // 1024} KiB; "
               f"storage buffer range {d.max_storage_buffer_range // 2**20} MiB\n"
-              f"     optional features: {feats}")
+              f"     optional features: {feats}\n"
+              f"     enabled by vkq: {', '.join(enabled) or 'none'}; subgroup sizes {sizes}"
+              f"{' (kernels rely on ' + str(d.shuffle_lanes) + ' lanes)' if d.shuffle_lanes else ' (kernels use no subgroup shuffles)'}; "
+              f"integer dot product {'accelerated: used' if default_dot_product(d) else 'not accelerated: not used by default'}")
     print("(* = selected: --device / VKQ_DEVICE / default)")
     return 0
 

@@ -7,6 +7,8 @@ tensors crossing a CPU/Vulkan boundary) go up, and only what the CPU needs comes
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .device import Buffer, Device, get_device
@@ -132,10 +134,15 @@ class BuildContext:
 
 
 class VulkanExecutor:
-    """A Program prepared on one device: call it with inputs, get outputs."""
+    """A Program prepared on one device: call it with inputs, get outputs.
+
+    Calls from several threads take turns (self.lock): a call owns the executor's buffers,
+    the host copies of its inputs and outputs and the intermediates, from its first upload
+    to its last download. Programs sharing a device also take turns at its queue."""
 
     def __init__(self, program: Program, device=None, *, host_visible_all: bool = False):
         self.program = program
+        self.lock = threading.Lock()
         self.host_visible_all = host_visible_all
         self.device = device if isinstance(device, Device) else get_device(device)
         self.buffers: dict[str, Buffer] = {}
@@ -195,8 +202,13 @@ class VulkanExecutor:
 
     def __call__(self, *inputs, keep_all: bool = False):
         env = _bind_inputs(self.program, inputs)
-        for name, value in env.items():
-            self.buffers[name].write(self.program.tensors[name].to_device(value))
+        words = {name: self.program.tensors[name].to_device(value) for name, value in env.items()}
+        with self.lock:
+            return self._call(env, words, keep_all)
+
+    def _call(self, env: dict, words: dict, keep_all: bool):
+        for name, value in words.items():
+            self.buffers[name].write(value)
         host = dict(env)
         for seg in self.segments:
             if seg[0] == "cpu":

@@ -139,10 +139,9 @@ def subgroup_lanes(info) -> int:
     which use no subgroup operations. Both kinds of variant are a workgroup of exactly one
     subgroup and assume every lane of it is there. The one place this is decided: where the
     device cannot promise full subgroups of this size, return 0 here."""
-    sg = int(info.subgroup_size)
-    ops = info.subgroup_operations
-    if (not SUBGROUP_SHARING or sg < 2 or sg > info.max_workgroup_invocations
-            or "shuffle" not in ops or "arithmetic" not in ops):
+    sg = info.shuffle_lanes          # 0 where full subgroups of a known size are not sure
+    if (not SUBGROUP_SHARING or not sg or sg > info.max_workgroup_invocations
+            or "arithmetic" not in info.subgroup_operations):
         return 0
     return sg
 
@@ -151,7 +150,7 @@ def use_dot_product(device, k: int) -> bool:
     """The integer-dot-product variants: where the device enables them (device.dot_product,
     chosen per device: a CPU driver runs the instruction as 4 scalar multiplies) and K cannot
     saturate the accumulator (DOT_MAX_K)."""
-    return bool(getattr(device, "dot_product", False)) and k <= DOT_MAX_K
+    return bool(device.dot_product) and k <= DOT_MAX_K
 
 
 def gemm_tiles(info, rows: int, rows_per_item: int) -> Tiles:
