@@ -193,6 +193,32 @@ def test_global_pool_workgroup_reduction(device, local, monkeypatch):
               q8(np.random.default_rng(11), shape))
 
 
+@pytest.mark.parametrize("fill", [127, -128, None])
+def test_global_pool_long_sums(device, fill):
+    """Spatial sums longer than pool_global's 16-bit field flush (64 blocks), all at an extreme
+    or random, odd channels and widths; with the CPU drivers' 4-channel-block workgroups."""
+    shape = (2, 13, 37, 29)   # 37 * 8 = 296 blocks per (n, c4)
+    q = q8(np.random.default_rng(13), shape) if fill is None else np.full(shape, fill, np.int8)
+    for qp in ("typical", "zp_high", "zp_low"):
+        attrs = adaptive_attrs(qp, shape, (1, 1))
+        if fill is None:
+            run_exact(device, "adaptive_avg_pool2d_q8", attrs, (2, 13, 1, 1), q)
+        else:
+            _run_global_constant(device, attrs, q)
+
+
+def _run_global_constant(device, attrs, q):
+    """A constant input gives a constant output (run_exact wants variety): compare the words."""
+    from vkq.executor import VulkanExecutor, run_reference
+    from oputil import single_op_program, spec
+    prog = single_op_program("adaptive_avg_pool2d_q8", [("x", spec(q.shape, "int8", "4W4C"))],
+                             [("y", spec(q.shape[:2] + (1, 1), "int8", "4W4C"))], attrs)
+    ex = VulkanExecutor(prog, device)
+    ref = run_reference(prog, q)
+    np.testing.assert_array_equal(ex(q), ref)
+    np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, "4W4C"))
+
+
 def test_avg_pool_divisors_must_match_the_input():
     a = adaptive_avg_pool2d_params(0.1, 0, 0.1, 0, (7, 7), (1, 1))
     with pytest.raises(ValueError, match="divisors"):
