@@ -238,14 +238,14 @@ def test_linear_q8_without_subgroups(int8_device, monkeypatch, rows):
     run_exact(device, q8_program(x.shape, w, *consts, attrs), x)
     x, w, _, _, _, _, consts, attrs = q8_case(rng, (rows, 203), 37, 5, -2, None)
     run_exact(device, q8_program(x.shape, w, *consts, attrs), x)
-    kf = 21 if rows == 9 else 24   # the row quantizer reads x as vec4 when K % 4 == 0
-    xf = rng.normal(0, 1, (rows, kf)).astype(np.float32)
-    w = w[:11, :kf]
     consts = {"s": rng.uniform(1e-3, 1e-2, 11).astype(np.float32), "b": rng.normal(0, 1, 11).astype(np.float32)}
-    run_exact(device, float_program("linear_dynamic", xf.shape, w, consts), xf)
-    got = VulkanExecutor(float_program("linear_weight_only", xf.shape, w, consts), device)(xf)
-    np.testing.assert_allclose(got, get_op("linear_weight_only").reference(xf, w, consts["s"], consts["b"]),
-                               rtol=1e-5, atol=1e-5)
+    xf = rng.normal(0, 1, (rows, 24)).astype(np.float32)
+    for xw in (xf, np.ascontiguousarray(xf[:, :21])):   # float x read as vec4 (K % 4 == 0) and by value
+        ww = w[:11, :xw.shape[1]]
+        run_exact(device, float_program("linear_dynamic", xw.shape, ww, consts), xw)
+        got = VulkanExecutor(float_program("linear_weight_only", xw.shape, ww, consts), device)(xw)
+        np.testing.assert_allclose(got, get_op("linear_weight_only").reference(xw, ww, consts["s"], consts["b"]),
+                                   rtol=1e-5, atol=1e-5)
 
 
 def test_weight_must_be_constant(device):
@@ -363,7 +363,8 @@ def weight_only_tolerance(x, w, ws, k):
     return (1e-6 * np.sqrt(k) * mag + 1e-6).reshape(x.shape[:-1] + (w.shape[0],))
 
 
-@pytest.mark.parametrize("x_shape,n", [((1, 1), 1), ((3, 5), 17), ((2, 5, 37), 3), ((17, 130), 13)])
+@pytest.mark.parametrize("x_shape,n", [((1, 1), 1), ((3, 5), 17), ((2, 5, 37), 3), ((17, 130), 13),
+                                       ((1, 2, 200), 37)])
 def test_linear_weight_only(device, x_shape, n):
     rng = np.random.default_rng(n + 1)
     k = x_shape[-1]
@@ -394,6 +395,7 @@ def test_transformer_shapes(int8_device, k, n):
     fc = {"s": ws.astype(np.float32), "b": rng.normal(0, 1, n).astype(np.float32)}
     run_exact(device, float_program("linear_dynamic", xf.shape, w, fc), xf)
     run_exact(device, float_program("linear_dynamic", xf[:1].shape, w, fc), xf[:1])
-    prog = float_program("linear_weight_only", xf.shape, w, fc)
-    got = VulkanExecutor(prog, device)(xf)
-    assert np.all(np.abs(got - run_reference(prog, xf)) <= weight_only_tolerance(xf, w, ws, k))
+    for xw in (xf, xf[:1]):   # the tiled GEMM and the GEMV
+        prog = float_program("linear_weight_only", xw.shape, w, fc)
+        got = VulkanExecutor(prog, device)(xw)
+        assert np.all(np.abs(got - run_reference(prog, xw)) <= weight_only_tolerance(xw, w, ws, k))

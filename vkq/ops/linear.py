@@ -342,15 +342,27 @@ class LinearDynamic:
 
 
 def float_gemm(ctx, x_buf, r: int, k: int, w, scale, bias, out_buf):
-    """The float GEMM dispatch: out = (x @ w^T) * scale + bias; w int8 (weight-only) or float32."""
-    n = w.shape[0]
-    t = gemm_tiles(ctx.device.info, r, 1)
+    """The float GEMM dispatch: out = (x @ w^T) * scale + bias; w int8 (weight-only) or float32.
+    At most 4 rows run as a GEMV (shaders/linear_gemv_float.comp), more as the tiled GEMM."""
+    n, info = w.shape[0], ctx.device.info
+    table = _columns(n, GEMV_TN if r <= GEMV_ROWS else TN, [np.asarray(scale, np.float32), np.asarray(bias, np.float32)])
+    defines = {"W_INT8" if w.dtype == np.int8 else "W_F32": 1}
+    if r <= GEMV_ROWS:
+        sg = subgroup_lanes(info)
+        width = sg or min(PLAIN_WIDTH, info.max_workgroup_invocations)
+        defines.update({"PLAIN": 1} if not sg else {})
+        defines.update({"VEC4": 1} if k % 4 == 0 else {})
+        nt = -(-n // GEMV_TN)
+        bufs = [x_buf, ctx.const_buffer(pack_weight(w, GEMV_TN, width)), ctx.const_buffer(table), out_buf]
+        return ctx.device.dispatch("linear_gemv_float", bufs, (nt, 1, 1), local=(width,), spec=(r, GEMV_TN),
+                                   push=(r, k, n, nt), defines=defines)
+    t = gemm_tiles(info, r, 1)
     nt = -(-n // t.tn)
     groups = (-(-nt // t.width), -(-r // t.tm), 1)
-    defines = {"W_INT8" if w.dtype == np.int8 else "W_F32": 1}
     if t.plain:
         defines["PLAIN"] = 1
-    table = _columns(n, t.tn, [np.asarray(scale, np.float32), np.asarray(bias, np.float32)])
+    if k % 4 == 0:
+        defines["VEC4"] = 1
     bufs = [x_buf, ctx.const_buffer(pack_weight(w, t.tn, t.kstep)), ctx.const_buffer(table), out_buf]
     return ctx.device.dispatch("linear_float", bufs, groups, local=(t.width,), spec=t.spec(),
                                push=(r, k, n, nt), defines=defines)
@@ -362,7 +374,7 @@ class LinearWeightOnly:
     out = (x @ f32(W)^T) * w_scale + bias, accumulated in float32 (the order of the sum differs
     from numpy's, so results agree to rounding, not bit for bit)."""
     name = "linear_weight_only"
-    shaders = ("linear_float",)
+    shaders = ("linear_float", "linear_gemv_float")
 
     def reference(x, weight, w_scale, bias):
         y = np.asarray(x, np.float32) @ weight.astype(np.float32).T
