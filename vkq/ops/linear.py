@@ -28,7 +28,7 @@ import numpy as np
 
 from ..device import grid_1d
 from ..packing import as_nchw
-from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requantize
+from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requant_clamp_params, requantize
 from ..registry import register_op
 
 # Share x across a subgroup with subgroupShuffle (off: the PLAIN variants, no subgroup operations).
@@ -274,9 +274,11 @@ class LinearQ8:
         bias_eff = ctx.constant(bname).astype(np.int64) - int(a["x_zp"]) * w.sum(axis=1, dtype=np.int64)
         if bias_eff.min() < INT32_MIN or bias_eff.max() > INT32_MAX:
             raise ValueError(f"{node.name}: bias - x_zp * sum(w) overflows int32")
-        cols = [bias_eff, ctx.constant(mname), ctx.constant(sname), np.zeros(w.shape[0])]
+        # requantize_clamped's constants (requant.glsl): (bias_eff, bound, m, lshift | rshift << 8)
+        bound, lshift, m, rshift = requant_clamp_params(ctx.constant(mname), ctx.constant(sname))
+        cols = [bias_eff, bound, m, lshift | (rshift << 8)]
         return [_gemm_q8(ctx, ("OUT_Q8",), ctx.buffer(x), rows4, h, k, w, cols, ctx.buffer(node.outputs[0]),
-                         fill=(0, 0, 31, 0),   # padding columns: m = 0 with a valid shift
+                         fill=(0, 0, 0, 1 << 8),   # padding columns: m = 0 with a valid shift
                          push_tail=(a["out_zp"], a.get("qmin", INT8_MIN), a.get("qmax", INT8_MAX)))]
 
 
