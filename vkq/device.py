@@ -10,7 +10,9 @@ software driver.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
 import os
 import threading
 
@@ -81,6 +83,23 @@ def select(spec=None) -> DeviceInfo:
     return matches[0]
 
 
+def _normalize_defines(defines) -> dict:
+    from .shaders import _normalize
+    return _normalize(defines)
+
+
+def _log_variant(shader: str, defines: tuple) -> None:
+    """With $VKQ_DISPATCH_LOG set, append each shader variant a dispatch is built from, with
+    the pytest test that built it: tools/gpuav_select.py turns the log of the lavapipe test
+    pass into the smallest set of tests that runs every variant under GPU-assisted validation."""
+    path = os.environ.get("VKQ_DISPATCH_LOG")
+    if path:
+        import json
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+        with open(path, "a") as f:
+            f.write(json.dumps({"test": test, "shader": shader, "defines": dict(defines)}) + "\n")
+
+
 _open_devices: dict[tuple, "Device"] = {}
 _open_lock = threading.Lock()
 
@@ -100,21 +119,22 @@ def default_dot_product(info: DeviceInfo) -> bool:
     return bool(info.features.get("shaderIntegerDotProduct")) and info.dot_product_accelerated
 
 
-def get_device(spec=None, *, dot_product: bool | None = None) -> "Device":
+def get_device(spec=None, *, dot_product: bool | None = None, subgroups: bool = True) -> "Device":
     """The opened Device for a choice: one per physical device and kernel choice per process.
     dot_product: None chooses per device (default_dot_product); True/False forces the int8
     kernels' integer-dot-product variants on or off (True on a device without the feature is
-    an error)."""
+    an error). subgroups=False hides the device's subgroup operations from the kernels, so
+    they take the variants written for devices without them (tests run those too)."""
     info = select(spec)
     if dot_product is None:
         dot_product = default_dot_product(info)
     elif dot_product and not info.features.get("shaderIntegerDotProduct"):
         raise DeviceNotFound(f"{info.name} has no shaderIntegerDotProduct: the integer dot product "
                              "kernels cannot run there")
-    key = (info.index, bool(dot_product))
+    key = (info.index, bool(dot_product), bool(subgroups))
     with _open_lock:
         if key not in _open_devices:
-            _open_devices[key] = Device(info, dot_product=bool(dot_product))
+            _open_devices[key] = Device(info, dot_product=bool(dot_product), subgroups=subgroups)
         return _open_devices[key]
 
 
@@ -144,6 +164,7 @@ def grid_1d(n: int, local: int, max_groups: int = 65535) -> tuple[int, int, int]
 
 
 _KP_DTYPES = {np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.float32)}
+_SERIALS = itertools.count()
 
 
 class Buffer:
@@ -153,23 +174,29 @@ class Buffer:
     def __init__(self, device: "Device", tensor, dtype, size: int, host_visible: bool):
         self.device, self.tensor, self.dtype, self.size = device, tensor, np.dtype(dtype), size
         self.host_visible = host_visible
+        self.serial = next(_SERIALS)     # identity that is never reused (keys of cached pipelines)
 
     @property
     def nbytes(self) -> int:
         return self.size * 4
 
     def write(self, array) -> None:
-        """Copy into the host staging copy (sent up by an upload in run/record)."""
+        """Copy into the host staging copy (sent up by an upload in run/record): the whole
+        buffer, or its first words (a tensor smaller than the bound it was sized for)."""
         self._check_host()
         a = np.asarray(array)
-        if a.size != self.size:
+        if a.size > self.size:
             raise ValueError(f"buffer holds {self.size} words, got an array of {a.size}")
-        self.tensor.data()[:] = a.reshape(-1).astype(self.dtype, copy=False)
+        self.tensor.data()[:a.size] = a.reshape(-1).astype(self.dtype, copy=False)
 
-    def read(self) -> np.ndarray:
-        """A copy of the host staging copy (fetched by a download in run/record)."""
+    def read(self, words: int | None = None) -> np.ndarray:
+        """A copy of the host staging copy (fetched by a download in run/record), or of its
+        first `words` words."""
         self._check_host()
-        return np.array(self.tensor.data()[: self.size], dtype=self.dtype, copy=True)
+        n = self.size if words is None else words
+        if n > self.size:
+            raise ValueError(f"buffer holds {self.size} words, asked for {n}")
+        return np.array(self.tensor.data()[:n], dtype=self.dtype, copy=True)
 
     def _check_host(self):
         if not self.host_visible:
@@ -189,8 +216,8 @@ class Dispatch:
         self.reads, self.writes = frozenset(reads), frozenset(writes)
 
     def op(self):
-        import kp
-        return kp.OpAlgoDispatch(self.algorithm, self.push) if self.push.size else kp.OpAlgoDispatch(self.algorithm)
+        import kp    # the workgroup counts go with the op: a cached pipeline serves several shapes
+        return kp.OpAlgoDispatch(self.algorithm, self.push, list(self.groups))
 
     def __repr__(self):
         return f"Dispatch({self.name}, groups={self.groups})"
@@ -302,9 +329,9 @@ class Device:
     integer-dot-product variants here. lock: held while the device's queue or its kp
     objects are used, so that threads may share a device."""
 
-    def __init__(self, info: DeviceInfo, dot_product: bool = False):
+    def __init__(self, info: DeviceInfo, dot_product: bool = False, subgroups: bool = True):
         import kp
-        self.info = info
+        self.info = info if subgroups else dataclasses.replace(info, subgroup_operations=("basic",))
         self.features_enabled = frozenset(enabled_features(info))
         if dot_product and "shaderIntegerDotProduct" not in self.features_enabled:
             raise DeviceNotFound(f"{info.name}: the integer dot product cannot be enabled")
@@ -353,19 +380,23 @@ class Device:
         key = (shader, tuple(sorted(shaders._normalize(defines).items())))
         if key not in self._spirv:
             self._spirv[key] = shaders.compile_shader(shader, defines)
+        _log_variant(*key)
         return self._spirv[key]
 
     def dispatch(self, shader: str, buffers, groups, *, local=(64, 1, 1), spec=(), push=(),
-                 defines=None) -> Dispatch:
+                 defines=None, pipelines: dict | None = None) -> Dispatch:
         """Build a dispatch of `shader` over `buffers` (bindings 0, 1, ...). Specialization
         constants 0-2 are the workgroup size `local`; `spec` fills ids 3, 4, ... as int32.
         A shader that uses subgroup operations gets a pipeline that requires the device's
         subgroup size (and full subgroups where the workgroup width allows), where the device
-        can require it: kernels choose their lane sharing from info.subgroup_size."""
+        can require it: kernels choose their lane sharing from info.subgroup_size.
+        pipelines: a dict that keeps built pipelines (kp algorithms) for reuse by dispatches of
+        the same shader variant, constants, buffers and push-constant size (an executor's
+        builds for several shapes): a new shape then costs no pipeline compilation."""
         with self.lock:
-            return self._dispatch(shader, buffers, groups, local, spec, push, defines)
+            return self._dispatch(shader, buffers, groups, local, spec, push, defines, pipelines)
 
-    def _dispatch(self, shader, buffers, groups, local, spec, push, defines) -> Dispatch:
+    def _dispatch(self, shader, buffers, groups, local, spec, push, defines, pipelines) -> Dispatch:
         local = tuple(int(x) for x in local) + (1,) * (3 - len(local))
         groups = tuple(int(x) for x in groups) + (1,) * (3 - len(groups))
         lim = self.info
@@ -386,18 +417,27 @@ class Device:
         use = reflect(spirv)
         if max(use.reads | use.writes, default=-1) >= len(buffers):
             raise ValueError(f"{shader}: the shader binds {max(use.reads | use.writes) + 1} buffers, got {len(buffers)}")
-        tensors = [b.tensor for b in buffers]
-        args = (tensors, spirv, list(groups), spec_arr, push_arr)
+        key = (shader, tuple(sorted(_normalize_defines(defines).items())), spec_arr.tobytes(),
+               tuple(b.serial for b in buffers), push_arr.nbytes)
+        algo = pipelines.get(key) if pipelines is not None else None
+        if algo is None:
+            algo = self._algorithm(spirv, use, buffers, groups, local, spec_arr, push_arr)
+            if pipelines is not None:
+                pipelines[key] = algo
+        return Dispatch(shader, algo, groups, push_arr,
+                        reads={buffers[i] for i in use.reads}, writes={buffers[i] for i in use.writes})
+
+    def _algorithm(self, spirv, use, buffers, groups, local, spec_arr, push_arr):
+        """A kp algorithm (descriptor set + compute pipeline) for a shader over buffers."""
+        lim = self.info
+        args = ([b.tensor for b in buffers], spirv, list(groups), spec_arr, push_arr)
         sg = lim.subgroup_size
         if use.subgroups and self.subgroup_size_control:
             # a required size caps the workgroup at maxComputeWorkgroupSubgroups subgroups
             size = sg if np.prod(local) <= sg * lim.max_compute_workgroup_subgroups else 0
             full = local[0] % (size or lim.max_subgroup_size) == 0
-            algo = self._mgr.algorithm_subgroups(size, full, *args)
-        else:
-            algo = self._mgr.algorithm(*args)
-        return Dispatch(shader, algo, groups, push_arr,
-                        reads={buffers[i] for i in use.reads}, writes={buffers[i] for i in use.writes})
+            return self._mgr.algorithm_subgroups(size, full, *args)
+        return self._mgr.algorithm(*args)
 
     # -- running ------------------------------------------------------------------
     def record(self, steps, upload=(), download=(), timestamps: bool = False, barriers: bool = True) -> Recording:
