@@ -228,11 +228,11 @@ def test_pack_weight_layout():
 
 
 @pytest.mark.parametrize("rows", [9, 3])
-def test_linear_q8_without_subgroups(int8_device, monkeypatch, rows):
-    """The PLAIN variants (no subgroup operations) give the same bits: the GEMM (9 rows) and
-    the GEMV (3 rows), whose lanes then add up their partial sums in shared memory."""
-    monkeypatch.setattr(linear, "SUBGROUP_SHARING", False)
-    device = int8_device
+def test_linear_q8_without_subgroups(int8_device, rows):
+    """The PLAIN variants (a device without subgroup operations) give the same bits: the GEMM
+    (9 rows) and the GEMV (3 rows), whose lanes then add up their partial sums in shared memory."""
+    device = get_device(int8_device.info, dot_product=int8_device.dot_product, subgroups=False)
+    assert linear.subgroup_lanes(device.info) == 0
     rng = np.random.default_rng(11)
     x, w, _, _, _, _, consts, attrs = q8_case(rng, (2, rows, 21), 11, 5, -2, None)
     run_exact(device, q8_program(x.shape, w, *consts, attrs), x)
