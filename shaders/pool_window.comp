@@ -5,17 +5,19 @@
 // The geometry is specialization constants, so the tap loops have fixed trip counts (CPU
 // drivers unroll them: 2-3x faster on lavapipe than loops over computed bounds).
 // One invocation per tile of TH output rows x TW output ivec4 blocks (4 output widths x 4
-// channels each) of one channel block. It goes through the NR input rows the tile's windows
-// cover, loads the NB input ivec4 blocks (4 widths x 4 channels) of each once and adds every tap
-// to the outputs it belongs to; which word of which block a tap is, and which rows a tap row
-// feeds, are specialization constants, so after unrolling no index is computed.
+// channels each) of one channel block. For each output row and window row it loads the NB input
+// ivec4 blocks (4 widths x 4 channels) that the tile's taps fall in (3 for 3x3 s2) and picks
+// each tap's word with indices that specialization makes constant after unrolling.
 // Measured (lavapipe, 3x3 s2 max pool of 1x256x128x128 = 4 MiB, CPU time against the copy
 // roofline's, one interleaved run each): one int load per tap (36 per output block) 0.25 of copy
 // bandwidth; whole-block loads (9 per output block) 0.35; the shapes as specialization
 // constants (the index divisions become multiplies) 0.42; tiles 2 x 1 blocks 0.49 (the
 // default, WINDOW_TILE), 2 x 2 0.40, 4 x 2 0.31 (registers spill). No help: unpacking each
-// loaded word once and taking the row's maxima first (separable), 0.30. Average pool: 0.20 ->
-// 0.29 (requantize_clamped, UNIFORM constants, FILL = in_zp instead of counting the taps).
+// loaded word once and taking the row's maxima first (separable), 0.30; loading each input row
+// once per tile rather than once per output row that reads it: the same on lavapipe, 1.3x
+// slower on SwiftShader (which gets 3.7 -> 5.3 ms on 1x64x64x64 from all this, its one
+// regression: it does not unroll and fold as lavapipe does). Average pool: 0.20 -> 0.29
+// (requantize_clamped, UNIFORM constants, FILL = in_zp instead of counting the taps).
 //   taps of output o along a dim: o*stride - pad + t*dil, t in [0, k); taps outside the input
 //   are read clamped and replaced by FILL, so every load is in bounds and nothing branches
 //   MAX: out = max of the taps (FILL = -128: a window with no input tap gives -128, as
@@ -70,11 +72,10 @@ layout(push_constant) uniform Params {
 const int FILL = int(0x80808080);   // four -128s
 #endif
 
-// Rows: output row oh0 + a, tap kh reads input row oh0*SH - PH + t, t = a*SH + kh*DH < NR.
+// Rows: output row oh0 + a, tap kh reads input row (oh0 + a)*SH - PH + kh*DH.
 // Widths: output 4*ow40 + jj (jj < 4*TW), tap kw reads input width 4*ow40*SW + rel,
 // rel = jj*SW - PW + kw*DW: word rel & 3 of block ow40*SW + (rel >> 2), and those blocks run
 // ow40*SW + B0 .. + B1 (>> 2: floor division, rel may be < 0).
-const int NR = (TH - 1) * SH + (KH - 1) * DH + 1;
 const int OW_T = 4 * TW;
 const int B0 = (-PW) >> 2;
 const int B1 = ((OW_T - 1) * SW - PW + (KW - 1) * DW) >> 2;
@@ -96,33 +97,26 @@ void main() {
 #else
         [[unroll]] for (int jj = 0; jj < OW_T; ++jj) acc[a][jj] = unpack_int8x4(FILL);
 #endif
-    [[unroll]] for (int t = 0; t < NR; ++t) {
-        bool used = false;   // a constant: rows between dilated taps are not loaded
-        [[unroll]] for (int a = 0; a < TH; ++a)
-            [[unroll]] for (int kh = 0; kh < KH; ++kh) used = used || a * SH + kh * DH == t;
-        if (!used) continue;
-        int ih = oh0 * SH - PH + t;
-        bool row_in = ih >= 0 && ih < H;
-        int row = (n * H + clamp(ih, 0, H - 1)) * W4;
-        ivec4 blk[NB];       // loads clamped in bounds; taps outside the input become FILL below
-        [[unroll]] for (int b = 0; b < NB; ++b)
-            blk[b] = src[(row + clamp(ow40 * SW + B0 + b, 0, W4 - 1)) * C4 + c4];
-        [[unroll]] for (int a = 0; a < TH; ++a)
-            [[unroll]] for (int kh = 0; kh < KH; ++kh) {
-                if (a * SH + kh * DH != t) continue;
-                [[unroll]] for (int jj = 0; jj < OW_T; ++jj)
-                    [[unroll]] for (int kw = 0; kw < KW; ++kw) {
-                        int rel = jj * SW - PW + kw * DW, iw = w0 + rel;
-                        int word = blk[(rel >> 2) - B0][rel & 3];
-                        ivec4 v = unpack_int8x4(row_in && iw >= 0 && iw < W ? word : FILL);
+    [[unroll]] for (int a = 0; a < TH; ++a)
+        [[unroll]] for (int kh = 0; kh < KH; ++kh) {
+            int ih = (oh0 + a) * SH - PH + kh * DH;
+            bool row_in = ih >= 0 && ih < H;
+            int row = (n * H + clamp(ih, 0, H - 1)) * W4;
+            ivec4 blk[NB];   // loads clamped in bounds; taps outside the input become FILL below
+            [[unroll]] for (int b = 0; b < NB; ++b)
+                blk[b] = src[(row + clamp(ow40 * SW + B0 + b, 0, W4 - 1)) * C4 + c4];
+            [[unroll]] for (int jj = 0; jj < OW_T; ++jj)
+                [[unroll]] for (int kw = 0; kw < KW; ++kw) {
+                    int rel = jj * SW - PW + kw * DW, iw = w0 + rel;
+                    int word = blk[(rel >> 2) - B0][rel & 3];
+                    ivec4 v = unpack_int8x4(row_in && iw >= 0 && iw < W ? word : FILL);
 #ifdef AVG
-                        acc[a][jj] += v;
+                    acc[a][jj] += v;
 #else
-                        acc[a][jj] = max(acc[a][jj], v);
+                    acc[a][jj] = max(acc[a][jj], v);
 #endif
-                    }
-            }
-    }
+                }
+        }
     [[unroll]] for (int a = 0; a < TH; ++a)
         [[unroll]] for (int b = 0; b < TW; ++b) {
             int oh = oh0 + a, ow4 = ow40 + b;
