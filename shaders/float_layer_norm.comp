@@ -3,7 +3,9 @@
 // Layer norm over the trailing D values of each row (vkq/ops/float.py layer_norm), a row per
 // subgroup (ROW_SUBGROUP) or per workgroup, two passes over the row (mean, then the mean of
 // squared deviations):
-//   y[r, j] = (x[r, j] - mean_r) * inversesqrt(var_r + eps) * w[j] + b[j]
+//   y[r, j] = (x[r, j] - mean_r) * inversesqrt(var_r + eps) * w[c] + b[c],  c = (r % G) * CG + j / HW
+// layer_norm: G = 1, CG = D, HW = 1 (c = j); group_norm: a row is one group of one image
+// (CG channels of HW values), c its channel.
 // float32 sums (the reference sums in float64): relative error of mean/var ~ D/lanes ulp.
 //! variant ROW_SUBGROUP
 //! variant ROW_WORKGROUP
@@ -19,6 +21,7 @@ layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform Params {
     int R, D;
     float eps;
+    int G, CG, HW;
 } p;
 
 void main() {
@@ -36,6 +39,10 @@ void main() {
         }
         float rstd = inversesqrt(row_sum(ss) / float(p.D) + p.eps);
 
-        for (int j = l; j < p.D; j += n) y[base + j] = (x[base + j] - mean) * rstd * w[j] + bias[j];
+        int c0 = (r % p.G) * p.CG;
+        for (int j = l; j < p.D; j += n) {
+            int c = c0 + j / p.HW;
+            y[base + j] = (x[base + j] - mean) * rstd * w[c] + bias[c];
+        }
     }
 }

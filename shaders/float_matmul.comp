@@ -4,7 +4,8 @@
 // Batched float32 matmul of strided views (vkq/ops/float.py matmul, matmul_strided):
 //   out[oo(z) + i*som + j*son] = sum_k a[oa(z) + i*sam + k*sak] * b[ob(z) + k*sbk + j*sbn]
 // z runs over the batches (workgroup z); oa/ob/oo come from the merged batch shape and each
-// tensor's batch strides (0 where an operand is broadcast). Strides let transposed or
+// tensor's batch strides (0 where an operand is broadcast), from the base offsets a_off, b_off,
+// o_off (q, k, v read out of one packed projection). Strides let transposed or
 // head-split operands be read, and a head-merged output written, in place.
 // A workgroup owns TM rows (workgroup y) x (width * TN) columns; a lane owns TN columns. The
 // rows are the same for every lane, so their loads are uniform (one load, not a gather, on CPU
@@ -49,11 +50,12 @@ layout(push_constant) uniform Params {
     int sam, sak, sbk, sbn, som, son;
     int nb;                                    // batch rank after merging (<= 3)
     int bshape[3], sab[3], sbb[3], sob[3];     // batch shape; a's, b's and out's batch strides
+    int a_off, b_off, o_off;
 } p;
 
 void main() {
     int z = int(gl_WorkGroupID.z);
-    int oa = 0, ob = 0, oo = 0, t = z;
+    int oa = p.a_off, ob = p.b_off, oo = p.o_off, t = z;
     for (int d = p.nb - 1; d >= 0; --d) {
         int j = t % p.bshape[d];
         t /= p.bshape[d];

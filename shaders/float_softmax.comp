@@ -16,6 +16,9 @@
 //! variant ROW_WORKGROUP LOG
 //! variant ROW_SUBGROUP MASKED
 //! variant ROW_WORKGROUP MASKED
+//! variant ROW_SUBGROUP MASKED BOOL_MASK
+//! variant ROW_WORKGROUP MASKED BOOL_MASK
+// BOOL_MASK (attention's boolean masks): the mask is int32, nonzero = attend (adds 0), 0 = -inf.
 #include "common.glsl"
 #include "float_math.glsl"
 
@@ -24,8 +27,12 @@ layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of
 
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) buffer Y { float y[]; };
-#ifdef MASKED
+#if defined(BOOL_MASK)
+layout(std430, binding = 2) readonly buffer Mask { int mask[]; };
+float mask_at(int i) { return mask[i] != 0 ? 0.0 : -uintBitsToFloat(0x7F800000u); }
+#elif defined(MASKED)
 layout(std430, binding = 2) readonly buffer Mask { float mask[]; };
+float mask_at(int i) { return mask[i]; }
 #endif
 layout(push_constant) uniform Params {
     int rows, D, inner;
@@ -46,7 +53,7 @@ int mask_row(int r) {
 
 float value(int base, int mbase, int j) {
     precise float s = x[base + j] * p.scale;
-    precise float v = s + mask[mbase + j * p.mj];
+    precise float v = s + mask_at(mbase + j * p.mj);
     return v;
 }
 #else

@@ -14,6 +14,8 @@
 //! variant OP_ABS
 //! variant OP_SQRT
 //! variant OP_RSQRT
+//! variant OP_CUBE
+//! variant OP_SQUARE
 #include "common.glsl"
 #include "float_math.glsl"
 
@@ -51,6 +53,13 @@ float f(float v) {
     return sqrt(v);
 #elif defined(OP_RSQRT)
     return inversesqrt(v);
+#elif defined(OP_SQUARE)
+    precise float s = v * v;
+    return s;
+#elif defined(OP_CUBE)
+    precise float s = v * v;      // (x * x) * x, as ATen's pow(x, 3)
+    precise float c = s * v;
+    return c;
 #endif
 }
 

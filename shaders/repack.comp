@@ -1,8 +1,17 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// packed int8 in layout SRC -> layout DST, optionally reshaped (row-major, same element
-// count): a layout change (4W4C <-> 4H4W), a flatten between a conv and a linear, a view.
-// One invocation assembles one destination word from the four source bytes it holds.
+// int8 gather from one packed layout into another through a strided view (vkq/ops/shape.py):
+// every op that moves int8 values without changing them (repack, reshape, permute, slice,
+// select, expand, cat, split, unbind, constant_pad_nd) is one or more of these.
+// The destination element of row-major index f, unravelled over the dims D (the destination's
+// dims, merged where possible) into c:
+//   inside the box lo <= c < lo + size:  src element of row-major index sbase + sum_d (c_d - lo_d) * ss_d
+//   outside: FILL the value `fill` (padding), KEEP the byte dst holds (cat: a gather per input)
+// INDEX: the source index is idx[f] instead (a gather by a constant index map: roll, index).
+// One invocation assembles one destination word from its four bytes; padding bytes are 0.
+//! variant FILL
+//! variant KEEP
+//! variant INDEX
 #include "common.glsl"
 #include "int8x4.glsl"
 
@@ -10,26 +19,62 @@ layout(constant_id = 3) const int SRC = LAYOUT_4W4C;
 layout(constant_id = 4) const int DST = LAYOUT_4H4W;
 
 layout(std430, binding = 0) readonly buffer In { int src[]; };
+#ifdef KEEP
+layout(std430, binding = 1) buffer Out { int dst[]; };
+#else
 layout(std430, binding = 1) writeonly buffer Out { int dst[]; };
-layout(push_constant) uniform Params { ivec4 src_shape, dst_shape; } p;  // (N, C, H, W)
-
-ivec4 unravel(int f, ivec4 shape) {  // row-major flat index -> (n, c, h, w)
-    int w = f % shape.w; f /= shape.w;
-    int h = f % shape.z; f /= shape.z;
-    return ivec4(f / shape.y, f % shape.y, h, w);
-}
+#endif
+// D[rank], lo[rank], size[rank], ss[rank]   (INDEX: the source index of each destination element)
+layout(std430, binding = 2) readonly buffer View { int view[]; };
+layout(push_constant) uniform Params {
+    ivec4 src_shape, dst_shape;   // (N, C, H, W) as the layouts index them (ROW of rank > 4: (1, 1, 1, numel))
+    int rank, sbase, fill;
+} p;
 
 void main() {
     int i = linear_invocation();
     if (i >= packed_words(DST, p.dst_shape)) return;
+    int R = p.rank;
+#ifdef KEEP
+    ivec4 v = unpack_int8x4(dst[i]);
+#else
     ivec4 v = ivec4(0);
+#endif
+    bool touched = false;
     for (int b = 0; b < 4; ++b) {
         ivec4 e = int8x4_element(DST, i, b, p.dst_shape);
-        if (in_bounds(e, p.dst_shape)) {
-            ivec4 s = (p.src_shape == p.dst_shape) ? e : unravel(nchw_offset(e, p.dst_shape), p.src_shape);
-            ivec2 at = int8x4_locate(SRC, s, p.src_shape);
-            v[b] = int8_at(src[at.x], at.y);
+        if (!in_bounds(e, p.dst_shape)) {
+            v[b] = 0;
+            continue;
         }
+        int f = nchw_offset(e, p.dst_shape);
+#ifdef INDEX
+        int s = view[f];
+        bool inside = true;
+#else
+        int s = p.sbase;
+        bool inside = true;
+        for (int d = R - 1; d >= 0; --d) {
+            int n = view[d], c = f % n - view[R + d];
+            f /= n;
+            inside = inside && uint(c) < uint(view[2 * R + d]);
+            s += c * view[3 * R + d];
+        }
+#endif
+        if (inside) {
+            ivec2 at = int8x4_locate(SRC, unravel_nchw(s, p.src_shape), p.src_shape);
+            v[b] = int8_at(src[at.x], at.y);
+            touched = true;
+        }
+#ifndef KEEP
+        else {
+            v[b] = p.fill;
+        }
+#endif
     }
+#ifdef KEEP
+    if (touched) dst[i] = pack_int8x4(v);
+#else
     dst[i] = pack_int8x4(v);
+#endif
 }

@@ -73,6 +73,8 @@ UNARY_CASES = [
     ("tanh", {}, rnd(9, 113, lo=-10, hi=10), ("fn", 3e-7, 4 * EPS)),
     ("sqrt", {}, rnd(9, 113, lo=1e-3, hi=1e3), ("ulp", 3)),
     ("rsqrt", {}, rnd(9, 113, lo=1e-3, hi=1e3), ("ulp", 3)),
+    ("pow", {"exponent": 2.0}, rnd(9, 113, lo=-9, hi=9), "exact"),
+    ("pow", {"exponent": 3.0}, rnd(9, 113, lo=-9, hi=9), "exact"),
 ]
 
 
@@ -255,12 +257,12 @@ def test_reduce(device, op, shape, attrs):
 # ---------------------------------------------------------------- copies
 
 COPY_CASES = [
-    ("reshape_f32", [rnd(3, 5, 7)], {"shape": [15, 7]}, (15, 7)),
-    ("permute_f32", [rnd(3, 5, 7, 2)], {"dims": [2, 0, 3, 1]}, (7, 3, 2, 5)),
-    ("transpose_f32", [rnd(1, 17, 12, 32)], {"dim0": 1, "dim1": 2}, (1, 12, 17, 32)),
-    ("transpose_f32", [rnd(1, 12, 17, 32)], {"dim0": -1, "dim1": -2}, (1, 12, 32, 17)),
-    ("expand_f32", [rnd(3, 1, 7)], {"shape": [2, 3, 5, 7]}, (2, 3, 5, 7)),
-    ("cat_f32", [rnd(3, 2, 7), rnd(3, 5, 7), rnd(3, 1, 7)], {"dim": 1}, (3, 8, 7)),
+    ("reshape", [rnd(3, 5, 7)], {"shape": [15, 7]}, (15, 7)),
+    ("permute", [rnd(3, 5, 7, 2)], {"dims": [2, 0, 3, 1]}, (7, 3, 2, 5)),
+    ("transpose", [rnd(1, 17, 12, 32)], {"dim0": 1, "dim1": 2}, (1, 12, 17, 32)),
+    ("transpose", [rnd(1, 12, 17, 32)], {"dim0": -1, "dim1": -2}, (1, 12, 32, 17)),
+    ("expand", [rnd(3, 1, 7)], {"shape": [2, 3, 5, 7]}, (2, 3, 5, 7)),
+    ("cat", [rnd(3, 2, 7), rnd(3, 5, 7), rnd(3, 1, 7)], {"dim": 1}, (3, 8, 7)),
 ]
 
 
@@ -272,11 +274,15 @@ def test_copy(device, op, inputs, attrs, out_shape):
 
 # ---------------------------------------------------------------- without a device
 
-def test_float_ops_run_on_vulkan_and_keep_cpu_twins():
-    for name in ("layer_norm", "softmax", "gelu", "add", "matmul", "sum", "vector_norm", "clamp", "reshape_f32"):
+def test_float_ops_run_on_vulkan_and_shape_ops_have_one_name():
+    for name in ("layer_norm", "softmax", "gelu", "add", "matmul", "sum", "vector_norm", "clamp", "reshape",
+                 "permute", "transpose", "cat", "expand"):
         assert get_op(name).on_vulkan, name
-    for name in ("reshape", "permute", "transpose", "cat", "linear", "conv2d", "torch_op"):
+    for name in ("linear", "conv2d", "torch_op"):
         assert not get_op(name).on_vulkan, name
+    for twin in ("reshape_f32", "permute_f32", "transpose_f32", "cat_f32", "expand_f32"):
+        with pytest.raises(KeyError):
+            get_op(twin)
 
 
 def test_erf_and_exp_approximations_are_as_accurate_as_stated():
@@ -308,17 +314,17 @@ def test_fold_views_into_matmul():
                                  ("kh", (1, h, l, d)), ("kt", (1, h, d, l)), ("s", (1, h, l, l)),
                                  ("v4", (1, l, h, d)), ("vh", (1, h, l, d)), ("c", (1, h, l, d)),
                                  ("ct", (1, l, h, d)), ("out", (1, l, h * d))]}
-    nodes = [Node("reshape_f32", ["q"], ["q4"], {"shape": [1, l, h, d]}),
-             Node("transpose_f32", ["q4"], ["qh"], {"dim0": 1, "dim1": 2}),
-             Node("reshape_f32", ["k"], ["k4"], {"shape": [1, l, h, d]}),
-             Node("transpose_f32", ["k4"], ["kh"], {"dim0": 1, "dim1": 2}),
-             Node("transpose_f32", ["kh"], ["kt"], {"dim0": 2, "dim1": 3}),
+    nodes = [Node("reshape", ["q"], ["q4"], {"shape": [1, l, h, d]}),
+             Node("transpose", ["q4"], ["qh"], {"dim0": 1, "dim1": 2}),
+             Node("reshape", ["k"], ["k4"], {"shape": [1, l, h, d]}),
+             Node("transpose", ["k4"], ["kh"], {"dim0": 1, "dim1": 2}),
+             Node("transpose", ["kh"], ["kt"], {"dim0": 2, "dim1": 3}),
              Node("matmul", ["qh", "kt"], ["s"]),
-             Node("reshape_f32", ["v"], ["v4"], {"shape": [1, l, h, d]}),
-             Node("permute_f32", ["v4"], ["vh"], {"dims": [0, 2, 1, 3]}),
+             Node("reshape", ["v"], ["v4"], {"shape": [1, l, h, d]}),
+             Node("permute", ["v4"], ["vh"], {"dims": [0, 2, 1, 3]}),
              Node("matmul", ["s", "vh"], ["c"]),
-             Node("transpose_f32", ["c"], ["ct"], {"dim0": 1, "dim1": 2}),
-             Node("reshape_f32", ["ct"], ["out"], {"shape": [1, l, h * d]})]
+             Node("transpose", ["c"], ["ct"], {"dim0": 1, "dim1": 2}),
+             Node("reshape", ["ct"], ["out"], {"shape": [1, l, h * d]})]
     prog = Program(t, nodes, ["q", "k", "v"], ["out"])
     xs = [rnd(1, l, h * d) for _ in range(3)]
     want = run_reference(prog, *xs)
@@ -351,3 +357,53 @@ def test_merge_dims():
     assert fops.merge_dims([2, 3, 4], [12, 4, 1], [0, 4, 1]) == ([2, 12], [[12, 1], [0, 1]])
     assert fops.merge_dims([1, 1], [1, 1]) == ([1], [[0]])
     assert fops.broadcast_strides((3, 1, 7), (2, 3, 5, 7)) == [0, 7, 0, 1]
+
+
+# ---------------------------------------------------------------- group norm, attention
+
+@pytest.mark.parametrize("shape,groups", [((2, 6, 5, 7), 3), ((1, 8, 3, 3), 8), ((3, 4, 11), 1)])
+def test_group_norm(device, rows, shape, groups):
+    x = rnd(*shape) * 3 + 0.5
+    c = shape[1]
+    w, b = rnd(c), rnd(c)
+    got, ref = run_op(device, "group_norm", [x], {"groups": groups, "eps": 1e-5}, shape, constants=[w, b])
+    check(got, ref, ("fn", 4e-6, 4e-6))
+    import torch
+    want = torch.nn.functional.group_norm(torch.from_numpy(x), groups, torch.from_numpy(w), torch.from_numpy(b), 1e-5)
+    check(got, want.numpy(), ("fn", 1e-5, 1e-5))
+
+
+def sdpa_inputs(batch, L, S, E, Ev=None):
+    return rnd(*batch, L, E), rnd(*batch, S, E), rnd(*batch, S, Ev or E)
+
+
+SDPA_CASES = [   # q, k, v shapes; mask; attrs
+    ("plain", sdpa_inputs((2, 3), 7, 7, 8), None, {"causal": False, "mask_kind": "none"}),
+    ("causal", sdpa_inputs((1, 4), 9, 9, 16), None, {"causal": True, "mask_kind": "none"}),
+    ("cross", sdpa_inputs((2, 1), 5, 13, 8, 12), None, {"causal": False, "mask_kind": "none"}),
+    ("float mask", sdpa_inputs((2, 2), 6, 6, 4), rnd(2, 1, 1, 6, lo=-9, hi=0), {"causal": False, "mask_kind": "float"}),
+    ("bool mask", sdpa_inputs((2, 3), 11, 11, 8), (R.random((2, 1, 11, 11)) > 0.3), {"causal": False, "mask_kind": "bool"}),
+    ("rank 3", sdpa_inputs((5,), 3, 17, 4), None, {"causal": False, "mask_kind": "none"}),
+]
+
+
+@pytest.mark.parametrize("name,qkv,mask,attrs", SDPA_CASES, ids=[c[0] for c in SDPA_CASES])
+def test_scaled_dot_product_attention(device, rows, name, qkv, mask, attrs):
+    """Against the reference (float rounding) and against PyTorch's own attention."""
+    import torch
+    import torch.nn.functional as F
+    q, k, v = qkv
+    attrs = dict(attrs, scale=1 / math.sqrt(q.shape[-1]))
+    inputs = [q, k, v] + ([] if mask is None else [mask.astype(np.int32) if mask.dtype == bool else mask])
+    names = [f"x{i}" for i in range(len(inputs))]
+    out_shape = q.shape[:-1] + (v.shape[-1],)
+    prog = single_op_program("scaled_dot_product_attention",
+                             [(n, spec(a.shape, "int32" if a.dtype == np.int32 else "float32")) for n, a in zip(names, inputs)],
+                             [("y", spec(out_shape))], attrs)
+    got = VulkanExecutor(prog, device)(*inputs)
+    ref = run_reference(prog, *inputs)
+    np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-6)
+    t = lambda a: torch.from_numpy(a)
+    want = F.scaled_dot_product_attention(t(q), t(k), t(v), attn_mask=None if mask is None else t(mask),
+                                          is_causal=attrs["causal"]).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-6)

@@ -13,6 +13,7 @@ from vkq.quant import dequantize, quantize, quantize_multipliers, requantize
 from oputil import assert_same, run_both, single_op_program, spec
 
 SHAPES = [(1,), (3,), (17,), (5, 7), (2, 3, 5), (1, 3, 5, 7), (2, 17, 3, 5), (1, 1, 1, 1), (2, 5, 1, 9)]
+HIGH_RANK = [(2, 3, 5, 1, 7), (1, 2, 3, 2, 5, 3)]      # ROW only
 QPARAMS = [(0.05, 3), (0.02, -128), (0.1, 127), (1 / 3, 0)]
 
 
@@ -23,8 +24,8 @@ def _float_input(shape, scale, seed):
     return x
 
 
-@pytest.mark.parametrize("layout", ["4W4C", "4H4W"])
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape,layout", [(s, lay) for s in SHAPES for lay in ("4W4C", "4H4W", "ROW")]
+                         + [(s, "ROW") for s in HIGH_RANK])
 def test_quantize_on_device_equals_numpy_and_torch(device, shape, layout):
     for i, (scale, zp) in enumerate(QPARAMS):
         x = _float_input(shape, scale, i)
@@ -37,8 +38,8 @@ def test_quantize_on_device_equals_numpy_and_torch(device, shape, layout):
         np.testing.assert_array_equal(ex.buffers["q"].read(), pack(quantize(x, scale, zp), layout))  # the words
 
 
-@pytest.mark.parametrize("layout", ["4W4C", "4H4W"])
-@pytest.mark.parametrize("shape", SHAPES[3:])
+@pytest.mark.parametrize("shape,layout", [(s, lay) for s in SHAPES[3:] for lay in ("4W4C", "4H4W", "ROW")]
+                         + [(s, "ROW") for s in HIGH_RANK])
 def test_dequantize_on_device(device, shape, layout):
     scale, zp = 0.037, -11
     q = np.random.default_rng(5).integers(-128, 128, shape).astype(np.int8)
@@ -50,7 +51,8 @@ def test_dequantize_on_device(device, shape, layout):
     np.testing.assert_array_equal(got[0], dequantize(q, scale, zp))
 
 
-@pytest.mark.parametrize("src,dst", [("4W4C", "4H4W"), ("4H4W", "4W4C"), ("4W4C", "4W4C")])
+@pytest.mark.parametrize("src,dst", [("4W4C", "4H4W"), ("4H4W", "4W4C"), ("4W4C", "4W4C"), ("4W4C", "ROW"),
+                                     ("ROW", "4H4W")])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_repack_layouts(device, shape, src, dst):
     q = np.random.default_rng(6).integers(-128, 128, shape).astype(np.int8)
@@ -61,11 +63,13 @@ def test_repack_layouts(device, shape, src, dst):
 
 
 @pytest.mark.parametrize("src_shape,dst_shape", [((2, 5, 3, 7), (2, 105)), ((1, 17, 1, 1), (1, 17)),
-                                                 ((3, 17), (51,)), ((2, 6, 5), (2, 3, 2, 5))])
+                                                 ((3, 17), (51,)), ((2, 6, 5), (2, 3, 2, 5)),
+                                                 ((1, 18, 5, 3), (1, 2, 9, 5, 3)), ((2, 3, 2, 1, 5, 7), (6, 2, 35))])
 def test_repack_reshape(device, src_shape, dst_shape):
     q = np.random.default_rng(7).integers(-128, 128, src_shape).astype(np.int8)
-    prog = single_op_program("repack", [("a", spec(src_shape, "int8", "4W4C"))],
-                             [("b", spec(dst_shape, "int8", "4H4W"))], {"shape": list(dst_shape)})
+    lay = lambda shape, want: "ROW" if len(shape) > 4 else want
+    prog = single_op_program("repack", [("a", spec(src_shape, "int8", lay(src_shape, "4W4C")))],
+                             [("b", spec(dst_shape, "int8", lay(dst_shape, "4H4W")))], {"shape": list(dst_shape)})
     got, ref = run_both(device, prog, q)
     assert_same(got, ref)
     np.testing.assert_array_equal(got[0], q.reshape(dst_shape))

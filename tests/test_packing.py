@@ -3,13 +3,13 @@ import numpy as np
 import pytest
 
 from vkq import pack, unpack
-from vkq.packing import LAYOUTS, convert, packed_size
+from vkq.packing import ALL_LAYOUTS, convert, packed_size
 
 ODD_SHAPES = [(1,), (3,), (17,), (2, 3), (5, 7), (1, 1, 1), (3, 5, 7), (1, 2, 3, 5), (2, 17, 3, 7), (3, 1, 5, 2),
               (1, 7, 1, 1), (2, 3, 17, 5)]
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", ALL_LAYOUTS)
 @pytest.mark.parametrize("shape", ODD_SHAPES)
 def test_roundtrip(shape, layout):
     q = np.random.default_rng(hash(shape) % 2**32).integers(-128, 128, shape).astype(np.int8)
@@ -50,7 +50,7 @@ def test_little_endian_word():
 
 def test_padding_is_zero():
     q = np.full((1, 1, 1, 1), -1, np.int8)
-    for layout in LAYOUTS:
+    for layout in ALL_LAYOUTS:
         words = pack(q, layout)
         assert words[0] == 0xFF and not words[1:].any()
 

@@ -92,7 +92,7 @@ def convnet():
 
 def test_pipeline_is_an_ordered_list_linted_after_each_pass(convnet):
     names = [p.__name__ for p in PIPELINE]
-    assert names == ["drop_guards", "normalize_ops", "fuse_activation", "lift_quantize", "drop_cancelling_qdq",
+    assert names == ["inline_wrappers", "drop_guards", "normalize_ops", "fuse_activation", "lift_quantize", "drop_cancelling_qdq",
                      "fold_qdq_patterns", "views_to_repack", "fold_constants", "assign_layouts"]
     _, gm = prepared(convnet, X, upto=PIPELINE[0])
     report = run_pipeline(gm)
@@ -335,3 +335,35 @@ def test_fold_constants_float_weights_for_cpu_ops():
     (conv,) = [n for n in work.graph.nodes if n.target == aten.conv2d.default]
     assert conv.args[1].op == "get_attr" and getattr(work, conv.args[1].target).dtype == torch.float32
     same_numbers(gm, work, x)
+
+
+def test_inline_wrappers_splices_no_grad_and_autocast_blocks():
+    """export keeps `with torch.no_grad()` / `torch.autocast(enabled=False)` blocks as higher-order
+    ops on submodules (a get_attr that is no tensor: the lowering once crashed on it); after
+    inline_wrappers their nodes stand in the graph and the model lowers, the linear inside int8."""
+    from vkq.lower import lower
+    from vkq.passes.inline_wrappers import inline_wrappers
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.fc2 = nn.Linear(8, 8), nn.Linear(8, 5)
+            self.register_buffer("inv", torch.rand(8))
+
+        def forward(self, x):
+            with torch.no_grad():
+                f = x[..., :8] * self.inv
+            with torch.autocast("cpu", enabled=False):
+                g = torch.cos(f.float())
+            return self.fc2(self.fc(g))
+    x = torch.randn(2, 3, 8)
+    with torch.enable_grad():       # (under no_grad, export has no no_grad block to keep)
+        gm = torch.export.export(M().eval(), (x,)).module()
+        q = api.quantize(M().eval(), (x,), progress=False)
+    hops = lambda g: [n for n in g.graph.nodes if str(n.target).startswith("wrap_with")]
+    assert len(hops(gm)) == 2
+    ref = gm(x)
+    assert inline_wrappers(gm) and not hops(gm)
+    assert torch.equal(gm(x), ref)
+    program = lower(q, (x,))
+    assert [n.op for n in program.nodes].count("linear_q8") + [n.op for n in program.nodes].count("linear_q8_fout") == 2

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule
 
+from .passes.inline_wrappers import inline_wrappers
 from .quantizer import VkqQuantizer
 
 
@@ -36,6 +37,7 @@ def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: s
     example_inputs = _as_tuple(example_inputs)
     model = model.eval()
     gm = torch.export.export(model, example_inputs).module()
+    inline_wrappers(gm)     # PT2E then sees (and quantizes) what no_grad / autocast blocks hold
     prepared = prepare_pt2e(gm, quantizer or VkqQuantizer(scheme))
     batches = [example_inputs] if calibration is None else calibration
     with torch.no_grad():
@@ -77,8 +79,9 @@ def compile(model_or_converted, example_inputs, calibration=None, scheme: str = 
 
 
 def _is_converted(m) -> bool:
-    """A GraphModule that already carries quantized_decomposed q/dq ops."""
+    """A GraphModule that already carries quantized_decomposed q/dq ops, or that convert_pt2e
+    made (with nothing the quantizer annotated there are none; exporting it again would fail)."""
     if not isinstance(m, GraphModule):
         return False
     return any(n.op == "call_function" and "quantized_decomposed" in str(n.target)
-               for n in m.graph.nodes)
+               for n in m.graph.nodes) or "_observed_graph_module_attrs" in m.meta   # prepare_pt2e's mark

@@ -118,7 +118,7 @@ def cmd_compile(args) -> int:
     from .calibration import ImageTransform, InputSpec, calibration_batches
     from .modelsource import load_model
     from .progfile import save_program
-    from .registry import get_op
+    from .registry import cpu_reason
     model, examples = load_model(args.model, args.input_shape)
     calibration = None
     if args.calibration:
@@ -131,7 +131,7 @@ def cmd_compile(args) -> int:
         print("calibration: none given; the example inputs only")
     program, fallback = compile_program(model, examples, calibration, args.scheme)
     out = save_program(program, args.output or _default_output(args.model))
-    on_cpu = sum(1 for n in program.nodes if not get_op(n.op).on_vulkan)
+    on_cpu = sum(1 for n in program.nodes if cpu_reason(n, program.tensors) is not None)
     weights = sum(np.asarray(v).nbytes for v in program.constants.values())
     print(f"{args.model} -> {out} ({args.scheme}): {len(program.nodes)} nodes, "
           f"{len(program.nodes) - on_cpu} on Vulkan, {on_cpu} on the CPU; constants {weights:,} B")

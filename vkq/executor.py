@@ -21,7 +21,7 @@ import numpy as np
 
 from .device import Buffer, Device, get_device
 from .program import Node, Program, TensorSpec
-from .registry import get_op
+from .registry import cpu_reason, get_op
 
 
 def _as_numpy(x) -> np.ndarray:
@@ -209,11 +209,14 @@ class VulkanExecutor:
         self._pipelines: dict = {}
         self._builds: OrderedDict = OrderedDict()
         sized = program.specialize(program.max_bindings()) if program.dynamic else program
+        # where each node runs, decided from its specs at the upper bounds (node i of every
+        # specialization is node i of the program)
+        self._on_cpu = {i for i, n in enumerate(sized.nodes) if cpu_reason(n, sized.tensors) is not None}
 
         # Tensors the host must see: program I/O, and everything crossing a CPU node.
         self.host_side = set(program.inputs) | set(program.outputs)
-        for n in program.nodes:
-            if not _on_vulkan(n):
+        for i, n in enumerate(program.nodes):
+            if i in self._on_cpu:
                 self.host_side |= set(n.inputs) | set(n.outputs)
         shared = plan_memory(sized, exclude=self.host_side | set(program.constants)) \
             if not host_visible_all else {}
@@ -255,8 +258,8 @@ class VulkanExecutor:
                                  f"than the {buf.size} its buffer was sized for at the upper bounds")
         ctx = BuildContext(self, program)
         segments, run = [], []
-        for node in program.nodes + [None]:
-            if node is not None and _on_vulkan(node):
+        for i, node in enumerate(program.nodes + [None]):
+            if node is not None and i not in self._on_cpu:
                 run.append(node)
                 continue
             if run:
@@ -316,7 +319,3 @@ class VulkanExecutor:
             return host
         return _outputs(program, host)
 
-
-def _on_vulkan(node: Node) -> bool:
-    """Whether a node runs on the device (its op has a build) or on the CPU."""
-    return get_op(node.op).on_vulkan

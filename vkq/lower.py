@@ -28,12 +28,13 @@ import torch
 from torch.fx import GraphModule, Node
 
 from .ops import cpu as _cpu_ops, float as _float_ops  # noqa: F401  (the ops CPU_RULES emit)
+from .ops.attention import default_scale, fold_views_into_attention
 from .passes import run_pipeline
 from .passes._graph import (DEQUANTIZE, PERMUTES, QUANTIZE, VIEWS, arg, aten, const_value, dtype_of, is_call,
                             op_name, pair, q_args, qparams, record_shapes, shape_of, val, vkq_op_of)
-from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout
+from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
 from .program import Node as PNode, Program, TensorSpec
-from .registry import get_op
+from .registry import cpu_reason, get_op
 
 # Ops that have int8 Vulkan kernels: if one of these still runs on the CPU, it is because its
 # operands were float (not quantized) or a fold rule said why not.
@@ -56,6 +57,7 @@ def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", rep
     program = Translator(gm).program()
     _float_ops.fold_views_into_matmul(program)   # attention's head split/merge copies -> strided matmuls
     _float_ops.fold_scale_mask_into_softmax(program)   # softmax(scores * s + mask) in one pass
+    fold_views_into_attention(program)   # q, k, v read from the projection, the result written merged
     schedule_host_first(program)
     program.meta["passes"] = list(passes)
     program.validate()
@@ -76,8 +78,7 @@ def _spec(node_val, node: Node | None = None) -> TensorSpec:
         return TensorSpec(shape, dtype)
     layout = node.meta.get(LAYOUT_KEY) if node is not None else None
     qp = qparams(node) if node is not None else None
-    return TensorSpec(shape, "int8", layout or ("4W4C" if len(shape) == 4 else "4H4W"),
-                      *(qp if qp is not None else (None, None)))
+    return TensorSpec(shape, "int8", layout or rank_layout(len(shape)), *(qp if qp is not None else (None, None)))
 
 
 def _encode(v, inputs: list):
@@ -126,6 +127,29 @@ def _layer_norm(n, t):
     w = w if w is not None else t.const(np.ones(shape, np.float32), "ones")
     b = b if b is not None else t.const(np.zeros(shape, np.float32), "zeros")
     return "layer_norm", [x, w, b], {"normalized_shape": shape, "eps": float(eps)}
+
+
+def _group_norm(n, t):
+    x, groups = n.args[0], int(n.args[1])
+    c = shape_of(x)[1]
+    w, b, eps = arg(n, 2, "weight"), arg(n, 3, "bias"), arg(n, 4, "eps", 1e-5)
+    w = w if w is not None else t.const(np.ones(c, np.float32), "ones")
+    b = b if b is not None else t.const(np.zeros(c, np.float32), "zeros")
+    return "group_norm", [x, w, b], {"groups": groups, "eps": float(eps)}
+
+
+def _pow(n, t):
+    """pow(x, e) with a scalar exponent: `pow` (x * x for RMS norms, (x * x) * x for GPT-2's gelu;
+    other exponents decline to the CPU), or the one existing op it is."""
+    x, e = n.args[0], n.args[1]
+    if isinstance(e, Node) or not _is_float(n):
+        return None
+    e = float(e)
+    if e == 1:
+        return "reshape", [x], {"shape": list(shape_of(n))}
+    if e == -1:
+        return "div", [x], {"scalar": 1.0, "scalar_first": True}
+    return {0.5: ("sqrt", [x], {}), -0.5: ("rsqrt", [x], {})}.get(e, ("pow", [x], {"exponent": e}))
 
 
 def _softmax(name):
@@ -191,26 +215,21 @@ def _conv2d(n, t):
                                  "dilation": pair(arg(n, 5, "dilation", 1)), "groups": int(arg(n, 6, "groups", 1))}
 
 
-def _f32(name, n) -> str:
-    """The Vulkan twin of an any-dtype shape op when its tensors are float32."""
-    return f"{name}_f32" if _is_float(n) else name
-
-
 def _reshape(n, t):
-    return _f32("reshape", n), [n.args[0]], {"shape": list(shape_of(n))}
+    return "reshape", [n.args[0]], {"shape": list(shape_of(n))}
 
 
 def _permute(n, t):
     if n.target == aten.t.default:
         rank = len(shape_of(n.args[0]))
-        return _f32("permute", n), [n.args[0]], {"dims": [1, 0] if rank == 2 else list(range(rank))}
+        return "permute", [n.args[0]], {"dims": [1, 0] if rank == 2 else list(range(rank))}
     if n.target == aten.transpose.int:
-        return _f32("transpose", n), [n.args[0]], {"dim0": int(n.args[1]), "dim1": int(n.args[2])}
-    return _f32("permute", n), [n.args[0]], {"dims": [int(d) for d in n.args[1]]}
+        return "transpose", [n.args[0]], {"dim0": int(n.args[1]), "dim1": int(n.args[2])}
+    return "permute", [n.args[0]], {"dims": [int(d) for d in n.args[1]]}
 
 
 def _expand(n, t):
-    return "expand_f32", [n.args[0]], {"shape": list(shape_of(n))}
+    return "expand", [n.args[0]], {"shape": list(shape_of(n))}
 
 
 def _reduce(name):
@@ -233,15 +252,223 @@ def _vector_norm(n, t):
 
 def _cat(n, t):
     tensors = list(n.args[0])
-    return _f32("cat", n), tensors, {"dim": int(arg(n, 1, "dim", 0)) % len(shape_of(n))}
+    return "cat", tensors, {"dim": int(arg(n, 1, "dim", 0)) % len(shape_of(n))}
 
 
 def _identity(n, t):
-    return _f32("reshape", n), [n.args[0]], {"shape": list(shape_of(n))}
+    return "reshape", [n.args[0]], {"shape": list(shape_of(n))}
+
+
+def _slice(n, t):
+    x = n.args[0]
+    rank = len(shape_of(x))
+    dim, start, end, step = (arg(n, 1, "dim", 0), arg(n, 2, "start"), arg(n, 3, "end"), arg(n, 4, "step", 1))
+    if any(isinstance(v, Node) for v in (start, end, step)) or (step or 1) < 1:
+        return None
+    size = shape_of(x)[int(dim) % rank]
+    clip = lambda v: None if v is None else max(-size - 1, min(int(v), size))   # torch's ints may be huge
+    return "slice", [x], {"dim": int(dim) % rank, "start": clip(start), "end": clip(end), "step": int(step or 1)}
+
+
+def _narrow(n, t):
+    x, dim, start, length = n.args[:4]
+    if isinstance(start, Node):
+        return None
+    rank = len(shape_of(x))
+    start = int(start) % shape_of(x)[int(dim) % rank]
+    return "slice", [x], {"dim": int(dim) % rank, "start": start, "end": start + int(length), "step": 1}
+
+
+def _select(n, t):
+    x, dim, index = n.args[:3]
+    if isinstance(index, Node):
+        return None
+    return "select", [x], {"dim": int(dim) % len(shape_of(x)), "index": int(index)}
+
+
+def _split(n, t):
+    x = n.args[0]
+    dim = int(arg(n, 2, "dim", 0)) % len(shape_of(x))   # split(x, size, dim), chunk(x, chunks, dim)
+    return "split", [x], {"dim": dim, "sizes": [int(v.shape[dim]) for v in val(n)]}
+
+
+def _unbind(n, t):
+    x = n.args[0]
+    return "unbind", [x], {"dim": int(arg(n, 1, "dim", 0)) % len(shape_of(x))}
+
+
+def _constant_pad(n, t):
+    x, pad = n.args[0], [int(p) for p in n.args[1]]
+    if n.target == aten.pad.default and arg(n, 2, "mode", "constant") != "constant":
+        return _take(n, t)           # reflect / replicate / circular: a gather
+    value = arg(n, 3 if n.target == aten.pad.default else 2, "value", 0.0)
+    value = 0.0 if value is None else float(value)
+    if any(p < 0 for p in pad):
+        return None
+    if dtype_of(x) == torch.int8:       # the int8 number that stands for value
+        qp = qparams(x)
+        if qp is None:
+            return None
+        value = int(np.clip(np.rint(np.float32(value) / np.float32(qp[0])) + qp[1], -128, 127))
+    elif dtype_of(x) is not None and not dtype_of(x).is_floating_point:
+        value = int(value)
+    return "constant_pad_nd", [x], {"pad": pad, "value": value}
+
+
+def _sdpa(n, t):
+    q, k, v = n.args[:3]
+    mask = arg(n, 3, "attn_mask")
+    dropout, causal, scale = arg(n, 4, "dropout_p", 0.0), arg(n, 5, "is_causal", False), arg(n, 6, "scale")
+    if dropout or arg(n, 7, "enable_gqa", False) or any(dtype_of(a) != torch.float32 for a in (q, k, v)):
+        return None
+    scale = default_scale(shape_of(q)[-1]) if scale is None else float(scale)
+    attrs = {"scale": scale, "causal": bool(causal), "mask_kind": "none"}
+    if mask is None:
+        return "scaled_dot_product_attention", [q, k, v], attrs
+    if not isinstance(mask, Node):
+        return None
+    attrs["mask_kind"] = "float" if dtype_of(mask).is_floating_point else "bool"
+    return "scaled_dot_product_attention", [q, k, v, mask], attrs
+
+
+def _word_dtype(d) -> str | None:
+    """The program dtype a torch dtype becomes for the word ops: float32 / int32 / bool, or None
+    (int8/uint8/int16 wrap around in ways the kernels do not model)."""
+    if d is None:
+        return None
+    if d == torch.bool:
+        return "bool"
+    if d.is_floating_point:
+        return "float32"
+    return "int32" if d in (torch.int32, torch.int64) else None
+
+
+def _cast(n, t):
+    x = n.args[0]
+    src, dst = _word_dtype(dtype_of(x)), _word_dtype(dtype_of(n))
+    if src is None or dst is None:
+        return None
+    return "cast", [x], {"dtype": dst}
+
+
+def _binary_any(name):
+    """add/sub/mul of float32 or of int32 tensors (a mix declines: the node runs on the CPU)."""
+    rule = _binary(name)
+    return lambda n, t: rule(n, t) if all(_word_dtype(dtype_of(a)) for a in n.all_input_nodes) else None
+
+
+def _rsub(n, t):
+    """rsub(x, other, alpha) = other - alpha * x ((1 - mask) of attention masks)."""
+    x, other = n.args[0], n.args[1]
+    if n.kwargs.get("alpha", arg(n, 2, "alpha", 1)) != 1:
+        return None
+    if isinstance(other, Node):
+        return "sub", [other, x], {"alpha": 1}
+    return "sub", [x], {"scalar": float(other) if dtype_of(n).is_floating_point else int(other),
+                        "scalar_first": True}
+
+
+def _compare(name):
+    def rule(n, t):
+        a, b = n.args[0], n.args[1]
+        if not isinstance(a, Node) or _word_dtype(dtype_of(a)) is None:
+            return None
+        if isinstance(b, Node):
+            return name, [a, b], {}
+        return name, [a], {"scalar": b}
+    return rule
+
+
+def _bitwise(name, bool_only=False):
+    def rule(n, t):
+        a, b = n.args[0], n.args[1]
+        if bool_only and any(dtype_of(x) != torch.bool for x in n.all_input_nodes):
+            return None
+        if any(_word_dtype(dtype_of(x)) not in ("int32", "bool") for x in n.all_input_nodes):
+            return None
+        return (name, [a, b], {}) if isinstance(b, Node) else (name, [a], {"scalar": int(b)})
+    return rule
+
+
+def _logical_not(n, t):
+    return ("logical_not", [n.args[0]], {}) if dtype_of(n.args[0]) == torch.bool else None
+
+
+def _value_tensor(t, v, like):
+    """A scalar operand as a 0-d constant of node like's dtype."""
+    dtype = _word_dtype(dtype_of(like))
+    return t.const(np.array(v, np.float32 if dtype == "float32" else np.int32), "scalar")
+
+
+def _where(n, t):
+    cond, a, b = n.args[:3]
+    a = a if isinstance(a, Node) else _value_tensor(t, a, n)
+    b = b if isinstance(b, Node) else _value_tensor(t, b, n)
+    return "where", [cond, a, b], {}
+
+
+def _masked_fill(n, t):
+    x, mask, value = n.args[:3]
+    value = value if isinstance(value, Node) else _value_tensor(t, value, n)
+    return "where", [mask, value, x], {}
+
+
+def _embedding(n, t):
+    return "embedding", [n.args[0], n.args[1]], {}
+
+
+# Ops that only move values: lowered to `take` with the index map they compute on the indices
+# themselves (every argument but the moved tensor must be a constant).
+MOVERS = {aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten._upsample_nearest_exact2d.vec,
+          aten._upsample_nearest_exact2d.default, aten.upsample_nearest1d.vec, aten.upsample_nearest3d.vec,
+          aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.replication_pad1d.default,
+          aten.replication_pad2d.default, aten.index.Tensor, aten.roll.default, aten.flip.default, aten.repeat.default,
+          aten.index_select.default, aten.gather.default, aten.pixel_shuffle.default,
+          aten.pixel_unshuffle.default, aten.unfold.default, aten.tile.default, aten.diagonal.default,
+          aten.as_strided.default, aten.movedim.int, aten.swapaxes.default, aten.permute_copy.default,
+          aten.narrow_copy.default, aten.slice_copy.Tensor, aten.select_copy.int}
+
+
+def _take(n, t):
+    from .passes.fold_constants import evaluate_constant
+    x = n.args[0]
+    if not isinstance(x, Node) or not isinstance(val(n), torch.Tensor):
+        return None
+    env = {}
+    for a in n.all_input_nodes:
+        if a is not x:
+            v = evaluate_constant(t.gm, a)
+            if v is None:
+                return None
+            env[a] = v
+    numel = int(np.prod(shape_of(x), dtype=np.int64))
+    if numel >= 2 ** 31:
+        return None
+    index = None
+    for dtype in (torch.int64, torch.float64):      # (some movers, e.g. upsampling, take floats only)
+        env[x] = torch.arange(numel, dtype=dtype).reshape(shape_of(x))
+        args = torch.fx.node.map_arg(n.args, lambda a: env[a])
+        kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
+        try:
+            with torch.no_grad():
+                index = n.target(*args, **kwargs)
+            break
+        except (RuntimeError, NotImplementedError):
+            continue
+    if not isinstance(index, torch.Tensor) or tuple(index.shape) != shape_of(n):
+        return None
+    return "take", [x, t.const(index.numpy().astype(np.int64).astype(np.int32), "index")], {}
+
+
+def _upsample_bilinear(n, t):
+    from .ops.resize import bilinear_attrs
+    return "upsample_bilinear2d", [n.args[0]], bilinear_attrs(n, shape_of(n))
 
 
 _FLOAT_RULES = {
     aten.layer_norm.default: _layer_norm,
+    aten.group_norm.default: _group_norm,
+    aten.pow.Tensor_Scalar: _pow,
     aten.softmax.int: _softmax("softmax"), aten._softmax.default: _softmax("softmax"),
     aten.log_softmax.int: _softmax("log_softmax"), aten._log_softmax.default: _softmax("log_softmax"),
     **{getattr(aten, u).default: _unary(u) for u in
@@ -258,7 +485,6 @@ _FLOAT_RULES = {
     aten.mean.dim: _reduce("mean"),
     aten.sum.dim_IntList: _reduce("sum"), aten.sum.default: _reduce("sum"),
     aten.linalg_vector_norm.default: _vector_norm,
-    aten.expand.default: _expand, aten.expand_as.default: _expand,
 }
 
 CPU_RULES = {
@@ -266,8 +492,36 @@ CPU_RULES = {
     aten.linear.default: _linear,
     aten.conv2d.default: _conv2d,
     **{v: _reshape for v in VIEWS},
+    aten.unflatten.int: _reshape, aten.view_copy.default: _reshape, aten.alias_copy.default: _reshape,
     **{p: _permute for p in PERMUTES},
     aten.cat.default: _cat,
+    aten.expand.default: _expand, aten.expand_as.default: _expand,
+    aten.slice.Tensor: _slice, aten.narrow.default: _narrow, aten.select.int: _select,
+    aten.split.Tensor: _split, aten.split_with_sizes.default: _split,
+    aten.chunk.default: _split, aten.unbind.int: _unbind,
+    aten.constant_pad_nd.default: _constant_pad, aten.pad.default: _constant_pad,
+    **{m: _take for m in MOVERS},
+    aten.scaled_dot_product_attention.default: _sdpa,
+    aten.upsample_bilinear2d.vec: _upsample_bilinear, aten.upsample_bilinear2d.default: _upsample_bilinear,
+    **{c: _cast for c in (aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device,
+                          aten.type_as.default)},
+    **{getattr(aten, b).Tensor: _binary_any(b) for b in ("add", "sub", "mul")},
+    **{getattr(aten, b).Scalar: _binary_any(b) for b in ("add", "sub", "mul")},
+    aten.rsub.Scalar: _rsub, aten.rsub.Tensor: _rsub,
+    **{getattr(aten, c).Tensor: _compare(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
+    **{getattr(aten, c).Scalar: _compare(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
+    aten.bitwise_and.Tensor: _bitwise("bitwise_and"), aten.bitwise_and.Scalar: _bitwise("bitwise_and"),
+    aten.__and__.Tensor: _bitwise("bitwise_and"), aten.__and__.Scalar: _bitwise("bitwise_and"),
+    aten.bitwise_or.Tensor: _bitwise("bitwise_or"), aten.bitwise_or.Scalar: _bitwise("bitwise_or"),
+    aten.__or__.Tensor: _bitwise("bitwise_or"), aten.__or__.Scalar: _bitwise("bitwise_or"),
+    aten.bitwise_xor.Tensor: _bitwise("bitwise_xor"), aten.__xor__.Tensor: _bitwise("bitwise_xor"),
+    aten.logical_and.default: _bitwise("bitwise_and", bool_only=True),
+    aten.logical_or.default: _bitwise("bitwise_or", bool_only=True),
+    aten.logical_not.default: _logical_not, aten.bitwise_not.default: _logical_not,
+    aten.where.self: _where, aten.where.ScalarOther: _where, aten.where.ScalarSelf: _where,
+    aten.where.Scalar: _where,
+    aten.masked_fill.Scalar: _masked_fill, aten.masked_fill.Tensor: _masked_fill,
+    aten.embedding.default: _embedding,
     aten.dropout.default: _identity, aten.clone.default: _identity, aten.contiguous.default: _identity,
     aten.alias.default: _identity, aten.detach.default: _identity,
 }
@@ -306,7 +560,7 @@ def schedule_host_first(program: Program) -> None:
     device_made: set = set()
     early, rest = [], []
     for node in program.nodes:
-        if get_op(node.op).on_vulkan or any(t in device_made for t in node.inputs):
+        if cpu_reason(node, program.tensors) is None or any(t in device_made for t in node.inputs):
             device_made.update(node.outputs)
             rest.append(node)
         else:
@@ -315,6 +569,20 @@ def schedule_host_first(program: Program) -> None:
 
 
 # ------------------------------------------------------------------ translation
+
+def _attr_value(gm, node) -> torch.Tensor:
+    """A get_attr that is not a tensor: a Python number as a 0-d tensor, else a clear error."""
+    obj = gm
+    for part in node.target.split("."):
+        obj = getattr(obj, part, None)
+    if isinstance(obj, (bool, int, float)):
+        return torch.tensor(obj)
+    users = ", ".join(f"{u.name} ({op_name(u.target)})" for u in node.users)
+    raise NotImplementedError(
+        f"get_attr {node.target!r} is a {type(obj).__name__}, not a tensor, read by {users}: "
+        "vkq lowers tensors and the ops on them (a control-flow or other higher-order op on a "
+        "submodule cannot be lowered; export the model without it)")
+
 
 class Translator:
     def __init__(self, gm: GraphModule):
@@ -355,8 +623,26 @@ class Translator:
         return node.name
 
     def emit(self, op: str, inputs, node: Node, attrs: dict) -> None:
-        out = self.define(node)
-        self.nodes.append(PNode(op, [self.name(i) for i in inputs], [out], attrs, name=node.name))
+        """One program node for FX node `node`; a list-valued node (split, unbind) gets one output
+        per element, named after the getitem that reads it. A node its op declines for Vulkan
+        is recorded in the fallback list with the op's reason."""
+        v = val(node)
+        if isinstance(v, (tuple, list)):
+            getitems = {u.args[1]: u for u in node.users if u.target is operator.getitem}
+            outs = []
+            for i, vi in enumerate(v):
+                item = getitems.get(i)
+                name = item.name if item is not None else f"{node.name}_{i}"
+                self.tensors[name] = _spec(vi, item)
+                outs.append(name)
+            self.names[node] = outs
+        else:
+            outs = [self.define(node)]
+        self.nodes.append(PNode(op, [self.name(i) for i in inputs], outs, attrs, name=node.name))
+        if get_op(op).build is not None:
+            why = cpu_reason(self.nodes[-1], self.tensors)
+            if why is not None:
+                self.fallback.append((op_name(node.target) if vkq_op_of(node) is None else op, f"{why}; runs on the CPU"))
 
     # -- one method per FX node kind
     def _placeholder(self, node):
@@ -365,7 +651,10 @@ class Translator:
     def _get_attr(self, node):
         if not node.users:
             return
-        value = const_value(self.gm, node).detach().cpu()
+        value = const_value(self.gm, node)
+        if value is None:     # not a tensor: a number becomes a 0-d constant; anything else cannot be lowered
+            value = _attr_value(self.gm, node)
+        value = value.detach().cpu()
         spec = _spec(value, node)
         arr = value.numpy().astype(spec.numpy_dtype)
         if spec.dtype == "int8":
@@ -411,7 +700,7 @@ class Translator:
     def _cpu(self, node):
         rule = CPU_RULES.get(node.target)
         lowered = rule(node, self) if rule is not None else None
-        if lowered is None or not get_op(lowered[0]).on_vulkan:
+        if lowered is None or get_op(lowered[0]).build is None:
             self.fallback.append((op_name(node.target), fallback_reason(node)))
         if lowered is not None:
             op, inputs, attrs = lowered

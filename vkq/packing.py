@@ -1,13 +1,20 @@
 """Int8x4 packing: four int8 values in one int32, sixteen (a 4x4 block) in one ivec4.
 
-Every tensor is read as 4-D (N, C, H, W), lower ranks padded with leading 1s.
-Cp, Hp, Wp are C, H, W rounded up to a multiple of 4; padding bytes are 0.
+The blocked layouts read every tensor as 4-D (N, C, H, W), lower ranks padded with leading
+1s. Cp, Hp, Wp are C, H, W rounded up to a multiple of 4; padding bytes are 0.
 Byte i of an int32 holds element i of its four: q0 | q1<<8 | q2<<16 | q3<<24.
 
   4W4C (convolutions):  int32 index (((n*H + h)*Wp/4 + w/4)*Cp/4 + c/4)*4 + w%4,  byte c%4
       one ivec4 = 4 widths x 4 channels at fixed (n, h); channel blocks run fastest.
   4H4W (matrix multiply): int32 index (((n*C + c)*Hp/4 + h/4)*Wp/4 + w/4)*4 + h%4, byte w%4
       one ivec4 = a 4x4 tile, int32 j is row 4*(h/4)+j holding 4 consecutive columns.
+  ROW (any rank): element f of the row-major order is byte f%4 of int32 f/4; the word count
+      is rounded up to whole ivec4s (16 values), padding bytes 0. A row-major reshape changes
+      no byte. The layout of int8 tensors of rank 5 and 6 (channel shuffle's (N, g, C/g, H, W),
+      a window partition's (B, H/w, w, W/w, w, C)); convolutions and linear layers never read
+      it: a `repack` (vkq/ops/io.py, a gather from any layout into any other, through a strided
+      view) moves a tensor into 4W4C / 4H4W where they need it. For a tensor of rank <= 4 the
+      ROW formula is the one of its (N, C, H, W) reading: index = ((n*C + c)*H + h)*W + w.
 
 The same formulas are in shaders/include/int8x4.glsl.
 """
@@ -15,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-LAYOUTS = ("4W4C", "4H4W")
+LAYOUTS = ("4W4C", "4H4W")            # the blocked layouts, read as (N, C, H, W): rank <= 4
+ALL_LAYOUTS = LAYOUTS + ("ROW",)
 
 
 def _up4(n: int) -> int:
@@ -26,20 +34,37 @@ def as_nchw(shape) -> tuple[int, int, int, int]:
     """A shape of rank <= 4 as (N, C, H, W) with leading 1s."""
     shape = tuple(int(d) for d in shape)
     if len(shape) > 4:
-        raise ValueError(f"packed int8 tensors have rank <= 4, got shape {shape}")
+        raise ValueError(f"the blocked int8 layouts {LAYOUTS} take rank <= 4, got shape {shape} (use ROW)")
     if any(d < 1 for d in shape):
         raise ValueError(f"packed int8 tensors need every dimension >= 1, got shape {shape}")
     return (1,) * (4 - len(shape)) + shape
 
 
+def shader_nchw(shape, layout: str) -> tuple[int, int, int, int]:
+    """The (N, C, H, W) a shader indexes a tensor of this layout with: its own for rank <= 4;
+    for ROW of higher rank (1, 1, 1, numel), which has the same row-major order."""
+    if layout == "ROW" and len(tuple(shape)) > 4:
+        return (1, 1, 1, _numel(shape))
+    return as_nchw(shape)
+
+
 def _check_layout(layout: str) -> None:
-    if layout not in LAYOUTS:
-        raise ValueError(f"unknown packed layout {layout!r}; expected one of {LAYOUTS}")
+    if layout not in ALL_LAYOUTS:
+        raise ValueError(f"unknown packed layout {layout!r}; expected one of {ALL_LAYOUTS}")
+
+
+def _numel(shape) -> int:
+    shape = tuple(int(d) for d in shape)
+    if any(d < 1 for d in shape):
+        raise ValueError(f"packed int8 tensors need every dimension >= 1, got shape {shape}")
+    return int(np.prod(shape, dtype=np.int64))
 
 
 def packed_size(shape, layout: str) -> int:
     """Number of int32 words a tensor of this logical shape takes in `layout`."""
     _check_layout(layout)
+    if layout == "ROW":
+        return (_numel(shape) + 15) // 16 * 4
     n, c, h, w = as_nchw(shape)
     if layout == "4W4C":
         return n * h * _up4(w) // 4 * _up4(c) // 4 * 4
@@ -62,11 +87,15 @@ def _blocks(q4: np.ndarray, layout: str) -> np.ndarray:
 
 
 def pack(q, layout: str) -> np.ndarray:
-    """int8 array (rank <= 4, read as NCHW) -> int32 words in `layout`."""
+    """int8 array -> int32 words in `layout` (rank <= 4 for the blocked layouts, any for ROW)."""
     _check_layout(layout)
     q = np.asarray(q)
     if q.dtype != np.int8:
         raise TypeError(f"pack expects an int8 array, got {q.dtype}")
+    if layout == "ROW":
+        flat = np.zeros(packed_size(q.shape, layout) * 4, np.int8)
+        flat[:q.size] = q.reshape(-1)
+        return flat.view("<i4").astype(np.int32, copy=False)
     q4 = q.reshape(as_nchw(q.shape))
     return np.ascontiguousarray(_blocks(q4, layout)).reshape(-1).view("<i4").astype(np.int32, copy=False)
 
@@ -78,11 +107,13 @@ def unpack(packed, layout: str, shape) -> np.ndarray:
     if packed.dtype not in (np.int32, np.uint32):
         raise TypeError(f"unpack expects int32 words, got {packed.dtype}")
     shape = tuple(int(d) for d in shape)
-    n, c, h, w = as_nchw(shape)
     want = packed_size(shape, layout)
     if packed.size != want:
         raise ValueError(f"{layout} tensor of shape {shape} needs {want} int32 words, got {packed.size}")
     b = np.ascontiguousarray(packed).astype("<i4", copy=False).view(np.int8)
+    if layout == "ROW":
+        return b[:_numel(shape)].reshape(shape).copy()
+    n, c, h, w = as_nchw(shape)
     cp, hp, wp = _up4(c), _up4(h), _up4(w)
     if layout == "4W4C":
         q = b.reshape(n, h, wp // 4, cp // 4, 4, 4).transpose(0, 3, 5, 1, 2, 4).reshape(n, cp, h, wp)

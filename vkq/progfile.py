@@ -132,6 +132,12 @@ def _require(cond, msg):
         raise ProgramFileError(msg)
 
 
+# Op names that files from older vkq versions use, and the op that now runs them (the float
+# twins of the shape ops became one op per name for every dtype).
+OP_ALIASES = {"reshape_f32": "reshape", "permute_f32": "permute", "transpose_f32": "transpose",
+              "expand_f32": "expand", "cat_f32": "cat"}
+
+
 def _kind(value) -> str:
     """How a wrong value is named in a message: its JSON type and a short repr."""
     names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
@@ -215,6 +221,7 @@ def _node(i, entry) -> Node:
     _typed(name, str, f"{where}: name")
     where = f"node {i} ({name!r})" if name else where
     op = _typed(entry["op"], str, f"{where}: op")
+    op = OP_ALIASES.get(op, op)
     attrs = _typed(entry.get("attrs", {}), dict, f"{where}: attrs")
     return Node(op, _names(entry["inputs"], f"{where}: inputs"), _names(entry["outputs"], f"{where}: outputs"),
                 dict(attrs), name)

@@ -9,7 +9,7 @@ input symbols (vkq.symbolic), with each symbol's bounds in Program.symbols. A sy
 is specialized to concrete shapes (Program.bind -> Program.specialize) before anything runs.
 
 How a tensor lives on a device is defined here, once:
-  int8    -> int32 words, Int8x4-packed in its layout (vkq.packing)
+  int8    -> int32 words, Int8x4-packed in its layout (vkq.packing: 4W4C, 4H4W, ROW)
   float32 -> float32, contiguous (row-major) in its logical shape
   int32   -> int32, contiguous
 """
@@ -28,7 +28,7 @@ DTYPES = ("int8", "float32", "int32")
 class TensorSpec:
     shape: tuple
     dtype: str = "float32"
-    layout: str | None = None        # "4W4C" / "4H4W" for int8 tensors
+    layout: str | None = None        # "4W4C" / "4H4W" / "ROW" for int8 tensors
     scale: float | None = None       # per-tensor quantization of int8 activations
     zero_point: int | None = None
 
@@ -38,8 +38,8 @@ class TensorSpec:
             symbolic.check(d)
         if self.dtype not in DTYPES:
             raise ValueError(f"tensor dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.dtype == "int8" and self.layout not in packing.LAYOUTS:
-            raise ValueError(f"an int8 tensor needs a packed layout {packing.LAYOUTS}, got {self.layout!r}")
+        if self.dtype == "int8" and self.layout not in packing.ALL_LAYOUTS:
+            raise ValueError(f"an int8 tensor needs a packed layout {packing.ALL_LAYOUTS}, got {self.layout!r}")
 
     @property
     def symbolic(self) -> bool:
@@ -60,8 +60,11 @@ class TensorSpec:
             raise ValueError(f"{what} of a tensor of symbolic shape {self.shape}: specialize the program first")
 
     def device_words(self) -> int:
-        """int32/float32 words this tensor takes on a device."""
+        """int32/float32 words this tensor takes on a device (at least one: an empty tensor,
+        such as a model's empty cache, still gets a buffer)."""
         self._concrete("device_words")
+        if int(np.prod(self.shape, dtype=np.int64)) == 0:
+            return 1
         if self.dtype == "int8":
             return packing.packed_size(self.shape, self.layout)
         return int(np.prod(self.shape, dtype=np.int64))
@@ -75,12 +78,16 @@ class TensorSpec:
         a = np.asarray(array)
         if a.shape != self.shape:
             raise ValueError(f"expected shape {self.shape}, got {a.shape}")
+        if a.size == 0:
+            return np.zeros(1, self.word_dtype)
         if self.dtype == "int8":
             return packing.pack(a.astype(np.int8, copy=False), self.layout)
         return np.ascontiguousarray(a, dtype=self.numpy_dtype).reshape(-1)
 
     def from_device(self, words) -> np.ndarray:
         """Device words -> the logical array."""
+        if int(np.prod(self.shape, dtype=np.int64)) == 0:
+            return np.zeros(self.shape, self.numpy_dtype)
         if self.dtype == "int8":
             return packing.unpack(np.asarray(words).view(np.int32), self.layout, self.shape)
         return np.asarray(words).view(self.numpy_dtype).reshape(self.shape).copy()

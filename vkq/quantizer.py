@@ -50,6 +50,11 @@ SHARE_INPUT = {
     aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default,
     aten.permute.default, aten.transpose.int,
     aten.dropout.default, aten.clone.default, aten.contiguous.default,
+    # element pickers (slicing, a class token, nearest upsampling): int8 passes through as a gather
+    aten.slice.Tensor, aten.select.int, aten.expand.default, aten.unflatten.int,
+    aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default,
+    # bilinear resizing stays within its input's range: one quantization, an int8 kernel
+    aten.upsample_bilinear2d.vec, aten.upsample_bilinear2d.default,
     *ACTIVATIONS,
 }
 CAT = {aten.cat.default}

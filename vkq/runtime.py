@@ -53,8 +53,8 @@ class CompiledProgram:
         return save_program(self.program, path)
 
     def __repr__(self):
-        from .registry import get_op
-        on_cpu = sum(1 for n in self.program.nodes if not get_op(n.op).on_vulkan)
+        from .registry import cpu_reason
+        on_cpu = sum(1 for n in self.program.nodes if cpu_reason(n, self.program.tensors) is not None)
         return f"CompiledProgram({len(self.program.nodes)} nodes, {on_cpu} on the CPU)"
 
 

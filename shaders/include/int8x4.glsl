@@ -6,10 +6,13 @@
 // Tensors are (N, C, H, W); Cp, Hp, Wp are rounded up to multiples of 4, padding bytes 0.
 //   4W4C: word (((n*H + h)*Wp/4 + w/4)*Cp/4 + c/4)*4 + w%4, byte c%4   (convolutions)
 //   4H4W: word (((n*C + c)*Hp/4 + h/4)*Wp/4 + w/4)*4 + h%4, byte w%4   (matrix multiply)
+//   ROW:  word f/4, byte f%4 with f = ((n*C + c)*H + h)*W + w, the row-major index; words
+//         rounded up to whole ivec4s. A tensor of rank > 4 is passed as (1, 1, 1, numel).
 // vkq/packing.py holds the same formulas for the host.
 
 const int LAYOUT_4W4C = 0;
 const int LAYOUT_4H4W = 1;
+const int LAYOUT_ROW = 2;
 
 int up4(int x) { return (x + 3) & ~3; }
 
@@ -25,13 +28,26 @@ int pack_int8x4(ivec4 v) {
     return v.x | (v.y << 8) | (v.z << 16) | (v.w << 24);
 }
 
+int nchw_offset(ivec4 e, ivec4 shape) { return ((e.x * shape.y + e.y) * shape.z + e.z) * shape.w + e.w; }
+
+ivec4 unravel_nchw(int f, ivec4 shape) {  // row-major index -> (n, c, h, w)
+    int w = f % shape.w; f /= shape.w;
+    int h = f % shape.z; f /= shape.z;
+    return ivec4(f / shape.y, f % shape.y, h, w);
+}
+
 int packed_words(int lay, ivec4 shape) {  // shape = (N, C, H, W)
+    if (lay == LAYOUT_ROW) return (shape.x * shape.y * shape.z * shape.w + 15) / 16 * 4;
     if (lay == LAYOUT_4W4C) return shape.x * shape.z * up4(shape.w) / 4 * up4(shape.y);
     return shape.x * shape.y * up4(shape.z) / 4 * up4(shape.w);
 }
 
 // (word index, byte) of element (n, c, h, w)
 ivec2 int8x4_locate(int lay, ivec4 e, ivec4 shape) {
+    if (lay == LAYOUT_ROW) {
+        int f = nchw_offset(e, shape);
+        return ivec2(f / 4, f % 4);
+    }
     int C4 = up4(shape.y) / 4, H4 = up4(shape.z) / 4, W4 = up4(shape.w) / 4;
     if (lay == LAYOUT_4W4C)
         return ivec2((((e.x * shape.z + e.z) * W4 + e.w / 4) * C4 + e.y / 4) * 4 + e.w % 4, e.y % 4);
@@ -40,6 +56,10 @@ ivec2 int8x4_locate(int lay, ivec4 e, ivec4 shape) {
 
 // element (n, c, h, w) held by byte b of word i; components may lie in the padding
 ivec4 int8x4_element(int lay, int i, int b, ivec4 shape) {
+    if (lay == LAYOUT_ROW) {  // past the end: n = N, out of bounds
+        int f = 4 * i + b, total = shape.x * shape.y * shape.z * shape.w;
+        return f < total ? unravel_nchw(f, shape) : ivec4(shape.x, 0, 0, 0);
+    }
     int C4 = up4(shape.y) / 4, H4 = up4(shape.z) / 4, W4 = up4(shape.w) / 4;
     int r = i % 4, blk = i / 4;
     if (lay == LAYOUT_4W4C) {  // blk = ((n*H + h)*W4 + w4)*C4 + c4
@@ -54,6 +74,4 @@ ivec4 int8x4_element(int lay, int i, int b, ivec4 shape) {
 }
 
 bool in_bounds(ivec4 e, ivec4 shape) { return all(lessThan(e, shape)); }
-
-int nchw_offset(ivec4 e, ivec4 shape) { return ((e.x * shape.y + e.y) * shape.z + e.z) * shape.w + e.w; }
 #endif

@@ -9,6 +9,11 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
   quantize            x f32 -> q int8           attrs scale, zero_point[, qmin, qmax]
   dequantize          q int8 -> x f32           attrs scale, zero_point
   repack              q int8 -> q int8          (layout change and/or row-major reshape; same numel)
+  reshape, permute, transpose, expand, cat, slice, select, split, unbind, constant_pad_nd, take
+                      any dtype -> the same dtype: values moved, not changed (vkq/ops/shape.py)
+  eq/ne/lt/le/gt/ge, bitwise_and/or/xor, logical_not, cast, where, embedding   ids and masks (logic.py)
+  upsample_bilinear2d x f32 or int8 (N, C, H, W) -> same (N, C, Ho, Wo); attrs out_size, align_corners, scales
+  scaled_dot_product_attention   q, k, v f32 [, mask f32/int32] -> f32; attrs scale, causal, mask_kind
   linear_q8           x int8 4H4W (..., K), weight int8 (N, K), bias int32 (N,),
                       multiplier int32 (N,), shift int32 (N,) -> int8 4H4W (..., N)
                       attrs x_zp, out_zp, qmin, qmax (qmin/qmax carry a fused relu/relu6/clamp)
@@ -29,4 +34,4 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
 Each op module also exports a `*_params` helper that turns float scales (and a float bias) into
 the integer constants/attrs above, used by the lowering and by tests alike.
 """
-from . import io, linear, conv, eltwise, pool, cpu, float  # noqa: F401
+from . import io, linear, conv, eltwise, pool, cpu, float, shape, attention, logic, resize  # noqa: F401

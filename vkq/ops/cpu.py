@@ -6,8 +6,6 @@ Every reference takes logical numpy arrays and JSON attrs and needs no torch, ex
 `torch_op`, the generic fallback, which calls the aten op by its qualified name.
 
   linear(x, weight, bias)      conv2d(x, weight, bias; stride, padding, dilation, groups)
-  reshape(x; shape)      permute(x; dims)      transpose(x; dim0, dim1)      cat(*xs; dim)
-      (any dtype, int8 too; float32 tensors get their Vulkan twins reshape_f32, ... instead)
   torch_op(*tensors; target, args, kwargs, dtypes)   anything else, through torch
 """
 from __future__ import annotations
@@ -56,24 +54,6 @@ def conv2d(x, weight, bias, *, stride=(1, 1), padding=(0, 0), dilation=(1, 1), g
         wg = w[g * og:(g + 1) * og].reshape(og, cg * kh * kw)
         out[:, g * og:(g + 1) * og] = np.einsum("ok,nkp->nop", wg, cg_cols).reshape(n, og, oh, ow)
     return out + _f(bias).reshape(1, oc, 1, 1)
-
-
-# ---------------------------------------------------------------- shapes (any dtype)
-
-def reshape(x, *, shape):
-    return np.asarray(x).reshape(shape)
-
-
-def permute(x, *, dims):
-    return np.ascontiguousarray(np.transpose(np.asarray(x), dims))
-
-
-def transpose(x, *, dim0, dim1):
-    return np.ascontiguousarray(np.swapaxes(np.asarray(x), dim0, dim1))
-
-
-def cat(*xs, dim=0):
-    return np.concatenate([np.asarray(x) for x in xs], axis=dim)
 
 
 # ---------------------------------------------------------------- the generic fallback
@@ -131,8 +111,4 @@ def torch_op(*tensors, target, args, kwargs=None, dtypes=None):
 
 _cpu("linear", linear, "Float x @ weight.T + bias.")
 _cpu("conv2d", conv2d, "Float conv2d (im2col).")
-_cpu("reshape", reshape, "Row-major reshape (view, flatten, squeeze, unsqueeze) of any dtype.")
-_cpu("permute", permute, "Permute the dims of any dtype.")
-_cpu("transpose", transpose, "Swap two dims of any dtype.")
-_cpu("cat", cat, "Concatenate along dim (any dtype, all inputs alike).")
 _cpu("torch_op", torch_op, "Any aten op, called through torch (torch needed at run time).")

@@ -4,6 +4,7 @@ matmuls, pooling and normalisation. Each op has its numpy reference (the specifi
 a build() that runs it as a float32 compute shader, so a float region stays on the device.
 
   layer_norm(x, weight, bias; normalized_shape, eps)     float_layer_norm
+  group_norm(x, weight, bias; groups, eps)               float_layer_norm (a group a row)
   softmax / log_softmax(x; dim)                          float_softmax (LOG)
   softmax_masked(x, mask; scale)                         float_softmax (MASKED): softmax(x*scale + mask)
   gelu(x; approximate), hardtanh(x; min_val, max_val), clamp(x; min, max),
@@ -13,12 +14,10 @@ a build() that runs it as a float32 compute shader, so a float region stays on t
   matmul_strided(a, b; a_view, b_view, out_strides, out_shape)   float_matmul, in place of the
                       reshape/permute copies around an attention matmul (fold_views_into_matmul)
   sum, mean(x; dims, keepdim), vector_norm(x; dims, keepdim)   float_reduce (SUM / MEAN / NORM2)
-  reshape_f32(x; shape), permute_f32(x; dims), transpose_f32(x; dim0, dim1),
-  expand_f32(x; shape), cat_f32(*xs; dim)                float_copy (a strided copy of words)
 
-The _f32 shape ops are the float twins of vkq.ops.cpu's reshape/permute/transpose/cat (which
-take any dtype, int8 included, and run on the CPU); the lowering picks the twin for float
-tensors. Inputs and outputs are float32, contiguous row-major (the executor's device layout).
+The ops that only move values (reshape, permute, cat, slice, ...) are in vkq.ops.shape, for
+every dtype; their float32/int32 dispatches use float_copy (a strided copy of words).
+Inputs and outputs are float32, contiguous row-major (the executor's device layout).
 
 How close the device comes to the reference (tests/test_float_ops.py checks each on odd
 shapes on every test device):
@@ -46,7 +45,6 @@ import numpy as np
 
 from ..device import grid_1d
 from ..registry import register_op
-from .cpu import cat as _cat_ref, permute as _permute_ref, reshape as _reshape_ref, transpose as _transpose_ref
 
 F32 = np.float32
 LOCAL = 64        # workgroup width of the elementwise and row shaders (<= every device's limit)
@@ -169,8 +167,35 @@ UNARY = {
 }
 
 
+def _integral(v) -> bool:
+    return v is None or float(v) == int(v)
+
+
+def pow_(x, *, exponent):
+    """x ** exponent for a scalar exponent; 2 and 3 as ATen computes them ((x * x) * x)."""
+    x = _f(x)
+    if exponent == 2:
+        return x * x
+    if exponent == 3:
+        return (x * x) * x
+    return np.power(x.astype(np.float64), float(exponent)).astype(F32)
+
+
+def _pow_decline(node, tensors):
+    if node.attrs["exponent"] not in (2, 3):
+        return f"pow: exponent {node.attrs['exponent']} has no shader (2 and 3 do; 0.5, -0.5, -1 lower to sqrt, rsqrt, div)"
+    return None
+
+
 def _binary(fn):
     def reference(a, b=None, *, scalar=None, scalar_first=False, alpha=1):
+        if fn is not np.divide and np.asarray(a).dtype.kind in "iub" and _integral(alpha) and (
+                np.asarray(b).dtype.kind in "iub" if b is not None else _integral(scalar)):
+            a64 = np.asarray(a, np.int64)       # int32 tensors (ids, masks): integer arithmetic, wrapping
+            other = np.int64(scalar) if b is None else np.asarray(b, np.int64)
+            other = other * int(alpha)
+            r = fn(other, a64) if (b is None and scalar_first) else fn(a64, other)
+            return r.astype(np.int32)
         a = _f(a)
         other = F32(scalar) if b is None else _f(b)
         if alpha != 1:
@@ -186,9 +211,9 @@ def matmul(a, b):
     return np.matmul(_f(a), _f(b))
 
 
-def _view(x, shape, strides):
-    """The strided view (element strides) of x's row-major values."""
-    flat = np.ascontiguousarray(x).reshape(-1)
+def _view(x, shape, strides, offset=0):
+    """The strided view (element strides, from element `offset`) of x's row-major values."""
+    flat = np.ascontiguousarray(x).reshape(-1)[int(offset):]
     return np.lib.stride_tricks.as_strided(flat, tuple(shape), tuple(s * flat.itemsize for s in strides))
 
 
@@ -219,11 +244,6 @@ def vector_norm(x, *, dims=None, keepdim=False):
     """The 2-norm over dims: sqrt(sum x^2) (linalg_vector_norm with ord 2)."""
     x = _f(x).astype(np.float64)
     return np.sqrt((x * x).sum(axis=_axes(dims), keepdims=keepdim)).astype(F32)
-
-
-def expand(x, *, shape):
-    """Broadcast x to shape (numpy rules), materialised."""
-    return np.ascontiguousarray(np.broadcast_to(np.asarray(x), tuple(shape)))
 
 
 # ---------------------------------------------------------------- strides: what the shaders index with
@@ -346,8 +366,21 @@ def _gelu_variant(attrs):
     return _GELU_VARIANT[approx]
 
 
+def _binary_decline(node, tensors):
+    dtypes = {tensors[t].dtype for t in node.inputs + node.outputs}
+    if dtypes == {"float32"}:
+        return None
+    if dtypes == {"int32"} and node.op != "div":
+        from .logic import int_decline
+        return int_decline(node, tensors)
+    return f"{node.op}: tensors of dtypes {sorted(dtypes)} (the kernels take all float32 or all int32)"
+
+
 def _binary_build(variant):
     def build(ctx, node):
+        if ctx.spec(node.outputs[0]).dtype == "int32":
+            from .logic import int_build
+            return int_build(ctx, node)
         _check(ctx, node)
         at, out = node.attrs, node.outputs[0]
         oshape = ctx.spec(out).shape
@@ -381,7 +414,32 @@ def _layer_norm_build(ctx, node):
         raise ValueError(f"{node.name}: layer_norm weight/bias must have the normalized_shape's {d} values")
     rows = n // d
     return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b), ctx.buffer(y)],
-                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5))))]
+                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), 1, d, 1))]
+
+
+def group_norm(x, weight, bias, *, groups, eps=1e-5):
+    """Normalise each group of C/groups channels of each image over its channels and positions,
+    then a per-channel affine (torch.nn.GroupNorm)."""
+    x = _f(x).astype(np.float64)
+    n, c = x.shape[:2]
+    g = x.reshape(n, groups, -1)
+    y = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + eps)).reshape(x.shape)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    return (y * _f(weight).reshape(shape) + _f(bias).reshape(shape)).astype(F32)
+
+
+def _group_norm_build(ctx, node):
+    _check(ctx, node)
+    x, w, b = node.inputs
+    shape, groups = ctx.spec(x).shape, node.attrs["groups"]
+    n, c = shape[:2]
+    hw = _numel(shape[2:])
+    if c % groups or _numel(ctx.spec(w).shape) != c or _numel(ctx.spec(b).shape) != c:
+        raise ValueError(f"{node.name}: group_norm of {c} channels in {groups} groups, weight/bias of {c}")
+    rows, d = n * groups, c // groups * hw
+    return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b),
+                                                    ctx.buffer(node.outputs[0])],
+                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), groups, c // groups, hw))]
 
 
 _NO_MASK = (1.0, 0, 0, [1, 1, 1], [0, 0, 0])   # scale, mrank, mj, mshape, mstride
@@ -400,19 +458,25 @@ def _softmax_build(defines):
     return build
 
 
+def masked_softmax_dispatch(ctx, name, shape, mask_shape, scale, buffers, bool_mask=False):
+    """softmax(x * scale + mask) along the last dim of x (shape), mask broadcast; buffers
+    (x, y, mask). bool_mask: the mask is int32 0/1 (1: attend; 0: -inf)."""
+    d, rows = shape[-1], _numel(shape[:-1])
+    st = broadcast_strides(mask_shape, shape)
+    mshape, (mst,) = merge_dims(list(shape[:-1]), st[:-1]) if len(shape) > 1 else ([1], [[0]])
+    if len(mshape) > 3:
+        raise ValueError(f"{name}: the mask's row dims merge to {len(mshape)} (the shader takes 3)")
+    push = (rows, d, 1, F32(scale), len(mshape), st[-1], _pad(mshape, 3, 1), _pad(mst, 3))
+    return _row_dispatch(ctx, "float_softmax", list(buffers), rows, d, push,
+                         ("MASKED",) + (("BOOL_MASK",) if bool_mask else ()))
+
+
 def _softmax_masked_build(ctx, node):
     _check(ctx, node)
     x, mask = node.inputs
     y = node.outputs[0]
-    shape = ctx.spec(x).shape
-    d, rows = shape[-1], _numel(shape[:-1])
-    st = broadcast_strides(ctx.spec(mask).shape, shape)
-    mshape, (mst,) = merge_dims(list(shape[:-1]), st[:-1]) if len(shape) > 1 else ([1], [[0]])
-    if len(mshape) > 3:
-        raise ValueError(f"{node.name}: the mask's row dims merge to {len(mshape)} (the shader takes 3)")
-    push = (rows, d, 1, F32(node.attrs.get("scale", 1.0)), len(mshape), st[-1], _pad(mshape, 3, 1), _pad(mst, 3))
-    return [_row_dispatch(ctx, "float_softmax", [ctx.buffer(x), ctx.buffer(y), ctx.buffer(mask)], rows, d, push,
-                          ("MASKED",))]
+    return [masked_softmax_dispatch(ctx, node.name, ctx.spec(x).shape, ctx.spec(mask).shape,
+                                    node.attrs.get("scale", 1.0), [ctx.buffer(x), ctx.buffer(y), ctx.buffer(mask)])]
 
 
 def _batch_geometry(a_view, b_view, out_strides):
@@ -452,7 +516,9 @@ def matmul_shape(a_shape, b_shape) -> tuple:
     return batch + ((a_shape[-2],) if len(a_shape) > 1 else ()) + ((b_shape[-1],) if len(b_shape) > 1 else ())
 
 
-def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel):
+def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel, buffers=None, offsets=(0, 0, 0)):
+    """One float_matmul dispatch of strided views from base offsets (a, b, out); buffers
+    (a, b, out) default to the node's."""
     m, n, k, inner, batch, (sab, sbb, sob), rshape = _batch_geometry(a_view, b_view, out_strides)
     if _numel(rshape) != want_numel:
         raise ValueError(f"{node.name}: the product has {_numel(rshape)} values, the output {want_numel}")
@@ -464,13 +530,14 @@ def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel):
         raise ValueError(f"{node.name}: {len(bshape)} batch dims after merging (the shader takes {MAX_BATCH_RANK})")
     sam, sak, sbk, sbn, som, son = inner
     x4 = lambda *v: all(int(q) % 4 == 0 for q in v)
-    if sak == 1 and sbk == 1 and x4(k, sam, sbn, *sab, *sbb):
+    a_off, b_off, o_off = (int(v) for v in offsets)
+    if sak == 1 and sbk == 1 and x4(k, sam, sbn, *sab, *sbb, a_off, b_off):
         variant = "VEC_K"
-    elif sak == 1 and sbn == 1 and x4(k, n, sam, sbk, *sab, *sbb):
+    elif sak == 1 and sbn == 1 and x4(k, n, sam, sbk, *sab, *sbb, a_off, b_off):
         variant = "VEC_KN"
     else:
         variant = "GENERAL"
-    out4 = ["OUT4"] if son == 1 and x4(n, som, *sob) else []
+    out4 = ["OUT4"] if son == 1 and x4(n, som, *sob, o_off) else []
     tm = next((t for t in MATMUL_ROWS if t >= m), MATMUL_ROWS[-1])
     tn = MATMUL_TN
     lanes = -(-n // tn)   # column tiles; a workgroup is the smallest power of two >= them, <= LOCAL
@@ -479,9 +546,10 @@ def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel):
         width *= 2
     groups = (-(-lanes // width), -(-m // tm), _numel(batch))
     push = (m, n, k, *inner, len(bshape), _pad(bshape, MAX_BATCH_RANK, 1), _pad(sab, MAX_BATCH_RANK),
-            _pad(sbb, MAX_BATCH_RANK), _pad(sob, MAX_BATCH_RANK))
-    a, b = node.inputs
-    return ctx.device.dispatch("float_matmul", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(node.outputs[0])], groups,
+            _pad(sbb, MAX_BATCH_RANK), _pad(sob, MAX_BATCH_RANK), a_off, b_off, o_off)
+    if buffers is None:
+        buffers = [ctx.buffer(node.inputs[0]), ctx.buffer(node.inputs[1]), ctx.buffer(node.outputs[0])]
+    return ctx.device.dispatch("float_matmul", list(buffers), groups,
                                local=(width,), push=push, defines={variant: 1, **dict.fromkeys(out4, 1), "TM": tm})
 
 
@@ -529,68 +597,19 @@ def _reduce_build(variant):
     return build
 
 
-def _copy(ctx, src, dst, shape, ss, ds, sbase=0, dbase=0):
-    """One float_copy dispatch over the iteration `shape` (merged here)."""
-    shape, (ss, ds) = merge_dims(shape, ss, ds)
-    if len(shape) > MAX_RANK:
-        raise ValueError(f"a strided copy over {len(shape)} dims (the shader takes {MAX_RANK})")
-    n = _numel(shape)
-    push = (n, len(shape), sbase, dbase, _pad(shape, MAX_RANK, 1), _pad(ss, MAX_RANK), _pad(ds, MAX_RANK))
-    return _elementwise(ctx, "float_copy", [src, dst], n, push,
-                        ["CONTIG" if len(shape) == 1 and ss == ds == [1] else "GENERAL"])
-
-
-WORDS = ("float32", "int32")
-
-
-def _reshape_build(ctx, node):
-    _check(ctx, node, WORDS)
-    n = _numel(ctx.spec(node.outputs[0]).shape)
-    return [_copy(ctx, ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0]), [n], [1], [1])]
-
-
-def _permute_dims(node, rank):
-    if node.op == "transpose_f32":
+def permute_dims(op, attrs, rank) -> list:
+    """The dims of a permute node, or of a transpose node as a permutation."""
+    if op == "transpose":
         dims = list(range(rank))
-        d0, d1 = node.attrs["dim0"] % rank, node.attrs["dim1"] % rank
+        d0, d1 = attrs["dim0"] % rank, attrs["dim1"] % rank
         dims[d0], dims[d1] = dims[d1], dims[d0]
         return dims
-    return [d % rank for d in node.attrs["dims"]]
-
-
-def _permute_build(ctx, node):
-    _check(ctx, node, WORDS)
-    shape = ctx.spec(node.inputs[0]).shape
-    dims = _permute_dims(node, len(shape))
-    st = strides_of(shape)
-    oshape = [shape[d] for d in dims]
-    return [_copy(ctx, ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0]), oshape,
-                  [st[d] for d in dims], strides_of(oshape))]
-
-
-def _expand_build(ctx, node):
-    _check(ctx, node, WORDS)
-    shape, oshape = ctx.spec(node.inputs[0]).shape, ctx.spec(node.outputs[0]).shape
-    return [_copy(ctx, ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0]), oshape,
-                  broadcast_strides(shape, oshape), strides_of(oshape))]
-
-
-def _cat_build(ctx, node):
-    _check(ctx, node, WORDS)
-    oshape = ctx.spec(node.outputs[0]).shape
-    dim = node.attrs.get("dim", 0) % len(oshape)
-    ost, dst, steps, offset = strides_of(oshape), ctx.buffer(node.outputs[0]), [], 0
-    for t in node.inputs:
-        shape = ctx.spec(t).shape
-        if _numel(shape):
-            steps.append(_copy(ctx, ctx.buffer(t), dst, shape, strides_of(shape), ost, 0, offset * ost[dim]))
-        offset += shape[dim]
-    return steps
+    return [d % rank for d in attrs["dims"]]
 
 
 # ---------------------------------------------------------------- folding copies into matmuls
 
-VIEW_OPS = ("reshape_f32", "transpose_f32", "permute_f32")
+VIEW_OPS = ("reshape", "transpose", "permute")
 
 
 def reshape_view(shape, strides, new_shape):
@@ -628,24 +647,70 @@ def reshape_view(shape, strides, new_shape):
 def _through(view, node, in_shape):
     """The view after one copy node, reading forward (None: a reshape that needs a copy)."""
     shape, strides = view
-    if node.op == "reshape_f32":
+    if node.op == "reshape":
         st = reshape_view(shape, strides, node.attrs["shape"])
         return None if st is None else [list(node.attrs["shape"]), st]
-    dims = _permute_dims(node, len(shape))
+    dims = permute_dims(node.op, node.attrs, len(shape))
     return [[shape[d] for d in dims], [strides[d] for d in dims]]
 
 
 def _back(view, node, in_shape):
     """The view of a copy node's input inside the buffer its output's view describes."""
     shape, strides = view
-    if node.op == "reshape_f32":
+    if node.op == "reshape":
         st = reshape_view(shape, strides, in_shape)
         return None if st is None else [list(in_shape), st]
-    dims = _permute_dims(node, len(in_shape))
+    dims = permute_dims(node.op, node.attrs, len(in_shape))
     back = [0] * len(dims)
     for i, d in enumerate(dims):
         back[d] = strides[i]
     return [list(in_shape), back]
+
+
+def readers_of(program) -> dict:
+    """tensor -> the nodes that read it, in program order."""
+    readers: dict = {}
+    for n in program.nodes:
+        for t in n.inputs:
+            readers.setdefault(t, []).append(n)
+    return readers
+
+
+def split_view(t, step, forward, start):
+    """(base, view, chain): walking up from tensor t through the ops that made it (step(cur) ->
+    (op, its input) or None), the farthest tensor `base` whose values t can be read from as a
+    strided view (start(base), then forward(view, op) down the chain: None where a copy is
+    needed). A head split read in place. With no such ops: (t, start(t), [])."""
+    chain, tensors = [], [t]
+    while (up := step(tensors[-1])) is not None:
+        chain.append(up[0])
+        tensors.append(up[1])
+    for cut in range(len(chain), 0, -1):
+        view = start(tensors[cut])
+        for item in reversed(chain[:cut]):
+            view = forward(view, item) if view is not None else None
+        if view is not None:
+            return tensors[cut], view, chain[:cut]
+    return t, start(t), []
+
+
+def merge_view(start, readers, private, is_view, shape):
+    """(last, chain, view): the copies after tensor `start` (each the only reader of the one
+    before it, is_view), the tensor the longest foldable run of them ends in, and [shape,
+    strides] of start's values inside that tensor (read back from its contiguous layout): a
+    head merge written in place. With no copies: (start, [], contiguous)."""
+    chain, cur = [], start
+    while private(cur) and is_view(readers[cur][0]):
+        chain.append(readers[cur][0])
+        cur = readers[cur][0].outputs[0]
+    for cut in range(len(chain), 0, -1):
+        last = chain[cut - 1].outputs[0]
+        view = _contiguous_view(shape(last))
+        for c in reversed(chain[:cut]):
+            view = _back(view, c, shape(c.inputs[0])) if view is not None else None
+        if view is not None:
+            return last, chain[:cut], view
+    return start, [], _contiguous_view(shape(start))
 
 
 def fold_views_into_matmul(program) -> int:
@@ -654,10 +719,7 @@ def fold_views_into_matmul(program) -> int:
     between has no other reader: a transformer's head split (view + transpose), K's transpose
     and the head merge (transpose + reshape) cost no dispatches. Returns the matmuls folded."""
     producer = {t: n for n in program.nodes for t in n.outputs}
-    readers: dict = {}
-    for n in program.nodes:
-        for t in n.inputs:
-            readers.setdefault(t, []).append(n)
+    readers = readers_of(program)
     shape = lambda t: list(program.tensors[t].shape)
     private = lambda t: len(readers.get(t, [])) == 1 and t not in program.outputs
     is_view = lambda n: n is not None and n.op in VIEW_OPS and n.name not in gone
@@ -668,31 +730,11 @@ def fold_views_into_matmul(program) -> int:
             continue
         ins = []
         for t in node.inputs:   # up from each operand: its copies, nearest first
-            chain, cur = [], t
-            while private(cur) and is_view(producer.get(cur)):
-                chain.append(producer[cur])
-                cur = producer[cur].inputs[0]
-            for cut in range(len(chain), -1, -1):   # the longest chain a view can stand for
-                base = chain[cut - 1].inputs[0] if cut else t
-                view = _contiguous_view(shape(base))
-                for c in reversed(chain[:cut]):
-                    view = _through(view, c, shape(c.inputs[0])) if view is not None else None
-                if view is not None:
-                    break
-            ins.append((base, view, chain[:cut]))
-        chain, cur = [], node.outputs[0]
-        while private(cur) and is_view(readers[cur][0]):
-            chain.append(readers[cur][0])
-            cur = readers[cur][0].outputs[0]
-        # back from the last copy's output (contiguous) to the matmul's result
-        for cut in range(len(chain), -1, -1):
-            last = chain[cut - 1].outputs[0] if cut else node.outputs[0]
-            view = _contiguous_view(shape(last))
-            for c in reversed(chain[:cut]):
-                view = _back(view, c, shape(c.inputs[0])) if view is not None else None
-            if view is not None:
-                break
-        out_chain = chain[:cut]
+            step = lambda cur: (producer[cur], producer[cur].inputs[0]) \
+                if private(cur) and is_view(producer.get(cur)) else None
+            ins.append(split_view(t, step, lambda v, c: _through(v, c, None),
+                                  lambda b: _contiguous_view(shape(b))))
+        last, out_chain, view = merge_view(node.outputs[0], readers, private, is_view, shape)
         if not (ins[0][2] or ins[1][2] or out_chain):
             continue
         (a, a_view, a_chain), (b, b_view, b_chain) = ins
@@ -720,10 +762,7 @@ def fold_scale_mask_into_softmax(program) -> int:
     the intermediates have no other reader: attention's scale and padding mask cost no passes
     over the scores. The references agree bit for bit. Returns the softmaxes folded."""
     producer = {t: n for n in program.nodes for t in n.outputs}
-    readers: dict = {}
-    for n in program.nodes:
-        for t in n.inputs:
-            readers.setdefault(t, []).append(n)
+    readers = readers_of(program)
     shape = lambda t: tuple(program.tensors[t].shape)
     private = lambda t: len(readers.get(t, [])) == 1 and t not in program.outputs
     gone, folded = set(), 0
@@ -753,13 +792,15 @@ def fold_scale_mask_into_softmax(program) -> int:
 
 # ---------------------------------------------------------------- registration
 
-def _op(name, reference, build, shaders, doc):
+def _op(name, reference, build, shaders, doc, decline=None):
     register_op(type(name, (), {"name": name, "reference": staticmethod(reference), "build": staticmethod(build),
-                                "shaders": shaders, "__doc__": doc}))
+                                "shaders": shaders, "__doc__": doc, "decline": staticmethod(decline)}))
 
 
 _op("layer_norm", layer_norm, _layer_norm_build, ("float_layer_norm",),
     "Float layer norm over the trailing normalized_shape dims (one workgroup a row).")
+_op("group_norm", group_norm, _group_norm_build, ("float_layer_norm",),
+    "Float group norm: C/groups channels x positions a row, per-channel weight and bias.")
 _op("softmax", softmax, _softmax_build(()), ("float_softmax",), "Float softmax along dim (max-subtracted).")
 _op("softmax_masked", softmax_masked, _softmax_masked_build, ("float_softmax",),
     "Float softmax(x * scale + mask) along the last dim (attention weights), mask broadcast.")
@@ -772,17 +813,15 @@ _op("clamp", clamp, _unary_build("OP_CLAMP", lambda a: (_bound(a.get("min"), -np
 for _name, _fn in UNARY.items():
     _op(_name, _fn, _unary_build(f"OP_{_name.upper()}"), ("float_unary",), f"Float elementwise {_name}.")
 for _name, _fn in BINARY.items():
-    _op(_name, _binary(_fn), _binary_build(f"OP_{_name.upper()}"), ("float_binary",),
-        f"Float elementwise {_name} with broadcasting (or a scalar operand).")
+    _op(_name, _binary(_fn), _binary_build(f"OP_{_name.upper()}"), ("float_binary", "word_ops"),
+        f"Elementwise {_name} with broadcasting (or a scalar operand): float32, or int32 (not div).",
+        _binary_decline)
 _op("matmul", matmul, _matmul_build, ("float_matmul",), "Float matmul (numpy broadcasting rules).")
 _op("bmm", matmul, _matmul_build, ("float_matmul",), "Float batched matmul.")
 _op("matmul_strided", matmul_strided, _matmul_strided_build, ("float_matmul",),
     "Float matmul of strided views of its inputs, written through a strided view of its output.")
+_op("pow", pow_, _unary_build(lambda a: "OP_CUBE" if a["exponent"] == 3 else "OP_SQUARE"), ("float_unary",),
+    "Float x ** exponent (a scalar; the shader takes 2 and 3).", _pow_decline)
 _op("mean", mean, _reduce_build("MEAN"), ("float_reduce",), "Float mean over dims.")
 _op("sum", sum_, _reduce_build("SUM"), ("float_reduce",), "Float sum over dims.")
 _op("vector_norm", vector_norm, _reduce_build("NORM2"), ("float_reduce",), "Float 2-norm over dims.")
-_op("reshape_f32", _reshape_ref, _reshape_build, ("float_copy",), "Row-major reshape of a float32 tensor (a copy).")
-_op("permute_f32", _permute_ref, _permute_build, ("float_copy",), "Permute the dims of a float32 tensor.")
-_op("transpose_f32", _transpose_ref, _permute_build, ("float_copy",), "Swap two dims of a float32 tensor.")
-_op("expand_f32", expand, _expand_build, ("float_copy",), "Broadcast a float32 tensor to a shape (materialised).")
-_op("cat_f32", _cat_ref, _cat_build, ("float_copy",), "Concatenate float32 tensors along dim.")

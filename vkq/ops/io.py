@@ -1,4 +1,5 @@
-"""Crossing between float and packed int8, and between packed layouts."""
+"""Crossing between float and packed int8 (any packed layout; repack, between layouts, is in
+vkq.ops.shape)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,12 +9,12 @@ from ..device import grid_1d
 from ..quant import INT8_MAX, INT8_MIN, dequantize, inverse_scale, quantize
 from ..registry import register_op
 
-LAYOUT_IDS = {"4W4C": 0, "4H4W": 1}   # shaders/include/int8x4.glsl
+LAYOUT_IDS = {"4W4C": 0, "4H4W": 1, "ROW": 2}   # shaders/include/int8x4.glsl
 LOCAL = 64
 
 
 def _nchw(spec):
-    return packing.as_nchw(spec.shape)
+    return packing.shader_nchw(spec.shape, spec.layout)
 
 
 @register_op
@@ -22,6 +23,7 @@ class Quantize:
     output's layout. Bit-exact with quantized_decomposed.quantize_per_tensor."""
     name = "quantize"
     shaders = ("quantize",)
+    layouts = packing.ALL_LAYOUTS
 
     def reference(x, *, scale, zero_point, qmin=INT8_MIN, qmax=INT8_MAX):
         return quantize(x, scale, zero_point, qmin, qmax)
@@ -41,6 +43,7 @@ class Dequantize:
     """int8 (packed) -> float32 per tensor: (q - zero_point) * scale."""
     name = "dequantize"
     shaders = ("dequantize",)
+    layouts = packing.ALL_LAYOUTS
 
     def reference(q, *, scale, zero_point):
         return dequantize(q, scale, zero_point)
@@ -52,21 +55,3 @@ class Dequantize:
             "dequantize", [ctx.buffer(q), ctx.buffer(x)], grid_1d(spec.device_words(), LOCAL),
             local=(LOCAL,), spec=(LAYOUT_IDS[spec.layout],),
             push=(_nchw(spec), np.float32(a["scale"]), a["zero_point"]))]
-
-
-@register_op
-class Repack:
-    """int8 in one packed layout -> the same values in another (4W4C <-> 4H4W), optionally
-    reshaped row-major to `shape` (same element count): flatten, view, reshape of int8."""
-    name = "repack"
-    shaders = ("repack",)
-
-    def reference(q, *, shape=None):
-        return q if shape is None else q.reshape(shape)
-
-    def build(ctx, node):
-        src, dst = ctx.spec(node.inputs[0]), ctx.spec(node.outputs[0])
-        return [ctx.device.dispatch(
-            "repack", [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])],
-            grid_1d(dst.device_words(), LOCAL), local=(LOCAL,),
-            spec=(LAYOUT_IDS[src.layout], LAYOUT_IDS[dst.layout]), push=(_nchw(src), _nchw(dst)))]

@@ -31,6 +31,10 @@ VIEWS = {aten.view.default, aten.reshape.default, aten._unsafe_view.default,
          aten.flatten.using_ints, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default,
          aten.unsqueeze.default}
 PERMUTES = {aten.permute.default, aten.transpose.int, aten.t.default}
+# Ops that pick elements without changing them: quantize(op(x)) == op(quantize(x)), so int8
+# flows through them too (the lowering runs them as gathers, vkq/ops/shape.py).
+GATHERS = {aten.slice.Tensor, aten.select.int, aten.expand.default, aten.unflatten.int,
+           aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default}
 
 
 def is_call(node, targets) -> bool:

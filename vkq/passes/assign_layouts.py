@@ -3,10 +3,11 @@ explicit `repack` only where a producer and a consumer disagree.
 
   4W4C  convolutions and pools read and write it: a conv chain stays 4W4C throughout;
   4H4W  linear_q8 reads and writes it.
+  ROW   tensors of rank 5 and 6 (vkq/packing.py): shape ops and quantize/dequantize take it.
 Elementwise ops (add_q8, mul_q8, clamp_q8, cat_q8) write the layout of their first input and
-need every input in it. Free producers (quantize, repack, CPU ops, constants) write the layout
-their consumers want (looking through elementwise ops), else 4W4C for 4-D tensors and 4H4W
-otherwise. A repack with one consumer just writes what that consumer wants: a flatten between
+need every input in it. Free producers (quantize, repack, shape ops, CPU ops, constants) write
+the layout their consumers want (looking through elementwise ops), else 4W4C for 4-D tensors,
+4H4W for lower ranks and ROW for higher. A repack with one consumer just writes what that consumer wants: a flatten between
 the last conv and the first linear becomes one repack, 4W4C (N, C, H, W) -> 4H4W (N, C*H*W).
 
 The tables OUTPUT_LAYOUT, INPUT_LAYOUT and FOLLOW are the rules.
@@ -26,8 +27,14 @@ FOLLOW = {"add_q8", "mul_q8", "clamp_q8", "cat_q8"}
 KEY = "vkq_layout"
 
 
+def rank_layout(rank: int) -> str:
+    """The layout an int8 tensor gets when no consumer asks for one: 4W4C for (N, C, H, W),
+    4H4W for ranks 1-3, ROW (row-major) for ranks 5 and up, which the blocked layouts cannot hold."""
+    return "4W4C" if rank == 4 else "4H4W" if rank < 4 else "ROW"
+
+
 def default_layout(node: Node) -> str:
-    return "4W4C" if len(shape_of(node)) == 4 else "4H4W"
+    return rank_layout(len(shape_of(node)))
 
 
 def _activation_inputs(node: Node) -> list[Node]:
@@ -35,7 +42,10 @@ def _activation_inputs(node: Node) -> list[Node]:
 
 
 def required(producer: Node, user: Node) -> str | None:
-    """The layout `user` needs `producer`'s tensor in, or None if any will do."""
+    """The layout `user` needs `producer`'s tensor in, or None if any will do (or if it cannot
+    be had: a rank-5 tensor stays ROW, and an op that reads it runs on the CPU)."""
+    if len(shape_of(producer)) > 4:
+        return None
     op = vkq_op_of(user)
     if op in INPUT_LAYOUT and user.args and user.args[0] is producer:
         return INPUT_LAYOUT[op]
@@ -63,6 +73,8 @@ def _wanted(node: Node, memo: dict) -> str | None:
 
 
 def _choose(node: Node, memo: dict) -> str:
+    if len(shape_of(node)) > 4:
+        return "ROW"
     op = vkq_op_of(node)
     if op in OUTPUT_LAYOUT:
         return OUTPUT_LAYOUT[op]

@@ -23,6 +23,7 @@ walks its own q/dq neighbours with the helpers below. The patterns:
   avg_pool2d                 dq x, q out                       -> avg_pool2d_q8
   adaptive_avg_pool2d        dq x (4-D), q out                 -> adaptive_avg_pool2d_q8
   cat                        dq inputs, q out                  -> cat_q8 [+ clamp_q8]
+  upsample_bilinear2d        dq x (4-D), q out                 -> upsample_bilinear2d (int8) [+ clamp_q8]
   quantize(dequantize(x))    (what drop_cancelling_qdq left: a rescale or a narrower range) -> clamp_q8
 """
 from __future__ import annotations
@@ -315,6 +316,19 @@ def fold_max_pool(gm, node: Node):
     return clamp_to(gm, pooled, (x.scale, x.zero_point), q)
 
 
+def fold_upsample_bilinear(gm, node: Node):
+    from ..ops.resize import bilinear_attrs
+    operands = _int8_nchw_operands(node)
+    if isinstance(operands, str):
+        return operands
+    x, q = operands
+    attrs = bilinear_attrs(node, shape_of(node))
+    if not _needs_clamp((x.scale, x.zero_point), q):
+        return emit_for_q(gm, q, "upsample_bilinear2d", [x.node], {}, attrs)
+    up = emit(gm, q, "upsample_bilinear2d", [x.node], {}, attrs, shape_of(q), qparams=(x.scale, x.zero_point))
+    return clamp_to(gm, up, (x.scale, x.zero_point), q)
+
+
 def fold_avg_pool(gm, node: Node):
     from ..ops.pool import avg_pool2d_params
     operands = _int8_nchw_operands(node)
@@ -381,6 +395,8 @@ FOLD_RULES = {
     aten.avg_pool2d.default: fold_avg_pool,
     aten.adaptive_avg_pool2d.default: fold_adaptive_pool,
     aten.cat.default: fold_cat,
+    aten.upsample_bilinear2d.vec: fold_upsample_bilinear,
+    aten.upsample_bilinear2d.default: fold_upsample_bilinear,
     **{t: fold_requantize for t in QUANTIZE},
 }
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import PERMUTES, QUANTIZE, VIEWS, finish, is_call, set_val, shape_of
+from ._graph import GATHERS, PERMUTES, QUANTIZE, VIEWS, finish, is_call, set_val, shape_of
 
-SWAPPABLE = VIEWS | PERMUTES
+SWAPPABLE = VIEWS | PERMUTES | GATHERS
 
 
 def _chain(q: Node) -> tuple[Node, list[Node]]:

@@ -13,11 +13,13 @@ from .drop_guards import drop_guards
 from .fold_constants import fold_constants
 from .fold_qdq_patterns import fold_qdq_patterns
 from .fuse_activation import fuse_activation
+from .inline_wrappers import inline_wrappers
 from .lift_quantize import lift_quantize
 from .normalize_ops import normalize_ops
 from .views_to_repack import views_to_repack
 
 PIPELINE = [
+    inline_wrappers,        # no_grad / autocast(enabled=False) blocks: their nodes, not a submodule call
     drop_guards,            # export's _guards_fn input checks: nothing to run
     normalize_ops,          # one spelling per op (convolution -> conv2d, t + addmm -> linear, ...)
     fuse_activation,        # relu/relu6/hardtanh before quantizes -> their qmin/qmax; before folding,

@@ -1,0 +1,352 @@
+"""The patterns of common architectures, each a small module through vkq.compile: no node on the
+CPU, Vulkan equal to the program's CPU reference (bit for bit where the program is all-integer,
+else within float rounding), and the op-by-op PT2E check (assert_matches_pt2e).
+
+  channel shuffle + chunk (ShuffleNetV2)       window partition/reverse, roll, patch merging (Swin)
+  unfold/fold of patches + attention (MobileViT)   patch embedding, class token, attention (ViT)
+  attention with masks, causal, cross (GPT-2, BERT, decoders)   BERT itself (transformers)
+  bilinear / nearest upsampling heads (segmentation, FPN)       group norm, RMS norm, ConvNeXt's
+  permute + layer_norm over channels
+"""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import vkq
+from test_lower import assert_matches_pt2e, cosine
+
+warnings.filterwarnings("ignore")
+
+
+def conv_bn(cin, cout, k=1, stride=1, groups=1, relu=True):
+    layers = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+    return nn.Sequential(*layers, *([nn.ReLU()] if relu else []))
+
+
+def channel_shuffle(x, groups):
+    n, c, h, w = x.shape
+    return x.view(n, groups, c // groups, h, w).transpose(1, 2).contiguous().view(n, c, h, w)
+
+
+class ShuffleUnit(nn.Module):
+    """ShuffleNetV2's two units: stride 1 (chunk, one branch) and stride 2 (two branches)."""
+
+    def __init__(self, c=12):
+        super().__init__()
+        b = c // 2
+        self.stem = conv_bn(3, c, 3)
+        self.branch = nn.Sequential(conv_bn(b, b), conv_bn(b, b, 3, groups=b, relu=False), conv_bn(b, b))
+        self.down1 = nn.Sequential(conv_bn(c, c, 3, 2, groups=c, relu=False), conv_bn(c, c))
+        self.down2 = nn.Sequential(conv_bn(c, c), conv_bn(c, c, 3, 2, groups=c, relu=False), conv_bn(c, c))
+
+    def forward(self, x):
+        x = self.stem(x)
+        a, b = x.chunk(2, dim=1)
+        x = channel_shuffle(torch.cat((a, self.branch(b)), 1), 2)
+        x = channel_shuffle(torch.cat((self.down1(x), self.down2(x)), 1), 2)
+        return x.mean([2, 3])
+
+
+def window_partition(x, ws):
+    b, h, w, c = x.shape
+    return x.view(b, h // ws, ws, w // ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, ws * ws, c)
+
+
+def window_reverse(x, ws, b, h, w):
+    return x.view(b, h // ws, w // ws, ws, ws, -1).permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, -1)
+
+
+class SwinBlock(nn.Module):
+    """Shifted-window attention with a relative position bias, then patch merging."""
+
+    def __init__(self, c=8, heads=2, ws=2, shift=1):
+        super().__init__()
+        self.c, self.heads, self.ws, self.shift = c, heads, ws, shift
+        self.norm, self.qkv, self.proj = nn.LayerNorm(c), nn.Linear(c, 3 * c), nn.Linear(c, c)
+        self.bias_table = nn.Parameter(torch.randn((2 * ws - 1) ** 2, heads) * 0.2)
+        coords = torch.stack(torch.meshgrid(torch.arange(ws), torch.arange(ws), indexing="ij")).flatten(1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + ws - 1
+        self.register_buffer("rel_index", (rel[..., 0] * (2 * ws - 1) + rel[..., 1]).flatten())
+        self.merge_norm, self.reduction = nn.LayerNorm(4 * c), nn.Linear(4 * c, 2 * c, bias=False)
+
+    def forward(self, x):                                  # (B, H, W, C)
+        b, h, w, c = x.shape
+        y = torch.roll(self.norm(x), (-self.shift, -self.shift), (1, 2))
+        win = window_partition(y, self.ws)
+        n = win.shape[1]
+        qkv = self.qkv(win).reshape(win.shape[0], n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        bias = self.bias_table[self.rel_index].view(n, n, -1).permute(2, 0, 1)
+        att = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=bias)
+        y = self.proj(att.transpose(1, 2).reshape(-1, n, c))
+        x = x + torch.roll(window_reverse(y, self.ws, b, h, w), (self.shift, self.shift), (1, 2))
+        x = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]], -1)
+        return self.reduction(self.merge_norm(x))
+
+
+class MobileViTBlock(nn.Module):
+    """Local conv, unfold into patches, a transformer layer across patches, fold, fuse."""
+
+    def __init__(self, c=8, d=12, p=2):
+        super().__init__()
+        self.p = p
+        self.local, self.to_d = conv_bn(c, c, 3), nn.Conv2d(c, d, 1, bias=False)
+        self.norm, self.qkv, self.out = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.from_d, self.fuse = conv_bn(d, c), conv_bn(2 * c, c, 3)
+
+    def forward(self, x):
+        y = self.to_d(self.local(x))
+        b, d, h, w = y.shape
+        p, nh, nw = self.p, h // self.p, w // self.p
+        t = y.reshape(b * d * nh, p, nw, p).transpose(1, 2).reshape(b, d, nh * nw, p * p).transpose(1, 3)
+        t = t.reshape(b * p * p, nh * nw, d)
+        q, k, v = self.qkv(self.norm(t)).reshape(t.shape[0], -1, 3, 2, d // 2).permute(2, 0, 3, 1, 4).unbind(0)
+        t = t + self.out(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(t.shape))
+        t = t.reshape(b, p * p, nh * nw, d).transpose(1, 3).reshape(b * d * nh, nw, p, p)
+        y = self.from_d(t.transpose(1, 2).reshape(b, d, h, w))
+        return self.fuse(torch.cat((x, y), 1))
+
+
+class ViT(nn.Module):
+    """Patch embedding, class token, position embedding, one pre-norm encoder block, class head."""
+
+    def __init__(self, d=16, heads=4, patch=4, size=12):
+        super().__init__()
+        self.heads = heads
+        self.embed = nn.Conv2d(3, d, patch, patch)
+        self.cls = nn.Parameter(torch.randn(1, 1, d) * 0.5)
+        self.pos = nn.Parameter(torch.randn(1, (size // patch) ** 2 + 1, d) * 0.5)
+        self.ln1, self.qkv, self.proj = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.ln2, self.fc1, self.fc2 = nn.LayerNorm(d), nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+        self.head = nn.Linear(d, 5)
+
+    def forward(self, x):
+        x = self.embed(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1) + self.pos
+        b, n, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).unflatten(-1, (3, self.heads, d // self.heads)).permute(2, 0, 3, 1, 4)
+        x = x + self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2))
+        x = x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        return self.head(x[:, 0])
+
+
+class Attention(nn.Module):
+    """Multi-head attention: mask None / "causal" / "bool" (padding, from an input) / "float"."""
+
+    def __init__(self, mask=None, d=16, heads=4, cross=False):
+        super().__init__()
+        self.mask, self.heads, self.cross = mask, heads, cross
+        self.q, self.kv, self.o = nn.Linear(d, d), nn.Linear(d, 2 * d), nn.Linear(d, d)
+
+    def forward(self, x, keep):
+        b, L, d = x.shape
+        src = x[:, 1:] if self.cross else x
+        S = src.shape[1]
+        q = self.q(x).view(b, L, self.heads, -1).transpose(1, 2)
+        k, v = self.kv(src).view(b, S, 2, self.heads, -1).permute(2, 0, 3, 1, 4)
+        kw = {}
+        if self.mask == "causal":
+            kw["is_causal"] = True
+        elif self.mask == "bool":
+            kw["attn_mask"] = (keep[:, None, None, :S] > 0.5).expand(b, 1, L, S)
+        elif self.mask == "float":
+            kw["attn_mask"] = (1.0 - keep[:, None, None, :S]) * torch.finfo(torch.float32).min
+        y = F.scaled_dot_product_attention(q, k, v, scale=0.3 if self.cross else None, **kw)
+        return self.o(y.transpose(1, 2).reshape(b, L, d))
+
+
+class SegHead(nn.Module):
+    """FPN-style: nearest x2 and a lateral add; bilinear to a size (both align_corners)."""
+
+    def __init__(self, align_corners):
+        super().__init__()
+        self.ac = align_corners
+        self.c1, self.c2 = conv_bn(3, 8, 3, 2), conv_bn(8, 8, 3, 2)
+        self.lat, self.cls = nn.Conv2d(8, 8, 1), nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        f1 = self.c1(x)
+        f2 = self.c2(f1)
+        y = self.lat(f1) + F.interpolate(f2, scale_factor=2, mode="nearest")
+        y = F.interpolate(self.cls(y), size=x.shape[-2:], mode="bilinear", align_corners=self.ac)
+        return F.interpolate(y, scale_factor=1.5, mode="bilinear", align_corners=self.ac)
+
+
+class Norms(nn.Module):
+    """GroupNorm after a conv; an RMS norm (pow/mean/rsqrt) before a linear; ConvNeXt's permute +
+    layer_norm over channels."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.gn = nn.Conv2d(3, 8, 3), nn.GroupNorm(4, 8)
+        self.dw, self.ln, self.pw = nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.LayerNorm(8), nn.Linear(8, 8)
+        self.rms_w, self.fc = nn.Parameter(torch.rand(8) + 0.5), nn.Linear(8, 6)
+
+    def forward(self, x):
+        x = F.relu(self.gn(self.conv(x)))
+        x = x + self.pw(self.ln(self.dw(x).permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+        t = x.flatten(2).transpose(1, 2)
+        t = t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * self.rms_w
+        return self.fc(t)
+
+
+def bert():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=48, max_position_embeddings=32, attn_implementation="sdpa")
+
+    class Bert(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = transformers.BertModel(cfg)
+
+        def forward(self, ids, mask):
+            return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+    return Bert()
+
+
+def _keep(b, n, seed):
+    keep = torch.ones(b, n)
+    keep[1:, n - 1 - seed % 3:] = 0
+    return keep
+
+
+def _ids(b, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    ids, mask = torch.randint(0, 60, (b, n), generator=g), torch.ones(b, n, dtype=torch.long)
+    mask[1, n - 4:] = 0
+    return ids, mask
+
+
+PATTERNS = {   # name: (module factory, inputs(seed), scheme)
+    "shufflenet": (ShuffleUnit, lambda s: (torch.randn(2, 3, 10, 10),), "static"),
+    "swin": (SwinBlock, lambda s: (torch.randn(2, 4, 6, 8),), "static"),
+    "mobilevit": (MobileViTBlock, lambda s: (torch.randn(1, 8, 6, 4),), "static"),
+    "vit": (ViT, lambda s: (torch.randn(2, 3, 12, 12),), "static"),
+    "attention": (lambda: Attention(), lambda s: (torch.randn(2, 7, 16), _keep(2, 7, s)), "static"),
+    "attention causal": (lambda: Attention("causal"), lambda s: (torch.randn(2, 7, 16), _keep(2, 7, s)), "static"),
+    "attention bool mask": (lambda: Attention("bool"), lambda s: (torch.randn(3, 9, 16), _keep(3, 9, s)), "static"),
+    "attention float mask": (lambda: Attention("float"), lambda s: (torch.randn(3, 9, 16), _keep(3, 9, s)),
+                             "dynamic"),
+    "cross attention": (lambda: Attention(cross=True), lambda s: (torch.randn(2, 6, 16), _keep(2, 6, s)), "static"),
+    "segmentation": (lambda: SegHead(False), lambda s: (torch.randn(1, 3, 12, 20),), "static"),
+    "segmentation align_corners": (lambda: SegHead(True), lambda s: (torch.randn(1, 3, 8, 12),), "static"),
+    "norms": (Norms, lambda s: (torch.randn(2, 3, 9, 7),), "static"),
+    "bert": (bert, lambda s: _ids(2, 11, s), "static"),
+    "bert dynamic": (bert, lambda s: _ids(2, 11, s), "dynamic"),
+}
+
+
+def _settle_bn(model, inputs):
+    """BatchNorm statistics from a few training-mode passes (random weights otherwise)."""
+    if any(isinstance(m, nn.BatchNorm2d) for m in model.modules()):
+        model.train()
+        with torch.no_grad():
+            for s in range(3):
+                model(*inputs(s))
+    return model.eval()
+
+
+@pytest.fixture(scope="module", params=list(PATTERNS), ids=list(PATTERNS))
+def quantized(request):
+    factory, inputs, scheme = PATTERNS[request.param]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = _settle_bn(factory(), inputs)
+        calibration = [inputs(s) for s in range(4)]
+        gm = vkq.quantize(model, inputs(9), calibration, scheme=scheme)
+        x = inputs(9)
+    prog = vkq.compile(gm, x, scheme=scheme)
+    return request.param, gm, prog, x, scheme
+
+
+def test_pattern_runs_on_vulkan_only(quantized, device):
+    name, gm, prog, x, scheme = quantized
+    assert prog.fallback_ops == [], prog.fallback_ops
+    arrays = [a.numpy() for a in x]
+    prog._device_choice, prog._executor = device, None
+    got = prog(*arrays)
+    ref = prog.run_reference(*arrays)
+    float_island = any(prog.program.tensors[t].dtype == "float32" and n.op not in ("dequantize",)
+                       for n in prog.program.nodes for t in n.outputs) or scheme == "dynamic"
+    if float_island:
+        assert cosine(got, ref) >= 0.9995
+    else:
+        np.testing.assert_array_equal(got, ref)
+    assert cosine(got, gm(*x).detach().numpy()) >= 0.99
+
+
+def test_pattern_matches_pt2e_op_by_op(quantized):
+    name, gm, prog, x, scheme = quantized
+    if scheme == "dynamic":
+        pytest.skip("the dynamic scheme has no int8 activations to compare op by op (end to end: above)")
+    assert assert_matches_pt2e(prog.program, gm, x if len(x) > 1 else x[0], min_cos=0.99) > 0
+
+
+class Unsupported(nn.Module):
+    """What has no kernel: an int8 add on a rank-5 view (ROW: the eltwise kernel takes the blocked
+    layouts), a linear over a rank-5 int8 tensor, a transposed conv, cumsum, amax; beside them
+    reflect padding and nearest-exact resizing, which are gathers."""
+
+    def __init__(self):
+        super().__init__()
+        self.c, self.fc, self.t = nn.Conv2d(3, 8, 1), nn.Linear(5, 4), nn.ConvTranspose2d(8, 4, 2, 2)
+
+    def forward(self, x):
+        y = self.c(x)
+        n, c, h, w = y.shape
+        z = y.view(n, 2, 4, h, w)
+        z = self.fc(z + z.flip(1)).cumsum(-1)
+        u = F.interpolate(F.pad(self.t(y), (1, 1, 1, 1), mode="reflect"), scale_factor=1.5, mode="nearest-exact")
+        return z.sum() + u.amax(1).sum()
+
+
+def test_what_has_no_kernel_falls_back_with_its_reason(device):
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 4, 5)
+    gm = vkq.quantize(Unsupported().eval(), (x,), [(torch.randn(1, 3, 4, 5),) for _ in range(2)])
+    prog = vkq.compile(gm, (x,), device=device)
+    ops = [op for op, _ in prog.fallback_ops]
+    assert {"add_q8", "aten.linear", "aten.cumsum", "aten.conv_transpose2d", "aten.amax"} <= set(ops), ops
+    assert "aten.pad" not in ops and "aten._upsample_nearest_exact2d" not in ops
+    assert all(reason for _, reason in prog.fallback_ops)
+    assert "ROW" in dict(prog.fallback_ops)["add_q8"]
+    got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+    np.testing.assert_allclose(got, gm(x).detach().numpy(), rtol=1e-4)
+
+
+def test_attention_reads_the_heads_in_place():
+    """The head split (view, permute, unbind of a packed projection) and the head merge
+    (transpose, reshape) fold into the attention's strided reads and writes: no copies left."""
+    torch.manual_seed(0)
+    x = (torch.randn(2, 7, 16), _keep(2, 7, 0))
+    for model in (Attention(), ViT()):
+        inputs = x if isinstance(model, Attention) else (torch.randn(2, 3, 12, 12),)
+        prog = vkq.compile(vkq.quantize(model.eval(), inputs, scheme="dynamic"), inputs, scheme="dynamic")
+        ops = [n.op for n in prog.program.nodes]
+        assert "scaled_dot_product_attention" in ops
+        assert not {"unbind", "permute", "transpose", "select"} & set(ops[:ops.index("scaled_dot_product_attention")]) \
+            or isinstance(model, ViT), ops
+        sdpa = prog.program.nodes[ops.index("scaled_dot_product_attention")]
+        assert "views" in sdpa.attrs and len({*sdpa.inputs[:3]}) <= 2
+        got = prog(*[a.numpy() for a in inputs])
+        assert cosine(got, prog.run_reference(*[a.numpy() for a in inputs])) >= 0.99999
+
+
+def test_resizing_and_slicing_stay_int8():
+    """Nearest upsampling, slices, a class-token select and bilinear upsampling keep their
+    input's quantization (vkq's quantizer): they run on int8, one gather or one int8 kernel,
+    with no dequantize/quantize around them and no requantization after."""
+    torch.manual_seed(0)
+    x = (torch.randn(1, 3, 12, 20),)
+    model = _settle_bn(SegHead(False), lambda s: x)
+    prog = vkq.compile(vkq.quantize(model, x, [x]), x)
+    t = prog.program.tensors
+    moved = [n for n in prog.program.nodes if n.op in ("take", "upsample_bilinear2d")]
+    assert [n.op for n in moved] == ["take", "upsample_bilinear2d", "upsample_bilinear2d"]
+    assert all(t[n.inputs[0]].dtype == t[n.outputs[0]].dtype == "int8" for n in moved)
+    assert "clamp_q8" not in [n.op for n in prog.program.nodes]

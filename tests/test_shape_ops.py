@@ -1,0 +1,158 @@
+"""The ops that move values (vkq/ops/shape.py) on every dtype, Vulkan against the numpy
+reference bit for bit, on odd shapes and ranks up to 6; int8 from every packed layout into
+every other (the raw output words too: padding bytes must be 0). And where a node runs:
+one op name for every dtype, the registry deciding per node."""
+import numpy as np
+import pytest
+
+from oputil import random_int8, single_op_program, spec
+from vkq import packing
+from vkq.executor import VulkanExecutor, run_reference
+from vkq.program import Node
+from vkq.registry import cpu_reason, get_op
+
+R = np.random.default_rng(11)
+
+
+def values(shape, dtype):
+    if dtype == "int8":
+        return random_int8(R, shape)
+    if dtype == "int32":
+        return R.integers(-2 ** 31, 2 ** 31 - 1, shape, dtype=np.int64).astype(np.int32)
+    return R.standard_normal(shape).astype(np.float32)
+
+
+def layout_for(shape, want):
+    return "ROW" if len(shape) > 4 else want
+
+
+def run(device, op, arrays, attrs, dtype, layouts=("4W4C", "4W4C")):
+    """Run one node on the device and on its reference; compare every output exactly."""
+    ref = get_op(op).reference(*arrays, **attrs)
+    outs = ref if isinstance(ref, tuple) else (ref,)
+    lay_in, lay_out = layouts
+    ins = [(f"x{i}", spec(a.shape, dtype, layout_for(a.shape, lay_in) if dtype == "int8" else None, 0.1, 3))
+           for i, a in enumerate(arrays)]
+    outs_spec = [(f"y{i}", spec(o.shape, dtype, layout_for(o.shape, lay_out) if dtype == "int8" else None, 0.1, 3))
+                 for i, o in enumerate(outs)]
+    prog = single_op_program(op, ins, outs_spec, attrs)
+    assert cpu_reason(prog.nodes[0], prog.tensors) is None
+    ex = VulkanExecutor(prog, device)
+    got = ex(*arrays)
+    want = run_reference(prog, *arrays)
+    got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+        if dtype == "int8":
+            s = prog.tensors[f"y{i}"]
+            np.testing.assert_array_equal(ex.buffers[f"y{i}"].read(), packing.pack(w, s.layout))
+    return want
+
+
+CASES = [   # op, input shapes, attrs
+    ("reshape", [(2, 3, 5, 7)], {"shape": [6, 35]}),
+    ("reshape", [(2, 18, 5, 3)], {"shape": [2, 2, 9, 5, 3]}),          # channel shuffle's view: rank 5
+    ("permute", [(2, 3, 5, 7)], {"dims": [0, 2, 3, 1]}),                # ConvNeXt: NCHW -> NHWC
+    ("permute", [(1, 3, 2, 5, 2, 7)], {"dims": [0, 1, 3, 2, 4, 5]}),    # Swin's window partition
+    ("permute", [(3, 2, 5, 4, 1)], {"dims": [4, 2, 0, 3, 1]}),
+    ("transpose", [(2, 2, 9, 5, 3)], {"dim0": 1, "dim1": 2}),           # channel shuffle
+    ("transpose", [(1, 17, 12, 13)], {"dim0": -1, "dim1": -2}),
+    ("expand", [(3, 1, 7)], {"shape": [2, 3, 5, 7]}),
+    ("cat", [(3, 2, 7), (3, 5, 7), (3, 1, 7)], {"dim": 1}),
+    ("cat", [(1, 5, 3, 3), (1, 2, 3, 3)], {"dim": 1}),                  # channels: bytes of one word from two inputs
+    ("cat", [(2, 1, 3, 2, 5), (2, 1, 3, 2, 5)], {"dim": 4}),
+    ("slice", [(2, 7, 9, 6)], {"dim": 2, "start": 1, "end": None, "step": 2}),   # PatchMerging's x[..., 1::2, :]
+    ("slice", [(3, 13, 5)], {"dim": -1, "start": -4, "end": -1, "step": 1}),
+    ("select", [(3, 2, 4, 7, 5)], {"dim": 0, "index": 2}),              # q, k, v of a packed projection
+    ("select", [(2, 7, 9)], {"dim": 1, "index": -1}),                   # ViT's class token
+    ("split", [(1, 13, 5, 3)], {"dim": 1, "sizes": [6, 7]}),            # ShuffleNet's chunk
+    ("split", [(2, 11, 96)], {"dim": 2, "sizes": [32, 32, 32]}),        # GPT-2's qkv
+    ("unbind", [(3, 2, 4, 7, 5)], {"dim": 0}),
+    ("constant_pad_nd", [(1, 3, 5, 6)], {"pad": [1, 2, 0, 3], "value": -7}),
+    ("constant_pad_nd", [(2, 7, 3)], {"pad": [0, 0, 1, 1, 2, 0], "value": 5}),
+]
+IDS = [f"{c[0]}{i}" for i, c in enumerate(CASES)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "int8"])
+@pytest.mark.parametrize("op,shapes,attrs", CASES, ids=IDS)
+def test_shape_op(device, op, shapes, attrs, dtype):
+    run(device, op, [values(s, dtype) for s in shapes], attrs, dtype)
+
+
+@pytest.mark.parametrize("src,dst", [("4W4C", "4H4W"), ("4H4W", "4W4C"), ("4H4W", "ROW"), ("ROW", "4W4C"),
+                                     ("ROW", "ROW")])
+@pytest.mark.parametrize("op,shapes,attrs", [CASES[2], CASES[9], CASES[11], CASES[18], CASES[15]],
+                         ids=["permute", "cat", "slice", "pad", "split"])
+def test_int8_between_layouts(device, op, shapes, attrs, src, dst):
+    run(device, op, [values(s, "int8") for s in shapes], attrs, "int8", (src, dst))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_take_by_an_index_map(device, dtype):
+    """torch.roll (Swin's shifted windows) as a gather by a constant index map."""
+    x = values((1, 5, 7, 3), dtype)
+    index = np.roll(np.arange(x.size).reshape(x.shape), (-2, -3), (1, 2)).astype(np.int32)
+    prog = single_op_program("take", [("x", spec(x.shape, dtype, "4H4W" if dtype == "int8" else None, 0.1, 0))],
+                             [("y", spec(x.shape, dtype, "4W4C" if dtype == "int8" else None, 0.1, 0))], {},
+                             {"i": (spec(index.shape, "int32"), index)})
+    got = VulkanExecutor(prog, device)(x)
+    np.testing.assert_array_equal(got, np.roll(x, (-2, -3), (1, 2)))
+    np.testing.assert_array_equal(run_reference(prog, x), got)
+
+
+# ---------------------------------------------------------------- without a device
+
+def test_row_layout_packs_any_rank():
+    q = random_int8(R, (2, 3, 1, 5, 7, 3))
+    words = packing.pack(q, "ROW")
+    assert words.size == packing.packed_size(q.shape, "ROW") == -(-q.size // 16) * 4
+    np.testing.assert_array_equal(words.view(np.int8)[:q.size], q.reshape(-1))
+    assert not words.view(np.int8)[q.size:].any()
+    np.testing.assert_array_equal(packing.unpack(words, "ROW", q.shape), q)
+    with pytest.raises(ValueError, match="ROW"):
+        packing.pack(q, "4W4C")
+
+
+def test_registry_decides_per_node():
+    """One name for every dtype: a float copy past float_copy's 6 merged dims declines (the node
+    runs on the CPU, with the reason); the same op on int8 (any rank) and an int8 op given a ROW
+    tensor its kernel does not read are told apart by their specs."""
+    shape = (2, 3, 2, 3, 2, 3, 2)
+    dims = [6, 5, 4, 3, 2, 1, 0]
+    out = tuple(shape[d] for d in dims)
+    node = Node("permute", ["x"], ["y"], {"dims": dims})
+    f32 = {"x": spec(shape), "y": spec(out)}
+    assert "7 dims" in cpu_reason(node, f32)
+    int8 = {"x": spec(shape, "int8", "ROW"), "y": spec(out, "int8", "ROW")}
+    assert cpu_reason(node, int8) is None
+    add = Node("add_q8", ["a", "b"], ["c"], {})
+    row = {t: spec((2, 3, 5, 7, 2), "int8", "ROW") for t in "abc"}
+    assert "ROW" in cpu_reason(add, row)
+    assert cpu_reason(Node("torch_op", ["x"], ["y"], {}), f32) == "torch_op: no Vulkan kernel"
+
+
+def test_cat_skips_legacy_empty_inputs(device):
+    """torch.cat([torch.empty(0), x]) is x (GPT-2's empty past keys): the gather skips it."""
+    x = values((2, 3, 5), "float32")
+    empty = np.zeros((0,), np.float32)
+    prog = single_op_program("cat", [("e", spec((0,))), ("x", spec(x.shape))], [("y", spec(x.shape))], {"dim": 2})
+    assert cpu_reason(prog.nodes[0], prog.tensors) is None
+    np.testing.assert_array_equal(VulkanExecutor(prog, device)(empty, x), x)
+    np.testing.assert_array_equal(run_reference(prog, empty, x), x)
+
+
+def test_program_files_with_the_old_float_twin_names_load(tmp_path, monkeypatch):
+    """Files saved when the shape ops had float twins (reshape_f32, ...) load as the one op."""
+    from vkq.program import Program
+    from vkq.progfile import load_program, save_program
+    x = values((2, 3, 4), "float32")
+    prog = single_op_program("permute", [("x", spec(x.shape))], [("y", spec((4, 2, 3)))], {"dims": [2, 0, 1]})
+    prog.nodes[0].op = "permute_f32"
+    with monkeypatch.context() as m:
+        m.setattr(Program, "validate", lambda self: None)     # today's save refuses the old name
+        save_program(prog, tmp_path / "old.vkq")
+    loaded = load_program(tmp_path / "old.vkq")
+    assert [n.op for n in loaded.nodes] == ["permute"]
+    np.testing.assert_array_equal(run_reference(loaded, x), x.transpose(2, 0, 1))

@@ -1,0 +1,214 @@
+"""Ops on ids and masks (int32 / bool words) on Vulkan: comparisons, bitwise and logical ops,
+casts, where, and the embedding gather (shaders/word_ops.comp, shaders/embedding.comp).
+
+Every integer and bool tensor is int32 on the device (bool: 0 / 1); these ops make an
+encoder's id and attention-mask arithmetic (BERT's index/and/expand of the padding mask,
+GPT-2's causal mask, (1 - mask) * finfo.min) run beside its float and int8 kernels instead
+of on the host. The int32 add/sub/mul share their names with the float ops (vkq/ops/float.py).
+
+  eq, ne, lt, le, gt, ge(a[, b]; scalar)      float32 or int32 operands -> bool
+  bitwise_and, bitwise_or, bitwise_xor(a[, b]; scalar)   int32/bool -> the same
+  logical_not(x)                                          bool -> bool
+  cast(x; dtype)            to "float32" (from int), "int32" (from float: toward 0, as torch),
+                            "bool" (x != 0)
+  where(cond, a, b)         cond ? a : b, broadcast (a, b of one dtype)
+  embedding(table, ids)     table (V, D) float32 rows by int32 ids: out (*ids.shape, D);
+                            an id outside [0, V) reads the nearest row (PyTorch raises there)
+Exact on every device (word operations; float comparisons and int -> float are exact).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import register_op
+from .float import MAX_RANK, _elementwise, _numel, _pad, broadcast_strides, merge_dims
+
+COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+           "ge": np.greater_equal}
+BITWISE = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor}
+_VARIANT = {"bitwise_and": "I_AND", "bitwise_or": "I_OR", "bitwise_xor": "I_XOR",
+            "add": "I_ADD", "sub": "I_SUB", "mul": "I_MUL"}
+CASTS = {("int32", "float32"): "CAST_I2F", ("float32", "int32"): "CAST_F2I", ("int32", "bool"): "CAST_I2B",
+         ("float32", "bool"): "CAST_F2B", ("int32", "int32"): None, ("float32", "float32"): None}
+
+
+def _other(a, b, scalar):
+    return np.asarray(b) if b is not None else np.asarray(scalar, a.dtype)
+
+
+def _compare(fn):
+    def reference(a, b=None, *, scalar=None):
+        a = np.asarray(a)
+        return fn(a, _other(a, b, scalar)).astype(np.int32)
+    return reference
+
+
+def _bitwise(fn):
+    def reference(a, b=None, *, scalar=None):
+        a = np.asarray(a, np.int32)
+        return fn(a, _other(a, b, scalar).astype(np.int32)).astype(np.int32)
+    return reference
+
+
+def logical_not(x):
+    return (np.asarray(x) == 0).astype(np.int32)
+
+
+def cast(x, *, dtype):
+    x = np.asarray(x)
+    if dtype == "bool":
+        return (x != 0).astype(np.int32)
+    if dtype == "int32":
+        return np.trunc(x).astype(np.int32) if x.dtype.kind == "f" else x.astype(np.int32)
+    return x.astype(np.float32)
+
+
+def where(cond, a, b):
+    return np.where(np.asarray(cond) != 0, a, b)
+
+
+def embedding(table, ids):
+    table = np.asarray(table)
+    return table[np.clip(np.asarray(ids, np.int64), 0, table.shape[0] - 1)]
+
+
+# ---------------------------------------------------------------- builds
+
+def word_dispatch(ctx, variant, out, operands, scalar=None):
+    """One word_ops dispatch: operands (1-3 tensor names) broadcast to out; scalar: b's word."""
+    oshape = ctx.spec(out).shape
+    names = list(operands) + [operands[0]] * (3 - len(operands))
+    strides = [broadcast_strides(ctx.spec(t).shape, oshape) for t in names]
+    if scalar is not None:
+        strides[1] = [0] * len(oshape)
+    shape, merged = merge_dims(oshape, *strides)
+    if len(shape) > MAX_RANK:
+        raise ValueError(f"{variant}: broadcasting over {len(shape)} dims (the shader takes {MAX_RANK})")
+    n = _numel(oshape)
+    push = (n, len(shape), 0 if scalar is None else 1, np.int32(0 if scalar is None else scalar),
+            _pad(shape, MAX_RANK, 1), *[_pad(s, MAX_RANK) for s in merged])
+    return _elementwise(ctx, "word_ops", [ctx.buffer(t) for t in names] + [ctx.buffer(out)], n, push, [variant])
+
+
+def scalar_word(value, dtype) -> int:
+    """A Python scalar as the 32-bit word a tensor of `dtype` holds."""
+    if dtype == "float32":
+        return int(np.array(value, np.float32).view(np.int32))
+    return int(np.int64(value).astype(np.int32))
+
+
+def _dtypes(node, tensors):
+    return [tensors[t].dtype for t in node.inputs], [tensors[t].dtype for t in node.outputs]
+
+
+def _compare_decline(node, tensors):
+    ins, _ = _dtypes(node, tensors)
+    if len(set(ins)) != 1 or ins[0] == "int8":
+        return f"{node.op}: operands of dtypes {ins} (the kernel compares two float32 or two int32)"
+    return None
+
+
+def _compare_build(ctx, node):
+    dtype = ctx.spec(node.inputs[0]).dtype
+    variant = ("F_" if dtype == "float32" else "I_") + node.op.upper()
+    scalar = None if len(node.inputs) == 2 else scalar_word(node.attrs["scalar"], dtype)
+    return [word_dispatch(ctx, variant, node.outputs[0], node.inputs, scalar)]
+
+
+def _int_decline(node, tensors):
+    ins, outs = _dtypes(node, tensors)
+    if set(ins + outs) != {"int32"}:
+        return f"{node.op}: takes int32/bool tensors, got {ins} -> {outs}"
+    return None
+
+
+def int_build(ctx, node):
+    """int32 add/sub/mul/bitwise ops (alpha 1, an integer scalar)."""
+    scalar = None
+    if len(node.inputs) == 1:
+        scalar = scalar_word(node.attrs["scalar"], "int32")
+    operands = list(node.inputs)
+    if node.attrs.get("scalar_first"):       # scalar - a: (-a) + scalar is not this op; use b - a with b a word
+        raise ValueError(f"{node.name}: a scalar first operand is declined for int32")
+    return [word_dispatch(ctx, _VARIANT[node.op], node.outputs[0], operands, scalar)]
+
+
+def int_decline(node, tensors) -> str | None:
+    """Why an int32 add/sub/mul node cannot run as word_ops (None: it can)."""
+    reason = _int_decline(node, tensors)
+    if reason:
+        return reason
+    at = node.attrs
+    if at.get("alpha", 1) != 1 or at.get("scalar_first"):
+        return f"{node.op}: int32 with alpha {at.get('alpha', 1)} / a scalar first operand"
+    if len(node.inputs) == 1 and float(at["scalar"]) != int(at["scalar"]):
+        return f"{node.op}: an int32 tensor and a fractional scalar {at['scalar']}"
+    return None
+
+
+def _not_build(ctx, node):
+    return [word_dispatch(ctx, "NOT", node.outputs[0], node.inputs)]
+
+
+def _cast_decline(node, tensors):
+    src = tensors[node.inputs[0]].dtype
+    if (src, node.attrs["dtype"]) not in CASTS:
+        return f"cast: {src} -> {node.attrs['dtype']} has no kernel"
+    return None
+
+
+def _cast_build(ctx, node):
+    src = ctx.spec(node.inputs[0]).dtype
+    variant = CASTS[(src, node.attrs["dtype"])]
+    if variant is None:                               # a copy (int64 -> int32 are one word)
+        from .shape import build as copy_build
+        copy = type(node)("reshape", node.inputs, node.outputs, {"shape": list(ctx.spec(node.outputs[0]).shape)},
+                          name=node.name)
+        return copy_build(ctx, copy)
+    return [word_dispatch(ctx, variant, node.outputs[0], node.inputs)]
+
+
+def _where_decline(node, tensors):
+    ins, outs = _dtypes(node, tensors)
+    if ins[0] != "int32" or ins[1] != ins[2] or ins[1] == "int8" or outs[0] != ins[1]:
+        return f"where: condition {ins[0]}, values {ins[1:]} -> {outs[0]} (the kernel takes bool and two alike)"
+    return None
+
+
+def _where_build(ctx, node):
+    return [word_dispatch(ctx, "WHERE", node.outputs[0], node.inputs)]
+
+
+def _embedding_decline(node, tensors):
+    table, ids = (tensors[t] for t in node.inputs)
+    if table.dtype != "float32" or ids.dtype != "int32" or len(table.shape) != 2:
+        return f"embedding: a {table.dtype} table {table.shape} by {ids.dtype} ids (the kernel gathers float32 rows)"
+    return None
+
+
+def _embedding_build(ctx, node):
+    table, ids = node.inputs
+    rows, d = ctx.spec(table).shape
+    n = _numel(ctx.spec(node.outputs[0]).shape)
+    return [_elementwise(ctx, "embedding", [ctx.buffer(table), ctx.buffer(ids), ctx.buffer(node.outputs[0])], n,
+                         (n, d, rows))]
+
+
+# ---------------------------------------------------------------- registration
+
+def _op(name, reference, build, decline, shaders, doc):
+    register_op(type(name, (), {"name": name, "reference": staticmethod(reference), "build": staticmethod(build),
+                                "decline": staticmethod(decline), "shaders": shaders, "__doc__": doc}))
+
+
+for _name, _fn in COMPARE.items():
+    _op(_name, _compare(_fn), _compare_build, _compare_decline, ("word_ops",),
+        f"{_name} of two float32 or two int32 tensors (or a scalar), broadcast -> bool.")
+for _name, _fn in BITWISE.items():
+    _op(_name, _bitwise(_fn), int_build, _int_decline, ("word_ops",), f"{_name} of int32/bool tensors, broadcast.")
+_op("logical_not", logical_not, _not_build, _int_decline, ("word_ops",), "not of a bool tensor.")
+_op("cast", cast, _cast_build, _cast_decline, ("word_ops", "float_copy"),
+    "dtype conversion between float32, int32 and bool (float -> int toward 0).")
+_op("where", where, _where_build, _where_decline, ("word_ops",), "cond ? a : b, broadcast.")
+_op("embedding", embedding, _embedding_build, _embedding_decline, ("embedding",),
+    "Rows of a float32 table by int32 ids (BERT's word/position/token-type embeddings).")

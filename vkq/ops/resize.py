@@ -1,0 +1,123 @@
+"""Resizing (N, C, H, W) tensors on Vulkan, float32 and int8.
+
+  upsample_bilinear2d(x; align_corners, scales)   shaders/upsample_bilinear.comp
+      float32: PyTorch's formula in float32, taps (source rows/columns and weights) computed
+      on the host exactly as ATen computes them (area_pixel_compute_scale/_source_index in
+      float32); the device rounds each op once in ATen's order, so it agrees to float rounding.
+      int8 (one quantization in and out): the same taps with weights in Q11 (2048ths), integer
+      arithmetic, round half to even: within one step of PT2E's dequantize -> float bilinear ->
+      quantize (each weight is off by at most 2^-12).
+  Nearest upsampling is a pure gather: the lowering makes it a `take` (vkq/ops/shape.py) with
+  the index map ATen itself computes, so it is exact for every size and scale.
+scales: [scale_h, scale_w] as given to interpolate (None: from the sizes); the output size is
+the output tensor's.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import packing
+from ..device import grid_1d
+from ..registry import register_op
+
+F32 = np.float32
+Q = 11                    # weight bits of the int8 kernel
+LOCAL = 64
+LAYOUT_IDS = {"4W4C": 0, "4H4W": 1, "ROW": 2}
+
+
+def linear_taps(in_size: int, out_size: int, align_corners: bool, scale=None):
+    """(i0, i1, w0, w1) per output index, float32 weights, as ATen's upsample_bilinear2d."""
+    if align_corners:
+        s = F32(in_size - 1) / F32(out_size - 1) if out_size > 1 else F32(0)
+    else:
+        s = F32(1.0 / scale) if scale is not None and scale > 0 else F32(in_size) / F32(out_size)
+    dst = np.arange(out_size, dtype=F32)
+    if align_corners:
+        src = s * dst
+    else:
+        src = np.maximum(s * (dst + F32(0.5)) - F32(0.5), F32(0))
+    i0 = src.astype(np.int64)
+    i1 = i0 + (i0 < in_size - 1)
+    w1 = (src - i0.astype(F32)).astype(F32)
+    w0 = (F32(1) - w1).astype(F32)
+    return i0, i1, w0, w1
+
+
+def _taps(shape, out_shape, align_corners, scales):
+    scales = scales or [None, None]
+    return (linear_taps(shape[2], out_shape[2], align_corners, scales[0]),
+            linear_taps(shape[3], out_shape[3], align_corners, scales[1]))
+
+
+def _q(w1):
+    w1q = np.rint(w1.astype(np.float64) * (1 << Q)).astype(np.int64)
+    return (1 << Q) - w1q, w1q
+
+
+def upsample_bilinear2d(x, *, out_size, align_corners=False, scales=None):
+    x = np.asarray(x)
+    n, c = x.shape[:2]
+    (y0, y1, wy0, wy1), (x0, x1, wx0, wx1) = _taps(x.shape, [n, c, *out_size], align_corners, scales)
+    if x.dtype == np.int8:
+        (qy0, qy1), (qx0, qx1) = _q(wy1), _q(wx1)
+        v = x.astype(np.int64)
+        top = qx0 * v[:, :, y0][..., x0] + qx1 * v[:, :, y0][..., x1]
+        bot = qx0 * v[:, :, y1][..., x0] + qx1 * v[:, :, y1][..., x1]
+        acc = qy0[:, None] * top + qy1[:, None] * bot
+        q, r, half = acc >> (2 * Q), acc & ((1 << 2 * Q) - 1), 1 << (2 * Q - 1)
+        return (q + ((r > half) | ((r == half) & (q & 1 == 1)))).astype(np.int8)
+    x = x.astype(F32)
+    top = x[:, :, y0][..., x0] * wx0 + x[:, :, y0][..., x1] * wx1
+    bot = x[:, :, y1][..., x0] * wx0 + x[:, :, y1][..., x1] * wx1
+    return (top * wy0[:, None] + bot * wy1[:, None]).astype(F32)
+
+
+def bilinear_attrs(fx_node, out_shape) -> dict:
+    """The attrs of an FX aten.upsample_bilinear2d (.vec: output_size, align_corners,
+    scale_factors; .default: output_size, align_corners, scales_h, scales_w)."""
+    a = list(fx_node.args) + [None] * 5
+    if str(fx_node.target).endswith(".vec"):
+        scales = a[3]
+    else:
+        scales = None if a[3] is None and a[4] is None else [a[3], a[4]]
+    return {"out_size": [int(d) for d in out_shape[2:]], "align_corners": bool(a[2]),
+            "scales": None if scales is None else [None if v is None else float(v) for v in scales]}
+
+
+def _decline(node, tensors):
+    x, y = tensors[node.inputs[0]], tensors[node.outputs[0]]
+    if len(x.shape) != 4 or x.dtype != y.dtype or x.dtype not in ("float32", "int8"):
+        return f"upsample_bilinear2d: {x.dtype} {x.shape} -> {y.dtype} (the kernel takes 4-D float32 or int8)"
+    if x.dtype == "int8" and None not in (x.scale, y.scale) and (x.scale, x.zero_point) != (y.scale, y.zero_point):
+        return "upsample_bilinear2d: int8 in and out quantized differently"
+    return None
+
+
+def _build(ctx, node):
+    x, y = node.inputs[0], node.outputs[0]
+    sx, sy = ctx.spec(x), ctx.spec(y)
+    (y0, y1, wy0, wy1), (x0, x1, wx0, wx1) = _taps(sx.shape, sy.shape, node.attrs.get("align_corners", False),
+                                                   node.attrs.get("scales"))
+    int8 = sx.dtype == "int8"
+    if int8:
+        (wy0, wy1), (wx0, wx1) = _q(wy1), _q(wx1)
+    else:
+        wy0, wy1, wx0, wx1 = (np.asarray(w, F32).view(np.int32) for w in (wy0, wy1, wx0, wx1))
+    taps = np.concatenate([np.asarray(a).astype(np.int32) for a in (y0, y1, wy0, wy1, x0, x1, wx0, wx1)])
+    n = sy.device_words() if int8 else int(np.prod(sy.shape))
+    return [ctx.device.dispatch(
+        "upsample_bilinear", [ctx.buffer(x), ctx.buffer(y), ctx.const_buffer(taps)], grid_1d(n, LOCAL),
+        local=(LOCAL,), spec=(LAYOUT_IDS.get(sx.layout, 0), LAYOUT_IDS.get(sy.layout, 0)),
+        push=(packing.as_nchw(sx.shape), packing.as_nchw(sy.shape)), defines=["INT8" if int8 else "FLOAT"])]
+
+
+@register_op
+class UpsampleBilinear2d:
+    """Bilinear upsampling of (N, C, H, W), float32 or int8 (one quantization), align_corners either way."""
+    name = "upsample_bilinear2d"
+    shaders = ("upsample_bilinear",)
+    layouts = packing.LAYOUTS
+    reference = staticmethod(upsample_bilinear2d)
+    build = staticmethod(_build)
+    decline = staticmethod(_decline)

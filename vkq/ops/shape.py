@@ -1,0 +1,363 @@
+"""Ops that move values without changing them, for every dtype (one name each): reshape,
+repack, permute, transpose, expand, cat, slice, select, split, unbind, constant_pad_nd, take.
+
+Each output element is one input element or a fill value; which one a Gather says. The
+output's row-major index, unravelled over dims D (a row-major factorisation of the output's
+shape) into c, reads
+
+    inside the box  lo <= c < lo + size:   src[sbase + sum_d (c_d - lo_d) * ss_d]   (row-major
+                                           index into the input)
+    outside:        `fill` (constant_pad_nd), or nothing (cat: another input's gather writes it)
+
+float32 and int32 tensors (row-major words on the device) run a Gather as float_copy
+dispatches (a fill, then the copy of the box); int8 tensors in any packed layout as one
+`repack` dispatch (shaders/repack.comp) from the input's layout straight into the output's, so
+a permute of a 4W4C tensor into 4H4W costs one pass. `take` reads through a constant index map
+instead (index with constant indices, roll): out.flat[i] = x.flat[index[i]].
+
+Attrs (all JSON):
+  reshape(x; shape)          repack(q; shape=None)       permute(x; dims)    transpose(x; dim0, dim1)
+  expand(x; shape)           cat(*xs; dim)               slice(x; dim, start, end, step)
+  select(x; dim, index)      split(x; dim, sizes) -> one output per size      unbind(x; dim)
+  constant_pad_nd(x; pad, value)   pad as torch: (last dim before, after, the dim before it ...);
+                             an int8 tensor's value is the int8 number (the lowering quantizes it)
+  take(x, index)             index: a constant int32 array of the output's shape
+The int8 versions keep the input's quantization (the output's spec says the same scale/zero point).
+
+A node declines (runs on the CPU, with the reason) where a float Gather still has more than
+float_copy's 6 dims after merging or the dtypes of input and output differ.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import packing
+from ..device import grid_1d
+from ..registry import register_op
+from .float import MAX_RANK, _elementwise, _numel, _pad, broadcast_strides, merge_dims, permute_dims, strides_of
+
+LOCAL = 64
+LAYOUT_IDS = {"4W4C": 0, "4H4W": 1, "ROW": 2}   # shaders/include/int8x4.glsl
+ANY = ("4W4C", "4H4W", "ROW")
+
+
+# ---------------------------------------------------------------- references (any dtype)
+
+def reshape(x, *, shape):
+    return np.asarray(x).reshape(shape)
+
+
+def repack(q, *, shape=None):
+    return q if shape is None else np.asarray(q).reshape(shape)
+
+
+def permute(x, *, dims):
+    return np.ascontiguousarray(np.transpose(np.asarray(x), dims))
+
+
+def transpose(x, *, dim0, dim1):
+    return np.ascontiguousarray(np.swapaxes(np.asarray(x), dim0, dim1))
+
+
+def expand(x, *, shape):
+    """Broadcast x to shape (numpy rules), materialised."""
+    return np.ascontiguousarray(np.broadcast_to(np.asarray(x), tuple(shape)))
+
+
+def _cat_inputs(xs, rank):
+    """torch.cat skips 1-D empty tensors beside tensors of another rank (legacy), and so do we."""
+    return [x for x in xs if not (np.ndim(x) == 1 and np.size(x) == 0 and rank != 1)]
+
+
+def cat(*xs, dim=0):
+    rank = max(np.ndim(x) for x in xs)
+    return np.concatenate([np.asarray(x) for x in _cat_inputs(xs, rank)], axis=dim)
+
+
+def _slice_index(rank, dim, s):
+    return (slice(None),) * (dim % rank) + (s,)
+
+
+def slice_(x, *, dim, start, end, step=1):
+    x = np.asarray(x)
+    return np.ascontiguousarray(x[_slice_index(x.ndim, dim, slice(start, end, step))])
+
+
+def select(x, *, dim, index):
+    x = np.asarray(x)
+    return np.ascontiguousarray(x[_slice_index(x.ndim, dim, index)])
+
+
+def split(x, *, dim, sizes):
+    x = np.asarray(x)
+    bounds = np.cumsum([0] + list(sizes))
+    return tuple(slice_(x, dim=dim, start=int(a), end=int(b)) for a, b in zip(bounds[:-1], bounds[1:]))
+
+
+def unbind(x, *, dim):
+    x = np.asarray(x)
+    return tuple(select(x, dim=dim, index=i) for i in range(x.shape[dim]))
+
+
+def constant_pad_nd(x, *, pad, value=0):
+    x = np.asarray(x)
+    widths = [(0, 0)] * x.ndim
+    for k in range(len(pad) // 2):
+        widths[x.ndim - 1 - k] = (int(pad[2 * k]), int(pad[2 * k + 1]))
+    if any(a < 0 or b < 0 for a, b in widths):
+        raise ValueError(f"constant_pad_nd: negative padding {pad} (a crop) is not supported")
+    return np.pad(x, widths, constant_values=np.asarray(value).astype(x.dtype))
+
+
+def take(x, index):
+    return np.asarray(x).reshape(-1)[np.asarray(index, np.int64)]
+
+
+# ---------------------------------------------------------------- gathers
+
+@dataclass
+class Gather:
+    """out[c] = src[sbase + sum_d (c_d - lo_d) ss_d] for lo <= c < lo + size (c over dims D)."""
+    src: int                     # which input
+    dst: int                     # which output
+    dims: list                   # D
+    ss: list
+    sbase: int = 0
+    lo: list = field(default_factory=list)     # [] = the whole of D
+    size: list = field(default_factory=list)
+    fill: object = None          # None: what lies outside the box is another gather's
+
+    def box(self):
+        return (self.lo or [0] * len(self.dims)), (self.size or list(self.dims))
+
+    def full(self) -> bool:
+        lo, size = self.box()
+        return list(size) == list(self.dims) and not any(lo)
+
+    def reach(self) -> tuple[int, int]:
+        """The lowest and highest source index the box reads."""
+        lo, size = self.box()
+        span = [(s - 1) * st for s, st in zip(size, self.ss)]
+        return self.sbase + sum(min(0, v) for v in span), self.sbase + sum(max(0, v) for v in span)
+
+    def merged(self):
+        """(D, lo, size, ss) with size-1 dims dropped and neighbours merged where the inner one is
+        whole (lo 0, size D) and the source strides run on (ss[d] == ss[d+1] * D[d+1])."""
+        lo, size = self.box()
+        out = []
+        for d, lo_d, n, st in zip(self.dims, lo, size, self.ss):
+            if d == 1:
+                continue
+            if out and n == d and lo_d == 0 and out[-1][3] == st * d:
+                pd, plo, pn, _ = out[-1]
+                out[-1] = [pd * d, plo * d, pn * d, st]
+                continue
+            out.append([d, lo_d, n, st])
+        if not out:
+            return [1], [0], [1], [0]
+        return [list(v) for v in zip(*out)]
+
+
+def _shapes(node, tensors):
+    return [tensors[t].shape for t in node.inputs], [tensors[t].shape for t in node.outputs]
+
+
+def _whole(src_shape, out_shape, ss, sbase=0, src=0, dst=0):
+    return Gather(src, dst, list(out_shape), list(ss), sbase)
+
+
+def _sliced(shape, dim, start, step, out_shape, src=0, dst=0):
+    st = strides_of(shape)
+    ss = list(st)
+    ss[dim] *= step
+    return Gather(src, dst, list(out_shape), ss, start * st[dim])
+
+
+def _norm_slice(n, start, end, step):
+    return range(n)[slice(start, end, step)]
+
+
+def gathers(op, attrs, ins, outs) -> list:
+    """The Gathers of one node, from its attrs and input/output shapes."""
+    x = ins[0] if ins else ()
+    if op in ("reshape", "repack"):
+        return [_whole(x, [_numel(outs[0])], [1])]
+    if op in ("permute", "transpose"):
+        dims = permute_dims(op, attrs, len(x))
+        st = strides_of(x)
+        return [_whole(x, outs[0], [st[d] for d in dims])]
+    if op == "expand":
+        return [_whole(x, outs[0], broadcast_strides(x, outs[0]))]
+    if op == "slice":
+        dim = attrs["dim"] % len(x)
+        r = _norm_slice(x[dim], attrs.get("start"), attrs.get("end"), attrs.get("step", 1) or 1)
+        return [_sliced(x, dim, r.start if len(r) else 0, r.step, outs[0])]
+    if op == "select":
+        dim = attrs["dim"] % len(x)
+        st = strides_of(x)
+        index = attrs["index"] % x[dim]
+        return [_whole(x, outs[0], st[:dim] + st[dim + 1:], index * st[dim])]
+    if op in ("split", "unbind"):
+        dim = attrs["dim"] % len(x)
+        st, res, offset = strides_of(x), [], 0
+        for k, o in enumerate(outs):
+            if op == "unbind":
+                res.append(_whole(x, o, st[:dim] + st[dim + 1:], k * st[dim], dst=k))
+            else:
+                res.append(_sliced(x, dim, offset, 1, o, dst=k))
+                offset += o[dim]
+        return res
+    if op == "cat":
+        out = outs[0]
+        dim = attrs.get("dim", 0) % len(out)
+        res, offset = [], 0
+        for k, s in enumerate(ins):
+            if len(s) != len(out):
+                continue                               # a legacy 1-D empty input
+            if _numel(s):
+                lo = [0] * len(out)
+                lo[dim] = offset
+                res.append(Gather(k, 0, list(out), strides_of(s), 0, lo, list(s), None))
+            offset += s[dim]
+        return res
+    if op == "constant_pad_nd":
+        out, pad = outs[0], list(attrs["pad"])
+        lo = [0] * len(out)
+        for k in range(len(pad) // 2):
+            lo[len(out) - 1 - k] = int(pad[2 * k])
+        return [Gather(0, 0, list(out), strides_of(x), 0, lo, list(x), attrs.get("value", 0))]
+    raise ValueError(f"no gather for op {op!r}")
+
+
+# ---------------------------------------------------------------- placement and builds
+
+def _same_dtype(node, tensors):
+    dtypes = {tensors[t].dtype for t in node.inputs[:1] + node.outputs}
+    if node.op != "take":
+        dtypes |= {tensors[t].dtype for t in node.inputs}
+    return None if len(dtypes) == 1 else f"{node.op}: inputs and outputs of different dtypes {sorted(dtypes)}"
+
+
+def _decline(node, tensors):
+    reason = _same_dtype(node, tensors)
+    if reason or tensors[node.outputs[0]].dtype == "int8" or node.op == "take":
+        return reason
+    ins, outs = _shapes(node, tensors)
+    for g in gathers(node.op, node.attrs, ins, outs):
+        lo, size = g.box()
+        dst = strides_of(g.dims)
+        rank = len(merge_dims(size, g.ss, dst)[0])
+        if rank > MAX_RANK:
+            return f"{node.op}: a strided copy over {rank} dims after merging (float_copy takes {MAX_RANK})"
+    return None
+
+
+def _check_reach(node, g, src_numel):
+    lo, hi = g.reach()
+    if lo < 0 or hi >= src_numel:
+        raise ValueError(f"{node.name}: {node.op} reads source elements {lo}..{hi} of {src_numel}")
+
+
+def _word(value, dtype) -> int:
+    """A fill value as the 32-bit pattern a float32/int32 buffer holds."""
+    return int(np.array(value, np.float32 if dtype == "float32" else np.int32).view(np.int32))
+
+
+def _float_steps(ctx, node, g: Gather):
+    src, dst = node.inputs[g.src], node.outputs[g.dst]
+    spec = ctx.spec(dst)
+    lo, size = g.box()
+    ds = strides_of(g.dims)
+    steps = []
+    if g.fill is not None and not g.full():
+        n = _numel(g.dims)
+        push = (n, 1, 0, 0, _pad([n], MAX_RANK, 1), _pad([0], MAX_RANK), _pad([1], MAX_RANK),
+                np.int32(_word(g.fill, spec.dtype)))
+        steps.append(_elementwise(ctx, "float_copy", [ctx.buffer(src), ctx.buffer(dst)], n, push, ["FILL"]))
+    shape, (ss, dss) = merge_dims(size, g.ss, ds)
+    if len(shape) > MAX_RANK:
+        raise ValueError(f"{node.name}: a strided copy over {len(shape)} dims (float_copy takes {MAX_RANK})")
+    n = _numel(shape)
+    dbase = sum(l * s for l, s in zip(lo, ds))
+    push = (n, len(shape), g.sbase, dbase, _pad(shape, MAX_RANK, 1), _pad(ss, MAX_RANK), _pad(dss, MAX_RANK), 0)
+    contig = len(shape) == 1 and ss == dss == [1]
+    steps.append(_elementwise(ctx, "float_copy", [ctx.buffer(src), ctx.buffer(dst)], n, push,
+                              ["CONTIG" if contig else "GENERAL"]))
+    return steps
+
+
+def _int8_dispatch(ctx, node, src, dst, view, variant, rank=0, sbase=0, fill=0):
+    si, so = ctx.spec(src), ctx.spec(dst)
+    return ctx.device.dispatch(
+        "repack", [ctx.buffer(src), ctx.buffer(dst), ctx.const_buffer(np.asarray(view, np.int32).reshape(-1))],
+        grid_1d(so.device_words(), LOCAL), local=(LOCAL,), spec=(LAYOUT_IDS[si.layout], LAYOUT_IDS[so.layout]),
+        push=(packing.shader_nchw(si.shape, si.layout), packing.shader_nchw(so.shape, so.layout), rank, sbase, fill),
+        defines=[variant])
+
+
+def _int8_step(ctx, node, g: Gather, first: bool):
+    dims, lo, size, ss = g.merged()
+    fill = 0 if g.fill is None else int(g.fill)
+    if not -128 <= fill <= 127:
+        raise ValueError(f"{node.name}: int8 fill value {fill} outside [-128, 127]")
+    return _int8_dispatch(ctx, node, node.inputs[g.src], node.outputs[g.dst], dims + lo + size + ss,
+                          "FILL" if first else "KEEP", len(dims), g.sbase, fill)
+
+
+def build(ctx, node):
+    tensors = {t: ctx.spec(t) for t in node.inputs + node.outputs}
+    reason = _decline(node, tensors)
+    if reason:
+        raise ValueError(f"{node.name}: {reason}")
+    ins, outs = _shapes(node, tensors)
+    int8 = tensors[node.outputs[0]].dtype == "int8"
+    steps, started = [], set()
+    for g in gathers(node.op, node.attrs, ins, outs):
+        _check_reach(node, g, _numel(ins[g.src]))
+        if int8:
+            steps.append(_int8_step(ctx, node, g, g.dst not in started))
+            started.add(g.dst)
+        else:
+            steps += _float_steps(ctx, node, g)
+    return steps
+
+
+def _take_build(ctx, node):
+    x, index = node.inputs
+    out = node.outputs[0]
+    idx = np.asarray(ctx.constant(index), np.int64).reshape(-1)
+    n = _numel(ctx.spec(x).shape)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"{node.name}: take reads indices {idx.min()}..{idx.max()} of {n}")
+    idx_buf = ctx.const_buffer(idx.astype(np.int32))
+    if ctx.spec(out).dtype == "int8":
+        return [_int8_dispatch(ctx, node, x, out, idx, "INDEX")]
+    m = idx.size
+    push = (m, 1, 0, 0, _pad([m], MAX_RANK, 1), _pad([1], MAX_RANK), _pad([1], MAX_RANK), 0)
+    return [_elementwise(ctx, "float_copy", [ctx.buffer(x), ctx.buffer(out), idx_buf], m, push, ["INDEX"])]
+
+
+# ---------------------------------------------------------------- registration
+
+def _op(name, reference, doc, shaders=("float_copy", "repack"), build_fn=build, decline=_decline):
+    register_op(type(name, (), {"name": name, "reference": staticmethod(reference), "build": staticmethod(build_fn),
+                                "decline": staticmethod(decline), "layouts": ANY, "shaders": shaders,
+                                "__doc__": doc}))
+
+
+_op("reshape", reshape, "Row-major reshape (view, flatten, squeeze, unsqueeze) of any dtype.")
+_op("repack", repack, "int8 from one packed layout into another (4W4C, 4H4W, ROW), optionally reshaped "
+                      "row-major to `shape`.", ("repack",))
+_op("permute", permute, "Permute the dims of any dtype.")
+_op("transpose", transpose, "Swap two dims of any dtype.")
+_op("expand", expand, "Broadcast to a shape (numpy rules), materialised; any dtype.")
+_op("cat", cat, "Concatenate along dim; any dtype, all inputs alike (int8: one quantization).")
+_op("slice", slice_, "x[..., start:end:step] along dim; any dtype.")
+_op("select", select, "x[..., index] along dim (the dim dropped); any dtype.")
+_op("split", split, "Split along dim into pieces of `sizes` (one output each); any dtype.")
+_op("unbind", unbind, "Every index along dim as its own output (the dim dropped); any dtype.")
+_op("constant_pad_nd", constant_pad_nd, "Pad with a constant (torch's pad order, last dim first); any dtype.")
+_op("take", take, "x.flat[index] for a constant int32 index map of the output's shape; any dtype.",
+    build_fn=_take_build)
