@@ -230,7 +230,8 @@ def test_pack_weight_layout():
 @pytest.mark.parametrize("rows", [9, 3])
 def test_linear_q8_without_subgroups(int8_device, rows):
     """The PLAIN variants (a device without subgroup operations) give the same bits: the GEMM
-    (9 rows) and the GEMV (3 rows), whose lanes then add up their partial sums in shared memory."""
+    (9 rows) and the GEMV (3 rows), whose lanes then add up their partial sums in shared memory;
+    int8 and float outputs, the row quantizer, and the float GEMMs of weight-only."""
     device = get_device(int8_device.info, dot_product=int8_device.dot_product, subgroups=False)
     assert linear.subgroup_lanes(device.info) == 0
     rng = np.random.default_rng(11)
@@ -238,6 +239,10 @@ def test_linear_q8_without_subgroups(int8_device, rows):
     run_exact(device, q8_program(x.shape, w, *consts, attrs), x)
     x, w, _, _, _, _, consts, attrs = q8_case(rng, (rows, 203), 37, 5, -2, None)
     run_exact(device, q8_program(x.shape, w, *consts, attrs), x)
+    fout = {"b": rng.normal(0, 1, 37).astype(np.float32), "s": rng.uniform(1e-3, 1e-2, 37).astype(np.float32)}
+    run_exact(device, single_op_program("linear_q8_fout", [("x", spec(x.shape, "int8", "4H4W"))],
+                                        [("y", spec(x.shape[:-1] + (37,)))], {"x_zp": 5},
+                                        {"w": (w_spec(w), w), **{k: (spec((37,)), v) for k, v in fout.items()}}), x)
     consts = {"s": rng.uniform(1e-3, 1e-2, 11).astype(np.float32), "b": rng.normal(0, 1, 11).astype(np.float32)}
     xf = rng.normal(0, 1, (rows, 24)).astype(np.float32)
     for xw in (xf, np.ascontiguousarray(xf[:, :21])):   # float x read as vec4 (K % 4 == 0) and by value
@@ -246,6 +251,16 @@ def test_linear_q8_without_subgroups(int8_device, rows):
         got = VulkanExecutor(float_program("linear_weight_only", xw.shape, ww, consts), device)(xw)
         np.testing.assert_allclose(got, get_op("linear_weight_only").reference(xw, ww, consts["s"], consts["b"]),
                                    rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("subgroups", [True, False])
+def test_fp32_baseline_gemm(device, subgroups):
+    """The benchmark's fp32 baseline (float weights through the same float GEMM and GEMV) agrees
+    with numpy, x read as vec4 (K % 4 == 0) and by value, with and without subgroups."""
+    from vkq.bench.kernels import linear_f32_steps
+    dev = get_device(device.info, subgroups=subgroups)
+    for m, k, n in ((1, 96, 40), (3, 37, 9), (9, 40, 21), (9, 37, 21)):
+        linear_f32_steps(dev, m, k, n, np.random.default_rng(m + k), verify=True)
 
 
 def test_weight_must_be_constant(device):
