@@ -4,13 +4,18 @@
 // linear), the same arithmetic and epilogues as linear_q8.comp (see there and linear_store.glsl).
 //
 // With one row, linear_q8.comp's tiling (a lane owns columns, all rows of a 4-row block, and
-// runs through all of K) computes 4 rows for 1 and keeps few lanes busy: it streamed the weights
-// at 0.27 of copy bandwidth on lavapipe. Here a workgroup owns TN columns of one row block and its
-// L lanes split K: lane l takes k-blocks l, l + L, ..., so neighbouring lanes read neighbouring
-// 16-byte weight blocks (coalesced on GPUs), and every weight byte is read once per row block.
-// Only the MR real rows of a block are computed (MR = min(H, 4): a 1-row x wastes nothing).
-// The lanes' partial sums are then added up: subgroupAdd (the workgroup is one full subgroup),
-// or, in the PLAIN variant (no subgroup operations, any L), through shared memory.
+// runs through all of K) computes 4 rows for 1 and keeps few lanes busy. Here a workgroup owns
+// TN columns of one row block and its L lanes split K: lane l takes k-blocks l, l + L, ..., so
+// neighbouring lanes read neighbouring 16-byte weight blocks (coalesced on GPUs), and every
+// weight byte is read once per row block. Only the MR real rows of a block are computed
+// (MR = min(H, 4): a 1-row x wastes nothing). The lanes' partial sums are then added up:
+// subgroupAdd (the workgroup is one full subgroup), or, in the PLAIN variant (no subgroup
+// operations, any L), through shared memory.
+// Measured (lavapipe, 1x4096x4096, CPU time against the copy roofline's): weights streamed at
+// 0.54 of copy bandwidth by linear_q8.comp, 0.82 by this (SwiftShader 1x2048x2048: 120 ->
+// 21.5 ms; bench/README.md). Tried: 8 or 32 columns a workgroup (0.64, 0.77); this kernel for
+// 8 or 16 rows (2 or 4 passes over the weights) is slower than the tiled GEMM there
+// (8x2048x2048: 3.46 vs 2.97 ms), so it takes one 4-row block only.
 //
 // Per k-block a lane loads one x ivec4 (4 rows x 4 k) and TN/4 weight ivec4 (4 k x 4 columns
 // each; DOT: 4 columns x 4 k, one column a word, for the integer dot product).

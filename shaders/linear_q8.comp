@@ -25,8 +25,8 @@
 // drivers it is about as fast as unpack + multiply-add on lavapipe (0.79 vs 0.80 of the int32
 // roofline, 128x384x384) and no faster on SwiftShader.
 // Tried: a few rows (the batch-1 decoder case) here computed all 4 rows of a block and ran
-// through all of K on one lane per column tile: 0.27 of copy bandwidth on 1x4096x4096; that
-// case is linear_gemv.comp now (1.2 of copy).
+// through all of K on one lane per column tile: weights at 0.54 of copy bandwidth on
+// 1x4096x4096 (lavapipe, CPU time); that case is linear_gemv.comp now (0.82).
 //! variant OUT_Q8
 //! variant OUT_F32
 //! variant OUT_F32 ROW_QPARAMS
