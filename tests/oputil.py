@@ -37,6 +37,15 @@ def assert_same(got, ref):
                                  f"got {g[tuple(bad[0])]}, expected {r[tuple(bad[0])]}")
 
 
+def assert_program_on_device(program, device, *arrays):
+    """A lowered program on the device equals its reference bit for bit, every tensor."""
+    got = VulkanExecutor(program, device)(*arrays, keep_all=True)
+    ref = run_reference(program, *arrays, keep_all=True)
+    for name in ref:
+        if name in got and name not in program.constants:
+            np.testing.assert_array_equal(got[name], ref[name], err_msg=name)
+
+
 def spec(shape, dtype="float32", layout=None, scale=None, zero_point=None):
     return TensorSpec(tuple(shape), dtype, layout, scale, zero_point)
 

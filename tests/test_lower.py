@@ -10,9 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import oputil
 import vkq.ops.cpu  # noqa: F401  (CPU ops register on import)
 from vkq import api, models
-from vkq.executor import VulkanExecutor, run_reference
+from vkq.executor import run_reference
 from vkq.lower import lower
 from vkq.registry import cpu_reason, get_op
 
@@ -52,13 +53,15 @@ def batches(shape, n=4, seed=1):
 
 
 def pt2e_values(gm, *inputs):
-    """Every node's value when the converted graph runs eagerly."""
+    """Every node's value when the converted graph runs eagerly: a copy, since an in-place op
+    further on (hardswish_, add_) would change the tensor it returned."""
     values = {}
 
     class Recorder(torch.fx.Interpreter):
         def run_node(self, n):
-            values[n.name] = super().run_node(n)
-            return values[n.name]
+            result = super().run_node(n)
+            values[n.name] = result.clone() if isinstance(result, torch.Tensor) else result
+            return result
     with torch.no_grad():
         Recorder(gm).run(*inputs)
     return values
@@ -167,16 +170,16 @@ def test_mlp_static():
 
 
 def test_ops_without_int8_kernels_run_in_float():
-    """layer_norm, sigmoid, softmax have no int8 kernels: they run on float32 shaders
-    (vkq.ops.float), with a dequantize before and a quantize after; nothing on the CPU."""
+    """layer_norm and softmax have no int8 kernels: they run on float32 shaders (vkq.ops.float),
+    with a dequantize before and a quantize after; nothing on the CPU. sigmoid between two
+    quantized linears is an int8 table (lut_q8)."""
     x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     gm = api.quantize(models.unsupported_ops_model(), (x,), calibration=batches((2, 3, 16, 16)), progress=False)
     program = lower(gm, (x,))
     assert program.fallback == []
     assert all(cpu_reason(n, program.tensors) is None for n in program.nodes)
     assert ops(program) == ["quantize", "conv2d_q8", "adaptive_avg_pool2d_q8", "repack", "dequantize", "layer_norm",
-                            "quantize", "linear_q8", "dequantize", "sigmoid", "quantize", "linear_q8", "dequantize",
-                            "softmax"]
+                            "quantize", "linear_q8", "lut_q8", "linear_q8", "dequantize", "softmax"]
     assert_matches_pt2e(program, gm, x)
 
 
@@ -336,11 +339,7 @@ def test_lowered_cnn_runs_on_device(cnn, device):
     """The lowered program on Vulkan equals its reference bit for bit (int8 all the way, the
     float output of linear_q8_fout included)."""
     _, program, x = cnn
-    got = VulkanExecutor(program, device)(x.numpy(), keep_all=True)
-    ref = run_reference(program, x.numpy(), keep_all=True)
-    for name in ref:
-        if name in got and name not in program.constants:
-            np.testing.assert_array_equal(got[name], ref[name], err_msg=name)
+    oputil.assert_program_on_device(program, device, x.numpy())
 
 
 def test_inference_identities_are_dropped():
@@ -375,7 +374,8 @@ def test_int8_permute_runs_on_vulkan_between_int8_ops():
     x = torch.randn(2, 3, 9, 9)
     gm = api.quantize(M().eval(), (x,), calibration=batches((2, 3, 9, 9)), progress=False)
     program = lower(gm, (x,))
-    assert ops(program) == ["quantize", "conv2d_q8", "permute", "linear_q8", "repack", "linear_q8", "dequantize", "mul"]
+    assert ops(program) == ["quantize", "conv2d_q8", "permute", "linear_q8", "repack", "linear_q8", "lut_q8",
+                            "dequantize"]
     permute = program.nodes[2]
     out = program.tensors[permute.outputs[0]]
     assert (out.dtype, out.shape, out.layout) == ("int8", (2, 7, 7, 8), "4H4W")
@@ -386,7 +386,7 @@ def test_int8_permute_runs_on_vulkan_between_int8_ops():
 
 def test_transformer_encoder_lowers():
     """A tiny BERT (random init, eager attention): int64 ids, a bool attention mask, embedding,
-    matmul, softmax, gelu, layer_norm: no node on the CPU; every linear (static: linear_q8, dynamic:
+    matmul, softmax, layer_norm, gelu (static: an int8 table): no node on the CPU; every linear (static: linear_q8, dynamic:
     linear_dynamic); export's _assert_tensor_metadata nodes dropped."""
     transformers = pytest.importorskip("transformers")
     with torch.random.fork_rng(devices=[]):
@@ -410,8 +410,8 @@ def test_transformer_encoder_lowers():
         program = lower(gm, (ids, mask), float_linear=scheme if scheme == "dynamic" else "dynamic")
         assert ops(program).count(linear) == 12
         assert program.fallback == [], program.fallback      # embedding, mask arithmetic: on Vulkan too
-        float_ops = {"layer_norm", "gelu"} | ({"softmax_masked", "matmul_strided"} if scheme == "dynamic"
-                                               else {"softmax", "matmul"})   # static: q/dq between them
+        float_ops = {"layer_norm"} | ({"gelu", "softmax_masked", "matmul_strided"} if scheme == "dynamic"
+                                      else {"lut_q8", "softmax", "matmul"})   # static: q/dq between them
         assert float_ops <= {n.op for n in program.nodes}   # float32 shaders
         assert all(n.attrs.get("target") != "aten::_assert_tensor_metadata" for n in program.nodes)
         if scheme == "static":

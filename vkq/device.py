@@ -307,18 +307,19 @@ class Recording:
             self.seq.eval()
 
     def dispatch_times_ns(self) -> list[float]:
-        """GPU time of each dispatch of the last run, from Vulkan timestamps."""
+        """GPU time of each dispatch of the last run, from Vulkan timestamps (ticks times the
+        device's timestampPeriod: 1 ns on the CPU drivers and NVIDIA, other values elsewhere)."""
         if not self.timestamps:
             raise RuntimeError("record(..., timestamps=True) to time dispatches")
-        ts = self.seq.get_timestamps()
-        return [float(ts[k + 1] - ts[k]) for k in self._dispatch_at]
+        ts, period = self.seq.get_timestamps(), self.device.info.timestamp_period_ns or 1.0
+        return [float(ts[k + 1] - ts[k]) * period for k in self._dispatch_at]
 
     def transfer_times_ns(self) -> tuple[float, float]:
         """GPU time of the upload and of the download of the last run (0 where none)."""
         if not self.timestamps:
             raise RuntimeError("record(..., timestamps=True) to time transfers")
-        ts = self.seq.get_timestamps()
-        return tuple(0.0 if k is None else float(ts[k + 1] - ts[k]) for k in (self._upload_at, self._download_at))
+        ts, period = self.seq.get_timestamps(), self.device.info.timestamp_period_ns or 1.0
+        return tuple(0.0 if k is None else float(ts[k + 1] - ts[k]) * period for k in (self._upload_at, self._download_at))
 
 
 class Device:

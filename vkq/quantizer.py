@@ -5,9 +5,20 @@ Schemes
                affine activations (-128..127), float bias (the lowering makes the int32 bias
                round(b / (s_x * s_w)) itself). Annotated: conv2d (BN is folded into it by
                prepare_pt2e) and linear, each with an optional fused relu / relu6 / hardtanh
-               (one output observer, after the activation); add (+relu), mul (+relu); and ops
-               whose output shares the input's qparams: max/avg/adaptive-avg pool, mean, cat,
-               flatten / view / reshape / squeeze / unsqueeze / permute, standalone relu/hardtanh.
+               (one output observer, after the activation); addmm / mm / matmul with a constant
+               2-D weight (GPT-2's Conv1D: w is (in, out), quantized per column); add (+relu),
+               mul (+relu); standalone batch_norm (after a cat: DenseNet), which
+               transform_for_annotation makes a depthwise 1x1 conv (batch_norm_as_conv), so it
+               is quantized and lowered as one (conv2d_q8: a per-channel int8 affine);
+               elementwise functions of one tensor (hardswish, sigmoid, silu, gelu, x * 0.5, ...:
+               vkq.passes._graph.unary_operand; the lowering makes each a 256-entry table);
+               averaging ops (avg / adaptive-avg pool, mean), with an output observer of their
+               own: on the input's grid a mean of N values lands on a tie (k + 1/2) for 1 in N
+               outputs, and PyTorch's float arithmetic breaks such ties either way
+               (MobileNetV3's squeeze-excitation pools turned these one-step flips into a cosine
+               of 0.97 with PT2E); and ops whose output shares the input's qparams: max pool,
+               cat, flatten / view / reshape / squeeze / unsqueeze / permute, standalone
+               relu/hardtanh.
   dynamic      linear only: int8 per-channel weights, activations left float. The lowering turns
                these linears into `linear_dynamic` (the device quantizes x per row), so no
                per-tensor choose_qparams is put in the graph.
@@ -17,8 +28,11 @@ dynamic and weight_only produce the same converted graph (float x, dequantized i
 the scheme is written into each annotated linear's node.meta["vkq_scheme"], which survives
 prepare and convert, so the lowering can tell them apart.
 
+Before annotating (transform_for_annotation), standalone batch norms become depthwise convs and
+in-place ops become functional (normalize_ops.functionalize_inplace: an
+exported hardswish_ / dropout_ / add_ would otherwise be observed as aliases of their input).
 Annotators are listed in order in ANNOTATORS (fusions before single ops, then the ops that
-share their input's qparams, in graph order so chains propagate).
+share their input's qparams and the elementwise ones, in graph order so chains propagate).
 """
 from __future__ import annotations
 
@@ -38,14 +52,14 @@ EPS = 2 ** -12
 
 CONV = {aten.conv2d.default, aten.convolution.default}
 LINEAR = {aten.linear.default}
+MATMUL = {aten.addmm.default, aten.mm.default, aten.matmul.default}
 ADD = {aten.add.Tensor, aten.add_.Tensor}
 MUL = {aten.mul.Tensor, aten.mul_.Tensor}
 ACTIVATIONS = {aten.relu.default, aten.relu_.default, aten.hardtanh.default, aten.hardtanh_.default,
                aten.relu6.default}
 # Ops whose int8 output is quantized like their (first) input: no new observer.
 SHARE_INPUT = {
-    aten.max_pool2d.default, aten.avg_pool2d.default, aten.adaptive_avg_pool2d.default,
-    aten.mean.dim, aten.mean.default,
+    aten.max_pool2d.default,
     aten.flatten.using_ints, aten.view.default, aten.reshape.default, aten._unsafe_view.default,
     aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default,
     aten.permute.default, aten.transpose.int,
@@ -57,9 +71,11 @@ SHARE_INPUT = {
     aten.upsample_bilinear2d.vec, aten.upsample_bilinear2d.default,
     *ACTIVATIONS,
 }
+# Averages: an output observer of their own (see the module docstring).
+AVERAGES = {aten.avg_pool2d.default, aten.adaptive_avg_pool2d.default, aten.mean.dim, aten.mean.default}
 CAT = {aten.cat.default}
-# Of those, ops worth quantizing even when their input is float (a pool right after the model
-# input): the input gets its own observer, the output shares it.
+# Pools are worth quantizing even when their input is float (a pool right after the model
+# input): the input gets its own observer (a max pool's output shares it).
 POOLS = {aten.max_pool2d.default, aten.avg_pool2d.default, aten.adaptive_avg_pool2d.default,
          aten.mean.dim}
 
@@ -71,9 +87,9 @@ def activation_spec(observer: str = "histogram") -> QuantizationSpec:
                             observer_or_fake_quant_ctr=ctr.with_args(eps=EPS))
 
 
-def weight_spec() -> QuantizationSpec:
+def weight_spec(ch_axis: int = 0) -> QuantizationSpec:
     return QuantizationSpec(dtype=torch.int8, quant_min=-127, quant_max=127,
-                            qscheme=torch.per_channel_symmetric, ch_axis=0,
+                            qscheme=torch.per_channel_symmetric, ch_axis=ch_axis,
                             observer_or_fake_quant_ctr=PerChannelMinMaxObserver.with_args(eps=EPS))
 
 
@@ -128,6 +144,34 @@ def annotate_weighted(gm: GraphModule, act: QuantizationSpec) -> None:
             _annotate(fused, output=act)
 
 
+def _constant_matrix(node) -> bool:
+    """A 2-D parameter, possibly transposed (t / permute of a get_attr)."""
+    while _is(node, {aten.t.default, aten.permute.default, aten.transpose.int}):
+        node = node.args[0]
+    return isinstance(node, Node) and node.op == "get_attr" and isinstance(node.meta.get("val"), torch.Tensor) \
+        and node.meta["val"].dim() == 2
+
+
+def annotate_matmul(gm: GraphModule, act: QuantizationSpec) -> None:
+    """addmm(b, x, w) / mm(x, w) / matmul(x, w), w a constant (in, out) matrix: a linear layer
+    (GPT-2's Conv1D). w is observed per output channel, i.e. along its axis 1."""
+    for node in gm.graph.nodes:
+        if not _is(node, MATMUL) or _annotated(node):
+            continue
+        x, w = node.args[-2], node.args[-1]
+        if not (_is_float_tensor(x) and _constant_matrix(w)):
+            continue
+        if node.target == aten.addmm.default and (node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1):
+            continue
+        fused = _sole_activation_user(node)
+        inputs = {x: act, w: weight_spec(ch_axis=1)}
+        if fused is None:
+            _annotate(node, inputs, act)
+        else:
+            _annotate(node, inputs)
+            _annotate(fused, output=act)
+
+
 def annotate_binary(gm: GraphModule, act: QuantizationSpec) -> None:
     """add [+ relu] and mul [+ relu] of two float tensors (a scalar operand: not annotated,
     the op then runs in float)."""
@@ -165,22 +209,88 @@ def annotate_cat(gm: GraphModule, act: QuantizationSpec) -> None:
         _annotate(node, inputs, shared)
 
 
-def annotate_shared(gm: GraphModule, act: QuantizationSpec) -> None:
-    """pools, mean, views, standalone activations: output quantized like the input. Where the
-    input is not quantized, only pools are (input observed, output shared); views and
-    activations of float tensors stay float."""
+def annotate_single_input(gm: GraphModule, act: QuantizationSpec) -> None:
+    """In graph order, so that chains propagate:
+      max pool, views, standalone relu/hardtanh: output quantized like the input;
+      averages (pools, mean): the input observed as it is, the output observed anew;
+      elementwise functions of one tensor: the same, where the input is quantized.
+    Where the input is not quantized, only pools are (input observed); views, activations
+    and functions of float tensors stay float."""
+    from .passes._graph import unary_operand
     for node in gm.graph.nodes:
-        if not _is(node, SHARE_INPUT) or _annotated(node):
+        if _annotated(node) or node.op != "call_function":
+            continue
+        if _is(node, SHARE_INPUT | AVERAGES):
+            x = node.args[0]
+            if not (_has_output_spec(x) or (_is(node, POOLS) and _is_float_tensor(x))):
+                continue
+            x_spec = SharedQuantizationSpec(x) if _has_output_spec(x) else act
+            if _is(node, AVERAGES):
+                _annotate(node, {x: x_spec}, act)
+            elif _has_output_spec(x):
+                _annotate(node, {x: x_spec}, SharedQuantizationSpec(x))
+            else:
+                _annotate(node, {x: act}, SharedQuantizationSpec((x, node)))
+            continue
+        x = unary_operand(node)
+        if x is not None and _has_output_spec(x) and _is_float_tensor(node):
+            _annotate(node, {x: SharedQuantizationSpec(x)}, act)
+
+
+STATIC_ANNOTATORS = [annotate_weighted, annotate_matmul, annotate_binary, annotate_cat,
+                     annotate_single_input]
+
+
+# ------------------------------------------------------------------ before annotating
+
+def batch_norm_as_conv(gm: GraphModule) -> bool:
+    """Each eval-mode batch_norm of a 4-D tensor left in the graph (prepare_pt2e has folded
+    those after a conv; these follow a cat, a pool, an add) -> conv2d(x, a, b, groups=C) with
+    a = gamma / sqrt(var + eps) as a (C, 1, 1, 1) weight and b = beta - mean * a: the same
+    function, quantized as a conv. Per-channel symmetric int8 represents a one-element channel
+    exactly (+-127 at scale |a| / 127), so the int8 op is an exact per-channel multiplier and
+    int32 bias. Also spares convert_pt2e its QAT conv-bn folding, which re-exports ~100
+    patterns (minutes on this machine) whenever a batch_norm is left in the graph."""
+    from .passes._graph import const_value
+    changed = False
+    for node in list(gm.graph.nodes):
+        if not _is(node, {aten.batch_norm.default}):
             continue
         x = node.args[0]
-        if _has_output_spec(x):
-            shared = SharedQuantizationSpec(x)
-            _annotate(node, {x: shared}, shared)
-        elif _is(node, POOLS) and _is_float_tensor(x):
-            _annotate(node, {x: act}, SharedQuantizationSpec((x, node)))
-
-
-STATIC_ANNOTATORS = [annotate_weighted, annotate_binary, annotate_cat, annotate_shared]
+        val = x.meta.get("val") if isinstance(x, Node) else None
+        if not isinstance(val, torch.Tensor) or val.dim() != 4 or node.args[5]:
+            continue
+        c = val.shape[1]
+        w, b, mean, var = (const_value(gm, a) for a in node.args[1:5])
+        if mean is None or var is None or (node.args[1] is not None and w is None) \
+                or (node.args[2] is not None and b is None):
+            continue
+        w = torch.ones(c) if w is None else w.float()
+        b = torch.zeros(c) if b is None else b.float()
+        scale = w / torch.sqrt(var.float() + float(node.args[7]))
+        shift = b - mean.float() * scale
+        names = []
+        for suffix, value in (("weight", scale.reshape(c, 1, 1, 1)), ("bias", shift)):
+            name, i = f"_vkq_bn_conv_{suffix}", 0
+            while hasattr(gm, f"{name}_{i}"):
+                i += 1
+            gm.register_parameter(f"{name}_{i}", torch.nn.Parameter(value.contiguous(), requires_grad=False))
+            names.append(f"{name}_{i}")
+        with gm.graph.inserting_before(node):
+            consts = []
+            for n, value in zip(names, (scale.reshape(c, 1, 1, 1), shift)):
+                g = gm.graph.get_attr(n)
+                g.meta["val"] = value
+                consts.append(g)
+            conv = gm.graph.call_function(aten.conv2d.default, (x, *consts, [1, 1], [0, 0], [1, 1], c))
+        conv.meta.update(node.meta)
+        node.replace_all_uses_with(conv)
+        gm.graph.erase_node(node)
+        changed = True
+    if changed:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return changed
 
 
 # ------------------------------------------------------------------ annotators (weights only)
@@ -204,6 +314,13 @@ class VkqQuantizer(Quantizer):
             raise ValueError(f"unknown scheme {scheme!r}; expected one of {SCHEMES}")
         self.scheme = scheme
         self.observer = observer
+
+    def transform_for_annotation(self, model: GraphModule) -> GraphModule:
+        from .passes.normalize_ops import functionalize_inplace
+        functionalize_inplace(model)
+        if self.scheme == "static":
+            batch_norm_as_conv(model)
+        return model
 
     def annotate(self, model: GraphModule) -> GraphModule:
         if self.scheme == "static":

@@ -35,15 +35,14 @@ class ShaderCompileError(RuntimeError):
 
 
 def shader_dir() -> Path:
-    """The GLSL sources: vkq.shaders when installed, else the repo's shaders/ folder."""
-    try:
-        from importlib.resources import files
-        d = Path(str(files("vkq.shaders")))
-        if d.is_dir() and any(d.glob("*.comp")):
-            return d
-    except (ModuleNotFoundError, TypeError):
-        pass
-    return Path(__file__).resolve().parent.parent / "shaders"
+    """The GLSL sources: vkq/shaders/ inside an installed vkq (the wheel puts the repo's
+    shaders/ there), else the repo's shaders/ folder. Found by path: the name vkq.shaders is
+    this module, so importlib.resources cannot reach the folder."""
+    here = Path(__file__).resolve().parent
+    installed = here / "shaders"
+    if installed.is_dir() and any(installed.glob("*.comp")):
+        return installed
+    return here.parent / "shaders"
 
 
 def cache_dir() -> Path:

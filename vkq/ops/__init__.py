@@ -34,4 +34,4 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
 Each op module also exports a `*_params` helper that turns float scales (and a float bias) into
 the integer constants/attrs above, used by the lowering and by tests alike.
 """
-from . import io, linear, conv, eltwise, pool, cpu, float, shape, attention, logic, resize  # noqa: F401
+from . import io, linear, conv, eltwise, pool, lut, cpu, float, shape, attention, logic, resize  # noqa: F401

@@ -129,21 +129,48 @@ class AddQ8:
         return _binary_build(ctx, node, "OP_ADD", node.attrs["a_mult"], node.attrs["b_mult"])
 
 
+def channel_operand(a_shape, b_shape) -> bool:
+    """b (N or 1, C, 1, 1) scales each channel of a (N, C, H, W): squeeze-excitation's gate."""
+    return len(a_shape) == 4 and len(b_shape) == 4 and b_shape[0] in (1, a_shape[0]) \
+        and tuple(b_shape[1:]) == (a_shape[1], 1, 1)
+
+
 @register_op
 class MulQ8:
     """int8 a * int8 b -> int8 (attrs from mul_q8_params):
         acc = (a - a_zp) * (b - b_zp)                          |acc| <= 255^2
-        out = requantize(acc, multiplier, shift, out_zp, qmin, qmax),  M = s_a * s_b / s_out"""
+        out = requantize(acc, multiplier, shift, out_zp, qmin, qmax),  M = s_a * s_b / s_out
+    b has a's shape, or is a per-channel (N or 1, C, 1, 1) operand broadcast over H x W."""
     name = "mul_q8"
-    shaders = ("eltwise_binary",)
+    shaders = ("eltwise_binary", "eltwise_mul_channel")
 
     def reference(a, b, *, a_zp, b_zp, multiplier, shift, out_zp, qmin=INT8_MIN, qmax=INT8_MAX):
-        _same_shapes(a, b)
+        if not channel_operand(np.shape(a), np.shape(b)):
+            _same_shapes(a, b)
         acc = _int32(a, a_zp) * _int32(b, b_zp)
         return requantize(acc, multiplier, shift, out_zp, qmin, qmax)
 
     def build(ctx, node):
-        return _binary_build(ctx, node, "OP_MUL")
+        sa, sb = ctx.spec(node.inputs[0]), ctx.spec(node.inputs[1])
+        if sa.shape == sb.shape:
+            return _binary_build(ctx, node, "OP_MUL")
+        return _mul_channel_build(ctx, node)
+
+
+def _mul_channel_build(ctx, node):
+    a, b, out = node.inputs[0], node.inputs[1], node.outputs[0]
+    sa, sb, so, at = ctx.spec(a), ctx.spec(b), ctx.spec(out), node.attrs
+    if not channel_operand(sa.shape, sb.shape) or sa.shape != so.shape or not sa.layout == sb.layout == so.layout:
+        raise ValueError(f"{node.name}: {sa.shape} {sa.layout} * {sb.shape} {sb.layout} -> {so.shape} {so.layout}")
+    blocks, *geo = block_geometry(so)
+    n, c, h, w = sa.shape
+    per_n = blocks // n
+    per_s = -(-c // 4) if so.layout == "4W4C" else per_n // c
+    return [ctx.device.dispatch(
+        "eltwise_mul_channel", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], grid_1d(-(-blocks // PER), LOCAL),
+        local=(LOCAL,), spec=(PER,), defines=["GATE_" + so.layout],
+        push=(geo, blocks, per_n, per_s, int(sb.shape[0] == n), at["a_zp"], at["b_zp"], at["multiplier"],
+              at["shift"], at["out_zp"], at.get("qmin", INT8_MIN), at.get("qmax", INT8_MAX)))]
 
 
 @register_op

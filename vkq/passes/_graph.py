@@ -31,6 +31,17 @@ VIEWS = {aten.view.default, aten.reshape.default, aten._unsafe_view.default,
          aten.flatten.using_ints, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default,
          aten.unsqueeze.default}
 PERMUTES = {aten.permute.default, aten.transpose.int, aten.t.default}
+# Elementwise functions of one tensor (any other operand a Python number): on an int8 input
+# with fixed output qparams each is a 256-entry table (lut_q8). relu / hardtanh / clamp are
+# not here: they are a clamp of the int8 range (fuse_activation, clamp_q8).
+UNARY_ELEMENTWISE = {getattr(aten, name).default for name in (
+    "hardswish", "hardsigmoid", "silu", "sigmoid", "tanh", "gelu", "elu", "leaky_relu", "mish",
+    "softplus", "selu", "celu", "hardshrink", "softshrink", "log_sigmoid", "threshold", "logit",
+    "exp", "expm1", "log", "log1p", "log2", "abs", "neg", "sqrt", "rsqrt", "reciprocal", "square",
+    "sin", "cos", "atan", "sinh", "cosh", "asinh", "erf", "erfc", "sign", "floor", "ceil", "round",
+    "trunc", "frac")} | {
+    aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Scalar,
+    aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar, aten.pow.Tensor_Scalar}
 # Ops that pick elements without changing them: quantize(op(x)) == op(quantize(x)), so int8
 # flows through them too (the lowering runs them as gathers, vkq/ops/shape.py).
 GATHERS = {aten.slice.Tensor, aten.select.int, aten.expand.default, aten.unflatten.int,
@@ -39,6 +50,24 @@ GATHERS = {aten.slice.Tensor, aten.select.int, aten.expand.default, aten.unflatt
 
 def is_call(node, targets) -> bool:
     return isinstance(node, Node) and node.op == "call_function" and node.target in targets
+
+
+def unary_operand(node) -> Node | None:
+    """The one tensor an elementwise function of one tensor reads (x in hardswish(x), x * 0.5,
+    pow(x, 3)), or None: node is in UNARY_ELEMENTWISE, every other operand is a number and
+    the output has the input's shape."""
+    if not is_call(node, UNARY_ELEMENTWISE):
+        return None
+    operands = [a for a in list(node.args) + list(node.kwargs.values())]
+    tensors = [a for a in operands if isinstance(a, Node)]
+    if len(tensors) != 1 or any(isinstance(a, (list, tuple, dict)) for a in operands):
+        return None
+    x = tensors[0]
+    vx, vn = val(x), val(node)
+    if not (isinstance(vx, torch.Tensor) and isinstance(vn, torch.Tensor)) or vx.shape != vn.shape \
+            or not vx.dtype.is_floating_point:
+        return None
+    return x
 
 
 def op_name(target) -> str:

@@ -4,7 +4,7 @@ explicit `repack` only where a producer and a consumer disagree.
   4W4C  convolutions and pools read and write it: a conv chain stays 4W4C throughout;
   4H4W  linear_q8 reads and writes it.
   ROW   tensors of rank 5 and 6 (vkq/packing.py): shape ops and quantize/dequantize take it.
-Elementwise ops (add_q8, mul_q8, clamp_q8, cat_q8) write the layout of their first input and
+Elementwise ops (add_q8, mul_q8, clamp_q8, cat_q8, lut_q8) write the layout of their first input and
 need every input in it. Free producers (quantize, repack, shape ops, CPU ops, constants) write
 the layout their consumers want (looking through elementwise ops), else 4W4C for 4-D tensors,
 4H4W for lower ranks and ROW for higher. A repack with one consumer just writes what that consumer wants: a flatten between
@@ -23,7 +23,7 @@ OUTPUT_LAYOUT = {"conv2d_q8": "4W4C", "max_pool2d_q8": "4W4C", "avg_pool2d_q8": 
                  "adaptive_avg_pool2d_q8": "4W4C", "linear_q8": "4H4W"}
 INPUT_LAYOUT = {"conv2d_q8": "4W4C", "max_pool2d_q8": "4W4C", "avg_pool2d_q8": "4W4C",
                 "adaptive_avg_pool2d_q8": "4W4C", "linear_q8": "4H4W", "linear_q8_fout": "4H4W"}
-FOLLOW = {"add_q8", "mul_q8", "clamp_q8", "cat_q8"}
+FOLLOW = {"add_q8", "mul_q8", "clamp_q8", "cat_q8", "lut_q8"}
 KEY = "vkq_layout"
 
 

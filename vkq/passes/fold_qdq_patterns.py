@@ -19,6 +19,9 @@ walks its own q/dq neighbours with the helpers below. The patterns:
                              float x, dq w                     -> linear_dynamic / linear_weight_only
                              dq.tensor(q.tensor(x, choose_qparams(x))) x, dq w -> linear_dynamic
   add, mul                   dq a, dq b (same shape), q out    -> add_q8 / mul_q8
+                             mul by a (N, C, 1, 1) gate (squeeze-excitation) -> mul_q8 (broadcast)
+  elementwise f(x)           dq x, q out, f in UNARY_ELEMENTWISE (hardswish, sigmoid, x * 0.5, ...)
+                                                               -> lut_q8 (table = PT2E's q(f(dq(.))))
   max_pool2d                 dq x, q out                       -> max_pool2d_q8 [+ clamp_q8]
   avg_pool2d                 dq x, q out                       -> avg_pool2d_q8
   adaptive_avg_pool2d        dq x (4-D), q out                 -> adaptive_avg_pool2d_q8
@@ -36,9 +39,9 @@ import torch
 from torch.fx import GraphModule, Node
 
 from ..quant import INT8_MAX, INT8_MIN
-from ._graph import (CHOOSE_QPARAMS, DEQUANTIZE, DEQUANTIZE_CHANNEL, DEQUANTIZE_TENSOR, QUANTIZE,
-                     QUANTIZE_TENSOR, add_constant, arg, aten, finish, is_call, op_name, pair, q_args, reject,
-                     set_val, shape_of, vkq_target)
+from ._graph import (CHOOSE_QPARAMS, DEQUANTIZE, DEQUANTIZE_CHANNEL, DEQUANTIZE_TENSOR, PERMUTES, QUANTIZE,
+                     QUANTIZE_TENSOR, UNARY_ELEMENTWISE, add_constant, arg, aten, finish, is_call, op_name,
+                     pair, q_args, qd, reject, set_val, shape_of, unary_operand, vkq_target)
 from .fold_constants import evaluate_constant
 
 # ------------------------------------------------------------------ what the rules look at
@@ -83,13 +86,21 @@ def dynamic_source(arg) -> Node | None:
 
 
 def weight(gm, node) -> tuple[np.ndarray, np.ndarray] | str:
-    """(int8 weight, per-output-channel scales) from a dequantize of a constant, or a reason."""
+    """(int8 weight, per-output-channel scales) from a dequantize of a constant, or a reason.
+    A transposed one (t(dq(w)), w (in, out) quantized along axis 1: GPT-2's Conv1D, which
+    normalize_ops made a linear) is read as its transpose."""
+    transposed = is_call(node, PERMUTES) and len(shape_of(node)) == 2
+    if transposed:
+        if node.target == aten.permute.default and [d % 2 for d in node.args[1]] != [1, 0]:
+            return "its weight is a permuted tensor"
+        node = node.args[0]
+    out_axis = 1 if transposed else 0
     if is_call(node, DEQUANTIZE_CHANNEL):
         q, scales, zps, axis = (evaluate_constant(gm, a) if isinstance(a, Node) else a for a in node.args[:4])
         dtype = node.args[6] if len(node.args) > 6 else node.kwargs.get("dtype")
         if q is None or scales is None:
             return "its weight is not a constant"
-        if axis != 0:
+        if axis % q.dim() != out_axis:
             return f"its weight is quantized along axis {axis}, not the output channels"
         zps = np.zeros(1) if zps is None else zps.numpy()
     elif is_call(node, DEQUANTIZE):
@@ -97,14 +108,16 @@ def weight(gm, node) -> tuple[np.ndarray, np.ndarray] | str:
         q, dtype = evaluate_constant(gm, node.args[0]), a["dtype"]
         if q is None:
             return "its weight is not a constant"
-        scales, zps = torch.full((q.shape[0],), a["scale"], dtype=torch.float64), np.array([a["zero_point"]])
+        scales = torch.full((q.shape[out_axis],), a["scale"], dtype=torch.float64)
+        zps = np.array([a["zero_point"]])
     else:
         return "its weight is not int8 (no dequantize of an int8 constant)"
     if dtype != torch.int8 or q.dtype != torch.int8:
         return f"its weight is {q.dtype}, the kernels take int8"
     if np.any(zps != 0):
         return "its weight is quantized with a zero point (the kernels take symmetric weights)"
-    return q.numpy().astype(np.int8), scales.double().numpy()
+    wq = q.numpy().astype(np.int8)
+    return np.ascontiguousarray(wq.T if transposed else wq), scales.double().numpy()
 
 
 def bias(gm, node, channels: int) -> np.ndarray | str:
@@ -268,8 +281,37 @@ def _fold_float_linear(gm, lin, wq, ws, b):
     return node
 
 
+def unary_table(node: Node, dq: Node, q: Node) -> np.ndarray:
+    """lut_q8's table for node = f(dq(x)) quantized by q: f evaluated by torch on the 256
+    dequantized int8 values, each step exactly as PT2E's graph does it (quantized_decomposed
+    dequantize in float32, the aten op, quantize with round-half-even and clamp)."""
+    a, o = q_args(dq), q_args(q)
+    ints = torch.arange(-128, 128, dtype=torch.int8)
+    xs = qd.dequantize_per_tensor.default(ints, a["scale"], a["zero_point"], -128, 127, torch.int8)
+    swap = lambda v: xs if v is dq else v                              # noqa: E731
+    args = tuple(swap(v) for v in node.args)
+    kwargs = {k: swap(v) for k, v in node.kwargs.items()}
+    with torch.no_grad():
+        ys = node.target(*args, **kwargs)
+        out = qd.quantize_per_tensor.default(ys.to(torch.float32), o["scale"], o["zero_point"],
+                                             o["qmin"], o["qmax"], torch.int8)
+    return out.numpy().astype(np.int8)
+
+
+def fold_unary(gm, node: Node):
+    x_node = unary_operand(node)
+    if x_node is None:
+        return "not an elementwise function of one tensor"
+    x, q = dq_source(x_node), q_sink(node)
+    if x is None or q is None:
+        return "input or output is not int8"
+    return emit_for_q(gm, q, "lut_q8", [x.node], {"table": unary_table(node, x_node, q)}, {}, hint=node.name)
+
+
 def fold_binary(gm, node: Node):
-    from ..ops.eltwise import add_q8_params, mul_q8_params
+    from ..ops.eltwise import add_q8_params, channel_operand, mul_q8_params
+    if unary_operand(node) is not None:
+        return fold_unary(gm, node)
     if not all(isinstance(v, Node) for v in node.args[:2]):
         return "a scalar operand (the int8 kernels take two int8 tensors)"
     a, b = (dq_source(v) for v in node.args[:2])
@@ -277,9 +319,13 @@ def fold_binary(gm, node: Node):
         return "an operand is not a dequantized int8 tensor"
     if node.kwargs.get("alpha", 1) != 1 or len(node.args) > 2:
         return "alpha != 1 is not supported"
-    if shape_of(node.args[0]) != shape_of(node.args[1]):
-        return f"operands of shapes {shape_of(node.args[0])} and {shape_of(node.args[1])} " \
-               "(the int8 kernels need equal shapes, no broadcasting)"
+    sa, sb = shape_of(node.args[0]), shape_of(node.args[1])
+    is_mul = node.target == aten.mul.Tensor
+    if is_mul and channel_operand(sb, sa):
+        a, b = b, a                       # the per-channel gate second: mul_q8's broadcast operand
+    elif sa != sb and not (is_mul and channel_operand(sa, sb)):
+        return f"operands of shapes {sa} and {sb} " \
+               "(the int8 kernels need equal shapes, or a (N, C, 1, 1) multiplier)"
     q = q_sink(node)
     if q is None:
         return "output is not quantized to int8"
@@ -360,7 +406,8 @@ def fold_adaptive_pool(gm, node: Node):
 
 def fold_cat(gm, node: Node):
     from ..ops.pool import cat_q8_params
-    tensors = arg(node, 0, "tensors", [])
+    # torch.cat skips 1-D empty tensors whatever the others' rank (an empty KV cache: GPT-2)
+    tensors = [t for t in arg(node, 0, "tensors", []) if shape_of(t) != (0,)]
     srcs = [dq_source(t) for t in tensors]
     q = q_sink(node)
     if not srcs or any(s is None for s in srcs) or q is None:
@@ -368,6 +415,8 @@ def fold_cat(gm, node: Node):
     rank = len(shape_of(node))
     if rank > 4:
         return "rank > 4"
+    if any(len(shape_of(t)) != rank for t in tensors):
+        return "inputs of different ranks"
     dim = int(arg(node, 1, "dim", 0)) % rank
     out = q_args(q)
     attrs = cat_q8_params([(s.scale, s.zero_point) for s in srcs], out["scale"], out["zero_point"], dim)
@@ -397,6 +446,7 @@ FOLD_RULES = {
     aten.cat.default: fold_cat,
     aten.upsample_bilinear2d.vec: fold_upsample_bilinear,
     aten.upsample_bilinear2d.default: fold_upsample_bilinear,
+    **{t: fold_unary for t in UNARY_ELEMENTWISE - {aten.add.Tensor, aten.mul.Tensor}},
     **{t: fold_requantize for t in QUANTIZE},
 }
 

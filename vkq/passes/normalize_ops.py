@@ -7,12 +7,18 @@ differently; this pass rewrites the second kind into the first:
   aten.addmm(b, x, t(w)) / aten.mm(x, t(w))     -> aten.linear(x, w, b)      (t = aten.t or permute [1, 0])
   aten.max_pool2d_with_indices + getitem 0      -> aten.max_pool2d
   aten.mean.dim(x, [2, 3] / [-2, -1], keepdim)  -> aten.adaptive_avg_pool2d(x, [1, 1]) [+ view (N, C)]
-  relu_ / hardtanh_ / add_ / mul_ (in place)    -> relu / hardtanh / add / mul
+  any in-place aten op (hardswish_, silu_, dropout_, add_, ...) -> its functional form
+                                                  (export points every later use at the in-place
+                                                  node's output, so nothing reads the old value)
+  aten.addmm(b, x, w) / mm / matmul(x, w), w a 2-D constant (GPT-2's Conv1D keeps w as (in, out))
+                                                -> aten.linear(x, t(w), b)
   aten.relu6(x), aten.clamp(x, lo, hi)          -> aten.hardtanh(x, lo, hi);  clamp(x, 0) -> relu
   dropout (eval), clone, alias, contiguous, detach -> removed (identities at inference)
   quantize / dequantize per tensor to uint8     -> int8 with zero point - 128 (X86 quantizer):
                                                    q_u8 - 128 = q_i8, the floats are the same
-Rules are the table NORMALIZE: target -> function(node) returning the replacement node or None.
+Rules are the table NORMALIZE: target -> function(node) returning the replacement node or None;
+in-place ops are found by their schema (functional_target), before the table is consulted, so
+that every rule sees functional ops only.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import DEQUANTIZE, PERMUTES, QUANTIZE, aten, finish, is_call, set_val, shape_of, val
+from ._graph import DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, aten, finish, is_call, set_val, shape_of, val
 
 
 def _new(node: Node, target, args, kwargs=None) -> Node:
@@ -52,19 +58,42 @@ def _transposed_weight(node):
     return None
 
 
+def _constant_weight(node) -> bool:
+    """node is a 2-D constant, or a dequantize of one (what PT2E makes of an annotated weight)."""
+    while is_call(node, DEQUANTIZE | DEQUANTIZE_CHANNEL):
+        node = node.args[0]
+    return isinstance(node, Node) and node.op == "get_attr" and len(shape_of(node)) == 2
+
+
+def _as_linear_weight(wt):
+    """The (out, in) weight of x @ wt: w where wt = t(w), else t(wt) for a constant (in, out)
+    matrix (GPT-2's Conv1D), else None."""
+    w = _transposed_weight(wt)
+    if w is not None:
+        return w
+    if not _constant_weight(wt):
+        return None
+    with wt.graph.inserting_after(wt):
+        t = wt.graph.call_function(aten.t.default, (wt,))
+    k, n = shape_of(wt)
+    return set_val(t, (n, k), val(wt).dtype)
+
+
 def linear_from_addmm(node):
     if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
         return None
     b, x, wt = node.args[:3]
-    w = _transposed_weight(wt)
-    if w is None or len(shape_of(b)) != 1:
+    if not isinstance(b, Node) or len(shape_of(b)) != 1:
         return None
-    return _new(node, aten.linear.default, (x, w, b))
+    w = _as_linear_weight(wt)
+    return None if w is None else _new(node, aten.linear.default, (x, w, b))
 
 
 def linear_from_mm(node):
     x, wt = node.args[:2]
-    w = _transposed_weight(wt)
+    if len(shape_of(wt)) != 2:
+        return None
+    w = _as_linear_weight(wt)
     return None if w is None else _new(node, aten.linear.default, (x, w))
 
 
@@ -95,10 +124,37 @@ def pool_from_mean(node):
     return _new(node, aten.view.default, (pool, [n, c]))
 
 
-def _renamed(target):
-    def rule(node):
-        return _new(node, target, node.args, node.kwargs)
-    return rule
+def functional_target(target):
+    """The functional twin of an in-place aten op (hardswish_ -> hardswish, add_.Tensor ->
+    add.Tensor), or None: any op whose schema writes its first argument and whose name without
+    the trailing underscore has the same overload."""
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
+        return None
+    name = target._opname
+    first = target._schema.arguments[0] if target._schema.arguments else None
+    if not name.endswith("_") or name.startswith("_") or first is None or first.alias_info is None \
+            or not first.alias_info.is_write:
+        return None
+    packet = getattr(aten, name[:-1], None)
+    return getattr(packet, target._overloadname, None) if packet is not None else None
+
+
+def functionalize_inplace(gm: GraphModule) -> bool:
+    """Every in-place aten op -> its functional form. Sound on an exported graph: export points
+    every later use of the mutated tensor at the in-place node's output. Also run by the
+    quantizer before annotating, so that PT2E's reference graph has no in-place ops either."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        target = functional_target(node.target) if node.op == "call_function" else None
+        if target is None:
+            continue
+        new = _new(node, target, node.args, node.kwargs)
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+        changed = True
+    if changed:
+        gm.recompile()
+    return changed
 
 
 def hardtanh_from_relu6(node):
@@ -145,12 +201,9 @@ NORMALIZE = {
     aten.convolution.default: conv_from_convolution,
     aten.addmm.default: linear_from_addmm,
     aten.mm.default: linear_from_mm,
+    aten.matmul.default: linear_from_mm,
     aten.max_pool2d_with_indices.default: max_pool_from_with_indices,
     aten.mean.dim: pool_from_mean,
-    aten.relu_.default: _renamed(aten.relu.default),
-    aten.hardtanh_.default: _renamed(aten.hardtanh.default),
-    aten.add_.Tensor: _renamed(aten.add.Tensor),
-    aten.mul_.Tensor: _renamed(aten.mul.Tensor),
     aten.relu6.default: hardtanh_from_relu6,
     aten.clamp.default: from_clamp,
     **{t: int8_from_uint8 for t in QUANTIZE | DEQUANTIZE},
@@ -160,7 +213,7 @@ NORMALIZE = {
 
 
 def normalize_ops(gm: GraphModule) -> bool:
-    changed = False
+    changed = functionalize_inplace(gm)
     for node in list(gm.graph.nodes):
         rule = NORMALIZE.get(node.target) if node.op == "call_function" else None
         if rule is None:

@@ -1,0 +1,130 @@
+"""The model zoo (vkq.zoo): architectures from torchvision, timm and transformers as a user
+brings them (random weights, BatchNorm statistics from training-mode passes, small inputs,
+default static int8), each compiled once per session:
+
+  op by op        every node of the program, fed PT2E's values of its inputs, is within one
+                  int8 step of PT2E (assert_matches_pt2e) — the check that finds a lowering
+                  computing something else
+  end to end      cosine >= 0.99 with PT2E's output
+  on Vulkan       (lavapipe only: SwiftShader takes minutes per model) equal to the CPU
+                  reference bit for bit where the program is all-integer, cosine >= 0.9995
+                  where float islands (layer_norm, softmax, ...) remain
+  no CPU node     every node on Vulkan; the CPU nodes are listed when there are some
+
+Where a check is known to fail it is xfail(strict=True) with what is missing, so that it
+turns into a failure to flip once that lands. torchvision and timm are installed by
+tools/setup.sh (--no-deps: torchvision's wheel is a CUDA build; vkq.zoo imports its Python
+models without the C++ ops).
+"""
+import functools
+import warnings
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from test_lower import assert_matches_pt2e, cosine
+from vkq import api, zoo
+from vkq.executor import VulkanExecutor, run_reference
+from vkq.lower import lower
+from vkq.registry import get_op
+
+warnings.filterwarnings("ignore")
+
+# What keeps nodes on the CPU today.
+CPU_NODES_LEFT = {
+    "swin": "aten.new_zeros (the shifted-window attention mask, built at run time from nothing)",
+}
+VULKAN_FAILS: dict = {}
+# Random-weight networks that amplify one-step differences layer by layer (PT2E itself is at
+# 0.73-0.97 with fp32 on them). What is left between vkq and PT2E is the int32 bias: vkq adds
+# round(b / (s_x s_w)), PT2E the float b, and about 1 conv output in 1000 lands on the other side
+# of a rounding boundary (MobileNetV3's first conv: 0.06% one step off; with the exact bias,
+# 0%). Closing it needs the bias's fraction in the requantization (the conv/linear epilogue:
+# round((acc * m + frac) / 2^s), frac = round(f * m) fits int32).
+BIAS_ROUNDING = "int32 bias rounding's one-step flips, amplified by this random network (cosine {})"
+COSINE_BELOW = {"mobilenet_v3_large": BIAS_ROUNDING.format(0.982), "efficientnet_b0": BIAS_ROUNDING.format("0.96-0.97"),
+                "shufflenet_v2_x0_5": BIAS_ROUNDING.format(0.977), "mnasnet0_5": BIAS_ROUNDING.format(0.953),
+                "lcnet_050": BIAS_ROUNDING.format(0.964)}
+
+
+def _xfail(table, name):
+    return pytest.mark.xfail(strict=True, reason=table[name]) if name in table else ()
+
+
+def _cases(table=None):
+    return [pytest.param(n, marks=_xfail(table, n)) if table else n for n in zoo.ZOO]
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(name):
+    try:
+        case = zoo.build(name)
+    except ModuleNotFoundError as e:          # torchvision / timm: tools/setup.sh puts them in zoo.ZOO_SITE
+        return str(e)
+    gm = api.quantize(case.model, case.inputs, case.calibration, progress=False)
+    return case, gm, lower(gm, case.inputs)
+
+
+def compiled(name):
+    got = _compiled(name)
+    if isinstance(got, str):
+        pytest.skip(f"{zoo.ZOO[name][0]} is not installed ({got})")
+    return got
+
+
+def _inputs(case):
+    return case.inputs if len(case.inputs) > 1 else case.inputs[0]
+
+
+def _first(out):
+    return np.asarray(out[0] if isinstance(out, (tuple, list)) else out)
+
+
+@pytest.mark.parametrize("name", _cases())
+def test_zoo_matches_pt2e_op_by_op(name):
+    case, gm, program = compiled(name)
+    assert assert_matches_pt2e(program, gm, _inputs(case), min_cos=-1.0) >= 5
+
+
+@pytest.mark.parametrize("name", _cases(COSINE_BELOW))
+def test_zoo_cosine_with_pt2e(name):
+    case, gm, program = compiled(name)
+    out = _first(run_reference(program, *[a.numpy() for a in case.inputs]))
+    with torch.no_grad():
+        ref = _first(gm(*case.inputs))
+    assert cosine(out, ref) >= 0.99
+
+
+def all_integer(program) -> bool:
+    """Every float tensor is a program input or output: int8 from the first quantize to the
+    last dequantize."""
+    ends = set(program.inputs) | set(program.outputs)
+    return all(program.tensors[t].dtype != "float32" or t in ends for n in program.nodes for t in n.outputs)
+
+
+@pytest.mark.parametrize("name", _cases(VULKAN_FAILS))
+def test_zoo_on_vulkan(name, device):
+    if "llvmpipe" not in device.info.name:
+        pytest.skip("the zoo runs on lavapipe (SwiftShader takes minutes per model)")
+    case, _, program = compiled(name)
+    xs = [a.numpy() for a in case.inputs]
+    got = VulkanExecutor(program, device)(*xs, keep_all=True)
+    ref = run_reference(program, *xs, keep_all=True)
+    if all_integer(program):
+        for t in ref:
+            if t in got and t not in program.constants:
+                np.testing.assert_array_equal(got[t], ref[t], err_msg=t)
+    else:
+        for t in program.outputs:
+            assert cosine(got[t], ref[t]) >= 0.9995, t
+
+
+@pytest.mark.parametrize("name", _cases(CPU_NODES_LEFT))
+def test_zoo_runs_without_cpu_nodes(name):
+    _, _, program = compiled(name)
+    cpu = Counter(n.op if n.op != "torch_op" else n.attrs["target"] for n in program.nodes
+                  if not get_op(n.op).on_vulkan)
+    assert not cpu, f"{sum(cpu.values())} of {len(program.nodes)} nodes on the CPU: {dict(cpu)}; " \
+                    f"reasons: {sorted(set(r for _, r in program.fallback))[:6]}"
