@@ -138,7 +138,7 @@ ADAPTIVE_CASES = {   # (input shape, output size)
 
 def adaptive_attrs(qp, shape, size):
     si, zi, so, zo, act = QPARAMS[qp]
-    return adaptive_avg_pool2d_params(si, zi, so, zo, shape[-2:], size, act)
+    return adaptive_avg_pool2d_params(si, zi, so, zo, size, act)
 
 
 @pytest.mark.parametrize("qp", QPARAMS)
@@ -219,10 +219,17 @@ def _run_global_constant(device, attrs, q):
     np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, "4W4C"))
 
 
-def test_avg_pool_divisors_must_match_the_input():
-    a = adaptive_avg_pool2d_params(0.1, 0, 0.1, 0, (7, 7), (1, 1))
-    with pytest.raises(ValueError, match="divisors"):
-        reference("adaptive_avg_pool2d_q8", a, np.zeros((1, 3, 5, 5), np.int8))
+def test_adaptive_pool_attrs_fit_every_input_size():
+    """The attrs hold the scales, not a divisor table for one input size: pooling 5x5, 7x7 and
+    6x9 inputs to 2x3 uses each window's own divisor (checked against the float average)."""
+    a = adaptive_avg_pool2d_params(0.1, 3, 0.07, -2, (2, 3))
+    rng = np.random.default_rng(0)
+    for hw in ((5, 5), (7, 7), (6, 9)):
+        q = rng.integers(-128, 128, (1, 3, *hw)).astype(np.int8)
+        got = reference("adaptive_avg_pool2d_q8", a, q)
+        x = torch.from_numpy((q.astype(np.float64) - 3) * 0.1)
+        want = np.clip(np.rint(torch.nn.functional.adaptive_avg_pool2d(x, (2, 3)).numpy() / 0.07) - 2, -128, 127)
+        assert got.shape == (1, 3, 2, 3) and np.abs(got.astype(np.int64) - want).max() <= 1
 
 
 # -- concatenation ------------------------------------------------------------------------------

@@ -9,7 +9,9 @@ the adaptive start/end formula); the numpy references below are the specificatio
                           out = max over the window (qparams unchanged: max commutes with quantization)
   avg_pool2d_q8           attrs kernel, stride, padding [2], ceil_mode, count_include_pad,
                           divisor_override, in_zp, out_zp, qmin, qmax, divisors, multipliers, shifts
-  adaptive_avg_pool2d_q8  attrs output_size [2], in_zp, out_zp, qmin, qmax, divisors, multipliers, shifts
+  adaptive_avg_pool2d_q8  attrs output_size [2], in_zp, out_zp, qmin, qmax, in_scale, out_scale
+                          (the windows' divisors follow from the input size, so their multipliers
+                          are made when the op runs: one program pools every input size)
                           acc = sum over the window of (q - in_zp)
                           out = requantize(acc, m[d], s[d], out_zp, qmin, qmax) for the position's
                           divisor d, (m[d], s[d]) = quantize_multiplier(s_in / (s_out * d))
@@ -106,13 +108,13 @@ def avg_pool2d_params(in_scale, in_zp, out_scale, out_zp, kernel, stride=None, p
             **_divisor_table(in_scale, out_scale, divisors)}
 
 
-def adaptive_avg_pool2d_params(in_scale, in_zp, out_scale, out_zp, input_size, output_size,
-                               activation=None) -> dict:
-    """Attrs of adaptive_avg_pool2d_q8 for an input of spatial size input_size (H, W)."""
-    (h, w), (oh, ow) = _pair(input_size), _pair(output_size)
-    fh, fw = _adaptive_windows(h, oh)[2], _adaptive_windows(w, ow)[2]
+def adaptive_avg_pool2d_params(in_scale, in_zp, out_scale, out_zp, output_size, activation=None) -> dict:
+    """Attrs of adaptive_avg_pool2d_q8: its windows depend on the input size, so the attrs keep
+    the two scales, and each divisor's multiplier is made from them for the input at hand
+    (_position_multipliers): the same for any input size, as dynamic shapes need."""
+    oh, ow = _pair(output_size)
     return {"output_size": [oh, ow], **_out_attrs(in_zp, out_scale, out_zp, activation),
-            **_divisor_table(in_scale, out_scale, np.unique(np.outer(fh, fw)))}
+            "in_scale": float(in_scale), "out_scale": float(out_scale)}
 
 
 # -- windows: (start, end, divisor factor) per output index along one dim ---------------------
@@ -153,8 +155,11 @@ def _windows(attrs, h, w):
 
 
 def _position_multipliers(attrs, div):
-    """(m, s) int32 arrays per output position: the divisor table looked up; an empty window
-    (divisor 0, PyTorch gives 0.0) gets m = 0, i.e. the zero point."""
+    """(m, s) int32 arrays per output position: the divisor table looked up (made here from the
+    scales when the attrs have none: adaptive pooling); an empty window (divisor 0, PyTorch
+    gives 0.0) gets m = 0, i.e. the zero point."""
+    if "divisors" not in attrs:
+        attrs = {**attrs, **_divisor_table(attrs["in_scale"], attrs["out_scale"], np.unique(div[div > 0]))}
     table = dict(zip(attrs["divisors"], zip(attrs["multipliers"], attrs["shifts"])))
     table[0] = (0, 31)
     missing = sorted(set(np.unique(div).tolist()) - set(table))
