@@ -8,10 +8,18 @@
 // columns; a lane owns TN columns; the x values (TM rows x 4 k per k-block, one vec4 a row) are
 // loaded once per subgroup, KSTEP k-blocks at a time, and passed round with subgroupShuffle.
 // PLAIN: no subgroup operations, SG = 1, every invocation loads its own x.
+// VEC4 (K % 4 == 0): x read as one vec4 per row and k-block instead of 4 floats; a lane loaded
+// 16 floats per k-block for 1 weight ivec4 at TM = 32, and lavapipe loads lane by lane:
+// linear_weight_only 128x384x384 1.82 -> 1.52 ms (CPU time, one interleaved run).
+// At most 4 rows run as linear_gemv_float.comp instead (1x2048x2048: 3.07 -> 1.27 ms).
 //! variant W_INT8
 //! variant W_F32
 //! variant W_INT8 PLAIN
 //! variant W_F32 PLAIN
+//! variant W_INT8 VEC4
+//! variant W_F32 VEC4
+//! variant W_INT8 PLAIN VEC4
+//! variant W_F32 PLAIN VEC4
 #ifndef PLAIN
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
@@ -25,7 +33,11 @@ layout(constant_id = 6) const int KSTEP = 1;  // k-blocks per x load: SG / gcd(S
 const int TN4 = TN / 4;
 const int XREGS = KSTEP * TM / SG;            // x vec4 each lane holds per step
 
+#ifdef VEC4
+layout(std430, binding = 0) readonly buffer X { vec4 x4[]; };   // (R, K / 4): K % 4 == 0
+#else
 layout(std430, binding = 0) readonly buffer X { float x[]; };   // (R, K) row-major
+#endif
 #ifdef W_INT8
 // ivec4 ((nt*K4w + kb)*TN4 + j): int32 i is k = 4kb+i, byte b is n = nt*TN + 4j + b (zero padded)
 layout(std430, binding = 1) readonly buffer W { ivec4 w[]; };
@@ -75,6 +87,13 @@ void main() {
 
     for (int kb0 = 0; kb0 < K4w; kb0 += KSTEP) {
         vec4 xr[XREGS];
+#ifdef VEC4
+        [[unroll]] for (int c = 0; c < XREGS; ++c) {   // one vec4 load: row * K is a multiple of 4
+            int kb = kb0 + xk[c] / 4;
+            vec4 v = x4[xrow[c] / 4 + min(kb, K4 - 1)];
+            xr[c] = kb < K4 ? v : vec4(0.0);
+        }
+#else
         [[unroll]] for (int c = 0; c < XREGS; ++c) {
             int k = 4 * kb0 + xk[c];
             [[unroll]] for (int t = 0; t < 4; ++t) {   // select, not branch: x past K may be inf
@@ -82,6 +101,7 @@ void main() {
                 xr[c][t] = k + t < p.K ? v : 0.0;
             }
         }
+#endif
         [[unroll]] for (int s = 0; s < KSTEP; ++s) {
             vec4 wv[TN4][4];   // wv[j][kk] = w[n = nt*TN + 4j + (0..3), k = 4(kb0+s) + kk]
             [[unroll]] for (int j = 0; j < TN4; ++j) {

@@ -19,12 +19,26 @@
 // Loops with a constant trip count are [[unroll]]: rolled, they index the register arrays
 // dynamically (lavapipe: 2.5x slower). The PLAIN variant (SG = 1, any workgroup width) needs
 // no subgroup operations: every invocation loads its own x.
+// DOT: the weight block is packed transposed (a word = 4 k of one column, as an x word is 4 k of
+// one row) and one integer dot product (dot4x8.glsl) does 4 multiply-adds with no unpacking:
+// the variant for GPUs with 4x8 dot-product hardware (device.dot_product chooses). On the CPU
+// drivers it is about as fast as unpack + multiply-add on lavapipe (0.79 vs 0.80 of the int32
+// roofline, 128x384x384) and no faster on SwiftShader.
+// Tried: a few rows (the batch-1 decoder case) here computed all 4 rows of a block and ran
+// through all of K on one lane per column tile: weights at 0.54 of copy bandwidth on
+// 1x4096x4096 (lavapipe, CPU time); that case is linear_gemv.comp now (0.82).
 //! variant OUT_Q8
 //! variant OUT_F32
 //! variant OUT_F32 ROW_QPARAMS
 //! variant OUT_Q8 PLAIN
 //! variant OUT_F32 PLAIN
 //! variant OUT_F32 ROW_QPARAMS PLAIN
+//! variant OUT_Q8 DOT
+//! variant OUT_F32 DOT
+//! variant OUT_F32 ROW_QPARAMS DOT
+//! variant OUT_Q8 PLAIN DOT
+//! variant OUT_F32 PLAIN DOT
+//! variant OUT_F32 ROW_QPARAMS PLAIN DOT
 #ifndef PLAIN
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
@@ -32,6 +46,9 @@
 #include "common.glsl"
 #include "int8x4.glsl"
 #include "requant.glsl"
+#ifdef DOT
+#include "dot4x8.glsl"
+#endif
 
 layout(constant_id = 3) const int TM = 32;    // rows per workgroup, a multiple of 4
 layout(constant_id = 4) const int TN = 4;     // columns per lane, a multiple of 4
@@ -45,10 +62,11 @@ const int XREGS = KSTEP * TM4 / SG;           // x ivec4 each lane holds per ste
 layout(std430, binding = 0) readonly buffer X { ivec4 x[]; };
 // w: packed on the host (vkq/ops/linear.py:pack_weight) with N padded to NT*TN columns and K to
 //    K4w = KSTEP * ceil(K4 / KSTEP) blocks, zeros: ivec4 ((nt*K4w + kb)*TN4 + j) holds
-//    int32 i = k 4kb+i, byte b = n nt*TN + 4j + b.
+//    int32 i = k 4kb+i, byte b = n nt*TN + 4j + b;  DOT: transposed, int32 b = n, byte i = k.
 layout(std430, binding = 1) readonly buffer W { ivec4 w[]; };
 // per output column n (padded like w), floats as their bits:
-//   OUT_Q8 (bias_eff, m, s, -);  OUT_F32 (corr, scale, bias, -);  ROW_QPARAMS (wsum, w_scale, bias, -)
+//   OUT_Q8 (bias_eff, bound, m, lshift | rshift << 8): requantize_clamped's constants (requant.glsl)
+//   OUT_F32 (corr, scale, bias, -);  ROW_QPARAMS (wsum, w_scale, bias, -)
 layout(std430, binding = 2) readonly buffer Chan { ivec4 chan[]; };
 #ifdef OUT_Q8
 layout(std430, binding = 3) writeonly buffer Out { ivec4 out_q[]; };  // 4H4W, rows as x
@@ -67,6 +85,8 @@ layout(push_constant) uniform Params {
     int NT;   // column tiles: ceil(N / TN)
     int out_zp, qmin, qmax;
 } p;
+
+#include "linear_store.glsl"
 
 #ifdef PLAIN
 ivec4 share(ivec4 v, int lane) { return v; }
@@ -102,6 +122,20 @@ void main() {
         ivec4 xr[XREGS];
         [[unroll]] for (int c = 0; c < XREGS; ++c) xr[c] = x[xrow[c] + min(kb0 + xk[c], p.K4 - 1)];
         [[unroll]] for (int s = 0; s < KSTEP; ++s) {
+#ifdef DOT
+            ivec4 wd[TN4];      // wd[j][b] = w[n = nt*TN + 4j + b, k = 4(kb0+s) .. +3], one word
+            [[unroll]] for (int j = 0; j < TN4; ++j) wd[j] = w[wrow + (kb0 + s) * TN4 + j];
+            [[unroll]] for (int i = 0; i < TM4; ++i) {
+                int q = s * TM4 + i;
+                ivec4 xb = share(xr[q / SG], q % SG);   // rows 4(rb0+i).., k 4(kb0+s)..
+                [[unroll]] for (int rr = 0; rr < 4; ++rr)
+                    [[unroll]] for (int j = 0; j < TN4; ++j) {
+                        ivec4 a = acc[4 * i + rr][j];
+                        acc[4 * i + rr][j] = ivec4(dot4x8_acc(xb[rr], wd[j].x, a.x), dot4x8_acc(xb[rr], wd[j].y, a.y),
+                                                   dot4x8_acc(xb[rr], wd[j].z, a.z), dot4x8_acc(xb[rr], wd[j].w, a.w));
+                    }
+            }
+#else
             ivec4 wv[TN4][4];   // wv[j][kk] = w[n = nt*TN + 4j + (0..3), k = 4(kb0+s) + kk]
             [[unroll]] for (int j = 0; j < TN4; ++j) {
                 ivec4 word = w[wrow + (kb0 + s) * TN4 + j];
@@ -116,55 +150,23 @@ void main() {
                         acc[4 * i + rr][j] += xs.x * wv[j][0] + xs.y * wv[j][1] + xs.z * wv[j][2] + xs.w * wv[j][3];
                 }
             }
+#endif
         }
     }
     if (nt >= p.NT) return;
 
     // The epilogue copies acc with constant indices (so acc stays in registers) and then runs
-    // rolled loops: one copy of the requantization code, which SwiftShader compiles in 0.2 s
-    // instead of 5 s for TM*TN unrolled copies.
-    int Hp = up4(p.H), N4 = up4(p.N) / 4;
+    // rolled loops over the row blocks (linear_store.glsl).
+    int N4 = up4(p.N) / 4;
     [[unroll]] for (int j = 0; j < TN4; ++j) {
         int nb = nt * TN4 + j;          // column block: n = 4nb .. 4nb+3
         if (nb >= N4) break;
         ivec4 tile[TM];
         [[unroll]] for (int r = 0; r < TM; ++r) tile[r] = acc[r][j];
-        ivec4 c0 = chan[4 * nb], c1 = chan[4 * nb + 1], c2 = chan[4 * nb + 2], c3 = chan[4 * nb + 3];
-        bvec4 col_ok = lessThan(4 * nb + ivec4(0, 1, 2, 3), ivec4(p.N));
         for (int i = 0; i < TM4; ++i) {
-            int rb = rb0 + i;
-            if (rb >= p.RB) break;
-#ifdef OUT_Q8
-            ivec4 bias = ivec4(c0.x, c1.x, c2.x, c3.x), m = ivec4(c0.y, c1.y, c2.y, c3.y), sh = ivec4(c0.z, c1.z, c2.z, c3.z);
-            ivec4 words;
-            for (int rr = 0; rr < 4; ++rr) {
-                ivec4 a = tile[4 * i + rr] + bias, q = ivec4(0);
-                bool row_ok = (4 * rb + rr) % Hp < p.H;   // padding rows and columns stay 0
-                for (int b = 0; b < 4; ++b)
-                    if (row_ok && col_ok[b]) q[b] = requantize(a[b], m[b], sh[b], p.out_zp, p.qmin, p.qmax);
-                words[rr] = pack_int8x4(q);
-            }
-            out_q[rb * N4 + nb] = words;
-#else
-            for (int rr = 0; rr < 4; ++rr) {
-                int prow = 4 * rb + rr, h = prow % Hp;
-                if (h >= p.H) continue;
-                int row = prow / Hp * p.H + h;   // row in the (batch * H, N) float output
-                ivec4 a = tile[4 * i + rr];
-                vec4 scale = intBitsToFloat(ivec4(c0.y, c1.y, c2.y, c3.y));
-#ifdef ROW_QPARAMS
-                vec2 rq = rowq[row];
-                a -= int(rq.y) * ivec4(c0.x, c1.x, c2.x, c3.x);
-                precise vec4 sc = rq.x * scale;
-                scale = sc;
-#else
-                a += ivec4(c0.x, c1.x, c2.x, c3.x);
-#endif
-                precise vec4 y = vec4(a) * scale + intBitsToFloat(ivec4(c0.z, c1.z, c2.z, c3.z));
-                for (int b = 0; b < 4; ++b)
-                    if (col_ok[b]) out_f[row * p.N + 4 * nb + b] = y[b];
-            }
-#endif
+            if (rb0 + i >= p.RB) break;
+            ivec4 blk[4] = ivec4[4](tile[4 * i], tile[4 * i + 1], tile[4 * i + 2], tile[4 * i + 3]);
+            store_block(rb0 + i, nb, blk);
         }
     }
 }

@@ -12,7 +12,7 @@ import pytest
 
 from vkq import shaders
 from vkq.device import devices
-from vkq.ops.eltwise import block_geometry
+from vkq.ops.eltwise import clamp_dispatch
 from vkq.program import TensorSpec
 
 VALIDATION_LAYER = "/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json"
@@ -51,10 +51,11 @@ def test_reflection_reads_the_qualifiers():
         shaders.reflect(b"not spirv at all")
 
 
+COPY = dict(in_zp=0, multiplier=1 << 30, shift=30, out_zp=0)   # clamp_q8 to [-128, 127]: a copy
+
+
 def _clamp(device, src, dst, n):
-    blocks, *geo = block_geometry(TensorSpec((1, 4, 1, n), "int8", "4W4C"))   # n words, every byte used
-    return device.dispatch("eltwise_clamp", [src, dst], (1, 1, 1), local=(64,), spec=(1,),
-                           push=(geo, blocks, 0, 1 << 30, 30, 0, -128, 127))
+    return clamp_dispatch(device, src, dst, TensorSpec((1, 4, 1, n), "int8", "4W4C"), COPY)   # n words, all used
 
 
 @pytest.mark.parametrize("chain", [False, True])
@@ -74,7 +75,7 @@ def test_barriers_only_where_a_dispatch_depends(device, chain):
 HAZARD_TEST = '''
 import numpy as np
 import pytest
-from vkq.ops.eltwise import block_geometry
+from vkq.ops.eltwise import clamp_dispatch
 from vkq.program import TensorSpec
 
 @pytest.mark.parametrize("barriers", [True, False])
@@ -84,10 +85,9 @@ def test_dependent_dispatches(device, barriers):
     n = 64
     x, mid, out = (device.buffer(np.full(n, 0x01020304, np.int32)), device.buffer(size=n, host_visible=False),
                    device.buffer(size=n))
-    blocks, *geo = block_geometry(TensorSpec((1, 4, 1, n), "int8", "4W4C"))   # n words, every byte used
-    push = (geo, blocks, 0, 1 << 30, 30, 0, -128, 127)
-    steps = [device.dispatch("eltwise_clamp", [a, b], (1, 1, 1), local=(64,), spec=(1,), push=push)
-             for a, b in ((x, mid), (mid, out), (x, mid))]
+    spec = TensorSpec((1, 4, 1, n), "int8", "4W4C")   # n words, every byte used
+    copy = dict(in_zp=0, multiplier=1 << 30, shift=30, out_zp=0)
+    steps = [clamp_dispatch(device, a, b, spec, copy) for a, b in ((x, mid), (mid, out), (x, mid))]
     rec = device.record(steps, upload=[x], download=[out], barriers=barriers)
     rec.run()
     assert (out.read() == 0x01020304).all()

@@ -1,8 +1,9 @@
 """linear_q8, linear_q8_fout, linear_dynamic, linear_weight_only.
 
 On every test device the int8 ops equal their numpy references bit for bit (the packed output
-words too, so padding bytes are 0); the float weight-only op agrees within a bound on float
-rounding. The references are checked against PyTorch's float path (quantized_decomposed
+words too, so padding bytes are 0), both with the integer dot product and without it, through
+the tiled GEMM and the GEMV (one 4-row block); the float weight-only op agrees within a bound
+on float rounding. The references are checked against PyTorch's float path (quantized_decomposed
 dequantize -> F.linear -> quantize) within one int8 step."""
 import numpy as np
 import pytest
@@ -12,9 +13,10 @@ import torch.nn.functional as F
 
 from oputil import assert_same, single_op_program, spec
 from vkq import packing
+from vkq.device import get_device
 from vkq.executor import VulkanExecutor, run_reference
 from vkq.ops import linear
-from vkq.ops.linear import linear_q8_params, pack_weight, quantize_rows, reciprocal
+from vkq.ops.linear import DOT_MAX_K, linear_q8_params, pack_weight, quantize_rows, reciprocal, use_dot_product
 from vkq.quant import quantize_multiplier, quantize_multipliers
 from vkq.registry import get_op
 
@@ -22,6 +24,13 @@ QD = torch.ops.quantized_decomposed
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+@pytest.fixture(params=["mad", "dot"])
+def int8_device(device, request):
+    """The device with the int8 GEMMs' integer-dot-product path forced on ("dot") or off ("mad":
+    unpack and multiply-add), the choice device.dot_product makes per device."""
+    return get_device(device.info, dot_product=request.param == "dot")
+
 
 def q8(rng, shape, lo=-128, hi=127):
     """Random int8 with both extremes present."""
@@ -89,6 +98,9 @@ Q8_CASES = [
     ((2, 3, 5), 7, -7, 10, ("hardtanh", -0.5, 0.3)),   # batch dims; bounds x max|y|
     ((2, 2, 3, 9), 5, 1, 0, None),          # rank 4
     ((37,), 4, 0, 2, None),                 # a single row
+    ((1, 1001), 37, -128, 127, None),       # GEMV: K and N past its lanes and column tile
+    ((2, 1, 13), 9, 5, -1, "relu"),         # a batch of 1-row matrices
+    ((3, 2, 1, 97), 19, -3, 3, None),
 ]
 
 
@@ -111,10 +123,10 @@ def q8_case(rng, x_shape, n, x_zp, out_zp, act, x_scale=0.05):
 # -- linear_q8 --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("x_shape,n,x_zp,out_zp,act", Q8_CASES)
-def test_linear_q8_exact(device, x_shape, n, x_zp, out_zp, act):
+def test_linear_q8_exact(int8_device, x_shape, n, x_zp, out_zp, act):
     rng = np.random.default_rng(sum(x_shape) * 100 + n)
     x, w, _, _, _, _, consts, attrs = q8_case(rng, x_shape, n, x_zp, out_zp, act)
-    ref = run_exact(device, q8_program(x.shape, w, *consts, attrs), x)
+    ref = run_exact(int8_device, q8_program(x.shape, w, *consts, attrs), x)
     if ref.size > 20:   # not everything clamped to one value
         assert len(np.unique(ref)) > 5
 
@@ -128,7 +140,7 @@ def test_linear_q8_reference_matches_torch(x_shape, n, x_zp, out_zp, act):
     assert np.abs(ref.astype(int) - want).max() <= 1
 
 
-def test_linear_q8_extreme_multipliers(device):
+def test_linear_q8_extreme_multipliers(int8_device):
     """A multiplier near 1 (tiny accumulators) and one near 2^-20 (accumulators near 2^26 from
     all-extreme inputs, zero points at the ends)."""
     rng = np.random.default_rng(7)
@@ -137,7 +149,7 @@ def test_linear_q8_extreme_multipliers(device):
     w = rng.integers(-3, 4, (6, 3)).astype(np.int8)
     m, s = (np.full(6, v, np.int32) for v in quantize_multiplier(0.99999))
     bias = rng.integers(-20, 20, 6).astype(np.int32)
-    ref = run_exact(device, q8_program(x.shape, w, bias, m, s, dict(x_zp=-2, out_zp=0, qmin=-128, qmax=127)), x)
+    ref = run_exact(int8_device, q8_program(x.shape, w, bias, m, s, dict(x_zp=-2, out_zp=0, qmin=-128, qmax=127)), x)
     assert ref.min() > -128 and ref.max() < 127   # nothing saturates, every bit of the product counts
     # M ~ 2^-20: K = 1500; row r is -128 for k < t_r and 127 after, x_zp = 127, so
     # acc = -255 * sum_{k < t_r} w, up to 255 * 127 * 1500 ~ 2^25.2
@@ -145,10 +157,42 @@ def test_linear_q8_extreme_multipliers(device):
     x = np.where(np.arange(1500)[None, :] < t[:, None], -128, 127).astype(np.int8)
     w = np.where(rng.random((7, 1500)) < 0.9, -127, 127).astype(np.int8)
     m, s = quantize_multipliers(2.0 ** -20 * rng.uniform(1, 1.9, 7))
-    ref = run_exact(device, q8_program(x.shape, w, np.zeros(7, np.int32), m, s,
-                                       dict(x_zp=127, out_zp=-128, qmin=-128, qmax=127)), x)
+    attrs = dict(x_zp=127, out_zp=-128, qmin=-128, qmax=127)
+    ref = run_exact(int8_device, q8_program(x.shape, w, np.zeros(7, np.int32), m, s, attrs), x)
     assert np.abs((x.astype(np.int64) - 127) @ w.astype(np.int64).T).max() > 2 ** 25
     assert len(np.unique(ref)) > 5
+    one = x[6:7]   # one row: the GEMV
+    ref = run_exact(int8_device, q8_program(one.shape, w, np.zeros(7, np.int32), m, s, attrs), one)
+    assert len(np.unique(ref)) > 3
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_linear_q8_at_the_dot_product_bound(int8_device, rows):
+    """K = DOT_MAX_K with x and w all -128 in row 0 / column 0: that accumulator is
+    K * 2^14 = 2^31 - 2^14, one product short of int32's limit, and nothing saturates."""
+    k, n = DOT_MAX_K, 5
+    rng = np.random.default_rng(rows)
+    x = rng.integers(-128, 128, (rows, k)).astype(np.int8)
+    w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+    x[0], w[0] = -128, -128
+    for j in range(1, n):   # x row 0 against -128s then 127s: accumulators across the range
+        w[j] = np.where(np.arange(k) < k * j // n, -128, 127)
+    acc = x.astype(np.int64) @ w.astype(np.int64).T
+    assert acc[0, 0] == (1 << 31) - (1 << 14)
+    m, s = quantize_multipliers(np.full(n, 2.0 ** -25))
+    ref = run_exact(int8_device, q8_program(x.shape, w, np.zeros(n, np.int32), m, s,
+                                            dict(x_zp=0, out_zp=0, qmin=-128, qmax=127)), x)
+    assert ref[0, 0] == 64 and len(np.unique(ref[0])) == n
+
+
+def test_dot_product_choice():
+    """The dot-product variants only where the device enables them and K cannot saturate."""
+    class Dev:
+        dot_product = True
+    assert use_dot_product(Dev, DOT_MAX_K) and not use_dot_product(Dev, DOT_MAX_K + 1)
+    assert DOT_MAX_K * 2 ** 14 < 2 ** 31 <= (DOT_MAX_K + 1) * 2 ** 14
+    Dev.dot_product = False
+    assert not use_dot_product(Dev, 16)
 
 
 def test_linear_q8_params():
@@ -178,20 +222,45 @@ def test_pack_weight_layout():
                         assert blk[i, b] == (w[n, k] if n < 13 and k < 10 else 0)
     f = pack_weight(w.astype(np.float32), tn, kstep)
     np.testing.assert_array_equal(f, pack_weight(w, tn, kstep).view(np.int8).astype(np.float32))
+    # for the dot product each block is transposed: int32 b holds n, byte i holds k
+    dot = pack_weight(w, tn, kstep, dot=True).view(np.int8).reshape(-1, 4, 4)
+    np.testing.assert_array_equal(dot, words.view(np.int8).transpose(0, 2, 1))
 
 
-def test_linear_q8_without_subgroups(device, monkeypatch):
-    """The PLAIN variants (no subgroup operations) give the same bits."""
-    monkeypatch.setattr(linear, "SUBGROUP_SHARING", False)
+@pytest.mark.parametrize("rows", [9, 3])
+def test_linear_q8_without_subgroups(int8_device, rows):
+    """The PLAIN variants (a device without subgroup operations) give the same bits: the GEMM
+    (9 rows) and the GEMV (3 rows), whose lanes then add up their partial sums in shared memory;
+    int8 and float outputs, the row quantizer, and the float GEMMs of weight-only."""
+    device = get_device(int8_device.info, dot_product=int8_device.dot_product, subgroups=False)
+    assert linear.subgroup_lanes(device.info) == 0
     rng = np.random.default_rng(11)
-    x, w, _, _, _, _, consts, attrs = q8_case(rng, (2, 9, 21), 11, 5, -2, None)
+    x, w, _, _, _, _, consts, attrs = q8_case(rng, (2, rows, 21), 11, 5, -2, None)
     run_exact(device, q8_program(x.shape, w, *consts, attrs), x)
-    xf = rng.normal(0, 1, (9, 21)).astype(np.float32)
+    x, w, _, _, _, _, consts, attrs = q8_case(rng, (rows, 203), 37, 5, -2, None)
+    run_exact(device, q8_program(x.shape, w, *consts, attrs), x)
+    fout = {"b": rng.normal(0, 1, 37).astype(np.float32), "s": rng.uniform(1e-3, 1e-2, 37).astype(np.float32)}
+    run_exact(device, single_op_program("linear_q8_fout", [("x", spec(x.shape, "int8", "4H4W"))],
+                                        [("y", spec(x.shape[:-1] + (37,)))], {"x_zp": 5},
+                                        {"w": (w_spec(w), w), **{k: (spec((37,)), v) for k, v in fout.items()}}), x)
     consts = {"s": rng.uniform(1e-3, 1e-2, 11).astype(np.float32), "b": rng.normal(0, 1, 11).astype(np.float32)}
-    run_exact(device, float_program("linear_dynamic", xf.shape, w, consts), xf)
-    got = VulkanExecutor(float_program("linear_weight_only", xf.shape, w, consts), device)(xf)
-    np.testing.assert_allclose(got, get_op("linear_weight_only").reference(xf, w, consts["s"], consts["b"]),
-                               rtol=1e-5, atol=1e-5)
+    xf = rng.normal(0, 1, (rows, 24)).astype(np.float32)
+    for xw in (xf, np.ascontiguousarray(xf[:, :21])):   # float x read as vec4 (K % 4 == 0) and by value
+        ww = w[:11, :xw.shape[1]]
+        run_exact(device, float_program("linear_dynamic", xw.shape, ww, consts), xw)
+        got = VulkanExecutor(float_program("linear_weight_only", xw.shape, ww, consts), device)(xw)
+        np.testing.assert_allclose(got, get_op("linear_weight_only").reference(xw, ww, consts["s"], consts["b"]),
+                                   rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("subgroups", [True, False])
+def test_fp32_baseline_gemm(device, subgroups):
+    """The benchmark's fp32 baseline (float weights through the same float GEMM and GEMV) agrees
+    with numpy, x read as vec4 (K % 4 == 0) and by value, with and without subgroups."""
+    from vkq.bench.kernels import linear_f32_steps
+    dev = get_device(device.info, subgroups=subgroups)
+    for m, k, n in ((1, 96, 40), (3, 37, 9), (9, 40, 21), (9, 37, 21)):
+        linear_f32_steps(dev, m, k, n, np.random.default_rng(m + k), verify=True)
 
 
 def test_weight_must_be_constant(device):
@@ -208,8 +277,8 @@ def test_weight_must_be_constant(device):
 # -- linear_q8_fout ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("x_shape,n,x_zp", [((1, 3), 1, 0), ((5, 17), 13, -128), ((2, 3, 37), 7, 127),
-                                            ((6, 601), 5, 127)])
-def test_linear_q8_fout_exact(device, x_shape, n, x_zp):
+                                            ((6, 601), 5, 127), ((1, 601), 23, 127)])
+def test_linear_q8_fout_exact(int8_device, x_shape, n, x_zp):
     """f32(acc) * scale + bias bit for bit; K = 601 of extreme values puts |acc| above 2^24,
     where f32(acc) itself rounds."""
     rng = np.random.default_rng(n)
@@ -222,7 +291,7 @@ def test_linear_q8_fout_exact(device, x_shape, n, x_zp):
     prog = single_op_program("linear_q8_fout", [("x", spec(x_shape, "int8", "4H4W"))],
                              [("y", spec(x_shape[:-1] + (n,)))], {"x_zp": x_zp},
                              {"w": (w_spec(w), w), **{k: (spec((n,)), v) for k, v in consts.items()}})
-    ref = run_exact(device, prog, x)
+    ref = run_exact(int8_device, prog, x)
     if x_shape[-1] == 601:
         acc = (x.astype(np.int64) - x_zp) @ w.astype(np.int64).T
         assert np.abs(acc).min() > 2 ** 24 and np.any(acc.astype(np.float32).astype(np.int64) != acc)
@@ -262,16 +331,21 @@ def test_quantize_rows():
     assert np.abs(zp[8:] - t_zp.numpy()[:, 0]).max() <= 1
 
 
-@pytest.mark.parametrize("x_shape,n", [((1, 1), 1), ((3, 5), 17), ((2, 5, 37), 3), ((8, 50), 13)])
-def test_linear_dynamic_exact(device, x_shape, n):
+@pytest.mark.parametrize("x_shape,n", [((1, 1), 1), ((3, 5), 17), ((2, 5, 37), 3), ((8, 50), 13), ((1, 50), 29),
+                                       ((9, 48), 7)])
+def test_linear_dynamic_exact(int8_device, x_shape, n):
     rng = np.random.default_rng(n)
     k = x_shape[-1]
     x = rng.normal(0, 2, x_shape).astype(np.float32)
     if x_shape == (8, 50):
         x = awkward_rows(rng, 50)
+    if x_shape == (1, 50):
+        x = awkward_rows(rng, 50)[-1:]
+    if x_shape == (9, 48):   # K % 4 == 0: x read as vec4
+        x = np.concatenate([awkward_rows(rng, 48), rng.normal(0, 2, (1, 48)).astype(np.float32)])
     w, ws = weights(rng, n, k)
     consts = {"s": ws.astype(np.float32), "b": rng.normal(0, 1, n).astype(np.float32)}
-    ref = run_exact(device, float_program("linear_dynamic", x.shape, w, consts), x)
+    ref = run_exact(int8_device, float_program("linear_dynamic", x.shape, w, consts), x)
     assert np.all(np.isfinite(ref))
 
 
@@ -304,7 +378,8 @@ def weight_only_tolerance(x, w, ws, k):
     return (1e-6 * np.sqrt(k) * mag + 1e-6).reshape(x.shape[:-1] + (w.shape[0],))
 
 
-@pytest.mark.parametrize("x_shape,n", [((1, 1), 1), ((3, 5), 17), ((2, 5, 37), 3), ((17, 130), 13)])
+@pytest.mark.parametrize("x_shape,n", [((1, 1), 1), ((3, 5), 17), ((2, 5, 37), 3), ((17, 130), 13),
+                                       ((1, 2, 200), 37)])
 def test_linear_weight_only(device, x_shape, n):
     rng = np.random.default_rng(n + 1)
     k = x_shape[-1]
@@ -322,16 +397,20 @@ def test_linear_weight_only(device, x_shape, n):
 # -- real layer shapes ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("k,n", [(384, 384), (384, 1536), (1536, 384)])
-def test_transformer_shapes(device, k, n):
-    """A ViT-S/DeiT-S block's linears at 128 tokens: static int8 exactly, dynamic exactly,
-    weight-only within tolerance."""
+def test_transformer_shapes(int8_device, k, n):
+    """A ViT-S/DeiT-S block's linears at 128 tokens, and at one token (the GEMV): static int8
+    exactly, dynamic exactly, weight-only within tolerance."""
     rng = np.random.default_rng(k + n)
     x, w, _, _, _, _, consts, attrs = q8_case(rng, (128, k), n, -3, 4, None, x_scale=0.02)
+    device = int8_device
     run_exact(device, q8_program(x.shape, w, *consts, attrs), x)
+    run_exact(device, q8_program(x[:1].shape, w, *consts, attrs), x[:1])
     xf = rng.normal(0, 1, (128, k)).astype(np.float32)
     _, ws = weights(rng, n, k)
     fc = {"s": ws.astype(np.float32), "b": rng.normal(0, 1, n).astype(np.float32)}
     run_exact(device, float_program("linear_dynamic", xf.shape, w, fc), xf)
-    prog = float_program("linear_weight_only", xf.shape, w, fc)
-    got = VulkanExecutor(prog, device)(xf)
-    assert np.all(np.abs(got - run_reference(prog, xf)) <= weight_only_tolerance(xf, w, ws, k))
+    run_exact(device, float_program("linear_dynamic", xf[:1].shape, w, fc), xf[:1])
+    for xw in (xf, xf[:1]):   # the tiled GEMM and the GEMV
+        prog = float_program("linear_weight_only", xw.shape, w, fc)
+        got = VulkanExecutor(prog, device)(xw)
+        assert np.all(np.abs(got - run_reference(prog, xw)) <= weight_only_tolerance(xw, w, ws, k))

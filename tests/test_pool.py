@@ -138,7 +138,7 @@ ADAPTIVE_CASES = {   # (input shape, output size)
 
 def adaptive_attrs(qp, shape, size):
     si, zi, so, zo, act = QPARAMS[qp]
-    return adaptive_avg_pool2d_params(si, zi, so, zo, shape[-2:], size, act)
+    return adaptive_avg_pool2d_params(si, zi, so, zo, size, act)
 
 
 @pytest.mark.parametrize("qp", QPARAMS)
@@ -160,6 +160,24 @@ def test_adaptive_avg_pool(device, case, qp):
               q8(np.random.default_rng(7), shape))
 
 
+@pytest.mark.parametrize("tile", [(2, 1), (3, 2)])
+def test_pool_window_tiles(device, tile, monkeypatch):
+    """pool_window with several output rows and blocks per invocation, on every window
+    geometry (tiles past the output's end included): the same bits."""
+    from vkq.ops import pool
+    monkeypatch.setattr(pool, "WINDOW_TILE", tile)
+    monkeypatch.setattr(pool, "WINDOW_TILE_MIN", 0)
+    rng = np.random.default_rng(12)
+    for shape, kw in MAX_CASES.values():
+        a = max_attrs(kw)
+        run_exact(device, "max_pool2d_q8", a, max_out_shape(shape, a), q8(rng, shape))
+    for case in ("3x3s2p1_ceil_exclude_pad", "asym_override", "2x2s2_ceil_odd"):
+        shape, kw = AVG_CASES[case]
+        a = avg_attrs("typical", kw)
+        out = pool2d_output_shape(shape, a["kernel"], a["stride"], a["padding"], 1, a["ceil_mode"])
+        run_exact(device, "avg_pool2d_q8", a, out, q8(rng, shape))
+
+
 def test_pool_padding_checked_as_torch():
     with pytest.raises(ValueError, match="half the kernel"):
         max_pool2d_params(3, 1, 2, dilation=2)
@@ -175,10 +193,43 @@ def test_global_pool_workgroup_reduction(device, local, monkeypatch):
               q8(np.random.default_rng(11), shape))
 
 
-def test_avg_pool_divisors_must_match_the_input():
-    a = adaptive_avg_pool2d_params(0.1, 0, 0.1, 0, (7, 7), (1, 1))
-    with pytest.raises(ValueError, match="divisors"):
-        reference("adaptive_avg_pool2d_q8", a, np.zeros((1, 3, 5, 5), np.int8))
+@pytest.mark.parametrize("fill", [127, -128, None])
+def test_global_pool_long_sums(device, fill):
+    """Spatial sums longer than pool_global's 16-bit field flush (64 blocks), all at an extreme
+    or random, odd channels and widths; with the CPU drivers' 4-channel-block workgroups."""
+    shape = (2, 13, 37, 29)   # 37 * 8 = 296 blocks per (n, c4)
+    q = q8(np.random.default_rng(13), shape) if fill is None else np.full(shape, fill, np.int8)
+    for qp in ("typical", "zp_high", "zp_low"):
+        attrs = adaptive_attrs(qp, shape, (1, 1))
+        if fill is None:
+            run_exact(device, "adaptive_avg_pool2d_q8", attrs, (2, 13, 1, 1), q)
+        else:
+            _run_global_constant(device, attrs, q)
+
+
+def _run_global_constant(device, attrs, q):
+    """A constant input gives a constant output (run_exact wants variety): compare the words."""
+    from vkq.executor import VulkanExecutor, run_reference
+    from oputil import single_op_program, spec
+    prog = single_op_program("adaptive_avg_pool2d_q8", [("x", spec(q.shape, "int8", "4W4C"))],
+                             [("y", spec(q.shape[:2] + (1, 1), "int8", "4W4C"))], attrs)
+    ex = VulkanExecutor(prog, device)
+    ref = run_reference(prog, q)
+    np.testing.assert_array_equal(ex(q), ref)
+    np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, "4W4C"))
+
+
+def test_adaptive_pool_attrs_fit_every_input_size():
+    """The attrs hold the scales, not a divisor table for one input size: pooling 5x5, 7x7 and
+    6x9 inputs to 2x3 uses each window's own divisor (checked against the float average)."""
+    a = adaptive_avg_pool2d_params(0.1, 3, 0.07, -2, (2, 3))
+    rng = np.random.default_rng(0)
+    for hw in ((5, 5), (7, 7), (6, 9)):
+        q = rng.integers(-128, 128, (1, 3, *hw)).astype(np.int8)
+        got = reference("adaptive_avg_pool2d_q8", a, q)
+        x = torch.from_numpy((q.astype(np.float64) - 3) * 0.1)
+        want = np.clip(np.rint(torch.nn.functional.adaptive_avg_pool2d(x, (2, 3)).numpy() / 0.07) - 2, -128, 127)
+        assert got.shape == (1, 3, 2, 3) and np.abs(got.astype(np.int64) - want).max() <= 1
 
 
 # -- concatenation ------------------------------------------------------------------------------

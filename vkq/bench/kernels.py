@@ -351,7 +351,7 @@ def bench_pool(s: Settings, name, p) -> list[Record]:
         out_shape = pool2d_output_shape(shape, k, stride, pad)
         taps = int(np.prod(out_shape)) * k * k
     else:
-        attrs, op = adaptive_avg_pool2d_params(0.05, 3, 0.02, -1, shape[-2:], (1, 1)), "adaptive_avg_pool2d_q8"
+        attrs, op = adaptive_avg_pool2d_params(0.05, 3, 0.02, -1, (1, 1)), "adaptive_avg_pool2d_q8"
         out_shape = (*shape[:2], 1, 1)
         taps = int(np.prod(shape))
     prog = Program({"x": TensorSpec(tuple(shape), "int8", "4W4C"), "y": TensorSpec(out_shape, "int8", "4W4C")},

@@ -14,13 +14,18 @@ import numpy as np
 
 from .. import packing
 from ..device import grid_1d
-from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multiplier, requantize
+from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multiplier, requant_clamp_params, requantize
 from ..registry import register_op
 
 LOCAL = 64
 PER = 4                  # ivec4 blocks per invocation (fewer, longer invocations run faster on CPU drivers)
 ADD_BITS = 22            # the larger input scale becomes 2^22 integer units (see add_q8)
 IDENTITY = (1 << 30, 30)  # quantize_multiplier(1.0)
+
+
+def _requant_consts(multiplier, shift) -> list[int]:
+    """(bound, lshift, m, rshift) of requantize_clamped for one (m, s) (requant.glsl)."""
+    return [int(v[0]) for v in requant_clamp_params(multiplier, shift)]
 
 
 def block_geometry(spec) -> tuple[int, int, int, int, int]:
@@ -98,8 +103,8 @@ def _binary_build(ctx, node, variant, a_mult=0, b_mult=0):
     blocks, *geo = block_geometry(so)
     return [ctx.device.dispatch(
         "eltwise_binary", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], grid_1d(-(-blocks // PER), LOCAL),
-        local=(LOCAL,), spec=(PER,), defines=[variant],
-        push=(geo, blocks, at["a_zp"], at["b_zp"], a_mult, b_mult, at["multiplier"], at["shift"],
+        local=(LOCAL,), spec=(PER, *geo), defines=[variant],
+        push=(blocks, at["a_zp"], at["b_zp"], a_mult, b_mult, _requant_consts(at["multiplier"], at["shift"]),
               at["out_zp"], at.get("qmin", INT8_MIN), at.get("qmax", INT8_MAX)))]
 
 
@@ -182,13 +187,19 @@ class ClampQ8:
 
     def build(ctx, node):
         src, out = node.inputs[0], node.outputs[0]
-        si, so, at = ctx.spec(src), ctx.spec(out), node.attrs
+        si, so = ctx.spec(src), ctx.spec(out)
         if si.shape != so.shape or si.layout != so.layout:
             raise ValueError(f"{node.name}: input {si.shape} {si.layout} vs output {so.shape} {so.layout}")
-        requant = (at["multiplier"], at["shift"]) != IDENTITY or at["in_zp"] != at["out_zp"]
-        blocks, *geo = block_geometry(so)
-        return [ctx.device.dispatch(
-            "eltwise_clamp", [ctx.buffer(src), ctx.buffer(out)], grid_1d(-(-blocks // PER), LOCAL),
-            local=(LOCAL,), spec=(PER,), defines=["REQUANT"] if requant else None,
-            push=(geo, blocks, at["in_zp"], at["multiplier"], at["shift"], at["out_zp"],
-                  at.get("qmin", INT8_MIN), at.get("qmax", INT8_MAX)))]
+        return [clamp_dispatch(ctx.device, ctx.buffer(src), ctx.buffer(out), so, node.attrs)]
+
+
+def clamp_dispatch(device, src, dst, spec, attrs):
+    """The clamp_q8 dispatch from buffer src to dst, both holding a packed int8 tensor `spec`
+    (attrs as clamp_q8_params gives them)."""
+    requant = (attrs["multiplier"], attrs["shift"]) != IDENTITY or attrs["in_zp"] != attrs["out_zp"]
+    blocks, *geo = block_geometry(spec)
+    return device.dispatch(
+        "eltwise_clamp", [src, dst], grid_1d(-(-blocks // PER), LOCAL),
+        local=(LOCAL,), spec=(PER, *geo), defines=["REQUANT"] if requant else None,
+        push=(blocks, attrs["in_zp"], _requant_consts(attrs["multiplier"], attrs["shift"]), attrs["out_zp"],
+              attrs.get("qmin", INT8_MIN), attrs.get("qmax", INT8_MAX)))

@@ -12,6 +12,12 @@ wsum[n] = sum_k W[n, k] folded into a per-column constant when the op is built.
 
 Weights are packed once, at build time, into the tiling the kernel reads (pack_weight): one
 ivec4 = 4 k x 4 n, so one 128-bit load feeds a 4 x 4 block of multiply-adds per x row.
+
+Which kernel, decided when the dispatch is built (_gemm_q8):
+  one 4-row block of x (batch-1 decoding)  shaders/linear_gemv.comp: lanes split K, weights streamed once
+  more rows                                shaders/linear_q8.comp: register-tiled GEMM, x shared by shuffles
+  device.dot_product and K <= DOT_MAX_K    the DOT variants of both: 4 multiply-adds per instruction
+  no usable subgroups (subgroup_lanes)     the PLAIN variants of both
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ import numpy as np
 
 from ..device import grid_1d
 from ..packing import as_nchw
-from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requantize
+from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requant_clamp_params, requantize
 from ..registry import register_op
 
 # Share x across a subgroup with subgroupShuffle (off: the PLAIN variants, no subgroup operations).
@@ -30,7 +36,13 @@ SUBGROUP_SHARING = True
 ROW_TILES = (4, 8, 16, 32)   # rows per workgroup; 32 x 4 columns a lane was fastest on lavapipe
 TN = 4                       # columns per lane
 PLAIN_WIDTH = 64             # workgroup width of the PLAIN variants
-ROWQ_WIDTH = 64              # workgroup width of the per-row quantizer (a power of two)
+ROWQ_WIDTH = 64              # workgroup width of the PLAIN per-row quantizer (a power of two)
+GEMV_ROWS = 4                # x of at most this many packed rows (one 4-row block) runs as a GEMV
+GEMV_TN = 16                 # columns per GEMV workgroup
+# The integer dot product saturates its int32 accumulator; each int8 x int8 product is at most
+# 2^14 in magnitude, so sums of up to DOT_MAX_K of them (every partial sum included) stay inside
+# int32 and saturation never triggers. Longer K takes the kernels without the dot product.
+DOT_MAX_K = ((1 << 31) - 1) >> 14
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -121,21 +133,43 @@ class Tiles:
         return (self.tm, self.tn, self.sg, self.kstep)
 
 
+def subgroup_lanes(info) -> int:
+    """The subgroup size that the subgroup variants (x shared by subgroupShuffle in the GEMM, the
+    partial sums added by subgroupAdd in the GEMV) may count on, or 0: take the PLAIN variants,
+    which use no subgroup operations. Both kinds of variant are a workgroup of exactly one
+    subgroup and assume every lane of it is there. The one place this is decided: where the
+    device cannot promise full subgroups of this size, return 0 here."""
+    sg = info.shuffle_lanes          # 0 where full subgroups of a known size are not sure
+    if (not SUBGROUP_SHARING or not sg or sg > info.max_workgroup_invocations
+            or "arithmetic" not in info.subgroup_operations):
+        return 0
+    return sg
+
+
+def use_dot_product(device, k: int) -> bool:
+    """The integer-dot-product variants: where the device enables them (device.dot_product,
+    chosen per device: a CPU driver runs the instruction as 4 scalar multiplies) and K cannot
+    saturate the accumulator (DOT_MAX_K)."""
+    return bool(device.dot_product) and k <= DOT_MAX_K
+
+
 def gemm_tiles(info, rows: int, rows_per_item: int) -> Tiles:
     """Tiles for `rows` rows on a device. An x item (what one lane loads) spans rows_per_item
     rows of one k-block: 4 for int8 (an ivec4), 1 for float (a vec4); kstep makes the items of
     a step a multiple of sg, so every lane loads one."""
     tm = next((t for t in ROW_TILES if t >= rows), ROW_TILES[-1])
-    sg = info.shuffle_lanes          # 0 where full subgroups of a known size are not sure
-    if not SUBGROUP_SHARING or not sg or sg > info.max_workgroup_invocations:
+    sg = subgroup_lanes(info)
+    if not sg:
         return Tiles(tm, TN, 1, 1, min(PLAIN_WIDTH, info.max_workgroup_invocations))
     return Tiles(tm, TN, sg, sg // math.gcd(sg, tm // rows_per_item), sg)
 
 
-def pack_weight(w, tn: int, kstep: int) -> np.ndarray:
+def pack_weight(w, tn: int, kstep: int, dot: bool = False) -> np.ndarray:
     """(N, K) int8 or float32 -> the kernel's tiling: N padded to a multiple of tn, K to 4*kstep*
     ceil(K4/kstep), zeros. Block (nt, kb, j) holds k = 4kb..4kb+3 x n = nt*tn + 4j .. +3, with
-    k the slower index: int8 -> one ivec4 (int32 i = k, byte b = n); float32 -> 4 vec4."""
+    k the slower index: int8 -> one ivec4 (int32 i = k, byte b = n); float32 -> 4 vec4.
+    dot (int8, for the integer dot product): each block transposed, int32 b = n, byte i = k, so
+    that a word holds 4 k of one column as a 4H4W x word holds 4 k of one row."""
     w = np.asarray(w)
     n, k = w.shape
     k4 = _up4(k) // 4
@@ -143,8 +177,9 @@ def pack_weight(w, tn: int, kstep: int) -> np.ndarray:
     nt = -(-n // tn)
     p = np.zeros((nt * tn, 4 * k4w), w.dtype)
     p[:n, :k] = w
-    # (nt, j, b, kb, i) -> (nt, kb, j, i, b)
-    blocks = np.ascontiguousarray(p.reshape(nt, tn // 4, 4, k4w, 4).transpose(0, 3, 1, 4, 2)).reshape(-1)
+    # (nt, j, b, kb, i) -> (nt, kb, j, i, b), or (nt, kb, j, b, i) for dot
+    order = (0, 3, 1, 2, 4) if dot else (0, 3, 1, 4, 2)
+    blocks = np.ascontiguousarray(p.reshape(nt, tn // 4, 4, k4w, 4).transpose(order)).reshape(-1)
     return blocks.view("<i4").astype(np.int32) if w.dtype == np.int8 else blocks.astype(np.float32)
 
 
@@ -175,17 +210,28 @@ def _weight(ctx, node, k):
 def _gemm_q8(ctx, variant, x_buf, rows4: int, h: int, k: int, w, cols, out_buf, fill=0,
              push_tail=(0, 0, 0), rowq_buf=None):
     """The int8 GEMM dispatch over a 4H4W x of rows4 packed rows (h real rows per batch matrix);
-    cols: the four per-column constants the variant reads (see shaders/linear_q8.comp)."""
-    n = w.shape[0]
-    t = gemm_tiles(ctx.device.info, rows4, 4)
-    nt, rb = -(-n // t.tn), rows4 // 4
-    groups = (-(-nt // t.width), -(-rb // (t.tm // 4)), 1)
-    defines = {v: 1 for v in variant + (("PLAIN",) if t.plain else ())}
-    table = _columns(n, t.tn, cols, fill)
-    bufs = [x_buf, ctx.const_buffer(pack_weight(w, t.tn, t.kstep)), ctx.const_buffer(table), out_buf]
+    cols: the four per-column constants the variant reads (see shaders/linear_store.glsl).
+    A single row block runs as a GEMV (shaders/linear_gemv.comp), more as the tiled GEMM."""
+    n, info = w.shape[0], ctx.device.info
+    dot = use_dot_product(ctx.device, k)
+    sg = subgroup_lanes(info)
+    rb, k4 = rows4 // 4, _up4(k) // 4
+    defines = {v: 1 for v in variant + (("PLAIN",) if not sg else ()) + (("DOT",) if dot else ())}
+    if rows4 <= GEMV_ROWS:
+        width = sg or min(PLAIN_WIDTH, info.max_workgroup_invocations)
+        tn, kstep, shader, spec = GEMV_TN, width, "linear_gemv", (min(h, 4), GEMV_TN)
+        nt = -(-n // tn)
+        groups, local = (nt, rb, 1), (width,)
+    else:
+        t = gemm_tiles(info, rows4, 4)
+        tn, kstep, shader, spec = t.tn, t.kstep, "linear_q8", t.spec()
+        nt = -(-n // tn)
+        groups, local = (-(-nt // t.width), -(-rb // (t.tm // 4)), 1), (t.width,)
+    table = _columns(n, tn, cols, fill)
+    bufs = [x_buf, ctx.const_buffer(pack_weight(w, tn, kstep, dot)), ctx.const_buffer(table), out_buf]
     bufs += [rowq_buf] if rowq_buf is not None else []
-    return ctx.device.dispatch("linear_q8", bufs, groups, local=(t.width,), spec=t.spec(),
-                               push=(rb, h, _up4(k) // 4, n, nt) + tuple(push_tail), defines=defines)
+    return ctx.device.dispatch(shader, bufs, groups, local=local, spec=spec,
+                               push=(rb, h, k4, n, nt) + tuple(push_tail), defines=defines)
 
 
 def _int8_input(spec):
@@ -214,7 +260,7 @@ class LinearQ8:
     -> int8 (..., N) 4H4W:  out = requantize((x - x_zp) @ W^T + bias, multiplier, shift,
     out_zp, qmin, qmax). On the device bias_eff = bias - x_zp * wsum is folded at build time."""
     name = "linear_q8"
-    shaders = ("linear_q8",)
+    shaders = ("linear_q8", "linear_gemv")
 
     def reference(x, weight, bias, multiplier, shift, *, x_zp, out_zp, qmin=INT8_MIN, qmax=INT8_MAX):
         acc = (x.astype(np.int64) - x_zp) @ weight.astype(np.int64).T + bias.astype(np.int64)
@@ -228,9 +274,11 @@ class LinearQ8:
         bias_eff = ctx.constant(bname).astype(np.int64) - int(a["x_zp"]) * w.sum(axis=1, dtype=np.int64)
         if bias_eff.min() < INT32_MIN or bias_eff.max() > INT32_MAX:
             raise ValueError(f"{node.name}: bias - x_zp * sum(w) overflows int32")
-        cols = [bias_eff, ctx.constant(mname), ctx.constant(sname), np.zeros(w.shape[0])]
+        # requantize_clamped's constants (requant.glsl): (bias_eff, bound, m, lshift | rshift << 8)
+        bound, lshift, m, rshift = requant_clamp_params(ctx.constant(mname), ctx.constant(sname))
+        cols = [bias_eff, bound, m, lshift | (rshift << 8)]
         return [_gemm_q8(ctx, ("OUT_Q8",), ctx.buffer(x), rows4, h, k, w, cols, ctx.buffer(node.outputs[0]),
-                         fill=(0, 0, 31, 0),   # padding columns: m = 0 with a valid shift
+                         fill=(0, 0, 0, 1 << 8),   # padding columns: m = 0 with a valid shift
                          push_tail=(a["out_zp"], a.get("qmin", INT8_MIN), a.get("qmax", INT8_MAX)))]
 
 
@@ -240,7 +288,7 @@ class LinearQ8Fout:
     out = f32((x - x_zp) @ W^T) * scale + bias, each float op rounded once (no fused
     multiply-add), so the device matches numpy bit for bit. |acc| must stay below 2^31."""
     name = "linear_q8_fout"
-    shaders = ("linear_q8",)
+    shaders = ("linear_q8", "linear_gemv")
 
     def reference(x, weight, bias, scale, *, x_zp):
         acc = (x.astype(np.int64) - x_zp) @ weight.astype(np.int64).T
@@ -262,7 +310,7 @@ class LinearDynamic:
     Each row of x is quantized on the device (quantize_rows: q, row_scale, zp), then
     out = f32(q @ W^T - zp * wsum) * (row_scale * w_scale) + bias, float32 ops rounded once."""
     name = "linear_dynamic"
-    shaders = ("linear_rowq", "linear_q8")
+    shaders = ("linear_rowq", "linear_q8", "linear_gemv")
 
     def reference(x, weight, w_scale, bias):
         k, n = x.shape[-1], weight.shape[0]
@@ -281,9 +329,13 @@ class LinearDynamic:
         rows4, k4 = _up4(r), _up4(k) // 4
         q = ctx.scratch(rows4 * k4)
         rowq = ctx.scratch(2 * r, np.float32)
-        width = min(ROWQ_WIDTH, 1 << (ctx.device.info.max_workgroup_invocations.bit_length() - 1))
-        quant = ctx.device.dispatch("linear_rowq", [ctx.buffer(x), q, rowq], grid_1d(rows4, 1),
-                                    local=(width,), spec=(width,), push=(r, k))
+        sg = subgroup_lanes(ctx.device.info)
+        width = sg or min(ROWQ_WIDTH, 1 << (ctx.device.info.max_workgroup_invocations.bit_length() - 1))
+        defines = {"PLAIN": 1} if not sg else {}
+        if k % 4 == 0:
+            defines["VEC4"] = 1
+        quant = ctx.device.dispatch("linear_rowq", [ctx.buffer(x), q, rowq], grid_1d(rows4 // 4, 1),
+                                    local=(width,), push=(r, k), defines=defines)
         cols = [w.sum(axis=1, dtype=np.int64), np.asarray(ctx.constant(sname), np.float32),
                 np.asarray(ctx.constant(bname), np.float32), np.zeros(w.shape[0])]
         gemm = _gemm_q8(ctx, ("OUT_F32", "ROW_QPARAMS"), q, rows4, r, k, w, cols,
@@ -292,15 +344,27 @@ class LinearDynamic:
 
 
 def float_gemm(ctx, x_buf, r: int, k: int, w, scale, bias, out_buf):
-    """The float GEMM dispatch: out = (x @ w^T) * scale + bias; w int8 (weight-only) or float32."""
-    n = w.shape[0]
-    t = gemm_tiles(ctx.device.info, r, 1)
+    """The float GEMM dispatch: out = (x @ w^T) * scale + bias; w int8 (weight-only) or float32.
+    At most 4 rows run as a GEMV (shaders/linear_gemv_float.comp), more as the tiled GEMM."""
+    n, info = w.shape[0], ctx.device.info
+    table = _columns(n, GEMV_TN if r <= GEMV_ROWS else TN, [np.asarray(scale, np.float32), np.asarray(bias, np.float32)])
+    defines = {"W_INT8" if w.dtype == np.int8 else "W_F32": 1}
+    if r <= GEMV_ROWS:
+        sg = subgroup_lanes(info)
+        width = sg or min(PLAIN_WIDTH, info.max_workgroup_invocations)
+        defines.update({"PLAIN": 1} if not sg else {})
+        defines.update({"VEC4": 1} if k % 4 == 0 else {})
+        nt = -(-n // GEMV_TN)
+        bufs = [x_buf, ctx.const_buffer(pack_weight(w, GEMV_TN, width)), ctx.const_buffer(table), out_buf]
+        return ctx.device.dispatch("linear_gemv_float", bufs, (nt, 1, 1), local=(width,), spec=(r, GEMV_TN),
+                                   push=(r, k, n, nt), defines=defines)
+    t = gemm_tiles(info, r, 1)
     nt = -(-n // t.tn)
     groups = (-(-nt // t.width), -(-r // t.tm), 1)
-    defines = {"W_INT8" if w.dtype == np.int8 else "W_F32": 1}
     if t.plain:
         defines["PLAIN"] = 1
-    table = _columns(n, t.tn, [np.asarray(scale, np.float32), np.asarray(bias, np.float32)])
+    if k % 4 == 0:
+        defines["VEC4"] = 1
     bufs = [x_buf, ctx.const_buffer(pack_weight(w, t.tn, t.kstep)), ctx.const_buffer(table), out_buf]
     return ctx.device.dispatch("linear_float", bufs, groups, local=(t.width,), spec=t.spec(),
                                push=(r, k, n, nt), defines=defines)
@@ -312,7 +376,7 @@ class LinearWeightOnly:
     out = (x @ f32(W)^T) * w_scale + bias, accumulated in float32 (the order of the sum differs
     from numpy's, so results agree to rounding, not bit for bit)."""
     name = "linear_weight_only"
-    shaders = ("linear_float",)
+    shaders = ("linear_float", "linear_gemv_float")
 
     def reference(x, weight, w_scale, bias):
         y = np.asarray(x, np.float32) @ weight.astype(np.float32).T

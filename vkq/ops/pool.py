@@ -9,7 +9,9 @@ the adaptive start/end formula); the numpy references below are the specificatio
                           out = max over the window (qparams unchanged: max commutes with quantization)
   avg_pool2d_q8           attrs kernel, stride, padding [2], ceil_mode, count_include_pad,
                           divisor_override, in_zp, out_zp, qmin, qmax, divisors, multipliers, shifts
-  adaptive_avg_pool2d_q8  attrs output_size [2], in_zp, out_zp, qmin, qmax, divisors, multipliers, shifts
+  adaptive_avg_pool2d_q8  attrs output_size [2], in_zp, out_zp, qmin, qmax, in_scale, out_scale
+                          (the windows' divisors follow from the input size, so their multipliers
+                          are made when the op runs: one program pools every input size)
                           acc = sum over the window of (q - in_zp)
                           out = requantize(acc, m[d], s[d], out_zp, qmin, qmax) for the position's
                           divisor d, (m[d], s[d]) = quantize_multiplier(s_in / (s_out * d))
@@ -22,11 +24,15 @@ import numpy as np
 
 from .. import packing
 from ..device import grid_1d
-from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multiplier, requantize
+from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multiplier, requant_clamp_params,
+                     requantize)
 from ..registry import register_op
 from .eltwise import IDENTITY, _check_zp
 
 LOCAL = 64
+WINDOW_TILE = (2, 1)     # pool_window: output rows x output blocks (4 widths) per invocation
+WINDOW_TILE_MIN = 1024   # ... when the output has at least this many such tiles
+GLOBAL_CPU_SPLIT = 256   # pool_global on CPU drivers: 4 channel blocks a workgroup from this many spatial blocks
 LAYOUT_IDS = {"4W4C": 0, "4H4W": 1}   # shaders/include/int8x4.glsl
 
 
@@ -102,13 +108,13 @@ def avg_pool2d_params(in_scale, in_zp, out_scale, out_zp, kernel, stride=None, p
             **_divisor_table(in_scale, out_scale, divisors)}
 
 
-def adaptive_avg_pool2d_params(in_scale, in_zp, out_scale, out_zp, input_size, output_size,
-                               activation=None) -> dict:
-    """Attrs of adaptive_avg_pool2d_q8 for an input of spatial size input_size (H, W)."""
-    (h, w), (oh, ow) = _pair(input_size), _pair(output_size)
-    fh, fw = _adaptive_windows(h, oh)[2], _adaptive_windows(w, ow)[2]
+def adaptive_avg_pool2d_params(in_scale, in_zp, out_scale, out_zp, output_size, activation=None) -> dict:
+    """Attrs of adaptive_avg_pool2d_q8: its windows depend on the input size, so the attrs keep
+    the two scales, and each divisor's multiplier is made from them for the input at hand
+    (_position_multipliers): the same for any input size, as dynamic shapes need."""
+    oh, ow = _pair(output_size)
     return {"output_size": [oh, ow], **_out_attrs(in_zp, out_scale, out_zp, activation),
-            **_divisor_table(in_scale, out_scale, np.unique(np.outer(fh, fw)))}
+            "in_scale": float(in_scale), "out_scale": float(out_scale)}
 
 
 # -- windows: (start, end, divisor factor) per output index along one dim ---------------------
@@ -149,8 +155,11 @@ def _windows(attrs, h, w):
 
 
 def _position_multipliers(attrs, div):
-    """(m, s) int32 arrays per output position: the divisor table looked up; an empty window
-    (divisor 0, PyTorch gives 0.0) gets m = 0, i.e. the zero point."""
+    """(m, s) int32 arrays per output position: the divisor table looked up (made here from the
+    scales when the attrs have none: adaptive pooling); an empty window (divisor 0, PyTorch
+    gives 0.0) gets m = 0, i.e. the zero point."""
+    if "divisors" not in attrs:
+        attrs = {**attrs, **_divisor_table(attrs["in_scale"], attrs["out_scale"], np.unique(div[div > 0]))}
     table = dict(zip(attrs["divisors"], zip(attrs["multipliers"], attrs["shifts"])))
     table[0] = (0, 31)
     missing = sorted(set(np.unique(div).tolist()) - set(table))
@@ -193,13 +202,25 @@ def _blocks(outs) -> int:
     return n * oh * -(-ow // 4) * -(-c // 4)
 
 
-def _window_dispatch(ctx, node, variant, ins, outs, buffers, zps=(0, 0, INT8_MIN, INT8_MAX)):
+def _window_tile(outs) -> tuple[int, int]:
+    """(output rows, output blocks along the width) per pool_window invocation: WINDOW_TILE
+    where the output has enough tiles to spread over the device, 1 x 1 for small outputs."""
+    n, c, oh, ow = outs
+    th, tw = WINDOW_TILE
+    tiles = n * -(-c // 4) * -(-oh // th) * -(-(-(-ow // 4)) // tw)
+    return (th, tw) if tiles >= WINDOW_TILE_MIN else (1, 1)
+
+
+def _window_dispatch(ctx, node, variant, ins, outs, buffers, push=((0, 0, 0, 0), 0, 0, INT8_MIN, INT8_MAX, 0)):
     """pool_window with the geometry as specialization constants (kernel, stride, padding,
-    dilation; each (h, w))."""
+    dilation; each (h, w)), then the tile."""
     a = node.attrs
-    geo = [*a["kernel"], *a["stride"], *a["padding"], *a.get("dilation", (1, 1))]
-    return ctx.device.dispatch("pool_window", buffers, grid_1d(_blocks(outs), LOCAL), local=(LOCAL,),
-                               spec=geo, defines=[variant], push=(ins, outs, *zps))
+    th, tw = _window_tile(outs)
+    geo = [*a["kernel"], *a["stride"], *a["padding"], *a.get("dilation", (1, 1)), th, tw, *ins, *outs[2:]]
+    n, c, oh, ow = outs
+    tiles = n * -(-c // 4) * -(-oh // th) * -(-(-(-ow // 4)) // tw)
+    return ctx.device.dispatch("pool_window", buffers, grid_1d(tiles, LOCAL), local=(LOCAL,),
+                               spec=geo, defines=variant.split(), push=push)
 
 
 @register_op
@@ -236,7 +257,7 @@ class MaxPool2dQ8:
 
 def _avg_build(ctx, node):
     """A global pool when the one window is the whole input, else pool_window (regular
-    windows) or pool_adaptive with a table of (m, s) per output position."""
+    windows) or pool_adaptive with a table of requantization constants per output position."""
     _, _, ins, outs = _spatial_specs(ctx, node)
     a = node.attrs
     hs, he, ws, we, div = _windows(a, ins[2], ins[3])
@@ -246,20 +267,28 @@ def _avg_build(ctx, node):
     src, dst = ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])
     if div.shape == (1, 1) and (hs[0], he[0], ws[0], we[0]) == (0, ins[2], 0, ins[3]):
         return [_global_dispatch(ctx, ins, src, dst, int(m[0, 0]), int(s[0, 0]), zps)]
-    table = ctx.const_buffer(np.stack([m, s], -1).reshape(-1), np.int32)
+    # per output position: requantize_clamped's (bound, lshift, m, rshift) (requant.glsl)
+    rq = np.stack(requant_clamp_params(m.reshape(-1), s.reshape(-1)), -1)
     if "output_size" in a:
-        return [ctx.device.dispatch("pool_adaptive", [src, dst, table], grid_1d(_blocks(outs), LOCAL),
-                                    local=(LOCAL,), push=(ins, outs, *zps))]
-    return [_window_dispatch(ctx, node, "AVG", ins, outs, [src, dst, table], zps)]
+        return [ctx.device.dispatch("pool_adaptive", [src, dst, ctx.const_buffer(rq.reshape(-1), np.int32)],
+                                    grid_1d(_blocks(outs), LOCAL), local=(LOCAL,), spec=(*ins, *outs[2:]), push=zps)]
+    fill = (a["in_zp"] & 0xFF) * 0x01010101   # in_zp in every byte: taps outside the input add 0
+    push = (rq[0], *zps, np.array(fill, np.uint32).view(np.int32))
+    if (rq == rq[0]).all():   # one divisor everywhere: constants in push constants, no table
+        return [_window_dispatch(ctx, node, "AVG UNIFORM", ins, outs, [src, dst], push)]
+    return [_window_dispatch(ctx, node, "AVG", ins, outs, [src, dst, ctx.const_buffer(rq.reshape(-1), np.int32)], push)]
 
 
 def _global_local(info, n, c4, spatial) -> tuple[int, int]:
     """pool_global's workgroup (x over channel blocks, y splitting each spatial sum). CPU drivers
     run a workgroup as SIMD lanes of one thread, where a barrier costs more than the split saves
-    (lavapipe, SwiftShader: y = 1 is fastest); on GPUs y grows until the grid fills the device."""
+    (lavapipe, SwiftShader: y = 1 is fastest); on large maps there x is 4 channel blocks, so that
+    the channel blocks spread over many workgroups, i.e. threads (lavapipe, 1x256x128x128, wall
+    clock: 2.6 ms with x = 64, one workgroup; 1.2 ms at 4, 1.0 at 2, but 2.2 at 8 and 16;
+    SwiftShader the same at 4, 8 and 64). On GPUs y grows until the grid fills the device."""
     lx = min(64, 1 << (c4 - 1).bit_length())
     if info.type == "cpu":
-        return lx, 1
+        return (min(lx, 4) if spatial >= GLOBAL_CPU_SPLIT else lx), 1
     ly, limit = 1, min(256, info.max_workgroup_invocations)
     while lx * ly * 2 <= limit and ly * 2 <= spatial and n * c4 * ly < 16384:
         ly *= 2
@@ -272,8 +301,8 @@ def _global_dispatch(ctx, ins, src, dst, m, s, zps):
     lx, ly = _global_local(ctx.device.info, n, c4, spatial)
     in_zp, out_zp, qmin, qmax = zps
     return ctx.device.dispatch(
-        "pool_global", [src, dst], (-(-c4 // lx), n, 1), local=(lx, ly),
-        push=(c, spatial, h * w, in_zp, m, s, out_zp, qmin, qmax))
+        "pool_global", [src, dst], (-(-c4 // lx), n, 1), local=(lx, ly), spec=(c, spatial),
+        push=(h * w, in_zp, [int(v[0]) for v in requant_clamp_params(m, s)], out_zp, qmin, qmax))
 
 
 @register_op

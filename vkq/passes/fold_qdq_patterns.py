@@ -396,10 +396,9 @@ def fold_adaptive_pool(gm, node: Node):
     if isinstance(operands, str):
         return operands
     x, q = operands
-    shape = shape_of(node.args[0])
     out = q_args(q)
     attrs = adaptive_avg_pool2d_params(x.scale, x.zero_point, out["scale"], out["zero_point"],
-                                       shape[2:], list(shape_of(node)[2:]))
+                                       list(shape_of(node)[2:]))
     attrs.update(qmin=out["qmin"], qmax=out["qmax"])
     return emit_for_q(gm, q, "adaptive_avg_pool2d_q8", [x.node], {}, attrs)
 

@@ -1,0 +1,54 @@
+#ifndef VKQ_LINEAR_STORE_GLSL
+#define VKQ_LINEAR_STORE_GLSL
+// The epilogue shared by the int8 GEMM kernels (linear_q8.comp, linear_gemv.comp): one 4 x 4
+// block of int32 accumulators -> the output, in one of the modes
+//   OUT_Q8               out = requantize(acc + bias_eff[n], m[n], s[n], out_zp, qmin, qmax)  (4H4W),
+//                        as requantize_clamped with the host's per-column constants
+//   OUT_F32              out = f32(acc + corr[n]) * scale[n] + bias[n]                    (row-major)
+//   OUT_F32 ROW_QPARAMS  out = f32(acc - zp[r] * wsum[n]) * (row_scale[r] * w_scale[n]) + bias[n]
+// The including shader declares the buffers chan (4 ivec4 per column block), out_q / out_f,
+// rowq, and the push constants p.H (rows of each batch matrix), p.N, p.out_zp, p.qmin, p.qmax.
+// Requantization runs in rolled loops: one copy of its code (SwiftShader compiles an unrolled
+// TM x TN epilogue for seconds).
+
+// a[rr][b]: the accumulator of packed row 4rb + rr (batch rows at b*Hp + h), column 4nb + b.
+// Padding rows and columns are written 0 (OUT_Q8) or not at all (OUT_F32).
+void store_block(int rb, int nb, ivec4 a[4]) {
+    int Hp = up4(p.H), N4 = up4(p.N) / 4;
+    ivec4 c0 = chan[4 * nb], c1 = chan[4 * nb + 1], c2 = chan[4 * nb + 2], c3 = chan[4 * nb + 3];
+    bvec4 col_ok = lessThan(4 * nb + ivec4(0, 1, 2, 3), ivec4(p.N));
+#ifdef OUT_Q8
+    ivec4 bias = ivec4(c0.x, c1.x, c2.x, c3.x), bound = ivec4(c0.y, c1.y, c2.y, c3.y);
+    ivec4 m = ivec4(c0.z, c1.z, c2.z, c3.z), sh = ivec4(c0.w, c1.w, c2.w, c3.w);
+    ivec4 lsh = sh & 0xFF, rsh = sh >> 8, words;
+    for (int rr = 0; rr < 4; ++rr) {
+        ivec4 acc = a[rr] + bias, q = ivec4(0);
+        bool row_ok = (4 * rb + rr) % Hp < p.H;
+        for (int b = 0; b < 4; ++b)
+            if (row_ok && col_ok[b])
+                q[b] = requantize_clamped(acc[b], bound[b], lsh[b], m[b], rsh[b], p.out_zp, p.qmin, p.qmax);
+        words[rr] = pack_int8x4(q);
+    }
+    out_q[rb * N4 + nb] = words;
+#else
+    for (int rr = 0; rr < 4; ++rr) {
+        int prow = 4 * rb + rr, h = prow % Hp;
+        if (h >= p.H) continue;
+        int row = prow / Hp * p.H + h;   // row in the (batch * H, N) float output
+        ivec4 acc = a[rr];
+        vec4 scale = intBitsToFloat(ivec4(c0.y, c1.y, c2.y, c3.y));
+#ifdef ROW_QPARAMS
+        vec2 rq = rowq[row];
+        acc -= int(rq.y) * ivec4(c0.x, c1.x, c2.x, c3.x);
+        precise vec4 sc = rq.x * scale;
+        scale = sc;
+#else
+        acc += ivec4(c0.x, c1.x, c2.x, c3.x);
+#endif
+        precise vec4 y = vec4(acc) * scale + intBitsToFloat(ivec4(c0.z, c1.z, c2.z, c3.z));
+        for (int b = 0; b < 4; ++b)
+            if (col_ok[b]) out_f[row * p.N + 4 * nb + b] = y[b];
+    }
+#endif
+}
+#endif

@@ -1,0 +1,134 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// int8 GEMV: linear_q8 / linear_q8_fout / linear_dynamic for a few rows (the decoder's batch-1
+// linear), the same arithmetic and epilogues as linear_q8.comp (see there and linear_store.glsl).
+//
+// With one row, linear_q8.comp's tiling (a lane owns columns, all rows of a 4-row block, and
+// runs through all of K) computes 4 rows for 1 and keeps few lanes busy. Here a workgroup owns
+// TN columns of one row block and its L lanes split K: lane l takes k-blocks l, l + L, ..., so
+// neighbouring lanes read neighbouring 16-byte weight blocks (coalesced on GPUs), and every
+// weight byte is read once per row block. Only the MR real rows of a block are computed
+// (MR = min(H, 4): a 1-row x wastes nothing). The lanes' partial sums are then added up:
+// subgroupAdd (the workgroup is one full subgroup), or, in the PLAIN variant (no subgroup
+// operations, any L), through shared memory.
+// Measured (lavapipe, 1x4096x4096, CPU time against the copy roofline's): weights streamed at
+// 0.54 of copy bandwidth by linear_q8.comp, 0.82 by this (SwiftShader 1x2048x2048: 120 ->
+// 21.5 ms; bench/README.md). Tried: 8 or 32 columns a workgroup (0.64, 0.77); this kernel for
+// 8 or 16 rows (2 or 4 passes over the weights) is slower than the tiled GEMM there
+// (8x2048x2048: 3.46 vs 2.97 ms), so it takes one 4-row block only.
+//
+// Per k-block a lane loads one x ivec4 (4 rows x 4 k) and TN/4 weight ivec4 (4 k x 4 columns
+// each; DOT: 4 columns x 4 k, one column a word, for the integer dot product).
+//! variant OUT_Q8
+//! variant OUT_F32
+//! variant OUT_F32 ROW_QPARAMS
+//! variant OUT_Q8 PLAIN
+//! variant OUT_F32 PLAIN
+//! variant OUT_F32 ROW_QPARAMS PLAIN
+//! variant OUT_Q8 DOT
+//! variant OUT_F32 DOT
+//! variant OUT_F32 ROW_QPARAMS DOT
+//! variant OUT_Q8 PLAIN DOT
+//! variant OUT_F32 PLAIN DOT
+//! variant OUT_F32 ROW_QPARAMS PLAIN DOT
+#ifndef PLAIN
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
+#extension GL_EXT_control_flow_attributes : require
+#include "common.glsl"
+#include "int8x4.glsl"
+#include "requant.glsl"
+#ifdef DOT
+#include "dot4x8.glsl"
+#endif
+
+layout(constant_id = 3) const int MR = 4;     // rows computed in each 4-row block: min(H, 4)
+layout(constant_id = 4) const int TN = 16;    // columns per workgroup, a multiple of 4
+const int TN4 = TN / 4;
+const int L = int(gl_WorkGroupSize.x);        // lanes splitting K (= the subgroup size unless PLAIN)
+
+// x: 4H4W, ivec4 (rb*K4 + kb) = rows 4rb..4rb+3 (one per int32) x k 4kb..4kb+3 (one per byte)
+layout(std430, binding = 0) readonly buffer X { ivec4 x[]; };
+// w: vkq/ops/linear.py:pack_weight(w, TN, L): N padded to NT*TN, K to K4w = a multiple of L
+//    blocks, zeros; ivec4 ((nt*K4w + kb)*TN4 + j) = k 4kb..+3 x n nt*TN + 4j..+3
+//    (int32 i = k, byte b = n; DOT: int32 b = n, byte i = k)
+layout(std430, binding = 1) readonly buffer W { ivec4 w[]; };
+layout(std430, binding = 2) readonly buffer Chan { ivec4 chan[]; };   // as in linear_q8.comp
+#ifdef OUT_Q8
+layout(std430, binding = 3) writeonly buffer Out { ivec4 out_q[]; };
+#else
+layout(std430, binding = 3) writeonly buffer Out { float out_f[]; };
+#endif
+#ifdef ROW_QPARAMS
+layout(std430, binding = 4) readonly buffer RowQ { vec2 rowq[]; };
+#endif
+
+layout(push_constant) uniform Params {
+    int RB;   // row blocks of x
+    int H;    // rows of each batch matrix
+    int K4;   // k blocks of x
+    int N;    // output columns
+    int NT;   // column tiles: ceil(N / TN)
+    int out_zp, qmin, qmax;
+} p;
+
+#include "linear_store.glsl"
+
+#ifdef PLAIN
+shared ivec4 part[MR * TN4][L];
+#endif
+
+void main() {
+    int lane = int(gl_LocalInvocationID.x);
+    int nt = int(gl_WorkGroupID.x), rb = int(gl_WorkGroupID.y);
+    int K4w = (p.K4 + L - 1) / L * L;
+    int wbase = nt * K4w * TN4, xbase = rb * p.K4;
+
+    ivec4 acc[MR][TN4];   // acc[r][j] = row 4rb + r, columns nt*TN + 4j .. +3
+    [[unroll]] for (int r = 0; r < MR; ++r)
+        [[unroll]] for (int j = 0; j < TN4; ++j) acc[r][j] = ivec4(0);
+
+    // every lane runs K4w / L steps; k-blocks past K re-read x's last block (w is 0 there)
+    for (int kb = lane; kb < K4w; kb += L) {
+        ivec4 xb = x[xbase + min(kb, p.K4 - 1)];
+        [[unroll]] for (int j = 0; j < TN4; ++j) {
+            ivec4 word = w[wbase + kb * TN4 + j];
+#ifdef DOT
+            [[unroll]] for (int r = 0; r < MR; ++r)
+                acc[r][j] = ivec4(dot4x8_acc(xb[r], word.x, acc[r][j].x), dot4x8_acc(xb[r], word.y, acc[r][j].y),
+                                  dot4x8_acc(xb[r], word.z, acc[r][j].z), dot4x8_acc(xb[r], word.w, acc[r][j].w));
+#else
+            ivec4 w0 = unpack_int8x4(word.x), w1 = unpack_int8x4(word.y);
+            ivec4 w2 = unpack_int8x4(word.z), w3 = unpack_int8x4(word.w);
+            [[unroll]] for (int r = 0; r < MR; ++r) {
+                ivec4 xs = unpack_int8x4(xb[r]);
+                acc[r][j] += xs.x * w0 + xs.y * w1 + xs.z * w2 + xs.w * w3;
+            }
+#endif
+        }
+    }
+
+    // add up the lanes' partial sums; lane j then writes column block j (j < TN4)
+#ifdef PLAIN
+    [[unroll]] for (int r = 0; r < MR; ++r)
+        [[unroll]] for (int j = 0; j < TN4; ++j) part[r * TN4 + j][lane] = acc[r][j];
+    barrier();
+    if (lane >= TN4) return;
+    int nb = nt * TN4 + lane;
+    if (nb >= up4(p.N) / 4) return;
+    ivec4 blk[4] = ivec4[4](ivec4(0), ivec4(0), ivec4(0), ivec4(0));
+    for (int r = 0; r < MR; ++r)
+        for (int l = 0; l < L; ++l) blk[r] += part[r * TN4 + lane][l];
+    store_block(rb, nb, blk);
+#else
+    [[unroll]] for (int r = 0; r < MR; ++r)
+        [[unroll]] for (int j = 0; j < TN4; ++j) acc[r][j] = subgroupAdd(acc[r][j]);
+    [[unroll]] for (int j = 0; j < TN4; ++j) {
+        int nb = nt * TN4 + j;
+        if (lane != j % L || nb >= up4(p.N) / 4) continue;
+        ivec4 blk[4] = ivec4[4](ivec4(0), ivec4(0), ivec4(0), ivec4(0));
+        [[unroll]] for (int r = 0; r < MR; ++r) blk[r] = acc[r][j];
+        store_block(rb, nb, blk);
+    }
+#endif
+}
