@@ -40,6 +40,8 @@ HOST_ONLY_TESTS = {
     "test_compile_cli.py": "vkq compile from a model source: PT2E (torchao, torch 2.13)",
     "test_patterns.py": "whole models quantized with PT2E (torchao, torch 2.13)",
     "test_dynamic_models.py": "models exported with dynamic shapes and quantized with PT2E (torchao, torch 2.13)",
+    "test_zoo.py": "torchvision, timm and transformers models quantized with PT2E (torchao, torch 2.13)",
+    "test_lut.py": "lookup tables built from PT2E-quantized models (torchao, torch 2.13)",
     "test_gpu_kit.py": "the kit itself: packs on the development machine",
 }
 TIERS = {"no-torch": NO_TORCH_TESTS, "torch-reference": TORCH_REFERENCE_TESTS}
