@@ -24,6 +24,7 @@
 #include "int8x4.glsl"
 #include "requant.glsl"
 #include "conv_common.glsl"
+#include "conv_epilogue.glsl"
 
 layout(constant_id = 4) const int TH = 4;       // output rows per invocation
 layout(constant_id = 5) const int TB = 2;       // 4-column blocks per invocation
@@ -47,20 +48,20 @@ const int HALO_SHUFFLE = 0;
 const int HALO_SHUFFLE = (PW <= OWN ? 1 : 0) * (WW - PW - OWN <= OWN ? 1 : 0);  // halos fit in neighbours' own
 #endif
 const int WREGS = (KH * KW + G - 1) / G;
-const int PREGS = (12 + G - 1) / G;
+const int PREGS = (16 + G - 1) / G;
 
 layout(std430, binding = 0) readonly buffer X { int x[]; };
 layout(std430, binding = 0) readonly buffer X4 { ivec4 x4[]; };    // the same words, by block
 // word c4*KH*KW + kh*KW + kw: byte b = w[4*c4 + b, 0, kh, kw]
 layout(std430, binding = 1) readonly buffer Wt { int w[]; };
-// per channel block c4: bias_eff[4], m[4], s[4] at 12*c4
+// per channel block c4: bias_eff, bound, m, shifts (4 each) at 16*c4 (conv_epilogue.glsl)
 layout(std430, binding = 2) readonly buffer Chan { int chan[]; };
 layout(std430, binding = 3) writeonly buffer Y { ivec4 y[]; };
 layout(push_constant) uniform Params {
     ivec4 in_shape;    // N, C, H, W
     ivec4 out_shape;   // N, C, OH, OW
     int zp_word;       // x_zp in all four bytes
-    int out_zp, qmin, qmax;
+    Epilogue epi;
 } p;
 
 void main() {
@@ -138,18 +139,19 @@ void main() {
     }
 
     int pr[PREGS];
-    [[unroll]] for (int i = 0; i < PREGS; ++i) pr[i] = chan[c4 * 12 + i * G + lane];
-    const ivec4 bias = ivec4(SHARE(pr, 0), SHARE(pr, 1), SHARE(pr, 2), SHARE(pr, 3));
-    const ivec4 m = ivec4(SHARE(pr, 4), SHARE(pr, 5), SHARE(pr, 6), SHARE(pr, 7));
-    const ivec4 s = ivec4(SHARE(pr, 8), SHARE(pr, 9), SHARE(pr, 10), SHARE(pr, 11));
+    [[unroll]] for (int i = 0; i < PREGS; ++i) pr[i] = chan[c4 * 16 + i * G + lane];
+    const Chan4 c = CHAN4(pr, 4, 0);
     [[unroll]] for (int i = 0; i < TH; ++i)
     [[unroll]] for (int b = 0; b < TB; ++b) {
-        const int oh = oh0 + i, ow4 = ow0 / 4 + b;
-        ivec4 words;
-        [[unroll]] for (int e = 0; e < 4; ++e) {
-            const int word = requant_word(acc[i * TW + 4 * b + e] + bias, m, s, p.out_zp, p.qmin, p.qmax, C - 4 * c4);
-            words[e] = 4 * ow4 + e < OW ? word : 0;   // columns past OW: 4W4C padding, 0
+        const int oh = oh0 + i, ow4 = ow0 / 4 + b, idx = ((n * OH + oh) * OW4 + ow4) * C4 + c4;
+        if (live && oh < OH && ow4 < OW4) {
+            const ivec4 other = residual_block(idx);
+            ivec4 words;
+            [[unroll]] for (int e = 0; e < 4; ++e) {
+                const int word = out_word(acc[i * TW + 4 * b + e], c, C - 4 * c4, other[e], p.epi);
+                words[e] = 4 * ow4 + e < OW ? word : 0;   // columns past OW: 4W4C padding, 0
+            }
+            y[idx] = words;
         }
-        if (live && oh < OH && ow4 < OW4) y[((n * OH + oh) * OW4 + ow4) * C4 + c4] = words;
     }
 }

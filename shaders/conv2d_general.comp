@@ -33,6 +33,7 @@
 #include "int8x4.glsl"
 #include "requant.glsl"
 #include "conv_common.glsl"
+#include "conv_epilogue.glsl"
 
 layout(constant_id = 4) const int TOC = 16;     // output channels per invocation, a multiple of 4
 layout(constant_id = 5) const int TH = 2;       // output rows per invocation
@@ -59,14 +60,14 @@ const int HALO_SHUFFLE = (PW <= OWN ? 1 : 0) * (WW - PW - OWN <= OWN ? 1 : 0);  
 #endif
 const int TAPW = KH * KW * TOC;                     // weight words per c4 block
 const int WREGS = (TAPW + G - 1) / G;
-const int PREGS = (3 * TOC + G - 1) / G;
+const int PREGS = (4 * TOC + G - 1) / G;
 const int NACC = TH * TW * TOC;                     // accumulator (i, j, oc) at (i*TW + j)*TOC + oc
 
 layout(std430, binding = 0) readonly buffer X { int x[]; };
 layout(std430, binding = 0) readonly buffer X4 { ivec4 x4[]; };    // the same words, by block
 // word ((t*c4_count + r)*KH*KW + kh*KW + kw)*TOC + o: byte b = w[t*TOC + o, 4*(c4_start + r) + b, kh, kw]
 layout(std430, binding = 1) readonly buffer Wt { int w[]; };
-// per output-channel tile t: bias_eff[TOC], m[TOC], s[TOC] at t*3*TOC
+// per output-channel tile t: bias_eff, bound, m, shifts (TOC each) at t*4*TOC (conv_epilogue.glsl)
 layout(std430, binding = 2) readonly buffer Chan { int chan[]; };
 layout(std430, binding = 3) writeonly buffer Y { ivec4 y[]; };
 layout(push_constant) uniform Params {
@@ -75,7 +76,7 @@ layout(push_constant) uniform Params {
     int c4_count;      // c4 blocks each output-channel tile reads
     int cg, ocg;       // input and output channels per group
     int zp_word;       // x_zp in all four bytes
-    int out_zp, qmin, qmax;
+    Epilogue epi;
 } p;
 
 void main() {
@@ -172,28 +173,24 @@ void main() {
         [[unroll]] for (int k = 0; k < NACC; ++k) { acc[k] += int(part[k]); part[k] = 0.0; }
     }
 
-    // epilogue: bias_eff, m, s of the tile's channels, requantize, one ivec4 per 4x4 block
+    // epilogue: the tile's channel constants, then one ivec4 per 4x4 block (conv_epilogue.glsl)
     int pr[PREGS];
-    [[unroll]] for (int i = 0; i < PREGS; ++i) pr[i] = chan[t * 3 * TOC + i * G + lane];
-    int bias[TOC], m[TOC], s[TOC];
-    [[unroll]] for (int o = 0; o < TOC; ++o) {
-        bias[o] = SHARE(pr, o);
-        m[o] = SHARE(pr, TOC + o);
-        s[o] = SHARE(pr, 2 * TOC + o);
-    }
-    [[unroll]] for (int i = 0; i < TH; ++i)
+    [[unroll]] for (int i = 0; i < PREGS; ++i) pr[i] = chan[t * 4 * TOC + i * G + lane];
     [[unroll]] for (int b = 0; b < TOC / 4; ++b) {
-        const int oh = oh0 + i, oc4 = t * (TOC / 4) + b;
-        const ivec4 bb = ivec4(bias[4 * b], bias[4 * b + 1], bias[4 * b + 2], bias[4 * b + 3]);
-        const ivec4 mm = ivec4(m[4 * b], m[4 * b + 1], m[4 * b + 2], m[4 * b + 3]);
-        const ivec4 ss = ivec4(s[4 * b], s[4 * b + 1], s[4 * b + 2], s[4 * b + 3]);
-        ivec4 words;
-        [[unroll]] for (int j = 0; j < TW; ++j) {
-            const int k = (i * TW + j) * TOC + 4 * b;
-            const int word = requant_word(ivec4(acc[k], acc[k + 1], acc[k + 2], acc[k + 3]) + bb, mm, ss,
-                                          p.out_zp, p.qmin, p.qmax, OC - 4 * oc4);
-            words[j] = ow0 + j < OW ? word : 0;   // columns past OW: 4W4C padding, 0
+        const Chan4 c = CHAN4(pr, TOC, 4 * b);
+        const int oc4 = t * (TOC / 4) + b;
+        [[unroll]] for (int i = 0; i < TH; ++i) {
+            const int oh = oh0 + i, idx = ((n * OH + oh) * OW4 + ow0 / 4) * OC4 + oc4;
+            if (live && oh < OH && oc4 < OC4) {
+                const ivec4 other = residual_block(idx);
+                ivec4 words;
+                [[unroll]] for (int j = 0; j < TW; ++j) {
+                    const int k = (i * TW + j) * TOC + 4 * b;
+                    const int word = out_word(ivec4(acc[k], acc[k + 1], acc[k + 2], acc[k + 3]), c, OC - 4 * oc4, other[j], p.epi);
+                    words[j] = ow0 + j < OW ? word : 0;   // columns past OW: 4W4C padding, 0
+                }
+                y[idx] = words;
+            }
         }
-        if (live && oh < OH && oc4 < OC4) y[((n * OH + oh) * OW4 + ow0 / 4) * OC4 + oc4] = words;
     }
 }

@@ -24,6 +24,7 @@
 #include "int8x4.glsl"
 #include "requant.glsl"
 #include "conv_common.glsl"
+#include "conv_epilogue.glsl"
 
 layout(constant_id = 4) const int TOC = 16;     // output channels per invocation, a multiple of 4
 layout(constant_id = 5) const int TB = 2;       // 4-column blocks per invocation
@@ -31,18 +32,18 @@ layout(constant_id = 6) const int CHUNK = 256;  // c4 blocks per exact fp32 part
 
 const int TP = 4 * TB;                          // positions per invocation
 const int WREGS = (TOC + G - 1) / G;
-const int PREGS = (3 * TOC + G - 1) / G;
+const int PREGS = (4 * TOC + G - 1) / G;
 
 layout(std430, binding = 0) readonly buffer X { ivec4 x[]; };
 // word (t*C4 + c4)*TOC + o: byte b = w[t*TOC + o, 4*c4 + b]
 layout(std430, binding = 1) readonly buffer Wt { int w[]; };
-// per output-channel tile t: bias_eff[TOC], m[TOC], s[TOC] at t*3*TOC
+// per output-channel tile t: bias_eff, bound, m, shifts (TOC each) at t*4*TOC (conv_epilogue.glsl)
 layout(std430, binding = 2) readonly buffer Chan { int chan[]; };
 layout(std430, binding = 3) writeonly buffer Y { ivec4 y[]; };
 layout(push_constant) uniform Params {
     ivec4 in_shape;    // N, C, H, W
     ivec4 out_shape;   // N, OC, H, W
-    int out_zp, qmin, qmax;
+    Epilogue epi;
 } p;
 
 void main() {
@@ -83,26 +84,22 @@ void main() {
     }
 
     int pr[PREGS];
-    [[unroll]] for (int i = 0; i < PREGS; ++i) pr[i] = chan[t * 3 * TOC + i * G + lane];
-    int bias[TOC], m[TOC], s[TOC];
-    [[unroll]] for (int o = 0; o < TOC; ++o) {
-        bias[o] = SHARE(pr, o);
-        m[o] = SHARE(pr, TOC + o);
-        s[o] = SHARE(pr, 2 * TOC + o);
-    }
-    [[unroll]] for (int k = 0; k < TB; ++k)
+    [[unroll]] for (int i = 0; i < PREGS; ++i) pr[i] = chan[t * 4 * TOC + i * G + lane];
     [[unroll]] for (int b = 0; b < TOC / 4; ++b) {
-        const int blk = blk0 + k, oc4 = t * (TOC / 4) + b;
-        const ivec4 bb = ivec4(bias[4 * b], bias[4 * b + 1], bias[4 * b + 2], bias[4 * b + 3]);
-        const ivec4 mm = ivec4(m[4 * b], m[4 * b + 1], m[4 * b + 2], m[4 * b + 3]);
-        const ivec4 ss = ivec4(s[4 * b], s[4 * b + 1], s[4 * b + 2], s[4 * b + 3]);
-        ivec4 words;
-        [[unroll]] for (int e = 0; e < 4; ++e) {
-            const int a = (4 * k + e) * TOC + 4 * b;
-            const int word = requant_word(ivec4(acc[a], acc[a + 1], acc[a + 2], acc[a + 3]) + bb, mm, ss,
-                                          p.out_zp, p.qmin, p.qmax, OC - 4 * oc4);
-            words[e] = 4 * (blk % W4) + e < W ? word : 0;   // columns past W: 4W4C padding, 0
+        const Chan4 c = CHAN4(pr, TOC, 4 * b);
+        const int oc4 = t * (TOC / 4) + b;
+        [[unroll]] for (int k = 0; k < TB; ++k) {
+            const int blk = blk0 + k, idx = (n * HB + blk) * OC4 + oc4;
+            if (live_n && blk < HB && oc4 < OC4) {
+                const ivec4 other = residual_block(idx);
+                ivec4 words;
+                [[unroll]] for (int e = 0; e < 4; ++e) {
+                    const int a = (4 * k + e) * TOC + 4 * b;
+                    const int word = out_word(ivec4(acc[a], acc[a + 1], acc[a + 2], acc[a + 3]), c, OC - 4 * oc4, other[e], p.epi);
+                    words[e] = 4 * (blk % W4) + e < W ? word : 0;   // columns past W: 4W4C padding, 0
+                }
+                y[idx] = words;
+            }
         }
-        if (live_n && blk < HB && oc4 < OC4) y[(n * HB + blk) * OC4 + oc4] = words;
     }
 }

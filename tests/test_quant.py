@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
 
-from vkq.quant import activation_bounds, dequantize, quantize, quantize_multiplier, requantize
+from vkq.quant import (activation_bounds, dequantize, quantize, quantize_multiplier, requant_clamp_params, requantize,
+                       requantize_clamped)
 
 
 @pytest.mark.parametrize("scale,zp", [(0.05, 3), (1 / 3, -128), (0.0078125, 127), (0.1, 0), (2.5e-4, -7)])
@@ -54,6 +55,43 @@ def test_requantize_close_to_float():
     got = requantize(acc, m, s, -5).astype(int)
     want = np.clip(np.rint(acc * real) - 5, -128, 127)
     assert np.abs(got - want).max() <= 1
+
+
+def clamped_cases(rng, n=6000):
+    """(acc, m, s) triples for requantize_clamped: multipliers from 2^-40 to 2^29 and 0, dyadic
+    ones (exact ties), accumulators over the whole int32 range and around every half step."""
+    reals = list(np.exp(rng.uniform(np.log(2.0 ** -40), np.log(2.0 ** 29), 40)))
+    reals += [0.0, 1.0, 0.25, 2.0 ** -13, 2.0 ** -33, 0.75 * 2.0 ** -30, 2.0 ** 27, 2.0 ** 29]
+    for real in reals:
+        m, s = quantize_multiplier(real)
+        acc = rng.integers(-2 ** 31, 2 ** 31, n, dtype=np.int64)
+        acc[n // 2:] >>= rng.integers(0, 31, n - n // 2)
+        if m:   # around half steps k + 1/2, k up to the clamp bound and past it
+            k = rng.integers(-400, 400, n // 3)
+            near = np.round((k + 0.5) * 2.0 ** s / m) + rng.integers(-2, 3, k.size)
+            acc[:k.size] = np.clip(near, -2 ** 31, 2 ** 31 - 1)
+        acc[-4:] = [-2 ** 31, 2 ** 31 - 1, 0, -1]
+        yield acc.astype(np.int32), m, s
+
+
+def test_requantize_clamped_equals_requantize():
+    """The device's cheaper requantization (host constants, no branch on s) gives requantize's
+    int8 result for every accumulator, zero point and clamp."""
+    rng = np.random.default_rng(3)
+    ties = 0
+    for acc, m, s in clamped_cases(rng):
+        params = requant_clamp_params(m, s)
+        for zp, qmin, qmax in ((0, -128, 127), (-128, -128, 127), (127, -128, 127), (5, 5, 60), (-3, -128, -100)):
+            np.testing.assert_array_equal(requantize_clamped(acc, *params, zp, qmin, qmax),
+                                          requantize(acc, m, s, zp, qmin, qmax), err_msg=f"m={m} s={s}")
+        if m and s <= 40:
+            ties += int(np.sum((acc.astype(np.int64) * m) % (1 << s) == 1 << (s - 1)))
+    assert ties > 100    # the half-way cases were exercised
+
+
+def test_requant_clamp_params_refuses_unnormalised_multipliers():
+    with pytest.raises(ValueError):
+        requant_clamp_params(12345, 40)
 
 
 def test_activation_bounds():

@@ -17,6 +17,10 @@ The inner clamp keeps the zero-point add in range; it never changes an int8 resu
 |zero_point| <= 128. Shaders form acc * m with imulExtended (hi, lo words) and shift the pair:
 no 64-bit integers, so SwiftShader and phones agree bit for bit with this numpy code.
 A multiplier too small to matter (s > 62 needed) becomes m = 0: every output is the zero point.
+
+Kernels whose epilogue is a large share of their work (depthwise and small-K convolutions)
+use requant_clamp_params / requantize_clamped instead: the same int8 result for every int32
+acc, with the case analysis on s done once on the host instead of per value on the device.
 """
 from __future__ import annotations
 
@@ -82,6 +86,50 @@ def requantize(acc, m, s, zero_point: int, qmin: int = INT8_MIN, qmax: int = INT
     r = r - (tie & (r & 1).astype(bool))
     r = np.clip(r, -(1 << 16), 1 << 16) + zero_point
     return np.clip(r, qmin, qmax).astype(np.int8)
+
+
+REQUANT_SPAN = 256   # |r| >= this clamps to qmin / qmax for every zero point in [-128, 127]
+
+
+def requant_clamp_params(m, s) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-channel constants of requantize_clamped (shaders/include/requant.glsl) for (m, s):
+    (bound, lshift, m, rshift), int32 arrays.
+
+    requantize's output is int8, so an accumulator whose |r| reaches REQUANT_SPAN gives qmin or
+    qmax whatever the zero point, exactly as its 2^16 saturation does; requantize is monotonic
+    in acc, so acc may first be clamped to [-bound - 1, bound], bound >= REQUANT_SPAN * 2^s / m
+    (capped at 2^31 - 1, so that -2^31 stays itself). Then a = acc << lshift with lshift =
+    max(0, 33 - s) is exact (|a| <= 2^31: a small bound goes with a large multiplier) and
+    acc * m / 2^s = a * m / 2^(32 + rshift) with rshift = s + lshift - 32 in [1, 30]: the shift
+    always reaches into the product's high word, and no case depends on s on the device.
+    s < 3 (M >= 2^27: every nonzero acc saturates) becomes (2^30, 3), which saturates alike."""
+    m = np.atleast_1d(np.asarray(m, np.int64))
+    s = np.atleast_1d(np.asarray(s, np.int64))
+    huge = (s < 3) & (m != 0)
+    m, s = np.where(huge, 1 << 30, m), np.where(huge, 3, s)
+    bound = np.array([min((REQUANT_SPAN << int(si)) // int(mi) + 1 if mi else (1 << 31) - 1, (1 << 31) - 1)
+                      for mi, si in zip(m, s)], np.int64)
+    lshift = np.where(m == 0, 0, np.maximum(0, 33 - s))     # m = 0: r = 0 whatever the shifts
+    rshift = np.where(m == 0, 1, s + lshift - 32)
+    if np.any((m != 0) & ((m < 1 << 30) | (m >= 1 << 31))) or np.any((s > 62) | ((bound + 1) << lshift > 1 << 31)):
+        raise ValueError("requant_clamp_params takes quantize_multiplier's (m, s): m in [2^30, 2^31) or 0, s <= 62")
+    return (bound.astype(np.int32), lshift.astype(np.int32), m.astype(np.int32), rshift.astype(np.int32))
+
+
+def requantize_clamped(acc, bound, lshift, m, rshift, zero_point: int, qmin: int = INT8_MIN,
+                       qmax: int = INT8_MAX) -> np.ndarray:
+    """What requant.glsl's requantize_clamped computes (numpy, int64), step by step; equal to
+    requantize(acc, m, s, ...) for the constants of requant_clamp_params(m, s) (tests check it)."""
+    bound = np.asarray(bound, np.int64)
+    a = np.clip(np.asarray(acc, np.int64), -bound - 1, bound) << np.asarray(lshift, np.int64)
+    prod = a * np.asarray(m, np.int64)                # = hi * 2^32 + lo, |prod| < 2^62
+    hi, lo = prod >> 32, prod & 0xFFFFFFFF
+    t = np.asarray(rshift, np.int64)
+    hi = hi + (np.int64(1) << (t - 1))                # + half the divisor 2^(32 + t)
+    r = hi >> t
+    tie = (lo == 0) & ((hi & ((np.int64(1) << t) - 1)) == 0)
+    r = np.where(tie, r & ~np.int64(1), r)
+    return np.clip(r + zero_point, qmin, qmax).astype(np.int8)
 
 
 def activation_bounds(activation: str | None, scale: float, zero_point: int,

@@ -61,11 +61,4 @@ int from_prev_lane(int v) {
 // does not hold the adjacent tile (the group's first / last lane, a row's first / last tile)
 // loads them itself, word by word under a branch (a load costs only for the lanes that run it).
 // Padding wider than the own blocks, and NO_SUBGROUP, load every halo column.
-
-// Accumulators of four consecutive output channels -> one packed word. Only the first `valid`
-// bytes are channels; the rest are padding and stay 0.
-int requant_word(ivec4 acc, ivec4 m, ivec4 s, int zero_point, int qmin, int qmax, int valid) {
-    ivec4 q = requantize4(acc, m, s, zero_point, qmin, qmax);
-    return pack_int8x4(mix(ivec4(0), q, lessThan(ivec4(0, 1, 2, 3), ivec4(valid))));
-}
 #endif

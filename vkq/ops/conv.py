@@ -39,7 +39,8 @@ import numpy as np
 
 from .. import packing
 from ..device import grid_1d
-from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requantize
+from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requant_clamp_params,
+                     requantize)
 from ..registry import register_op
 
 PRODUCT_BITS = 14          # |x * w| <= 128 * 128
@@ -210,14 +211,25 @@ def pack_depthwise(weight, g: ConvGeometry) -> np.ndarray:
 
 
 def pack_channels(bias, multiplier, shift, tile: int) -> np.ndarray:
-    """Per output-channel tile of `tile` channels: bias_eff[tile], multiplier[tile], shift[tile]
-    (padded channels: 0, 0, 31, which requantize to the zero point; their bytes are not stored)."""
+    """Per output-channel tile of `tile` channels, the epilogue's constants as 4 rows of `tile`
+    words: bias_eff, then requantize_clamped's bound, m and shifts (lshift | rshift << 5), from
+    vkq.quant.requant_clamp_params (shaders/include/conv_epilogue.glsl). Padded channels get
+    bias 0 and m 0: they requantize to the zero point, and their bytes are not stored."""
     oc = len(bias)
     tiles = -(-oc // tile)
-    table = np.zeros((tiles * tile, 3), np.int64)
-    table[:, 2] = 31
-    table[:oc, 0], table[:oc, 1], table[:oc, 2] = bias, multiplier, shift
-    return table.reshape(tiles, tile, 3).transpose(0, 2, 1).reshape(-1).astype(np.int32)
+    m = np.zeros(tiles * tile, np.int64)
+    s = np.full(tiles * tile, 31, np.int64)
+    m[:oc], s[:oc] = multiplier, shift
+    bound, lshift, m, rshift = requant_clamp_params(m, s)
+    table = np.zeros((tiles * tile, 4), np.int64)
+    table[:oc, 0] = bias
+    table[:, 1], table[:, 2], table[:, 3] = bound, m, lshift | (rshift.astype(np.int64) << 5)
+    return table.reshape(tiles, tile, 4).transpose(0, 2, 1).reshape(-1).astype(np.int32)
+
+
+def epilogue_push(attrs) -> tuple:
+    """The push constants EPILOGUE_PUSH names (conv_epilogue.glsl): out_zp, qmin, qmax."""
+    return (int(attrs["out_zp"]), int(attrs.get("qmin", INT8_MIN)), int(attrs.get("qmax", INT8_MAX)))
 
 
 # -- the op -----------------------------------------------------------------------------------
@@ -327,7 +339,7 @@ class Conv2dQ8:
         _check_acc_range(beff, g, g.cg * g.kh * g.kw)
         chan = (beff, ctx.constant(m_name), ctx.constant(s_name))
         zp_word = int(np.full(4, x_zp, np.int8).view("<i4")[0])
-        outq = (int(a["out_zp"]), int(a.get("qmin", INT8_MIN)), int(a.get("qmax", INT8_MAX)))
+        outq = epilogue_push(a)
         G, defines, local = _lane_group(ctx.device)
         kernel = choose_kernel(g)
         io = (ctx.buffer(x_name), ctx.buffer(node.outputs[0]))
