@@ -20,6 +20,12 @@
 // that reads it; the G lanes of a group share the block's KH*KW weight words.
 //! variant
 //! variant NO_SUBGROUP
+//! variant RESIDUAL
+//! variant RESIDUAL NO_SUBGROUP
+//! variant LUT
+//! variant LUT NO_SUBGROUP
+//! variant RESIDUAL LUT
+//! variant RESIDUAL LUT NO_SUBGROUP
 #include "common.glsl"
 #include "int8x4.glsl"
 #include "requant.glsl"
@@ -124,18 +130,27 @@ void main() {
             xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
         }
     }
-    ivec4 xv[WH][WW];
+#ifdef FMA_MAC
+#define VEC vec4
+#else
+#define VEC ivec4
+#endif
+    VEC xv[WH][WW];
     [[unroll]] for (int r = 0; r < WH; ++r)
-    [[unroll]] for (int c = 0; c < WW; ++c) xv[r][c] = unpack_int8x4(xw[r][c]);
+    [[unroll]] for (int c = 0; c < WW; ++c) xv[r][c] = VEC(unpack_int8x4(xw[r][c]));
 
-    ivec4 acc[TH * TW];
-    [[unroll]] for (int k = 0; k < TH * TW; ++k) acc[k] = ivec4(0);
+    VEC acc[TH * TW];
+    [[unroll]] for (int k = 0; k < TH * TW; ++k) acc[k] = VEC(0);
     [[unroll]] for (int kh = 0; kh < KH; ++kh)
     [[unroll]] for (int kw = 0; kw < KW; ++kw) {
-        const ivec4 wv = unpack_int8x4(SHARE(wr, kh * KW + kw));
+        const VEC wv = VEC(unpack_int8x4(SHARE(wr, kh * KW + kw)));
         [[unroll]] for (int i = 0; i < TH; ++i)
         [[unroll]] for (int j = 0; j < TW; ++j)
+#ifdef FMA_MAC
+            acc[i * TW + j] = fma(xv[i * SH + kh * DH][j * SW + kw * DW], wv, acc[i * TW + j]);
+#else
             acc[i * TW + j] += xv[i * SH + kh * DH][j * SW + kw * DW] * wv;
+#endif
     }
 
     int pr[PREGS];
@@ -148,7 +163,7 @@ void main() {
             const ivec4 other = residual_block(idx);
             ivec4 words;
             [[unroll]] for (int e = 0; e < 4; ++e) {
-                const int word = out_word(acc[i * TW + 4 * b + e], c, C - 4 * c4, other[e], p.epi);
+                const int word = out_word(ivec4(acc[i * TW + 4 * b + e]), c, C - 4 * c4, other[e], p.epi);
                 words[e] = 4 * ow4 + e < OW ? word : 0;   // columns past OW: 4W4C padding, 0
             }
             y[idx] = words;

@@ -5,10 +5,13 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
+#ifdef DOT
+#extension GL_EXT_spirv_intrinsics : require
+#endif
 // conv2d_q8, general kernel: any kernel size, stride, padding, dilation and groups
 // (vkq/ops/conv.py; x and y are 4W4C):
 //   acc[oc, oh, ow] = sum_{c, kh, kw} xz[c, oh*SH - PH + kh*DH, ow*SW - PW + kw*DW] * w[oc, c, kh, kw]
-//   y[oc, oh, ow]   = requantize(acc + bias_eff[oc], m[oc], s[oc], out_zp, qmin, qmax)
+//   y[oc, oh, ow]   = epilogue(acc + bias_eff[oc])        (conv_epilogue.glsl)
 // xz is x read as x_zp outside the image, so a padded tap adds x_zp * w, and the host folds
 // -x_zp * sum(w[oc]) into bias_eff: together exactly sum (x - x_zp) * w with 0 for padding.
 // Groups: w is dense over the c4 blocks [c4_start, c4_start + c4_count) of each output-channel
@@ -20,20 +23,42 @@
 // window of x words once: its SW own 4W4C blocks per row as ivec4s, the halo columns mostly from
 // the neighbouring lanes (conv_common.glsl). Every unpacked x value serves TOC output channels
 // and every kernel tap that reads it; every unpacked weight word serves TH*4 positions. The G
-// lanes of a group share the tile's weight words.
+// lanes of a group share the tile's weight words: each lane unpacks and converts its own 1/G of
+// them and the group shares the floats (4 shuffles a word instead of unpacking every word in
+// every lane).
 //
-// Exact fp32 accumulation: products of int8 values are integers with |x*w| <= 2^14, and a sum
+// DOT: one dot4_acc per (position, channel, tap) and 4 input channels (dot4x8.glsl) on the packed
+// words: the weight word holds 4 input channels of one output channel, as the x word holds 4
+// channels of one position, so nothing is unpacked; int32 accumulators, no partial sums.
+// Otherwise, exact fp32 accumulation: products of int8 values are integers with |x*w| <= 2^14, and a sum
 // of integers stays exact in fp32 while every partial sum is below 2^24 in magnitude, whatever
 // the order or fusion of the adds. CHUNK c4 blocks (4*KH*KW*CHUNK <= 2^10 products) are summed
 // with fma, then converted to int32 and added to the exact total. ROW_FLUSH: kernels with more
 // than 256 taps convert after every kernel row instead (4*KW <= 2^10 products).
 //! variant
 //! variant NO_SUBGROUP
+//! variant RESIDUAL
+//! variant RESIDUAL NO_SUBGROUP
+//! variant LUT
+//! variant LUT NO_SUBGROUP
+//! variant RESIDUAL LUT
+//! variant RESIDUAL LUT NO_SUBGROUP
+//! variant DOT
+//! variant DOT NO_SUBGROUP
+//! variant DOT RESIDUAL
+//! variant DOT RESIDUAL NO_SUBGROUP
+//! variant DOT LUT
+//! variant DOT LUT NO_SUBGROUP
+//! variant DOT RESIDUAL LUT
+//! variant DOT RESIDUAL LUT NO_SUBGROUP
 #include "common.glsl"
 #include "int8x4.glsl"
 #include "requant.glsl"
 #include "conv_common.glsl"
 #include "conv_epilogue.glsl"
+#ifdef DOT
+#include "dot4x8.glsl"
+#endif
 
 layout(constant_id = 4) const int TOC = 16;     // output channels per invocation, a multiple of 4
 layout(constant_id = 5) const int TH = 2;       // output rows per invocation
@@ -79,6 +104,40 @@ layout(push_constant) uniform Params {
     Epilogue epi;
 } p;
 
+// The x window of input-channel block c4: its own 4W4C blocks as ivec4s, the halo columns from
+// the neighbouring lanes or (left_self / right_self) loaded here; outside the image x_zp.
+// Every lane of the subgroup must call it (shuffles).
+void load_window(out int xw[WH][XW], int c4, int ow0, int row_blk[WH], bool row_in[WH], int col_off[WW],
+                 bool col_in[WW], bool left_self, bool right_self) {
+    const int C4 = up4(p.in_shape.y) / 4, W = p.in_shape.w, W4 = up4(W) / 4;
+    [[unroll]] for (int r = 0; r < WH; ++r)      // own blocks
+    [[unroll]] for (int b = 0; b < SW; ++b) {
+        const ivec4 v = x4[row_blk[r] + min(ow0 * SW / 4 + b, W4 - 1) * C4 + c4];
+        [[unroll]] for (int e = 0; e < 4; ++e)
+            xw[r][PW + 4 * b + e] = row_in[r] && ow0 * SW + 4 * b + e < W ? v[e] : p.zp_word;
+    }
+    if (HALO_SHUFFLE != 0) {
+        [[unroll]] for (int r = 0; r < WH; ++r) {
+            [[unroll]] for (int c = 0; c < PW; ++c) xw[r][c] = from_prev_lane(xw[r][c + OWN]);
+            [[unroll]] for (int c = PW + OWN; c < WW; ++c) xw[r][c] = from_next_lane(xw[r][c - OWN]);
+        }
+    }
+    if (left_self) {
+        [[unroll]] for (int r = 0; r < WH; ++r)
+        [[unroll]] for (int c = 0; c < min(PW, WW); ++c) {
+            const int word = x[row_blk[r] * 4 + col_off[c] + c4 * 4];
+            xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
+        }
+    }
+    if (right_self) {
+        [[unroll]] for (int r = 0; r < WH; ++r)
+        [[unroll]] for (int c = PW + OWN; c < WW; ++c) {
+            const int word = x[row_blk[r] * 4 + col_off[c] + c4 * 4];
+            xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
+        }
+    }
+}
+
 void main() {
     const int N = p.in_shape.x, C4 = up4(p.in_shape.y) / 4, H = p.in_shape.z, W = p.in_shape.w;
     const int OC = p.out_shape.y, OH = p.out_shape.z, OW = p.out_shape.w;
@@ -114,53 +173,46 @@ void main() {
     const int wbase = t * p.c4_count * TAPW + lane;
 
     int acc[NACC];
+    [[unroll]] for (int k = 0; k < NACC; ++k) acc[k] = 0;
+#ifdef DOT
+    for (int r4 = 0; r4 < p.c4_count; ++r4) {
+        int xw[WH][XW];
+        load_window(xw, c4_start + r4, ow0, row_blk, row_in, col_off, col_in, left_self, right_self);
+        int wr[WREGS];
+        [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[wbase + r4 * TAPW + i * G];
+        [[unroll]] for (int kh = 0; kh < KH; ++kh)
+        [[unroll]] for (int kw = 0; kw < KW; ++kw)
+        [[unroll]] for (int o = 0; o < TOC; ++o) {
+            const int wo = SHARE(wr, (kh * KW + kw) * TOC + o);
+            [[unroll]] for (int i = 0; i < TH; ++i)
+            [[unroll]] for (int j = 0; j < TW; ++j) {
+                const int k = (i * TW + j) * TOC + o;
+                acc[k] = dot4_acc(xw[i * SH + kh * DH][j * SW + kw * DW], wo, acc[k]);
+            }
+        }
+    }
+#else
     float part[NACC];
-    [[unroll]] for (int k = 0; k < NACC; ++k) { acc[k] = 0; part[k] = 0.0; }
-
+    [[unroll]] for (int k = 0; k < NACC; ++k) part[k] = 0.0;
     for (int c0 = 0; c0 < p.c4_count; c0 += CHUNK) {
         const int c_end = min(c0 + CHUNK, p.c4_count);
         for (int r4 = c0; r4 < c_end; ++r4) {
-            const int c4 = c4_start + r4;
             int xw[WH][XW];
-            [[unroll]] for (int r = 0; r < WH; ++r)      // own blocks
-            [[unroll]] for (int b = 0; b < SW; ++b) {
-                const ivec4 v = x4[row_blk[r] + min(ow0 * SW / 4 + b, W4 - 1) * C4 + c4];
-                [[unroll]] for (int e = 0; e < 4; ++e)
-                    xw[r][PW + 4 * b + e] = row_in[r] && ow0 * SW + 4 * b + e < W ? v[e] : p.zp_word;
-            }
-            if (HALO_SHUFFLE != 0) {
-                [[unroll]] for (int r = 0; r < WH; ++r) {
-                    [[unroll]] for (int c = 0; c < PW; ++c) xw[r][c] = from_prev_lane(xw[r][c + OWN]);
-                    [[unroll]] for (int c = PW + OWN; c < WW; ++c) xw[r][c] = from_next_lane(xw[r][c - OWN]);
-                }
-            }
-            if (left_self) {
-                [[unroll]] for (int r = 0; r < WH; ++r)
-                [[unroll]] for (int c = 0; c < min(PW, WW); ++c) {
-                    const int word = x[row_blk[r] * 4 + col_off[c] + c4 * 4];
-                    xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
-                }
-            }
-            if (right_self) {
-                [[unroll]] for (int r = 0; r < WH; ++r)
-                [[unroll]] for (int c = PW + OWN; c < WW; ++c) {
-                    const int word = x[row_blk[r] * 4 + col_off[c] + c4 * 4];
-                    xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
-                }
-            }
+            load_window(xw, c4_start + r4, ow0, row_blk, row_in, col_off, col_in, left_self, right_self);
             vec4 xv[WH][WW];
             [[unroll]] for (int r = 0; r < WH; ++r)
             [[unroll]] for (int c = 0; c < WW; ++c) xv[r][c] = vec4(unpack_int8x4(xw[r][c]));
-
             int wr[WREGS];
             [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[wbase + r4 * TAPW + i * G];
+            vec4 wf[WREGS];      // each lane converts its own weight words; the group shares the floats
+            [[unroll]] for (int i = 0; i < WREGS; ++i) wf[i] = vec4(unpack_int8x4(wr[i]));
             [[unroll]] for (int kh = 0; kh < KH; ++kh) {
                 [[unroll]] for (int kw = 0; kw < KW; ++kw)
                 [[unroll]] for (int o = 0; o < TOC; ++o) {
-                    vec4 wv = vec4(unpack_int8x4(SHARE(wr, (kh * KW + kw) * TOC + o)));
+                    const vec4 wv = SHARE(wf, (kh * KW + kw) * TOC + o);
                     [[unroll]] for (int i = 0; i < TH; ++i)
                     [[unroll]] for (int j = 0; j < TW; ++j) {
-                        vec4 xx = xv[i * SH + kh * DH][j * SW + kw * DW];
+                        const vec4 xx = xv[i * SH + kh * DH][j * SW + kw * DW];
                         const int k = (i * TW + j) * TOC + o;
                         part[k] = fma(xx.x, wv.x, fma(xx.y, wv.y, fma(xx.z, wv.z, fma(xx.w, wv.w, part[k]))));
                     }
@@ -172,6 +224,7 @@ void main() {
         }
         [[unroll]] for (int k = 0; k < NACC; ++k) { acc[k] += int(part[k]); part[k] = 0.0; }
     }
+#endif
 
     // epilogue: the tile's channel constants, then one ivec4 per 4x4 block (conv_epilogue.glsl)
     int pr[PREGS];

@@ -5,30 +5,59 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
-// conv2d_q8, pointwise kernel: 1x1, stride 1, no padding, groups 1, a GEMM over channels
+#ifdef DOT
+#extension GL_EXT_spirv_intrinsics : require
+#endif
+// conv2d_q8, pointwise kernel: 1x1, no padding, groups 1, any stride: a GEMM over channels
 // (vkq/ops/conv.py; x and y are 4W4C):
-//   acc[oc, pos] = sum_c x[c, pos] * w[oc, c]          pos = h*W + w within one image
-//   y[oc, pos]   = requantize(acc + bias_eff[oc], m[oc], s[oc], out_zp, qmin, qmax)
+//   acc[oc, oh, ow] = sum_c x[c, oh*SH, ow*SW] * w[oc, c]
+//   y[oc, oh, ow]   = epilogue(acc + bias_eff[oc])          (conv_epilogue.glsl)
 // (bias_eff = bias - x_zp * sum(w[oc]), folded on the host.)
 //
-// One invocation owns TB 4W4C blocks of 4 columns (running over the blocks of the image row by
-// row) x TOC output channels, and stores TB * TOC/4 ivec4s (columns past W as 0: the 4W4C
-// padding). Per block of 4 input channels it loads TB x ivec4s and the G lanes of a group share
-// the TOC weight words (conv_common.glsl): every unpacked x value serves TOC channels and every
-// weight word 4*TB positions.
-// Exact fp32 accumulation as in conv2d_general.comp: CHUNK c4 blocks (4*CHUNK <= 2^10 products
-// of |x*w| <= 2^14) per fp32 partial sum, then into the int32 total.
+// One invocation owns TB 4W4C output blocks of 4 columns (running over the blocks of the image
+// row by row) x TOC output channels, and stores TB * TOC/4 ivec4s (columns past OW as 0: the
+// 4W4C padding). Per block of 4 input channels it loads its TB x SW input ivec4s (stride 2: the
+// two blocks holding the 4 columns it reads) and the G lanes of a group share the TOC weight
+// words (conv_common.glsl): every x value serves TOC channels and every weight word 4*TB
+// positions.
+//   default: fp32 multiply-adds, exact as in conv2d_general.comp: CHUNK c4 blocks (4*CHUNK <=
+//            2^10 products of |x*w| <= 2^14) per fp32 partial sum, then into the int32 total.
+//            Each lane unpacks and converts its own 1/G of the weight words and the group
+//            shares the floats (4 shuffles a word): a lane then unpacks TOC/G words instead of
+//            TOC (on lavapipe 12% fewer instructions for 960->320 @7, valgrind count).
+//   DOT:     one dot4_acc per (position, channel) and 4 input channels (dot4x8.glsl): the
+//            weight word holds 4 input channels of one output channel, like the x word holds 4
+//            channels of one position, so nothing is unpacked; int32 accumulators.
 //! variant
 //! variant NO_SUBGROUP
+//! variant RESIDUAL
+//! variant RESIDUAL NO_SUBGROUP
+//! variant LUT
+//! variant LUT NO_SUBGROUP
+//! variant RESIDUAL LUT
+//! variant RESIDUAL LUT NO_SUBGROUP
+//! variant DOT
+//! variant DOT NO_SUBGROUP
+//! variant DOT RESIDUAL
+//! variant DOT RESIDUAL NO_SUBGROUP
+//! variant DOT LUT
+//! variant DOT LUT NO_SUBGROUP
+//! variant DOT RESIDUAL LUT
+//! variant DOT RESIDUAL LUT NO_SUBGROUP
 #include "common.glsl"
 #include "int8x4.glsl"
 #include "requant.glsl"
 #include "conv_common.glsl"
 #include "conv_epilogue.glsl"
+#ifdef DOT
+#include "dot4x8.glsl"
+#endif
 
 layout(constant_id = 4) const int TOC = 16;     // output channels per invocation, a multiple of 4
 layout(constant_id = 5) const int TB = 2;       // 4-column blocks per invocation
 layout(constant_id = 6) const int CHUNK = 256;  // c4 blocks per exact fp32 partial sum
+layout(constant_id = 7) const int SH = 1;
+layout(constant_id = 8) const int SW = 1;
 
 const int TP = 4 * TB;                          // positions per invocation
 const int WREGS = (TOC + G - 1) / G;
@@ -42,39 +71,68 @@ layout(std430, binding = 2) readonly buffer Chan { int chan[]; };
 layout(std430, binding = 3) writeonly buffer Y { ivec4 y[]; };
 layout(push_constant) uniform Params {
     ivec4 in_shape;    // N, C, H, W
-    ivec4 out_shape;   // N, OC, H, W
+    ivec4 out_shape;   // N, OC, OH, OW
     Epilogue epi;
 } p;
 
 void main() {
-    const int N = p.in_shape.x, C4 = up4(p.in_shape.y) / 4, H = p.in_shape.z, W = p.in_shape.w;
-    const int OC = p.out_shape.y, OC4 = up4(OC) / 4, W4 = up4(W) / 4, HB = H * W4;
+    const int N = p.in_shape.x, C4 = up4(p.in_shape.y) / 4, H = p.in_shape.z, W4 = up4(p.in_shape.w) / 4;
+    const int OC = p.out_shape.y, OC4 = up4(OC) / 4, OH = p.out_shape.z, OW = p.out_shape.w;
+    const int OW4 = up4(OW) / 4, HB = OH * OW4;
     const int block_groups = (HB + TB * G - 1) / (TB * G), oc_tiles = (OC + TOC - 1) / TOC;
 
-    // group q -> (image n, output-channel tile t, G*TB column blocks); lane -> TB of them
+    // group q -> (image n, output-channel tile t, G*TB output blocks); lane -> TB of them
     const int q = group_index(), lane = group_lane();
     const int t = (q / block_groups) % oc_tiles;
     int n = q / (block_groups * oc_tiles);
     const bool live_n = n < N;
     n = min(n, N - 1);
-    const int blk0 = ((q % block_groups) * G + lane) * TB;    // block (h, w4) of the image is h*W4 + w4
+    const int blk0 = ((q % block_groups) * G + lane) * TB;    // output block (oh, ow4) is oh*OW4 + ow4
     const int wbase = t * C4 * TOC + lane;
+    int xbase[TB * SW];          // ivec4 index (c4 = 0) of the input blocks the output blocks read
+    [[unroll]] for (int k = 0; k < TB; ++k) {
+        const int blk = min(blk0 + k, HB - 1), oh = blk / OW4, ow4 = blk % OW4;
+        [[unroll]] for (int j = 0; j < SW; ++j)
+            xbase[k * SW + j] = ((n * H + oh * SH) * W4 + min(ow4 * SW + j, W4 - 1)) * C4;
+    }
 
     int acc[TP * TOC];           // (position 4*k + e, channel o) at (4*k + e)*TOC + o
+    [[unroll]] for (int k = 0; k < TP * TOC; ++k) acc[k] = 0;
+#ifdef DOT
+    for (int c4 = 0; c4 < C4; ++c4) {
+        int wr[WREGS];
+        [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[wbase + c4 * TOC + i * G];
+        int xw[TP];
+        [[unroll]] for (int k = 0; k < TB; ++k)
+        [[unroll]] for (int j = 0; j < SW; ++j) {
+            const ivec4 v = x[xbase[k * SW + j] + c4];
+            [[unroll]] for (int e = 0; e < 4; ++e)           // output column e reads input word e*SW
+                if (e * SW / 4 == j) xw[4 * k + e] = v[e * SW % 4];
+        }
+        [[unroll]] for (int o = 0; o < TOC; ++o) {
+            const int wo = SHARE(wr, o);
+            [[unroll]] for (int k = 0; k < TP; ++k) acc[k * TOC + o] = dot4_acc(xw[k], wo, acc[k * TOC + o]);
+        }
+    }
+#else
     float part[TP * TOC];
-    [[unroll]] for (int k = 0; k < TP * TOC; ++k) { acc[k] = 0; part[k] = 0.0; }
+    [[unroll]] for (int k = 0; k < TP * TOC; ++k) part[k] = 0.0;
     for (int c0 = 0; c0 < C4; c0 += CHUNK) {
         const int c_end = min(c0 + CHUNK, C4);
         for (int c4 = c0; c4 < c_end; ++c4) {
             int wr[WREGS];
             [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[wbase + c4 * TOC + i * G];
+            vec4 wf[WREGS];
+            [[unroll]] for (int i = 0; i < WREGS; ++i) wf[i] = vec4(unpack_int8x4(wr[i]));
             vec4 xv[TP];
-            [[unroll]] for (int k = 0; k < TB; ++k) {
-                const ivec4 v = x[(n * HB + min(blk0 + k, HB - 1)) * C4 + c4];
-                [[unroll]] for (int e = 0; e < 4; ++e) xv[4 * k + e] = vec4(unpack_int8x4(v[e]));
+            [[unroll]] for (int k = 0; k < TB; ++k)
+            [[unroll]] for (int j = 0; j < SW; ++j) {
+                const ivec4 v = x[xbase[k * SW + j] + c4];
+                [[unroll]] for (int e = 0; e < 4; ++e)
+                    if (e * SW / 4 == j) xv[4 * k + e] = vec4(unpack_int8x4(v[e * SW % 4]));
             }
             [[unroll]] for (int o = 0; o < TOC; ++o) {
-                const vec4 wv = vec4(unpack_int8x4(SHARE(wr, o)));
+                const vec4 wv = SHARE(wf, o);
                 [[unroll]] for (int k = 0; k < TP; ++k)
                     part[k * TOC + o] = fma(xv[k].x, wv.x, fma(xv[k].y, wv.y, fma(xv[k].z, wv.z,
                                         fma(xv[k].w, wv.w, part[k * TOC + o]))));
@@ -82,6 +140,7 @@ void main() {
         }
         [[unroll]] for (int k = 0; k < TP * TOC; ++k) { acc[k] += int(part[k]); part[k] = 0.0; }
     }
+#endif
 
     int pr[PREGS];
     [[unroll]] for (int i = 0; i < PREGS; ++i) pr[i] = chan[t * 4 * TOC + i * G + lane];
@@ -96,7 +155,7 @@ void main() {
                 [[unroll]] for (int e = 0; e < 4; ++e) {
                     const int a = (4 * k + e) * TOC + 4 * b;
                     const int word = out_word(ivec4(acc[a], acc[a + 1], acc[a + 2], acc[a + 3]), c, OC - 4 * oc4, other[e], p.epi);
-                    words[e] = 4 * (blk % W4) + e < W ? word : 0;   // columns past W: 4W4C padding, 0
+                    words[e] = 4 * (blk % OW4) + e < OW ? word : 0;   // columns past OW: 4W4C padding, 0
                 }
                 y[idx] = words;
             }

@@ -30,7 +30,11 @@ struct Chan4 {        // the requantize_clamped constants of 4 consecutive outpu
 layout(std430, binding = 4) readonly buffer Res { ivec4 res[]; };   // 4W4C, the output's shape
 #endif
 #ifdef LUT
+#ifdef RESIDUAL
 layout(std430, binding = 5) readonly buffer Lut { int lut[]; };     // 64 words
+#else
+layout(std430, binding = 4) readonly buffer Lut { int lut[]; };
+#endif
 #endif
 
 // the residual operand's block at the output's ivec4 index (zeros without RESIDUAL)
@@ -60,6 +64,9 @@ ivec4 requantize_chan4(ivec4 acc, Chan4 c, int zero_point, int qmin, int qmax) {
 // acc: the 4 channels' sums at one position; other: the residual operand's word there (unused
 // without RESIDUAL); e: the shader's push constants p.epi
 int out_word(ivec4 acc, Chan4 c, int valid, int other, Epilogue e) {
+#ifdef EXP_NOREQ
+    return pack_int8x4(acc + c.bias);
+#endif
     ivec4 q = requantize_chan4(acc + c.bias, c, e.out_zp, e.qmin, e.qmax);
 #ifdef RESIDUAL
     ivec4 a = (q - e.conv_zp) * e.conv_mult + (unpack_int8x4(other) - e.other_zp) * e.other_mult;

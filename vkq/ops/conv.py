@@ -8,7 +8,7 @@ xp is x padded by (ph, pw) with x_zp: PyTorch pads the dequantized float with 0,
 int8 value x_zp, so padding adds nothing. OH = (H + 2ph - dh*(KH-1) - 1) // sh + 1, as torch.
 
 Kernels, chosen in build() from the attrs (choose_kernel):
-  conv2d_pointwise  1x1, stride 1, no padding, groups 1: a GEMM over channels
+  conv2d_pointwise  1x1, no padding, groups 1 (any stride): a GEMM over channels
   conv2d_depthwise  groups == C == OC: each output channel reads its own input channel
   conv2d_general    anything else: kernel size, stride, padding, dilation, any groups
 
@@ -160,7 +160,7 @@ class ConvGeometry:
 
 def choose_kernel(g: ConvGeometry) -> str:
     """The conv2d_q8 kernel for a geometry."""
-    if g.groups == 1 and g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.ph == g.pw == 0:
+    if g.groups == 1 and g.kh == g.kw == 1 and g.ph == g.pw == 0:
         return "conv2d_pointwise"
     if g.groups == g.c == g.oc:
         return "conv2d_depthwise"
@@ -228,11 +228,37 @@ def pack_channels(bias, multiplier, shift, tile: int) -> np.ndarray:
 
 
 def epilogue_push(attrs) -> tuple:
-    """The push constants EPILOGUE_PUSH names (conv_epilogue.glsl): out_zp, qmin, qmax."""
-    return (int(attrs["out_zp"]), int(attrs.get("qmin", INT8_MIN)), int(attrs.get("qmax", INT8_MAX)))
+    """The Epilogue push constants (conv_epilogue.glsl): out_zp, qmin, qmax, and with a fused
+    residual add its operands' zero points and weights (conv output first: the sum is the same
+    whichever add_q8 operand the conv was) and its requantize_clamped constants."""
+    words = [int(attrs["out_zp"]), int(attrs.get("qmin", INT8_MIN)), int(attrs.get("qmax", INT8_MAX))]
+    res = attrs.get("residual")
+    if res is not None:
+        mine, other = ("a", "b") if res["conv_input"] == "a" else ("b", "a")
+        bound, lshift, m, rshift = (int(v[0]) for v in requant_clamp_params(res["multiplier"], res["shift"]))
+        words += [res[f"{mine}_zp"], res[f"{mine}_mult"], res[f"{other}_zp"], res[f"{other}_mult"],
+                  bound, lshift, m, rshift, res["out_zp"], res.get("qmin", INT8_MIN), res.get("qmax", INT8_MAX)]
+    return tuple(int(w) for w in words)
+
+
+def pack_lut(table) -> np.ndarray:
+    """A 256-entry int8 table (entry i for input i - 128) as 64 words, 4 entries a word."""
+    t = np.asarray(table)
+    if t.shape != (256,):
+        raise ValueError(f"conv2d_q8: a lookup table has 256 entries, got shape {t.shape}")
+    return _words(t.astype(np.int8).reshape(64, 4))
 
 
 # -- the op -----------------------------------------------------------------------------------
+
+DOT_KERNELS = ("conv2d_general", "conv2d_pointwise")   # kernels with a DOT (integer dot product) variant
+
+
+def use_dot_product(device) -> bool:
+    """Whether this device's dispatches take the DOT variants: its own choice (device.dot_product,
+    set where the feature is enabled and pays off), off where the device says nothing."""
+    return bool(getattr(device, "dot_product", False))
+
 
 def _lane_group(device) -> tuple[int, dict, int]:
     """(G, defines, workgroup size): lanes sharing weight loads, the shader variant, and a
@@ -291,13 +317,13 @@ def _depthwise_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
 
 
 def _pointwise_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
-    """(TB 4-column blocks, TOC output channels) for conv2d_pointwise: 2 blocks (8 positions),
-    1 if the map has fewer than 2G blocks, and the TOC <= 32 that minimizes tiles * (TOC + 22):
-    per position and c4 block a tile costs TOC*4 multiply-adds (~0.2 cycles each per lane on
-    llvmpipe) plus one x word loaded (~18 cycles per lane), so fewer, wider tiles load x fewer
-    times, but padded channels cost work."""
+    """(TB 4-column output blocks, TOC output channels) for conv2d_pointwise: 2 blocks (8
+    positions), 1 if the map has fewer than 2G blocks, and the TOC <= 32 that minimizes
+    tiles * (TOC + 22): per position and c4 block a tile costs TOC*4 multiply-adds (~0.2 cycles
+    each per lane on llvmpipe) plus one x word loaded (~18 cycles per lane), so fewer, wider
+    tiles load x fewer times, but padded channels cost work."""
     cost = {t: cdiv(g.oc, t) * (t + 22) for t in range(32, 0, -4)}
-    return 2 if g.h * cdiv(g.w, 4) >= 2 * G else 1, min(cost, key=lambda t: (cost[t], -t))
+    return 2 if g.oh * cdiv(g.ow, 4) >= 2 * G else 1, min(cost, key=lambda t: (cost[t], -t))
 
 
 def _check_acc_range(beff, g: ConvGeometry, taps: int):
@@ -310,20 +336,39 @@ def _check_acc_range(beff, g: ConvGeometry, taps: int):
 @register_op
 class Conv2dQ8:
     """int8 conv2d on 4W4C: acc = bias + sum (x - x_zp) * w over each group's channels and the
-    taps (padding reads x_zp), y = requantize(acc, multiplier, shift, out_zp, qmin, qmax)."""
+    taps (padding reads x_zp), y = requantize(acc, multiplier, shift, out_zp, qmin, qmax).
+
+    Fused epilogues (vkq/passes/fuse_epilogue.py), in this order, each exactly the op it
+    replaces, so the reference is the composition:
+      residual  attrs {"conv_input": "a" | "b", add_q8's attrs}, input `other` (int8, y's shape):
+                y = add_q8(y, other) (conv_input "a") or add_q8(other, y) ("b")
+      lut       attrs lut=True, input `table` (int8 (256,)): y = table[y + 128]
+    Inputs: x, weight, bias, multiplier, shift[, other][, table]."""
     name = "conv2d_q8"
     shaders = ("conv2d_general", "conv2d_depthwise", "conv2d_pointwise")
 
-    def reference(x, weight, bias, multiplier, shift, *, stride, padding, dilation, groups,
-                  x_zp, out_zp, qmin=INT8_MIN, qmax=INT8_MAX):
+    def reference(x, weight, bias, multiplier, shift, *extra, stride, padding, dilation, groups,
+                  x_zp, out_zp, qmin=INT8_MIN, qmax=INT8_MAX, residual=None, lut=False):
         acc = conv2d_acc(x, weight, stride, padding, dilation, groups, x_zp)
         acc += np.asarray(bias, np.int64)[:, None, None]
         per_oc = lambda v: np.asarray(v, np.int64)[:, None, None]
-        return requantize(acc, per_oc(multiplier), per_oc(shift), out_zp, qmin, qmax)
+        y = requantize(acc, per_oc(multiplier), per_oc(shift), out_zp, qmin, qmax)
+        extra = list(extra)
+        if residual is not None:
+            from .eltwise import AddQ8
+            add = {k: v for k, v in residual.items() if k != "conv_input"}
+            other = extra.pop(0)
+            y = AddQ8.reference(y, other, **add) if residual["conv_input"] == "a" else AddQ8.reference(other, y, **add)
+        if lut:
+            y = np.asarray(extra.pop(0), np.int8)[y.astype(np.int64) + 128]
+        return y
 
     def build(ctx, node):
-        x_name, w_name, b_name, m_name, s_name = node.inputs
+        x_name, w_name, b_name, m_name, s_name, *extra = node.inputs
         a = node.attrs
+        if len(extra) != int(a.get("residual") is not None) + int(bool(a.get("lut"))):
+            raise ValueError(f"conv2d_q8: {len(extra)} extra inputs for residual={a.get('residual') is not None}, "
+                             f"lut={bool(a.get('lut'))}")
         weight = np.asarray(ctx.constant(w_name))
         g = ConvGeometry.of(ctx.spec(x_name).shape, weight.shape, a["stride"], a["padding"],
                             a["dilation"], a["groups"])
@@ -332,6 +377,17 @@ class Conv2dQ8:
             raise ValueError(f"conv2d_q8: output spec {y_spec.shape} != {(g.n, g.oc, g.oh, g.ow)}")
         if ctx.spec(x_name).layout != "4W4C" or y_spec.layout != "4W4C":
             raise ValueError("conv2d_q8 reads and writes 4W4C tensors")
+        epilogue_bufs, epilogue_defines = [], {}
+        if a.get("residual") is not None:
+            other = extra.pop(0)
+            o_spec = ctx.spec(other)
+            if o_spec.shape != y_spec.shape or o_spec.layout != "4W4C":
+                raise ValueError(f"conv2d_q8: residual {o_spec.shape} {o_spec.layout} != output {y_spec.shape} 4W4C")
+            epilogue_bufs.append(ctx.buffer(other))
+            epilogue_defines["RESIDUAL"] = "1"
+        if a.get("lut"):
+            epilogue_bufs.append(ctx.const_buffer(pack_lut(ctx.constant(extra.pop(0)))))
+            epilogue_defines["LUT"] = "1"
         x_zp = int(a["x_zp"])
         if not INT8_MIN <= x_zp <= INT8_MAX:
             raise ValueError(f"conv2d_q8: x_zp must be in [-128, 127], got {x_zp}")
@@ -341,7 +397,10 @@ class Conv2dQ8:
         zp_word = int(np.full(4, x_zp, np.int8).view("<i4")[0])
         outq = epilogue_push(a)
         G, defines, local = _lane_group(ctx.device)
+        defines = {**defines, **epilogue_defines}
         kernel = choose_kernel(g)
+        if use_dot_product(ctx.device) and kernel in DOT_KERNELS:
+            defines["DOT"] = "1"
         io = (ctx.buffer(x_name), ctx.buffer(node.outputs[0]))
         shapes = (np.array([g.n, g.c, g.h, g.w]), np.array([g.n, g.oc, g.oh, g.ow]))
         pad = np.zeros(G, np.int32)   # the lanes of a group read r[i] = block[i*G + lane]: up to G-1 words past
@@ -366,13 +425,13 @@ class Conv2dQ8:
         else:
             tb, toc = _pointwise_tiles(g, G)
             wwords, _ = pack_general(weight, g, toc)
-            spec = (G, toc, tb, _chunk(1, 1)[0])
+            spec = (G, toc, tb, _chunk(1, 1)[0], g.sh, g.sw)
             push = (*shapes, *outq)
-            lane_groups = g.n * cdiv(g.oc, toc) * cdiv(g.h * cdiv(g.w, 4), tb * G)
+            lane_groups = g.n * cdiv(g.oc, toc) * cdiv(g.oh * cdiv(g.ow, 4), tb * G)
             table = pack_channels(*chan, toc)
 
         bufs = [io[0], ctx.const_buffer(np.concatenate([wwords, pad])),
-                ctx.const_buffer(np.concatenate([table, pad])), io[1]]
+                ctx.const_buffer(np.concatenate([table, pad])), io[1], *epilogue_bufs]
         return [ctx.device.dispatch(kernel, bufs, grid_1d(lane_groups * G, local), local=(local,),
                                     spec=spec, push=push, defines=defines)]
 
