@@ -1,5 +1,5 @@
 """conv2d_q8 speed on real layer shapes — now the conv family of the kernel suite in
-vkq/bench.py (int8 kernel by Vulkan timestamps, our fp32 shader shaders/bench_conv2d_f32.comp
+vkq/bench/kernels.py (int8 kernel by Vulkan timestamps, our fp32 shader shaders/bench_conv2d_f32.comp
 on the stride-1 shapes, torch fp32/int8 on the CPU and ncnn fp32 on the same device, each int8
 case checked bit for bit against the numpy reference first). This script runs just that family:
 

@@ -1,4 +1,4 @@
-"""GPU time of the linear kernels — now the linear family of the kernel suite in vkq/bench.py:
+"""GPU time of the linear kernels — now the linear family of the kernel suite in vkq/bench/kernels.py:
 linear_q8 and our fp32 GEMM (shaders/linear_float.comp W_F32) on every shape, linear_dynamic and
 linear_weight_only on the MiniLM shapes, torch fp32/int8 on the CPU and ncnn fp32 on the same
 device. This script runs just that family, on one or more devices:

@@ -78,15 +78,13 @@ def breakdown(prog, ids, mask):
             get_op(node.op).reference(*args, **node.attrs)
     prefix_ms = (time.perf_counter() - start) * 1e3
     timed_rec.run()
-    ts = np.asarray(timed_rec.seq.get_timestamps(), np.float64) / 1e6   # ns -> ms (timestampPeriod 1 on CPU drivers)
-    first = 1 if ups else 0
-    up_ms = ts[1] - ts[0] if ups else 0.0
-    down_ms = ts[-1] - ts[-2] if downs else 0.0
+    # ns -> ms (timestampPeriod 1 on CPU drivers)
+    up_ms, down_ms = (t / 1e6 for t in timed_rec.transfer_times_ns())
     kinds = defaultdict(float)
-    for i, step in enumerate(timed_rec.steps):
+    for step, ns in zip(timed_rec.steps, timed_rec.dispatch_times_ns()):
         name = step.name
         kind = "linear" if name.startswith("linear") else name.replace("float_", "")
-        kinds[kind] += ts[first + i + 1] - ts[first + i]
+        kinds[kind] += ns / 1e6
     return dict(kinds), up_ms, down_ms, prefix_ms, len(timed_rec.steps)
 
 

@@ -4,7 +4,8 @@ VKQ_TEST_DEVICES  comma-separated device choices (default "llvmpipe,swiftshader"
 CI=true           a device that cannot be found fails the test instead of skipping it
 VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation
                   the Khronos layer prints what it finds; any validation message fails
-                  the test that caused it
+                  the test that caused it (with VK_LAYER_ENABLES=..._SYNCHRONIZATION_VALIDATION_EXT
+                  also every SYNC-HAZARD, with ..._GPU_ASSISTED_EXT every out-of-bounds access)
 """
 import os
 import sys
@@ -40,6 +41,10 @@ def device(request):
         pytest.skip(f"Vulkan device {request.param!r} not found: {e}")
 
 
+def is_validation_message(line: str) -> bool:
+    return any(k in line for k in ("Validation Error", "VUID-", "UNASSIGNED-", "SYNC-HAZARD"))
+
+
 @pytest.fixture(autouse=True)
 def _fail_on_validation_messages(request):
     """With the validation layer on, read what a device test printed (at the fd level:
@@ -52,7 +57,6 @@ def _fail_on_validation_messages(request):
     out, err = capfd.readouterr()
     sys.stdout.write(out)
     sys.stderr.write(err)
-    found = [line for line in (out + err).splitlines()
-             if "Validation Error" in line or "VUID-" in line or "UNASSIGNED-" in line]
+    found = [line for line in (out + err).splitlines() if is_validation_message(line)]
     if found:
         pytest.fail("Vulkan validation messages:\n" + "\n".join(found[:20]))

@@ -1,47 +1,82 @@
 """`vkq bench --quick` on every test device: each suite runs and gives sane records (fields
-present, numbers finite and positive, outputs that agree with torch). No timing is asserted:
-the machine is shared, and the smoke test is about the benchmark code, not the speed."""
+present, numbers finite and positive, the roofline model's fields consistent with each other
+and with the roofline measured in the same run, outputs that agree with torch). No timing is
+asserted: the machine is shared, and the smoke test is about the benchmark code, not the speed."""
 import json
 import math
+import sys
 
+import pytest
 import torch
 
-from vkq import bench
+from vkq import bench, packing
 from vkq.cli import main
-
-FIELDS = ("suite", "name", "shape", "dtype", "backend", "device", "median_ms", "p90_ms", "gops", "roofline_fraction")
 
 
 def positive(v):
     return isinstance(v, (int, float)) and math.isfinite(v) and v > 0
 
 
-def test_quick_run(device, tmp_path):
+def test_quick_run(device, tmp_path, capfd):
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     assert main(["bench", "all", "--quick", "--device", str(device.info.index), "--json", str(out),
                  "--plot", str(png), "--no-progress"]) == 0
+    printed, err = capfd.readouterr()
+    sys.stdout.write(printed)      # back into the capture: the validation guard (conftest) reads it too
+    sys.stderr.write(err)
+    for header in ("op/B", "roof GOP/s", "of roof", "GPU ms", "eval ms", "host ms", "dispatches", "barriers"):
+        assert header in printed, header
     records = json.loads(out.read_text())
     for r in records:
-        assert set(FIELDS) <= set(r), r
+        assert set(bench.FIELDS) <= set(r), r
         assert positive(r["median_ms"]) and positive(r["p90_ms"]), r
-        assert r["gops"] is None or positive(r["gops"]), r
-        assert r["roofline_fraction"] is None or positive(r["roofline_fraction"]), r
+        for k in ("gops", "intensity", "roof_gops", "roofline_fraction"):
+            assert r[k] is None or positive(r[k]), (k, r)
     assert {r["suite"] for r in records} == {"roofline", "kernels", "models"}
 
-    roof = {r["name"]: r for r in records if r["suite"] == "roofline"}
-    assert {"fp32_gflops", "int32_gops", "copy_gbps", "dispatch_ms", "round_trip_ms"} <= set(roof)
-    assert all(roof[k]["device"] == device.info.name for k in roof)
+    roof_rows = {r["name"]: r for r in records if r["suite"] == "roofline"}
+    assert {"fp32_gflops", "int32_gops", "copy_gbps", "dispatch_ms", "round_trip_ms"} <= set(roof_rows)
+    assert all(roof_rows[k]["device"] == device.info.name for k in roof_rows)
+    roof = {k: r["gops"] for k, r in roof_rows.items()}
 
     kernels = [r for r in records if r["suite"] == "kernels"]
-    for family, name, _ in bench.kernel_cases(quick=True):
+    # the roofline model, on every record run on this Vulkan device
+    for r in kernels:
+        assert positive(r["intensity"]) and positive(r["gbps"]) and r["bytes_moved"] > 0, r
+        # intensity = ops / bytes and gops = ops / time: the two agree on the ops
+        assert r["intensity"] * r["bytes_moved"] == pytest.approx(r["gops"] * r["median_ms"] * 1e6, rel=1e-6), r
+        if r["backend"] in ("vulkan", "vulkan-dot", "ncnn-vulkan"):
+            want = min(roof[r["roofline"]], r["intensity"] * roof["copy_gbps"])
+            assert r["roof_gops"] == pytest.approx(want, rel=1e-9), r
+            assert r["roofline_fraction"] == pytest.approx(r["gops"] / r["roof_gops"], rel=1e-9), r
+            assert r["bound"] == ("memory" if r["intensity"] * roof["copy_gbps"] < roof[r["roofline"]] else "compute")
+            assert r["roofline"] == ("fp32_gflops" if r["dtype"] in ("fp32", "int8-weight-only") else
+                                     "dot4_gops" if r["backend"] == "vulkan-dot" else "int32_gops"), r
+        else:   # CPU peers: no roof of theirs was measured
+            assert r["roof_gops"] is None and r["roofline_fraction"] is None, r
+
+    dot = "shaderIntegerDotProduct" in device.features_enabled
+    assert ("dot4_gops" in roof) == dot
+    for family, name, params in bench.kernel_cases(quick=True):
         rows = {(r["backend"], r["dtype"]): r for r in kernels if r["name"] == name}
         ours = rows[("vulkan", "int8")]
         assert ours["timing"] == "gpu" and positive(ours["gops"]) and positive(ours["roofline_fraction"]), ours
+        assert ours["dot_product"] is False, ours
         assert ("torch-cpu", "fp32") in rows and ("torch-cpu", "int8") in rows, (name, sorted(rows))
-        if family in ("add", "pool"):
-            assert positive(ours["gbps"])
-        if family in ("linear", "conv") and bench.ncnn_gpu_index(device)[0] is not None:
-            assert ("ncnn-vulkan", "fp32") in rows, (name, sorted(rows))
+        if family in ("linear", "conv"):
+            # both paths of the integer dot product where the device has it, one where not
+            assert (("vulkan-dot", "int8") in rows) == dot, (name, sorted(rows))
+            if dot:
+                assert rows[("vulkan-dot", "int8")]["dot_product"] is True
+            if bench.ncnn_gpu_index(device)[0] is not None:
+                assert ("ncnn-vulkan", "fp32") in rows, (name, sorted(rows))
+        else:
+            assert ("vulkan-dot", "int8") not in rows and ours["bound"] == "memory", ours
+        if family == "linear":   # bytes moved: packed x, w, y and the three per-channel tables, once
+            m, k, n = params
+            words = (packing.packed_size((m, k), "4H4W") + packing.packed_size((n, k), "4H4W")
+                     + packing.packed_size((m, n), "4H4W") + 3 * n)
+            assert ours["bytes_moved"] == 4 * words, ours
     fp32 = [r for r in kernels if r["backend"] == "vulkan" and r["dtype"] == "fp32"]
     assert {r["kernel"] for r in fp32} == {"linear_float W_F32", "bench_conv2d_f32"}
 
@@ -50,12 +85,14 @@ def test_quick_run(device, tmp_path):
         rows = {(r["backend"], r["dtype"]): r for r in models if r["name"] == name}
         ours = rows[("vulkan", "int8")]
         for key in ("device_bytes", "arena_bytes", "constant_bytes", "vkq_file_bytes", "fp32_state_dict_bytes",
-                    "weights_ratio", "gpu_ms", "dispatches"):
+                    "weights_ratio", "gpu_ms", "eval_ms", "dispatches", "sequences"):
             assert positive(ours[key]), (key, ours)
+        assert ours["host_ms"] >= 0 and ours["barriers"] is None or ours["barriers"] >= 0, ours
         assert ours["device_bytes"] > ours["arena_bytes"]
         assert ours["cosine_vs_fp32"] > 0.98, ours
         assert ("torch-cpu", "fp32") in rows and ("torch-cpu", "int8") in rows
         for (backend, dtype), r in rows.items():
+            assert r["vs_torch_fp32"] == pytest.approx(r["median_ms"] / rows[("torch-cpu", "fp32")]["median_ms"])
             if backend.startswith("ncnn"):   # the same float model in ncnn: the same numbers
                 assert r["cosine_vs_fp32"] > 0.9999, r
     assert len(models) >= 2 * 3
@@ -63,17 +100,29 @@ def test_quick_run(device, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_roofline_model():
+    """attainable roof = min(compute roof, intensity x bandwidth); fraction against it."""
+    roof = {"int32_gops": 100.0, "fp32_gflops": 50.0, "copy_gbps": 4.0}
+    assert bench.attainable(roof, 1.0, "int32_gops") == (4.0, "memory", "int32_gops")
+    assert bench.attainable(roof, 30.0, "int32_gops") == (100.0, "compute", "int32_gops")
+    assert bench.attainable(roof, 30.0, "fp32_gflops") == (50.0, "compute", "fp32_gflops")
+    assert bench.attainable(roof, 30.0, "dot4_gops") == (100.0, "compute", "int32_gops")  # not measured: int32
+    j = bench.judge(roof, ops=2e9, nbytes=1e9, gops=2.0, compute="int32_gops")   # 2 op/B: 8 GOP/s at best
+    assert j == {"intensity": 2.0, "roof_gops": 8.0, "roofline_fraction": 0.25, "bound": "memory",
+                 "roofline": "int32_gops", "bytes_moved": 10**9}
+
+
 def test_fit_repeats():
-    assert bench._fit_repeats(1e6, 10, 8.0) == 10          # 1 ms a run: all of them
-    assert bench._fit_repeats(2e9, 10, 8.0) == 4           # 2 s a run: what fits in 8 s
-    assert bench._fit_repeats(60e9, 10, 8.0) == 3          # never fewer than 3
-    assert bench._fit_repeats(60e9, 2, 8.0) == 2           # nor more than asked
+    assert bench.fit_repeats(1e6, 10, 8.0) == 10          # 1 ms a run: all of them
+    assert bench.fit_repeats(2e9, 10, 8.0) == 4           # 2 s a run: what fits in 8 s
+    assert bench.fit_repeats(60e9, 10, 8.0) == 3          # never fewer than 3
+    assert bench.fit_repeats(60e9, 2, 8.0) == 2           # nor more than asked
 
 
 def test_to_ncnn_writes_splits_and_fuses():
     """The ncnn writer folds BN and fuses ReLU6 into the conv, gives a blob read twice a Split,
     and counts layers and blobs right (no ncnn needed)."""
-    model = bench._tiny_mobilenet()
+    model = bench.tiny_mobilenet()
     param, weights, out = bench.to_ncnn(model, (3, 32, 32))
     lines = param.splitlines()
     assert lines[0] == "7767517"
@@ -90,12 +139,32 @@ def test_to_ncnn_writes_splits_and_fuses():
 
 
 def test_targets_from_records():
-    rec = lambda name, backend, dtype, **kw: {"name": name, "backend": backend, "dtype": dtype, **kw}  # noqa: E731
-    records = [rec("linear 256x1024x1024", "vulkan", "int8", gops=16.0),
-               rec("resnet18 conv3x3 64->64 @56", "vulkan", "int8", gops=12.0),
-               rec("mobilenet_v2", "vulkan", "int8", median_ms=90.0, weights_ratio=0.26),
-               rec("mobilenet_v2", "ncnn-vulkan", "fp32", median_ms=900.0)]
-    got = {what: met for what, _, met in bench.targets(records)}
-    assert got == {"int8 linear M=256 K=N=1024 >= 15 GOP/s": True, "int8 conv 3x3 64->64 @56 >= 15 GOP/s": False,
-                   "MobileNetV2 int8 Vulkan faster than ncnn fp32 Vulkan": True,
-                   "MobileNetV2 int8 weights <= 0.27 x fp32 state dict": True}
+    roof = [{"suite": "roofline", "name": "int32_gops", "backend": "vulkan", "dtype": "int32", "gops": 100.0},
+            {"suite": "roofline", "name": "copy_gbps", "backend": "vulkan", "dtype": "int32", "gops": 4.0}]
+
+    def kern(name, kind, gops, backend="vulkan", **kw):
+        return {"suite": "kernels", "name": name, "backend": backend, "dtype": "int8", "kind": kind, "gops": gops,
+                "roofline": "int32_gops", **kw}
+
+    def model(name, backend, dtype, ms, **kw):
+        return {"suite": "models", "name": name, "backend": backend, "dtype": dtype, "median_ms": ms, **kw}
+    records = roof + [
+        kern("linear 256x1024x1024", "gemm", 75.0), kern("linear 256x1024x1024", "gemm", 60.0, "vulkan-dot"),
+        kern("dw3x3", "depthwise", 25.0),
+        kern("add big", "memory", 1.0, gbps=2.5, largest_tensor_bytes=4 << 20),
+        kern("add small", "memory", 0.1, gbps=0.1, largest_tensor_bytes=1 << 10),   # too small to count
+        kern("linear 1x4096x4096", "gemv", 1.0, gbps=1.9),
+        model("mobilenet_v2", "vulkan", "int8", 12.0, weights_ratio=0.24), model("mobilenet_v2", "torch-cpu", "fp32", 10.0),
+        model("resnet18", "vulkan", "int8", 40.0), model("resnet18", "torch-cpu", "fp32", 10.0)]
+    found = bench.targets(records)
+    assert len(found) == 7
+
+    def target(word):
+        return next((text, met) for what, text, met in found if word in what)
+    text, met = target("GEMM-like")
+    assert not met and "0.60" in text and "1 of 2 below" in text      # the dot path's 0.6 is below 0.7
+    assert target("depthwise")[1]                                       # 25 / 100 >= 0.2
+    assert target("memory-bound") == ("worst add big (vulkan) 0.62; 0 of 1 below", True)   # not the small add
+    assert not target("batch-1")[1]                                     # 1.9 / 4 < 0.5
+    assert target("mobilenet_v2")[1] and not target("resnet18")[1]      # 1.2 x and 4 x
+    assert target("state dict")[1]

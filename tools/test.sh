@@ -1,22 +1,50 @@
 #!/usr/bin/env bash
 # Set up (idempotent, see tools/setup.sh) and run the whole test suite, as CI does.
 #   bash tools/test.sh [extra pytest args]
-# Two passes, so that every device test runs on both software drivers:
-#   1. the whole suite on SwiftShader (the strict target) with the Khronos validation layer on:
-#      any validation message fails the test that caused it (tests/conftest.py);
-#   2. the device tests again on lavapipe.
+# Four passes, so that every device test runs on both software drivers and under the checks a
+# CPU driver alone would hide:
+#   1. the whole suite on SwiftShader (the strict target) with the Khronos validation layer and
+#      its synchronization validation on: any validation message or SYNC-HAZARD fails the test
+#      that caused it (tests/conftest.py) — a CPU driver runs dispatches in order, a GPU does not;
+#   2. the device tests again on lavapipe, logging which test builds which shader variant;
+#   3. GPU-assisted validation (out-of-bounds buffer accesses) on lavapipe, over the fewest tests
+#      of pass 2 that build every shader variant (tools/gpuav_select.py; it also fails if a
+#      declared variant is built by no test at all);
+#   4. the subgroup kernels on lavapipe at 4 and 16 lanes (pass 2 ran them at 8).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh || exit 1
 PY=.venv/bin/python
 export PYTHONUNBUFFERED=1
 $PY tools/compile_shaders.py >/dev/null || { $PY tools/compile_shaders.py; exit 1; }
+LAYER=VK_LAYER_KHRONOS_validation
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
 
-echo "== pass 1/2: SwiftShader, validation layer on"
-VKQ_TEST_DEVICES=swiftshader VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation \
+echo "== pass 1/4: SwiftShader, validation layer and synchronization validation on"
+VKQ_TEST_DEVICES=swiftshader VK_INSTANCE_LAYERS=$LAYER \
+  VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT \
   $PY -m pytest -q -p no:cacheprovider "$@"
 rc1=$?
-echo "== pass 2/2: lavapipe, device tests"
-VKQ_TEST_DEVICES=llvmpipe $PY -m pytest -q -p no:cacheprovider -m vulkan "$@"
+
+echo "== pass 2/4: lavapipe, device tests"
+VKQ_TEST_DEVICES=llvmpipe VKQ_DISPATCH_LOG=$WORK/dispatch.log $PY -m pytest -q -p no:cacheprovider -m vulkan "$@"
 rc2=$?
-[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]
+
+echo "== pass 3/4: lavapipe, GPU-assisted validation over every shader variant"
+$PY tools/gpuav_select.py "$WORK/dispatch.log" > "$WORK/gpuav_tests.txt"
+rc3=$?
+if [ -s "$WORK/gpuav_tests.txt" ]; then
+  VKQ_TEST_DEVICES=llvmpipe VK_INSTANCE_LAYERS=$LAYER \
+    VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_GPU_ASSISTED_EXT \
+    $PY -m pytest -q -p no:cacheprovider "@$WORK/gpuav_tests.txt" || rc3=1
+fi
+
+echo "== pass 4/4: lavapipe, subgroup kernels at 4 and 16 lanes"
+KERNEL_TESTS="tests/test_conv.py tests/test_linear.py tests/test_float_ops.py tests/test_pool.py tests/test_eltwise.py"
+rc4=0
+for width in 128 512; do
+  LP_NATIVE_VECTOR_WIDTH=$width VKQ_TEST_DEVICES=llvmpipe \
+    $PY -m pytest -q -p no:cacheprovider -m vulkan tests/test_devices.py $KERNEL_TESTS "$@" || rc4=1
+done
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ]

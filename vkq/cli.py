@@ -1,4 +1,4 @@
-"""The `vkq` command line: devices, demo (and run/compare/bench as they land)."""
+"""The `vkq` command line: devices, demo, compile, run, compare, bench, embed."""
 from __future__ import annotations
 
 import argparse
@@ -17,17 +17,25 @@ def cmd_devices(args) -> int:
     infos = devices()
     chosen = select(args.device)       # raises DeviceNotFound (listing the devices) on a bad choice
     if args.json:
-        print(json.dumps({"default": chosen.index, "devices": [d.as_dict() for d in infos]}, indent=2))
+        from .device import enabled_features
+        print(json.dumps({"default": chosen.index, "devices": [{**d.as_dict(), "enabled_features": enabled_features(d)}
+                                                                for d in infos]}, indent=2))
         return 0
+    from .device import default_dot_product, enabled_features
     for d in infos:
         mark = "*" if d.index == chosen.index else " "
         feats = ", ".join(k for k, v in d.features.items() if v) or "none"
+        enabled = enabled_features(d)
+        sizes = (f"{d.min_subgroup_size}-{d.max_subgroup_size}" if d.max_subgroup_size else "not controllable")
         print(f"{mark}[{d.index}] {d.name}\n"
               f"     driver {d.driver} {d.driver_info}  type {d.type}  Vulkan {d.api_version}\n"
               f"     workgroup: {d.max_workgroup_invocations} invocations, size {d.max_workgroup_size}; "
               f"subgroup {d.subgroup_size} ({', '.join(d.subgroup_operations) or 'no operations'}); shared memory {d.max_shared_memory_bytes // 1024} KiB; "
               f"storage buffer range {d.max_storage_buffer_range // 2**20} MiB\n"
-              f"     optional features: {feats}")
+              f"     optional features: {feats}\n"
+              f"     enabled by vkq: {', '.join(enabled) or 'none'}; subgroup sizes {sizes}"
+              f"{' (kernels rely on ' + str(d.shuffle_lanes) + ' lanes)' if d.shuffle_lanes else ' (kernels use no subgroup shuffles)'}; "
+              f"integer dot product {'accelerated: used' if default_dot_product(d) else 'not accelerated: not used by default'}")
     print("(* = selected: --device / VKQ_DEVICE / default)")
     return 0
 
@@ -100,8 +108,84 @@ def cmd_compare(args) -> int:
     return 0 if worst == 0 else 1
 
 
+def cmd_compile(args) -> int:
+    """Quantize a .pt2 file or module:function with calibration files; write the .vkq."""
+    from . import _quiet_third_party_logs
+    _quiet_third_party_logs()
+    import numpy as np
+    import torch
+    from .api import compile as compile_program
+    from .calibration import ImageTransform, InputSpec, calibration_batches
+    from .modelsource import load_model
+    from .progfile import save_program
+    from .registry import get_op
+    model, examples = load_model(args.model, args.input_shape)
+    calibration = None
+    if args.calibration:
+        specs = [InputSpec(tuple(t.shape), t.detach().numpy().dtype) for t in examples]
+        transform = ImageTransform(args.resize, args.crop, tuple(args.mean), tuple(args.std))
+        batches = calibration_batches(args.calibration, specs, transform, args.limit)
+        calibration = [tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in b) for b in batches]
+        print(f"calibration: {len(calibration)} batch(es)")
+    else:
+        print("calibration: none given; the example inputs only")
+    program, fallback = compile_program(model, examples, calibration, args.scheme)
+    out = save_program(program, args.output or _default_output(args.model))
+    on_cpu = sum(1 for n in program.nodes if not get_op(n.op).on_vulkan)
+    weights = sum(np.asarray(v).nbytes for v in program.constants.values())
+    print(f"{args.model} -> {out} ({args.scheme}): {len(program.nodes)} nodes, "
+          f"{len(program.nodes) - on_cpu} on Vulkan, {on_cpu} on the CPU; constants {weights:,} B")
+    for op, reason in fallback:
+        print(f"  on the CPU: {op}: {reason}")
+    if not args.no_device:
+        from .device import DeviceNotFound
+        from .executor import VulkanExecutor
+        from .vkinfo import VulkanUnavailable
+        try:
+            ex = VulkanExecutor(program, args.device)
+        except (DeviceNotFound, VulkanUnavailable) as e:
+            print(f"vkq: no memory plan: {e} (the program is written; --no-device skips this step)", file=sys.stderr)
+            return 2
+        mem = ex.memory
+        print(f"device memory on {ex.device.info.name}: intermediates {mem['arena_bytes']:,} B in a shared arena "
+              f"({mem['naive_bytes']:,} B without sharing, {mem['shared_tensors']} tensors share)")
+    return 0
+
+
+def _default_output(model: str) -> str:
+    from pathlib import Path
+    return str(Path(model).with_suffix(".vkq")) if ":" not in model else model.rpartition(":")[2] + ".vkq"
+
+
+def _shape_arg(text: str) -> tuple:
+    try:
+        shape = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shape such as 1,3,224,224") from None
+    if any(d <= 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"{text!r}: sizes must be positive")
+    return shape
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def _floats_arg(text: str) -> tuple:
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of numbers such as 0.485,0.456,0.406") from None
+
+
 def cmd_bench(args) -> int:
-    """Roofline, kernels and models with their peers in one run (vkq/bench.py)."""
+    """Roofline, kernels and models with their peers in one run (vkq/bench/)."""
     from .bench import main as bench_main
     return bench_main(args)
 
@@ -158,6 +242,28 @@ def main(argv=None) -> int:
     p.add_argument("--expect", action="append", help="the float model's output (.npy), to report agreement")
     _add_device_arg(p)
     p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("compile", help="quantize a model (.pt2 or module:function) with calibration data and "
+                       "compile it into a .vkq program")
+    p.add_argument("model", help="a torch.export.save'd .pt2 file, or package.module:function (or file.py:function) "
+                   "returning (model, example_inputs)")
+    p.add_argument("-o", "--output", help="the .vkq file to write (default: MODEL's name with .vkq)")
+    p.add_argument("--calibration", nargs="+", metavar="DIR_OR_NPY",
+                   help="calibration inputs: .npy files (one batch, or a stack of batches), .npz files (one array "
+                        "per input), or folders of those or of images (default: the example inputs once)")
+    p.add_argument("--scheme", default="static", choices=("static", "dynamic", "weight_only"))
+    p.add_argument("--input-shape", action="append", type=_shape_arg, metavar="1,3,224,224",
+                   help="an input's shape, once per input: for a .pt2 saved without example inputs "
+                        "(or instead of a function's)")
+    p.add_argument("--resize", type=_positive_int, help="images: resize the shorter side to this many pixels")
+    p.add_argument("--crop", type=_positive_int, help="images: cut out the centre square of this size")
+    p.add_argument("--mean", type=_floats_arg, default=(0.0,), help="images: per-channel mean subtracted after "
+                   "scaling to [0, 1], e.g. 0.485,0.456,0.406 (default 0)")
+    p.add_argument("--std", type=_floats_arg, default=(1.0,), help="images: per-channel divisor, e.g. "
+                   "0.229,0.224,0.225 (default 1)")
+    p.add_argument("--limit", type=_positive_int, help="use at most N calibration batches")
+    _add_device_arg(p)
+    p.add_argument("--no-device", action="store_true", help="no memory plan (needs no Vulkan device)")
+    p.set_defaults(func=cmd_compile)
     p = sub.add_parser("bench", help="roofline, kernels and models against torch and ncnn, same run")
     p.add_argument("suite", nargs="?", default="all", choices=("all", "roofline", "kernels", "models"))
     _add_device_arg(p)
@@ -166,7 +272,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None, help="the cases whose name contains this (or a family: linear, conv, ...)")
     p.add_argument("--models", default=None, help="comma-separated model names (default mobilenet_v2,resnet18)")
     p.add_argument("--json", default=None, help="write one record per measurement here")
-    p.add_argument("--plot", default=None, help="draw the kernels and models into this .png")
+    p.add_argument("--plot", default=None, help="draw the roofline chart of the kernels beside the models "
+                   "into this .png")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("embed", help="sentence embeddings (all-MiniLM-L6-v2) on Vulkan: pairwise cosine similarities")

@@ -10,12 +10,15 @@ software driver.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
 import os
+import threading
 
 import numpy as np
 
-from .vkinfo import DeviceInfo, query_devices
+from .vkinfo import FEATURE_EXTENSIONS, DeviceInfo, query_devices
 
 # SwiftShader ships with Chromium but does not register itself with the loader.
 SWIFTSHADER_ICDS = ("/usr/lib/chromium/vk_swiftshader_icd.json",
@@ -80,15 +83,59 @@ def select(spec=None) -> DeviceInfo:
     return matches[0]
 
 
-_open_devices: dict[int, "Device"] = {}
+def _normalize_defines(defines) -> dict:
+    from .shaders import _normalize
+    return _normalize(defines)
 
 
-def get_device(spec=None) -> "Device":
-    """The opened Device for a choice (one per physical device per process)."""
+def _log_variant(shader: str, defines: tuple) -> None:
+    """With $VKQ_DISPATCH_LOG set, append each shader variant a dispatch is built from, with
+    the pytest test that built it: tools/gpuav_select.py turns the log of the lavapipe test
+    pass into the smallest set of tests that runs every variant under GPU-assisted validation."""
+    path = os.environ.get("VKQ_DISPATCH_LOG")
+    if path:
+        import json
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+        with open(path, "a") as f:
+            f.write(json.dumps({"test": test, "shader": shader, "defines": dict(defines)}) + "\n")
+
+
+_open_devices: dict[tuple, "Device"] = {}
+_open_lock = threading.Lock()
+
+# Optional features vkq's shaders may use; a device enables those it offers, nothing else.
+WANTED_FEATURES = ("shaderIntegerDotProduct", "subgroupSizeControl", "computeFullSubgroups")
+
+
+def enabled_features(info: DeviceInfo) -> list:
+    """The WANTED_FEATURES this device offers (with the extension that carries each)."""
+    return [f for f in WANTED_FEATURES if info.features.get(f) and FEATURE_EXTENSIONS[f] in info.extensions]
+
+
+def default_dot_product(info: DeviceInfo) -> bool:
+    """Whether int8 kernels use the integer dot product instructions on a device, unless the
+    caller forces it (get_device(..., dot_product=)): where the device says the signed 4x8-bit
+    packed accumulating dot product is accelerated. CPU drivers emulate it (not accelerated)."""
+    return bool(info.features.get("shaderIntegerDotProduct")) and info.dot_product_accelerated
+
+
+def get_device(spec=None, *, dot_product: bool | None = None, subgroups: bool = True) -> "Device":
+    """The opened Device for a choice: one per physical device and kernel choice per process.
+    dot_product: None chooses per device (default_dot_product); True/False forces the int8
+    kernels' integer-dot-product variants on or off (True on a device without the feature is
+    an error). subgroups=False hides the device's subgroup operations from the kernels, so
+    they take the variants written for devices without them (tests run those too)."""
     info = select(spec)
-    if info.index not in _open_devices:
-        _open_devices[info.index] = Device(info)
-    return _open_devices[info.index]
+    if dot_product is None:
+        dot_product = default_dot_product(info)
+    elif dot_product and not info.features.get("shaderIntegerDotProduct"):
+        raise DeviceNotFound(f"{info.name} has no shaderIntegerDotProduct: the integer dot product "
+                             "kernels cannot run there")
+    key = (info.index, bool(dot_product), bool(subgroups))
+    with _open_lock:
+        if key not in _open_devices:
+            _open_devices[key] = Device(info, dot_product=bool(dot_product), subgroups=subgroups)
+        return _open_devices[key]
 
 
 def push_constants(*values) -> np.ndarray:
@@ -117,6 +164,7 @@ def grid_1d(n: int, local: int, max_groups: int = 65535) -> tuple[int, int, int]
 
 
 _KP_DTYPES = {np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.float32)}
+_SERIALS = itertools.count()
 
 
 class Buffer:
@@ -126,23 +174,29 @@ class Buffer:
     def __init__(self, device: "Device", tensor, dtype, size: int, host_visible: bool):
         self.device, self.tensor, self.dtype, self.size = device, tensor, np.dtype(dtype), size
         self.host_visible = host_visible
+        self.serial = next(_SERIALS)     # identity that is never reused (keys of cached pipelines)
 
     @property
     def nbytes(self) -> int:
         return self.size * 4
 
     def write(self, array) -> None:
-        """Copy into the host staging copy (sent up by an upload in run/record)."""
+        """Copy into the host staging copy (sent up by an upload in run/record): the whole
+        buffer, or its first words (a tensor smaller than the bound it was sized for)."""
         self._check_host()
         a = np.asarray(array)
-        if a.size != self.size:
+        if a.size > self.size:
             raise ValueError(f"buffer holds {self.size} words, got an array of {a.size}")
-        self.tensor.data()[:] = a.reshape(-1).astype(self.dtype, copy=False)
+        self.tensor.data()[:a.size] = a.reshape(-1).astype(self.dtype, copy=False)
 
-    def read(self) -> np.ndarray:
-        """A copy of the host staging copy (fetched by a download in run/record)."""
+    def read(self, words: int | None = None) -> np.ndarray:
+        """A copy of the host staging copy (fetched by a download in run/record), or of its
+        first `words` words."""
         self._check_host()
-        return np.array(self.tensor.data()[: self.size], dtype=self.dtype, copy=True)
+        n = self.size if words is None else words
+        if n > self.size:
+            raise ValueError(f"buffer holds {self.size} words, asked for {n}")
+        return np.array(self.tensor.data()[:n], dtype=self.dtype, copy=True)
 
     def _check_host(self):
         if not self.host_visible:
@@ -154,55 +208,144 @@ class Buffer:
 
 class Dispatch:
     """One compute dispatch: a shader variant bound to its buffers, with its workgroup
-    counts, specialization and push constants fixed when it is built."""
+    counts, specialization and push constants fixed when it is built. reads / writes are
+    the Buffers it may read / write (from the shader's own readonly/writeonly qualifiers)."""
 
-    def __init__(self, name: str, algorithm, groups, push):
+    def __init__(self, name: str, algorithm, groups, push, reads=frozenset(), writes=frozenset()):
         self.name, self.algorithm, self.groups, self.push = name, algorithm, groups, push
+        self.reads, self.writes = frozenset(reads), frozenset(writes)
 
     def op(self):
-        import kp
-        return kp.OpAlgoDispatch(self.algorithm, self.push) if self.push.size else kp.OpAlgoDispatch(self.algorithm)
+        import kp    # the workgroup counts go with the op: a cached pipeline serves several shapes
+        return kp.OpAlgoDispatch(self.algorithm, self.push, list(self.groups))
 
     def __repr__(self):
         return f"Dispatch({self.name}, groups={self.groups})"
 
 
-class Recording:
-    """A Kompute sequence recorded once: uploads, dispatches, downloads. run() replays it."""
+# vulkan_core.h: VkPipelineStageFlagBits, VkAccessFlagBits
+_STAGE_COMPUTE, _STAGE_TRANSFER = 0x800, 0x1000
+_SHADER_READ, _SHADER_WRITE, _TRANSFER_READ, _TRANSFER_WRITE = 0x20, 0x40, 0x800, 0x1000
+_STAGES = _STAGE_COMPUTE | _STAGE_TRANSFER
 
-    def __init__(self, device: "Device", steps, upload, download, timestamps: bool):
+
+class _Hazards:
+    """Which buffers were read and written since the last barrier. An access needs a barrier
+    first when it reads or writes a buffer written since (RAW, WAW) or writes one read since
+    (WAR); the memory arena gives one buffer to many tensors, so WAR and WAW are common."""
+
+    def __init__(self):
+        self.reads, self.writes = set(), set()
+
+    def conflict(self, reads, writes) -> bool:
+        return not self.writes.isdisjoint(reads) or not self.writes.isdisjoint(writes) \
+            or not self.reads.isdisjoint(writes)
+
+    def add(self, reads, writes):
+        self.reads.update(reads)
+        self.writes.update(writes)
+
+    def clear(self):
+        self.reads.clear()
+        self.writes.clear()
+
+
+def _barrier():
+    """One global memory barrier: compute and transfer writes before it are complete and
+    visible to compute and transfer reads and writes after it. A global barrier costs what a
+    buffer barrier costs on current drivers (llama.cpp and ncnn use them too) and one covers
+    every buffer; the stages are narrow (no graphics, no host), the accesses cover
+    RAW, WAR and WAW alike."""
+    import kp
+    return kp.OpBarrier(_STAGES, _STAGES, _SHADER_WRITE | _TRANSFER_WRITE,
+                        _SHADER_READ | _SHADER_WRITE | _TRANSFER_READ | _TRANSFER_WRITE)
+
+
+class Recording:
+    """A Kompute sequence recorded once: uploads, dispatches, downloads. run() replays it.
+
+    Ordering: the sequence opens with one barrier (against whatever the previous submission
+    on this queue did with the same buffers), then each dispatch, upload or download gets a
+    barrier before it only if it depends on an access since the last barrier (_Hazards), so
+    independent dispatches stay free to overlap on a GPU. barriers=False records none of
+    them: for the test that proves the synchronization validation catches the hazard."""
+
+    def __init__(self, device: "Device", steps, upload, download, timestamps: bool, barriers: bool = True):
         import kp
-        n_ops = len(steps) + (1 if upload else 0) + (1 if download else 0)
-        self.seq = device._mgr.sequence(0, n_ops + 1) if timestamps else device._mgr.sequence()
-        self.steps = list(steps)
+        self.device, self.steps = device, list(steps)
+        ops, self._dispatch_at = [], []
+        hazards = _Hazards()
+
+        def access(op, reads, writes):
+            if barriers and hazards.conflict(reads, writes):
+                ops.append(_barrier())
+                hazards.clear()
+            hazards.add(reads, writes)
+            ops.append(op)
+
+        if barriers and (self.steps or upload or download):
+            ops.append(_barrier())
+        self._upload_at = self._download_at = None
         if upload:
-            self.seq.record(kp.OpTensorSyncDevice([b.tensor for b in upload]))
+            access(kp.OpTensorSyncDevice([b.tensor for b in upload]), (), set(upload))
+            self._upload_at = len(ops) - 1
         for s in self.steps:
-            self.seq.record(s.op())
+            access(s.op(), s.reads, s.writes)
+            self._dispatch_at.append(len(ops) - 1)
         if download:
-            self.seq.record(kp.OpTensorSyncLocal([b.tensor for b in download]))
-        self.has_upload, self.timestamps = bool(upload), timestamps
+            access(kp.OpTensorSyncLocal([b.tensor for b in download]), set(download), ())
+            self._download_at = len(ops) - 1
+        self.barriers = sum(isinstance(op, kp.OpBarrier) for op in ops)
+        with device.lock:
+            self.seq = device._mgr.sequence(0, len(ops) + 1) if timestamps else device._mgr.sequence()
+            for op in ops:
+                self.seq.record(op)
+        self.timestamps = timestamps
 
     def run(self) -> None:
-        self.seq.eval()
+        with self.device.lock:      # one queue: submissions from several threads take turns
+            self.seq.eval()
 
     def dispatch_times_ns(self) -> list[float]:
         """GPU time of each dispatch of the last run, from Vulkan timestamps."""
         if not self.timestamps:
             raise RuntimeError("record(..., timestamps=True) to time dispatches")
         ts = self.seq.get_timestamps()
-        first = 1 if self.has_upload else 0
-        return [float(ts[first + i + 1] - ts[first + i]) for i in range(len(self.steps))]
+        return [float(ts[k + 1] - ts[k]) for k in self._dispatch_at]
+
+    def transfer_times_ns(self) -> tuple[float, float]:
+        """GPU time of the upload and of the download of the last run (0 where none)."""
+        if not self.timestamps:
+            raise RuntimeError("record(..., timestamps=True) to time transfers")
+        ts = self.seq.get_timestamps()
+        return tuple(0.0 if k is None else float(ts[k + 1] - ts[k]) for k in (self._upload_at, self._download_at))
 
 
 class Device:
-    """An opened Vulkan device (a kp.Manager) and what vkq knows about it."""
+    """An opened Vulkan device (a kp.Manager) and what vkq knows about it.
 
-    def __init__(self, info: DeviceInfo):
+    features_enabled: the optional features enabled at creation (WANTED_FEATURES that the
+    device offers with their extensions). dot_product: whether int8 kernels take their
+    integer-dot-product variants here. lock: held while the device's queue or its kp
+    objects are used, so that threads may share a device."""
+
+    def __init__(self, info: DeviceInfo, dot_product: bool = False, subgroups: bool = True):
         import kp
-        self.info = info
-        self._mgr = kp.Manager(info.index)
+        self.info = info if subgroups else dataclasses.replace(info, subgroup_operations=("basic",))
+        self.features_enabled = frozenset(enabled_features(info))
+        if dot_product and "shaderIntegerDotProduct" not in self.features_enabled:
+            raise DeviceNotFound(f"{info.name}: the integer dot product cannot be enabled")
+        self.dot_product = bool(dot_product)
+        extensions = sorted({FEATURE_EXTENSIONS[f] for f in self.features_enabled})
+        self._mgr = kp.Manager(info.index, [], extensions, sorted(self.features_enabled))
         self._spirv: dict = {}
+        self.lock = threading.RLock()
+
+    @property
+    def subgroup_size_control(self) -> bool:
+        """Pipelines can require the subgroup size (and full subgroups) here."""
+        return {"subgroupSizeControl", "computeFullSubgroups"} <= self.features_enabled \
+            and self.info.subgroup_size_control_compute
 
     def __repr__(self):
         return f"Device([{self.info.index}] {self.info.name})"
@@ -227,7 +370,9 @@ class Device:
                              f"range of {self.info.max_storage_buffer_range} bytes")
         backing = arr if n else np.zeros(1, dtype=arr.dtype)  # Vulkan has no empty buffers
         kind = kp.TensorTypes.device if host_visible else kp.TensorTypes.storage
-        return Buffer(self, self._mgr.tensor_t(backing, kind), arr.dtype, n, host_visible)
+        with self.lock:
+            tensor = self._mgr.tensor_t(backing, kind)
+        return Buffer(self, tensor, arr.dtype, n, host_visible)
 
     # -- dispatches ---------------------------------------------------------------
     def spirv(self, shader: str, defines=None) -> bytes:
@@ -235,12 +380,23 @@ class Device:
         key = (shader, tuple(sorted(shaders._normalize(defines).items())))
         if key not in self._spirv:
             self._spirv[key] = shaders.compile_shader(shader, defines)
+        _log_variant(*key)
         return self._spirv[key]
 
     def dispatch(self, shader: str, buffers, groups, *, local=(64, 1, 1), spec=(), push=(),
-                 defines=None) -> Dispatch:
+                 defines=None, pipelines: dict | None = None) -> Dispatch:
         """Build a dispatch of `shader` over `buffers` (bindings 0, 1, ...). Specialization
-        constants 0-2 are the workgroup size `local`; `spec` fills ids 3, 4, ... as int32."""
+        constants 0-2 are the workgroup size `local`; `spec` fills ids 3, 4, ... as int32.
+        A shader that uses subgroup operations gets a pipeline that requires the device's
+        subgroup size (and full subgroups where the workgroup width allows), where the device
+        can require it: kernels choose their lane sharing from info.subgroup_size.
+        pipelines: a dict that keeps built pipelines (kp algorithms) for reuse by dispatches of
+        the same shader variant, constants, buffers and push-constant size (an executor's
+        builds for several shapes): a new shape then costs no pipeline compilation."""
+        with self.lock:
+            return self._dispatch(shader, buffers, groups, local, spec, push, defines, pipelines)
+
+    def _dispatch(self, shader, buffers, groups, local, spec, push, defines, pipelines) -> Dispatch:
         local = tuple(int(x) for x in local) + (1,) * (3 - len(local))
         groups = tuple(int(x) for x in groups) + (1,) * (3 - len(groups))
         lim = self.info
@@ -256,13 +412,36 @@ class Device:
         if push_arr.nbytes > lim.max_push_constants_bytes:
             raise ValueError(f"{shader}: {push_arr.nbytes} bytes of push constants exceed "
                              f"{lim.max_push_constants_bytes}")
-        tensors = [b.tensor for b in buffers]
-        algo = self._mgr.algorithm(tensors, self.spirv(shader, defines), list(groups), spec_arr, push_arr)
-        return Dispatch(shader, algo, groups, push_arr)
+        from .shaders import reflect
+        spirv = self.spirv(shader, defines)
+        use = reflect(spirv)
+        if max(use.reads | use.writes, default=-1) >= len(buffers):
+            raise ValueError(f"{shader}: the shader binds {max(use.reads | use.writes) + 1} buffers, got {len(buffers)}")
+        key = (shader, tuple(sorted(_normalize_defines(defines).items())), spec_arr.tobytes(),
+               tuple(b.serial for b in buffers), push_arr.nbytes)
+        algo = pipelines.get(key) if pipelines is not None else None
+        if algo is None:
+            algo = self._algorithm(spirv, use, buffers, groups, local, spec_arr, push_arr)
+            if pipelines is not None:
+                pipelines[key] = algo
+        return Dispatch(shader, algo, groups, push_arr,
+                        reads={buffers[i] for i in use.reads}, writes={buffers[i] for i in use.writes})
+
+    def _algorithm(self, spirv, use, buffers, groups, local, spec_arr, push_arr):
+        """A kp algorithm (descriptor set + compute pipeline) for a shader over buffers."""
+        lim = self.info
+        args = ([b.tensor for b in buffers], spirv, list(groups), spec_arr, push_arr)
+        sg = lim.subgroup_size
+        if use.subgroups and self.subgroup_size_control:
+            # a required size caps the workgroup at maxComputeWorkgroupSubgroups subgroups
+            size = sg if np.prod(local) <= sg * lim.max_compute_workgroup_subgroups else 0
+            full = local[0] % (size or lim.max_subgroup_size) == 0
+            return self._mgr.algorithm_subgroups(size, full, *args)
+        return self._mgr.algorithm(*args)
 
     # -- running ------------------------------------------------------------------
-    def record(self, steps, upload=(), download=(), timestamps: bool = False) -> Recording:
-        return Recording(self, steps, list(upload), list(download), timestamps)
+    def record(self, steps, upload=(), download=(), timestamps: bool = False, barriers: bool = True) -> Recording:
+        return Recording(self, steps, list(upload), list(download), timestamps, barriers)
 
     def run(self, steps, upload=(), download=()) -> None:
         """Record and evaluate once: upload host copies, dispatch in order, download."""

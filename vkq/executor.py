@@ -4,8 +4,18 @@ The Vulkan executor builds everything once: buffers, packed constants, dispatche
 recorded Kompute sequence per run of consecutive Vulkan nodes (a segment). Nodes whose op
 has no shader run on the CPU between segments. Per call, only the program inputs (and
 tensors crossing a CPU/Vulkan boundary) go up, and only what the CPU needs comes down.
+
+A dynamic program (symbolic dims) is planned once for its upper bounds: every buffer is
+sized for the largest shape, so no call allocates. Each concrete shape gets its own build
+(dispatches and recordings of the program specialized to it) on first use, kept in a small
+least-recently-used cache; builds share the buffers, the uploaded constants and the
+compiled pipelines, so a new shape costs the recording, not compilation.
 """
 from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -23,6 +33,7 @@ def _as_numpy(x) -> np.ndarray:
 def run_reference(program: Program, *inputs, keep_all: bool = False):
     """Run the program on the CPU with every op's numpy reference. Returns the outputs
     (or, with keep_all, every tensor by name)."""
+    program = specialize_for(program, inputs)
     env = _bind_inputs(program, inputs)
     env.update(program.constants)
     for node in program.nodes:
@@ -30,6 +41,14 @@ def run_reference(program: Program, *inputs, keep_all: bool = False):
         result = op.reference(*[env[t] for t in node.inputs], **node.attrs)
         _store(env, node, result, program)
     return env if keep_all else _outputs(program, env)
+
+
+def specialize_for(program: Program, inputs) -> Program:
+    """A dynamic program at the shapes of these inputs (ValueError naming the dimension and
+    its bounds if they do not fit); a static program as it is."""
+    if not program.dynamic:
+        return program
+    return program.specialize(program.bind([np.shape(_as_numpy(x)) for x in inputs]))
 
 
 def _bind_inputs(program: Program, inputs) -> dict:
@@ -97,15 +116,17 @@ def plan_memory(program: Program, exclude=()) -> dict:
 
 
 class BuildContext:
-    """What an op's build() may use: the device, the buffers of its tensors, their specs,
-    constant values, and buffers for constants it packs itself (uploaded once)."""
+    """What an op's build() may use: the device, the buffers of its tensors, their specs (in
+    the build's concrete shapes), constant values, buffers for constants it packs itself
+    (uploaded once, shared by every build that packs them alike) and scratch buffers."""
 
-    def __init__(self, executor: "VulkanExecutor"):
-        self._ex = executor
-        self.device: Device = executor.device
+    def __init__(self, executor: "VulkanExecutor", program: Program):
+        self._ex, self._program = executor, program
+        self.device = _PipelineReuse(executor.device, executor._pipelines)
+        self._node, self._scratch_n = None, 0
 
     def spec(self, name: str) -> TensorSpec:
-        return self._ex.program.tensors[name]
+        return self._program.tensors[name]
 
     def buffer(self, name: str) -> Buffer:
         """The device buffer of a tensor. A constant gets one, in its spec's device layout,
@@ -120,37 +141,84 @@ class BuildContext:
         return self._ex.program.constants[name]
 
     def const_buffer(self, array, dtype=None) -> Buffer:
-        """Upload an op-prepared array (packed weights, bias, multipliers) once."""
+        """Upload an op-prepared array (packed weights, bias, multipliers) once: the same
+        words are the same buffer, whichever build asks."""
         a = np.ascontiguousarray(array, dtype=dtype)
-        buf = self.device.buffer(a)
-        self._ex._pending_uploads.append(buf)
-        return buf
+        key = (a.dtype.str, a.shape, hashlib.sha1(a.view(np.uint8).reshape(-1)).hexdigest())
+        ex = self._ex
+        if key not in ex._consts:
+            ex._consts[key] = self.device.buffer(a)
+            ex._pending_uploads.append(ex._consts[key])
+        return ex._consts[key]
 
     def scratch(self, words: int, dtype=np.int32) -> Buffer:
-        """A device-only buffer an op needs between its own dispatches."""
-        return self.device.buffer(size=max(1, words), dtype=dtype, host_visible=False)
+        """A device-only buffer an op needs between its own dispatches: the node's k-th
+        request gets the same buffer in every build (the first build, at the upper bounds,
+        sizes it), so pipelines over it are reused."""
+        key = (self._node.name if self._node is not None else None, self._scratch_n, np.dtype(dtype).str)
+        self._scratch_n += 1
+        buf = self._ex._scratch.get(key)
+        if buf is None or buf.size < words:
+            buf = self._ex._scratch[key] = self.device.buffer(size=max(1, words), dtype=dtype, host_visible=False)
+        return buf
+
+    def building(self, node: Node) -> None:
+        self._node, self._scratch_n = node, 0
+
+
+class _PipelineReuse:
+    """The device as an op's build() sees it: dispatch() keeps the executor's pipelines for
+    reuse by later builds; everything else is the device's."""
+
+    def __init__(self, device: Device, pipelines: dict):
+        self._device, self._pipelines = device, pipelines
+
+    def dispatch(self, *args, **kwargs):
+        return self._device.dispatch(*args, pipelines=self._pipelines, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._device, name)
+
+
+class _Build:
+    """The program at one concrete shape, prepared on the device: its segments, each
+    ("vulkan", Recording, upload names, download names, nodes) or ("cpu", Node)."""
+
+    def __init__(self, program: Program, segments: list):
+        self.program, self.segments = program, segments
 
 
 class VulkanExecutor:
-    """A Program prepared on one device: call it with inputs, get outputs."""
+    """A Program prepared on one device: call it with inputs, get outputs.
 
-    def __init__(self, program: Program, device=None, *, host_visible_all: bool = False):
+    Calls from several threads take turns (self.lock): a call owns the executor's buffers,
+    the host copies of its inputs and outputs and the intermediates, from its first upload
+    to its last download. Programs sharing a device also take turns at its queue.
+    max_shapes: how many concrete shapes of a dynamic program stay built."""
+
+    def __init__(self, program: Program, device=None, *, host_visible_all: bool = False, max_shapes: int = 8):
         self.program = program
+        self.lock = threading.Lock()
         self.host_visible_all = host_visible_all
+        self.max_shapes = max(1, int(max_shapes))
         self.device = device if isinstance(device, Device) else get_device(device)
         self.buffers: dict[str, Buffer] = {}
         self._pending_uploads: list[Buffer] = []
-        ops = {n.op: get_op(n.op) for n in program.nodes}
-        on_cpu = [n for n in program.nodes if not ops[n.op].on_vulkan]
+        self._consts: dict = {}
+        self._scratch: dict = {}
+        self._pipelines: dict = {}
+        self._builds: OrderedDict = OrderedDict()
+        sized = program.specialize(program.max_bindings()) if program.dynamic else program
 
         # Tensors the host must see: program I/O, and everything crossing a CPU node.
-        host_side = set(program.inputs) | set(program.outputs)
-        for n in on_cpu:
-            host_side |= set(n.inputs) | set(n.outputs)
-        shared = plan_memory(program, exclude=host_side | set(program.constants)) \
+        self.host_side = set(program.inputs) | set(program.outputs)
+        for n in program.nodes:
+            if not _on_vulkan(n):
+                self.host_side |= set(n.inputs) | set(n.outputs)
+        shared = plan_memory(sized, exclude=self.host_side | set(program.constants)) \
             if not host_visible_all else {}
         self.arena_slots = {}
-        for name, spec in program.tensors.items():
+        for name, spec in sized.tensors.items():
             if name in program.constants:
                 continue  # ops pack the constants they read (BuildContext.buffer uploads the rest)
             if name in shared:
@@ -161,57 +229,94 @@ class VulkanExecutor:
                 continue
             self.buffers[name] = self.device.buffer(
                 size=spec.device_words(), dtype=spec.word_dtype,
-                host_visible=host_visible_all or name in host_side)
-        naive = sum(program.tensors[t].device_words() * 4 for t in shared)
+                host_visible=host_visible_all or name in self.host_side)
+        naive = sum(sized.tensors[t].device_words() * 4 for t in shared)
         self.memory = {"arena_bytes": sum(b.nbytes for b in self.arena_slots.values()),
                        "naive_bytes": naive, "shared_tensors": len(shared)}
+        # the first build, at the upper bounds, compiles every pipeline and sizes the scratch
+        self._build_for(program.max_bindings() if program.dynamic else {})
 
-        ctx = BuildContext(self)
-        self.segments = []   # ("vulkan", Recording, upload names, download names) | ("cpu", Node)
-        run: list = []
+    @property
+    def segments(self) -> list:
+        """The segments of the most recently used build (the only one of a static program)."""
+        return next(reversed(self._builds.values())).segments
+
+    def _build_for(self, bindings: dict) -> _Build:
+        key = tuple(sorted(bindings.items()))
+        build = self._builds.get(key)
+        if build is not None:
+            self._builds.move_to_end(key)
+            return build
+        program = self.program.specialize(bindings)
+        for name, spec in program.tensors.items():     # a bound that is not the largest shape
+            buf = self.buffers.get(name)
+            if buf is not None and spec.device_words() > buf.size:
+                raise ValueError(f"tensor {name!r} at {dict(bindings)} needs {spec.device_words()} words, more "
+                                 f"than the {buf.size} its buffer was sized for at the upper bounds")
+        ctx = BuildContext(self, program)
+        segments, run = [], []
         for node in program.nodes + [None]:
-            if node is not None and ops[node.op].on_vulkan:
+            if node is not None and _on_vulkan(node):
                 run.append(node)
                 continue
             if run:
-                self.segments.append(self._segment(ctx, run, host_side))
+                segments.append(self._segment(ctx, program, run))
                 run = []
             if node is not None:
-                self.segments.append(("cpu", node))
+                segments.append(("cpu", node))
         if self._pending_uploads:   # constants go up once, now
             self.device.run([], upload=self._pending_uploads)
             self._pending_uploads = []
+        build = self._builds[key] = _Build(program, segments)
+        while len(self._builds) > self.max_shapes:
+            self._builds.popitem(last=False)
+        return build
 
-    def _segment(self, ctx, nodes, host_side):
+    def _segment(self, ctx, program, nodes):
         steps = []
         for node in nodes:
+            ctx.building(node)
             steps += get_op(node.op).build(ctx, node)
         produced = {t for n in nodes for t in n.outputs}
         consumed = {t for n in nodes for t in n.inputs}
-        ups = [t for t in sorted(consumed - produced) if t in host_side and t not in self.program.constants]
-        downs = [t for t in sorted(produced) if t in host_side or self.host_visible_all]
+        ups = [t for t in sorted(consumed - produced) if t in self.host_side and t not in program.constants]
+        downs = [t for t in sorted(produced) if t in self.host_side or self.host_visible_all]
         rec = self.device.record(steps, [self.buffers[t] for t in ups], [self.buffers[t] for t in downs])
         return ("vulkan", rec, ups, downs, nodes)
 
     def __call__(self, *inputs, keep_all: bool = False):
-        env = _bind_inputs(self.program, inputs)
-        for name, value in env.items():
-            self.buffers[name].write(self.program.tensors[name].to_device(value))
+        bindings = self.program.bind([np.shape(_as_numpy(x)) for x in inputs]) if self.program.dynamic else {}
+        program = self.program.specialize(bindings)
+        env = _bind_inputs(program, inputs)
+        words = {name: program.tensors[name].to_device(value) for name, value in env.items()}
+        with self.lock:
+            return self._call(self._build_for(bindings), env, words, keep_all)
+
+    def _call(self, build: _Build, env: dict, words: dict, keep_all: bool):
+        program = build.program
+        for name, value in words.items():
+            self.buffers[name].write(value)
         host = dict(env)
-        for seg in self.segments:
+        for seg in build.segments:
             if seg[0] == "cpu":
                 node = seg[1]
-                consts = self.program.constants
+                consts = program.constants
                 args = [host[t] if t in host else consts[t] for t in node.inputs]
-                _store(host, node, get_op(node.op).reference(*args, **node.attrs), self.program)
+                _store(host, node, get_op(node.op).reference(*args, **node.attrs), program)
                 continue
             _, rec, ups, downs, _ = seg
             for t in ups:
                 if t not in env:   # produced on the CPU since the last upload
-                    self.buffers[t].write(self.program.tensors[t].to_device(host[t]))
+                    self.buffers[t].write(program.tensors[t].to_device(host[t]))
             rec.run()
             for t in downs:
-                host[t] = self.program.tensors[t].from_device(self.buffers[t].read())
+                spec = program.tensors[t]
+                host[t] = spec.from_device(self.buffers[t].read(spec.device_words()))
         if keep_all:
             return host
-        return _outputs(self.program, host)
+        return _outputs(program, host)
+
+
+def _on_vulkan(node: Node) -> bool:
+    """Whether a node runs on the device (its op has a build) or on the CPU."""
+    return get_op(node.op).on_vulkan

@@ -4,6 +4,10 @@ A Program is a list of Nodes over named tensors. Every tensor has a TensorSpec: 
 logical shape and dtype, and for int8 tensors the packed layout and quantization
 parameters. Constants (weights, biases, requantization tables) are tensors with a value.
 
+Dimensions may be symbolic (dynamic shapes): an int or an expression string in the program's
+input symbols (vkq.symbolic), with each symbol's bounds in Program.symbols. A symbolic Program
+is specialized to concrete shapes (Program.bind -> Program.specialize) before anything runs.
+
 How a tensor lives on a device is defined here, once:
   int8    -> int32 words, Int8x4-packed in its layout (vkq.packing)
   float32 -> float32, contiguous (row-major) in its logical shape
@@ -15,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import packing
+from . import packing, symbolic
 
 DTYPES = ("int8", "float32", "int32")
 
@@ -29,18 +33,35 @@ class TensorSpec:
     zero_point: int | None = None
 
     def __post_init__(self):
-        self.shape = tuple(int(d) for d in self.shape)
+        self.shape = tuple(d if symbolic.is_symbolic(d) else int(d) for d in self.shape)
+        for d in self.shape:
+            symbolic.check(d)
         if self.dtype not in DTYPES:
             raise ValueError(f"tensor dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.dtype == "int8" and self.layout not in packing.LAYOUTS:
             raise ValueError(f"an int8 tensor needs a packed layout {packing.LAYOUTS}, got {self.layout!r}")
 
     @property
+    def symbolic(self) -> bool:
+        return any(symbolic.is_symbolic(d) for d in self.shape)
+
+    def specialize(self, bindings: dict) -> "TensorSpec":
+        if not self.symbolic:
+            return self
+        return TensorSpec(symbolic.evaluate_shape(self.shape, bindings), self.dtype, self.layout,
+                          self.scale, self.zero_point)
+
+    @property
     def numpy_dtype(self):
         return np.dtype(self.dtype)
 
+    def _concrete(self, what: str):
+        if self.symbolic:
+            raise ValueError(f"{what} of a tensor of symbolic shape {self.shape}: specialize the program first")
+
     def device_words(self) -> int:
         """int32/float32 words this tensor takes on a device."""
+        self._concrete("device_words")
         if self.dtype == "int8":
             return packing.packed_size(self.shape, self.layout)
         return int(np.prod(self.shape, dtype=np.int64))
@@ -87,10 +108,88 @@ class Program:
     constants: dict = field(default_factory=dict)   # name -> np.ndarray (logical value)
     fallback: list = field(default_factory=list)    # (op, reason) that run on the CPU
     meta: dict = field(default_factory=dict)
+    symbols: dict = field(default_factory=dict)     # symbol -> (min, max): the dynamic dims' bounds
+
+    # -- dynamic shapes ----------------------------------------------------------------------
+    @property
+    def dynamic(self) -> bool:
+        return bool(self.symbols)
+
+    def describe_symbol(self, sym: str) -> str:
+        """How a user knows a symbol: its name in torch.export (Dim) and where it appears."""
+        return self.meta.get("symbol_names", {}).get(sym, sym)
+
+    def bind(self, shapes) -> dict:
+        """Symbol values from the program inputs' concrete shapes. Raises ValueError naming
+        the input, the dimension and its bounds when a shape is out of bounds or the inputs
+        disagree (one symbol, two values)."""
+        if len(shapes) != len(self.inputs):
+            raise ValueError(f"the program takes {len(self.inputs)} input(s) ({', '.join(self.inputs)}), "
+                             f"got {len(shapes)}")
+        bindings, where = {}, {}
+        for name, shape in zip(self.inputs, shapes):
+            spec, shape = self.tensors[name], tuple(int(d) for d in shape)
+            if len(shape) != len(spec.shape):
+                raise ValueError(f"input {name!r} must have {len(spec.shape)} dimensions {_show(spec.shape)}, "
+                                 f"got shape {shape}")
+            for i, (want, got) in enumerate(zip(spec.shape, shape)):
+                if not symbolic.is_symbolic(want):
+                    if got != want:
+                        raise ValueError(f"input {name!r} dimension {i} must be {want}, got {got} "
+                                         f"(shape {shape}; the program takes {_show(spec.shape)})")
+                    continue
+                syms = symbolic.symbols_of(want)
+                if len(syms) == 1 and want.strip() in syms:      # a plain symbol: it takes this value
+                    sym = want.strip()
+                    lo, hi = self.symbols.get(sym, (0, None))
+                    if got < lo or (hi is not None and got > hi):
+                        raise ValueError(f"input {name!r} dimension {i} ({self.describe_symbol(sym)}) must be in "
+                                         f"[{lo}, {hi}], got {got}")
+                    if sym in bindings and bindings[sym] != got:
+                        raise ValueError(f"input {name!r} dimension {i} is {got}, but {where[sym]} is "
+                                         f"{bindings[sym]}: both are {self.describe_symbol(sym)} and must agree")
+                    bindings[sym], where[sym] = got, f"input {name!r} dimension {i}"
+        missing = set(self.symbols) - set(bindings)
+        if missing:
+            raise ValueError(f"symbol(s) {', '.join(sorted(missing))} appear in no input dimension")
+        for name, shape in zip(self.inputs, shapes):   # derived input dims (e.g. 2*s0) must agree
+            want = symbolic.evaluate_shape(self.tensors[name].shape, bindings)
+            if want != tuple(int(d) for d in shape):
+                raise ValueError(f"input {name!r} has shape {tuple(shape)}, the other inputs make it {want}")
+        return bindings
+
+    def max_bindings(self) -> dict:
+        """Every symbol at its upper bound: where buffers are sized."""
+        return {s: int(hi) for s, (lo, hi) in self.symbols.items()}
+
+    def specialize(self, bindings: dict) -> "Program":
+        """This program at concrete symbol values: shapes and symbolic attrs evaluated; the
+        constants are shared, not copied."""
+        if not self.dynamic:
+            return self
+        tensors = {n: s.specialize(bindings) for n, s in self.tensors.items()}
+        nodes = [Node(n.op, n.inputs, n.outputs, symbolic.specialize_attrs(n.attrs, bindings), n.name)
+                 if symbolic.attrs_symbolic(n.attrs) else n for n in self.nodes]
+        meta = {**self.meta, "bindings": dict(bindings)}
+        return Program(tensors, nodes, self.inputs, self.outputs, self.constants, self.fallback, meta)
 
     def validate(self) -> None:
-        """Every name is defined before use, shapes of constants match their specs."""
+        """Every name is defined once before use, shapes of constants match their specs,
+        symbolic dims use declared symbols with sane bounds."""
+        for sym, bounds in self.symbols.items():
+            if (not isinstance(bounds, (list, tuple)) or len(bounds) != 2
+                    or not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)
+                    or not 0 <= bounds[0] <= bounds[1]):
+                raise ValueError(f"symbol {sym!r} has bounds {bounds!r}; expected [min, max] with 0 <= min <= max")
+        for name, spec in self.tensors.items():
+            for d in spec.shape:
+                symbolic.check(d, self.symbols)
+        for name in self.constants:
+            if name in self.tensors and self.tensors[name].symbolic:
+                raise ValueError(f"constant {name!r} has a symbolic shape")
         known = set(self.inputs) | set(self.constants)
+        if len(known) != len(self.inputs) + len(self.constants):
+            raise ValueError("a program input is named twice, or is also a constant")
         for name in list(self.inputs) + list(self.constants):
             if name not in self.tensors:
                 raise ValueError(f"tensor {name!r} has no spec")
@@ -110,7 +209,13 @@ class Program:
             for t in node.outputs:
                 if t not in self.tensors:
                     raise ValueError(f"node {node.name!r} writes {t!r}, which has no spec")
+                if t in known:
+                    raise ValueError(f"node {node.name!r} writes {t!r}, which is already defined")
                 known.add(t)
         for t in self.outputs:
             if t not in known:
                 raise ValueError(f"program output {t!r} is never produced")
+
+
+def _show(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"

@@ -2,6 +2,7 @@
 references, save it, load it. Loading and running need numpy and kp, not torch."""
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from .executor import VulkanExecutor, run_reference
@@ -16,12 +17,16 @@ class CompiledProgram:
         self.program = program
         self._device_choice = device
         self._executor = None
+        self._build_lock = threading.Lock()
 
     @property
     def executor(self) -> VulkanExecutor:
-        """Built on first use: buffers, packed weights, recorded sequences (once)."""
+        """Built on first use: buffers, packed weights, recorded sequences (once, also when
+        several threads make the first call together)."""
         if self._executor is None:
-            self._executor = VulkanExecutor(self.program, self._device_choice)
+            with self._build_lock:
+                if self._executor is None:
+                    self._executor = VulkanExecutor(self.program, self._device_choice)
         return self._executor
 
     @property

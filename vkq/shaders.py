@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 TARGET_ENV = "vulkan1.1"  # SPIR-V 1.3: every Vulkan 1.1 device, no optional features
@@ -170,3 +171,65 @@ def compile_all(validate: bool = True, progress=None) -> list[tuple[str, dict]]:
             if progress:
                 progress(shader, defs)
     return built
+
+
+# -- reflection: what a compiled shader reads and writes ---------------------------------------
+
+# SPIR-V opcodes, decorations and capabilities read below (SPIR-V spec, section 3)
+_OP_CAPABILITY, _OP_TYPE_POINTER, _OP_VARIABLE, _OP_DECORATE, _OP_MEMBER_DECORATE = 17, 32, 59, 71, 72
+_DEC_NON_WRITABLE, _DEC_NON_READABLE, _DEC_BINDING = 24, 25, 33
+_CAP_GROUP_NON_UNIFORM = range(61, 69)   # GroupNonUniform .. GroupNonUniformQuad
+
+
+@dataclass(frozen=True)
+class Reflection:
+    """reads / writes: the bindings a shader may read / write (a binding without readonly or
+    writeonly counts as both); subgroups: it uses subgroup operations, so its lanes depend
+    on the pipeline's subgroup size."""
+    reads: frozenset
+    writes: frozenset
+    subgroups: bool
+
+
+@functools.lru_cache(maxsize=None)
+def reflect(spirv: bytes) -> Reflection:
+    """The buffer accesses and subgroup use of a SPIR-V module, from its decorations. The
+    device layer orders dispatches by these (barriers), so they come from the compiled
+    shader itself and cannot drift from the GLSL."""
+    words = memoryview(spirv).cast("I")
+    if len(words) < 5 or words[0] != 0x07230203:
+        raise ValueError("not a SPIR-V module (bad magic number)")
+    binding, var_type, pointee, caps = {}, {}, {}, set()
+    decorated: dict[int, set] = {}          # id -> {decoration}
+    member_dec: dict[int, dict] = {}        # struct id -> {member: {decoration}}
+    i = 5
+    while i < len(words):
+        count, op = words[i] >> 16, words[i] & 0xFFFF
+        args = words[i + 1:i + count]
+        if count == 0:
+            raise ValueError("malformed SPIR-V (zero-length instruction)")
+        if op == _OP_CAPABILITY:
+            caps.add(args[0])
+        elif op == _OP_DECORATE:
+            decorated.setdefault(args[0], set()).add(args[1])
+            if args[1] == _DEC_BINDING:
+                binding[args[0]] = args[2]
+        elif op == _OP_MEMBER_DECORATE:
+            member_dec.setdefault(args[0], {}).setdefault(args[1], set()).add(args[2])
+        elif op == _OP_TYPE_POINTER:
+            pointee[args[0]] = args[2]
+        elif op == _OP_VARIABLE:
+            var_type[args[1]] = args[0]
+        i += count
+    reads, writes = set(), set()
+    for var, b in binding.items():
+        struct = pointee.get(var_type.get(var))
+        members = member_dec.get(struct, {}).values()
+
+        def everywhere(dec):
+            return dec in decorated.get(var, ()) or (bool(members) and all(dec in m for m in members))
+        if not everywhere(_DEC_NON_READABLE):
+            reads.add(b)
+        if not everywhere(_DEC_NON_WRITABLE):
+            writes.add(b)
+    return Reflection(frozenset(reads), frozenset(writes), any(c in caps for c in _CAP_GROUP_NON_UNIFORM))

@@ -142,6 +142,33 @@ class _Features13(ctypes.Structure):
     _fields_ = _bools(_FEATURES_13)
 
 
+class _SubgroupSizeControlProperties(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int32), ("pNext", ctypes.c_void_p), ("minSubgroupSize", ctypes.c_uint32),
+                ("maxSubgroupSize", ctypes.c_uint32), ("maxComputeWorkgroupSubgroups", ctypes.c_uint32),
+                ("requiredSubgroupSizeStages", ctypes.c_uint32)]
+
+
+# VkPhysicalDeviceShaderIntegerDotProductProperties: 30 VkBool32 "...Accelerated" flags; vkq
+# reads the two for signed 4x8-bit packed operands (plain and accumulating-saturating).
+_DOT_PACKED_SIGNED, _DOT_ACC_SAT_PACKED_SIGNED = 4, 19
+
+
+class _DotProductProperties(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int32), ("pNext", ctypes.c_void_p), ("accelerated", ctypes.c_uint32 * 30)]
+
+
+class _ExtensionProperties(ctypes.Structure):
+    _fields_ = [("extensionName", ctypes.c_char * 256), ("specVersion", ctypes.c_uint32)]
+
+
+class _SubgroupSizeControlFeatures(ctypes.Structure):
+    _fields_ = _bools("subgroupSizeControl computeFullSubgroups")
+
+
+class _DotProductFeatures(ctypes.Structure):
+    _fields_ = _bools("shaderIntegerDotProduct")
+
+
 class _AppInfo(ctypes.Structure):
     _fields_ = [("sType", ctypes.c_int32), ("pNext", ctypes.c_void_p), ("pApplicationName", ctypes.c_char_p),
                 ("applicationVersion", ctypes.c_uint32), ("pEngineName", ctypes.c_char_p),
@@ -160,6 +187,14 @@ _ST_APP, _ST_INSTANCE = 0, 1
 _ST_FEATURES_2, _ST_PROPERTIES_2 = 1000059000, 1000059001
 _ST_SUBGROUP, _ST_DRIVER = 1000094000, 1000196000
 _ST_FEATURES_12, _ST_FEATURES_13 = 51, 53
+_ST_SUBGROUP_SIZE_CONTROL, _ST_DOT_PRODUCT = 1000225000, 1000280001
+_ST_SUBGROUP_SIZE_CONTROL_FEATURES, _ST_DOT_PRODUCT_FEATURES = 1000225002, 1000280000
+
+# The device extensions that carry the optional features vkq's shaders may use (kp opens its
+# instance at Vulkan 1.1, so these are enabled as extensions even where 1.3 made them core).
+FEATURE_EXTENSIONS = {"shaderIntegerDotProduct": "VK_KHR_shader_integer_dot_product",
+                      "subgroupSizeControl": "VK_EXT_subgroup_size_control",
+                      "computeFullSubgroups": "VK_EXT_subgroup_size_control"}
 
 DEVICE_TYPES = {0: "other", 1: "integrated-gpu", 2: "discrete-gpu", 3: "virtual-gpu", 4: "cpu"}
 SUBGROUP_OPERATIONS = {1: "basic", 2: "vote", 4: "arithmetic", 8: "ballot", 16: "shuffle",
@@ -192,6 +227,32 @@ class DeviceInfo:
     timestamp_period_ns: float
     timestamps: bool
     features: dict = field(default_factory=dict)
+    extensions: tuple = ()
+    min_subgroup_size: int = 0       # subgroup size control (0: the device cannot control it)
+    max_subgroup_size: int = 0
+    max_compute_workgroup_subgroups: int = 0
+    subgroup_size_control_compute: bool = False
+    dot_product_accelerated: bool = False   # signed 4x8-bit packed, accumulating-saturating
+
+    @property
+    def fixed_subgroups(self) -> bool:
+        """Can a compute pipeline rely on full subgroups of exactly `subgroup_size` lanes?
+        Yes where the pipeline can require them (subgroup size control + full subgroups), or
+        where the device has only one size; no where its compiler may pick a size per shader
+        (Intel, AMD wave32/64, Adreno without the extension)."""
+        control = (self.features.get("subgroupSizeControl") and self.features.get("computeFullSubgroups")
+                   and self.subgroup_size_control_compute
+                   and self.min_subgroup_size <= self.subgroup_size <= self.max_subgroup_size)
+        return bool(control) or (0 < self.min_subgroup_size == self.max_subgroup_size == self.subgroup_size)
+
+    @property
+    def shuffle_lanes(self) -> int:
+        """The lanes a kernel may assume share data through subgroupShuffle (full subgroups of
+        this size, shuffle supported in compute), or 0: use a variant without subgroups."""
+        sg = self.subgroup_size
+        if sg < 2 or sg & (sg - 1) or "shuffle" not in self.subgroup_operations or not self.fixed_subgroups:
+            return 0
+        return sg
 
     @property
     def is_software(self) -> bool:
@@ -236,16 +297,37 @@ def query_devices() -> list[DeviceInfo]:
         vk.vkDestroyInstance(inst, None)
 
 
+def _chain(*structs):
+    """Link structs through pNext in order; returns the first (or None)."""
+    for a, b in zip(structs, structs[1:]):
+        a.pNext = ctypes.cast(ctypes.pointer(b), ctypes.c_void_p)
+    return structs[0] if structs else None
+
+
+def _extensions(vk, pd) -> tuple:
+    count = ctypes.c_uint32()
+    vk.vkEnumerateDeviceExtensionProperties(pd, None, ctypes.byref(count), None)
+    props = (_ExtensionProperties * count.value)()
+    vk.vkEnumerateDeviceExtensionProperties(pd, None, ctypes.byref(count), props)
+    return tuple(sorted(p.extensionName.decode(errors="replace") for p in props[:count.value]))
+
+
 def _describe(vk, index: int, pd) -> DeviceInfo:
     base = _Properties()
     vk.vkGetPhysicalDeviceProperties(pd, ctypes.byref(base))
     api = base.apiVersion
+    exts = _extensions(vk, pd)
+    v12, v13 = api >= (1 << 22) | (2 << 12), api >= (1 << 22) | (3 << 12)
+    has_size_control = v13 or "VK_EXT_subgroup_size_control" in exts
+    has_dot = v13 or "VK_KHR_shader_integer_dot_product" in exts
     driver = _DriverProperties(_ST_DRIVER, None)
     subgroup = _SubgroupProperties(_ST_SUBGROUP, None)
+    size_control = _SubgroupSizeControlProperties(_ST_SUBGROUP_SIZE_CONTROL, None)
+    dot = _DotProductProperties(_ST_DOT_PRODUCT, None)
     props = _Properties2(_ST_PROPERTIES_2, None)
     if api >= (1 << 22) | (1 << 12):  # Vulkan 1.1: properties2 and subgroups are core
-        subgroup.pNext = ctypes.cast(ctypes.pointer(driver), ctypes.c_void_p) if api >= (1 << 22) | (2 << 12) else None
-        props.pNext = ctypes.cast(ctypes.pointer(subgroup), ctypes.c_void_p)
+        _chain(props, subgroup, *([driver] if v12 else []), *([size_control] if has_size_control else []),
+               *([dot] if has_dot else []))
         vk.vkGetPhysicalDeviceProperties2(pd, ctypes.byref(props))
     else:
         props.properties = base
@@ -255,16 +337,24 @@ def _describe(vk, index: int, pd) -> DeviceInfo:
     f10 = _Features10()
     vk.vkGetPhysicalDeviceFeatures(pd, ctypes.byref(f10))
     f12, f13 = _Features12(_ST_FEATURES_12, None), _Features13(_ST_FEATURES_13, None)
-    if api >= (1 << 22) | (2 << 12):
-        if api >= (1 << 22) | (3 << 12):
-            f12.pNext = ctypes.cast(ctypes.pointer(f13), ctypes.c_void_p)
-        f2 = _Features2(_ST_FEATURES_2, ctypes.cast(ctypes.pointer(f12), ctypes.c_void_p))
+    size_feat = _SubgroupSizeControlFeatures(_ST_SUBGROUP_SIZE_CONTROL_FEATURES, None)
+    dot_feat = _DotProductFeatures(_ST_DOT_PRODUCT_FEATURES, None)
+    if v12:
+        # 1.3 devices report these in Vulkan13Features; older ones through their extensions
+        ext_feats = [] if v13 else [*([size_feat] if has_size_control else []), *([dot_feat] if has_dot else [])]
+        f2 = _Features2(_ST_FEATURES_2, None)
+        _chain(f2, f12, *([f13] if v13 else ext_feats))
         vk.vkGetPhysicalDeviceFeatures2(pd, ctypes.byref(f2))
+        if v13:
+            size_feat.subgroupSizeControl, size_feat.computeFullSubgroups = f13.subgroupSizeControl, f13.computeFullSubgroups
+            dot_feat.shaderIntegerDotProduct = f13.shaderIntegerDotProduct
     features = {
         "shaderInt8": bool(f12.shaderInt8), "storageBuffer8BitAccess": bool(f12.storageBuffer8BitAccess),
         "shaderInt16": bool(f10.shaderInt16), "shaderInt64": bool(f10.shaderInt64),
         "shaderFloat16": bool(f12.shaderFloat16), "shaderFloat64": bool(f10.shaderFloat64),
-        "shaderIntegerDotProduct": bool(f13.shaderIntegerDotProduct),
+        "shaderIntegerDotProduct": bool(dot_feat.shaderIntegerDotProduct),
+        "subgroupSizeControl": bool(size_feat.subgroupSizeControl),
+        "computeFullSubgroups": bool(size_feat.computeFullSubgroups),
     }
     return DeviceInfo(
         index=index,
@@ -287,4 +377,10 @@ def _describe(vk, index: int, pd) -> DeviceInfo:
         timestamp_period_ns=lim.timestampPeriod,
         timestamps=bool(lim.timestampComputeAndGraphics),
         features=features,
+        extensions=exts,
+        min_subgroup_size=size_control.minSubgroupSize,
+        max_subgroup_size=size_control.maxSubgroupSize,
+        max_compute_workgroup_subgroups=size_control.maxComputeWorkgroupSubgroups,
+        subgroup_size_control_compute=bool(size_control.requiredSubgroupSizeStages & _STAGE_COMPUTE),
+        dot_product_accelerated=bool(dot.accelerated[_DOT_ACC_SAT_PACKED_SIGNED]),
     )

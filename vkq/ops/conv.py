@@ -263,9 +263,9 @@ def use_dot_product(device) -> bool:
 def _lane_group(device) -> tuple[int, dict, int]:
     """(G, defines, workgroup size): lanes sharing weight loads, the shader variant, and a
     workgroup size that is a multiple of the subgroup size."""
-    sg = int(device.info.subgroup_size)
+    sg = device.info.shuffle_lanes          # 0 where full subgroups of a known size are not sure
     local = min(max(64, sg), device.info.max_workgroup_invocations)
-    if sg < 2 or sg & (sg - 1) or local % sg or "shuffle" not in device.info.subgroup_operations:
+    if not sg or local % sg:
         return 1, {"NO_SUBGROUP": "1"}, local
     return min(sg, 8), {}, local
 

@@ -304,7 +304,8 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=()):
     Rows are grid-strided in the shader, so the workgroup count only has to be <= the limit."""
     info = ctx.device.info
     sg = int(info.subgroup_size)
-    if ROW_SUBGROUP and "arithmetic" in info.subgroup_operations and 1 < sg <= LOCAL:
+    # a row a subgroup needs every lane of it: full subgroups (vkinfo.fixed_subgroups)
+    if ROW_SUBGROUP and "arithmetic" in info.subgroup_operations and info.fixed_subgroups and 1 < sg <= LOCAL:
         width, variant, per_group = LOCAL, "ROW_SUBGROUP", LOCAL // sg
     else:
         width, variant, per_group = 1, "ROW_WORKGROUP", 1

@@ -126,9 +126,8 @@ def gemm_tiles(info, rows: int, rows_per_item: int) -> Tiles:
     rows of one k-block: 4 for int8 (an ivec4), 1 for float (a vec4); kstep makes the items of
     a step a multiple of sg, so every lane loads one."""
     tm = next((t for t in ROW_TILES if t >= rows), ROW_TILES[-1])
-    sg = int(info.subgroup_size)
-    if (not SUBGROUP_SHARING or sg < 2 or sg > info.max_workgroup_invocations
-            or "shuffle" not in info.subgroup_operations):
+    sg = info.shuffle_lanes          # 0 where full subgroups of a known size are not sure
+    if not SUBGROUP_SHARING or not sg or sg > info.max_workgroup_invocations:
         return Tiles(tm, TN, 1, 1, min(PLAIN_WIDTH, info.max_workgroup_invocations))
     return Tiles(tm, TN, sg, sg // math.gcd(sg, tm // rows_per_item), sg)
 

@@ -1,0 +1,48 @@
+"""Symbolic dimensions: torch.export's expressions evaluate exactly; nothing else is accepted."""
+import pytest
+
+from vkq.symbolic import (SymbolicError, check, evaluate, evaluate_shape, expr_attr, specialize_attrs,
+                          symbols_of)
+
+
+@pytest.mark.parametrize("text,env,want", [
+    ("s0", {"s0": 7}, 7),
+    ("16*s1", {"s1": 3}, 48),
+    ("(((s16 - 1)//2)) + 1", {"s16": 33}, 17),             # conv stride 2, padding 1 (torch prints)
+    ("1 + (((-1) + s16) // 4)", {"s16": 33}, 9),
+    ("Max(1, s0 - 5)", {"s0": 3}, 1), ("Min(s0, 8)", {"s0": 30}, 8),
+    ("ceiling(s0/3)", {"s0": 7}, 3), ("floor(2*s0/3)", {"s0": 7}, 4), ("s0 % 4", {"s0": 11}, 3),
+    ("-s0 + 2*s1", {"s0": 5, "s1": 4}, 3),
+])
+def test_expressions(text, env, want):
+    assert evaluate(text, env) == want
+
+
+def test_ints_shapes_and_attrs():
+    assert evaluate(5, {}) == 5
+    assert evaluate_shape(("s0", 3, "2*s1"), {"s0": 2, "s1": 5}) == (2, 3, 10)
+    assert symbols_of("s0*s1 + 1") == {"s0", "s1"} and symbols_of(4) == set()
+    attrs = {"shape": [expr_attr("s0"), 384, expr_attr(12)], "approximate": "none"}
+    assert specialize_attrs(attrs, {"s0": 9}) == {"shape": [9, 384, 12], "approximate": "none"}
+
+
+@pytest.mark.parametrize("bad", ['__import__("os").system("true")', "s0.real", "2**s0", "s0 if s1 else 2",
+                                 "1.5*s0", "lambda: 1", "[s0]", "s0 +", "open('x')"])
+def test_anything_else_is_refused(bad):
+    with pytest.raises(SymbolicError):
+        evaluate(bad, {"s0": 1, "s1": 1})
+
+
+def test_errors_name_the_problem():
+    with pytest.raises(SymbolicError, match="s9"):
+        evaluate("s9 + 1", {"s0": 1})
+    with pytest.raises(SymbolicError, match="divides by zero"):
+        evaluate("s0 // s1", {"s0": 1, "s1": 0})
+    with pytest.raises(SymbolicError, match="not an integer"):
+        evaluate("s0/2", {"s0": 3})
+    with pytest.raises(SymbolicError, match="undeclared"):
+        check("s0 + s7", known={"s0"})
+    with pytest.raises(SymbolicError):
+        check(-1)
+    with pytest.raises(SymbolicError):
+        check(2.5)

@@ -1,0 +1,112 @@
+"""The device's roofline, measured first in every run, and the roofline model every Vulkan
+kernel record is judged by.
+
+Measured from synthetic shaders (shaders/bench_roofline.comp), each the best of its repeats (a
+peak: on a shared machine the median drifts with the load):
+  fp32_gflops    fp32 multiply-add (2 flops each)
+  int32_gops     int32 multiply + add (2 ops each)
+  dot4_gops      int8 4-way dot product with accumulate (OpSDotAccSat: 4 multiply-adds, 8 ops
+                 an instruction); measured only on a device opened with the integer dot product
+  copy_gbps      ivec4 copy, bytes read + written
+and the fixed costs (median wall clock) of one dispatch and of one host<->device round trip.
+
+The model: a kernel that does `ops` operations (2 x multiply-adds; one per element or window
+tap for the memory-bound kernels) and moves `bytes` (each input, weight and output read or
+written once, at its packed size on the device: the traffic no kernel can avoid) has the
+arithmetic intensity I = ops / bytes (ops a byte), and can reach at best
+
+    attainable roof = min(compute roof, I x copy bandwidth)   GOP/s
+
+Its roofline_fraction is its GOP/s over that roof: a memory-bound add is judged against the
+bandwidth, a GEMM against the compute roof. Which compute roof: int32_gops for vkq's int8
+kernels (the ALU an int8 multiply-add costs at least one of, whatever the kernel does inside),
+dot4_gops for their integer-dot-product variants, fp32_gflops for float shaders and ncnn's fp32
+layers. Each record names the one it used ("roofline") and says which side of the ridge point
+(compute roof / bandwidth) it is on ("bound": memory or compute).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..device import Device, grid_1d
+from .timing import gpu_times, stats_ms, wall_times
+
+COMPUTE_ROOFS = {"int32_gops": "int32 MAD", "fp32_gflops": "fp32 FMA", "dot4_gops": "int8 dot4"}
+
+
+def attainable(roof: dict, intensity: float, compute: str) -> tuple[float, str, str]:
+    """(roof GOP/s, bound, compute roof used) for a kernel of `intensity` ops a byte:
+    min(compute roof, intensity x copy GB/s). A compute roof this run did not measure (the
+    dot product on a device without it) falls back to int32_gops."""
+    if compute not in roof:
+        compute = "int32_gops"
+    memory = intensity * roof["copy_gbps"]
+    return (memory, "memory", compute) if memory < roof[compute] else (roof[compute], "compute", compute)
+
+
+def judge(roof: dict, ops: float, nbytes: float, gops: float, compute: str) -> dict:
+    """The roofline fields of a record that did `ops` operations moving `nbytes` at `gops`."""
+    intensity = ops / nbytes
+    top, bound, compute = attainable(roof, intensity, compute)
+    return {"intensity": intensity, "roof_gops": top, "roofline_fraction": gops / top, "bound": bound,
+            "roofline": compute, "bytes_moved": int(nbytes)}
+
+
+def measure(device: Device, quick: bool = False, dot_device: Device | None = None) -> dict:
+    """The roofline of `device` ({key: value}, and its records under "records"). dot_device:
+    the same physical device opened with the integer dot product, to measure dot4_gops."""
+    from .records import Record
+    name = device.info.name
+    n = 2048 if quick else 16384
+    iters = 32 if quick else 256
+    repeats = 3 if quick else 10
+    out = {"device": name}
+    records = []
+    compute = [(device, "fp32_gflops", "FMA_F32", "fp32", 2), (device, "int32_gops", "MAD_I32", "int32", 2)]
+    if dot_device is not None:
+        compute.append((dot_device, "dot4_gops", "DOT4_I8", "int8", 8))
+    for dev, key, define, dtype, ops_each in compute:
+        local = min(64, dev.info.max_workgroup_invocations)
+        src = dev.buffer(np.random.default_rng(0).integers(1, 100, n * 4).astype(np.int32))
+        dst = dev.buffer(size=n * 4, host_visible=False)
+        d = dev.dispatch("bench_roofline", [src, dst], grid_1d(n, local), local=(local,), spec=(iters,),
+                         push=(n,), defines={define: 1})
+        ops = n * 4 * 8 * iters * ops_each     # n invocations x 8 accumulators of 4 lanes x iters
+        times = gpu_times(dev, [d], repeats)
+        med, p90 = stats_ms(times)
+        out[key] = ops / min(times)
+        records.append(Record("roofline", key, f"{n}x4x8x{iters}", dtype, "vulkan", name, med, p90, out[key],
+                              roofline_fraction=1.0,
+                              extra={"timing": "gpu", "min_ms": min(times) / 1e6, "gops_from": "best of repeats"}))
+    local = min(64, device.info.max_workgroup_invocations)
+    words = (1 << 18) if quick else (1 << 22)   # ivec4s: 4 MiB / 64 MiB
+    a = device.buffer(size=words * 4, host_visible=False)
+    b = device.buffer(size=words * 4, host_visible=False)
+    per_invocation = 16
+    d = device.dispatch("bench_roofline", [a, b], grid_1d(words // per_invocation, local), local=(local,),
+                        spec=(per_invocation,), push=(words,), defines={"COPY": 1})
+    times = gpu_times(device, [d], repeats)
+    med, p90 = stats_ms(times)
+    out["copy_gbps"] = words * 16 * 2 / min(times)
+    records.append(Record("roofline", "copy_gbps", f"{words * 16 >> 20} MiB", "int32", "vulkan", name, med, p90,
+                          out["copy_gbps"], roofline_fraction=1.0,
+                          extra={"timing": "gpu", "gbps": out["copy_gbps"], "min_ms": min(times) / 1e6,
+                                 "gops_from": "best of repeats"}))
+    # fixed costs, wall-clock: one tiny dispatch; one upload + dispatch + download
+    src = device.buffer(np.zeros(4, np.int32))
+    dst = device.buffer(size=4, host_visible=False)
+    tiny = device.dispatch("bench_roofline", [src, dst], (1, 1, 1), local=(1,), spec=(1,), push=(1,),
+                           defines={"COPY": 1})
+    med, p90 = stats_ms(wall_times(device.record([tiny]).run, repeats * 3))
+    out["dispatch_ms"] = med
+    records.append(Record("roofline", "dispatch_ms", "1 invocation", "-", "vulkan", name, med, p90,
+                          extra={"timing": "wall"}))
+    io_buf = device.buffer(np.zeros(4, np.int32))
+    rt = device.record([device.dispatch("bench_roofline", [io_buf, dst], (1, 1, 1), local=(1,), spec=(1,),
+                                        push=(1,), defines={"COPY": 1})], upload=[io_buf], download=[io_buf])
+    med, p90 = stats_ms(wall_times(rt.run, repeats * 3))
+    out["round_trip_ms"] = med
+    records.append(Record("roofline", "round_trip_ms", "16 B up + dispatch + 16 B down", "-", "vulkan", name,
+                          med, p90, extra={"timing": "wall"}))
+    out["records"] = records
+    return out

@@ -1,0 +1,107 @@
+"""How the benchmark measures: GPU time from Vulkan timestamps, wall clock around whole calls,
+repeats fitted to a time budget, the CPU peers' threads, and a quiet terminal."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..device import Device
+
+CPU_THREADS = 2      # torch and ncnn on the CPU: the machine's cores, shared with the driver
+
+
+def stats_ms(times_ns) -> tuple[float, float]:
+    """(median, 90th percentile) in ms."""
+    t = np.asarray(times_ns, dtype=np.float64) / 1e6
+    return float(np.median(t)), float(np.percentile(t, 90))
+
+
+def fit_repeats(last_ns: float, repeats: int, budget_s: float | None) -> int:
+    """Fewer repeats (at least 3) when repeats runs of last_ns would exceed budget_s."""
+    if budget_s is None or last_ns <= 0:
+        return repeats
+    return max(min(3, repeats), min(repeats, int(budget_s * 1e9 / last_ns)))
+
+
+def _warm(last_ns: float, budget_s: float | None) -> bool:
+    """Another warm-up run is worth it unless one run takes a quarter of the budget."""
+    return budget_s is None or last_ns < budget_s * 1e9 / 4
+
+
+def gpu_times(device: Device, steps, repeats: int = 10, warmup: int = 2, budget_s: float | None = None) -> list[float]:
+    """Per-repeat GPU time (ns) of `steps` recorded once with timestamps: the sum of the
+    dispatches' times. budget_s caps the repeats (at least 3) by the last warm-up's time."""
+    rec = device.record(steps, timestamps=True)
+    last = 0.0
+    for i in range(max(1, warmup)):
+        if i and not _warm(last, budget_s):
+            break
+        rec.run()
+        last = sum(rec.dispatch_times_ns())
+    out = []
+    for _ in range(fit_repeats(last, repeats, budget_s)):
+        rec.run()
+        out.append(sum(rec.dispatch_times_ns()))
+    return out
+
+
+def wall_times(fn, repeats: int = 10, warmup: int = 2, budget_s: float | None = None) -> list[float]:
+    """Per-call wall-clock time (ns) of fn(); budget_s caps the repeats as in gpu_times."""
+    last = 0.0
+    for i in range(max(1, warmup)):
+        if i and not _warm(last, budget_s):
+            break
+        t0 = time.perf_counter_ns()
+        fn()
+        last = time.perf_counter_ns() - t0
+    out = []
+    for _ in range(fit_repeats(last, repeats, budget_s)):
+        t0 = time.perf_counter_ns()
+        fn()
+        out.append(time.perf_counter_ns() - t0)
+    return out
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "cpu")
+    except OSError:
+        model = "cpu"
+    return f"{model} ({CPU_THREADS} threads)"
+
+
+def torch_threads():
+    """torch, set to CPU_THREADS threads."""
+    import torch
+    torch.set_num_threads(CPU_THREADS)
+    return torch
+
+
+def quiet():
+    """Keep the terminal for the table: torch's quantization deprecations, torchao's notices."""
+    import logging
+    import warnings
+    warnings.filterwarnings("ignore", message=".*quantized tensor creation functions")
+    warnings.filterwarnings("ignore", message=".*reduce_range will be deprecated")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    for name in ("torchao", "torch.utils._pytree", "torch._export", "torch.export"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def progress(items, desc, enabled, key=str):
+    """items, with a tqdm bar showing key(item) when enabled and tqdm is there."""
+    if not enabled:
+        yield from items
+        return
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        yield from items
+        return
+    bar = tqdm(items, desc=desc, leave=False)
+    for item in bar:
+        bar.set_postfix_str(key(item)[:40])
+        yield item

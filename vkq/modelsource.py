@@ -1,0 +1,142 @@
+"""Where `vkq compile` gets a model and its example inputs:
+
+  model.pt2                a torch.export.save'd ExportedProgram (PyTorch's exchange format):
+                           its .module() and the example inputs saved with it (or --input-shape)
+  package.module:function  (or path/to/file.py:function) a function returning (model, example_inputs)
+
+Anything unusable is refused with a ModelSourceError saying what to give instead.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import types
+from pathlib import Path
+
+import torch
+
+
+class ModelSourceError(ValueError):
+    """MODEL names no usable model, and why."""
+
+
+def load_model(source: str, input_shapes=None) -> tuple:
+    """(nn.Module, example inputs tuple). input_shapes: a list of shapes, one per input, used
+    for a .pt2 saved without example inputs, or instead of a function's example inputs."""
+    path = Path(source)
+    if path.is_file() or path.suffix.lower() == ".pt2":
+        return _load_pt2(path, input_shapes)
+    if ":" in source:
+        return _load_function(source, input_shapes)
+    raise ModelSourceError(f"{source}: no such file (MODEL is a torch.export.save'd .pt2 file, "
+                           "or package.module:function returning (model, example_inputs))")
+
+
+def _load_pt2(path: Path, input_shapes):
+    if not path.is_file():
+        raise ModelSourceError(f"{path}: no such file")
+    if path.suffix.lower() != ".pt2":
+        hint = {".pt": "a torch.save'd model? ", ".pth": "a torch.save'd model? ", ".onnx": "an ONNX model? "}
+        raise ModelSourceError(f"{path}: not a .pt2 file ({hint.get(path.suffix.lower(), '')}export the model with "
+                               "torch.export.export and save it with torch.export.save, or give "
+                               "package.module:function)")
+    try:
+        ep = torch.export.load(str(path))
+    except Exception as e:       # torch raises many kinds for a file that is not its format
+        raise ModelSourceError(f"{path}: not a torch.export.save'd program ({type(e).__name__}: {e})") from None
+    inputs = _user_inputs(ep)
+    saved = ep.example_inputs
+    if saved is not None and saved[1]:
+        raise ModelSourceError(f"{path}: the program takes keyword inputs ({', '.join(saved[1])}); "
+                               "vkq compiles models called with positional inputs")
+    if input_shapes:
+        examples = _examples_for(input_shapes, [dtype for _, dtype in inputs], path)
+        if saved is not None and [tuple(t.shape) for t in examples] != [tuple(t.shape) for t in saved[0]]:
+            raise ModelSourceError(f"{path}: exported for inputs of shapes {[list(t.shape) for t in saved[0]]}; "
+                                   f"--input-shape gives {[list(t.shape) for t in examples]}")
+    elif saved is not None:
+        examples = tuple(saved[0])
+    else:
+        described = ", ".join(f"{list(shape)} {str(dtype).replace('torch.', '')}" for shape, dtype in inputs)
+        raise ModelSourceError(f"{path}: saved without example inputs; give --input-shape once per input "
+                               f"(the program's inputs: {described})")
+    gm = ep.module()
+    if _has_training_ops(gm):     # exported from a model in .train(): dropout and batch norm as in eval
+        from torchao.quantization.pt2e import move_exported_model_to_eval
+        gm = move_exported_model_to_eval(gm)
+    gm.eval = types.MethodType(lambda self: self, gm)  # so quantize's .eval() (refused by exported modules) is a no-op
+    return gm, examples
+
+
+def _has_training_ops(gm) -> bool:
+    """Any op called with training=True / train=True (batch norm, dropout)."""
+    for node in gm.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op != "call_function" or schema is None:
+            continue
+        for i, arg in enumerate(schema.arguments):
+            if arg.name in ("training", "train"):
+                value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name, arg.default_value)
+                if value is True:
+                    return True
+    return False
+
+
+def _user_inputs(ep) -> list:
+    """(shape, dtype) of each user input of an ExportedProgram, from its placeholders."""
+    names = set(ep.graph_signature.user_inputs)
+    out = []
+    for node in ep.graph.nodes:
+        if node.op == "placeholder" and node.name in names:
+            val = node.meta.get("val")
+            out.append((tuple(getattr(val, "shape", ())), getattr(val, "dtype", torch.float32)))
+    return out
+
+
+def _examples_for(shapes, dtypes, where) -> tuple:
+    """Example tensors of these shapes: float inputs random normal (seeded), integer ones 0."""
+    if dtypes and len(shapes) != len(dtypes):
+        raise ModelSourceError(f"{where}: the model takes {len(dtypes)} input(s); --input-shape was given "
+                               f"{len(shapes)} time(s)")
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for shape, dtype in zip(shapes, list(dtypes) + [torch.float32] * len(shapes)):
+        if dtype.is_floating_point:
+            out.append(torch.randn(*shape, generator=gen).to(dtype))
+        else:
+            out.append(torch.zeros(*shape, dtype=dtype))
+    return tuple(out)
+
+
+def _load_function(source: str, input_shapes):
+    module_name, _, fn_name = source.rpartition(":")
+    if not module_name or not fn_name.isidentifier():
+        raise ModelSourceError(f"{source}: expected package.module:function or path/to/file.py:function")
+    try:
+        if module_name.endswith(".py"):
+            if not Path(module_name).is_file():
+                raise ModelSourceError(f"{module_name}: no such file")
+            spec = importlib.util.spec_from_file_location(Path(module_name).stem, module_name)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path and "" not in sys.path:   # as `python -m` would: modules here
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ModelSourceError(f"{source}: cannot import {module_name} ({e})") from None
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise ModelSourceError(f"{source}: {module_name} has no function {fn_name!r}")
+    result = fn()
+    if not (isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
+        raise ModelSourceError(f"{source}: must return (model, example_inputs), got {type(result).__name__}")
+    model, examples = result
+    examples = tuple(examples) if isinstance(examples, (tuple, list)) else (examples,)
+    if not all(isinstance(t, torch.Tensor) for t in examples):
+        raise ModelSourceError(f"{source}: example_inputs must be a tensor or a tuple of tensors")
+    if input_shapes:
+        examples = _examples_for(input_shapes, [t.dtype for t in examples], source)
+    return model, examples

@@ -1,0 +1,134 @@
+"""Symbolic dimensions: integer expressions in a program's input symbols.
+
+A dimension is an int or an expression over symbols as torch.export writes them:
+"s0", "16*s1", "(((s2 - 1)//2)) + 1", "1 + (((-1) + s2) // 4)", "Max(1, s0)". Expressions are
+read with Python's parser and only integer arithmetic is accepted — + - * // % and unary minus,
+parentheses, Max/Min, floor/ceiling of an exact quotient — so a program file can never run
+code, and a bad expression is refused when the program is made or loaded, not midway through a
+call. Quotients are exact (fractions), never floats.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import operator
+from fractions import Fraction
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Div: Fraction}
+_CALLS = {"Max": max, "max": max, "Min": min, "min": min,
+          "floor": lambda x: int(x // 1), "FloorToInt": lambda x: int(x // 1),
+          "ceiling": lambda x: int(-(-x // 1)), "ceil": lambda x: int(-(-x // 1)),
+          "CeilToInt": lambda x: int(-(-x // 1)),
+          "FloorDiv": operator.floordiv, "Mod": operator.mod, "PythonMod": operator.mod}
+
+
+class SymbolicError(ValueError):
+    """An expression vkq cannot read, or a binding it cannot satisfy."""
+
+
+def is_symbolic(dim) -> bool:
+    return isinstance(dim, str)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile(text: str):
+    """(function of a bindings dict, frozenset of symbols) for one expression."""
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        raise SymbolicError(f"not an integer expression: {text!r}") from None
+    names = set()
+
+    def build(node):
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            v = node.value
+            return lambda env: v
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+            key = node.id
+            return lambda env: env[key]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            f = build(node.operand)
+            return (lambda env: -f(env)) if isinstance(node.op, ast.USub) else f
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            a, b, fn = build(node.left), build(node.right), _BINARY[type(node.op)]
+            return lambda env: fn(a(env), b(env))
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS
+                and node.args and not node.keywords):
+            fn, args = _CALLS[node.func.id], [build(a) for a in node.args]
+            return lambda env: fn(*(a(env) for a in args))
+        raise SymbolicError(f"{text!r}: {ast.dump(node)[:60]} is not integer arithmetic vkq accepts")
+
+    fn = build(tree)
+    return fn, frozenset(names)
+
+
+def symbols_of(dim) -> frozenset:
+    """The symbols a dimension depends on (empty for an int)."""
+    return _compile(dim)[1] if is_symbolic(dim) else frozenset()
+
+
+def check(dim, known=None) -> None:
+    """Raise SymbolicError unless dim is an int >= 0 or a readable expression (over `known`
+    symbols, when given)."""
+    if isinstance(dim, bool) or not isinstance(dim, (int, str)):
+        raise SymbolicError(f"a dimension is an int or an expression string, not {dim!r}")
+    if isinstance(dim, int):
+        if dim < 0:
+            raise SymbolicError(f"negative dimension {dim}")
+        return
+    used = symbols_of(dim)          # parses: an unreadable expression raises here
+    unknown = used - set(known) if known is not None else set()
+    if unknown:
+        raise SymbolicError(f"{dim!r} uses undeclared symbol(s) {', '.join(sorted(unknown))}")
+
+
+def evaluate(dim, bindings: dict) -> int:
+    """The value of a dimension (int or expression) under concrete symbol values."""
+    if not is_symbolic(dim):
+        return int(dim)
+    fn, names = _compile(dim)
+    missing = names - set(bindings)
+    if missing:
+        raise SymbolicError(f"{dim!r} needs a value for {', '.join(sorted(missing))}")
+    try:
+        value = fn(bindings)
+    except ZeroDivisionError:
+        raise SymbolicError(f"{dim!r} divides by zero at {bindings}") from None
+    if isinstance(value, Fraction):
+        if value.denominator != 1:
+            raise SymbolicError(f"{dim!r} is not an integer at {bindings}")
+        value = int(value)
+    return int(value)
+
+
+def evaluate_shape(shape, bindings: dict) -> tuple:
+    return tuple(evaluate(d, bindings) for d in shape)
+
+
+def specialize_attrs(value, bindings: dict):
+    """Attrs with symbolic ints (marked {"expr": "..."}, see expr_attr) made concrete."""
+    if isinstance(value, dict):
+        if set(value) == {"expr"}:
+            return evaluate(value["expr"], bindings)
+        return {k: specialize_attrs(v, bindings) for k, v in value.items()}
+    if isinstance(value, list):
+        return [specialize_attrs(v, bindings) for v in value]
+    if isinstance(value, tuple):
+        return tuple(specialize_attrs(v, bindings) for v in value)
+    return value
+
+
+def expr_attr(dim):
+    """An attr value for a dimension: the int itself, or {"expr": text} for an expression
+    (attrs also hold genuine strings, so expressions are marked)."""
+    return {"expr": dim} if is_symbolic(dim) else int(dim)
+
+
+def attrs_symbolic(value) -> bool:
+    if isinstance(value, dict):
+        return set(value) == {"expr"} or any(attrs_symbolic(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(attrs_symbolic(v) for v in value)
+    return False
