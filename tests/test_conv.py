@@ -19,11 +19,13 @@ QD = torch.ops.quantized_decomposed
 # -- helpers ------------------------------------------------------------------------------------
 
 @pytest.fixture(params=[False, True], ids=["fma", "dot"])
-def dot(request, monkeypatch):
-    """Both paths of the general and pointwise kernels: fp32 multiply-adds and the integer dot
-    product variants (DOT), whatever the device would choose."""
-    monkeypatch.setattr(conv, "use_dot_product", lambda device: request.param)
-    return request.param
+def dev(request, device):
+    """The test device opened with each path of the general and pointwise kernels: fp32
+    multiply-adds and the integer dot product variants (DOT), whatever it would choose itself."""
+    from vkq.device import get_device
+    d = get_device(device.info.index, dot_product=request.param)
+    assert conv.use_dot_product(d) == request.param
+    return d
 
 
 def pair(v):
@@ -169,7 +171,7 @@ SMALL_CASES = [
 
 
 @pytest.mark.parametrize("case", SMALL_CASES, ids=lambda c: "n{}c{}h{}w{}oc{}k{}s{}p{}d{}g{}".format(*c))
-def test_conv_small_exact(device, case, dot):
+def test_conv_small_exact(dev, case):
     n, c, h, w, oc, k, stride, padding, dilation, groups = case
     rng = np.random.default_rng(abs(hash(case)) % 2**32)
     x_zp, out_zp = int(rng.integers(-128, 128)), int(rng.integers(-20, 20))
@@ -177,12 +179,12 @@ def test_conv_small_exact(device, case, dot):
     m, s = spread_multipliers(rng, wt)
     prog, _ = conv_program(x.shape, wt, b, m, s, stride=stride, padding=padding, dilation=dilation,
                            groups=groups, x_zp=x_zp, out_zp=out_zp)
-    assert_spread(run_exact(device, prog, x))
+    assert_spread(run_exact(dev, prog, x))
 
 
 @pytest.mark.parametrize("x_zp,out_zp,qmin,qmax", [(-128, 127, -128, 127), (127, -128, -128, 127),
                                                     (0, -128, -128, -80), (-5, 10, 10, 127), (60, 0, -30, 40)])
-def test_conv_zero_points_and_activations(device, x_zp, out_zp, qmin, qmax, dot):
+def test_conv_zero_points_and_activations(dev, x_zp, out_zp, qmin, qmax):
     """Zero points at both ends; qmin/qmax of fused relu / relu6 / hardtanh; each kernel."""
     rng = np.random.default_rng(abs(x_zp + 1000 * qmin))
     for shape, k, pad, groups in (((2, 7, 9, 10), 3, 1, 1), ((1, 9, 8, 7), 3, 1, 9), ((1, 11, 6, 9), 1, 0, 1)):
@@ -191,7 +193,7 @@ def test_conv_zero_points_and_activations(device, x_zp, out_zp, qmin, qmax, dot)
         m, s = spread_multipliers(rng, wt)
         prog, _ = conv_program(x.shape, wt, b, m, s, padding=pad, groups=groups, x_zp=x_zp, out_zp=out_zp,
                                qmin=qmin, qmax=qmax)
-        ref = run_exact(device, prog, x)
+        ref = run_exact(dev, prog, x)
         assert ref.min() >= qmin and ref.max() <= qmax
         assert_spread(ref, 8)
 
@@ -228,7 +230,7 @@ def test_general_kernel_on_special_shapes(device, kernel, monkeypatch):
         assert_spread(run_exact(device, prog, x))
 
 
-def test_no_subgroup_variant(device, monkeypatch, dot):
+def test_no_subgroup_variant(dev, monkeypatch):
     """The NO_SUBGROUP variants (G = 1, for devices without subgroup shuffles) of all kernels."""
     monkeypatch.setattr(conv, "_lane_group", lambda dev: (1, {"NO_SUBGROUP": "1"}, 64))
     rng = np.random.default_rng(7)
@@ -237,7 +239,7 @@ def test_no_subgroup_variant(device, monkeypatch, dot):
         x, wt, b = random_case(rng, *shape, oc, k, groups, -9)
         m, s = spread_multipliers(rng, wt)
         prog, _ = conv_program(x.shape, wt, b, m, s, stride=stride, padding=k // 2, groups=groups, x_zp=-9)
-        assert_spread(run_exact(device, prog, x))
+        assert_spread(run_exact(dev, prog, x))
 
 
 @pytest.mark.parametrize("chunk", [(1, 0), (2, 0), (1, 1)], ids=["chunk1", "chunk2", "row_flush"])
@@ -252,7 +254,7 @@ def test_conv_partial_sums(device, chunk, monkeypatch):
 
 
 @pytest.mark.parametrize("shape,k", [((1, 136, 5, 6), 3), ((1, 1200, 3, 5), 1)], ids=["3x3", "1x1"])
-def test_conv_exact_at_fp32_bound(device, shape, k, dot):
+def test_conv_exact_at_fp32_bound(dev, shape, k):
     """Products at their extreme, |x*w| = 127*127 (odd, so every bit of a sum counts), in every
     tap: a chunk's fp32 partial sum reaches ~0.94 * 2^24 and must be exact, then a second chunk
     follows. The bias centres the interior accumulators on 0 and the multiplier is 1, so an error
@@ -267,7 +269,7 @@ def test_conv_exact_at_fp32_bound(device, shape, k, dot):
     b = (-acc[0, :, 2, 3] + np.arange(oc) - 4).astype(np.int32)   # an interior position: |acc| largest
     m, s = quantize_multipliers(np.ones(oc))
     prog, _ = conv_program(x.shape, wt, b, m, s, padding=k // 2, x_zp=0, out_zp=0)
-    assert_spread(run_exact(device, prog, x), 8)
+    assert_spread(run_exact(dev, prog, x), 8)
 
 
 REAL_SHAPES = {
@@ -286,7 +288,7 @@ REAL_SHAPES = {
 
 
 @pytest.mark.parametrize("name", list(REAL_SHAPES))
-def test_conv_real_shapes(device, name, dot):
+def test_conv_real_shapes(dev, name):
     n, c, h, w, oc, k, stride, padding, groups = REAL_SHAPES[name]
     rng = np.random.default_rng(len(name))
     x_zp = int(rng.integers(-128, 128))
@@ -294,7 +296,7 @@ def test_conv_real_shapes(device, name, dot):
     m, s = spread_multipliers(rng, wt)
     prog, _ = conv_program(x.shape, wt, b, m, s, stride=stride, padding=padding, groups=groups, x_zp=x_zp,
                            out_zp=-4, qmin=-4 if "dw" in name else -128)   # dw: fused relu6-like floor
-    assert_spread(run_exact(device, prog, x))
+    assert_spread(run_exact(dev, prog, x))
 
 
 # -- reference vs PyTorch ----------------------------------------------------------------------------
@@ -398,7 +400,7 @@ EPILOGUE_CASES = [
 
 @pytest.mark.parametrize("case", EPILOGUE_CASES, ids=["depthwise", "pointwise", "general"])
 @pytest.mark.parametrize("conv_input", ["a", "b"])
-def test_fused_residual_add_equals_conv_then_add(device, case, conv_input, dot):
+def test_fused_residual_add_equals_conv_then_add(dev, case, conv_input):
     """conv2d_q8 with a residual add_q8 in its epilogue: the device equals the reference, which
     is conv2d_q8 followed by add_q8, on the device too (zero points at both ends, a relu-like
     floor on the add)."""
@@ -414,8 +416,8 @@ def test_fused_residual_add_equals_conv_then_add(device, case, conv_input, dot):
     res.update(qmin=3, qmax=127)                       # a fused relu on the add
     fused, split = _epilogue_program(x_shape, wt, b, m, s, attrs, residual=res, conv_input=conv_input)
     r = rng.integers(-128, 128, fused.tensors["y"].shape).astype(np.int8)
-    ref = run_exact(device, fused, x, r)
-    assert_same((VulkanExecutor(split, device)(x, r),), (ref,))
+    ref = run_exact(dev, fused, x, r)
+    assert_same((VulkanExecutor(split, dev)(x, r),), (ref,))
     np.testing.assert_array_equal(ref, run_reference(split, x, r))
     assert_spread(ref)
     assert ref.min() == 3
