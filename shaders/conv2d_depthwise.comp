@@ -53,15 +53,14 @@ const int HALO_SHUFFLE = 0;
 #else
 const int HALO_SHUFFLE = (PW <= OWN ? 1 : 0) * (WW - PW - OWN <= OWN ? 1 : 0);  // halos fit in neighbours' own
 #endif
-const int WREGS = (KH * KW + G - 1) / G;
-const int PREGS = (16 + G - 1) / G;
+const int WREGS = LANE_REGS(KH * KW);
+const int PREGS = LANE_REGS(16);
 
 layout(std430, binding = 0) readonly buffer X { int x[]; };
 layout(std430, binding = 0) readonly buffer X4 { ivec4 x4[]; };    // the same words, by block
-// word c4*KH*KW + kh*KW + kw: byte b = w[4*c4 + b, 0, kh, kw]
-layout(std430, binding = 1) readonly buffer Wt { int w[]; };
-// per channel block c4: bias_eff, bound, m, shifts (4 each) at 16*c4 (conv_epilogue.glsl)
-layout(std430, binding = 2) readonly buffer Chan { int chan[]; };
+// weight block c4 (conv_lane_words.glsl), word kh*KW + kw: byte b = w[4*c4 + b, 0, kh, kw]
+// epilogue block c4: bias_eff, bound, m, shifts (4 each; conv_epilogue.glsl)
+#include "conv_lane_words.glsl"
 layout(std430, binding = 3) writeonly buffer Y { ivec4 y[]; };
 layout(push_constant) uniform Params {
     ivec4 in_shape;    // N, C, H, W
@@ -88,7 +87,7 @@ void main() {
     bool right_self = HALO_SHUFFLE == 0 || lane == G - 1 || st % tiles_w == tiles_w - 1;
 
     int wr[WREGS];
-    [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[c4 * KH * KW + i * G + lane];
+    load_weights(wr, c4);
 
     // the window, clamped into the image; outside it reads x_zp
     int row_blk[WH], col_off[WW];     // ivec4 index of a row's block 0 (channel block c4); word offset of a column
@@ -130,31 +129,22 @@ void main() {
             xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
         }
     }
-#ifdef FMA_MAC
-#define VEC vec4
-#else
-#define VEC ivec4
-#endif
-    VEC xv[WH][WW];
+    ivec4 xv[WH][WW];
     [[unroll]] for (int r = 0; r < WH; ++r)
-    [[unroll]] for (int c = 0; c < WW; ++c) xv[r][c] = VEC(unpack_int8x4(xw[r][c]));
+    [[unroll]] for (int c = 0; c < WW; ++c) xv[r][c] = unpack_int8x4(xw[r][c]);
 
-    VEC acc[TH * TW];
-    [[unroll]] for (int k = 0; k < TH * TW; ++k) acc[k] = VEC(0);
+    ivec4 acc[TH * TW];
+    [[unroll]] for (int k = 0; k < TH * TW; ++k) acc[k] = ivec4(0);
     [[unroll]] for (int kh = 0; kh < KH; ++kh)
     [[unroll]] for (int kw = 0; kw < KW; ++kw) {
-        const VEC wv = VEC(unpack_int8x4(SHARE(wr, kh * KW + kw)));
+        const ivec4 wv = unpack_int8x4(SHARE(wr, kh * KW + kw));
         [[unroll]] for (int i = 0; i < TH; ++i)
         [[unroll]] for (int j = 0; j < TW; ++j)
-#ifdef FMA_MAC
-            acc[i * TW + j] = fma(xv[i * SH + kh * DH][j * SW + kw * DW], wv, acc[i * TW + j]);
-#else
             acc[i * TW + j] += xv[i * SH + kh * DH][j * SW + kw * DW] * wv;
-#endif
     }
 
     int pr[PREGS];
-    [[unroll]] for (int i = 0; i < PREGS; ++i) pr[i] = chan[c4 * 16 + i * G + lane];
+    load_chan(pr, c4);
     const Chan4 c = CHAN4(pr, 4, 0);
     [[unroll]] for (int i = 0; i < TH; ++i)
     [[unroll]] for (int b = 0; b < TB; ++b) {
@@ -163,7 +153,7 @@ void main() {
             const ivec4 other = residual_block(idx);
             ivec4 words;
             [[unroll]] for (int e = 0; e < 4; ++e) {
-                const int word = out_word(ivec4(acc[i * TW + 4 * b + e]), c, C - 4 * c4, other[e], p.epi);
+                const int word = out_word(acc[i * TW + 4 * b + e], c, C - 4 * c4, other[e], p.epi);
                 words[e] = 4 * ow4 + e < OW ? word : 0;   // columns past OW: 4W4C padding, 0
             }
             y[idx] = words;

@@ -27,6 +27,13 @@
 // them and the group shares the floats (4 shuffles a word instead of unpacking every word in
 // every lane).
 //
+// ROW_LOOP (large kernels, few-channel stems; vkq/ops/conv.py:_row_loop): the whole window
+// unrolled is (TH-1)*SH + KH*DH rows x KW taps x TOC channels of straight-line code per c4 block
+// (7x7: ~25k multiply-adds), more than the CPU's instruction cache and registers hold; instead a
+// rolled loop steps through the kernel rows, each step loading the TH input rows that kernel
+// row reads and that row's KW*TOC weight words. Each input row is then loaded up to KH times
+// instead of once, which the smaller code more than pays for at 7x7 (lavapipe: 1.8x faster).
+//
 // DOT: one dot4_acc per (position, channel, tap) and 4 input channels (dot4x8.glsl) on the packed
 // words: the weight word holds 4 input channels of one output channel, as the x word holds 4
 // channels of one position, so nothing is unpacked; int32 accumulators, no partial sums.
@@ -72,6 +79,8 @@ layout(constant_id = 12) const int PH = 1;
 layout(constant_id = 13) const int PW = 1;
 layout(constant_id = 14) const int CHUNK = 28;  // c4 blocks per exact fp32 partial sum
 layout(constant_id = 15) const int ROW_FLUSH = 0;
+layout(constant_id = 16) const int ONE_CHUNK = 0; // 1: all c4_count blocks in one exact partial sum
+layout(constant_id = 17) const int ROW_LOOP = 0;  // 1: a rolled loop over the kernel rows (see above)
 
 const int TW = 4;                                   // output columns per invocation: one block
 const int WH = (TH - 1) * SH + (KH - 1) * DH + 1;   // input window, in rows
@@ -83,17 +92,19 @@ const int HALO_SHUFFLE = 0;
 #else
 const int HALO_SHUFFLE = (PW <= OWN ? 1 : 0) * (WW - PW - OWN <= OWN ? 1 : 0);  // halos fit in neighbours' own
 #endif
-const int TAPW = KH * KW * TOC;                     // weight words per c4 block
-const int WREGS = (TAPW + G - 1) / G;
-const int PREGS = (4 * TOC + G - 1) / G;
+const int KHS = ROW_LOOP != 0 ? 1 : KH;             // kernel rows per step of the row loop
+const int NR = ROW_LOOP != 0 ? TH : WH;             // input rows a step holds
+const int TAPW = KHS * KW * TOC;                    // weight words per step
+const int WREGS = LANE_REGS(TAPW);
+const int PREGS = LANE_REGS(4 * TOC);
 const int NACC = TH * TW * TOC;                     // accumulator (i, j, oc) at (i*TW + j)*TOC + oc
 
 layout(std430, binding = 0) readonly buffer X { int x[]; };
 layout(std430, binding = 0) readonly buffer X4 { ivec4 x4[]; };    // the same words, by block
-// word ((t*c4_count + r)*KH*KW + kh*KW + kw)*TOC + o: byte b = w[t*TOC + o, 4*(c4_start + r) + b, kh, kw]
-layout(std430, binding = 1) readonly buffer Wt { int w[]; };
-// per output-channel tile t: bias_eff, bound, m, shifts (TOC each) at t*4*TOC (conv_epilogue.glsl)
-layout(std430, binding = 2) readonly buffer Chan { int chan[]; };
+// weight block (t*c4_count + r)*KH/KHS + kh/KHS (conv_lane_words.glsl), word ((kh % KHS)*KW + kw)*TOC + o:
+//   byte b = w[t*TOC + o, 4*(c4_start + r) + b, kh, kw]
+// epilogue block t: bias_eff, bound, m, shifts (TOC each; conv_epilogue.glsl)
+#include "conv_lane_words.glsl"
 layout(std430, binding = 3) writeonly buffer Y { ivec4 y[]; };
 layout(push_constant) uniform Params {
     ivec4 in_shape;    // N, C, H, W
@@ -104,36 +115,33 @@ layout(push_constant) uniform Params {
     Epilogue epi;
 } p;
 
-// The x window of input-channel block c4: its own 4W4C blocks as ivec4s, the halo columns from
-// the neighbouring lanes or (left_self / right_self) loaded here; outside the image x_zp.
-// Every lane of the subgroup must call it (shuffles).
-void load_window(out int xw[WH][XW], int c4, int ow0, int row_blk[WH], bool row_in[WH], int col_off[WW],
-                 bool col_in[WW], bool left_self, bool right_self) {
-    const int C4 = up4(p.in_shape.y) / 4, W = p.in_shape.w, W4 = up4(W) / 4;
-    [[unroll]] for (int r = 0; r < WH; ++r)      // own blocks
-    [[unroll]] for (int b = 0; b < SW; ++b) {
-        const ivec4 v = x4[row_blk[r] + min(ow0 * SW / 4 + b, W4 - 1) * C4 + c4];
+// Input row ih of the window of input-channel block c4: its own 4W4C blocks as ivec4s, the halo
+// columns from the neighbouring lanes or (left_self / right_self) loaded here; outside the image
+// x_zp. Every lane of the subgroup must call it (shuffles).
+void load_row(out int xw[XW], int n, int c4, int ih, int ow0, int col_off[WW], bool col_in[WW],
+              bool left_self, bool right_self) {
+    const int C4 = up4(p.in_shape.y) / 4, H = p.in_shape.z, W = p.in_shape.w, W4 = up4(W) / 4;
+    const bool row_in = ih >= 0 && ih < H;
+    const int blk = (n * H + clamp(ih, 0, H - 1)) * W4 * C4 + c4;   // ivec4 index of column block 0
+    [[unroll]] for (int b = 0; b < SW; ++b) {      // own blocks
+        const ivec4 v = x4[blk + min(ow0 * SW / 4 + b, W4 - 1) * C4];
         [[unroll]] for (int e = 0; e < 4; ++e)
-            xw[r][PW + 4 * b + e] = row_in[r] && ow0 * SW + 4 * b + e < W ? v[e] : p.zp_word;
+            xw[PW + 4 * b + e] = row_in && ow0 * SW + 4 * b + e < W ? v[e] : p.zp_word;
     }
     if (HALO_SHUFFLE != 0) {
-        [[unroll]] for (int r = 0; r < WH; ++r) {
-            [[unroll]] for (int c = 0; c < PW; ++c) xw[r][c] = from_prev_lane(xw[r][c + OWN]);
-            [[unroll]] for (int c = PW + OWN; c < WW; ++c) xw[r][c] = from_next_lane(xw[r][c - OWN]);
-        }
+        [[unroll]] for (int c = 0; c < PW; ++c) xw[c] = from_prev_lane(xw[c + OWN]);
+        [[unroll]] for (int c = PW + OWN; c < WW; ++c) xw[c] = from_next_lane(xw[c - OWN]);
     }
     if (left_self) {
-        [[unroll]] for (int r = 0; r < WH; ++r)
         [[unroll]] for (int c = 0; c < min(PW, WW); ++c) {
-            const int word = x[row_blk[r] * 4 + col_off[c] + c4 * 4];
-            xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
+            const int word = x[blk * 4 + col_off[c]];
+            xw[c] = row_in && col_in[c] ? word : p.zp_word;
         }
     }
     if (right_self) {
-        [[unroll]] for (int r = 0; r < WH; ++r)
         [[unroll]] for (int c = PW + OWN; c < WW; ++c) {
-            const int word = x[row_blk[r] * 4 + col_off[c] + c4 * 4];
-            xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
+            const int word = x[blk * 4 + col_off[c]];
+            xw[c] = row_in && col_in[c] ? word : p.zp_word;
         }
     }
 }
@@ -156,79 +164,80 @@ void main() {
     bool left_self = HALO_SHUFFLE == 0 || lane == 0 || st % tiles_w == 0;
     bool right_self = HALO_SHUFFLE == 0 || lane == G - 1 || st % tiles_w == tiles_w - 1;
 
-    // the window (c4 = 0), clamped into the image; outside it reads x_zp
-    int row_blk[WH], col_off[WW];     // ivec4 index of a row's block 0; word offset of a column
-    bool row_in[WH], col_in[WW];
-    [[unroll]] for (int r = 0; r < WH; ++r) {
-        const int ih = oh0 * SH - PH + r;
-        row_in[r] = ih >= 0 && ih < H;
-        row_blk[r] = (n * H + clamp(ih, 0, H - 1)) * W4 * C4;
-    }
+    // the window's columns, clamped into the image (outside: x_zp)
+    int col_off[WW];                  // word offset of a column within its row
+    bool col_in[WW];
     [[unroll]] for (int c = 0; c < WW; ++c) {
         const int iw = ow0 * SW - PW + c, iwc = clamp(iw, 0, W - 1);
         col_in[c] = iw >= 0 && iw < W;
         col_off[c] = (iwc >> 2) * C4 * 4 + (iwc & 3);
     }
     const int c4_start = min(t * TOC / p.ocg * p.cg / 4, C4 - p.c4_count);
-    const int wbase = t * p.c4_count * TAPW + lane;
+    const int steps = p.c4_count * (KH / KHS);     // (c4 block, kernel row group) steps
 
+    // Step s = (r4, kr): input-channel block c4_start + r4 and kernel rows kr*KHS .. +KHS-1. It
+    // holds NR input rows: the whole window (KHS = KH), or the TH rows kernel row kr reads.
     int acc[NACC];
     [[unroll]] for (int k = 0; k < NACC; ++k) acc[k] = 0;
-#ifdef DOT
-    for (int r4 = 0; r4 < p.c4_count; ++r4) {
-        int xw[WH][XW];
-        load_window(xw, c4_start + r4, ow0, row_blk, row_in, col_off, col_in, left_self, right_self);
+#ifndef DOT
+    float part[NACC];
+    [[unroll]] for (int k = 0; k < NACC; ++k) part[k] = 0.0;
+    const int chunk_steps = CHUNK * (KH / KHS);
+#endif
+    [[dont_unroll]] for (int s = 0; s < steps; ++s) {
+        const int r4 = s / (KH / KHS), kr = s % (KH / KHS);
+        int xw[NR][XW];
+        [[unroll]] for (int r = 0; r < NR; ++r) {
+            const int wr_row = ROW_LOOP != 0 ? r * SH + kr * DH : r;      // row of the window
+            load_row(xw[r], n, c4_start + r4, oh0 * SH - PH + wr_row, ow0, col_off, col_in, left_self, right_self);
+        }
         int wr[WREGS];
-        [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[wbase + r4 * TAPW + i * G];
-        [[unroll]] for (int kh = 0; kh < KH; ++kh)
+        load_weights(wr, t * steps + s);
+#ifdef DOT
+        [[unroll]] for (int kh = 0; kh < KHS; ++kh)
         [[unroll]] for (int kw = 0; kw < KW; ++kw)
         [[unroll]] for (int o = 0; o < TOC; ++o) {
             const int wo = SHARE(wr, (kh * KW + kw) * TOC + o);
             [[unroll]] for (int i = 0; i < TH; ++i)
             [[unroll]] for (int j = 0; j < TW; ++j) {
                 const int k = (i * TW + j) * TOC + o;
-                acc[k] = dot4_acc(xw[i * SH + kh * DH][j * SW + kw * DW], wo, acc[k]);
+                acc[k] = dot4_acc(xw[ROW_LOOP != 0 ? i : i * SH + kh * DH][j * SW + kw * DW], wo, acc[k]);
             }
         }
-    }
 #else
-    float part[NACC];
-    [[unroll]] for (int k = 0; k < NACC; ++k) part[k] = 0.0;
-    for (int c0 = 0; c0 < p.c4_count; c0 += CHUNK) {
-        const int c_end = min(c0 + CHUNK, p.c4_count);
-        for (int r4 = c0; r4 < c_end; ++r4) {
-            int xw[WH][XW];
-            load_window(xw, c4_start + r4, ow0, row_blk, row_in, col_off, col_in, left_self, right_self);
-            vec4 xv[WH][WW];
-            [[unroll]] for (int r = 0; r < WH; ++r)
-            [[unroll]] for (int c = 0; c < WW; ++c) xv[r][c] = vec4(unpack_int8x4(xw[r][c]));
-            int wr[WREGS];
-            [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[wbase + r4 * TAPW + i * G];
-            vec4 wf[WREGS];      // each lane converts its own weight words; the group shares the floats
-            [[unroll]] for (int i = 0; i < WREGS; ++i) wf[i] = vec4(unpack_int8x4(wr[i]));
-            [[unroll]] for (int kh = 0; kh < KH; ++kh) {
-                [[unroll]] for (int kw = 0; kw < KW; ++kw)
-                [[unroll]] for (int o = 0; o < TOC; ++o) {
-                    const vec4 wv = SHARE(wf, (kh * KW + kw) * TOC + o);
-                    [[unroll]] for (int i = 0; i < TH; ++i)
-                    [[unroll]] for (int j = 0; j < TW; ++j) {
-                        const vec4 xx = xv[i * SH + kh * DH][j * SW + kw * DW];
-                        const int k = (i * TW + j) * TOC + o;
-                        part[k] = fma(xx.x, wv.x, fma(xx.y, wv.y, fma(xx.z, wv.z, fma(xx.w, wv.w, part[k]))));
-                    }
-                }
-                if (ROW_FLUSH != 0) {
-                    [[unroll]] for (int k = 0; k < NACC; ++k) { acc[k] += int(part[k]); part[k] = 0.0; }
+        vec4 xv[NR][WW];
+        [[unroll]] for (int r = 0; r < NR; ++r)
+        [[unroll]] for (int c = 0; c < WW; ++c) xv[r][c] = vec4(unpack_int8x4(xw[r][c]));
+        vec4 wf[WREGS];      // each lane converts its own weight words; the group shares the floats
+        [[unroll]] for (int i = 0; i < WREGS; ++i) wf[i] = vec4(unpack_int8x4(wr[i]));
+        [[unroll]] for (int kh = 0; kh < KHS; ++kh) {
+            [[unroll]] for (int kw = 0; kw < KW; ++kw)
+            [[unroll]] for (int o = 0; o < TOC; ++o) {
+                const vec4 wv = SHARE(wf, (kh * KW + kw) * TOC + o);
+                [[unroll]] for (int i = 0; i < TH; ++i)
+                [[unroll]] for (int j = 0; j < TW; ++j) {
+                    const vec4 xx = xv[ROW_LOOP != 0 ? i : i * SH + kh * DH][j * SW + kw * DW];
+                    const int k = (i * TW + j) * TOC + o;
+                    part[k] = fma(xx.x, wv.x, fma(xx.y, wv.y, fma(xx.z, wv.z, fma(xx.w, wv.w, part[k]))));
                 }
             }
+            if (ROW_FLUSH != 0) {
+                [[unroll]] for (int k = 0; k < NACC; ++k) { acc[k] += int(part[k]); part[k] = 0.0; }
+            }
         }
-        [[unroll]] for (int k = 0; k < NACC; ++k) { acc[k] += int(part[k]); part[k] = 0.0; }
+        if (ONE_CHUNK == 0 && ROW_FLUSH == 0 && (s + 1) % chunk_steps == 0) {
+            [[unroll]] for (int k = 0; k < NACC; ++k) { acc[k] += int(part[k]); part[k] = 0.0; }
+        }
+#endif
     }
+#ifndef DOT
+    [[unroll]] for (int k = 0; k < NACC; ++k)     // ONE_CHUNK: acc was not live in the loop
+        acc[k] = ONE_CHUNK != 0 ? int(part[k]) : acc[k] + int(part[k]);
 #endif
 
     // epilogue: the tile's channel constants, then one ivec4 per 4x4 block (conv_epilogue.glsl)
     int pr[PREGS];
-    [[unroll]] for (int i = 0; i < PREGS; ++i) pr[i] = chan[t * 4 * TOC + i * G + lane];
+    load_chan(pr, t);
     [[unroll]] for (int b = 0; b < TOC / 4; ++b) {
         const Chan4 c = CHAN4(pr, TOC, 4 * b);
         const int oc4 = t * (TOC / 4) + b;

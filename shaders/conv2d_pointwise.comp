@@ -58,16 +58,16 @@ layout(constant_id = 5) const int TB = 2;       // 4-column blocks per invocatio
 layout(constant_id = 6) const int CHUNK = 256;  // c4 blocks per exact fp32 partial sum
 layout(constant_id = 7) const int SH = 1;
 layout(constant_id = 8) const int SW = 1;
+layout(constant_id = 9) const int ONE_CHUNK = 0; // 1: all C4 blocks in one exact partial sum (C4 <= CHUNK)
 
 const int TP = 4 * TB;                          // positions per invocation
-const int WREGS = (TOC + G - 1) / G;
-const int PREGS = (4 * TOC + G - 1) / G;
+const int WREGS = LANE_REGS(TOC);
+const int PREGS = LANE_REGS(4 * TOC);
 
 layout(std430, binding = 0) readonly buffer X { ivec4 x[]; };
-// word (t*C4 + c4)*TOC + o: byte b = w[t*TOC + o, 4*c4 + b]
-layout(std430, binding = 1) readonly buffer Wt { int w[]; };
-// per output-channel tile t: bias_eff, bound, m, shifts (TOC each) at t*4*TOC (conv_epilogue.glsl)
-layout(std430, binding = 2) readonly buffer Chan { int chan[]; };
+// weight block t*C4 + c4 (conv_lane_words.glsl), word o: byte b = w[t*TOC + o, 4*c4 + b]
+// epilogue block t: bias_eff, bound, m, shifts (TOC each; conv_epilogue.glsl)
+#include "conv_lane_words.glsl"
 layout(std430, binding = 3) writeonly buffer Y { ivec4 y[]; };
 layout(push_constant) uniform Params {
     ivec4 in_shape;    // N, C, H, W
@@ -88,7 +88,6 @@ void main() {
     const bool live_n = n < N;
     n = min(n, N - 1);
     const int blk0 = ((q % block_groups) * G + lane) * TB;    // output block (oh, ow4) is oh*OW4 + ow4
-    const int wbase = t * C4 * TOC + lane;
     int xbase[TB * SW];          // ivec4 index (c4 = 0) of the input blocks the output blocks read
     [[unroll]] for (int k = 0; k < TB; ++k) {
         const int blk = min(blk0 + k, HB - 1), oh = blk / OW4, ow4 = blk % OW4;
@@ -101,7 +100,7 @@ void main() {
 #ifdef DOT
     for (int c4 = 0; c4 < C4; ++c4) {
         int wr[WREGS];
-        [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[wbase + c4 * TOC + i * G];
+        load_weights(wr, t * C4 + c4);
         int xw[TP];
         [[unroll]] for (int k = 0; k < TB; ++k)
         [[unroll]] for (int j = 0; j < SW; ++j) {
@@ -121,7 +120,7 @@ void main() {
         const int c_end = min(c0 + CHUNK, C4);
         for (int c4 = c0; c4 < c_end; ++c4) {
             int wr[WREGS];
-            [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[wbase + c4 * TOC + i * G];
+            load_weights(wr, t * C4 + c4);
             vec4 wf[WREGS];
             [[unroll]] for (int i = 0; i < WREGS; ++i) wf[i] = vec4(unpack_int8x4(wr[i]));
             vec4 xv[TP];
@@ -138,12 +137,17 @@ void main() {
                                         fma(xv[k].w, wv.w, part[k * TOC + o]))));
             }
         }
-        [[unroll]] for (int k = 0; k < TP * TOC; ++k) { acc[k] += int(part[k]); part[k] = 0.0; }
+        if (ONE_CHUNK == 0) {
+            [[unroll]] for (int k = 0; k < TP * TOC; ++k) { acc[k] += int(part[k]); part[k] = 0.0; }
+        }
+    }
+    if (ONE_CHUNK != 0) {       // then acc is not live in the loop (half the registers / stack)
+        [[unroll]] for (int k = 0; k < TP * TOC; ++k) acc[k] = int(part[k]);
     }
 #endif
 
     int pr[PREGS];
-    [[unroll]] for (int i = 0; i < PREGS; ++i) pr[i] = chan[t * 4 * TOC + i * G + lane];
+    load_chan(pr, t);
     [[unroll]] for (int b = 0; b < TOC / 4; ++b) {
         const Chan4 c = CHAN4(pr, TOC, 4 * b);
         const int oc4 = t * (TOC / 4) + b;

@@ -443,3 +443,20 @@ def test_fused_lookup_table(device, case, with_residual):
     ref = run_exact(device, fused, *inputs)
     np.testing.assert_array_equal(ref, table[run_reference(split, *inputs).astype(np.int64) + 128])
     assert_spread(ref)
+
+
+@pytest.mark.parametrize("row_loop", [False, True], ids=["window", "row_loop"])
+def test_general_row_loop(dev, row_loop, monkeypatch):
+    """conv2d_general with its window unrolled and with a loop over the kernel rows (ROW_LOOP),
+    either choice on shapes the other would take: strides, dilation, groups, padding wider than
+    the kernel, several chunks of partial sums."""
+    monkeypatch.setattr(conv, "ROW_LOOP_FORCE", row_loop)
+    rng = np.random.default_rng(12)
+    for shape, oc, k, stride, padding, dilation, groups in (
+            ((1, 3, 23, 19), 8, 7, 2, 3, 1, 1), ((1, 12, 11, 10), 6, 5, (2, 1), (2, 0), (1, 2), 3),
+            ((2, 5, 9, 8), 17, 3, 1, 4, 2, 1), ((1, 140, 6, 5), 8, 3, 1, 1, 1, 1)):
+        x, wt, b = random_case(rng, *shape, oc, k, groups, -3)
+        m, s = spread_multipliers(rng, wt)
+        prog, _ = conv_program(x.shape, wt, b, m, s, stride=stride, padding=padding, dilation=dilation,
+                               groups=groups, x_zp=-3)
+        assert_spread(run_exact(dev, prog, x))

@@ -25,6 +25,10 @@ const int G = 1;                              // (the host's specialization id 3
 layout(constant_id = 3) const int G = 8;
 #endif
 
+// Registers a lane needs for n words shared by the group: ceil(n / G), rounded up to whole
+// ivec4s past 2 (conv_lane_words.glsl loads them; vkq/ops/conv.py:lane_regs)
+#define LANE_REGS(n) ((n) <= 2 * G ? ((n) + G - 1) / G : ((n) + 4 * G - 1) / (4 * G) * 4)
+
 int workgroup_linear() { return int(gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x); }
 
 #ifdef NO_SUBGROUP

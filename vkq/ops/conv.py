@@ -202,6 +202,24 @@ def pack_general(weight, g: ConvGeometry, toc: int) -> tuple[np.ndarray, int]:
     return _words(blocks).reshape(-1), count
 
 
+def lane_regs(n: int, G: int) -> int:
+    """Registers a lane holds for n words its group of G lanes shares: LANE_REGS in
+    shaders/include/conv_common.glsl."""
+    return cdiv(n, G) if n <= 2 * G else cdiv(n, 4 * G) * 4
+
+
+def lane_major(words: np.ndarray, per_block: int, G: int) -> np.ndarray:
+    """Blocks of per_block words (word k of a block is shared from lane k % G, register k // G)
+    as conv_lane_words.glsl reads them: G * lane_regs words a block, word k at
+    (k % G) * regs + k // G, so a lane's registers are contiguous; the padding words are 0."""
+    regs = lane_regs(per_block, G)
+    blocks = np.asarray(words).reshape(-1, per_block)
+    out = np.zeros((len(blocks), G, regs), np.int32)
+    k = np.arange(per_block)
+    out[:, k % G, k // G] = blocks
+    return out.reshape(-1)
+
+
 def pack_depthwise(weight, g: ConvGeometry) -> np.ndarray:
     """conv2d_depthwise weights: word c4*KH*KW + kh*KW + kw holds, in byte b, the tap (kh, kw) of
     channel 4*c4 + b (0 for padded channels)."""
@@ -293,6 +311,20 @@ def _general_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
     window = (g.sh + (g.kh - 1) * g.dh + 1) * (3 * g.sw + (g.kw - 1) * g.dw + 1)
     two = g.oh > 1 and window <= 4 * MAX_WINDOW_WORDS // 3 and cdiv(g.ow, 4) * cdiv(g.oh, 2) >= G  # stem: 117
     return toc, 2 if two else 1
+
+
+def _row_loop(g: ConvGeometry) -> bool:
+    """Whether conv2d_general steps through the kernel rows in a loop (ROW_LOOP) instead of
+    unrolling the whole KH x KW window (its header says why): for 5x5 and larger kernels and
+    for few-channel stems. Measured on lavapipe (one run, busy machine, CPU time): stem 7x7 s2
+    3->64 @224 19.4 -> 11.0 ms, stem 3x3 s2 3->32 2.2 -> 1.7 ms; 3x3 64->64 @56 7.0 vs 7.6 ms
+    and 256->256 @14 13.7 vs 12.2 ms (no clear winner: 3x3 keeps the unrolled window)."""
+    if ROW_LOOP_FORCE is not None:
+        return ROW_LOOP_FORCE
+    return g.kh * g.kw >= 25 or (g.c4 == 1 and g.kh * g.kw > 1)
+
+
+ROW_LOOP_FORCE = None   # experiments / tests: force the choice
 
 
 def _depthwise_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
@@ -403,13 +435,16 @@ class Conv2dQ8:
             defines["DOT"] = "1"
         io = (ctx.buffer(x_name), ctx.buffer(node.outputs[0]))
         shapes = (np.array([g.n, g.c, g.h, g.w]), np.array([g.n, g.oc, g.oh, g.ow]))
-        pad = np.zeros(G, np.int32)   # the lanes of a group read r[i] = block[i*G + lane]: up to G-1 words past
 
         if kernel == "conv2d_general":
             toc, th = _general_tiles(g, G)
+            row_loop = _row_loop(g)
             wwords, c4_count = pack_general(weight, g, toc)
             chunk, row_flush = _chunk(g.kh, g.kw)
-            spec = (G, toc, th, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw, chunk, row_flush)
+            spec = (G, toc, th, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw, chunk, row_flush,
+                    int(not row_flush and c4_count <= chunk), int(row_loop))
+            # weights per (channel tile, c4 block[, kernel row]); epilogue constants per channel tile
+            wblock, cblock = (1 if row_loop else g.kh) * g.kw * toc, 4 * toc
             push = (*shapes, c4_count, g.cg, g.ocg, zp_word, *outq)
             tiles = cdiv(g.ow, 4) * cdiv(g.oh, th)          # one column block x th rows each
             lane_groups = g.n * cdiv(g.oc, toc) * cdiv(tiles, G)
@@ -418,6 +453,7 @@ class Conv2dQ8:
             th, tb = _depthwise_tiles(g, G)
             wwords = pack_depthwise(weight, g)
             spec = (G, th, tb, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw)
+            wblock, cblock = g.kh * g.kw, 16              # per c4 block
             push = (*shapes, zp_word, *outq)
             tiles = cdiv(cdiv(g.ow, 4), tb) * cdiv(g.oh, th)  # tb column blocks x th rows each
             lane_groups = g.n * g.c4 * cdiv(tiles, G)
@@ -425,13 +461,15 @@ class Conv2dQ8:
         else:
             tb, toc = _pointwise_tiles(g, G)
             wwords, _ = pack_general(weight, g, toc)
-            spec = (G, toc, tb, _chunk(1, 1)[0], g.sh, g.sw)
+            chunk = _chunk(1, 1)[0]
+            spec = (G, toc, tb, chunk, g.sh, g.sw, int(g.c4 <= chunk))
+            wblock, cblock = toc, 4 * toc                 # per (channel tile, c4 block); per channel tile
             push = (*shapes, *outq)
             lane_groups = g.n * cdiv(g.oc, toc) * cdiv(g.oh * cdiv(g.ow, 4), tb * G)
             table = pack_channels(*chan, toc)
 
-        bufs = [io[0], ctx.const_buffer(np.concatenate([wwords, pad])),
-                ctx.const_buffer(np.concatenate([table, pad])), io[1], *epilogue_bufs]
+        bufs = [io[0], ctx.const_buffer(lane_major(wwords, wblock, G)), ctx.const_buffer(lane_major(table, cblock, G)),
+                io[1], *epilogue_bufs]
         return [ctx.device.dispatch(kernel, bufs, grid_1d(lane_groups * G, local), local=(local,),
                                     spec=spec, push=push, defines=defines)]
 
