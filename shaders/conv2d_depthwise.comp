@@ -30,7 +30,6 @@
 #include "int8x4.glsl"
 #include "requant.glsl"
 #include "conv_common.glsl"
-#include "conv_epilogue.glsl"
 
 layout(constant_id = 4) const int TH = 4;       // output rows per invocation
 layout(constant_id = 5) const int TB = 2;       // 4-column blocks per invocation
@@ -42,6 +41,9 @@ layout(constant_id = 10) const int DH = 1;
 layout(constant_id = 11) const int DW = 1;
 layout(constant_id = 12) const int PH = 1;
 layout(constant_id = 13) const int PW = 1;
+layout(constant_id = 14) const int TIES = 1;      // 0: no accumulator can tie (conv_epilogue.glsl)
+layout(constant_id = 15) const int RES_TIES = 1;  // the same for the fused residual add
+#include "conv_epilogue.glsl"
 
 const int TW = 4 * TB;
 const int WH = (TH - 1) * SH + (KH - 1) * DH + 1;

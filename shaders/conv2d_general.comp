@@ -62,7 +62,6 @@
 #include "int8x4.glsl"
 #include "requant.glsl"
 #include "conv_common.glsl"
-#include "conv_epilogue.glsl"
 #ifdef DOT
 #include "dot4x8.glsl"
 #endif
@@ -81,6 +80,9 @@ layout(constant_id = 14) const int CHUNK = 28;  // c4 blocks per exact fp32 part
 layout(constant_id = 15) const int ROW_FLUSH = 0;
 layout(constant_id = 16) const int ONE_CHUNK = 0; // 1: all c4_count blocks in one exact partial sum
 layout(constant_id = 17) const int ROW_LOOP = 0;  // 1: a rolled loop over the kernel rows (see above)
+layout(constant_id = 18) const int TIES = 1;      // 0: no accumulator can tie (conv_epilogue.glsl)
+layout(constant_id = 19) const int RES_TIES = 1;  // the same for the fused residual add
+#include "conv_epilogue.glsl"
 
 const int TW = 4;                                   // output columns per invocation: one block
 const int WH = (TH - 1) * SH + (KH - 1) * DH + 1;   // input window, in rows

@@ -48,7 +48,6 @@
 #include "int8x4.glsl"
 #include "requant.glsl"
 #include "conv_common.glsl"
-#include "conv_epilogue.glsl"
 #ifdef DOT
 #include "dot4x8.glsl"
 #endif
@@ -59,6 +58,9 @@ layout(constant_id = 6) const int CHUNK = 256;  // c4 blocks per exact fp32 part
 layout(constant_id = 7) const int SH = 1;
 layout(constant_id = 8) const int SW = 1;
 layout(constant_id = 9) const int ONE_CHUNK = 0; // 1: all C4 blocks in one exact partial sum (C4 <= CHUNK)
+layout(constant_id = 10) const int TIES = 1;      // 0: no accumulator can tie (conv_epilogue.glsl)
+layout(constant_id = 11) const int RES_TIES = 1;  // the same for the fused residual add
+#include "conv_epilogue.glsl"
 
 const int TP = 4 * TB;                          // positions per invocation
 const int WREGS = LANE_REGS(TOC);

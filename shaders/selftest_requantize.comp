@@ -22,7 +22,7 @@ void main() {
     int i = linear_invocation();
     if (i >= p.n) return;
 #ifdef CLAMPED
-    o[i] = requantize_clamped(acc[i], s[i].x, s[i].y, m[i], s[i].z, p.zero_point, p.qmin, p.qmax);
+    o[i] = requantize_clamped(acc[i], s[i].x, s[i].y, m[i], s[i].z, p.zero_point, p.qmin, p.qmax, true);
 #else
     o[i] = requantize(acc[i], m[i], s[i], p.zero_point, p.qmin, p.qmax);
 #endif

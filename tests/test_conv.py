@@ -11,6 +11,7 @@ from oputil import assert_same, single_op_program, spec
 from vkq import packing
 from vkq.executor import VulkanExecutor, run_reference
 from vkq.ops import conv
+from vkq import quant
 from vkq.quant import quantize_multipliers
 
 QD = torch.ops.quantized_decomposed
@@ -460,3 +461,28 @@ def test_general_row_loop(dev, row_loop, monkeypatch):
         prog, _ = conv_program(x.shape, wt, b, m, s, stride=stride, padding=padding, dilation=dilation,
                                groups=groups, x_zp=-3)
         assert_spread(run_exact(dev, prog, x))
+
+
+def test_conv_dyadic_multipliers_tie(dev):
+    """Multipliers that are powers of two make accumulators land exactly half way: the kernels
+    then keep the round-half-to-even correction (TIES) and still equal the reference, on each
+    kernel; the same for the residual add's requantization."""
+    from vkq.ops.eltwise import add_q8_params
+    rng = np.random.default_rng(13)
+    for shape, oc, k, groups in (((1, 8, 9, 7), 12, 3, 1), ((1, 12, 7, 9), 12, 3, 12), ((1, 16, 5, 9), 8, 1, 1)):
+        x, wt, b = random_case(rng, *shape, oc, k, groups, 1, small=True)
+        m, s = quantize_multipliers(2.0 ** -rng.integers(1, 4, oc))
+        b = rng.integers(-40, 40, oc).astype(np.int32)
+        acc = conv.conv2d_acc(x, wt, (1, 1), (k // 2,) * 2, (1, 1), groups, 1) + b[:, None, None]
+        s64 = s.astype(np.int64)[:, None, None]
+        half = (acc * m[:, None, None].astype(np.int64)) % (np.int64(1) << s64)
+        assert np.sum(half == np.int64(1) << (s64 - 1)) > 10       # ties happen
+        assert not quant.requant_tie_free(m, s)
+        attrs = dict(stride=[1, 1], padding=[k // 2] * 2, dilation=[1, 1], groups=groups, x_zp=1, out_zp=0,
+                     qmin=-128, qmax=127)
+        res = add_q8_params(0.5, 0, 0.5, 2, 1.0, 0)       # equal scales: the add's multiplier is dyadic too
+        fused, split = _epilogue_program(x.shape, wt, b, m, s, attrs, residual=res)
+        r = rng.integers(-3, 4, fused.tensors["y"].shape).astype(np.int8)
+        ref = run_exact(dev, fused, x, r)
+        np.testing.assert_array_equal(ref, run_reference(split, x, r))
+        assert_spread(ref, 6)

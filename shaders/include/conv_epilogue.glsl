@@ -55,10 +55,10 @@ ivec4 residual_block(int idx) {
 
 ivec4 requantize_chan4(ivec4 acc, Chan4 c, int zero_point, int qmin, int qmax) {
     ivec4 ls = c.shifts & 31, rs = c.shifts >> 5;
-    return ivec4(requantize_clamped(acc.x, c.bound.x, ls.x, c.m.x, rs.x, zero_point, qmin, qmax),
-                 requantize_clamped(acc.y, c.bound.y, ls.y, c.m.y, rs.y, zero_point, qmin, qmax),
-                 requantize_clamped(acc.z, c.bound.z, ls.z, c.m.z, rs.z, zero_point, qmin, qmax),
-                 requantize_clamped(acc.w, c.bound.w, ls.w, c.m.w, rs.w, zero_point, qmin, qmax));
+    return ivec4(requantize_clamped(acc.x, c.bound.x, ls.x, c.m.x, rs.x, zero_point, qmin, qmax, TIES != 0),
+                 requantize_clamped(acc.y, c.bound.y, ls.y, c.m.y, rs.y, zero_point, qmin, qmax, TIES != 0),
+                 requantize_clamped(acc.z, c.bound.z, ls.z, c.m.z, rs.z, zero_point, qmin, qmax, TIES != 0),
+                 requantize_clamped(acc.w, c.bound.w, ls.w, c.m.w, rs.w, zero_point, qmin, qmax, TIES != 0));
 }
 
 // acc: the 4 channels' sums at one position; other: the residual operand's word there (unused
@@ -70,10 +70,10 @@ int out_word(ivec4 acc, Chan4 c, int valid, int other, Epilogue e) {
     ivec4 q = requantize_chan4(acc + c.bias, c, e.out_zp, e.qmin, e.qmax);
 #ifdef RESIDUAL
     ivec4 a = (q - e.conv_zp) * e.conv_mult + (unpack_int8x4(other) - e.other_zp) * e.other_mult;
-    q = ivec4(requantize_clamped(a.x, e.bound, e.lshift, e.m, e.rshift, e.add_zp, e.add_qmin, e.add_qmax),
-              requantize_clamped(a.y, e.bound, e.lshift, e.m, e.rshift, e.add_zp, e.add_qmin, e.add_qmax),
-              requantize_clamped(a.z, e.bound, e.lshift, e.m, e.rshift, e.add_zp, e.add_qmin, e.add_qmax),
-              requantize_clamped(a.w, e.bound, e.lshift, e.m, e.rshift, e.add_zp, e.add_qmin, e.add_qmax));
+    q = ivec4(requantize_clamped(a.x, e.bound, e.lshift, e.m, e.rshift, e.add_zp, e.add_qmin, e.add_qmax, RES_TIES != 0),
+              requantize_clamped(a.y, e.bound, e.lshift, e.m, e.rshift, e.add_zp, e.add_qmin, e.add_qmax, RES_TIES != 0),
+              requantize_clamped(a.z, e.bound, e.lshift, e.m, e.rshift, e.add_zp, e.add_qmin, e.add_qmax, RES_TIES != 0),
+              requantize_clamped(a.w, e.bound, e.lshift, e.m, e.rshift, e.add_zp, e.add_qmin, e.add_qmax, RES_TIES != 0));
 #endif
 #ifdef LUT
     ivec4 i = q + 128;
