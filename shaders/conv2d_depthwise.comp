@@ -8,7 +8,7 @@
 // conv2d_q8, depthwise kernel: groups == C == OC, output channel c reads input channel c only
 // (vkq/ops/conv.py; x and y are 4W4C):
 //   acc[c, oh, ow] = sum_{kh, kw} xz[c, oh*SH - PH + kh*DH, ow*SW - PW + kw*DW] * w[c, 0, kh, kw]
-//   y[c, oh, ow]   = requantize(acc + bias_eff[c], m[c], s[c], out_zp, qmin, qmax)
+//   y[c, oh, ow]   = epilogue(acc + bias_eff[c])           (conv_epilogue.glsl)
 // xz is x read as x_zp outside the image; the host folds -x_zp * sum(w[c]) into bias_eff.
 //
 // One invocation owns one block of 4 channels x TH rows x TB 4W4C blocks of 4 columns (from
@@ -18,6 +18,16 @@
 // (KW-1)*DW + 1 window of x words is loaded once, its own 4W4C blocks as ivec4s and the halo
 // columns mostly from the neighbouring lanes (conv_common.glsl), and every word serves every tap
 // that reads it; the G lanes of a group share the block's KH*KW weight words.
+//
+// What limits it (lavapipe): per output word (4 channels) it does 9 ivec4 multiply-adds but also
+// 1/4 ivec4 store, ~3/8 ivec4 load and 4 requantizations, and a buffer access is a loop over the
+// SIMD lanes (~340 instructions an ivec4 and 8 lanes): the loads and stores are over half its
+// time, the multiply-adds about a fifth. What was tried (bench/README.md has the figures):
+// requantize_clamped (cheaper epilogue): kept. Streaming down row bands (each input row loaded
+// once per band instead of (TH+2)/TH times): no gain. Lanes on consecutive channel blocks
+// (coalesced on GPUs), every lane loading its own halo, weights and epilogue words: 1.7-2.9x
+// slower, the shared loads are what pays here. fp32 multiply-adds instead of int32: no gain
+// (llvmpipe emits fmul + fadd, not FMA, for GLSL fma). Other TH x TB tiles: within noise.
 //! variant
 //! variant NO_SUBGROUP
 //! variant RESIDUAL

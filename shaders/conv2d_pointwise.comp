@@ -28,6 +28,13 @@
 //   DOT:     one dot4_acc per (position, channel) and 4 input channels (dot4x8.glsl): the
 //            weight word holds 4 input channels of one output channel, like the x word holds 4
 //            channels of one position, so nothing is unpacked; int32 accumulators.
+// Tried on lavapipe (bench/README.md): weights as shared floats (12% fewer instructions) and
+// loaded lane-major as ivec4s, one partial sum without int32 accumulators live (ONE_CHUNK),
+// 32/16-invocation workgroups on small maps, requantize_clamped: kept. Larger tiles (TB 4 or
+// TOC 64: 256+ fp32 accumulators a lane spill past the L1 cache): 1.3-2x slower. DOT: 0.7x
+// (llvmpipe expands OpSDotAccSat into byte extracts, multiplies and a saturating add). The
+// small-K expansions (16 -> 96) stay epilogue-bound: 16 multiply-adds an output against one
+// requantization and 1/16 of an ivec4 store.
 //! variant
 //! variant NO_SUBGROUP
 //! variant RESIDUAL

@@ -17,19 +17,29 @@ bytes, so that tap's (x - x_zp) is exactly 0; the kernels sum raw x * w and the 
 -x_zp * sum(weight[oc]) into the bias (bias_eff). Chosen over correcting the bias per border
 position: one select per loaded word, no per-position tables, exact everywhere.
 
-Weights are packed once at build time, in the order each kernel reads them (pack_* below), and
-uploaded with the per-channel (bias_eff, multiplier, shift) table.
+Weights are packed once at build time, in the order each kernel reads them (pack_* below, then
+lane_major), and uploaded with the per-channel epilogue table (pack_channels: bias_eff and the
+constants of vkq.quant.requantize_clamped, which gives requantize's exact int8 result without a
+branch on the shift).
 
-Speed (bench/bench_conv.py). What limits it on the CPU drivers is memory access: llvmpipe runs
-every buffer load or store as a loop over the SIMD lanes (~15 cycles per active lane and 32-bit
-word, the cost of ~100 lane multiply-adds), so the kernels load each word once and reuse it
-from registers. An invocation owns a register tile of positions (whole 4W4C blocks of 4
-columns: ivec4 loads and stores) x output channels; the G lanes of a subgroup that share output
-channels share the weight loads, and neighbouring lanes the window halos, through
-subgroupShuffle (shaders/include/conv_common.glsl); the general and pointwise kernels
-multiply-add in fp32, exact for these integers (conv2d_general.comp). Tile sizes are
-specialization constants chosen here; G and the workgroup size come from the device's subgroup
-size and limits (_lane_group).
+Epilogue (shaders/include/conv_epilogue.glsl): requantize, then optionally a residual add_q8 with
+another int8 tensor of the output's shape (attr residual, folded in by vkq/passes/fuse_epilogue.py)
+and a 256-entry int8 lookup table (attr lut); the reference is the composition of those ops.
+
+Paths: the general and pointwise kernels multiply-add in fp32 (exact for these integers, see
+conv2d_general.comp) or, where the device chose the integer dot product (use_dot_product),
+with OpSDotAccSat on the packed words (DOT variants; shaders/include/dot4x8.glsl).
+
+Speed (bench/bench_conv.py; bench/README.md has what was tried). What limits it on the CPU
+drivers is memory access: llvmpipe runs every buffer load or store as a loop over the SIMD lanes
+with a bounds check per lane (about 340 instructions per ivec4 and 8 lanes, the cost of ~170
+lane multiply-adds; seen in the JIT code with gdb), so the kernels load each word once and
+reuse it from registers. An invocation owns a register tile of positions (whole 4W4C blocks of
+4 columns: ivec4 loads and stores) x output channels; the G lanes of a subgroup that share
+output channels share the weight loads, and neighbouring lanes the window halos, through
+subgroupShuffle (shaders/include/conv_common.glsl). Tile sizes are specialization constants
+chosen here; G and the workgroup size come from the device's subgroup size and limits
+(_lane_group, _local_size).
 """
 from __future__ import annotations
 
