@@ -8,7 +8,7 @@
 // conv2d_q8, depthwise kernel: groups == C == OC, output channel c reads input channel c only
 // (vkq/ops/conv.py; x and y are 4W4C):
 //   acc[c, oh, ow] = sum_{kh, kw} xz[c, oh*SH - PH + kh*DH, ow*SW - PW + kw*DW] * w[c, 0, kh, kw]
-//   y[c, oh, ow]   = requantize(acc + bias_eff[c], m[c], s[c], out_zp, qmin, qmax)
+//   y[c, oh, ow]   = epilogue(acc + bias_eff[c])           (conv_epilogue.glsl)
 // xz is x read as x_zp outside the image; the host folds -x_zp * sum(w[c]) into bias_eff.
 //
 // One invocation owns one block of 4 channels x TH rows x TB 4W4C blocks of 4 columns (from
@@ -18,8 +18,24 @@
 // (KW-1)*DW + 1 window of x words is loaded once, its own 4W4C blocks as ivec4s and the halo
 // columns mostly from the neighbouring lanes (conv_common.glsl), and every word serves every tap
 // that reads it; the G lanes of a group share the block's KH*KW weight words.
+//
+// What limits it (lavapipe): per output word (4 channels) it does 9 ivec4 multiply-adds but also
+// 1/4 ivec4 store, ~3/8 ivec4 load and 4 requantizations, and a buffer access is a loop over the
+// SIMD lanes (~340 instructions an ivec4 and 8 lanes): the loads and stores are over half its
+// time, the multiply-adds about a fifth. What was tried (bench/README.md has the figures):
+// requantize_clamped (cheaper epilogue): kept. Streaming down row bands (each input row loaded
+// once per band instead of (TH+2)/TH times): no gain. Lanes on consecutive channel blocks
+// (coalesced on GPUs), every lane loading its own halo, weights and epilogue words: 1.7-2.9x
+// slower, the shared loads are what pays here. fp32 multiply-adds instead of int32: no gain
+// (llvmpipe emits fmul + fadd, not FMA, for GLSL fma). Other TH x TB tiles: within noise.
 //! variant
 //! variant NO_SUBGROUP
+//! variant RESIDUAL
+//! variant RESIDUAL NO_SUBGROUP
+//! variant LUT
+//! variant LUT NO_SUBGROUP
+//! variant RESIDUAL LUT
+//! variant RESIDUAL LUT NO_SUBGROUP
 #include "common.glsl"
 #include "int8x4.glsl"
 #include "requant.glsl"
@@ -35,6 +51,9 @@ layout(constant_id = 10) const int DH = 1;
 layout(constant_id = 11) const int DW = 1;
 layout(constant_id = 12) const int PH = 1;
 layout(constant_id = 13) const int PW = 1;
+layout(constant_id = 14) const int TIES = 1;      // 0: no accumulator can tie (conv_epilogue.glsl)
+layout(constant_id = 15) const int RES_TIES = 1;  // the same for the fused residual add
+#include "conv_epilogue.glsl"
 
 const int TW = 4 * TB;
 const int WH = (TH - 1) * SH + (KH - 1) * DH + 1;
@@ -46,21 +65,20 @@ const int HALO_SHUFFLE = 0;
 #else
 const int HALO_SHUFFLE = (PW <= OWN ? 1 : 0) * (WW - PW - OWN <= OWN ? 1 : 0);  // halos fit in neighbours' own
 #endif
-const int WREGS = (KH * KW + G - 1) / G;
-const int PREGS = (12 + G - 1) / G;
+const int WREGS = LANE_REGS(KH * KW);
+const int PREGS = LANE_REGS(16);
 
 layout(std430, binding = 0) readonly buffer X { int x[]; };
 layout(std430, binding = 0) readonly buffer X4 { ivec4 x4[]; };    // the same words, by block
-// word c4*KH*KW + kh*KW + kw: byte b = w[4*c4 + b, 0, kh, kw]
-layout(std430, binding = 1) readonly buffer Wt { int w[]; };
-// per channel block c4: bias_eff[4], m[4], s[4] at 12*c4
-layout(std430, binding = 2) readonly buffer Chan { int chan[]; };
+// weight block c4 (conv_lane_words.glsl), word kh*KW + kw: byte b = w[4*c4 + b, 0, kh, kw]
+// epilogue block c4: bias_eff, bound, m, shifts (4 each; conv_epilogue.glsl)
+#include "conv_lane_words.glsl"
 layout(std430, binding = 3) writeonly buffer Y { ivec4 y[]; };
 layout(push_constant) uniform Params {
     ivec4 in_shape;    // N, C, H, W
     ivec4 out_shape;   // N, C, OH, OW
     int zp_word;       // x_zp in all four bytes
-    int out_zp, qmin, qmax;
+    Epilogue epi;
 } p;
 
 void main() {
@@ -81,7 +99,7 @@ void main() {
     bool right_self = HALO_SHUFFLE == 0 || lane == G - 1 || st % tiles_w == tiles_w - 1;
 
     int wr[WREGS];
-    [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[c4 * KH * KW + i * G + lane];
+    load_weights(wr, c4);
 
     // the window, clamped into the image; outside it reads x_zp
     int row_blk[WH], col_off[WW];     // ivec4 index of a row's block 0 (channel block c4); word offset of a column
@@ -138,18 +156,19 @@ void main() {
     }
 
     int pr[PREGS];
-    [[unroll]] for (int i = 0; i < PREGS; ++i) pr[i] = chan[c4 * 12 + i * G + lane];
-    const ivec4 bias = ivec4(SHARE(pr, 0), SHARE(pr, 1), SHARE(pr, 2), SHARE(pr, 3));
-    const ivec4 m = ivec4(SHARE(pr, 4), SHARE(pr, 5), SHARE(pr, 6), SHARE(pr, 7));
-    const ivec4 s = ivec4(SHARE(pr, 8), SHARE(pr, 9), SHARE(pr, 10), SHARE(pr, 11));
+    load_chan(pr, c4);
+    const Chan4 c = CHAN4(pr, 4, 0);
     [[unroll]] for (int i = 0; i < TH; ++i)
     [[unroll]] for (int b = 0; b < TB; ++b) {
-        const int oh = oh0 + i, ow4 = ow0 / 4 + b;
-        ivec4 words;
-        [[unroll]] for (int e = 0; e < 4; ++e) {
-            const int word = requant_word(acc[i * TW + 4 * b + e] + bias, m, s, p.out_zp, p.qmin, p.qmax, C - 4 * c4);
-            words[e] = 4 * ow4 + e < OW ? word : 0;   // columns past OW: 4W4C padding, 0
+        const int oh = oh0 + i, ow4 = ow0 / 4 + b, idx = ((n * OH + oh) * OW4 + ow4) * C4 + c4;
+        if (live && oh < OH && ow4 < OW4) {
+            const ivec4 other = residual_block(idx);
+            ivec4 words;
+            [[unroll]] for (int e = 0; e < 4; ++e) {
+                const int word = out_word(acc[i * TW + 4 * b + e], c, C - 4 * c4, other[e], p.epi);
+                words[e] = 4 * ow4 + e < OW ? word : 0;   // columns past OW: 4W4C padding, 0
+            }
+            y[idx] = words;
         }
-        if (live && oh < OH && ow4 < OW4) y[((n * OH + oh) * OW4 + ow4) * C4 + c4] = words;
     }
 }

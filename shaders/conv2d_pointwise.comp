@@ -5,104 +5,173 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
-// conv2d_q8, pointwise kernel: 1x1, stride 1, no padding, groups 1, a GEMM over channels
+#ifdef DOT
+#extension GL_EXT_spirv_intrinsics : require
+#endif
+// conv2d_q8, pointwise kernel: 1x1, no padding, groups 1, any stride: a GEMM over channels
 // (vkq/ops/conv.py; x and y are 4W4C):
-//   acc[oc, pos] = sum_c x[c, pos] * w[oc, c]          pos = h*W + w within one image
-//   y[oc, pos]   = requantize(acc + bias_eff[oc], m[oc], s[oc], out_zp, qmin, qmax)
+//   acc[oc, oh, ow] = sum_c x[c, oh*SH, ow*SW] * w[oc, c]
+//   y[oc, oh, ow]   = epilogue(acc + bias_eff[oc])          (conv_epilogue.glsl)
 // (bias_eff = bias - x_zp * sum(w[oc]), folded on the host.)
 //
-// One invocation owns TB 4W4C blocks of 4 columns (running over the blocks of the image row by
-// row) x TOC output channels, and stores TB * TOC/4 ivec4s (columns past W as 0: the 4W4C
-// padding). Per block of 4 input channels it loads TB x ivec4s and the G lanes of a group share
-// the TOC weight words (conv_common.glsl): every unpacked x value serves TOC channels and every
-// weight word 4*TB positions.
-// Exact fp32 accumulation as in conv2d_general.comp: CHUNK c4 blocks (4*CHUNK <= 2^10 products
-// of |x*w| <= 2^14) per fp32 partial sum, then into the int32 total.
+// One invocation owns TB 4W4C output blocks of 4 columns (running over the blocks of the image
+// row by row) x TOC output channels, and stores TB * TOC/4 ivec4s (columns past OW as 0: the
+// 4W4C padding). Per block of 4 input channels it loads its TB x SW input ivec4s (stride 2: the
+// two blocks holding the 4 columns it reads) and the G lanes of a group share the TOC weight
+// words (conv_common.glsl): every x value serves TOC channels and every weight word 4*TB
+// positions.
+//   default: fp32 multiply-adds, exact as in conv2d_general.comp: CHUNK c4 blocks (4*CHUNK <=
+//            2^10 products of |x*w| <= 2^14) per fp32 partial sum, then into the int32 total.
+//            Each lane unpacks and converts its own 1/G of the weight words and the group
+//            shares the floats (4 shuffles a word): a lane then unpacks TOC/G words instead of
+//            TOC (on lavapipe 12% fewer instructions for 960->320 @7, valgrind count).
+//   DOT:     one dot4x8_acc per (position, channel) and 4 input channels (dot4x8.glsl): the
+//            weight word holds 4 input channels of one output channel, like the x word holds 4
+//            channels of one position, so nothing is unpacked; int32 accumulators.
+// Tried on lavapipe (bench/README.md): weights as shared floats (12% fewer instructions) and
+// loaded lane-major as ivec4s, one partial sum without int32 accumulators live (ONE_CHUNK),
+// 32/16-invocation workgroups on small maps, requantize_clamped: kept. Larger tiles (TB 4 or
+// TOC 64: 256+ fp32 accumulators a lane spill past the L1 cache): 1.3-2x slower. DOT: 0.7x
+// (llvmpipe expands OpSDotAccSat into byte extracts, multiplies and a saturating add). The
+// small-K expansions (16 -> 96) stay epilogue-bound: 16 multiply-adds an output against one
+// requantization and 1/16 of an ivec4 store.
 //! variant
 //! variant NO_SUBGROUP
+//! variant RESIDUAL
+//! variant RESIDUAL NO_SUBGROUP
+//! variant LUT
+//! variant LUT NO_SUBGROUP
+//! variant RESIDUAL LUT
+//! variant RESIDUAL LUT NO_SUBGROUP
+//! variant DOT
+//! variant DOT NO_SUBGROUP
+//! variant DOT RESIDUAL
+//! variant DOT RESIDUAL NO_SUBGROUP
+//! variant DOT LUT
+//! variant DOT LUT NO_SUBGROUP
+//! variant DOT RESIDUAL LUT
+//! variant DOT RESIDUAL LUT NO_SUBGROUP
 #include "common.glsl"
 #include "int8x4.glsl"
 #include "requant.glsl"
 #include "conv_common.glsl"
+#ifdef DOT
+#include "dot4x8.glsl"
+#endif
 
 layout(constant_id = 4) const int TOC = 16;     // output channels per invocation, a multiple of 4
 layout(constant_id = 5) const int TB = 2;       // 4-column blocks per invocation
 layout(constant_id = 6) const int CHUNK = 256;  // c4 blocks per exact fp32 partial sum
+layout(constant_id = 7) const int SH = 1;
+layout(constant_id = 8) const int SW = 1;
+layout(constant_id = 9) const int ONE_CHUNK = 0; // 1: all C4 blocks in one exact partial sum (C4 <= CHUNK)
+layout(constant_id = 10) const int TIES = 1;      // 0: no accumulator can tie (conv_epilogue.glsl)
+layout(constant_id = 11) const int RES_TIES = 1;  // the same for the fused residual add
+#include "conv_epilogue.glsl"
 
 const int TP = 4 * TB;                          // positions per invocation
-const int WREGS = (TOC + G - 1) / G;
-const int PREGS = (3 * TOC + G - 1) / G;
+const int WREGS = LANE_REGS(TOC);
+const int PREGS = LANE_REGS(4 * TOC);
 
 layout(std430, binding = 0) readonly buffer X { ivec4 x[]; };
-// word (t*C4 + c4)*TOC + o: byte b = w[t*TOC + o, 4*c4 + b]
-layout(std430, binding = 1) readonly buffer Wt { int w[]; };
-// per output-channel tile t: bias_eff[TOC], m[TOC], s[TOC] at t*3*TOC
-layout(std430, binding = 2) readonly buffer Chan { int chan[]; };
+// weight block t*C4 + c4 (conv_lane_words.glsl), word o: byte b = w[t*TOC + o, 4*c4 + b]
+// epilogue block t: bias_eff, bound, m, shifts (TOC each; conv_epilogue.glsl)
+#include "conv_lane_words.glsl"
 layout(std430, binding = 3) writeonly buffer Y { ivec4 y[]; };
 layout(push_constant) uniform Params {
     ivec4 in_shape;    // N, C, H, W
-    ivec4 out_shape;   // N, OC, H, W
-    int out_zp, qmin, qmax;
+    ivec4 out_shape;   // N, OC, OH, OW
+    Epilogue epi;
 } p;
 
 void main() {
-    const int N = p.in_shape.x, C4 = up4(p.in_shape.y) / 4, H = p.in_shape.z, W = p.in_shape.w;
-    const int OC = p.out_shape.y, OC4 = up4(OC) / 4, W4 = up4(W) / 4, HB = H * W4;
+    const int N = p.in_shape.x, C4 = up4(p.in_shape.y) / 4, H = p.in_shape.z, W4 = up4(p.in_shape.w) / 4;
+    const int OC = p.out_shape.y, OC4 = up4(OC) / 4, OH = p.out_shape.z, OW = p.out_shape.w;
+    const int OW4 = up4(OW) / 4, HB = OH * OW4;
     const int block_groups = (HB + TB * G - 1) / (TB * G), oc_tiles = (OC + TOC - 1) / TOC;
 
-    // group q -> (image n, output-channel tile t, G*TB column blocks); lane -> TB of them
+    // group q -> (image n, output-channel tile t, G*TB output blocks); lane -> TB of them
     const int q = group_index(), lane = group_lane();
     const int t = (q / block_groups) % oc_tiles;
     int n = q / (block_groups * oc_tiles);
     const bool live_n = n < N;
     n = min(n, N - 1);
-    const int blk0 = ((q % block_groups) * G + lane) * TB;    // block (h, w4) of the image is h*W4 + w4
-    const int wbase = t * C4 * TOC + lane;
+    const int blk0 = ((q % block_groups) * G + lane) * TB;    // output block (oh, ow4) is oh*OW4 + ow4
+    int xbase[TB * SW];          // ivec4 index (c4 = 0) of the input blocks the output blocks read
+    [[unroll]] for (int k = 0; k < TB; ++k) {
+        const int blk = min(blk0 + k, HB - 1), oh = blk / OW4, ow4 = blk % OW4;
+        [[unroll]] for (int j = 0; j < SW; ++j)
+            xbase[k * SW + j] = ((n * H + oh * SH) * W4 + min(ow4 * SW + j, W4 - 1)) * C4;
+    }
 
     int acc[TP * TOC];           // (position 4*k + e, channel o) at (4*k + e)*TOC + o
+    [[unroll]] for (int k = 0; k < TP * TOC; ++k) acc[k] = 0;
+#ifdef DOT
+    for (int c4 = 0; c4 < C4; ++c4) {
+        int wr[WREGS];
+        load_weights(wr, t * C4 + c4);
+        int xw[TP];
+        [[unroll]] for (int k = 0; k < TB; ++k)
+        [[unroll]] for (int j = 0; j < SW; ++j) {
+            const ivec4 v = x[xbase[k * SW + j] + c4];
+            [[unroll]] for (int e = 0; e < 4; ++e)           // output column e reads input word e*SW
+                if (e * SW / 4 == j) xw[4 * k + e] = v[e * SW % 4];
+        }
+        [[unroll]] for (int o = 0; o < TOC; ++o) {
+            const int wo = SHARE(wr, o);
+            [[unroll]] for (int k = 0; k < TP; ++k) acc[k * TOC + o] = dot4x8_acc(xw[k], wo, acc[k * TOC + o]);
+        }
+    }
+#else
     float part[TP * TOC];
-    [[unroll]] for (int k = 0; k < TP * TOC; ++k) { acc[k] = 0; part[k] = 0.0; }
+    [[unroll]] for (int k = 0; k < TP * TOC; ++k) part[k] = 0.0;
     for (int c0 = 0; c0 < C4; c0 += CHUNK) {
         const int c_end = min(c0 + CHUNK, C4);
         for (int c4 = c0; c4 < c_end; ++c4) {
             int wr[WREGS];
-            [[unroll]] for (int i = 0; i < WREGS; ++i) wr[i] = w[wbase + c4 * TOC + i * G];
+            load_weights(wr, t * C4 + c4);
+            vec4 wf[WREGS];
+            [[unroll]] for (int i = 0; i < WREGS; ++i) wf[i] = vec4(unpack_int8x4(wr[i]));
             vec4 xv[TP];
-            [[unroll]] for (int k = 0; k < TB; ++k) {
-                const ivec4 v = x[(n * HB + min(blk0 + k, HB - 1)) * C4 + c4];
-                [[unroll]] for (int e = 0; e < 4; ++e) xv[4 * k + e] = vec4(unpack_int8x4(v[e]));
+            [[unroll]] for (int k = 0; k < TB; ++k)
+            [[unroll]] for (int j = 0; j < SW; ++j) {
+                const ivec4 v = x[xbase[k * SW + j] + c4];
+                [[unroll]] for (int e = 0; e < 4; ++e)
+                    if (e * SW / 4 == j) xv[4 * k + e] = vec4(unpack_int8x4(v[e * SW % 4]));
             }
             [[unroll]] for (int o = 0; o < TOC; ++o) {
-                const vec4 wv = vec4(unpack_int8x4(SHARE(wr, o)));
+                const vec4 wv = SHARE(wf, o);
                 [[unroll]] for (int k = 0; k < TP; ++k)
                     part[k * TOC + o] = fma(xv[k].x, wv.x, fma(xv[k].y, wv.y, fma(xv[k].z, wv.z,
                                         fma(xv[k].w, wv.w, part[k * TOC + o]))));
             }
         }
-        [[unroll]] for (int k = 0; k < TP * TOC; ++k) { acc[k] += int(part[k]); part[k] = 0.0; }
+        if (ONE_CHUNK == 0) {
+            [[unroll]] for (int k = 0; k < TP * TOC; ++k) { acc[k] += int(part[k]); part[k] = 0.0; }
+        }
     }
+    if (ONE_CHUNK != 0) {       // then acc is not live in the loop (half the registers / stack)
+        [[unroll]] for (int k = 0; k < TP * TOC; ++k) acc[k] = int(part[k]);
+    }
+#endif
 
     int pr[PREGS];
-    [[unroll]] for (int i = 0; i < PREGS; ++i) pr[i] = chan[t * 3 * TOC + i * G + lane];
-    int bias[TOC], m[TOC], s[TOC];
-    [[unroll]] for (int o = 0; o < TOC; ++o) {
-        bias[o] = SHARE(pr, o);
-        m[o] = SHARE(pr, TOC + o);
-        s[o] = SHARE(pr, 2 * TOC + o);
-    }
-    [[unroll]] for (int k = 0; k < TB; ++k)
+    load_chan(pr, t);
     [[unroll]] for (int b = 0; b < TOC / 4; ++b) {
-        const int blk = blk0 + k, oc4 = t * (TOC / 4) + b;
-        const ivec4 bb = ivec4(bias[4 * b], bias[4 * b + 1], bias[4 * b + 2], bias[4 * b + 3]);
-        const ivec4 mm = ivec4(m[4 * b], m[4 * b + 1], m[4 * b + 2], m[4 * b + 3]);
-        const ivec4 ss = ivec4(s[4 * b], s[4 * b + 1], s[4 * b + 2], s[4 * b + 3]);
-        ivec4 words;
-        [[unroll]] for (int e = 0; e < 4; ++e) {
-            const int a = (4 * k + e) * TOC + 4 * b;
-            const int word = requant_word(ivec4(acc[a], acc[a + 1], acc[a + 2], acc[a + 3]) + bb, mm, ss,
-                                          p.out_zp, p.qmin, p.qmax, OC - 4 * oc4);
-            words[e] = 4 * (blk % W4) + e < W ? word : 0;   // columns past W: 4W4C padding, 0
+        const Chan4 c = CHAN4(pr, TOC, 4 * b);
+        const int oc4 = t * (TOC / 4) + b;
+        [[unroll]] for (int k = 0; k < TB; ++k) {
+            const int blk = blk0 + k, idx = (n * HB + blk) * OC4 + oc4;
+            if (live_n && blk < HB && oc4 < OC4) {
+                const ivec4 other = residual_block(idx);
+                ivec4 words;
+                [[unroll]] for (int e = 0; e < 4; ++e) {
+                    const int a = (4 * k + e) * TOC + 4 * b;
+                    const int word = out_word(ivec4(acc[a], acc[a + 1], acc[a + 2], acc[a + 3]), c, OC - 4 * oc4, other[e], p.epi);
+                    words[e] = 4 * (blk % OW4) + e < OW ? word : 0;   // columns past OW: 4W4C padding, 0
+                }
+                y[idx] = words;
+            }
         }
-        if (live_n && blk < HB && oc4 < OC4) y[(n * HB + blk) * OC4 + oc4] = words;
     }
 }

@@ -11,12 +11,23 @@ from oputil import assert_same, single_op_program, spec
 from vkq import packing
 from vkq.executor import VulkanExecutor, run_reference
 from vkq.ops import conv
+from vkq import quant
 from vkq.quant import quantize_multipliers
 
 QD = torch.ops.quantized_decomposed
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+@pytest.fixture(params=[False, True], ids=["fma", "dot"])
+def dev(request, device):
+    """The test device opened with each path of the general and pointwise kernels: fp32
+    multiply-adds and the integer dot product variants (DOT), whatever it would choose itself."""
+    from vkq.device import get_device
+    d = get_device(device.info.index, dot_product=request.param)
+    assert conv.use_dot_product(d) == request.param
+    return d
+
 
 def pair(v):
     return [v, v] if np.isscalar(v) else list(v)
@@ -33,11 +44,11 @@ def conv_program(x_shape, w, b, m, s, *, stride=1, padding=0, dilation=1, groups
                              [("y", spec((g.n, g.oc, g.oh, g.ow), "int8", "4W4C"))], attrs, consts), g
 
 
-def run_exact(device, prog, x):
+def run_exact(device, prog, *inputs):
     """Device output == reference, and the raw output words == the packed reference (padding 0)."""
     ex = VulkanExecutor(prog, device)
-    got = ex(x)
-    ref = run_reference(prog, x)
+    got = ex(*inputs)
+    ref = run_reference(prog, *inputs)
     assert_same((got,), (ref,))
     np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, "4W4C"))
     return ref
@@ -97,7 +108,8 @@ def test_choose_kernel():
     G = conv.ConvGeometry.of
     assert conv.choose_kernel(G((1, 32, 8, 8), (16, 32, 1, 1), (1, 1), (0, 0), (1, 1), 1)) == "conv2d_pointwise"
     assert conv.choose_kernel(G((1, 32, 8, 8), (32, 1, 3, 3), (2, 2), (1, 1), (1, 1), 32)) == "conv2d_depthwise"
-    assert conv.choose_kernel(G((1, 32, 8, 8), (16, 32, 1, 1), (2, 2), (0, 0), (1, 1), 1)) == "conv2d_general"
+    assert conv.choose_kernel(G((1, 32, 8, 8), (16, 32, 1, 1), (2, 2), (0, 0), (1, 1), 1)) == "conv2d_pointwise"
+    assert conv.choose_kernel(G((1, 32, 8, 8), (16, 32, 1, 1), (1, 1), (1, 1), (1, 1), 1)) == "conv2d_general"
     assert conv.choose_kernel(G((1, 32, 8, 8), (32, 16, 3, 3), (1, 1), (1, 1), (1, 1), 2)) == "conv2d_general"
 
 
@@ -143,6 +155,8 @@ SMALL_CASES = [
     (1, 8, 9, 9, 20, 1, 2, 0, 1, 1),
     (1, 3, 7, 5, 33, 1, 1, 0, 1, 1),
     (1, 21, 6, 5, 37, 1, 1, 0, 1, 1),
+    (1, 10, 9, 13, 7, 1, 2, 0, 1, 1),        # 1x1 stride 2: pointwise kernel, two input blocks an output block
+    (2, 9, 11, 7, 12, 1, (3, 2), 0, 1, 1),   # 1x1 strides 3 and 2
     (1, 5, 9, 10, 5, 3, 1, 1, 1, 5),
     (2, 17, 11, 13, 17, 3, 2, 1, 1, 17),
     (1, 6, 10, 9, 6, 3, 1, 2, 2, 6),
@@ -158,7 +172,7 @@ SMALL_CASES = [
 
 
 @pytest.mark.parametrize("case", SMALL_CASES, ids=lambda c: "n{}c{}h{}w{}oc{}k{}s{}p{}d{}g{}".format(*c))
-def test_conv_small_exact(device, case):
+def test_conv_small_exact(dev, case):
     n, c, h, w, oc, k, stride, padding, dilation, groups = case
     rng = np.random.default_rng(abs(hash(case)) % 2**32)
     x_zp, out_zp = int(rng.integers(-128, 128)), int(rng.integers(-20, 20))
@@ -166,12 +180,12 @@ def test_conv_small_exact(device, case):
     m, s = spread_multipliers(rng, wt)
     prog, _ = conv_program(x.shape, wt, b, m, s, stride=stride, padding=padding, dilation=dilation,
                            groups=groups, x_zp=x_zp, out_zp=out_zp)
-    assert_spread(run_exact(device, prog, x))
+    assert_spread(run_exact(dev, prog, x))
 
 
 @pytest.mark.parametrize("x_zp,out_zp,qmin,qmax", [(-128, 127, -128, 127), (127, -128, -128, 127),
                                                     (0, -128, -128, -80), (-5, 10, 10, 127), (60, 0, -30, 40)])
-def test_conv_zero_points_and_activations(device, x_zp, out_zp, qmin, qmax):
+def test_conv_zero_points_and_activations(dev, x_zp, out_zp, qmin, qmax):
     """Zero points at both ends; qmin/qmax of fused relu / relu6 / hardtanh; each kernel."""
     rng = np.random.default_rng(abs(x_zp + 1000 * qmin))
     for shape, k, pad, groups in (((2, 7, 9, 10), 3, 1, 1), ((1, 9, 8, 7), 3, 1, 9), ((1, 11, 6, 9), 1, 0, 1)):
@@ -180,7 +194,7 @@ def test_conv_zero_points_and_activations(device, x_zp, out_zp, qmin, qmax):
         m, s = spread_multipliers(rng, wt)
         prog, _ = conv_program(x.shape, wt, b, m, s, padding=pad, groups=groups, x_zp=x_zp, out_zp=out_zp,
                                qmin=qmin, qmax=qmax)
-        ref = run_exact(device, prog, x)
+        ref = run_exact(dev, prog, x)
         assert ref.min() >= qmin and ref.max() <= qmax
         assert_spread(ref, 8)
 
@@ -217,7 +231,7 @@ def test_general_kernel_on_special_shapes(device, kernel, monkeypatch):
         assert_spread(run_exact(device, prog, x))
 
 
-def test_no_subgroup_variant(device, monkeypatch):
+def test_no_subgroup_variant(dev, monkeypatch):
     """The NO_SUBGROUP variants (G = 1, for devices without subgroup shuffles) of all kernels."""
     monkeypatch.setattr(conv, "_lane_group", lambda dev: (1, {"NO_SUBGROUP": "1"}, 64))
     rng = np.random.default_rng(7)
@@ -226,7 +240,7 @@ def test_no_subgroup_variant(device, monkeypatch):
         x, wt, b = random_case(rng, *shape, oc, k, groups, -9)
         m, s = spread_multipliers(rng, wt)
         prog, _ = conv_program(x.shape, wt, b, m, s, stride=stride, padding=k // 2, groups=groups, x_zp=-9)
-        assert_spread(run_exact(device, prog, x))
+        assert_spread(run_exact(dev, prog, x))
 
 
 @pytest.mark.parametrize("chunk", [(1, 0), (2, 0), (1, 1)], ids=["chunk1", "chunk2", "row_flush"])
@@ -241,7 +255,7 @@ def test_conv_partial_sums(device, chunk, monkeypatch):
 
 
 @pytest.mark.parametrize("shape,k", [((1, 136, 5, 6), 3), ((1, 1200, 3, 5), 1)], ids=["3x3", "1x1"])
-def test_conv_exact_at_fp32_bound(device, shape, k):
+def test_conv_exact_at_fp32_bound(dev, shape, k):
     """Products at their extreme, |x*w| = 127*127 (odd, so every bit of a sum counts), in every
     tap: a chunk's fp32 partial sum reaches ~0.94 * 2^24 and must be exact, then a second chunk
     follows. The bias centres the interior accumulators on 0 and the multiplier is 1, so an error
@@ -256,7 +270,7 @@ def test_conv_exact_at_fp32_bound(device, shape, k):
     b = (-acc[0, :, 2, 3] + np.arange(oc) - 4).astype(np.int32)   # an interior position: |acc| largest
     m, s = quantize_multipliers(np.ones(oc))
     prog, _ = conv_program(x.shape, wt, b, m, s, padding=k // 2, x_zp=0, out_zp=0)
-    assert_spread(run_exact(device, prog, x), 8)
+    assert_spread(run_exact(dev, prog, x), 8)
 
 
 REAL_SHAPES = {
@@ -268,11 +282,14 @@ REAL_SHAPES = {
     "mobilenetv2_dw_96_s2": (1, 96, 56, 56, 96, 3, 2, 1, 96),
     "mobilenetv2_pw_32_16": (1, 32, 112, 112, 16, 1, 1, 0, 1),
     "mobilenetv2_pw_96_24": (1, 96, 56, 56, 24, 1, 1, 0, 1),
+    "resnet18_down_1x1_s2": (1, 64, 56, 56, 128, 1, 2, 0, 1),
+    "mobilenetv2_stem_3x3_s2": (1, 3, 224, 224, 32, 3, 2, 1, 1),
+    "efficientnet_dw_5x5_s2": (1, 36, 29, 31, 36, 5, 2, 2, 36),
 }
 
 
 @pytest.mark.parametrize("name", list(REAL_SHAPES))
-def test_conv_real_shapes(device, name):
+def test_conv_real_shapes(dev, name):
     n, c, h, w, oc, k, stride, padding, groups = REAL_SHAPES[name]
     rng = np.random.default_rng(len(name))
     x_zp = int(rng.integers(-128, 128))
@@ -280,7 +297,7 @@ def test_conv_real_shapes(device, name):
     m, s = spread_multipliers(rng, wt)
     prog, _ = conv_program(x.shape, wt, b, m, s, stride=stride, padding=padding, groups=groups, x_zp=x_zp,
                            out_zp=-4, qmin=-4 if "dw" in name else -128)   # dw: fused relu6-like floor
-    assert_spread(run_exact(device, prog, x))
+    assert_spread(run_exact(dev, prog, x))
 
 
 # -- reference vs PyTorch ----------------------------------------------------------------------------
@@ -333,3 +350,139 @@ def test_reference_within_one_step_of_torch(geom, activation, bounds):
         assert not np.any(off & (np.abs(exact % 1.0 - 0.5) > 0.01)), f"{off.sum()} values off by one"
         if abs(out_zp) < 100:   # with out_zp at an end a fused relu saturates everything
             assert_spread(ref, 8)
+
+
+# -- fused epilogues: residual add and lookup table ------------------------------------------------
+
+def _epilogue_program(x_shape, wt, b, m, s, conv_attrs, residual=None, table=None, conv_input="a"):
+    """conv2d_q8 with a fused residual add (other operand "r") and/or a lookup table, and the same
+    as separate nodes: conv2d_q8 -> add_q8 (conv output as operand conv_input) -> table."""
+    from vkq.program import Node, Program
+    g = conv.ConvGeometry.of(x_shape, wt.shape, conv_attrs["stride"], conv_attrs["padding"],
+                             conv_attrs["dilation"], conv_attrs["groups"])
+    y_spec = spec((g.n, g.oc, g.oh, g.ow), "int8", "4W4C")
+    tensors = {"x": spec(x_shape, "int8", "4W4C"), "w": spec(wt.shape, "int8", "4W4C"), "b": spec(b.shape, "int32"),
+               "m": spec(m.shape, "int32"), "s": spec(s.shape, "int32"), "y": y_spec}
+    consts = {"w": wt, "b": b, "m": m, "s": s}
+    inputs, fused_in, attrs = ["x"], ["x", "w", "b", "m", "s"], dict(conv_attrs)
+    if residual is not None:
+        tensors["r"] = y_spec
+        inputs.append("r")
+        fused_in.append("r")
+        attrs["residual"] = {"conv_input": conv_input, **residual}
+    if table is not None:
+        tensors["t"] = spec((256,), "int8", "4H4W")
+        consts["t"] = table
+        fused_in.append("t")
+        attrs["lut"] = True
+    fused = Program(dict(tensors), [Node("conv2d_q8", fused_in, ["y"], attrs)], inputs, ["y"], dict(consts))
+    # the same as separate nodes: the numpy reference of the composition
+    nodes = [Node("conv2d_q8", ["x", "w", "b", "m", "s"], ["c"], conv_attrs)]
+    tensors["c"] = y_spec
+    last = "c"
+    if residual is not None:
+        ab = ["c", "r"] if conv_input == "a" else ["r", "c"]
+        nodes.append(Node("add_q8", ab, ["c2"], residual))
+        tensors["c2"] = y_spec
+        last = "c2"
+    split = Program(tensors, nodes, inputs, [last], {k: v for k, v in consts.items() if k != "t"})
+    fused.validate()
+    split.validate()
+    return fused, split
+
+
+EPILOGUE_CASES = [
+    # (x shape, oc, k, stride, padding, groups): one per kernel
+    ((1, 13, 9, 11), 13, 3, 1, 1, 13),      # depthwise
+    ((2, 21, 7, 6), 18, 1, 1, 0, 1),        # pointwise
+    ((1, 6, 11, 9), 10, 3, 2, 1, 2),        # general
+]
+
+
+@pytest.mark.parametrize("case", EPILOGUE_CASES, ids=["depthwise", "pointwise", "general"])
+@pytest.mark.parametrize("conv_input", ["a", "b"])
+def test_fused_residual_add_equals_conv_then_add(dev, case, conv_input):
+    """conv2d_q8 with a residual add_q8 in its epilogue: the device equals the reference, which
+    is conv2d_q8 followed by add_q8, on the device too (zero points at both ends, a relu-like
+    floor on the add)."""
+    from vkq.ops.eltwise import add_q8_params
+    x_shape, oc, k, stride, padding, groups = case
+    rng = np.random.default_rng(11 + len(conv_input) + oc)
+    x_zp = -128 if conv_input == "a" else 127
+    x, wt, b = random_case(rng, *x_shape, oc, k, groups, x_zp)
+    m, s = spread_multipliers(rng, wt)
+    attrs = dict(stride=pair(stride), padding=pair(padding), dilation=[1, 1], groups=groups, x_zp=x_zp,
+                 out_zp=-5, qmin=-128, qmax=127)
+    res = add_q8_params(0.05, -5, 0.031, 127 if conv_input == "a" else -128, 0.06, 3)
+    res.update(qmin=3, qmax=127)                       # a fused relu on the add
+    fused, split = _epilogue_program(x_shape, wt, b, m, s, attrs, residual=res, conv_input=conv_input)
+    r = rng.integers(-128, 128, fused.tensors["y"].shape).astype(np.int8)
+    ref = run_exact(dev, fused, x, r)
+    assert_same((VulkanExecutor(split, dev)(x, r),), (ref,))
+    np.testing.assert_array_equal(ref, run_reference(split, x, r))
+    assert_spread(ref)
+    assert ref.min() == 3
+
+
+@pytest.mark.parametrize("case", EPILOGUE_CASES, ids=["depthwise", "pointwise", "general"])
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_fused_lookup_table(device, case, with_residual):
+    """A 256-entry int8 table applied after requantization (and after a fused residual add):
+    device == reference == table[conv2d_q8 (-> add_q8) + 128]."""
+    from vkq.ops.eltwise import add_q8_params
+    x_shape, oc, k, stride, padding, groups = case
+    rng = np.random.default_rng(23 + oc)
+    x, wt, b = random_case(rng, *x_shape, oc, k, groups, 9)
+    m, s = spread_multipliers(rng, wt)
+    attrs = dict(stride=pair(stride), padding=pair(padding), dilation=[1, 1], groups=groups, x_zp=9, out_zp=2,
+                 qmin=-128, qmax=127)
+    res = add_q8_params(0.05, 2, 0.04, -7, 0.07, -1) if with_residual else None
+    table = rng.integers(-128, 128, 256).astype(np.int8)          # a permutation-like table: every entry counts
+    fused, split = _epilogue_program(x_shape, wt, b, m, s, attrs, residual=res, table=table)
+    r = rng.integers(-128, 128, fused.tensors["y"].shape).astype(np.int8)
+    inputs = (x, r) if with_residual else (x,)
+    ref = run_exact(device, fused, *inputs)
+    np.testing.assert_array_equal(ref, table[run_reference(split, *inputs).astype(np.int64) + 128])
+    assert_spread(ref)
+
+
+@pytest.mark.parametrize("row_loop", [False, True], ids=["window", "row_loop"])
+def test_general_row_loop(dev, row_loop, monkeypatch):
+    """conv2d_general with its window unrolled and with a loop over the kernel rows (ROW_LOOP),
+    either choice on shapes the other would take: strides, dilation, groups, padding wider than
+    the kernel, several chunks of partial sums."""
+    monkeypatch.setattr(conv, "ROW_LOOP_FORCE", row_loop)
+    rng = np.random.default_rng(12)
+    for shape, oc, k, stride, padding, dilation, groups in (
+            ((1, 3, 23, 19), 8, 7, 2, 3, 1, 1), ((1, 12, 11, 10), 6, 5, (2, 1), (2, 0), (1, 2), 3),
+            ((2, 5, 9, 8), 17, 3, 1, 4, 2, 1), ((1, 140, 6, 5), 8, 3, 1, 1, 1, 1)):
+        x, wt, b = random_case(rng, *shape, oc, k, groups, -3)
+        m, s = spread_multipliers(rng, wt)
+        prog, _ = conv_program(x.shape, wt, b, m, s, stride=stride, padding=padding, dilation=dilation,
+                               groups=groups, x_zp=-3)
+        assert_spread(run_exact(dev, prog, x))
+
+
+def test_conv_dyadic_multipliers_tie(dev):
+    """Multipliers that are powers of two make accumulators land exactly half way: the kernels
+    then keep the round-half-to-even correction (TIES) and still equal the reference, on each
+    kernel; the same for the residual add's requantization."""
+    from vkq.ops.eltwise import add_q8_params
+    rng = np.random.default_rng(13)
+    for shape, oc, k, groups in (((1, 8, 9, 7), 12, 3, 1), ((1, 12, 7, 9), 12, 3, 12), ((1, 16, 5, 9), 8, 1, 1)):
+        x, wt, b = random_case(rng, *shape, oc, k, groups, 1, small=True)
+        m, s = quantize_multipliers(2.0 ** -rng.integers(1, 4, oc))
+        b = rng.integers(-40, 40, oc).astype(np.int32)
+        acc = conv.conv2d_acc(x, wt, (1, 1), (k // 2,) * 2, (1, 1), groups, 1) + b[:, None, None]
+        s64 = s.astype(np.int64)[:, None, None]
+        half = (acc * m[:, None, None].astype(np.int64)) % (np.int64(1) << s64)
+        assert np.sum(half == np.int64(1) << (s64 - 1)) > 10       # ties happen
+        assert not quant.requant_tie_free(m, s)
+        attrs = dict(stride=[1, 1], padding=[k // 2] * 2, dilation=[1, 1], groups=groups, x_zp=1, out_zp=0,
+                     qmin=-128, qmax=127)
+        res = add_q8_params(0.5, 0, 0.5, 2, 1.0, 0)       # equal scales: the add's multiplier is dyadic too
+        fused, split = _epilogue_program(x.shape, wt, b, m, s, attrs, residual=res)
+        r = rng.integers(-3, 4, fused.tensors["y"].shape).astype(np.int8)
+        ref = run_exact(dev, fused, x, r)
+        np.testing.assert_array_equal(ref, run_reference(split, x, r))
+        assert_spread(ref, 6)

@@ -8,7 +8,7 @@ import torch.ao.quantization.fx._decomposed  # noqa: F401
 from vkq import pack
 from vkq.device import grid_1d
 from vkq.executor import VulkanExecutor
-from vkq.quant import dequantize, quantize, quantize_multipliers, requantize
+from vkq.quant import dequantize, quantize, quantize_multipliers, requant_clamp_params, requantize
 
 from oputil import assert_same, run_both, single_op_program, spec
 
@@ -86,8 +86,10 @@ def test_quantize_repack_dequantize_chain(device):
         np.testing.assert_array_equal(ex(x), dequantize(quantize(x, scale, zp), scale, zp))
 
 
-def test_requantize_include_matches_numpy(device):
-    """shaders/include/requant.glsl against vkq.quant.requantize over the whole int32 range."""
+@pytest.mark.parametrize("variant", ["requantize", "requantize_clamped"])
+def test_requantize_include_matches_numpy(device, variant):
+    """shaders/include/requant.glsl against vkq.quant.requantize over the whole int32 range,
+    for both of its routines (requantize_clamped with requant_clamp_params's constants)."""
     rng = np.random.default_rng(8)
     n = 4099
     acc = rng.integers(-2 ** 31, 2 ** 31, n, dtype=np.int64).astype(np.int32)
@@ -100,8 +102,14 @@ def test_requantize_include_matches_numpy(device):
     acc[100:100 + ties.size] = ties * 2048 + 1024 * (ties % 3 == 0)
     reals[100:100 + ties.size] = np.resize([0.25, 0.5, 2.0 ** -11, 2.0 ** -13, 2.0 ** -3], ties.size)
     m, s = quantize_multipliers(reals)
-    bufs = [device.buffer(acc), device.buffer(m), device.buffer(s), device.buffer(size=n)]
+    if variant == "requantize":
+        consts, defines = (m, s), None
+    else:
+        bound, lshift, mc, rshift = requant_clamp_params(m, s)
+        consts, defines = (mc, np.stack([bound, lshift, rshift, 0 * m], 1)), {"CLAMPED": 1}
+    bufs = [device.buffer(acc), *(device.buffer(c) for c in consts), device.buffer(size=n)]
     for zp, qmin, qmax in ((0, -128, 127), (-128, -128, 127), (127, -128, 127), (5, 5, 60)):
-        d = device.dispatch("selftest_requantize", bufs, grid_1d(n, 64), local=(64,), push=(n, zp, qmin, qmax))
+        d = device.dispatch("selftest_requantize", bufs, grid_1d(n, 64), local=(64,), push=(n, zp, qmin, qmax),
+                            defines=defines)
         device.run([d], upload=bufs[:3], download=bufs[3:])
         np.testing.assert_array_equal(bufs[3].read(), requantize(acc, m, s, zp, qmin, qmax).astype(np.int32))

@@ -135,8 +135,10 @@ def cnn():
 
 def test_cnn_lowers_to_vulkan_ops_only(cnn):
     _, program, _ = cnn
-    assert ops(program) == ["quantize", "conv2d_q8", "conv2d_q8", "add_q8", "max_pool2d_q8", "conv2d_q8",
+    # the residual add is folded into the second conv's epilogue (fuse_epilogue)
+    assert ops(program) == ["quantize", "conv2d_q8", "conv2d_q8", "max_pool2d_q8", "conv2d_q8",
                             "adaptive_avg_pool2d_q8", "repack", "linear_q8", "dequantize"]
+    assert "residual" in program.nodes[2].attrs
     assert program.fallback == []
     assert program.tensors[program.inputs[0]].dtype == "float32"
     assert program.tensors[program.outputs[0]].dtype == "float32"
@@ -193,7 +195,7 @@ def test_xnnpack_quantized_graph_lowers():
     q = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
     gm = api.quantize(models.digits_cnn(), (x,), calibration=batches((4, 1, 8, 8)), quantizer=q, progress=False)
     program = lower(gm, (x,))
-    assert ops(program) == ["quantize", "conv2d_q8", "conv2d_q8", "add_q8", "max_pool2d_q8", "conv2d_q8",
+    assert ops(program) == ["quantize", "conv2d_q8", "conv2d_q8", "max_pool2d_q8", "conv2d_q8",   # add fused
                             "avg_pool2d_q8", "repack", "linear_q8", "dequantize"]
     assert program.fallback == []
     assert_matches_pt2e(program, gm, x)

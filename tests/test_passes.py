@@ -20,6 +20,7 @@ from vkq.passes.drop_guards import drop_guards
 from vkq.passes.fold_constants import fold_constants
 from vkq.passes.fold_qdq_patterns import fold_qdq_patterns
 from vkq.passes.fuse_activation import fuse_activation
+from vkq.passes.fuse_epilogue import fuse_epilogue
 from vkq.passes.lift_quantize import lift_quantize
 from vkq.passes.normalize_ops import normalize_ops
 from vkq.passes.views_to_repack import views_to_repack
@@ -92,8 +93,9 @@ def convnet():
 
 def test_pipeline_is_an_ordered_list_linted_after_each_pass(convnet):
     names = [p.__name__ for p in PIPELINE]
-    assert names == ["inline_wrappers", "drop_guards", "normalize_ops", "fuse_activation", "lift_quantize", "drop_cancelling_qdq",
-                     "fold_qdq_patterns", "views_to_repack", "fold_constants", "assign_layouts"]
+    assert names == ["inline_wrappers", "drop_guards", "normalize_ops", "fuse_activation", "lift_quantize",
+                     "drop_cancelling_qdq", "fold_qdq_patterns", "fuse_epilogue", "views_to_repack", "fold_constants",
+                     "assign_layouts"]
     _, gm = prepared(convnet, X, upto=PIPELINE[0])
     report = run_pipeline(gm)
     assert list(report) == names and all(isinstance(c, bool) for c, _ in report.values())
@@ -284,7 +286,8 @@ def test_views_to_repack_and_layouts(convnet):
 
 
 def test_assign_layouts_inserts_a_repack_only_where_needed():
-    """One quantized input read by a conv (4W4C) and a linear (4H4W), summed by an add."""
+    """One quantized input read by a conv (4W4C) and a linear (4H4W), summed by an add (which
+    fuse_epilogue folds into the conv: its residual operand is then an input that needs 4W4C)."""
     class M(nn.Module):
         def __init__(self):
             super().__init__()
@@ -295,17 +298,17 @@ def test_assign_layouts_inserts_a_repack_only_where_needed():
     x = torch.randn(1, 4, 5, 5)
     _, work = prepared(M(), x, upto=assign_layouts)
     assign_layouts(work)
-    add = next(n for n in work.graph.nodes if is_vkq(n, "add_q8"))
     lin = next(n for n in work.graph.nodes if is_vkq(n, "linear_q8"))
     conv = next(n for n in work.graph.nodes if is_vkq(n, "conv2d_q8"))
-    # the input is quantized 4W4C (its first reader is the conv); the linear reads a 4H4W copy,
-    # and its 4H4W output is repacked to the add's 4W4C: two repacks, no more
+    # the fused conv stands where the add stood, after the linear: the input is quantized 4H4W
+    # for the linear, the conv reads a 4W4C copy, and the linear's 4H4W output is repacked to
+    # the conv's 4W4C residual: two repacks, no more
     repacks = [n for n in work.graph.nodes if is_vkq(n, "repack")]
-    assert len(repacks) == 2
-    assert conv.args[0].target in QUANTIZE and conv.args[0].meta["vkq_layout"] == "4W4C"
-    assert is_vkq(lin.args[0], "repack") and lin.args[0].meta["vkq_layout"] == "4H4W"
-    assert add.meta["vkq_layout"] == "4W4C" and add.args[0] is conv
-    assert is_vkq(add.args[1], "repack") and add.args[1].args[0] is lin and add.args[1].meta["vkq_layout"] == "4W4C"
+    assert len(repacks) == 2 and not any(is_vkq(n, "add_q8") for n in work.graph.nodes)
+    assert lin.args[0].target in QUANTIZE and lin.args[0].meta["vkq_layout"] == "4H4W"
+    assert is_vkq(conv.args[0], "repack") and conv.args[0].meta["vkq_layout"] == "4W4C"
+    assert conv.meta["vkq_layout"] == "4W4C" and "residual" in conv.kwargs
+    assert is_vkq(conv.args[5], "repack") and conv.args[5].args[0] is lin and conv.args[5].meta["vkq_layout"] == "4W4C"
 
 
 def test_fold_constants_float_weights_for_cpu_ops():
@@ -367,3 +370,64 @@ def test_inline_wrappers_splices_no_grad_and_autocast_blocks():
     assert torch.equal(gm(x), ref)
     program = lower(q, (x,))
     assert [n.op for n in program.nodes].count("linear_q8") + [n.op for n in program.nodes].count("linear_q8_fout") == 2
+
+
+class ResidualNet(nn.Module):
+    """A ResNet basic block with a downsampling branch (add of two convs, then relu), a block
+    with an identity add, and a conv whose output is also read by a pool (not fusable)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 6, 3, 2, 1), nn.Conv2d(6, 6, 3, 1, 1)
+        self.down = nn.Conv2d(3, 6, 1, 2)
+        self.c3 = nn.Conv2d(6, 6, 3, 1, 1, groups=6)
+        self.c4 = nn.Conv2d(6, 6, 1)
+
+    def forward(self, x):
+        y = F.relu(self.c2(F.relu(self.c1(x))) + self.down(x))
+        y = self.c3(y) + y                          # identity add: the depthwise conv gets it
+        z = self.c4(y)
+        return z + F.max_pool2d(z, 3, 1, 1)         # z is read twice: no fusion
+
+
+XR = torch.randn(1, 3, 9, 11)
+
+
+def test_fuse_epilogue_folds_residual_adds():
+    torch.manual_seed(0)
+    model = ResidualNet().eval()
+    _, work = prepared(model, XR, upto=fuse_epilogue)
+    before = copy.deepcopy(work)
+    assert vkq_ops(before).count("add_q8") == 3
+    assert fuse_epilogue(work)
+    ops = vkq_ops(work)
+    assert ops.count("add_q8") == 1 and ops.count("conv2d_q8") == 5
+    fused = [n for n in work.graph.nodes if is_vkq(n, "conv2d_q8") and "residual" in n.kwargs]
+    assert len(fused) == 2
+    down_add = next(n for n in before.graph.nodes if is_vkq(n, "add_q8"))
+    res = fused[0].kwargs["residual"]
+    assert res == {"conv_input": "a", **down_add.kwargs} and res["qmin"] == res["out_zp"]   # the relu after the add
+    down = fused[0].args[5]             # the other operand: the downsampling branch's conv
+    assert len(fused[0].args) == 6 and is_vkq(down, "conv2d_q8") and down.kwargs["stride"] == [2, 2]
+    same_numbers(before, work, XR)            # the fused ops' references are the compositions
+    assert not fuse_epilogue(work)            # nothing left to fuse
+
+
+def test_fuse_epilogue_end_to_end(device, monkeypatch):
+    """The compiled program has 2 nodes fewer with the fusion, and Vulkan equals its reference,
+    which equals the unfused program's reference bit for bit."""
+    from vkq.executor import VulkanExecutor, run_reference
+    from vkq.lower import lower
+    import vkq.passes.pipeline as pipeline
+    torch.manual_seed(0)
+    model = ResidualNet().eval()
+    gm = converted(model, XR)
+    fused = lower(gm, (XR,))
+    monkeypatch.setattr(pipeline, "PIPELINE", [p for p in pipeline.PIPELINE if p is not fuse_epilogue])
+    plain = lower(gm, (XR,))
+    assert len(fused.nodes) == len(plain.nodes) - 2
+    assert sum(n.op == "add_q8" for n in fused.nodes) == 1
+    x = XR.numpy()
+    want = run_reference(plain, x)
+    np.testing.assert_array_equal(run_reference(fused, x), want)
+    np.testing.assert_array_equal(VulkanExecutor(fused, device)(x), want)

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
 
-from vkq.quant import (activation_bounds, dequantize, quantize, quantize_multiplier, requant_clamp_params, requantize,
-                       requantize_clamped)
+from vkq.quant import (activation_bounds, dequantize, quantize, quantize_multiplier, requant_clamp_params,
+                       requant_tie_free, requantize, requantize_clamped)
 
 
 @pytest.mark.parametrize("scale,zp", [(0.05, 3), (1 / 3, -128), (0.0078125, 127), (0.1, 0), (2.5e-4, -7)])
@@ -87,6 +87,27 @@ def test_requantize_clamped_equals_requantize():
         if m and s <= 40:
             ties += int(np.sum((acc.astype(np.int64) * m) % (1 << s) == 1 << (s - 1)))
     assert ties > 100    # the half-way cases were exercised
+
+
+def test_requant_tie_free_drops_the_tie_correction_only_where_no_tie_exists():
+    """Where requant_tie_free says so, requantize_clamped without its round-half-to-even
+    correction still equals requantize; a tie needs acc = odd * 2^k, so those accumulators are
+    tried for every k. Dyadic multipliers are not tie-free (and do tie)."""
+    rng = np.random.default_rng(4)
+    odd = np.arange(1, 64, 2)
+    acc = np.concatenate([np.clip(sign * (odd[:, None] << np.arange(31)), -2 ** 31, 2 ** 31 - 1).reshape(-1)
+                          for sign in (1, -1)]).astype(np.int32)
+    free = 0
+    for acc_r, m, s in clamped_cases(rng, 3000):
+        params = requant_clamp_params(m, s)
+        a = np.concatenate([acc, acc_r])
+        if requant_tie_free(m, s):
+            free += 1
+            np.testing.assert_array_equal(requantize_clamped(a, *params, -7, ties=False), requantize(a, m, s, -7))
+    assert free > 30
+    for real in (0.25, 2.0 ** -13, 0.75 * 2.0 ** -30):
+        m, s = quantize_multiplier(real)
+        assert not requant_tie_free(m, s)
 
 
 def test_requant_clamp_params_refuses_unnormalised_multipliers():

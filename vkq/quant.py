@@ -116,10 +116,30 @@ def requant_clamp_params(m, s) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return (bound.astype(np.int32), lshift.astype(np.int32), m.astype(np.int32), rshift.astype(np.int32))
 
 
+def requant_tie_free(m, s) -> bool:
+    """True when no int32 accumulator can make acc * m / 2^s land exactly half way (for every
+    channel (m, s)), so requantize_clamped may drop its round-half-to-even correction. A tie
+    needs acc * m = odd * 2^(s-1), i.e. acc = odd * 2^(s-1-v) with v = the trailing zero bits of
+    m; requantize_clamped only sees |acc| <= bound + 1, so there is none when 2^(s-1-v) > bound + 1.
+    Generic multipliers (conv scales) have v small and are tie-free; dyadic ones (an average of 4,
+    equal scales) are not."""
+    bound, lshift, mc, rshift = (np.asarray(a, np.int64) for a in requant_clamp_params(m, s))
+    s_eff = rshift + 32 - lshift          # the s requantize_clamped divides by (s < 3 was raised to 3)
+    for mi, si, bi in zip(mc, s_eff, bound):
+        if mi == 0:
+            continue
+        v = (int(mi) & -int(mi)).bit_length() - 1
+        need = int(si) - 1 - v
+        if need >= 0 and (1 << need) <= int(bi) + 1:
+            return False
+    return True
+
+
 def requantize_clamped(acc, bound, lshift, m, rshift, zero_point: int, qmin: int = INT8_MIN,
-                       qmax: int = INT8_MAX) -> np.ndarray:
+                       qmax: int = INT8_MAX, ties: bool = True) -> np.ndarray:
     """What requant.glsl's requantize_clamped computes (numpy, int64), step by step; equal to
-    requantize(acc, m, s, ...) for the constants of requant_clamp_params(m, s) (tests check it)."""
+    requantize(acc, m, s, ...) for the constants of requant_clamp_params(m, s) (tests check it),
+    with ties=False too where requant_tie_free(m, s)."""
     bound = np.asarray(bound, np.int64)
     a = np.clip(np.asarray(acc, np.int64), -bound - 1, bound) << np.asarray(lshift, np.int64)
     prod = a * np.asarray(m, np.int64)                # = hi * 2^32 + lo, |prod| < 2^62
@@ -127,7 +147,7 @@ def requantize_clamped(acc, bound, lshift, m, rshift, zero_point: int, qmin: int
     t = np.asarray(rshift, np.int64)
     hi = hi + (np.int64(1) << (t - 1))                # + half the divisor 2^(32 + t)
     r = hi >> t
-    tie = (lo == 0) & ((hi & ((np.int64(1) << t) - 1)) == 0)
+    tie = ties & (lo == 0) & ((hi & ((np.int64(1) << t) - 1)) == 0)
     r = np.where(tie, r & ~np.int64(1), r)
     return np.clip(r + zero_point, qmin, qmax).astype(np.int8)
 

@@ -25,6 +25,10 @@ const int G = 1;                              // (the host's specialization id 3
 layout(constant_id = 3) const int G = 8;
 #endif
 
+// Registers a lane needs for n words shared by the group: ceil(n / G), rounded up to whole
+// ivec4s past 2 (conv_lane_words.glsl loads them; vkq/ops/conv.py:lane_regs)
+#define LANE_REGS(n) ((n) <= 2 * G ? ((n) + G - 1) / G : ((n) + 4 * G - 1) / (4 * G) * 4)
+
 int workgroup_linear() { return int(gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x); }
 
 #ifdef NO_SUBGROUP
@@ -61,11 +65,4 @@ int from_prev_lane(int v) {
 // does not hold the adjacent tile (the group's first / last lane, a row's first / last tile)
 // loads them itself, word by word under a branch (a load costs only for the lanes that run it).
 // Padding wider than the own blocks, and NO_SUBGROUP, load every halo column.
-
-// Accumulators of four consecutive output channels -> one packed word. Only the first `valid`
-// bytes are channels; the rest are padding and stay 0.
-int requant_word(ivec4 acc, ivec4 m, ivec4 s, int zero_point, int qmin, int qmax, int valid) {
-    ivec4 q = requantize4(acc, m, s, zero_point, qmin, qmax);
-    return pack_int8x4(mix(ivec4(0), q, lessThan(ivec4(0, 1, 2, 3), ivec4(valid))));
-}
 #endif

@@ -6,10 +6,10 @@
 // Debian 12's glslang 12 lacks GL_EXT_integer_dot_product (dotPacked4x8AccSatEXT), so the
 // instruction is declared through GL_EXT_spirv_intrinsics: OpSDotAccSat (4453) with
 // PackedVectorFormat4x8Bit (0); capabilities DotProduct (6019), DotProductInput4x8BitPacked (6018).
-// Saturation never triggers: an int8 x int8 product is at most 2^14 in magnitude, so a sum of
-// K <= (2^31 - 1) / 2^14 of them (every partial sum included) stays inside int32, and the host
-// takes these variants only for such K (vkq/ops/linear.py:use_dot_product). The result then
-// equals the int32 sum of the kernels without the dot product, bit for bit.
+// Saturation never triggers: an int8 x int8 product is at most 2^14 in magnitude, and the host
+// takes these variants only where every partial sum, bias included, stays inside int32
+// (vkq/ops/linear.py:use_dot_product, vkq/ops/conv.py:_check_acc_range). The result then equals
+// the int32 sum of the kernels without the dot product, bit for bit.
 #extension GL_EXT_spirv_intrinsics : require
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4453)
 int sdot4x8_acc_sat(int a, int b, int acc, spirv_literal int packed_format);

@@ -43,13 +43,20 @@ int requantize(int acc, int m, int s, int zero_point, int qmin, int qmax) {
 // requant_clamp_params says why it is exact): no branch on s, one imulExtended.
 //   a = clamp(acc, -bound - 1, bound) << lshift
 //   r = round_half_to_even(a * m / 2^(32 + rshift)),  rshift in [1, 30]
-int requantize_clamped(int acc, int bound, int lshift, int m, int rshift, int zero_point, int qmin, int qmax) {
+// ties = false (a compile-time constant where the host proved that no accumulator lands exactly
+// half way, vkq/quant.py:requant_tie_free) drops the round-half-to-even correction.
+int requantize_clamped(int acc, int bound, int lshift, int m, int rshift, int zero_point, int qmin, int qmax,
+                       bool ties) {
     int hi, lo;
     imulExtended(clamp(acc, ~bound, bound) << lshift, m, hi, lo);   // ~bound = -bound - 1
     hi += 1 << (rshift - 1);                       // + 2^(31 + rshift), half the divisor
     int r = hi >> rshift;
-    bool tie = lo == 0 && (hi & ((1 << rshift) - 1)) == 0;
+    bool tie = ties && lo == 0 && (hi & ((1 << rshift) - 1)) == 0;
     return clamp((tie ? r & ~1 : r) + zero_point, qmin, qmax);
+}
+
+int requantize_clamped(int acc, int bound, int lshift, int m, int rshift, int zero_point, int qmin, int qmax) {
+    return requantize_clamped(acc, bound, lshift, m, rshift, zero_point, qmin, qmax, true);
 }
 
 ivec4 requantize4(ivec4 acc, ivec4 m, ivec4 s, int zero_point, int qmin, int qmax) {

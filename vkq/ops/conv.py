@@ -8,7 +8,7 @@ xp is x padded by (ph, pw) with x_zp: PyTorch pads the dequantized float with 0,
 int8 value x_zp, so padding adds nothing. OH = (H + 2ph - dh*(KH-1) - 1) // sh + 1, as torch.
 
 Kernels, chosen in build() from the attrs (choose_kernel):
-  conv2d_pointwise  1x1, stride 1, no padding, groups 1: a GEMM over channels
+  conv2d_pointwise  1x1, no padding, groups 1 (any stride): a GEMM over channels
   conv2d_depthwise  groups == C == OC: each output channel reads its own input channel
   conv2d_general    anything else: kernel size, stride, padding, dilation, any groups
 
@@ -17,19 +17,29 @@ bytes, so that tap's (x - x_zp) is exactly 0; the kernels sum raw x * w and the 
 -x_zp * sum(weight[oc]) into the bias (bias_eff). Chosen over correcting the bias per border
 position: one select per loaded word, no per-position tables, exact everywhere.
 
-Weights are packed once at build time, in the order each kernel reads them (pack_* below), and
-uploaded with the per-channel (bias_eff, multiplier, shift) table.
+Weights are packed once at build time, in the order each kernel reads them (pack_* below, then
+lane_major), and uploaded with the per-channel epilogue table (pack_channels: bias_eff and the
+constants of vkq.quant.requantize_clamped, which gives requantize's exact int8 result without a
+branch on the shift).
 
-Speed (bench/bench_conv.py). What limits it on the CPU drivers is memory access: llvmpipe runs
-every buffer load or store as a loop over the SIMD lanes (~15 cycles per active lane and 32-bit
-word, the cost of ~100 lane multiply-adds), so the kernels load each word once and reuse it
-from registers. An invocation owns a register tile of positions (whole 4W4C blocks of 4
-columns: ivec4 loads and stores) x output channels; the G lanes of a subgroup that share output
-channels share the weight loads, and neighbouring lanes the window halos, through
-subgroupShuffle (shaders/include/conv_common.glsl); the general and pointwise kernels
-multiply-add in fp32, exact for these integers (conv2d_general.comp). Tile sizes are
-specialization constants chosen here; G and the workgroup size come from the device's subgroup
-size and limits (_lane_group).
+Epilogue (shaders/include/conv_epilogue.glsl): requantize, then optionally a residual add_q8 with
+another int8 tensor of the output's shape (attr residual, folded in by vkq/passes/fuse_epilogue.py)
+and a 256-entry int8 lookup table (attr lut); the reference is the composition of those ops.
+
+Paths: the general and pointwise kernels multiply-add in fp32 (exact for these integers, see
+conv2d_general.comp) or, where the device chose the integer dot product (use_dot_product),
+with OpSDotAccSat on the packed words (DOT variants; shaders/include/dot4x8.glsl).
+
+Speed (bench/bench_conv.py; bench/README.md has what was tried). What limits it on the CPU
+drivers is memory access: llvmpipe runs every buffer load or store as a loop over the SIMD lanes
+with a bounds check per lane (about 340 instructions per ivec4 and 8 lanes, the cost of ~170
+lane multiply-adds; seen in the JIT code with gdb), so the kernels load each word once and
+reuse it from registers. An invocation owns a register tile of positions (whole 4W4C blocks of
+4 columns: ivec4 loads and stores) x output channels; the G lanes of a subgroup that share
+output channels share the weight loads, and neighbouring lanes the window halos, through
+subgroupShuffle (shaders/include/conv_common.glsl). Tile sizes are specialization constants
+chosen here; G and the workgroup size come from the device's subgroup size and limits
+(_lane_group, _local_size).
 """
 from __future__ import annotations
 
@@ -39,7 +49,8 @@ import numpy as np
 
 from .. import packing
 from ..device import grid_1d
-from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requantize
+from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requant_clamp_params,
+                     requant_tie_free, requantize)
 from ..registry import register_op
 
 PRODUCT_BITS = 14          # |x * w| <= 128 * 128
@@ -159,7 +170,7 @@ class ConvGeometry:
 
 def choose_kernel(g: ConvGeometry) -> str:
     """The conv2d_q8 kernel for a geometry."""
-    if g.groups == 1 and g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.ph == g.pw == 0:
+    if g.groups == 1 and g.kh == g.kw == 1 and g.ph == g.pw == 0:
         return "conv2d_pointwise"
     if g.groups == g.c == g.oc:
         return "conv2d_depthwise"
@@ -201,6 +212,24 @@ def pack_general(weight, g: ConvGeometry, toc: int) -> tuple[np.ndarray, int]:
     return _words(blocks).reshape(-1), count
 
 
+def lane_regs(n: int, G: int) -> int:
+    """Registers a lane holds for n words its group of G lanes shares: LANE_REGS in
+    shaders/include/conv_common.glsl."""
+    return cdiv(n, G) if n <= 2 * G else cdiv(n, 4 * G) * 4
+
+
+def lane_major(words: np.ndarray, per_block: int, G: int) -> np.ndarray:
+    """Blocks of per_block words (word k of a block is shared from lane k % G, register k // G)
+    as conv_lane_words.glsl reads them: G * lane_regs words a block, word k at
+    (k % G) * regs + k // G, so a lane's registers are contiguous; the padding words are 0."""
+    regs = lane_regs(per_block, G)
+    blocks = np.asarray(words).reshape(-1, per_block)
+    out = np.zeros((len(blocks), G, regs), np.int32)
+    k = np.arange(per_block)
+    out[:, k % G, k // G] = blocks
+    return out.reshape(-1)
+
+
 def pack_depthwise(weight, g: ConvGeometry) -> np.ndarray:
     """conv2d_depthwise weights: word c4*KH*KW + kh*KW + kw holds, in byte b, the tap (kh, kw) of
     channel 4*c4 + b (0 for padded channels)."""
@@ -210,17 +239,54 @@ def pack_depthwise(weight, g: ConvGeometry) -> np.ndarray:
 
 
 def pack_channels(bias, multiplier, shift, tile: int) -> np.ndarray:
-    """Per output-channel tile of `tile` channels: bias_eff[tile], multiplier[tile], shift[tile]
-    (padded channels: 0, 0, 31, which requantize to the zero point; their bytes are not stored)."""
+    """Per output-channel tile of `tile` channels, the epilogue's constants as 4 rows of `tile`
+    words: bias_eff, then requantize_clamped's bound, m and shifts (lshift | rshift << 5), from
+    vkq.quant.requant_clamp_params (shaders/include/conv_epilogue.glsl). Padded channels get
+    bias 0 and m 0: they requantize to the zero point, and their bytes are not stored."""
     oc = len(bias)
     tiles = -(-oc // tile)
-    table = np.zeros((tiles * tile, 3), np.int64)
-    table[:, 2] = 31
-    table[:oc, 0], table[:oc, 1], table[:oc, 2] = bias, multiplier, shift
-    return table.reshape(tiles, tile, 3).transpose(0, 2, 1).reshape(-1).astype(np.int32)
+    m = np.zeros(tiles * tile, np.int64)
+    s = np.full(tiles * tile, 31, np.int64)
+    m[:oc], s[:oc] = multiplier, shift
+    bound, lshift, m, rshift = requant_clamp_params(m, s)
+    table = np.zeros((tiles * tile, 4), np.int64)
+    table[:oc, 0] = bias
+    table[:, 1], table[:, 2], table[:, 3] = bound, m, lshift | (rshift.astype(np.int64) << 5)
+    return table.reshape(tiles, tile, 4).transpose(0, 2, 1).reshape(-1).astype(np.int32)
+
+
+def epilogue_push(attrs) -> tuple:
+    """The Epilogue push constants (conv_epilogue.glsl): out_zp, qmin, qmax, and with a fused
+    residual add its operands' zero points and weights (conv output first: the sum is the same
+    whichever add_q8 operand the conv was) and its requantize_clamped constants."""
+    words = [int(attrs["out_zp"]), int(attrs.get("qmin", INT8_MIN)), int(attrs.get("qmax", INT8_MAX))]
+    res = attrs.get("residual")
+    if res is not None:
+        mine, other = ("a", "b") if res["conv_input"] == "a" else ("b", "a")
+        bound, lshift, m, rshift = (int(v[0]) for v in requant_clamp_params(res["multiplier"], res["shift"]))
+        words += [res[f"{mine}_zp"], res[f"{mine}_mult"], res[f"{other}_zp"], res[f"{other}_mult"],
+                  bound, lshift, m, rshift, res["out_zp"], res.get("qmin", INT8_MIN), res.get("qmax", INT8_MAX)]
+    return tuple(int(w) for w in words)
+
+
+def pack_lut(table) -> np.ndarray:
+    """A 256-entry int8 table (entry i for input i - 128) as 64 words, 4 entries a word."""
+    t = np.asarray(table)
+    if t.shape != (256,):
+        raise ValueError(f"conv2d_q8: a lookup table has 256 entries, got shape {t.shape}")
+    return _words(t.astype(np.int8).reshape(64, 4))
 
 
 # -- the op -----------------------------------------------------------------------------------
+
+DOT_KERNELS = ("conv2d_general", "conv2d_pointwise")   # kernels with a DOT (integer dot product) variant
+
+
+def use_dot_product(device) -> bool:
+    """Whether this device's dispatches take the DOT variants: its own choice (device.dot_product,
+    set where the feature is enabled and pays off), off where the device says nothing."""
+    return bool(getattr(device, "dot_product", False))
+
 
 def _lane_group(device) -> tuple[int, dict, int]:
     """(G, defines, workgroup size): lanes sharing weight loads, the shader variant, and a
@@ -230,6 +296,21 @@ def _lane_group(device) -> tuple[int, dict, int]:
     if not sg or local % sg:
         return 1, {"NO_SUBGROUP": "1"}, local
     return min(sg, 8), {}, local
+
+
+MIN_WORKGROUPS = 8    # CPU drivers run a workgroup per thread: a few per thread keep the threads even
+
+
+def _local_size(local: int, subgroup: int, invocations: int) -> int:
+    """The workgroup size for a dispatch of `invocations`: `local` (a multiple of the subgroup
+    size), halved while that leaves fewer than MIN_WORKGROUPS workgroups and stays a multiple of
+    the subgroup size and >= 8. Small dispatches (7x7 and 14x14 maps) then spread over all
+    threads: lavapipe, pointwise 960->320 @7 and 576->96 @14, 64 -> 32 invocations: 15-20% less
+    CPU time (one run); GPUs lose nothing at these sizes."""
+    while local // 2 >= max(subgroup, 8) and (local // 2) % max(subgroup, 1) == 0 \
+            and cdiv(invocations, local) < MIN_WORKGROUPS:
+        local //= 2
+    return local
 
 
 def _chunk(kh, kw) -> tuple[int, int]:
@@ -257,6 +338,20 @@ def _general_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
     return toc, 2 if two else 1
 
 
+def _row_loop(g: ConvGeometry) -> bool:
+    """Whether conv2d_general steps through the kernel rows in a loop (ROW_LOOP) instead of
+    unrolling the whole KH x KW window (its header says why): for 5x5 and larger kernels and
+    for few-channel stems. Measured on lavapipe (one run, busy machine, CPU time): stem 7x7 s2
+    3->64 @224 19.4 -> 11.0 ms, stem 3x3 s2 3->32 2.2 -> 1.7 ms; 3x3 64->64 @56 7.0 vs 7.6 ms
+    and 256->256 @14 13.7 vs 12.2 ms (no clear winner: 3x3 keeps the unrolled window)."""
+    if ROW_LOOP_FORCE is not None:
+        return ROW_LOOP_FORCE
+    return g.kh * g.kw >= 25 or (g.c4 == 1 and g.kh * g.kw > 1)
+
+
+ROW_LOOP_FORCE = None   # experiments / tests: force the choice
+
+
 def _depthwise_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
     """(TH, TB) for conv2d_depthwise: 4 rows x 2 blocks of 4 columns (measured best on llvmpipe:
     the kernel is bound by its loads and stores, and a larger tile's window re-reads fewer
@@ -279,13 +374,13 @@ def _depthwise_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
 
 
 def _pointwise_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
-    """(TB 4-column blocks, TOC output channels) for conv2d_pointwise: 2 blocks (8 positions),
-    1 if the map has fewer than 2G blocks, and the TOC <= 32 that minimizes tiles * (TOC + 22):
-    per position and c4 block a tile costs TOC*4 multiply-adds (~0.2 cycles each per lane on
-    llvmpipe) plus one x word loaded (~18 cycles per lane), so fewer, wider tiles load x fewer
-    times, but padded channels cost work."""
+    """(TB 4-column output blocks, TOC output channels) for conv2d_pointwise: 2 blocks (8
+    positions), 1 if the map has fewer than 2G blocks, and the TOC <= 32 that minimizes
+    tiles * (TOC + 22): per position and c4 block a tile costs TOC*4 multiply-adds (~0.2 cycles
+    each per lane on llvmpipe) plus one x word loaded (~18 cycles per lane), so fewer, wider
+    tiles load x fewer times, but padded channels cost work."""
     cost = {t: cdiv(g.oc, t) * (t + 22) for t in range(32, 0, -4)}
-    return 2 if g.h * cdiv(g.w, 4) >= 2 * G else 1, min(cost, key=lambda t: (cost[t], -t))
+    return 2 if g.oh * cdiv(g.ow, 4) >= 2 * G else 1, min(cost, key=lambda t: (cost[t], -t))
 
 
 def _check_acc_range(beff, g: ConvGeometry, taps: int):
@@ -298,20 +393,39 @@ def _check_acc_range(beff, g: ConvGeometry, taps: int):
 @register_op
 class Conv2dQ8:
     """int8 conv2d on 4W4C: acc = bias + sum (x - x_zp) * w over each group's channels and the
-    taps (padding reads x_zp), y = requantize(acc, multiplier, shift, out_zp, qmin, qmax)."""
+    taps (padding reads x_zp), y = requantize(acc, multiplier, shift, out_zp, qmin, qmax).
+
+    Fused epilogues (vkq/passes/fuse_epilogue.py), in this order, each exactly the op it
+    replaces, so the reference is the composition:
+      residual  attrs {"conv_input": "a" | "b", add_q8's attrs}, input `other` (int8, y's shape):
+                y = add_q8(y, other) (conv_input "a") or add_q8(other, y) ("b")
+      lut       attrs lut=True, input `table` (int8 (256,)): y = table[y + 128]
+    Inputs: x, weight, bias, multiplier, shift[, other][, table]."""
     name = "conv2d_q8"
     shaders = ("conv2d_general", "conv2d_depthwise", "conv2d_pointwise")
 
-    def reference(x, weight, bias, multiplier, shift, *, stride, padding, dilation, groups,
-                  x_zp, out_zp, qmin=INT8_MIN, qmax=INT8_MAX):
+    def reference(x, weight, bias, multiplier, shift, *extra, stride, padding, dilation, groups,
+                  x_zp, out_zp, qmin=INT8_MIN, qmax=INT8_MAX, residual=None, lut=False):
         acc = conv2d_acc(x, weight, stride, padding, dilation, groups, x_zp)
         acc += np.asarray(bias, np.int64)[:, None, None]
         per_oc = lambda v: np.asarray(v, np.int64)[:, None, None]
-        return requantize(acc, per_oc(multiplier), per_oc(shift), out_zp, qmin, qmax)
+        y = requantize(acc, per_oc(multiplier), per_oc(shift), out_zp, qmin, qmax)
+        extra = list(extra)
+        if residual is not None:
+            from .eltwise import AddQ8
+            add = {k: v for k, v in residual.items() if k != "conv_input"}
+            other = extra.pop(0)
+            y = AddQ8.reference(y, other, **add) if residual["conv_input"] == "a" else AddQ8.reference(other, y, **add)
+        if lut:
+            y = np.asarray(extra.pop(0), np.int8)[y.astype(np.int64) + 128]
+        return y
 
     def build(ctx, node):
-        x_name, w_name, b_name, m_name, s_name = node.inputs
+        x_name, w_name, b_name, m_name, s_name, *extra = node.inputs
         a = node.attrs
+        if len(extra) != int(a.get("residual") is not None) + int(bool(a.get("lut"))):
+            raise ValueError(f"conv2d_q8: {len(extra)} extra inputs for residual={a.get('residual') is not None}, "
+                             f"lut={bool(a.get('lut'))}")
         weight = np.asarray(ctx.constant(w_name))
         g = ConvGeometry.of(ctx.spec(x_name).shape, weight.shape, a["stride"], a["padding"],
                             a["dilation"], a["groups"])
@@ -320,6 +434,17 @@ class Conv2dQ8:
             raise ValueError(f"conv2d_q8: output spec {y_spec.shape} != {(g.n, g.oc, g.oh, g.ow)}")
         if ctx.spec(x_name).layout != "4W4C" or y_spec.layout != "4W4C":
             raise ValueError("conv2d_q8 reads and writes 4W4C tensors")
+        epilogue_bufs, epilogue_defines = [], {}
+        if a.get("residual") is not None:
+            other = extra.pop(0)
+            o_spec = ctx.spec(other)
+            if o_spec.shape != y_spec.shape or o_spec.layout != "4W4C":
+                raise ValueError(f"conv2d_q8: residual {o_spec.shape} {o_spec.layout} != output {y_spec.shape} 4W4C")
+            epilogue_bufs.append(ctx.buffer(other))
+            epilogue_defines["RESIDUAL"] = "1"
+        if a.get("lut"):
+            epilogue_bufs.append(ctx.const_buffer(pack_lut(ctx.constant(extra.pop(0)))))
+            epilogue_defines["LUT"] = "1"
         x_zp = int(a["x_zp"])
         if not INT8_MIN <= x_zp <= INT8_MAX:
             raise ValueError(f"conv2d_q8: x_zp must be in [-128, 127], got {x_zp}")
@@ -327,18 +452,24 @@ class Conv2dQ8:
         _check_acc_range(beff, g, g.cg * g.kh * g.kw)
         chan = (beff, ctx.constant(m_name), ctx.constant(s_name))
         zp_word = int(np.full(4, x_zp, np.int8).view("<i4")[0])
-        outq = (int(a["out_zp"]), int(a.get("qmin", INT8_MIN)), int(a.get("qmax", INT8_MAX)))
+        outq = epilogue_push(a)
         G, defines, local = _lane_group(ctx.device)
+        defines = {**defines, **epilogue_defines}
         kernel = choose_kernel(g)
+        if use_dot_product(ctx.device) and kernel in DOT_KERNELS:
+            defines["DOT"] = "1"
         io = (ctx.buffer(x_name), ctx.buffer(node.outputs[0]))
         shapes = (np.array([g.n, g.c, g.h, g.w]), np.array([g.n, g.oc, g.oh, g.ow]))
-        pad = np.zeros(G, np.int32)   # the lanes of a group read r[i] = block[i*G + lane]: up to G-1 words past
 
         if kernel == "conv2d_general":
             toc, th = _general_tiles(g, G)
+            row_loop = _row_loop(g)
             wwords, c4_count = pack_general(weight, g, toc)
             chunk, row_flush = _chunk(g.kh, g.kw)
-            spec = (G, toc, th, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw, chunk, row_flush)
+            spec = (G, toc, th, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw, chunk, row_flush,
+                    int(not row_flush and c4_count <= chunk), int(row_loop))
+            # weights per (channel tile, c4 block[, kernel row]); epilogue constants per channel tile
+            wblock, cblock = (1 if row_loop else g.kh) * g.kw * toc, 4 * toc
             push = (*shapes, c4_count, g.cg, g.ocg, zp_word, *outq)
             tiles = cdiv(g.ow, 4) * cdiv(g.oh, th)          # one column block x th rows each
             lane_groups = g.n * cdiv(g.oc, toc) * cdiv(tiles, G)
@@ -347,6 +478,7 @@ class Conv2dQ8:
             th, tb = _depthwise_tiles(g, G)
             wwords = pack_depthwise(weight, g)
             spec = (G, th, tb, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw)
+            wblock, cblock = g.kh * g.kw, 16              # per c4 block
             push = (*shapes, zp_word, *outq)
             tiles = cdiv(cdiv(g.ow, 4), tb) * cdiv(g.oh, th)  # tb column blocks x th rows each
             lane_groups = g.n * g.c4 * cdiv(tiles, G)
@@ -354,13 +486,19 @@ class Conv2dQ8:
         else:
             tb, toc = _pointwise_tiles(g, G)
             wwords, _ = pack_general(weight, g, toc)
-            spec = (G, toc, tb, _chunk(1, 1)[0])
+            chunk = _chunk(1, 1)[0]
+            spec = (G, toc, tb, chunk, g.sh, g.sw, int(g.c4 <= chunk))
+            wblock, cblock = toc, 4 * toc                 # per (channel tile, c4 block); per channel tile
             push = (*shapes, *outq)
-            lane_groups = g.n * cdiv(g.oc, toc) * cdiv(g.h * cdiv(g.w, 4), tb * G)
+            lane_groups = g.n * cdiv(g.oc, toc) * cdiv(g.oh * cdiv(g.ow, 4), tb * G)
             table = pack_channels(*chan, toc)
 
-        bufs = [io[0], ctx.const_buffer(np.concatenate([wwords, pad])),
-                ctx.const_buffer(np.concatenate([table, pad])), io[1]]
+        bufs = [io[0], ctx.const_buffer(lane_major(wwords, wblock, G)), ctx.const_buffer(lane_major(table, cblock, G)),
+                io[1], *epilogue_bufs]
+        local = _local_size(local, ctx.device.info.shuffle_lanes or 1, lane_groups * G)
+        res = a.get("residual")
+        ties = (int(not requant_tie_free(ctx.constant(m_name), ctx.constant(s_name))),
+                int(res is None or not requant_tie_free(res["multiplier"], res["shift"])))
         return [ctx.device.dispatch(kernel, bufs, grid_1d(lane_groups * G, local), local=(local,),
-                                    spec=spec, push=push, defines=defines)]
+                                    spec=(*spec, *ties), push=push, defines=defines)]
 

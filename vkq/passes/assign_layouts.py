@@ -47,7 +47,7 @@ def required(producer: Node, user: Node) -> str | None:
     if len(shape_of(producer)) > 4:
         return None
     op = vkq_op_of(user)
-    if op in INPUT_LAYOUT and user.args and user.args[0] is producer:
+    if op in INPUT_LAYOUT and producer in _activation_inputs(user):   # a conv's residual operand too
         return INPUT_LAYOUT[op]
     if op in FOLLOW and producer in _activation_inputs(user):
         return user.meta.get(KEY)
@@ -61,7 +61,7 @@ def _wanted(node: Node, memo: dict) -> str | None:
     memo[node] = None
     for user in node.users:
         op = vkq_op_of(user)
-        if op in INPUT_LAYOUT and user.args[0] is node:
+        if op in INPUT_LAYOUT and node in _activation_inputs(user):
             memo[node] = INPUT_LAYOUT[op]
             break
         if op in FOLLOW and _activation_inputs(user)[:1] == [node]:

@@ -14,6 +14,7 @@ from .fold_constants import fold_constants
 from .fold_qdq_patterns import fold_qdq_patterns
 from .fuse_activation import fuse_activation
 from .inline_wrappers import inline_wrappers
+from .fuse_epilogue import fuse_epilogue
 from .lift_quantize import lift_quantize
 from .normalize_ops import normalize_ops
 from .views_to_repack import views_to_repack
@@ -27,6 +28,8 @@ PIPELINE = [
     lift_quantize,          # quantize above view chains, identical quantizes merged: dq -> pool -> q adjacent
     drop_cancelling_qdq,    # q(dq(x)) with equal params -> x: int8 stays int8 between ops
     fold_qdq_patterns,      # dq -> op -> q -> one vkq integer op (needs the three passes above)
+    fuse_epilogue,          # a residual add_q8 into the conv2d_q8 whose output only it reads; on the
+                            #   vkq ops, so after folding, and before assign_layouts (4W4C residual)
     views_to_repack,        # views left on int8 -> repack(shape)
     fold_constants,         # leftover float work on constants (weights of CPU ops) done once
     assign_layouts,         # last: needs the final int8 ops to know who reads what

@@ -1,0 +1,85 @@
+#ifndef VKQ_CONV_EPILOGUE_GLSL
+#define VKQ_CONV_EPILOGUE_GLSL
+// The conv2d_q8 epilogue, shared by its kernels (host side: vkq/ops/conv.py, epilogue_push and
+// pack_channels). Include after int8x4.glsl and requant.glsl; the shader's push constants end
+// with an `Epilogue epi` member, which it passes to out_word. Per output word (4 consecutive
+// channels at one position, accumulators without bias):
+//   q = requantize_clamped(acc + bias_eff, bound, lshift, m, rshift, out_zp, qmin, qmax)
+//   RESIDUAL  a residual add folded in (vkq/passes/fuse_epilogue.py): r is the add's other operand,
+//             read at the output's own word, and q becomes add_q8(q, r) exactly as
+//             shaders/eltwise_binary.comp computes it:
+//               acc2 = (q - conv_zp) * conv_mult + (r - other_zp) * other_mult   (exact in int32)
+//               q    = requantize_clamped(acc2, the add's constants, its out_zp, qmin, qmax)
+//   LUT       q = table[q + 128]: an int8 -> int8 lookup table (256 entries, 4 to a word, entry
+//             i in byte i % 4 of word i / 4), e.g. an activation applied after requantization
+// Bytes past `valid` channels are 0 (the 4W4C padding).
+
+struct Epilogue {     // push constants, 32-bit words in this order
+    int out_zp, qmin, qmax;
+#ifdef RESIDUAL
+    int conv_zp, conv_mult, other_zp, other_mult;      // the add's operands: conv output, other
+    int bound, lshift, m, rshift, add_zp, add_qmin, add_qmax;   // the add's requantization
+#endif
+};
+
+struct Chan4 {        // the requantize_clamped constants of 4 consecutive output channels
+    ivec4 bias, bound, m, shifts;   // shifts = lshift | rshift << 5
+};
+
+#ifdef RESIDUAL
+layout(std430, binding = 4) readonly buffer Res { ivec4 res[]; };   // 4W4C, the output's shape
+#endif
+#ifdef LUT
+#ifdef RESIDUAL
+layout(std430, binding = 5) readonly buffer Lut { int lut[]; };     // 64 words
+#else
+layout(std430, binding = 4) readonly buffer Lut { int lut[]; };
+#endif
+#endif
+
+// the residual operand's block at the output's ivec4 index (zeros without RESIDUAL)
+ivec4 residual_block(int idx) {
+#ifdef RESIDUAL
+    return res[idx];
+#else
+    return ivec4(0);
+#endif
+}
+
+// channel k of a tile's table row `row` (0 bias, 1 bound, 2 m, 3 shifts), TOC channels a row:
+// the words come from registers r[] shared by the G lanes of a group (conv_common.glsl)
+#define CHAN4(r, toc, k) Chan4(ivec4(SHARE(r, k), SHARE(r, k + 1), SHARE(r, k + 2), SHARE(r, k + 3)), \
+    ivec4(SHARE(r, toc + k), SHARE(r, toc + k + 1), SHARE(r, toc + k + 2), SHARE(r, toc + k + 3)), \
+    ivec4(SHARE(r, 2 * toc + k), SHARE(r, 2 * toc + k + 1), SHARE(r, 2 * toc + k + 2), SHARE(r, 2 * toc + k + 3)), \
+    ivec4(SHARE(r, 3 * toc + k), SHARE(r, 3 * toc + k + 1), SHARE(r, 3 * toc + k + 2), SHARE(r, 3 * toc + k + 3)))
+
+ivec4 requantize_chan4(ivec4 acc, Chan4 c, int zero_point, int qmin, int qmax) {
+    ivec4 ls = c.shifts & 31, rs = c.shifts >> 5;
+    return ivec4(requantize_clamped(acc.x, c.bound.x, ls.x, c.m.x, rs.x, zero_point, qmin, qmax, TIES != 0),
+                 requantize_clamped(acc.y, c.bound.y, ls.y, c.m.y, rs.y, zero_point, qmin, qmax, TIES != 0),
+                 requantize_clamped(acc.z, c.bound.z, ls.z, c.m.z, rs.z, zero_point, qmin, qmax, TIES != 0),
+                 requantize_clamped(acc.w, c.bound.w, ls.w, c.m.w, rs.w, zero_point, qmin, qmax, TIES != 0));
+}
+
+// acc: the 4 channels' sums at one position; other: the residual operand's word there (unused
+// without RESIDUAL); e: the shader's push constants p.epi
+int out_word(ivec4 acc, Chan4 c, int valid, int other, Epilogue e) {
+#ifdef EXP_NOREQ
+    return pack_int8x4(acc + c.bias);
+#endif
+    ivec4 q = requantize_chan4(acc + c.bias, c, e.out_zp, e.qmin, e.qmax);
+#ifdef RESIDUAL
+    ivec4 a = (q - e.conv_zp) * e.conv_mult + (unpack_int8x4(other) - e.other_zp) * e.other_mult;
+    q = ivec4(requantize_clamped(a.x, e.bound, e.lshift, e.m, e.rshift, e.add_zp, e.add_qmin, e.add_qmax, RES_TIES != 0),
+              requantize_clamped(a.y, e.bound, e.lshift, e.m, e.rshift, e.add_zp, e.add_qmin, e.add_qmax, RES_TIES != 0),
+              requantize_clamped(a.z, e.bound, e.lshift, e.m, e.rshift, e.add_zp, e.add_qmin, e.add_qmax, RES_TIES != 0),
+              requantize_clamped(a.w, e.bound, e.lshift, e.m, e.rshift, e.add_zp, e.add_qmin, e.add_qmax, RES_TIES != 0));
+#endif
+#ifdef LUT
+    ivec4 i = q + 128;
+    q = ivec4(int8_at(lut[i.x >> 2], i.x & 3), int8_at(lut[i.y >> 2], i.y & 3),
+              int8_at(lut[i.z >> 2], i.z & 3), int8_at(lut[i.w >> 2], i.w & 3));
+#endif
+    return pack_int8x4(mix(ivec4(0), q, lessThan(ivec4(0, 1, 2, 3), ivec4(valid))));
+}
+#endif

@@ -1,0 +1,52 @@
+"""fuse_epilogue: fold what follows a conv2d_q8 into its requantize epilogue (one dispatch and
+one full write and read of the activation fewer per fusion).
+
+    c = conv2d_q8(x, ...);  y = add_q8(c, r)  ->  y = conv2d_q8(x, ..., r; residual={add's attrs})
+
+when the conv's output has the add as its only reader (so nothing else needs c). The fused op
+computes exactly what the pair did (vkq/ops/conv.py: its reference is the composition), so
+nothing here is approximate. When both operands of an add are such convs, the first gets it.
+The epilogue also takes a 256-entry lookup table after the add (conv2d_q8 attr lut); the rule
+that folds an int8 table op into it joins this pass once that op exists.
+
+Runs after fold_qdq_patterns (the vkq int8 ops exist) and before assign_layouts (the residual
+operand must then be 4W4C like the conv's output).
+"""
+from __future__ import annotations
+
+from torch.fx import GraphModule, Node
+
+from ._graph import finish, is_vkq, vkq_target
+
+
+def _fusable_conv(node) -> bool:
+    """A conv2d_q8 whose only reader is the op about to be folded in, with no table yet."""
+    return is_vkq(node, "conv2d_q8") and len(node.users) == 1 and not node.kwargs.get("lut")
+
+
+def _replace(gm: GraphModule, op_node: Node, conv: Node, extra: list, attrs: dict) -> Node:
+    """A conv2d_q8 like `conv` with `extra` inputs appended and `attrs` added, in place of op_node
+    (at its position: the extra inputs exist there)."""
+    with gm.graph.inserting_before(op_node):
+        fused = gm.graph.call_function(vkq_target("conv2d_q8"), tuple(conv.args) + tuple(extra),
+                                       {**conv.kwargs, **attrs})
+    fused.meta.update(op_node.meta)      # its value, qparams and PT2E source are the op's
+    op_node.replace_all_uses_with(fused)
+    return fused
+
+
+def fuse_residual(gm: GraphModule, add: Node) -> bool:
+    a, b = add.args[:2]
+    for conv, other, which in ((a, b, "a"), (b, a, "b")):
+        if _fusable_conv(conv) and not conv.kwargs.get("residual") and conv is not other:
+            _replace(gm, add, conv, [other], {"residual": {"conv_input": which, **add.kwargs}})
+            return True
+    return False
+
+
+def fuse_epilogue(gm: GraphModule) -> bool:
+    changed = False
+    for node in list(gm.graph.nodes):
+        if is_vkq(node, "add_q8"):
+            changed |= fuse_residual(gm, node)
+    return finish(gm, changed)
