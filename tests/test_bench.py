@@ -71,7 +71,8 @@ def test_quick_run(device, tmp_path, capfd):
             if bench.ncnn_gpu_index(device)[0] is not None:
                 assert ("ncnn-vulkan", "fp32") in rows, (name, sorted(rows))
         else:
-            assert ("vulkan-dot", "int8") not in rows and ours["bound"] == "memory", ours
+            # no dot-product variant; which roof binds depends on the measured roofline (the bound check above)
+            assert ("vulkan-dot", "int8") not in rows, ours
         if family == "linear":   # bytes moved: packed x, w, y and the three per-channel tables, once
             m, k, n = params
             words = (packing.packed_size((m, k), "4H4W") + packing.packed_size((n, k), "4H4W")

@@ -29,6 +29,16 @@ def dev(request, device):
     return d
 
 
+@pytest.fixture(params=[(False, True), (True, True), (False, False), (True, False)],
+                ids=["fma", "dot", "fma-nosg", "dot-nosg"])
+def epi_dev(request, device):
+    """For the fused epilogues: both paths, each with and without subgroup shuffles (the
+    NO_SUBGROUP variants, which devices without subgroup size control take)."""
+    from vkq.device import get_device
+    dot, subgroups = request.param
+    return get_device(device.info.index, dot_product=dot, subgroups=subgroups)
+
+
 def pair(v):
     return [v, v] if np.isscalar(v) else list(v)
 
@@ -438,7 +448,7 @@ EPILOGUE_CASES = [
 
 @pytest.mark.parametrize("case", EPILOGUE_CASES, ids=["depthwise", "pointwise", "general"])
 @pytest.mark.parametrize("conv_input", ["a", "b"])
-def test_fused_residual_add_equals_conv_then_add(dev, case, conv_input):
+def test_fused_residual_add_equals_conv_then_add(epi_dev, case, conv_input):
     """conv2d_q8 with a residual add_q8 in its epilogue: the device equals the reference, which
     is conv2d_q8 followed by add_q8, on the device too (zero points at both ends, a relu-like
     floor on the add)."""
@@ -456,8 +466,8 @@ def test_fused_residual_add_equals_conv_then_add(dev, case, conv_input):
     res.update(qmin=3, qmax=127)                       # a fused relu on the add
     fused, split = _epilogue_program(x_shape, wt, b, m, s, attrs, residual=res, conv_input=conv_input)
     r = rng.integers(-128, 128, fused.tensors["y"].shape).astype(np.int8)
-    ref = run_exact(dev, fused, x, r)
-    assert_same((VulkanExecutor(split, dev)(x, r),), (ref,))
+    ref = run_exact(epi_dev, fused, x, r)
+    assert_same((VulkanExecutor(split, epi_dev)(x, r),), (ref,))
     np.testing.assert_array_equal(ref, run_reference(split, x, r))
     assert_spread(ref)
     assert ref.min() == 3
@@ -465,7 +475,7 @@ def test_fused_residual_add_equals_conv_then_add(dev, case, conv_input):
 
 @pytest.mark.parametrize("case", EPILOGUE_CASES, ids=["depthwise", "pointwise", "general"])
 @pytest.mark.parametrize("with_residual", [False, True])
-def test_fused_lookup_table(device, case, with_residual):
+def test_fused_lookup_table(epi_dev, case, with_residual):
     """A 256-entry int8 table applied after requantization (and after a fused residual add):
     device == reference == table[conv2d_q8 (-> add_q8) + 128]."""
     from vkq.ops.eltwise import add_q8_params
@@ -480,7 +490,7 @@ def test_fused_lookup_table(device, case, with_residual):
     fused, split = _epilogue_program(x_shape, wt, b, m, s, attrs, residual=res, table=table)
     r = rng.integers(-128, 128, fused.tensors["y"].shape).astype(np.int8)
     inputs = (x, r) if with_residual else (x,)
-    ref = run_exact(device, fused, *inputs)
+    ref = run_exact(epi_dev, fused, *inputs)
     np.testing.assert_array_equal(ref, table[run_reference(split, *inputs).astype(np.int64) + 128])
     assert_spread(ref)
 

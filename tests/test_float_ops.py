@@ -228,6 +228,17 @@ def test_matmul_strided_attention(device, l, d):
     check(got, ref, ("dot", l), (np.abs(p) @ np.abs(heads(v, h))).transpose(0, 2, 1, 3).reshape(1, l, h * d))
 
 
+def test_matmul_strided_transposed_output(device):
+    """Operands read along k and n by whole vec4s (VEC_KN), the result written transposed: its
+    rows are not vec4-aligned in memory, so the kernel stores scalars (no OUT4)."""
+    a, b = rnd(1, 5, 12), rnd(1, 12, 8)
+    attrs = {"a_view": [[1, 5, 12], [60, 12, 1]], "b_view": [[1, 12, 8], [96, 8, 1]], "out_strides": [40, 1, 5],
+             "out_shape": [1, 8, 5]}
+    got, ref = run_op(device, "matmul_strided", [a, b], attrs, (1, 8, 5))
+    np.testing.assert_allclose(ref, (a @ b).transpose(0, 2, 1), rtol=1e-5, atol=1e-5)
+    check(got, ref, ("dot", 12), (np.abs(a) @ np.abs(b)).transpose(0, 2, 1))
+
+
 # ---------------------------------------------------------------- reductions
 
 REDUCE_CASES = [

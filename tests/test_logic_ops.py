@@ -63,6 +63,20 @@ def test_word_op(device, op, inputs, attrs, out_shape, out_dtype):
     assert len(np.unique(ref)) > 1
 
 
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+@pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
+def test_every_comparison(device, op, dtype):
+    """Each comparison on each dtype (its own shader variant), broadcast and against a scalar,
+    with equal operands present so that eq/le/ge differ from lt/gt."""
+    make = (lambda *s: ints(*s, lo=-3, hi=4)) if dtype == "int32" else (lambda *s: np.round(floats(*s) * 2) / 2)
+    a, b = make(3, 1, 7), make(5, 7)
+    ref = run(device, op, [a, b], {}, (3, 5, 7), "int32")
+    np.testing.assert_array_equal(ref, getattr(np, {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
+                                                    "gt": "greater", "ge": "greater_equal"}[op])(a, b))
+    assert 0 < ref.sum() < ref.size
+    run(device, op, [a], {"scalar": 0}, (3, 1, 7), "int32")
+
+
 def test_reference_semantics():
     assert get_op("cast").reference(np.array([-2.7, 2.7, 0.0], np.float32), dtype="int32").tolist() == [-2, 2, 0]
     assert get_op("sub").reference(np.array([1, 0], np.int32), scalar=1, scalar_first=False).dtype == np.int32

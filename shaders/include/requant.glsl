@@ -58,8 +58,11 @@ int requantize_clamped(int acc, int bound, int lshift, int m, int rshift, int fr
     }
     hi += 1 << (rshift - 1);                       // + 2^(31 + rshift), half the divisor
     int r = hi >> rshift;
-    bool tie = ties && lo == 0 && (hi & ((1 << rshift) - 1)) == 0;
-    return clamp((tie ? r & ~1 : r) + zero_point, qmin, qmax);
+    // a tie (the bits shifted out are 0 in both words) rounds to even. Branch-free: with `&&`
+    // and `?:` here, two chained requantizations (conv_epilogue.glsl's RESIDUAL) took
+    // SwiftShader's shader compiler minutes per pipeline; this form compiles in a blink.
+    const int tie = int(ties) & int((lo | (hi & ((1 << rshift) - 1))) == 0);
+    return clamp(r - (tie & r & 1) + zero_point, qmin, qmax);
 }
 
 int requantize_clamped(int acc, int bound, int lshift, int m, int rshift, int zero_point, int qmin, int qmax,
