@@ -53,6 +53,7 @@ layout(constant_id = 12) const int PH = 1;
 layout(constant_id = 13) const int PW = 1;
 layout(constant_id = 14) const int TIES = 1;      // 0: no accumulator can tie (conv_epilogue.glsl)
 layout(constant_id = 15) const int RES_TIES = 1;  // the same for the fused residual add
+layout(constant_id = 16) const int FRAC = 0;      // 1: some channel's bias has a fraction (conv_epilogue.glsl)
 #include "conv_epilogue.glsl"
 
 const int TW = 4 * TB;

@@ -82,6 +82,7 @@ layout(constant_id = 16) const int ONE_CHUNK = 0; // 1: all c4_count blocks in o
 layout(constant_id = 17) const int ROW_LOOP = 0;  // 1: a rolled loop over the kernel rows (see above)
 layout(constant_id = 18) const int TIES = 1;      // 0: no accumulator can tie (conv_epilogue.glsl)
 layout(constant_id = 19) const int RES_TIES = 1;  // the same for the fused residual add
+layout(constant_id = 20) const int FRAC = 0;      // 1: some channel's bias has a fraction (conv_epilogue.glsl)
 #include "conv_epilogue.glsl"
 
 const int TW = 4;                                   // output columns per invocation: one block

@@ -67,6 +67,7 @@ layout(constant_id = 8) const int SW = 1;
 layout(constant_id = 9) const int ONE_CHUNK = 0; // 1: all C4 blocks in one exact partial sum (C4 <= CHUNK)
 layout(constant_id = 10) const int TIES = 1;      // 0: no accumulator can tie (conv_epilogue.glsl)
 layout(constant_id = 11) const int RES_TIES = 1;  // the same for the fused residual add
+layout(constant_id = 12) const int FRAC = 0;      // 1: some channel's bias has a fraction (conv_epilogue.glsl)
 #include "conv_epilogue.glsl"
 
 const int TP = 4 * TB;                          // positions per invocation

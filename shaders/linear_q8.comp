@@ -65,7 +65,7 @@ layout(std430, binding = 0) readonly buffer X { ivec4 x[]; };
 //    int32 i = k 4kb+i, byte b = n nt*TN + 4j + b;  DOT: transposed, int32 b = n, byte i = k.
 layout(std430, binding = 1) readonly buffer W { ivec4 w[]; };
 // per output column n (padded like w), floats as their bits:
-//   OUT_Q8 (bias_eff, bound, m, lshift | rshift << 8): requantize_clamped's constants (requant.glsl)
+//   OUT_Q8 (bias_eff, bound, m, lshift | rshift << 5 | frac): requantize_clamped's constants (requant.glsl)
 //   OUT_F32 (corr, scale, bias, -);  ROW_QPARAMS (wsum, w_scale, bias, -)
 layout(std430, binding = 2) readonly buffer Chan { ivec4 chan[]; };
 #ifdef OUT_Q8

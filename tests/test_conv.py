@@ -48,7 +48,7 @@ def conv_program(x_shape, w, b, m, s, *, stride=1, padding=0, dilation=1, groups
     attrs = dict(stride=pair(stride), padding=pair(padding), dilation=pair(dilation), groups=groups,
                  x_zp=int(x_zp), out_zp=int(out_zp), qmin=int(qmin), qmax=int(qmax))
     g = conv.ConvGeometry.of(x_shape, w.shape, attrs["stride"], attrs["padding"], attrs["dilation"], groups)
-    consts = {"w": (spec(w.shape, "int8", "4W4C"), w), "b": (spec(b.shape, "int32"), b),
+    consts = {"w": (spec(w.shape, "int8", "4W4C"), w), "b": (spec(b.shape, str(b.dtype)), b),
               "m": (spec(m.shape, "int32"), m), "s": (spec(s.shape, "int32"), s)}
     return single_op_program("conv2d_q8", [("x", spec(x_shape, "int8", "4W4C"))],
                              [("y", spec((g.n, g.oc, g.oh, g.ow), "int8", "4W4C"))], attrs, consts), g
@@ -145,7 +145,8 @@ def test_pack_general_round_trip():
 
 def test_params_match_float_scales():
     bias, m, s, qmin, qmax = conv.conv2d_q8_params(0.02, [0.001, 0.004], 0.1, [0.5, -0.3], "relu6", 5)
-    np.testing.assert_array_equal(bias, [25000, -3750])
+    np.testing.assert_allclose(bias, [25000, -3750], rtol=1e-12)   # not rounded: split_bias keeps the fraction
+    assert conv.conv2d_q8_params(0.02, [0.001], 0.1, [0.3003])[0].tolist() == [0.3003 / (0.02 * 0.001)]
     np.testing.assert_allclose(m * 2.0 ** -s.astype(float), [0.02 * 0.001 / 0.1, 0.02 * 0.004 / 0.1], rtol=1e-9)
     assert (qmin, qmax) == (5, 65)
 
@@ -190,6 +191,42 @@ def test_conv_small_exact(dev, case):
     m, s = spread_multipliers(rng, wt)
     prog, _ = conv_program(x.shape, wt, b, m, s, stride=stride, padding=padding, dilation=dilation,
                            groups=groups, x_zp=x_zp, out_zp=out_zp)
+    assert_spread(run_exact(dev, prog, x))
+
+
+FRAC_CASES = [
+    # (n, c, h, w, oc, k, stride, padding, groups): general, depthwise, pointwise, general 5x5 groups
+    (1, 7, 9, 11, 13, 3, 1, 1, 1),
+    (2, 13, 7, 9, 13, 3, 2, 1, 13),
+    (1, 11, 5, 7, 19, 1, 1, 0, 1),
+    (1, 6, 11, 7, 10, 5, 2, 2, 2),
+]
+
+
+@pytest.mark.parametrize("case", FRAC_CASES, ids=["general", "depthwise", "pointwise", "general_5x5_g2"])
+def test_conv_fractional_bias(dev, case):
+    """A float64 bias at the accumulator's scale keeps its fraction (vkq.quant.split_bias) in every
+    kernel: Vulkan == reference with multipliers near 1, where the fraction moves many outputs
+    (so a kernel that dropped it fails), halves and whole numbers included; and with large
+    accumulators and spread multipliers, where it moves few."""
+    n, c, h, w, oc, k, stride, padding, groups = case
+    rng = np.random.default_rng(sum(case))
+    x_zp = int(rng.integers(-100, 100))
+    attrs = dict(stride=stride, padding=padding, groups=groups, x_zp=x_zp, out_zp=-3)
+    x, wt, _ = random_case(rng, n, c, h, w, oc, k, groups, x_zp, small=True)
+    b = rng.integers(-40, 40, oc) + rng.uniform(-0.5, 0.5, oc)
+    b[:3] = [2.5, -0.5, 7.0]
+    m, s = quantize_multipliers(rng.uniform(0.3, 0.9, oc))
+    prog, _ = conv_program(x.shape, wt, b, m, s, **attrs)
+    ref = run_exact(dev, prog, x)
+    assert_spread(ref, 12)
+    ref_attrs = dict(stride=pair(stride), padding=pair(padding), dilation=(1, 1), groups=groups, x_zp=x_zp, out_zp=-3)
+    rounded = conv.Conv2dQ8.reference(x, wt, np.rint(b).astype(np.int32), m, s, **ref_attrs)
+    assert np.mean(ref != rounded) > 0.05
+    x, wt, b = random_case(rng, n, c, h, w, oc, k, groups, x_zp)
+    b = b + rng.uniform(-0.5, 0.5, oc)
+    m, s = spread_multipliers(rng, wt)
+    prog, _ = conv_program(x.shape, wt, b, m, s, **attrs)
     assert_spread(run_exact(dev, prog, x))
 
 
@@ -371,7 +408,7 @@ def _epilogue_program(x_shape, wt, b, m, s, conv_attrs, residual=None, table=Non
     g = conv.ConvGeometry.of(x_shape, wt.shape, conv_attrs["stride"], conv_attrs["padding"],
                              conv_attrs["dilation"], conv_attrs["groups"])
     y_spec = spec((g.n, g.oc, g.oh, g.ow), "int8", "4W4C")
-    tensors = {"x": spec(x_shape, "int8", "4W4C"), "w": spec(wt.shape, "int8", "4W4C"), "b": spec(b.shape, "int32"),
+    tensors = {"x": spec(x_shape, "int8", "4W4C"), "w": spec(wt.shape, "int8", "4W4C"), "b": spec(b.shape, str(b.dtype)),
                "m": spec(m.shape, "int32"), "s": spec(s.shape, "int32"), "y": y_spec}
     consts = {"w": wt, "b": b, "m": m, "s": s}
     inputs, fused_in, attrs = ["x"], ["x", "w", "b", "m", "s"], dict(conv_attrs)
@@ -420,6 +457,8 @@ def test_fused_residual_add_equals_conv_then_add(epi_dev, case, conv_input):
     rng = np.random.default_rng(11 + len(conv_input) + oc)
     x_zp = -128 if conv_input == "a" else 127
     x, wt, b = random_case(rng, *x_shape, oc, k, groups, x_zp)
+    if conv_input == "b":   # a bias with fractions (float64: vkq.quant.split_bias)
+        b = b + rng.uniform(-0.5, 0.5, oc)
     m, s = spread_multipliers(rng, wt)
     attrs = dict(stride=pair(stride), padding=pair(padding), dilation=[1, 1], groups=groups, x_zp=x_zp,
                  out_zp=-5, qmin=-128, qmax=127)

@@ -8,7 +8,8 @@ import torch.ao.quantization.fx._decomposed  # noqa: F401
 from vkq import pack
 from vkq.device import grid_1d
 from vkq.executor import VulkanExecutor
-from vkq.quant import dequantize, quantize, quantize_multipliers, requant_clamp_params, requantize
+from vkq.quant import (dequantize, quantize, quantize_multipliers, requant_clamp_frac, requant_clamp_params, requantize,
+                       split_bias)
 
 from oputil import assert_same, run_both, single_op_program, spec
 
@@ -86,10 +87,11 @@ def test_quantize_repack_dequantize_chain(device):
         np.testing.assert_array_equal(ex(x), dequantize(quantize(x, scale, zp), scale, zp))
 
 
-@pytest.mark.parametrize("variant", ["requantize", "requantize_clamped"])
+@pytest.mark.parametrize("variant", ["requantize", "requantize_clamped", "requantize_clamped_frac"])
 def test_requantize_include_matches_numpy(device, variant):
     """shaders/include/requant.glsl against vkq.quant.requantize over the whole int32 range,
-    for both of its routines (requantize_clamped with requant_clamp_params's constants)."""
+    for both of its routines (requantize_clamped with requant_clamp_params's constants, and
+    with bias fractions: random, the extremes +-m/2, and ones that make exact ties)."""
     rng = np.random.default_rng(8)
     n = 4099
     acc = rng.integers(-2 ** 31, 2 ** 31, n, dtype=np.int64).astype(np.int32)
@@ -102,14 +104,27 @@ def test_requantize_include_matches_numpy(device, variant):
     acc[100:100 + ties.size] = ties * 2048 + 1024 * (ties % 3 == 0)
     reals[100:100 + ties.size] = np.resize([0.25, 0.5, 2.0 ** -11, 2.0 ** -13, 2.0 ** -3], ties.size)
     m, s = quantize_multipliers(reals)
+    frac = np.zeros(n, np.int64)
+    if variant == "requantize_clamped_frac":
+        frac = split_bias(rng.uniform(-0.5, 0.5, n), m)[1]
+        frac[:300:3] = (m[:300:3].astype(np.int64) >> 11) << 10         # the largest fractions
+        frac[1:300:3] = -frac[:300:3]
+        # (acc * m + frac) / 2^s exactly half way, m = 3 * 2^29, s = 38: acc * m = 2^37 - frac
+        # (mod 2^38), i.e. 3 * acc = t (mod 2^9) with t = (2^37 - frac) / 2^29; 3^-1 = 171 (mod 2^9)
+        k = np.arange(1300, 1600)
+        m[k], s[k] = 3 << 29, 38
+        frac[k] = np.resize([1 << 29, -(1 << 29), 0], k.size)
+        t = ((1 << 37) - frac[k]) % (1 << 38) >> 29
+        acc[k] = (t * 171 % 512 + 512 * np.resize(np.arange(-80, 80), k.size)).astype(np.int32)
     if variant == "requantize":
         consts, defines = (m, s), None
     else:
         bound, lshift, mc, rshift = requant_clamp_params(m, s)
-        consts, defines = (mc, np.stack([bound, lshift, rshift, 0 * m], 1)), {"CLAMPED": 1}
+        fr = requant_clamp_frac(m, s, frac)
+        consts, defines = (mc, np.stack([bound, lshift, rshift, fr], 1).astype(np.int32)), {"CLAMPED": 1}
     bufs = [device.buffer(acc), *(device.buffer(c) for c in consts), device.buffer(size=n)]
     for zp, qmin, qmax in ((0, -128, 127), (-128, -128, 127), (127, -128, 127), (5, 5, 60)):
         d = device.dispatch("selftest_requantize", bufs, grid_1d(n, 64), local=(64,), push=(n, zp, qmin, qmax),
                             defines=defines)
         device.run([d], upload=bufs[:3], download=bufs[3:])
-        np.testing.assert_array_equal(bufs[3].read(), requantize(acc, m, s, zp, qmin, qmax).astype(np.int32))
+        np.testing.assert_array_equal(bufs[3].read(), requantize(acc, m, s, zp, qmin, qmax, frac).astype(np.int32))

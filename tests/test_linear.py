@@ -53,7 +53,7 @@ def q8_program(x_shape, w, bias, m, s, attrs):
     n = (w.shape[0],)
     return single_op_program("linear_q8", [("x", spec(x_shape, "int8", "4H4W"))],
                              [("y", spec(out, "int8", "4H4W"))], attrs,
-                             {"w": (w_spec(w), w), "b": (spec(n, "int32"), bias),
+                             {"w": (w_spec(w), w), "b": (spec(n, str(np.asarray(bias).dtype)), bias),
                               "m": (spec(n, "int32"), m), "s": (spec(n, "int32"), s)})
 
 
@@ -166,6 +166,24 @@ def test_linear_q8_extreme_multipliers(int8_device):
     assert len(np.unique(ref)) > 3
 
 
+@pytest.mark.parametrize("rows", [1, 3, 37])
+def test_linear_q8_fractional_bias(int8_device, rows):
+    """A float64 bias at the accumulator's scale keeps its fraction (vkq.quant.split_bias): with a
+    multiplier near 1 it moves many outputs, so the GEMV (1 and 3 rows) and the GEMM must add it
+    exactly as the reference does; halves, whole numbers and 31 columns (padding) included."""
+    rng = np.random.default_rng(rows)
+    n, k = 31, 5
+    x = rng.integers(-3, 4, (rows, k)).astype(np.int8)
+    w = rng.integers(-3, 4, (n, k)).astype(np.int8)
+    m, s = quantize_multipliers(rng.uniform(0.3, 0.9, n))
+    bias = rng.integers(-20, 20, n) + rng.uniform(-0.5, 0.5, n)
+    bias[:3] = [2.5, -0.5, 7.0]
+    attrs = dict(x_zp=-2, out_zp=1, qmin=-128, qmax=127)
+    ref = run_exact(int8_device, q8_program(x.shape, w, bias, m, s, attrs), x)
+    rounded = get_op("linear_q8").reference(x, w, np.rint(bias).astype(np.int32), m, s, **attrs)
+    assert np.mean(ref != rounded) > 0.05 and len(np.unique(ref)) > 5
+
+
 @pytest.mark.parametrize("rows", [1, 5])
 def test_linear_q8_at_the_dot_product_bound(int8_device, rows):
     """K = DOT_MAX_K with x and w all -128 in row 0 / column 0: that accumulator is
@@ -197,7 +215,7 @@ def test_dot_product_choice():
 
 def test_linear_q8_params():
     bias, m, s, qmin, qmax = linear_q8_params(0.1, [0.01, 0.02], 0.5, [0.0105, -1.0], "relu6", -3)
-    np.testing.assert_array_equal(bias, [10, -500])            # rint(b / (0.1 * w_scale)), half to even
+    np.testing.assert_allclose(bias, [10.5, -500], rtol=1e-12)  # b / (0.1 * w_scale), its fraction kept
     np.testing.assert_allclose(m / 2.0 ** s, [0.002, 0.004], rtol=1e-9)
     assert (qmin, qmax) == (-3, 9)
     assert linear_q8_params(0.1, [0.01], 0.5, None, ("hardtanh", -1.0, 1.0), 0)[3:] == (-2, 2)

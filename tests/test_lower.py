@@ -148,6 +148,12 @@ def test_cnn_lowers_to_vulkan_ops_only(cnn):
     repack = program.nodes[-3]
     assert program.tensors[repack.inputs[0]].layout == "4W4C"
     assert program.tensors[repack.outputs[0]].layout == "4H4W" and repack.attrs["shape"] == [2, 20]
+    # conv and linear biases stay float64 at the accumulator's scale: their fractions count
+    for n in program.nodes:
+        if n.op in ("conv2d_q8", "linear_q8"):
+            b = program.constants[n.inputs[2]]
+            assert program.tensors[n.inputs[2]].dtype == "float64" and b.dtype == np.float64, n.op
+            assert np.any(b != np.rint(b)), n.op
 
 
 def test_cnn_matches_pt2e(cnn):

@@ -13,7 +13,7 @@ from torch import nn
 import vkq.ops.cpu  # noqa: F401  (CPU ops register on import)
 from vkq import api
 from vkq.passes import PIPELINE, run_pipeline
-from vkq.passes._graph import QUANTIZE, DEQUANTIZE, is_vkq, record_shapes, vkq_op_of
+from vkq.passes._graph import HOST_FLOAT64, QUANTIZE, DEQUANTIZE, is_vkq, record_shapes, vkq_op_of
 from vkq.passes.assign_layouts import assign_layouts
 from vkq.passes.drop_cancelling_qdq import drop_cancelling_qdq
 from vkq.passes.drop_guards import drop_guards
@@ -230,15 +230,16 @@ def test_fold_qdq_patterns_conv_and_linear(convnet):
     weight, bias = _attr(work, w), _attr(work, b)
     assert x.meta["val"].dtype == torch.int8
     assert weight.dtype == torch.int8 and tuple(weight.shape) == (5, 3, 3, 3)
-    assert bias.dtype == torch.int32 and _attr(work, m).dtype == torch.int32 and _attr(work, s).dtype == torch.int32
+    assert bias.dtype == torch.float64 and _attr(work, m).dtype == torch.int32 and _attr(work, s).dtype == torch.int32
+    assert b.meta[HOST_FLOAT64]                                     # lowered as float64, its fraction kept
     assert conv.kwargs["stride"] == [1, 1] and conv.kwargs["padding"] == [1, 1] and conv.kwargs["groups"] == 1
-    # against the PT2E graph: same int8 weight, int32 bias = round(b / (s_x * s_w)), relu as qmin
+    # against the PT2E graph: same int8 weight, bias = b / (s_x * s_w) unrounded, relu as qmin
     pt_conv = next(n for n in gm.graph.nodes if n.target == aten.conv2d.default)
     dq_x, dq_w, b_float = pt_conv.args[:3]
     assert torch.equal(weight, _attr(gm, dq_w.args[0]))
     s_w = _attr(gm, dq_w.args[1]).double()
-    expect = torch.round(_attr(gm, b_float).double() / (dq_x.args[1] * s_w)).int()
-    assert torch.equal(bias, expect)
+    expect = _attr(gm, b_float).double() / (dq_x.args[1] * s_w)
+    assert torch.equal(bias, expect) and not torch.equal(bias, torch.round(bias))
     assert conv.kwargs["x_zp"] == dq_x.args[2]
     assert conv.kwargs["qmin"] == conv.kwargs["out_zp"]            # the fused relu: qmin = quantize(0)
 

@@ -35,14 +35,14 @@ def _program_with_constant():
 
 
 def _small_program():
-    """float x (3, 7) -> quantize -> linear_q8 (int8 weights, int32 bias/multiplier/shift)
+    """float x (3, 7) -> quantize -> linear_q8 (int8 weights, float64 bias, int32 multiplier/shift)
     -> dequantize -> + a float32 constant: every constant dtype, attrs of every JSON kind."""
     rng = np.random.default_rng(5)
     x_scale, out_scale, w_scales = 0.05, 0.09, rng.uniform(0.004, 0.01, 5)
     bias, m, s, qmin, qmax = linear_q8_params(x_scale, w_scales, out_scale, rng.normal(0, 0.3, 5), "relu", -20)
     q8 = lambda shape, scale, zp: TensorSpec(shape, "int8", "4H4W", scale, zp)
     tensors = {"x": TensorSpec((3, 7)), "q": q8((3, 7), x_scale, 3), "w": TensorSpec((5, 7), "int8", "4H4W"),
-               "b": TensorSpec((5,), "int32"), "m": TensorSpec((5,), "int32"), "s": TensorSpec((5,), "int32"),
+               "b": TensorSpec((5,), "float64"), "m": TensorSpec((5,), "int32"), "s": TensorSpec((5,), "int32"),
                "h": q8((3, 5), out_scale, -20), "f": TensorSpec((3, 5)), "c": TensorSpec((3, 5)),
                "y": TensorSpec((3, 5))}
     constants = {"w": rng.integers(-127, 128, (5, 7)).astype(np.int8), "b": bias, "m": m, "s": s,

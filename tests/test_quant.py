@@ -6,8 +6,10 @@ import pytest
 import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
 
-from vkq.quant import (activation_bounds, dequantize, quantize, quantize_multiplier, requant_clamp_params,
-                       requant_tie_free, requantize, requantize_clamped)
+from fractions import Fraction
+
+from vkq.quant import (FRAC_SHIFT, activation_bounds, dequantize, quantize, quantize_multiplier, requant_clamp_frac,
+                       requant_clamp_params, requant_tie_free, requantize, requantize_clamped, shift_word, split_bias)
 
 
 @pytest.mark.parametrize("scale,zp", [(0.05, 3), (1 / 3, -128), (0.0078125, 127), (0.1, 0), (2.5e-4, -7)])
@@ -108,6 +110,100 @@ def test_requant_tie_free_drops_the_tie_correction_only_where_no_tie_exists():
     for real in (0.25, 2.0 ** -13, 0.75 * 2.0 ** -30):
         m, s = quantize_multiplier(real)
         assert not requant_tie_free(m, s)
+
+
+def _fracs(rng, m, n):
+    """Bias fractions for multiplier m: random, the extremes +-m/2, and 0."""
+    frac = split_bias(rng.uniform(-0.5, 0.5, n), m)[1]
+    frac[:3] = [(m >> 11) << 10, -((m >> 11) << 10), 0]
+    return frac
+
+
+def test_split_bias():
+    """B + frac / m is the bias to within 2^-20 of an accumulator unit (twice that where frac is
+    held at m / 2), frac a multiple of 2^FRAC_SHIFT with |frac| <= m / 2; integer biases split
+    into themselves and 0."""
+    rng = np.random.default_rng(11)
+    m = rng.integers(1 << 30, 1 << 31, 5000)
+    bias = rng.normal(0, 1e4, 5000)
+    bias[:4] = [0.5, -0.5, 2.5, -1e-9]
+    whole, frac = split_bias(bias, m)
+    assert np.all(frac % (1 << FRAC_SHIFT) == 0) and np.all(np.abs(frac) <= m // 2)
+    assert np.abs(whole + frac / m - bias).max() <= 2.0 ** -19
+    whole, frac = split_bias(np.array([7, -3], np.int32), m[:2])
+    assert whole.tolist() == [7, -3] and frac.tolist() == [0, 0]
+    assert split_bias(np.array([0.25]), np.array([0]))[1].tolist() == [0]    # m = 0: nothing to add
+
+
+def test_requantize_with_frac_is_exact():
+    """requantize(acc, m, s, ..., frac) = round_half_to_even((acc * m + frac) / 2^s) + zp, clamped,
+    computed with exact fractions; ties included (dyadic m and fractions that land half way)."""
+    rng = np.random.default_rng(12)
+    for real in list(np.exp(rng.uniform(np.log(2.0 ** -30), np.log(2.0 ** 6), 12))) + [0.25, 0.75 * 2.0 ** -9]:
+        m, s = quantize_multiplier(real)
+        frac = _fracs(rng, m, 400)
+        acc = rng.integers(-2 ** 16, 2 ** 16, 400) >> rng.integers(0, 16, 400)
+        k = rng.integers(-300, 300, 400)      # accumulators whose value is near k + 1/2
+        acc[200:] = np.clip(np.round(((k[200:] + 0.5) * 2.0 ** s - frac[200:]) / m), -2 ** 31, 2 ** 31 - 1)
+        got = requantize(acc, m, s, 3, -128, 127, frac)
+        want = [min(max(round(Fraction(int(a) * m + int(f), 1 << s)) + 3, -128), 127) for a, f in zip(acc, frac)]
+        np.testing.assert_array_equal(got, want, err_msg=f"m={m} s={s}")
+    # exact ties from the fraction: m = 3 * 2^29, s = 38, frac = 2^29: acc = 85 + 512 j is k + 1/2
+    acc = 85 + 512 * np.arange(-20, 20)
+    got = requantize(acc, 3 << 29, 38, 0, -128, 127, 1 << 29)
+    want = [round(Fraction(int(a) * (3 << 29) + (1 << 29), 1 << 38)) for a in acc]
+    assert all(Fraction(int(a) * (3 << 29) + (1 << 29), 1 << 38).denominator == 2 for a in acc)
+    np.testing.assert_array_equal(got, np.clip(want, -128, 127))
+
+
+def test_requantize_clamped_with_frac_equals_requantize():
+    """requantize_clamped with requant_clamp_frac's fraction equals requantize with frac, for
+    accumulators everywhere and around every half step, the largest fractions included."""
+    rng = np.random.default_rng(13)
+    for acc, m, s in clamped_cases(rng, 3000):
+        frac = _fracs(rng, m, acc.size) if m else np.zeros(acc.size, np.int64)
+        if m:   # around (k + 1/2) - frac / m
+            k = rng.integers(-400, 400, 1000)
+            near = np.round(((k + 0.5) * 2.0 ** s - frac[-1000:]) / m) + rng.integers(-1, 2, k.size)
+            acc[-1000:] = np.clip(near, -2 ** 31, 2 ** 31 - 1)
+        params = requant_clamp_params(m, s)
+        fr = requant_clamp_frac(m, s, frac)
+        for zp, qmin, qmax in ((0, -128, 127), (127, -128, 127), (-3, -128, -100)):
+            np.testing.assert_array_equal(requantize_clamped(acc, *params, zp, qmin, qmax, frac=fr),
+                                          requantize(acc, m, s, zp, qmin, qmax, frac), err_msg=f"m={m} s={s}")
+    # fraction-made ties round half to even in the clamped form too
+    acc = 85 + 512 * np.arange(-20, 20)
+    m, s, f = 3 << 29, 38, 1 << 29
+    np.testing.assert_array_equal(requantize_clamped(acc, *requant_clamp_params(m, s), 0, frac=requant_clamp_frac(m, s, f)),
+                                  requantize(acc, m, s, 0, frac=f))
+
+
+def test_requant_tie_free_with_frac_is_exact():
+    """With a fraction, ties are where acc * m + frac = 2^(s-1) (mod 2^s): requant_tie_free says
+    tie-free exactly when no accumulator in the clamped range gets there (checked by trying them
+    all), and where it says so, dropping the tie correction changes nothing."""
+    m, s = (1 << 30) + (1 << 20), 40          # trailing zeros: fractions decide whether ties exist
+    bound = int(requant_clamp_params(m, s)[0][0])
+    acc = np.arange(-bound - 1, bound + 1, dtype=np.int64)
+    seen = set()
+    for c in list(range(-8, 9)) + [(1 << 9) - 1, -(1 << 9)]:
+        frac = c << 20
+        tie = np.any((acc * m + frac) % (1 << s) == 1 << (s - 1))
+        assert requant_tie_free(m, s, frac) == (not tie), c
+        seen.add(bool(tie))
+        if not tie:
+            np.testing.assert_array_equal(requantize_clamped(acc, *requant_clamp_params(m, s), 1, ties=False, frac=frac),
+                                          requantize(acc, m, s, 1, frac=frac))
+    assert seen == {True, False}
+    assert requant_tie_free(m, s) and not requant_tie_free(3 << 29, 38, 1 << 29)
+
+
+def test_shift_word_holds_the_fraction():
+    w = shift_word([0, 30, 3], [1, 30, 9], [-(1 << 30), 1 << 30, -1024])
+    assert (w & 31).tolist() == [0, 30, 3] and ((w >> 5) & 31).tolist() == [1, 30, 9]
+    assert (w & ~1023).tolist() == [-(1 << 30), 1 << 30, -1024]
+    with pytest.raises(ValueError):
+        shift_word(0, 1, 512)
 
 
 def test_requant_clamp_params_refuses_unnormalised_multipliers():

@@ -31,8 +31,8 @@ from . import dynamic
 from .ops import cpu as _cpu_ops, float as _float_ops  # noqa: F401  (the ops CPU_RULES emit)
 from .ops.attention import default_scale
 from .passes import run_pipeline
-from .passes._graph import (DEQUANTIZE, PERMUTES, QUANTIZE, VIEWS, arg, aten, const_value, dtype_of, is_call,
-                            op_name, pair, q_args, qparams, record_shapes, shape_of, val, vkq_op_of)
+from .passes._graph import (DEQUANTIZE, HOST_FLOAT64, PERMUTES, QUANTIZE, VIEWS, arg, aten, const_value, dtype_of,
+                            is_call, op_name, pair, q_args, qparams, record_shapes, shape_of, val, vkq_op_of)
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
 from .program import Node as PNode, Program, TensorSpec
 from .rewrites import rewrite_for_shapes
@@ -732,6 +732,8 @@ class Translator:
             value = _attr_value(self.gm, node)
         value = value.detach().cpu()
         spec = _spec(value, node)
+        if value.dtype == torch.float64 and node.meta.get(HOST_FLOAT64):
+            spec = TensorSpec(spec.shape, "float64")
         arr = value.numpy().astype(spec.numpy_dtype)
         if spec.dtype == "int8":
             spec.layout = node.meta.get(LAYOUT_KEY) or default_layout(node)

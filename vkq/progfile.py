@@ -34,7 +34,7 @@ from .program import DTYPES, Node, Program, TensorSpec
 
 FORMAT = "vkq-program"
 VERSION = 2
-_CONST_DTYPES = {"int8", "int32", "float32"}
+_CONST_DTYPES = {"int8", "int32", "float32", "float64"}
 MANIFEST = "manifest.json"
 
 # Caps checked before reading: a tiny file must not inflate to gigabytes.

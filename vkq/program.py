@@ -12,6 +12,8 @@ How a tensor lives on a device is defined here, once:
   int8    -> int32 words, Int8x4-packed in its layout (vkq.packing: 4W4C, 4H4W, ROW)
   float32 -> float32, contiguous (row-major) in its logical shape
   int32   -> int32, contiguous
+  float64 -> never on a device: only constants the host reads when it builds an op (a conv or
+             linear bias at the accumulator's scale, whose fraction float32 would lose)
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import numpy as np
 
 from . import packing, symbolic
 
-DTYPES = ("int8", "float32", "int32")
+DTYPES = ("int8", "float32", "int32", "float64")
 
 
 @dataclass
@@ -64,6 +66,8 @@ class TensorSpec:
         """int32/float32 words this tensor takes on a device (at least one: an empty tensor,
         such as a model's empty cache, still gets a buffer)."""
         self._concrete("device_words")
+        if self.dtype == "float64":
+            raise ValueError("a float64 tensor is a host-side constant; it has no device buffer")
         if int(np.prod(self.shape, dtype=np.int64)) == 0:
             return 1
         if self.dtype == "int8":
@@ -77,6 +81,8 @@ class TensorSpec:
     def to_device(self, array) -> np.ndarray:
         """Logical array -> the words a device buffer holds."""
         a = np.asarray(array)
+        if self.dtype == "float64":
+            raise ValueError("a float64 tensor is a host-side constant; it has no device buffer")
         if a.shape != self.shape:
             raise ValueError(f"expected shape {self.shape}, got {a.shape}")
         if a.size == 0:

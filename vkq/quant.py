@@ -18,6 +18,11 @@ The inner clamp keeps the zero-point add in range; it never changes an int8 resu
 no 64-bit integers, so SwiftShader and phones agree bit for bit with this numpy code.
 A multiplier too small to matter (s > 62 needed) becomes m = 0: every output is the zero point.
 
+A conv/linear bias at the accumulator's scale (b / (x_scale * w_scale), float64) is not an
+integer: rounding it moves ~1 output in 1000 across a rounding boundary, and those errors grow
+layer by layer. So it is split (split_bias) into B = rint(bias), added to acc, and the rest in
+units of 1/m, frac, added to the 64-bit product:  biased = acc * m + frac + 2^(s-1).
+
 Kernels whose epilogue is a large share of their work (depthwise and small-K convolutions)
 use requant_clamp_params / requantize_clamped instead: the same int8 result for every int32
 acc, with the case analysis on s done once on the host instead of per value on the device.
@@ -74,13 +79,36 @@ def quantize_multipliers(real) -> tuple[np.ndarray, np.ndarray]:
             np.array([p[1] for p in pairs], dtype=np.int32))
 
 
-def requantize(acc, m, s, zero_point: int, qmin: int = INT8_MIN, qmax: int = INT8_MAX) -> np.ndarray:
+FRAC_SHIFT = 10   # frac is a multiple of 2^10: it then fits the 22 spare bits of a shift word
+
+
+def split_bias(bias, m) -> tuple[np.ndarray, np.ndarray]:
+    """A bias at the accumulator's scale -> (B, frac) int64 per channel: B = rint(bias) joins the
+    accumulator, frac = (bias - B) * m rounded to a multiple of 2^FRAC_SHIFT, |frac| <= m / 2,
+    joins requantize's product. Its resolution, 2^FRAC_SHIFT / m <= 2^-20 of an accumulator unit,
+    is far finer than float32's rounding of PT2E's own float output. An integer bias (int32, as
+    older programs hold) has frac 0."""
+    bias = np.asarray(bias)
+    m = np.asarray(m, np.int64)
+    if bias.dtype.kind in "iu":
+        return bias.astype(np.int64), np.zeros(np.broadcast(bias, m).shape, np.int64)
+    b = bias.astype(np.float64)
+    whole = np.rint(b)
+    f = np.rint((b - whole) * m / float(1 << FRAC_SHIFT))       # |f| <= 2^20
+    lim = m >> (FRAC_SHIFT + 1)
+    f = np.clip(f, -lim, lim).astype(np.int64)
+    return whole.astype(np.int64), f << FRAC_SHIFT
+
+
+def requantize(acc, m, s, zero_point: int, qmin: int = INT8_MIN, qmax: int = INT8_MAX, frac=0) -> np.ndarray:
     """int32 accumulators -> int8 with the fixed-point multiplier (m, s) (scalars or per channel,
-    broadcast against acc). The specification the shaders implement."""
+    broadcast against acc), plus a bias fraction frac (split_bias) in units of 1/m. The
+    specification the shaders implement."""
     acc = np.asarray(acc, dtype=np.int64)
     m = np.asarray(m, dtype=np.int64)
     s = np.asarray(s, dtype=np.int64)
-    biased = acc * m + (np.int64(1) << (s - 1))      # exact: |acc * m| < 2^62
+    # exact: |acc * m| <= 2^62, |frac| <= 2^30, 2^(s-1) <= 2^61
+    biased = acc * m + np.asarray(frac, np.int64) + (np.int64(1) << (s - 1))
     r = biased >> s
     tie = (biased & ((np.int64(1) << s) - 1)) == 0    # acc * m / 2^s was exactly k + 1/2
     r = r - (tie & (r & 1).astype(bool))
@@ -97,8 +125,9 @@ def requant_clamp_params(m, s) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
 
     requantize's output is int8, so an accumulator whose |r| reaches REQUANT_SPAN gives qmin or
     qmax whatever the zero point, exactly as its 2^16 saturation does; requantize is monotonic
-    in acc, so acc may first be clamped to [-bound - 1, bound], bound >= REQUANT_SPAN * 2^s / m
-    (capped at 2^31 - 1, so that -2^31 stays itself). Then a = acc << lshift with lshift =
+    in acc, so acc may first be clamped to [-bound - 1, bound], bound * m > REQUANT_SPAN * 2^s
+    + m / 2 (capped at 2^31 - 1, so that -2^31 stays itself): the m / 2 margin keeps this true
+    with any bias fraction |frac| <= m / 2 added. Then a = acc << lshift with lshift =
     max(0, 33 - s) is exact (|a| <= 2^31: a small bound goes with a large multiplier) and
     acc * m / 2^s = a * m / 2^(32 + rshift) with rshift = s + lshift - 32 in [1, 30]: the shift
     always reaches into the product's high word, and no case depends on s on the device.
@@ -107,7 +136,8 @@ def requant_clamp_params(m, s) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     s = np.atleast_1d(np.asarray(s, np.int64))
     huge = (s < 3) & (m != 0)
     m, s = np.where(huge, 1 << 30, m), np.where(huge, 3, s)
-    bound = np.array([min((REQUANT_SPAN << int(si)) // int(mi) + 1 if mi else (1 << 31) - 1, (1 << 31) - 1)
+    bound = np.array([min(((REQUANT_SPAN << int(si)) + (int(mi) >> 1)) // int(mi) + 1 if mi else (1 << 31) - 1,
+                          (1 << 31) - 1)
                       for mi, si in zip(m, s)], np.int64)
     lshift = np.where(m == 0, 0, np.maximum(0, 33 - s))     # m = 0: r = 0 whatever the shifts
     rshift = np.where(m == 0, 1, s + lshift - 32)
@@ -116,33 +146,55 @@ def requant_clamp_params(m, s) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return (bound.astype(np.int32), lshift.astype(np.int32), m.astype(np.int32), rshift.astype(np.int32))
 
 
-def requant_tie_free(m, s) -> bool:
-    """True when no int32 accumulator can make acc * m / 2^s land exactly half way (for every
-    channel (m, s)), so requantize_clamped may drop its round-half-to-even correction. A tie
-    needs acc * m = odd * 2^(s-1), i.e. acc = odd * 2^(s-1-v) with v = the trailing zero bits of
-    m; requantize_clamped only sees |acc| <= bound + 1, so there is none when 2^(s-1-v) > bound + 1.
-    Generic multipliers (conv scales) have v small and are tie-free; dyadic ones (an average of 4,
-    equal scales) are not."""
+def requant_clamp_frac(m, s, frac) -> np.ndarray:
+    """The bias fraction requantize_clamped adds for requantize's (m, s, frac): frac itself, but
+    where requant_clamp_params raised s < 3 to (2^30, 3) it is rescaled to that multiplier
+    (frac / 2^s = frac' / 8), and capped at 2^29, beyond which acc = 0 saturates alike."""
+    m, s, frac = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, np.int64)) for v in (m, s, frac)))
+    huge = (s < 3) & (m != 0)
+    scaled = np.clip(frac << np.where(huge, 3 - s, 0), -(1 << 29), 1 << 29)
+    return np.where(huge, scaled, frac).astype(np.int64)
+
+
+def _tie_reachable(m: int, s: int, frac: int, bound: int) -> bool:
+    """Whether some acc in [-bound - 1, bound] has acc * m + frac = 2^(s-1) mod 2^s (a tie).
+    With m = 2^v * odd, that needs 2^min(v, s) to divide t = 2^(s-1) - frac (mod 2^s); then the
+    solutions are acc = acc0 mod 2^(s-v), acc0 = t / 2^v * odd^-1."""
+    g = min((m & -m).bit_length() - 1, s)
+    t = ((1 << (s - 1)) - frac) % (1 << s)
+    if t % (1 << g):
+        return False
+    period = 1 << (s - g)
+    acc0 = (t >> g) * pow(m >> g, -1, period) % period if period > 1 else 0
+    return acc0 <= bound or acc0 - period >= -bound - 1
+
+
+def requant_tie_free(m, s, frac=0) -> bool:
+    """True when no int32 accumulator can make (acc * m + frac) / 2^s land exactly half way (for
+    every channel), so requantize_clamped may drop its round-half-to-even correction; it only
+    sees |acc| <= bound + 1. Without frac a tie needs acc = odd * 2^(s-1-v) (v: the trailing zero
+    bits of m): generic multipliers (conv scales) are tie-free, dyadic ones (an average of 4,
+    equal scales) are not. A fraction moves the ties anywhere, so they are solved for exactly."""
     bound, lshift, mc, rshift = (np.asarray(a, np.int64) for a in requant_clamp_params(m, s))
+    fr = requant_clamp_frac(m, s, frac)
     s_eff = rshift + 32 - lshift          # the s requantize_clamped divides by (s < 3 was raised to 3)
-    for mi, si, bi in zip(mc, s_eff, bound):
-        if mi == 0:
-            continue
-        v = (int(mi) & -int(mi)).bit_length() - 1
-        need = int(si) - 1 - v
-        if need >= 0 and (1 << need) <= int(bi) + 1:
+    for mi, si, bi, fi in zip(*np.broadcast_arrays(mc, s_eff, bound, fr)):
+        if mi != 0 and _tie_reachable(int(mi), int(si), int(fi), int(bi)):
             return False
     return True
 
 
 def requantize_clamped(acc, bound, lshift, m, rshift, zero_point: int, qmin: int = INT8_MIN,
-                       qmax: int = INT8_MAX, ties: bool = True) -> np.ndarray:
+                       qmax: int = INT8_MAX, ties: bool = True, frac=0) -> np.ndarray:
     """What requant.glsl's requantize_clamped computes (numpy, int64), step by step; equal to
-    requantize(acc, m, s, ...) for the constants of requant_clamp_params(m, s) (tests check it),
-    with ties=False too where requant_tie_free(m, s)."""
+    requantize(acc, m, s, ..., frac) for the constants of requant_clamp_params(m, s) and
+    requant_clamp_frac(m, s, frac) (tests check it), with ties=False too where
+    requant_tie_free(m, s, frac)."""
     bound = np.asarray(bound, np.int64)
-    a = np.clip(np.asarray(acc, np.int64), -bound - 1, bound) << np.asarray(lshift, np.int64)
-    prod = a * np.asarray(m, np.int64)                # = hi * 2^32 + lo, |prod| < 2^62
+    lshift = np.asarray(lshift, np.int64)
+    a = np.clip(np.asarray(acc, np.int64), -bound - 1, bound) << lshift
+    # = hi * 2^32 + lo, |prod| < 2^62 + 2^60 (frac << lshift: |frac| <= 2^30, lshift <= 30)
+    prod = a * np.asarray(m, np.int64) + (np.asarray(frac, np.int64) << lshift)
     hi, lo = prod >> 32, prod & 0xFFFFFFFF
     t = np.asarray(rshift, np.int64)
     hi = hi + (np.int64(1) << (t - 1))                # + half the divisor 2^(32 + t)
@@ -150,6 +202,15 @@ def requantize_clamped(acc, bound, lshift, m, rshift, zero_point: int, qmin: int
     tie = ties & (lo == 0) & ((hi & ((np.int64(1) << t) - 1)) == 0)
     r = np.where(tie, r & ~np.int64(1), r)
     return np.clip(r + zero_point, qmin, qmax).astype(np.int8)
+
+
+def shift_word(lshift, rshift, frac) -> np.ndarray:
+    """requantize_clamped's shifts and bias fraction in one int32 word, as the conv and linear
+    kernels read it: lshift | rshift << 5 | frac (frac a multiple of 2^FRAC_SHIFT, |frac| <= 2^30)."""
+    frac = np.asarray(frac, np.int64)
+    if np.any(frac & ((1 << FRAC_SHIFT) - 1)) or np.any(np.abs(frac) > 1 << 30):
+        raise ValueError("a bias fraction must be a multiple of 2^FRAC_SHIFT within +-2^30 (split_bias)")
+    return (np.asarray(lshift, np.int64) | np.asarray(rshift, np.int64) << 5 | frac).astype(np.int32)
 
 
 def activation_bounds(activation: str | None, scale: float, zero_point: int,

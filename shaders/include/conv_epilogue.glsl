@@ -4,7 +4,8 @@
 // pack_channels). Include after int8x4.glsl and requant.glsl; the shader's push constants end
 // with an `Epilogue epi` member, which it passes to out_word. Per output word (4 consecutive
 // channels at one position, accumulators without bias):
-//   q = requantize_clamped(acc + bias_eff, bound, lshift, m, rshift, out_zp, qmin, qmax)
+//   q = requantize_clamped(acc + bias_eff, bound, lshift, m, rshift, frac, out_zp, qmin, qmax)
+//   (frac: the bias's fraction, vkq/quant.py:split_bias; FRAC = 0 where every channel's is 0)
 //   RESIDUAL  a residual add folded in (vkq/passes/fuse_epilogue.py): r is the add's other operand,
 //             read at the output's own word, and q becomes add_q8(q, r) exactly as
 //             shaders/eltwise_binary.comp computes it:
@@ -23,7 +24,7 @@ struct Epilogue {     // push constants, 32-bit words in this order
 };
 
 struct Chan4 {        // the requantize_clamped constants of 4 consecutive output channels
-    ivec4 bias, bound, m, shifts;   // shifts = lshift | rshift << 5
+    ivec4 bias, bound, m, shifts;   // shifts = lshift | rshift << 5 | frac (vkq/quant.py:shift_word)
 };
 
 #ifdef RESIDUAL
@@ -53,12 +54,14 @@ ivec4 residual_block(int idx) {
     ivec4(SHARE(r, 2 * toc + k), SHARE(r, 2 * toc + k + 1), SHARE(r, 2 * toc + k + 2), SHARE(r, 2 * toc + k + 3)), \
     ivec4(SHARE(r, 3 * toc + k), SHARE(r, 3 * toc + k + 1), SHARE(r, 3 * toc + k + 2), SHARE(r, 3 * toc + k + 3)))
 
-ivec4 requantize_chan4(ivec4 acc, Chan4 c, int zero_point, int qmin, int qmax) {
-    ivec4 ls = c.shifts & 31, rs = c.shifts >> 5;
-    return ivec4(requantize_clamped(acc.x, c.bound.x, ls.x, c.m.x, rs.x, zero_point, qmin, qmax, TIES != 0),
-                 requantize_clamped(acc.y, c.bound.y, ls.y, c.m.y, rs.y, zero_point, qmin, qmax, TIES != 0),
-                 requantize_clamped(acc.z, c.bound.z, ls.z, c.m.z, rs.z, zero_point, qmin, qmax, TIES != 0),
-                 requantize_clamped(acc.w, c.bound.w, ls.w, c.m.w, rs.w, zero_point, qmin, qmax, TIES != 0));
+ivec4 requantize_chan4(ivec4 acc, Chan4 c, int zp, int qmin, int qmax) {
+    // frac is a multiple of 2^10 in the shift word's top 22 bits: masked out, it is itself
+    ivec4 ls = c.shifts & 31, rs = FRAC != 0 ? (c.shifts >> 5) & 31 : c.shifts >> 5, fr = c.shifts & ~1023;
+    bool t = TIES != 0, f = FRAC != 0;
+    return ivec4(requantize_clamped(acc.x, c.bound.x, ls.x, c.m.x, rs.x, fr.x, zp, qmin, qmax, t, f),
+                 requantize_clamped(acc.y, c.bound.y, ls.y, c.m.y, rs.y, fr.y, zp, qmin, qmax, t, f),
+                 requantize_clamped(acc.z, c.bound.z, ls.z, c.m.z, rs.z, fr.z, zp, qmin, qmax, t, f),
+                 requantize_clamped(acc.w, c.bound.w, ls.w, c.m.w, rs.w, fr.w, zp, qmin, qmax, t, f));
 }
 
 // acc: the 4 channels' sums at one position; other: the residual operand's word there (unused

@@ -2,8 +2,9 @@
 #define VKQ_LINEAR_STORE_GLSL
 // The epilogue shared by the int8 GEMM kernels (linear_q8.comp, linear_gemv.comp): one 4 x 4
 // block of int32 accumulators -> the output, in one of the modes
-//   OUT_Q8               out = requantize(acc + bias_eff[n], m[n], s[n], out_zp, qmin, qmax)  (4H4W),
-//                        as requantize_clamped with the host's per-column constants
+//   OUT_Q8               out = requantize(acc + bias_eff[n], m[n], s[n], out_zp, qmin, qmax, frac[n]) (4H4W),
+//                        as requantize_clamped with the host's per-column constants (the bias
+//                        fraction always added: a few operations an output, next to K multiply-adds)
 //   OUT_F32              out = f32(acc + corr[n]) * scale[n] + bias[n]                    (row-major)
 //   OUT_F32 ROW_QPARAMS  out = f32(acc - zp[r] * wsum[n]) * (row_scale[r] * w_scale[n]) + bias[n]
 // The including shader declares the buffers chan (4 ivec4 per column block), out_q / out_f,
@@ -20,13 +21,14 @@ void store_block(int rb, int nb, ivec4 a[4]) {
 #ifdef OUT_Q8
     ivec4 bias = ivec4(c0.x, c1.x, c2.x, c3.x), bound = ivec4(c0.y, c1.y, c2.y, c3.y);
     ivec4 m = ivec4(c0.z, c1.z, c2.z, c3.z), sh = ivec4(c0.w, c1.w, c2.w, c3.w);
-    ivec4 lsh = sh & 0xFF, rsh = sh >> 8, words;
+    ivec4 lsh = sh & 31, rsh = (sh >> 5) & 31, frac = sh & ~1023, words;   // vkq/quant.py:shift_word
     for (int rr = 0; rr < 4; ++rr) {
         ivec4 acc = a[rr] + bias, q = ivec4(0);
         bool row_ok = (4 * rb + rr) % Hp < p.H;
         for (int b = 0; b < 4; ++b)
             if (row_ok && col_ok[b])
-                q[b] = requantize_clamped(acc[b], bound[b], lsh[b], m[b], rsh[b], p.out_zp, p.qmin, p.qmax);
+                q[b] = requantize_clamped(acc[b], bound[b], lsh[b], m[b], rsh[b], frac[b], p.out_zp, p.qmin, p.qmax,
+                                          true, true);
         words[rr] = pack_int8x4(q);
     }
     out_q[rb * N4 + nb] = words;

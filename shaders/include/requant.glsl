@@ -45,10 +45,17 @@ int requantize(int acc, int m, int s, int zero_point, int qmin, int qmax) {
 //   r = round_half_to_even(a * m / 2^(32 + rshift)),  rshift in [1, 30]
 // ties = false (a compile-time constant where the host proved that no accumulator lands exactly
 // half way, vkq/quant.py:requant_tie_free) drops the round-half-to-even correction.
-int requantize_clamped(int acc, int bound, int lshift, int m, int rshift, int zero_point, int qmin, int qmax,
-                       bool ties) {
+// frac (vkq/quant.py:split_bias, requant_clamp_frac; |frac| <= 2^30) is a bias fraction in units
+// of 1/m, added to the product as frac << lshift; fractions = false (compile-time) skips it.
+int requantize_clamped(int acc, int bound, int lshift, int m, int rshift, int frac, int zero_point, int qmin,
+                       int qmax, bool ties, bool fractions) {
     int hi, lo;
     imulExtended(clamp(acc, ~bound, bound) << lshift, m, hi, lo);   // ~bound = -bound - 1
+    if (fractions) {   // hi:lo += frac << lshift (lshift <= 30), 64-bit with carry
+        uint carry;
+        lo = int(uaddCarry(uint(lo), uint(frac) << lshift, carry));
+        hi += ((frac >> (31 - lshift)) >> 1) + int(carry);   // frac >> (32 - lshift), never a shift by 32
+    }
     hi += 1 << (rshift - 1);                       // + 2^(31 + rshift), half the divisor
     int r = hi >> rshift;
     // a tie (the bits shifted out are 0 in both words) rounds to even. Branch-free: with `&&`
@@ -58,8 +65,13 @@ int requantize_clamped(int acc, int bound, int lshift, int m, int rshift, int ze
     return clamp(r - (tie & r & 1) + zero_point, qmin, qmax);
 }
 
+int requantize_clamped(int acc, int bound, int lshift, int m, int rshift, int zero_point, int qmin, int qmax,
+                       bool ties) {
+    return requantize_clamped(acc, bound, lshift, m, rshift, 0, zero_point, qmin, qmax, ties, false);
+}
+
 int requantize_clamped(int acc, int bound, int lshift, int m, int rshift, int zero_point, int qmin, int qmax) {
-    return requantize_clamped(acc, bound, lshift, m, rshift, zero_point, qmin, qmax, true);
+    return requantize_clamped(acc, bound, lshift, m, rshift, 0, zero_point, qmin, qmax, true, false);
 }
 
 ivec4 requantize4(ivec4 acc, ivec4 m, ivec4 s, int zero_point, int qmin, int qmax) {

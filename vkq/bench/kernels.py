@@ -167,7 +167,7 @@ def linear_q8_program(m, k, n, rng):
     out_scale = 3.0 * math.sqrt(k) * x_scale * 74 * 0.011 / 40    # keeps most outputs inside int8
     bias, mult, shift, qmin, qmax = linear_q8_params(x_scale, ws, out_scale, b, None, 3)
     tensors = {"x": TensorSpec((m, k), "int8", "4H4W"), "y": TensorSpec((m, n), "int8", "4H4W"),
-               "w": TensorSpec((n, k), "int8", "4H4W"), "b": TensorSpec((n,), "int32"),
+               "w": TensorSpec((n, k), "int8", "4H4W"), "b": TensorSpec((n,), str(bias.dtype)),
                "m": TensorSpec((n,), "int32"), "s": TensorSpec((n,), "int32")}
     node = Node("linear_q8", ["x", "w", "b", "m", "s"], ["y"], dict(x_zp=-2, out_zp=3, qmin=qmin, qmax=qmax))
     prog = Program(tensors, [node], ["x"], ["y"], {"w": w, "b": bias, "m": mult, "s": shift})

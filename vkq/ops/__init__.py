@@ -14,16 +14,19 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
   eq/ne/lt/le/gt/ge, bitwise_and/or/xor, logical_not, cast, where, embedding   ids and masks (logic.py)
   upsample_bilinear2d x f32 or int8 (N, C, H, W) -> same (N, C, Ho, Wo); attrs out_size, align_corners, scales
   scaled_dot_product_attention   q, k, v f32 [, mask f32/int32] -> f32; attrs scale, causal, mask_kind
-  linear_q8           x int8 4H4W (..., K), weight int8 (N, K), bias int32 (N,),
+  linear_q8           x int8 4H4W (..., K), weight int8 (N, K), bias float64 or int32 (N,),
                       multiplier int32 (N,), shift int32 (N,) -> int8 4H4W (..., N)
                       attrs x_zp, out_zp, qmin, qmax (qmin/qmax carry a fused relu/relu6/clamp)
-                      acc = (x - x_zp) @ weight.T + bias; out = requantize(acc, multiplier, shift, out_zp, qmin, qmax)
+                      acc = (x - x_zp) @ weight.T + B
+                      out = requantize(acc, multiplier, shift, out_zp, qmin, qmax, frac)
+                      with (B, frac) = vkq.quant.split_bias(bias, multiplier): the bias at the accumulator's
+                      scale keeps its fraction (float64; an int32 bias has none)
   linear_q8_fout      x int8 4H4W (..., K), weight int8 (N, K), bias f32 (N,), scale f32 (N,) -> f32 (..., N)
                       attrs x_zp;  out = f32(acc_without_bias) * scale + bias  (scale = x_scale * w_scale[n])
   linear_dynamic      x f32 (..., K), weight int8 (N, K), w_scale f32 (N,), bias f32 (N,) -> f32 (..., N)
                       per-row int8 quantization of x on the device, int8 GEMM, float out
   linear_weight_only  x f32 (..., K), weight int8 (N, K), w_scale f32 (N,), bias f32 (N,) -> f32 (..., N)
-  conv2d_q8           x int8 4W4C (N, C, H, W), weight int8 (OC, C/groups, KH, KW), bias int32 (OC,),
+  conv2d_q8           x int8 4W4C (N, C, H, W), weight int8 (OC, C/groups, KH, KW), bias float64/int32 (OC,),
                       multiplier int32 (OC,), shift int32 (OC,) -> int8 4W4C (N, OC, OH, OW)
                       attrs stride [2], padding [2], dilation [2], groups, x_zp, out_zp, qmin, qmax
                       spatial padding contributes 0 to acc (the padded value is x_zp)

@@ -1,9 +1,11 @@
 """conv2d_q8: int8 2-D convolution on 4W4C tensors, three kernels behind one op.
 
 The op (contract in vkq/ops/__init__.py), per image n:
-    acc[oc, oh, ow] = bias[oc] + sum_{c in group(oc), kh, kw}
+    acc[oc, oh, ow] = B[oc] + sum_{c in group(oc), kh, kw}
                       (xp[c, oh*sh + kh*dh, ow*sw + kw*dw] - x_zp) * weight[oc, c - g*Cg, kh, kw]
-    y[oc, oh, ow]   = requantize(acc, multiplier[oc], shift[oc], out_zp, qmin, qmax)
+    y[oc, oh, ow]   = requantize(acc, multiplier[oc], shift[oc], out_zp, qmin, qmax, frac[oc])
+with (B, frac) = vkq.quant.split_bias(bias, multiplier): bias is float64 at the accumulator's
+scale, its fraction kept (an int32 bias has none).
 xp is x padded by (ph, pw) with x_zp: PyTorch pads the dequantized float with 0, which is the
 int8 value x_zp, so padding adds nothing. OH = (H + 2ph - dh*(KH-1) - 1) // sh + 1, as torch.
 
@@ -49,8 +51,8 @@ import numpy as np
 
 from .. import packing
 from ..device import grid_1d
-from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requant_clamp_params,
-                     requant_tie_free, requantize)
+from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requant_clamp_frac,
+                     requant_clamp_params, requant_tie_free, requantize, shift_word, split_bias)
 from ..registry import register_op
 
 PRODUCT_BITS = 14          # |x * w| <= 128 * 128
@@ -95,18 +97,19 @@ def conv2d_acc(x, weight, stride, padding, dilation, groups, x_zp) -> np.ndarray
 
 def conv2d_q8_params(x_scale, w_scales, out_scale, bias_float=None, activation=None, out_zp=0,
                      bounds=None):
-    """Float quantization parameters -> (bias int32, multiplier int32, shift int32, qmin, qmax).
+    """Float quantization parameters -> (bias float64, multiplier int32, shift int32, qmin, qmax).
 
-    bias[oc] = round(b[oc] / (x_scale * w_scale[oc])) (the accumulator's scale), multiplier and
-    shift ~= x_scale * w_scale[oc] / out_scale (vkq.quant), qmin/qmax apply the fused activation
-    (None, "relu", "relu6", or "hardtanh" with bounds=(lo, hi))."""
+    bias[oc] = b[oc] / (x_scale * w_scale[oc]) (the accumulator's scale, not rounded: its
+    fraction is kept, vkq.quant.split_bias), multiplier and shift ~= x_scale * w_scale[oc] /
+    out_scale (vkq.quant), qmin/qmax apply the fused activation (None, "relu", "relu6", or
+    "hardtanh" with bounds=(lo, hi))."""
     w_scales = np.asarray(w_scales, np.float64).reshape(-1)
     acc_scale = float(x_scale) * w_scales
     if bias_float is None:
-        bias = np.zeros(w_scales.size, np.int32)
+        bias = np.zeros(w_scales.size, np.float64)
     else:
-        b = np.rint(np.asarray(bias_float, np.float64).reshape(-1) / acc_scale)
-        bias = np.clip(b, -(1 << 31), (1 << 31) - 1).astype(np.int32)
+        b = np.asarray(bias_float, np.float64).reshape(-1) / acc_scale
+        bias = np.clip(b, -(1 << 31), (1 << 31) - 1)
     multiplier, shift = quantize_multipliers(acc_scale / float(out_scale))
     qmin, qmax = activation_bounds(activation, out_scale, out_zp, bounds)
     return bias, multiplier, shift, qmin, qmax
@@ -238,20 +241,23 @@ def pack_depthwise(weight, g: ConvGeometry) -> np.ndarray:
     return _words(dense.reshape(g.c4, 4, g.kh, g.kw).transpose(0, 2, 3, 1)).reshape(-1)
 
 
-def pack_channels(bias, multiplier, shift, tile: int) -> np.ndarray:
+def pack_channels(bias, multiplier, shift, tile: int, frac=0) -> np.ndarray:
     """Per output-channel tile of `tile` channels, the epilogue's constants as 4 rows of `tile`
-    words: bias_eff, then requantize_clamped's bound, m and shifts (lshift | rshift << 5), from
-    vkq.quant.requant_clamp_params (shaders/include/conv_epilogue.glsl). Padded channels get
-    bias 0 and m 0: they requantize to the zero point, and their bytes are not stored."""
+    words: bias_eff, then requantize_clamped's bound, m and shifts with the bias fraction
+    (vkq.quant.shift_word: lshift | rshift << 5 | frac; the fraction takes the word's spare bits,
+    so the table and its loads stay as they were), from vkq.quant.requant_clamp_params and
+    requant_clamp_frac (shaders/include/conv_epilogue.glsl). Padded channels get bias 0 and m 0:
+    they requantize to the zero point, and their bytes are not stored."""
     oc = len(bias)
     tiles = -(-oc // tile)
     m = np.zeros(tiles * tile, np.int64)
     s = np.full(tiles * tile, 31, np.int64)
-    m[:oc], s[:oc] = multiplier, shift
-    bound, lshift, m, rshift = requant_clamp_params(m, s)
+    f = np.zeros(tiles * tile, np.int64)
+    m[:oc], s[:oc], f[:oc] = multiplier, shift, frac
+    bound, lshift, mc, rshift = requant_clamp_params(m, s)
     table = np.zeros((tiles * tile, 4), np.int64)
     table[:oc, 0] = bias
-    table[:, 1], table[:, 2], table[:, 3] = bound, m, lshift | (rshift.astype(np.int64) << 5)
+    table[:, 1], table[:, 2], table[:, 3] = bound, mc, shift_word(lshift, rshift, requant_clamp_frac(m, s, f))
     return table.reshape(tiles, tile, 4).transpose(0, 2, 1).reshape(-1).astype(np.int32)
 
 
@@ -392,8 +398,9 @@ def _check_acc_range(beff, g: ConvGeometry, taps: int):
 
 @register_op
 class Conv2dQ8:
-    """int8 conv2d on 4W4C: acc = bias + sum (x - x_zp) * w over each group's channels and the
-    taps (padding reads x_zp), y = requantize(acc, multiplier, shift, out_zp, qmin, qmax).
+    """int8 conv2d on 4W4C: acc = B + sum (x - x_zp) * w over each group's channels and the
+    taps (padding reads x_zp), y = requantize(acc, multiplier, shift, out_zp, qmin, qmax, frac),
+    (B, frac) = split_bias(bias, multiplier) (bias float64 or int32).
 
     Fused epilogues (vkq/passes/fuse_epilogue.py), in this order, each exactly the op it
     replaces, so the reference is the composition:
@@ -407,9 +414,10 @@ class Conv2dQ8:
     def reference(x, weight, bias, multiplier, shift, *extra, stride, padding, dilation, groups,
                   x_zp, out_zp, qmin=INT8_MIN, qmax=INT8_MAX, residual=None, lut=False):
         acc = conv2d_acc(x, weight, stride, padding, dilation, groups, x_zp)
-        acc += np.asarray(bias, np.int64)[:, None, None]
+        whole, frac = split_bias(bias, multiplier)
         per_oc = lambda v: np.asarray(v, np.int64)[:, None, None]
-        y = requantize(acc, per_oc(multiplier), per_oc(shift), out_zp, qmin, qmax)
+        acc += per_oc(whole)
+        y = requantize(acc, per_oc(multiplier), per_oc(shift), out_zp, qmin, qmax, per_oc(frac))
         extra = list(extra)
         if residual is not None:
             from .eltwise import AddQ8
@@ -448,9 +456,11 @@ class Conv2dQ8:
         x_zp = int(a["x_zp"])
         if not INT8_MIN <= x_zp <= INT8_MAX:
             raise ValueError(f"conv2d_q8: x_zp must be in [-128, 127], got {x_zp}")
-        beff = bias_eff(weight, ctx.constant(b_name), x_zp)
+        mult, shift = ctx.constant(m_name), ctx.constant(s_name)
+        whole, frac = split_bias(ctx.constant(b_name), mult)
+        beff = bias_eff(weight, whole, x_zp)
         _check_acc_range(beff, g, g.cg * g.kh * g.kw)
-        chan = (beff, ctx.constant(m_name), ctx.constant(s_name))
+        chan = (beff, mult, shift)
         zp_word = int(np.full(4, x_zp, np.int8).view("<i4")[0])
         outq = epilogue_push(a)
         G, defines, local = _lane_group(ctx.device)
@@ -473,7 +483,7 @@ class Conv2dQ8:
             push = (*shapes, c4_count, g.cg, g.ocg, zp_word, *outq)
             tiles = cdiv(g.ow, 4) * cdiv(g.oh, th)          # one column block x th rows each
             lane_groups = g.n * cdiv(g.oc, toc) * cdiv(tiles, G)
-            table = pack_channels(*chan, toc)
+            table = pack_channels(*chan, toc, frac)
         elif kernel == "conv2d_depthwise":
             th, tb = _depthwise_tiles(g, G)
             wwords = pack_depthwise(weight, g)
@@ -482,7 +492,7 @@ class Conv2dQ8:
             push = (*shapes, zp_word, *outq)
             tiles = cdiv(cdiv(g.ow, 4), tb) * cdiv(g.oh, th)  # tb column blocks x th rows each
             lane_groups = g.n * g.c4 * cdiv(tiles, G)
-            table = pack_channels(*chan, 4)
+            table = pack_channels(*chan, 4, frac)
         else:
             tb, toc = _pointwise_tiles(g, G)
             wwords, _ = pack_general(weight, g, toc)
@@ -491,14 +501,15 @@ class Conv2dQ8:
             wblock, cblock = toc, 4 * toc                 # per (channel tile, c4 block); per channel tile
             push = (*shapes, *outq)
             lane_groups = g.n * cdiv(g.oc, toc) * cdiv(g.oh * cdiv(g.ow, 4), tb * G)
-            table = pack_channels(*chan, toc)
+            table = pack_channels(*chan, toc, frac)
 
         bufs = [io[0], ctx.const_buffer(lane_major(wwords, wblock, G)), ctx.const_buffer(lane_major(table, cblock, G)),
                 io[1], *epilogue_bufs]
         local = _local_size(local, ctx.device.info.shuffle_lanes or 1, lane_groups * G)
         res = a.get("residual")
-        ties = (int(not requant_tie_free(ctx.constant(m_name), ctx.constant(s_name))),
-                int(res is None or not requant_tie_free(res["multiplier"], res["shift"])))
+        ties = (int(not requant_tie_free(mult, shift, frac)),
+                int(res is None or not requant_tie_free(res["multiplier"], res["shift"])),
+                int(bool(np.any(frac))))     # FRAC: the fraction's add only where there is one
         return [ctx.device.dispatch(kernel, bufs, grid_1d(lane_groups * G, local), local=(local,),
                                     spec=(*spec, *ties), push=push, defines=defines)]
 

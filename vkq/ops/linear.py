@@ -28,7 +28,8 @@ import numpy as np
 
 from ..device import grid_1d
 from ..packing import as_nchw
-from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requant_clamp_params, requantize
+from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requant_clamp_frac, requant_clamp_params,
+                     requantize, shift_word, split_bias)
 from ..registry import register_op
 
 # Share x across a subgroup with subgroupShuffle (off: the PLAIN variants, no subgroup operations).
@@ -55,20 +56,20 @@ def _up4(n: int) -> int:
 
 def linear_q8_params(x_scale, w_scales, out_scale, bias_float=None, activation=None, out_zp=0):
     """Float quantization parameters -> the integer constants and attrs of linear_q8:
-    (bias int32 (N,), multiplier int32 (N,), shift int32 (N,), qmin, qmax).
+    (bias float64 (N,), multiplier int32 (N,), shift int32 (N,), qmin, qmax).
 
-    bias[n] = rint(b[n] / (x_scale * w_scale[n]))   (the accumulator's scale, as PyTorch does)
+    bias[n] = b[n] / (x_scale * w_scale[n])   (the accumulator's scale, not rounded: its fraction
+                                              is kept, vkq.quant.split_bias)
     multiplier, shift = quantize_multipliers(x_scale * w_scale[n] / out_scale)
     activation: None, "relu", "relu6" or ("hardtanh", lo, hi), fused as (qmin, qmax)."""
     w_scales = np.atleast_1d(np.asarray(w_scales, dtype=np.float64))
     acc_scale = float(x_scale) * w_scales
     if bias_float is None:
-        bias = np.zeros(w_scales.shape, np.int32)
+        bias = np.zeros(w_scales.shape, np.float64)
     else:
-        b = np.rint(np.asarray(bias_float, dtype=np.float64) / acc_scale)
-        if np.any(b < INT32_MIN) or np.any(b > INT32_MAX):
+        bias = np.asarray(bias_float, dtype=np.float64) / acc_scale
+        if not np.all(np.abs(np.rint(bias)) <= INT32_MAX):
             raise ValueError("bias does not fit int32 at the accumulator's scale")
-        bias = b.astype(np.int32)
     m, s = quantize_multipliers(acc_scale / float(out_scale))
     name, bounds = (activation[0], tuple(activation[1:])) if isinstance(activation, (tuple, list)) else (activation, None)
     qmin, qmax = activation_bounds(name, float(out_scale), int(out_zp), bounds)
@@ -256,29 +257,33 @@ def _rows(shape) -> int:
 
 @register_op
 class LinearQ8:
-    """int8 x (..., K) 4H4W, weight int8 (N, K), bias int32 (N,), multiplier/shift int32 (N,)
-    -> int8 (..., N) 4H4W:  out = requantize((x - x_zp) @ W^T + bias, multiplier, shift,
-    out_zp, qmin, qmax). On the device bias_eff = bias - x_zp * wsum is folded at build time."""
+    """int8 x (..., K) 4H4W, weight int8 (N, K), bias float64 or int32 (N,), multiplier/shift
+    int32 (N,) -> int8 (..., N) 4H4W:  out = requantize((x - x_zp) @ W^T + B, multiplier, shift,
+    out_zp, qmin, qmax, frac), (B, frac) = split_bias(bias, multiplier). On the device
+    bias_eff = B - x_zp * wsum is folded at build time."""
     name = "linear_q8"
     shaders = ("linear_q8", "linear_gemv")
 
     def reference(x, weight, bias, multiplier, shift, *, x_zp, out_zp, qmin=INT8_MIN, qmax=INT8_MAX):
-        acc = (x.astype(np.int64) - x_zp) @ weight.astype(np.int64).T + bias.astype(np.int64)
-        return requantize(acc, multiplier, shift, out_zp, qmin, qmax)
+        whole, frac = split_bias(bias, multiplier)
+        acc = (x.astype(np.int64) - x_zp) @ weight.astype(np.int64).T + whole
+        return requantize(acc, multiplier, shift, out_zp, qmin, qmax, frac)
 
     def build(ctx, node):
         x, _, bname, mname, sname = node.inputs
         a = node.attrs
         rows4, h, k = _int8_input(ctx.spec(x))
         w = _weight(ctx, node, k)
-        bias_eff = ctx.constant(bname).astype(np.int64) - int(a["x_zp"]) * w.sum(axis=1, dtype=np.int64)
+        mult, shift = ctx.constant(mname), ctx.constant(sname)
+        whole, frac = split_bias(ctx.constant(bname), mult)
+        bias_eff = whole - int(a["x_zp"]) * w.sum(axis=1, dtype=np.int64)
         if bias_eff.min() < INT32_MIN or bias_eff.max() > INT32_MAX:
             raise ValueError(f"{node.name}: bias - x_zp * sum(w) overflows int32")
-        # requantize_clamped's constants (requant.glsl): (bias_eff, bound, m, lshift | rshift << 8)
-        bound, lshift, m, rshift = requant_clamp_params(ctx.constant(mname), ctx.constant(sname))
-        cols = [bias_eff, bound, m, lshift | (rshift << 8)]
+        # requantize_clamped's constants (requant.glsl): (bias_eff, bound, m, lshift | rshift << 5 | frac)
+        bound, lshift, m, rshift = requant_clamp_params(mult, shift)
+        cols = [bias_eff, bound, m, shift_word(lshift, rshift, requant_clamp_frac(mult, shift, frac))]
         return [_gemm_q8(ctx, ("OUT_Q8",), ctx.buffer(x), rows4, h, k, w, cols, ctx.buffer(node.outputs[0]),
-                         fill=(0, 0, 0, 1 << 8),   # padding columns: m = 0 with a valid shift
+                         fill=(0, 0, 0, 1 << 5),   # padding columns: m = 0 with a valid shift
                          push_tail=(a["out_zp"], a.get("qmin", INT8_MIN), a.get("qmax", INT8_MAX)))]
 
 

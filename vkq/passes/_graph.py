@@ -198,6 +198,9 @@ def const_value(gm: GraphModule, node) -> torch.Tensor | None:
     return obj.detach() if isinstance(obj, torch.Tensor) else None
 
 
+HOST_FLOAT64 = "vkq_host_float64"   # a get_attr whose float64 value the program keeps as float64
+
+
 def add_constant(gm: GraphModule, hint: str, value, before: Node) -> Node:
     """Register `value` (numpy or torch) as a buffer of gm and return a get_attr node for it,
     inserted before `before`."""

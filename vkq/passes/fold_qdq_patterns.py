@@ -1,7 +1,7 @@
 """fold_qdq_patterns: dequantize -> op -> quantize becomes one vkq integer op.
 
     dq(x_q) -> conv2d(., dq(w_q), b) -> q(s_o, zp_o, qmin, qmax)
-        ->  conv2d_q8(x_q, w_q, bias_i32, multiplier, shift; stride, ..., x_zp, out_zp, qmin, qmax)
+        ->  conv2d_q8(x_q, w_q, bias_f64, multiplier, shift; stride, ..., x_zp, out_zp, qmin, qmax)
 
 The new node is an FX call to vkq_target(op) whose args are the int8 input(s) and get_attr
 constants (int8 weights, int32 bias = round(b / (s_x * s_w)), fixed-point multipliers) and whose
@@ -39,8 +39,8 @@ import torch
 from torch.fx import GraphModule, Node
 
 from ..quant import INT8_MAX, INT8_MIN
-from ._graph import (CHOOSE_QPARAMS, DEQUANTIZE, DEQUANTIZE_CHANNEL, DEQUANTIZE_TENSOR, PERMUTES, QUANTIZE,
-                     QUANTIZE_TENSOR, UNARY_ELEMENTWISE, add_constant, arg, aten, finish, is_call, op_name,
+from ._graph import (CHOOSE_QPARAMS, DEQUANTIZE, DEQUANTIZE_CHANNEL, DEQUANTIZE_TENSOR, HOST_FLOAT64, PERMUTES,
+                     QUANTIZE, QUANTIZE_TENSOR, UNARY_ELEMENTWISE, add_constant, arg, aten, finish, is_call, op_name,
                      pair, q_args, qd, reject, set_val, shape_of, unary_operand, vkq_target)
 from .fold_constants import evaluate_constant
 
@@ -223,12 +223,20 @@ def fold_conv(gm, conv: Node):
         return b
     from ..ops.conv import conv2d_q8_params
     out = q_args(q)
-    b32, mult, shift, _, _ = conv2d_q8_params(x.scale, ws, out["scale"], b, None, out["zero_point"])
+    bacc, mult, shift, _, _ = conv2d_q8_params(x.scale, ws, out["scale"], b, None, out["zero_point"])
     attrs = {"stride": pair(arg(conv, 3, "stride", 1)), "padding": pair(padding),
              "dilation": pair(arg(conv, 5, "dilation", 1)), "groups": int(arg(conv, 6, "groups", 1)),
              "x_zp": x.zero_point, **_out(q)}
-    return emit_for_q(gm, q, "conv2d_q8", [x.node],
-                      {"weight": wq, "bias": b32, "multiplier": mult, "shift": shift}, attrs, hint=conv.name)
+    consts = {"weight": wq, "bias": bacc, "multiplier": mult, "shift": shift}
+    return _exact_bias(emit_for_q(gm, q, "conv2d_q8", [x.node], consts, attrs, hint=conv.name))
+
+
+def _exact_bias(node: Node) -> Node:
+    """node (conv2d_q8 / linear_q8, inputs x, weight, bias, ...) keeps its bias at the
+    accumulator's scale in float64: the op splits off its fraction (vkq.quant.split_bias), and
+    float32 would round that fraction (a bias of 2^20 accumulator units keeps only 1/8 of one)."""
+    node.args[2].meta[HOST_FLOAT64] = True
+    return node
 
 
 def fold_linear(gm, lin: Node):
@@ -257,12 +265,12 @@ def fold_linear(gm, lin: Node):
     from ..ops.linear import linear_q8_params
     out = q_args(q)
     try:
-        b32, mult, shift, _, _ = linear_q8_params(x.scale, ws, out["scale"], b, None, out["zero_point"])
+        bacc, mult, shift, _, _ = linear_q8_params(x.scale, ws, out["scale"], b, None, out["zero_point"])
     except ValueError as e:
         return str(e)
-    return emit_for_q(gm, q, "linear_q8", [x.node],
-                      {"weight": wq, "bias": b32, "multiplier": mult, "shift": shift},
-                      {"x_zp": x.zero_point, **_out(q)}, hint=lin.name)
+    return _exact_bias(emit_for_q(gm, q, "linear_q8", [x.node],
+                                  {"weight": wq, "bias": bacc, "multiplier": mult, "shift": shift},
+                                  {"x_zp": x.zero_point, **_out(q)}, hint=lin.name))
 
 
 def _fold_float_linear(gm, lin, wq, ws, b):
