@@ -26,7 +26,7 @@ def conv_net(rng) -> Program:
                "h": spec(("s0", oc, oh, ow), "int8", "4W4C", 0.04, -128),
                "o": spec(("s0", 7, oh, ow), "int8", "4W4C", 0.05, 3),
                "y": TensorSpec(("s0", 7, oh, ow))}
-    tensors.update({k: TensorSpec(v.shape, "int8" if v.dtype == np.int8 else "int32",
+    tensors.update({k: TensorSpec(v.shape, str(v.dtype),     # int8 weights, float64 bias, int32 m and s
                                   "4W4C" if v.dtype == np.int8 else None) for k, v in consts.items()})
     conv = dict(stride=[2, 2], padding=[1, 1], dilation=[1, 1], groups=1)
     nodes = [Node("quantize", ["x"], ["q"], {"scale": 0.05, "zero_point": 2}),

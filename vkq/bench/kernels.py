@@ -112,11 +112,17 @@ def executor_steps(device, program, inputs, verify: bool):
     return [step for seg in ex.segments if seg[0] == "vulkan" for step in seg[1].steps]
 
 
+def _device_bytes(spec) -> int:
+    """A tensor's bytes on the device (int8 packed). A float64 host constant (a bias that keeps
+    its fraction) reaches the device inside the op's int32 per-channel table, a word an element."""
+    return 4 * (int(np.prod(spec.shape)) if spec.dtype == "float64" else spec.device_words())
+
+
 def program_bytes(program) -> int:
     """Bytes a program's nodes must move at least: every tensor they read or write (inputs,
-    weights and per-channel tables, outputs) once, at its size on the device (int8 packed)."""
+    weights and per-channel tables, outputs) once, at its size on the device."""
     names = dict.fromkeys(t for n in program.nodes for t in n.inputs + n.outputs)
-    return sum(program.tensors[t].device_words() * 4 for t in names)
+    return sum(_device_bytes(program.tensors[t]) for t in names)
 
 
 def vkq_records(s: Settings, name, shape, dtype, program, inputs, ops, compute, verify, kind,
@@ -126,7 +132,7 @@ def vkq_records(s: Settings, name, shape, dtype, program, inputs, ops, compute, 
     targets hold the kernel to (vkq.bench.report.targets): "gemm", "gemv", "depthwise",
     "memory", or "" for none."""
     runs = paths(s.device) if on_paths else [("vulkan", s.device)]
-    largest = max(program.tensors[t].device_words() * 4 for n in program.nodes for t in n.inputs + n.outputs)
+    largest = max(_device_bytes(program.tensors[t]) for n in program.nodes for t in n.inputs + n.outputs)
     out = []
     for backend, dev in runs:
         steps = executor_steps(dev, program, inputs, verify)
