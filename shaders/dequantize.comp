@@ -2,28 +2,70 @@
 #extension GL_GOOGLE_include_directive : require
 // packed int8 -> float NCHW per tensor: x = float(q - zero_point) * scale.
 // One invocation reads one int32 word and writes its (up to) four values.
+// VEC (W % 4 == 0; ROW: numel % 4 == 0): one invocation reads one ivec4 block and writes its 16
+// values as four vec4 stores (quantize.comp says why).
+//! variant
+//! variant VEC
 #include "common.glsl"
 #include "int8x4.glsl"
 
 layout(constant_id = 3) const int LAYOUT = LAYOUT_4W4C;
+// The shape (N, C, H, W) as specialization constants (quantize.comp says why).
+layout(constant_id = 4) const int SN = 1;
+layout(constant_id = 5) const int SC = 1;
+layout(constant_id = 6) const int SH = 1;
+layout(constant_id = 7) const int SW = 1;
 
+#ifdef VEC
+layout(std430, binding = 0) readonly buffer In { ivec4 q[]; };
+layout(std430, binding = 1) writeonly buffer Out { vec4 x[]; };
+#else
 layout(std430, binding = 0) readonly buffer In { int q[]; };
 layout(std430, binding = 1) writeonly buffer Out { float x[]; };
+#endif
 layout(push_constant) uniform Params {
-    ivec4 shape;  // N, C, H, W
     float scale;
     int zero_point;
 } p;
 
+#ifdef VEC
+vec4 dequantize4(ivec4 v) {
+    precise vec4 t = vec4(v - p.zero_point) * p.scale;
+    return t;
+}
+
 void main() {
-    int i = linear_invocation();
-    if (i >= packed_words(LAYOUT, p.shape)) return;
-    ivec4 v = unpack_int8x4(q[i]);
-    for (int b = 0; b < 4; ++b) {
-        ivec4 e = int8x4_element(LAYOUT, i, b, p.shape);
-        if (in_bounds(e, p.shape)) {
-            precise float t = float(v[b] - p.zero_point) * p.scale;
-            x[nchw_offset(e, p.shape)] = t;
+    const ivec4 SHAPE = ivec4(SN, SC, SH, SW);
+    int j = linear_invocation();
+    if (4 * j >= packed_words(LAYOUT, SHAPE)) return;
+    ivec4 words = q[j];
+    if (LAYOUT == LAYOUT_ROW) {
+        int n4 = SN * SC * SH * SW / 4;
+        for (int r = 0; r < 4; ++r)
+            if (4 * j + r < n4) x[4 * j + r] = dequantize4(unpack_int8x4(words[r]));
+    } else {
+        ivec4 e = int8x4_element(LAYOUT, 4 * j, 0, SHAPE);
+        for (int k = 0; k < 4; ++k) {
+            ivec4 ek = LAYOUT == LAYOUT_4W4C ? e + ivec4(0, k, 0, 0) : e + ivec4(0, 0, k, 0);
+            if (!in_bounds(ek, SHAPE)) continue;
+            // 4W4C: byte k of each word is channel e.y + k at the word's width
+            ivec4 v = LAYOUT == LAYOUT_4W4C ? (words << (24 - 8 * k)) >> 24 : unpack_int8x4(words[k]);
+            x[nchw_offset(ek, SHAPE) / 4] = dequantize4(v);
         }
     }
 }
+#else
+void main() {
+    const ivec4 SHAPE = ivec4(SN, SC, SH, SW);
+    int i = linear_invocation();
+    if (i >= packed_words(LAYOUT, SHAPE)) return;
+    ivec4 v = unpack_int8x4(q[i]);
+    for (int b = 0; b < 4; ++b) {
+        ivec4 e = int8x4_element(LAYOUT, i, b, SHAPE);
+        if (in_bounds(e, SHAPE)) {
+            precise float t = float(v[b] - p.zero_point) * p.scale;
+            x[nchw_offset(e, SHAPE)] = t;
+        }
+    }
+}
+#endif

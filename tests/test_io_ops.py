@@ -13,8 +13,10 @@ from vkq.quant import (dequantize, quantize, quantize_multipliers, requant_clamp
 
 from oputil import assert_same, run_both, single_op_program, spec
 
-SHAPES = [(1,), (3,), (17,), (5, 7), (2, 3, 5), (1, 3, 5, 7), (2, 17, 3, 5), (1, 1, 1, 1), (2, 5, 1, 9)]
-HIGH_RANK = [(2, 3, 5, 1, 7), (1, 2, 3, 2, 5, 3)]      # ROW only
+# the last four have W % 4 == 0 (or numel % 4 == 0): quantize/dequantize take their VEC variant
+SHAPES = [(1,), (3,), (17,), (5, 7), (2, 3, 5), (1, 3, 5, 7), (2, 17, 3, 5), (1, 1, 1, 1), (2, 5, 1, 9),
+          (2, 5, 3, 8), (3, 12), (1, 6, 7, 4), (1, 3, 2, 2)]
+HIGH_RANK = [(2, 3, 5, 1, 7), (1, 2, 3, 2, 5, 3), (2, 3, 5, 1, 8)]      # ROW only
 QPARAMS = [(0.05, 3), (0.02, -128), (0.1, 127), (1 / 3, 0)]
 
 

@@ -17,6 +17,18 @@ def _nchw(spec):
     return packing.shader_nchw(spec.shape, spec.layout)
 
 
+def _io_dispatch(ctx, shader, buffers, spec, push):
+    """One quantize/dequantize dispatch; the shape is specialization constants. VEC (an ivec4
+    block an invocation, float vec4s) where every vec4 of the float side lies within one row:
+    W % 4 == 0 for the blocked layouts, numel % 4 == 0 for ROW."""
+    n, c, h, w = _nchw(spec)
+    vec = (n * c * h * w if spec.layout == "ROW" else w) % 4 == 0
+    words = spec.device_words()
+    return ctx.device.dispatch(
+        shader, buffers, grid_1d(words // 4 if vec else words, LOCAL), local=(LOCAL,),
+        spec=(LAYOUT_IDS[spec.layout], n, c, h, w), push=push, defines=["VEC"] if vec else [])
+
+
 @register_op
 class Quantize:
     """float32 -> int8 per tensor (round half to even, clamp), written packed in the
@@ -31,11 +43,8 @@ class Quantize:
     def build(ctx, node):
         x, q = node.inputs[0], node.outputs[0]
         spec, a = ctx.spec(q), node.attrs
-        return [ctx.device.dispatch(
-            "quantize", [ctx.buffer(x), ctx.buffer(q)], grid_1d(spec.device_words(), LOCAL),
-            local=(LOCAL,), spec=(LAYOUT_IDS[spec.layout],),
-            push=(_nchw(spec), inverse_scale(a["scale"]), a["zero_point"],
-                  a.get("qmin", INT8_MIN), a.get("qmax", INT8_MAX)))]
+        return [_io_dispatch(ctx, "quantize", [ctx.buffer(x), ctx.buffer(q)], spec,
+                             (inverse_scale(a["scale"]), a["zero_point"], a.get("qmin", INT8_MIN), a.get("qmax", INT8_MAX)))]
 
 
 @register_op
@@ -51,7 +60,5 @@ class Dequantize:
     def build(ctx, node):
         q, x = node.inputs[0], node.outputs[0]
         spec, a = ctx.spec(q), node.attrs
-        return [ctx.device.dispatch(
-            "dequantize", [ctx.buffer(q), ctx.buffer(x)], grid_1d(spec.device_words(), LOCAL),
-            local=(LOCAL,), spec=(LAYOUT_IDS[spec.layout],),
-            push=(_nchw(spec), np.float32(a["scale"]), a["zero_point"]))]
+        return [_io_dispatch(ctx, "dequantize", [ctx.buffer(q), ctx.buffer(x)], spec,
+                             (np.float32(a["scale"]), a["zero_point"]))]
