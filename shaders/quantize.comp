@@ -4,23 +4,18 @@
 //   q = clamp(roundEven(x * inv_scale) + zero_point, qmin, qmax)
 // One invocation writes one int32 word (four values); padding bytes are 0.
 // VEC (W % 4 == 0; ROW: numel % 4 == 0): one invocation writes one ivec4 block (16 values) from
-// four vec4 loads, so every float is read once as part of a vec4 and every block stored whole
-// (4W4C transposes the four channels' vec4s into the block's four words). On lavapipe a buffer
-// access costs ~150 instructions per 8 lanes for a word and ~340 for a vec4. 4 MiB (4W4C, same
-// run): 10.2 -> 7.6 ms (0.25 of copy bandwidth); dequantize 8.7 -> 4.4-6.9 ms.
+// four vec4 loads, so every float is read once as part of a vec4, every block stored whole and
+// the word -> element divisions done once per 16 values (4W4C transposes the four channels'
+// vec4s into the block's four words). On lavapipe a buffer access costs ~150 instructions per 8
+// lanes for a word and ~340 for a vec4, and a division by a push constant runs lane by lane.
+// 4 MiB (4W4C), same run: 14.4-20 -> 7.3-7.9 ms. The shape as specialization constants gave the
+// same with VEC (10.2 ms without it), at the price of a pipeline per shape in a dynamic program.
 //! variant
 //! variant VEC
 #include "common.glsl"
 #include "int8x4.glsl"
 
 layout(constant_id = 3) const int LAYOUT = LAYOUT_4W4C;
-// The shape (N, C, H, W) as specialization constants, a pipeline per shape: the word -> element
-// divisions become multiplies (CPU drivers run a division by a push constant lane by lane: with
-// the shape as push constants 4 MiB took 14.5 ms, with constants 10.2 ms).
-layout(constant_id = 4) const int SN = 1;
-layout(constant_id = 5) const int SC = 1;
-layout(constant_id = 6) const int SH = 1;
-layout(constant_id = 7) const int SW = 1;
 
 #ifdef VEC
 layout(std430, binding = 0) readonly buffer In { vec4 x[]; };
@@ -30,6 +25,7 @@ layout(std430, binding = 0) readonly buffer In { float x[]; };
 layout(std430, binding = 1) writeonly buffer Out { int q[]; };
 #endif
 layout(push_constant) uniform Params {
+    ivec4 shape;  // N, C, H, W
     float inv_scale;  // float32(1 / scale), as PyTorch forms it
     int zero_point, qmin, qmax;
 } p;
@@ -41,12 +37,12 @@ ivec4 quantize4(vec4 v) {
 }
 
 void main() {
-    const ivec4 SHAPE = ivec4(SN, SC, SH, SW);
+    ivec4 SHAPE = p.shape;
     int j = linear_invocation();
     if (4 * j >= packed_words(LAYOUT, SHAPE)) return;
     ivec4 words = ivec4(0);
     if (LAYOUT == LAYOUT_ROW) {               // words 4j..4j+3 hold floats 16j..16j+15
-        int n4 = SN * SC * SH * SW / 4;
+        int n4 = SHAPE.x * SHAPE.y * SHAPE.z * SHAPE.w / 4;
         for (int r = 0; r < 4; ++r)
             if (4 * j + r < n4) words[r] = pack_int8x4(quantize4(x[4 * j + r]));
     } else {
@@ -66,7 +62,7 @@ void main() {
 }
 #else
 void main() {
-    const ivec4 SHAPE = ivec4(SN, SC, SH, SW);
+    ivec4 SHAPE = p.shape;
     int i = linear_invocation();
     if (i >= packed_words(LAYOUT, SHAPE)) return;
     ivec4 v = ivec4(0);

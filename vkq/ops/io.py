@@ -18,15 +18,15 @@ def _nchw(spec):
 
 
 def _io_dispatch(ctx, shader, buffers, spec, push):
-    """One quantize/dequantize dispatch; the shape is specialization constants. VEC (an ivec4
-    block an invocation, float vec4s) where every vec4 of the float side lies within one row:
+    """One quantize/dequantize dispatch. VEC (an ivec4 block an invocation, float vec4s) where
+    every vec4 of the float side lies within one row:
     W % 4 == 0 for the blocked layouts, numel % 4 == 0 for ROW."""
     n, c, h, w = _nchw(spec)
     vec = (n * c * h * w if spec.layout == "ROW" else w) % 4 == 0
     words = spec.device_words()
     return ctx.device.dispatch(
         shader, buffers, grid_1d(words // 4 if vec else words, LOCAL), local=(LOCAL,),
-        spec=(LAYOUT_IDS[spec.layout], n, c, h, w), push=push, defines=["VEC"] if vec else [])
+        spec=(LAYOUT_IDS[spec.layout],), push=((n, c, h, w), *push), defines=["VEC"] if vec else [])
 
 
 @register_op
