@@ -306,8 +306,26 @@ def _int8_step(ctx, node, g: Gather, first: bool):
                           "FILL" if first else "KEEP", len(dims), g.sbase, fill)
 
 
+def _blocks_step(ctx, node):
+    """4W4C <-> 4H4W of one shape: shaders/repack_blocks.comp, a 4x4x4 cube an invocation
+    (the general gather builds every byte on its own); None where that is not this node."""
+    if node.op != "repack":
+        return None
+    si, so = ctx.spec(node.inputs[0]), ctx.spec(node.outputs[0])
+    if {si.layout, so.layout} != {"4W4C", "4H4W"} or si.dtype != "int8" or tuple(si.shape) != tuple(so.shape):
+        return None
+    n, c, h, w = packing.as_nchw(so.shape)
+    blocks = n * -(-c // 4) * -(-h // 4) * -(-w // 4)
+    return ctx.device.dispatch("repack_blocks", [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])],
+                               grid_1d(blocks, LOCAL), local=(LOCAL,), push=((n, c, h, w),),
+                               defines=["TO_" + so.layout])
+
+
 def build(ctx, node):
     tensors = {t: ctx.spec(t) for t in node.inputs + node.outputs}
+    blocks = _blocks_step(ctx, node)
+    if blocks is not None:
+        return [blocks]
     reason = _decline(node, tensors)
     if reason:
         raise ValueError(f"{node.name}: {reason}")
@@ -349,7 +367,7 @@ def _op(name, reference, doc, shaders=("float_copy", "repack"), build_fn=build, 
 
 _op("reshape", reshape, "Row-major reshape (view, flatten, squeeze, unsqueeze) of any dtype.")
 _op("repack", repack, "int8 from one packed layout into another (4W4C, 4H4W, ROW), optionally reshaped "
-                      "row-major to `shape`.", ("repack",))
+                      "row-major to `shape`.", ("repack", "repack_blocks"))
 _op("permute", permute, "Permute the dims of any dtype.")
 _op("transpose", transpose, "Swap two dims of any dtype.")
 _op("expand", expand, "Broadcast to a shape (numpy rules), materialised; any dtype.")
