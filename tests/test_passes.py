@@ -13,7 +13,7 @@ from torch import nn
 import vkq.ops.cpu  # noqa: F401  (CPU ops register on import)
 from vkq import api
 from vkq.passes import PIPELINE, run_pipeline
-from vkq.passes._graph import HOST_FLOAT64, QUANTIZE, DEQUANTIZE, is_vkq, record_shapes, vkq_op_of
+from vkq.passes._graph import HOST_FLOAT64, QUANTIZE, DEQUANTIZE, is_vkq, op_name, record_shapes, vkq_op_of
 from vkq.passes.assign_layouts import assign_layouts
 from vkq.passes.drop_cancelling_qdq import drop_cancelling_qdq
 from vkq.passes.drop_guards import drop_guards
@@ -339,6 +339,37 @@ def test_fold_constants_float_weights_for_cpu_ops():
     (conv,) = [n for n in work.graph.nodes if n.target == aten.conv2d.default]
     assert conv.args[1].op == "get_attr" and getattr(work, conv.args[1].target).dtype == torch.float32
     same_numbers(gm, work, x)
+
+
+def test_fold_constants_tensor_factories(device):
+    """x.new_zeros / zeros_like / new_full take x for its dtype and shape only: with a static
+    shape they (and the float work on them alone: Swin's attention mask) are constants, so
+    nothing runs on the CPU; the numbers stay the same."""
+    from vkq.lower import lower
+    from vkq.registry import get_op
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(3, 4, 3)
+
+        def forward(self, x):
+            y = self.c(x)
+            mask = y.new_zeros((5, 5)) + torch.zeros_like(y[0, 0]) + y.new_full((5, 5), 2.0)
+            mask = mask.masked_fill(torch.ones_like(mask).tril() != 0, -1.0)
+            return y + mask
+    x = torch.randn(1, 3, 7, 7)
+    gm, work = prepared(M(), x, upto=fold_constants)
+    names = {op_name(t) for t in targets(work)}
+    assert {"aten.new_zeros", "aten.zeros_like", "aten.new_full", "aten.ones_like"} <= names
+    assert fold_constants(work)
+    names = {op_name(t) for t in targets(work)}
+    assert not names & {"aten.new_zeros", "aten.zeros_like", "aten.new_full", "aten.ones_like"}
+    same_numbers(gm, work, x)
+    program = lower(converted(M(), x), (x,))
+    assert all(get_op(n.op).on_vulkan for n in program.nodes), [n.op for n in program.nodes]
+    from vkq.executor import VulkanExecutor, run_reference
+    np.testing.assert_array_equal(VulkanExecutor(program, device)(x.numpy()), run_reference(program, x.numpy()))
 
 
 def test_inline_wrappers_splices_no_grad_and_autocast_blocks():

@@ -33,9 +33,7 @@ from vkq.registry import get_op
 warnings.filterwarnings("ignore")
 
 # What keeps nodes on the CPU today.
-CPU_NODES_LEFT = {
-    "swin": "aten.new_zeros (the shifted-window attention mask, built at run time from nothing)",
-}
+CPU_NODES_LEFT: dict = {}    # (Swin's x.new_zeros mask is a constant now: fold_constants)
 VULKAN_FAILS: dict = {}
 # Random-weight networks amplify one-step differences layer by layer (PT2E itself is at 0.73-0.97
 # with fp32 on them). With the bias's fraction in the requantization (vkq/quant.py:split_bias) every

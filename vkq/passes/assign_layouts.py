@@ -78,7 +78,7 @@ def _choose(node: Node, memo: dict) -> str:
     op = vkq_op_of(node)
     if op in OUTPUT_LAYOUT:
         return OUTPUT_LAYOUT[op]
-    if op in FOLLOW:
+    if op in FOLLOW and _activation_inputs(node):     # (an op on constants alone has none)
         first = _activation_inputs(node)[0]
         return first.meta.get(KEY) or default_layout(first)
     return _wanted(node, memo) or default_layout(node)

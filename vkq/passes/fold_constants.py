@@ -5,19 +5,43 @@ float work for CPU ops: a dequantize_per_channel of a weight feeding a float con
 of a parameter, ... Each such node becomes one get_attr buffer holding its value, so the
 Program carries the float constant and the CPU op does not redo it on every call.
 vkq op nodes and the q/dq of activations are not constant subgraphs and are left alone.
+
+A tensor factory that takes a tensor only for its dtype, device or shape (`x.new_zeros(size)`,
+`zeros_like(x)`, ...) is a constant too where that shape is static: Swin builds its
+shifted-window attention mask from `x.new_zeros(...)`, which was its one CPU node.
 """
 from __future__ import annotations
 
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import add_constant, const_value, finish, is_vkq, set_val
+from ._graph import add_constant, const_value, finish, is_vkq, op_name, set_val
+
+# value from the arguments alone; a tensor argument gives only dtype, device or shape
+FACTORIES = {"aten.new_zeros", "aten.new_ones", "aten.new_full", "aten.zeros_like", "aten.ones_like",
+             "aten.full_like"}
+
+
+def _static(node: Node) -> bool:
+    """node's recorded value is a tensor of static shape (not symbolic)."""
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in val.shape)
+
+
+def _stand_in(node: Node) -> torch.Tensor:
+    """An uninitialised tensor of node's static shape and dtype: all a factory reads of it."""
+    val = node.meta["val"]
+    return torch.empty(tuple(val.shape), dtype=val.dtype)
+
+
+def _is_factory(node: Node) -> bool:
+    return (node.op == "call_function" and op_name(node.target) in FACTORIES
+            and all(_static(a) for a in node.all_input_nodes))
 
 
 def _is_foldable(node: Node) -> bool:
-    return (node.op == "call_function" and not is_vkq(node) and node.users
-            and all(a.op == "get_attr" for a in node.all_input_nodes)
-            and "val" in node.meta and isinstance(node.meta["val"], torch.Tensor))
+    return (node.op == "call_function" and not is_vkq(node) and node.users and _static(node)
+            and (_is_factory(node) or all(a.op == "get_attr" for a in node.all_input_nodes)))
 
 
 def evaluate_constant(gm: GraphModule, node, _depth: int = 0):
@@ -28,9 +52,10 @@ def evaluate_constant(gm: GraphModule, node, _depth: int = 0):
         return const_value(gm, node)
     if node.op != "call_function" or is_vkq(node) or _depth > 50:
         return None
+    factory = _is_factory(node)
     env = {}
     for a in node.all_input_nodes:
-        v = evaluate_constant(gm, a, _depth + 1)
+        v = _stand_in(a) if factory else evaluate_constant(gm, a, _depth + 1)
         if v is None:
             return None
         env[a] = v
