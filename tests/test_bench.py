@@ -51,7 +51,8 @@ def test_quick_run(device, tmp_path, capfd):
             assert r["roofline_fraction"] == pytest.approx(r["gops"] / r["roof_gops"], rel=1e-9), r
             assert r["bound"] == ("memory" if r["intensity"] * roof["copy_gbps"] < roof[r["roofline"]] else "compute")
             assert r["roofline"] == ("fp32_gflops" if r["dtype"] in ("fp32", "int8-weight-only") else
-                                     "dot4_gops" if r["backend"] == "vulkan-dot" else "int32_gops"), r
+                                     "dot4_gops" if r.get("dot_variant") else "int32_gops"), r
+            assert not r.get("dot_variant") or r["backend"] == "vulkan-dot", r
         else:   # CPU peers: no roof of theirs was measured
             assert r["roof_gops"] is None and r["roofline_fraction"] is None, r
 
@@ -68,6 +69,8 @@ def test_quick_run(device, tmp_path, capfd):
             assert (("vulkan-dot", "int8") in rows) == dot, (name, sorted(rows))
             if dot:
                 assert rows[("vulkan-dot", "int8")]["dot_product"] is True
+                if family == "linear":     # the dot-product path dispatches the DOT variant
+                    assert rows[("vulkan-dot", "int8")]["dot_variant"] is True, name
             if bench.ncnn_gpu_index(device)[0] is not None:
                 assert ("ncnn-vulkan", "fp32") in rows, (name, sorted(rows))
         else:

@@ -211,9 +211,10 @@ class Dispatch:
     counts, specialization and push constants fixed when it is built. reads / writes are
     the Buffers it may read / write (from the shader's own readonly/writeonly qualifiers)."""
 
-    def __init__(self, name: str, algorithm, groups, push, reads=frozenset(), writes=frozenset()):
+    def __init__(self, name: str, algorithm, groups, push, reads=frozenset(), writes=frozenset(), defines=()):
         self.name, self.algorithm, self.groups, self.push = name, algorithm, groups, push
         self.reads, self.writes = frozenset(reads), frozenset(writes)
+        self.defines = frozenset(defines)      # the variant: define names (the benchmark reads DOT)
 
     def op(self):
         import kp    # the workgroup counts go with the op: a cached pipeline serves several shapes
@@ -426,7 +427,8 @@ class Device:
             if pipelines is not None:
                 pipelines[key] = algo
         return Dispatch(shader, algo, groups, push_arr,
-                        reads={buffers[i] for i in use.reads}, writes={buffers[i] for i in use.writes})
+                        reads={buffers[i] for i in use.reads}, writes={buffers[i] for i in use.writes},
+                        defines=_normalize_defines(defines))
 
     def _algorithm(self, spirv, use, buffers, groups, local, spec_arr, push_arr):
         """A kp algorithm (descriptor set + compute pipeline) for a shader over buffers."""

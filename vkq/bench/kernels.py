@@ -93,9 +93,12 @@ def paths(device: Device) -> list[tuple[str, Device]]:
     return out
 
 
-def int8_roof(backend: str) -> str:
-    """The compute roof an int8 kernel on this path is judged against."""
-    return "dot4_gops" if backend == "vulkan-dot" else "int32_gops"
+def int8_roof(backend: str, steps=()) -> str:
+    """The compute roof an int8 kernel on this path is judged against: the dot product's where
+    the path dispatches a DOT variant (a kernel without one, depthwise, runs the plain shader on
+    the dot-product path too, and is judged against the int32 roof there as well)."""
+    dot = backend == "vulkan-dot" and (not steps or any("DOT" in getattr(st, "defines", ()) for st in steps))
+    return "dot4_gops" if dot else "int32_gops"
 
 
 # -- one-node programs through the executor ---------------------------------------------
@@ -136,9 +139,10 @@ def vkq_records(s: Settings, name, shape, dtype, program, inputs, ops, compute, 
     out = []
     for backend, dev in runs:
         steps = executor_steps(dev, program, inputs, verify)
-        roof = int8_roof(backend) if compute == "int8" else compute
+        roof = int8_roof(backend, steps) if compute == "int8" else compute
         out.append(gpu_record(s, "kernels", name, shape, dtype, steps, ops, program_bytes(program), roof,
-                              {"op": program.nodes[0].op, "kind": kind, "largest_tensor_bytes": largest},
+                              {"op": program.nodes[0].op, "kind": kind, "largest_tensor_bytes": largest,
+                               "dot_variant": any("DOT" in st.defines for st in steps)},
                               device=dev, backend=backend))
     return out
 
