@@ -12,7 +12,8 @@ shape) into c, reads
 float32 and int32 tensors (row-major words on the device) run a Gather as float_copy
 dispatches (a fill, then the copy of the box); int8 tensors in any packed layout as one
 `repack` dispatch (shaders/repack.comp) from the input's layout straight into the output's, so
-a permute of a 4W4C tensor into 4H4W costs one pass. `take` reads through a constant index map
+a permute of a 4W4C tensor into 4H4W costs one pass (a repack between 4W4C and 4H4W of one shape
+takes shaders/repack_blocks.comp instead: whole blocks, not byte by byte). `take` reads through a constant index map
 instead (index with constant indices, roll): out.flat[i] = x.flat[index[i]].
 
 Attrs (all JSON):
