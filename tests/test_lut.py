@@ -83,12 +83,20 @@ FUNCTIONS = {
 
 
 @pytest.mark.parametrize("name", FUNCTIONS)
-def test_unary_function_is_a_table_equal_to_pt2e(name):
+def test_unary_function_is_a_table_equal_to_pt2e(name, monkeypatch):
+    import vkq.passes.pipeline as pipeline
+    from vkq.passes.fuse_epilogue import fuse_epilogue
     torch.manual_seed(0)
     x = torch.randn(2, 3, 9, 11)
     gm = api.quantize(Unary(FUNCTIONS[name]).eval(), (x,), calibration=batches((2, 3, 9, 11)), progress=False)
     program = lower(gm, (x,))
     assert program.fallback == []
+    # the table runs in the producing conv's epilogue (fuse_epilogue)
+    assert ops(program) == ["quantize", "conv2d_q8", "conv2d_q8", "dequantize"] and program.nodes[1].attrs["lut"]
+    assert_matches_pt2e(program, gm, x)
+    # unfused it is an op of its own: fed PT2E's input, the table gives PT2E's output exactly
+    monkeypatch.setattr(pipeline, "PIPELINE", [p for p in pipeline.PIPELINE if p is not fuse_epilogue])
+    program = lower(gm, (x,))
     assert ops(program) == ["quantize", "conv2d_q8", "lut_q8", "conv2d_q8", "dequantize"]
     (lut,) = [n for n in program.nodes if n.op == "lut_q8"]
     env = run_reference(program, x.numpy(), keep_all=True)
@@ -138,9 +146,10 @@ def test_inplace_aliases_become_functional():
     assert not {t for t in targets if str(t).split(".")[-2].endswith("_")}, targets   # PT2E's graph too
     program = lower(gm, (x,))
     assert program.fallback == []
-    # z += y: the add folds into conv b's epilogue (fuse_epilogue)
-    assert ops(program) == ["quantize", "conv2d_q8", "lut_q8", "conv2d_q8", "lut_q8", "conv2d_q8", "dequantize"]
-    assert program.nodes[3].attrs["residual"]["conv_input"] in ("a", "b")
+    # z += y and the silu after it fold into conv b's epilogue, hardswish into conv a's (fuse_epilogue)
+    assert ops(program) == ["quantize", "conv2d_q8", "conv2d_q8", "conv2d_q8", "dequantize"]
+    assert program.nodes[1].attrs["lut"] and program.nodes[2].attrs["lut"]
+    assert program.nodes[2].attrs["residual"]["conv_input"] in ("a", "b")
     assert_matches_pt2e(program, gm, x)
 
 
@@ -281,9 +290,11 @@ def se():
 def test_squeeze_excitation_is_int8(se):
     gm, program, x = se
     assert program.fallback == []
-    assert ops(program) == ["quantize", "conv2d_q8", "lut_q8", "adaptive_avg_pool2d_q8", "conv2d_q8", "conv2d_q8",
-                            "lut_q8", "mul_q8", "conv2d_q8", "dequantize"]
-    mul = program.nodes[7]
+    # hardswish and the gate's hardsigmoid run in their convs' epilogues (fuse_epilogue)
+    assert ops(program) == ["quantize", "conv2d_q8", "adaptive_avg_pool2d_q8", "conv2d_q8", "conv2d_q8",
+                            "mul_q8", "conv2d_q8", "dequantize"]
+    assert program.nodes[1].attrs["lut"] and program.nodes[4].attrs["lut"]
+    mul = program.nodes[5]
     assert [program.tensors[t].shape for t in mul.inputs] == [(2, 12, 11, 9), (2, 12, 1, 1)]
     assert assert_matches_pt2e(program, gm, x) >= 8
 

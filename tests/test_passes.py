@@ -463,3 +463,53 @@ def test_fuse_epilogue_end_to_end(device, monkeypatch):
     want = run_reference(plain, x)
     np.testing.assert_array_equal(run_reference(fused, x), want)
     np.testing.assert_array_equal(VulkanExecutor(fused, device)(x), want)
+
+
+class TableNet(nn.Module):
+    """Activations that are lookup tables after convs: hardswish after a 3x3 conv, silu after a
+    pointwise conv's residual add, sigmoid after a depthwise conv, and a hardswish whose conv
+    is also read by a pool (not fusable)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 5, 3, 1, 1), nn.Conv2d(5, 5, 1)
+        self.c3, self.c4 = nn.Conv2d(5, 5, 3, 1, 1, groups=5), nn.Conv2d(5, 7, 1)
+
+    def forward(self, x):
+        h = F.hardswish(self.c1(x))
+        h = F.silu(self.c2(h) + h)                  # residual add, then the table
+        h = torch.sigmoid(self.c3(h))
+        z = self.c4(h)
+        return F.hardswish(z) + F.max_pool2d(z, 3, 1, 1)
+
+
+def test_fuse_epilogue_folds_tables():
+    torch.manual_seed(0)
+    _, work = prepared(TableNet().eval(), XR, upto=fuse_epilogue)
+    before = copy.deepcopy(work)
+    assert vkq_ops(before).count("lut_q8") == 4
+    assert fuse_epilogue(work)
+    ops = vkq_ops(work)
+    assert ops.count("lut_q8") == 1 and ops.count("conv2d_q8") == 4 and ops.count("add_q8") == 1
+    with_table = [n for n in work.graph.nodes if is_vkq(n, "conv2d_q8") and n.kwargs.get("lut")]
+    assert len(with_table) == 3 and sum("residual" in n.kwargs for n in with_table) == 1
+    assert all(n.args[-1].op == "get_attr" for n in with_table)      # the table, last input
+    same_numbers(before, work, XR)            # the fused ops' references are the compositions
+    assert not fuse_epilogue(work)
+
+
+def test_fuse_epilogue_tables_end_to_end(device, monkeypatch):
+    """3 dispatches fewer, Vulkan equals the reference, which equals the unfused program's."""
+    from vkq.executor import VulkanExecutor, run_reference
+    from vkq.lower import lower
+    import vkq.passes.pipeline as pipeline
+    torch.manual_seed(0)
+    gm = converted(TableNet().eval(), XR)
+    fused = lower(gm, (XR,))
+    monkeypatch.setattr(pipeline, "PIPELINE", [p for p in pipeline.PIPELINE if p is not fuse_epilogue])
+    plain = lower(gm, (XR,))
+    assert len(fused.nodes) == len(plain.nodes) - 4            # 3 tables and 1 add folded
+    x = XR.numpy()
+    want = run_reference(plain, x)
+    np.testing.assert_array_equal(run_reference(fused, x), want)
+    np.testing.assert_array_equal(VulkanExecutor(fused, device)(x), want)

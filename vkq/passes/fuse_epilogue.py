@@ -3,11 +3,13 @@ one full write and read of the activation fewer per fusion).
 
     c = conv2d_q8(x, ...);  y = add_q8(c, r)  ->  y = conv2d_q8(x, ..., r; residual={add's attrs})
 
-when the conv's output has the add as its only reader (so nothing else needs c). The fused op
-computes exactly what the pair did (vkq/ops/conv.py: its reference is the composition), so
-nothing here is approximate. When both operands of an add are such convs, the first gets it.
-The epilogue also takes a 256-entry lookup table after the add (conv2d_q8 attr lut); the rule
-that folds an int8 table op into it joins this pass once that op exists.
+    c = conv2d_q8(x, ...);  y = lut_q8(c, table)  ->  y = conv2d_q8(x, ..., table; lut=True)
+
+when the conv's output has the add (the table) as its only reader (so nothing else needs c). The
+fused op computes exactly what the pair did (vkq/ops/conv.py: its reference is the composition),
+so nothing here is approximate. When both operands of an add are such convs, the first gets it.
+A table after a folded add folds too (the epilogue applies the add, then the table): hardswish,
+silu, sigmoid after a conv (every MobileNetV3, EfficientNet) cost no dispatch of their own.
 
 Runs after fold_qdq_patterns (the vkq int8 ops exist) and before assign_layouts (the residual
 operand must then be 4W4C like the conv's output).
@@ -44,9 +46,19 @@ def fuse_residual(gm: GraphModule, add: Node) -> bool:
     return False
 
 
+def fuse_table(gm: GraphModule, lut: Node) -> bool:
+    conv, table = lut.args[:2]
+    if not _fusable_conv(conv):
+        return False
+    _replace(gm, lut, conv, [table], {"lut": True})
+    return True
+
+
 def fuse_epilogue(gm: GraphModule) -> bool:
     changed = False
-    for node in list(gm.graph.nodes):
+    for node in list(gm.graph.nodes):      # in graph order: an add before the table that follows it
         if is_vkq(node, "add_q8"):
             changed |= fuse_residual(gm, node)
+        elif is_vkq(node, "lut_q8"):
+            changed |= fuse_table(gm, node)
     return finish(gm, changed)
