@@ -31,6 +31,10 @@
 //! variant OUT_Q8 PLAIN DOT
 //! variant OUT_F32 PLAIN DOT
 //! variant OUT_F32 ROW_QPARAMS PLAIN DOT
+//! variant OUT_Q8 LUT
+//! variant OUT_Q8 LUT PLAIN
+//! variant OUT_Q8 LUT DOT
+//! variant OUT_Q8 LUT PLAIN DOT
 #ifndef PLAIN
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif

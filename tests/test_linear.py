@@ -18,7 +18,7 @@ from vkq.executor import VulkanExecutor, run_reference
 from vkq.ops import linear
 from vkq.ops.linear import DOT_MAX_K, linear_q8_params, pack_weight, quantize_rows, reciprocal, use_dot_product
 from vkq.quant import quantize_multiplier, quantize_multipliers
-from vkq.registry import get_op
+from vkq.registry import cpu_reason, get_op
 
 QD = torch.ops.quantized_decomposed
 
@@ -243,6 +243,31 @@ def test_pack_weight_layout():
     # for the dot product each block is transposed: int32 b holds n, byte i holds k
     dot = pack_weight(w, tn, kstep, dot=True).view(np.int8).reshape(-1, 4, 4)
     np.testing.assert_array_equal(dot, words.view(np.int8).transpose(0, 2, 1))
+
+
+@pytest.mark.parametrize("subgroups", [True, False])
+@pytest.mark.parametrize("x_shape", [(1, 37), (2, 3, 37), (9, 37), (2, 9, 21)])
+def test_linear_q8_table_epilogue(int8_device, x_shape, subgroups):
+    """A lookup table fused after the requantization (attr lut, vkq/passes/fuse_epilogue.py):
+    the GEMV (one 4-row block) and the GEMM, with and without subgroups, on both dot-product
+    paths, equal the reference, which is linear_q8 then lut_q8; padding stays 0 (run_exact)."""
+    device = get_device(int8_device.info, dot_product=int8_device.dot_product, subgroups=subgroups)
+    rng = np.random.default_rng(len(x_shape) * 100 + x_shape[-2])
+    x, w, _, _, _, _, consts, attrs = q8_case(rng, x_shape, 13, 5, -2, None)
+    table = rng.permutation(256).astype(np.int64) - 128          # every entry distinct: each one counts
+    table = table.astype(np.int8)
+    out = tuple(x_shape[:-1]) + (13,)
+    n = (13,)
+    prog = single_op_program("linear_q8", [("x", spec(x_shape, "int8", "4H4W"))], [("y", spec(out, "int8", "4H4W"))],
+                             {**attrs, "lut": True},
+                             {"w": (w_spec(w), w), "b": (spec(n, str(np.asarray(consts[0]).dtype)), consts[0]),
+                              "m": (spec(n, "int32"), consts[1]), "s": (spec(n, "int32"), consts[2]),
+                              "t": (spec((256,), "int8", "4H4W"), table)})   # a rank-1 constant's layout
+    assert cpu_reason(prog.nodes[0], prog.tensors) is None
+    ref = run_exact(device, prog, x)
+    plain = get_op("linear_q8").reference(x, w, *consts, **attrs)
+    np.testing.assert_array_equal(ref, table[plain.astype(np.int64) + 128])
+    assert len(np.unique(ref)) > 8
 
 
 @pytest.mark.parametrize("rows", [9, 3])

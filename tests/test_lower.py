@@ -180,14 +180,15 @@ def test_mlp_static():
 def test_ops_without_int8_kernels_run_in_float():
     """layer_norm and softmax have no int8 kernels: they run on float32 shaders (vkq.ops.float),
     with a dequantize before and a quantize after; nothing on the CPU. sigmoid between two
-    quantized linears is an int8 table (lut_q8)."""
+    quantized linears is an int8 table, applied in the first linear's epilogue."""
     x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     gm = api.quantize(models.unsupported_ops_model(), (x,), calibration=batches((2, 3, 16, 16)), progress=False)
     program = lower(gm, (x,))
     assert program.fallback == []
     assert all(cpu_reason(n, program.tensors) is None for n in program.nodes)
     assert ops(program) == ["quantize", "conv2d_q8", "adaptive_avg_pool2d_q8", "repack", "dequantize", "layer_norm",
-                            "quantize", "linear_q8", "lut_q8", "linear_q8", "dequantize", "softmax"]
+                            "quantize", "linear_q8", "linear_q8", "dequantize", "softmax"]
+    assert program.nodes[7].attrs["lut"]
     assert_matches_pt2e(program, gm, x)
 
 
@@ -382,8 +383,8 @@ def test_int8_permute_runs_on_vulkan_between_int8_ops():
     x = torch.randn(2, 3, 9, 9)
     gm = api.quantize(M().eval(), (x,), calibration=batches((2, 3, 9, 9)), progress=False)
     program = lower(gm, (x,))
-    assert ops(program) == ["quantize", "conv2d_q8", "permute", "linear_q8", "repack", "linear_q8", "lut_q8",
-                            "dequantize"]
+    assert ops(program) == ["quantize", "conv2d_q8", "permute", "linear_q8", "repack", "linear_q8", "dequantize"]
+    assert program.nodes[5].attrs["lut"]                     # * 2: a table in fc2's epilogue
     permute = program.nodes[2]
     out = program.tensors[permute.outputs[0]]
     assert (out.dtype, out.shape, out.layout) == ("int8", (2, 7, 7, 8), "4H4W")
@@ -419,8 +420,10 @@ def test_transformer_encoder_lowers():
         assert ops(program).count(linear) == 12
         assert program.fallback == [], program.fallback      # embedding, mask arithmetic: on Vulkan too
         float_ops = {"layer_norm"} | ({"gelu", "softmax_masked", "matmul_strided"} if scheme == "dynamic"
-                                      else {"lut_q8", "softmax", "matmul"})   # static: q/dq between them
+                                      else {"softmax", "matmul"})   # static: q/dq between them
         assert float_ops <= {n.op for n in program.nodes}   # float32 shaders
+        if scheme == "static":      # GELU: a table in the epilogue of each FFN-up linear
+            assert sum(bool(n.attrs.get("lut")) for n in program.nodes if n.op == "linear_q8") == 2
         assert all(n.attrs.get("target") != "aten::_assert_tensor_metadata" for n in program.nodes)
         if scheme == "static":
             assert assert_matches_pt2e(program, gm, (ids, mask)) > 50

@@ -513,3 +513,32 @@ def test_fuse_epilogue_tables_end_to_end(device, monkeypatch):
     want = run_reference(plain, x)
     np.testing.assert_array_equal(run_reference(fused, x), want)
     np.testing.assert_array_equal(VulkanExecutor(fused, device)(x), want)
+
+
+class MLP(nn.Module):
+    """A transformer's FFN: linear -> GELU -> linear, the GELU a table after the first linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(21, 37), nn.Linear(37, 13)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.up(x)))
+
+
+def test_fuse_epilogue_tables_after_linears(device, monkeypatch):
+    from vkq.executor import VulkanExecutor, run_reference
+    from vkq.lower import lower
+    import vkq.passes.pipeline as pipeline
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 21)
+    gm = converted(MLP().eval(), x)
+    fused = lower(gm, (x,))
+    assert [n.op for n in fused.nodes] == ["quantize", "linear_q8", "linear_q8", "dequantize"]
+    assert fused.nodes[1].attrs["lut"] and not fused.nodes[2].attrs.get("lut")
+    monkeypatch.setattr(pipeline, "PIPELINE", [p for p in pipeline.PIPELINE if p is not fuse_epilogue])
+    plain = lower(gm, (x,))
+    assert [n.op for n in plain.nodes] == ["quantize", "linear_q8", "lut_q8", "linear_q8", "dequantize"]
+    want = run_reference(plain, x.numpy())
+    np.testing.assert_array_equal(run_reference(fused, x.numpy()), want)
+    np.testing.assert_array_equal(VulkanExecutor(fused, device)(x.numpy()), want)

@@ -7,10 +7,16 @@
 //                        fraction always added: a few operations an output, next to K multiply-adds)
 //   OUT_F32              out = f32(acc + corr[n]) * scale[n] + bias[n]                    (row-major)
 //   OUT_F32 ROW_QPARAMS  out = f32(acc - zp[r] * wsum[n]) * (row_scale[r] * w_scale[n]) + bias[n]
+//   OUT_Q8 LUT           out = table[out + 128] after the requantization (a fused lut_q8:
+//                        vkq/passes/fuse_epilogue.py), the table at binding 4 (4 entries a word)
 // The including shader declares the buffers chan (4 ivec4 per column block), out_q / out_f,
 // rowq, and the push constants p.H (rows of each batch matrix), p.N, p.out_zp, p.qmin, p.qmax.
 // Requantization runs in rolled loops: one copy of its code (SwiftShader compiles an unrolled
 // TM x TN epilogue for seconds).
+
+#ifdef LUT
+layout(std430, binding = 4) readonly buffer Lut { int lut[]; };   // vkq/ops/lut.py:epilogue_table
+#endif
 
 // a[rr][b]: the accumulator of packed row 4rb + rr (batch rows at b*Hp + h), column 4nb + b.
 // Padding rows and columns are written 0 (OUT_Q8) or not at all (OUT_F32).
@@ -25,10 +31,15 @@ void store_block(int rb, int nb, ivec4 a[4]) {
     for (int rr = 0; rr < 4; ++rr) {
         ivec4 acc = a[rr] + bias, q = ivec4(0);
         bool row_ok = (4 * rb + rr) % Hp < p.H;
-        for (int b = 0; b < 4; ++b)
-            if (row_ok && col_ok[b])
+        for (int b = 0; b < 4; ++b) {
+            if (row_ok && col_ok[b]) {
                 q[b] = requantize_clamped(acc[b], bound[b], lsh[b], m[b], rsh[b], frac[b], p.out_zp, p.qmin, p.qmax,
                                           true, true);
+#ifdef LUT
+                q[b] = int8_at(lut[(q[b] + 128) >> 2], (q[b] + 128) & 3);
+#endif
+            }
+        }
         words[rr] = pack_int8x4(q);
     }
     out_q[rb * N4 + nb] = words;

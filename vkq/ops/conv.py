@@ -54,6 +54,7 @@ from ..device import grid_1d
 from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requant_clamp_frac,
                      requant_clamp_params, requant_tie_free, requantize, shift_word, split_bias)
 from ..registry import register_op
+from .lut import epilogue_table
 
 PRODUCT_BITS = 14          # |x * w| <= 128 * 128
 EXACT_PRODUCTS = 1 << 10   # products per exact fp32 partial sum: 2^10 * 2^14 = 2^24
@@ -275,14 +276,6 @@ def epilogue_push(attrs) -> tuple:
     return tuple(int(w) for w in words)
 
 
-def pack_lut(table) -> np.ndarray:
-    """A 256-entry int8 table (entry i for input i - 128) as 64 words, 4 entries a word."""
-    t = np.asarray(table)
-    if t.shape != (256,):
-        raise ValueError(f"conv2d_q8: a lookup table has 256 entries, got shape {t.shape}")
-    return _words(t.astype(np.int8).reshape(64, 4))
-
-
 # -- the op -----------------------------------------------------------------------------------
 
 DOT_KERNELS = ("conv2d_general", "conv2d_pointwise")   # kernels with a DOT (integer dot product) variant
@@ -451,7 +444,7 @@ class Conv2dQ8:
             epilogue_bufs.append(ctx.buffer(other))
             epilogue_defines["RESIDUAL"] = "1"
         if a.get("lut"):
-            epilogue_bufs.append(ctx.const_buffer(pack_lut(ctx.constant(extra.pop(0)))))
+            epilogue_bufs.append(ctx.const_buffer(epilogue_table(ctx.constant(extra.pop(0)))))
             epilogue_defines["LUT"] = "1"
         x_zp = int(a["x_zp"])
         if not INT8_MIN <= x_zp <= INT8_MAX:

@@ -31,6 +31,7 @@ from ..packing import as_nchw
 from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requant_clamp_frac, requant_clamp_params,
                      requantize, shift_word, split_bias)
 from ..registry import register_op
+from .lut import epilogue_table
 
 # Share x across a subgroup with subgroupShuffle (off: the PLAIN variants, no subgroup operations).
 SUBGROUP_SHARING = True
@@ -209,9 +210,10 @@ def _weight(ctx, node, k):
 
 
 def _gemm_q8(ctx, variant, x_buf, rows4: int, h: int, k: int, w, cols, out_buf, fill=0,
-             push_tail=(0, 0, 0), rowq_buf=None):
+             push_tail=(0, 0, 0), extra_buf=None):
     """The int8 GEMM dispatch over a 4H4W x of rows4 packed rows (h real rows per batch matrix);
-    cols: the four per-column constants the variant reads (see shaders/linear_store.glsl).
+    cols: the four per-column constants the variant reads (see shaders/linear_store.glsl);
+    extra_buf: binding 4, the row qparams (ROW_QPARAMS) or the table (LUT).
     A single row block runs as a GEMV (shaders/linear_gemv.comp), more as the tiled GEMM."""
     n, info = w.shape[0], ctx.device.info
     dot = use_dot_product(ctx.device, k)
@@ -230,7 +232,7 @@ def _gemm_q8(ctx, variant, x_buf, rows4: int, h: int, k: int, w, cols, out_buf, 
         groups, local = (-(-nt // t.width), -(-rb // (t.tm // 4)), 1), (t.width,)
     table = _columns(n, tn, cols, fill)
     bufs = [x_buf, ctx.const_buffer(pack_weight(w, tn, kstep, dot)), ctx.const_buffer(table), out_buf]
-    bufs += [rowq_buf] if rowq_buf is not None else []
+    bufs += [extra_buf] if extra_buf is not None else []
     return ctx.device.dispatch(shader, bufs, groups, local=local, spec=spec,
                                push=(rb, h, k4, n, nt) + tuple(push_tail), defines=defines)
 
@@ -260,18 +262,26 @@ class LinearQ8:
     """int8 x (..., K) 4H4W, weight int8 (N, K), bias float64 or int32 (N,), multiplier/shift
     int32 (N,) -> int8 (..., N) 4H4W:  out = requantize((x - x_zp) @ W^T + B, multiplier, shift,
     out_zp, qmin, qmax, frac), (B, frac) = split_bias(bias, multiplier). On the device
-    bias_eff = B - x_zp * wsum is folded at build time."""
+    bias_eff = B - x_zp * wsum is folded at build time.
+    Fused table (vkq/passes/fuse_epilogue.py): attr lut=True, input `table` (int8 (256,)):
+    out = table[out + 128], exactly lut_q8 after it (a transformer's GELU after its FFN-up)."""
     name = "linear_q8"
     shaders = ("linear_q8", "linear_gemv")
 
-    def reference(x, weight, bias, multiplier, shift, *, x_zp, out_zp, qmin=INT8_MIN, qmax=INT8_MAX):
+    def reference(x, weight, bias, multiplier, shift, *table, x_zp, out_zp, qmin=INT8_MIN, qmax=INT8_MAX,
+                  lut=False):
         whole, frac = split_bias(bias, multiplier)
         acc = (x.astype(np.int64) - x_zp) @ weight.astype(np.int64).T + whole
-        return requantize(acc, multiplier, shift, out_zp, qmin, qmax, frac)
+        y = requantize(acc, multiplier, shift, out_zp, qmin, qmax, frac)
+        if len(table) != int(bool(lut)):
+            raise ValueError(f"linear_q8: {len(table)} table inputs for lut={bool(lut)}")
+        return np.asarray(table[0], np.int8)[y.astype(np.int64) + 128] if lut else y
 
     def build(ctx, node):
-        x, _, bname, mname, sname = node.inputs
+        x, _, bname, mname, sname, *table = node.inputs
         a = node.attrs
+        if len(table) != int(bool(a.get("lut"))):
+            raise ValueError(f"{node.name}: {len(table)} table inputs for lut={bool(a.get('lut'))}")
         rows4, h, k = _int8_input(ctx.spec(x))
         w = _weight(ctx, node, k)
         mult, shift = ctx.constant(mname), ctx.constant(sname)
@@ -282,9 +292,11 @@ class LinearQ8:
         # requantize_clamped's constants (requant.glsl): (bias_eff, bound, m, lshift | rshift << 5 | frac)
         bound, lshift, m, rshift = requant_clamp_params(mult, shift)
         cols = [bias_eff, bound, m, shift_word(lshift, rshift, requant_clamp_frac(mult, shift, frac))]
-        return [_gemm_q8(ctx, ("OUT_Q8",), ctx.buffer(x), rows4, h, k, w, cols, ctx.buffer(node.outputs[0]),
+        lut = ctx.const_buffer(epilogue_table(ctx.constant(table[0]))) if table else None
+        return [_gemm_q8(ctx, ("OUT_Q8", "LUT") if table else ("OUT_Q8",), ctx.buffer(x), rows4, h, k, w, cols,
+                         ctx.buffer(node.outputs[0]),
                          fill=(0, 0, 0, 1 << 5),   # padding columns: m = 0 with a valid shift
-                         push_tail=(a["out_zp"], a.get("qmin", INT8_MIN), a.get("qmax", INT8_MAX)))]
+                         push_tail=(a["out_zp"], a.get("qmin", INT8_MIN), a.get("qmax", INT8_MAX)), extra_buf=lut)]
 
 
 @register_op
@@ -344,7 +356,7 @@ class LinearDynamic:
         cols = [w.sum(axis=1, dtype=np.int64), np.asarray(ctx.constant(sname), np.float32),
                 np.asarray(ctx.constant(bname), np.float32), np.zeros(w.shape[0])]
         gemm = _gemm_q8(ctx, ("OUT_F32", "ROW_QPARAMS"), q, rows4, r, k, w, cols,
-                        ctx.buffer(node.outputs[0]), rowq_buf=rowq)
+                        ctx.buffer(node.outputs[0]), extra_buf=rowq)
         return [quant, gemm]
 
 

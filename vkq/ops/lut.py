@@ -26,6 +26,12 @@ def _check_table(table) -> np.ndarray:
     return t
 
 
+def epilogue_table(table) -> np.ndarray:
+    """A table as the fused epilogues read it (conv_epilogue.glsl, linear_store.glsl): 64 int32
+    words, 4 entries a word, entry i (for the input i - 128) in byte i % 4 of word i // 4."""
+    return _check_table(table).reshape(64, 4).copy().view("<i4").reshape(-1).astype(np.int32)
+
+
 def device_table(table) -> np.ndarray:
     """The shader's form: indexed by the input's unsigned byte, holding the output's unsigned
     byte (so a word is four lookups OR-ed at their byte positions)."""

@@ -1,15 +1,17 @@
-"""fuse_epilogue: fold what follows a conv2d_q8 into its requantize epilogue (one dispatch and
-one full write and read of the activation fewer per fusion).
+"""fuse_epilogue: fold what follows a conv2d_q8 or linear_q8 into its requantize epilogue (one
+dispatch and one full write and read of the activation fewer per fusion).
 
     c = conv2d_q8(x, ...);  y = add_q8(c, r)  ->  y = conv2d_q8(x, ..., r; residual={add's attrs})
 
     c = conv2d_q8(x, ...);  y = lut_q8(c, table)  ->  y = conv2d_q8(x, ..., table; lut=True)
+    c = linear_q8(x, ...);  y = lut_q8(c, table)  ->  y = linear_q8(x, ..., table; lut=True)
 
-when the conv's output has the add (the table) as its only reader (so nothing else needs c). The
-fused op computes exactly what the pair did (vkq/ops/conv.py: its reference is the composition),
+when c has the add (the table) as its only reader (so nothing else needs c). The fused op
+computes exactly what the pair did (vkq/ops/conv.py, linear.py: its reference is the composition),
 so nothing here is approximate. When both operands of an add are such convs, the first gets it.
 A table after a folded add folds too (the epilogue applies the add, then the table): hardswish,
-silu, sigmoid after a conv (every MobileNetV3, EfficientNet) cost no dispatch of their own.
+silu, sigmoid after a conv (every MobileNetV3, EfficientNet) and GELU after a transformer's FFN
+linear cost no dispatch of their own.
 
 Runs after fold_qdq_patterns (the vkq int8 ops exist) and before assign_layouts (the residual
 operand must then be 4W4C like the conv's output).
@@ -26,11 +28,11 @@ def _fusable_conv(node) -> bool:
     return is_vkq(node, "conv2d_q8") and len(node.users) == 1 and not node.kwargs.get("lut")
 
 
-def _replace(gm: GraphModule, op_node: Node, conv: Node, extra: list, attrs: dict) -> Node:
-    """A conv2d_q8 like `conv` with `extra` inputs appended and `attrs` added, in place of op_node
+def _replace(gm: GraphModule, op_node: Node, conv: Node, extra: list, attrs: dict, op: str = "conv2d_q8") -> Node:
+    """An `op` node like `conv` with `extra` inputs appended and `attrs` added, in place of op_node
     (at its position: the extra inputs exist there)."""
     with gm.graph.inserting_before(op_node):
-        fused = gm.graph.call_function(vkq_target("conv2d_q8"), tuple(conv.args) + tuple(extra),
+        fused = gm.graph.call_function(vkq_target(op), tuple(conv.args) + tuple(extra),
                                        {**conv.kwargs, **attrs})
     fused.meta.update(op_node.meta)      # its value, qparams and PT2E source are the op's
     op_node.replace_all_uses_with(fused)
@@ -47,11 +49,14 @@ def fuse_residual(gm: GraphModule, add: Node) -> bool:
 
 
 def fuse_table(gm: GraphModule, lut: Node) -> bool:
-    conv, table = lut.args[:2]
-    if not _fusable_conv(conv):
-        return False
-    _replace(gm, lut, conv, [table], {"lut": True})
-    return True
+    src, table = lut.args[:2]
+    if _fusable_conv(src):
+        _replace(gm, lut, src, [table], {"lut": True}, "conv2d_q8")
+        return True
+    if is_vkq(src, "linear_q8") and len(src.users) == 1 and not src.kwargs.get("lut"):
+        _replace(gm, lut, src, [table], {"lut": True}, "linear_q8")
+        return True
+    return False
 
 
 def fuse_epilogue(gm: GraphModule) -> bool:
