@@ -93,12 +93,11 @@ def paths(device: Device) -> list[tuple[str, Device]]:
     return out
 
 
-def int8_roof(backend: str, steps=()) -> str:
-    """The compute roof an int8 kernel on this path is judged against: the dot product's where
-    the path dispatches a DOT variant (a kernel without one, depthwise, runs the plain shader on
-    the dot-product path too, and is judged against the int32 roof there as well)."""
-    dot = backend == "vulkan-dot" and (not steps or any("DOT" in getattr(st, "defines", ()) for st in steps))
-    return "dot4_gops" if dot else "int32_gops"
+def int8_roof(dot_variant: bool) -> str:
+    """The compute roof an int8 kernel is judged against: the dot product's where it dispatches a
+    DOT variant (a kernel without one, depthwise, runs the plain shader on the dot-product path
+    too, and is judged against the int32 roof there as well)."""
+    return "dot4_gops" if dot_variant else "int32_gops"
 
 
 # -- one-node programs through the executor ---------------------------------------------
@@ -139,10 +138,11 @@ def vkq_records(s: Settings, name, shape, dtype, program, inputs, ops, compute, 
     out = []
     for backend, dev in runs:
         steps = executor_steps(dev, program, inputs, verify)
-        roof = int8_roof(backend, steps) if compute == "int8" else compute
+        dot_variant = any("DOT" in st.defines for st in steps)
+        roof = int8_roof(dot_variant) if compute == "int8" else compute
         out.append(gpu_record(s, "kernels", name, shape, dtype, steps, ops, program_bytes(program), roof,
                               {"op": program.nodes[0].op, "kind": kind, "largest_tensor_bytes": largest,
-                               "dot_variant": any("DOT" in st.defines for st in steps)},
+                               "dot_variant": dot_variant},
                               device=dev, backend=backend))
     return out
 

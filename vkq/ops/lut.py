@@ -19,17 +19,17 @@ from ..registry import register_op
 from .eltwise import LOCAL, PER, block_geometry
 
 
-def _check_table(table) -> np.ndarray:
+def _check_table(table, who: str = "lut_q8") -> np.ndarray:
     t = np.asarray(table)
     if t.shape != (256,) or t.dtype != np.int8:
-        raise ValueError(f"lut_q8 needs an int8 table of 256 entries, got {t.dtype} {t.shape}")
+        raise ValueError(f"{who} needs an int8 table of 256 entries, got {t.dtype} {t.shape}")
     return t
 
 
 def epilogue_table(table) -> np.ndarray:
     """A table as the fused epilogues read it (conv_epilogue.glsl, linear_store.glsl): 64 int32
     words, 4 entries a word, entry i (for the input i - 128) in byte i % 4 of word i // 4."""
-    return _check_table(table).reshape(64, 4).copy().view("<i4").reshape(-1).astype(np.int32)
+    return _check_table(table, "a fused epilogue").reshape(64, 4).copy().view("<i4").reshape(-1).astype(np.int32)
 
 
 def device_table(table) -> np.ndarray:
