@@ -40,6 +40,7 @@ VULKAN_FAILS: dict = {}
 # op of LCNet matches PT2E op by op except 1 conv output of 104,672, one step off where PT2E's fp32
 # arithmetic rounds across a boundary that exact integer arithmetic does not; this network
 # amplifies that one flip to cosine 0.974.
+# PT2E does not meet the criterion against itself there: test_zoo_reference_unstable.
 COSINE_BELOW = {"lcnet_050": "one conv output in 10^5 one step off (PT2E's fp32 rounding), amplified (cosine 0.974)"}
 
 
@@ -89,6 +90,23 @@ def test_zoo_cosine_with_pt2e(name):
     with torch.no_grad():
         ref = _first(gm(*case.inputs))
     assert cosine(out, ref) >= 0.99
+
+
+@pytest.mark.parametrize("name", sorted(COSINE_BELOW))
+def test_zoo_reference_unstable(name):
+    """Where vkq is below 0.99 with PT2E, PT2E is below it with itself: input noise of 1e-5,
+    3e-4 of the input's quantization step (so it moves a handful of the 12,288 input values by
+    one step), takes PT2E's output to a median cosine under 0.99 with its unperturbed output,
+    and vkq is no further from PT2E than that median."""
+    case, gm, program = compiled(name)
+    x = case.inputs[0]
+    out = _first(run_reference(program, x.numpy()))
+    with torch.no_grad():
+        ref = _first(gm(x))
+        selfs = [cosine(_first(gm(x + 1e-5 * torch.randn(x.shape, generator=torch.Generator().manual_seed(s)))), ref)
+                 for s in range(5)]
+    assert np.median(selfs) < 0.99, selfs
+    assert cosine(out, ref) >= np.median(selfs), (cosine(out, ref), selfs)
 
 
 def all_integer(program) -> bool:
