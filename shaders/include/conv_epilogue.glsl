@@ -67,9 +67,6 @@ ivec4 requantize_chan4(ivec4 acc, Chan4 c, int zp, int qmin, int qmax) {
 // acc: the 4 channels' sums at one position; other: the residual operand's word there (unused
 // without RESIDUAL); e: the shader's push constants p.epi
 int out_word(ivec4 acc, Chan4 c, int valid, int other, Epilogue e) {
-#ifdef EXP_NOREQ
-    return pack_int8x4(acc + c.bias);
-#endif
     ivec4 q = requantize_chan4(acc + c.bias, c, e.out_zp, e.qmin, e.qmax);
 #ifdef RESIDUAL
     ivec4 a = (q - e.conv_zp) * e.conv_mult + (unpack_int8x4(other) - e.other_zp) * e.other_mult;
