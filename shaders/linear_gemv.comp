@@ -35,6 +35,14 @@
 //! variant OUT_Q8 LUT PLAIN
 //! variant OUT_Q8 LUT DOT
 //! variant OUT_Q8 LUT PLAIN DOT
+//! variant OUT_Q8 DEQUANT
+//! variant OUT_Q8 DEQUANT PLAIN
+//! variant OUT_Q8 DEQUANT DOT
+//! variant OUT_Q8 DEQUANT PLAIN DOT
+//! variant OUT_Q8 LUT DEQUANT
+//! variant OUT_Q8 LUT DEQUANT PLAIN
+//! variant OUT_Q8 LUT DEQUANT DOT
+//! variant OUT_Q8 LUT DEQUANT PLAIN DOT
 #ifndef PLAIN
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
@@ -58,7 +66,7 @@ layout(std430, binding = 0) readonly buffer X { ivec4 x[]; };
 //    (int32 i = k, byte b = n; DOT: int32 b = n, byte i = k)
 layout(std430, binding = 1) readonly buffer W { ivec4 w[]; };
 layout(std430, binding = 2) readonly buffer Chan { ivec4 chan[]; };   // as in linear_q8.comp
-#ifdef OUT_Q8
+#if defined(OUT_Q8) && !defined(DEQUANT)
 layout(std430, binding = 3) writeonly buffer Out { ivec4 out_q[]; };
 #else
 layout(std430, binding = 3) writeonly buffer Out { float out_f[]; };
@@ -74,6 +82,8 @@ layout(push_constant) uniform Params {
     int N;    // output columns
     int NT;   // column tiles: ceil(N / TN)
     int out_zp, qmin, qmax;
+    float deq_scale;   // DEQUANT
+    int deq_zp;
 } p;
 
 #include "linear_store.glsl"

@@ -3,6 +3,7 @@
 // int8 GEMM on 4H4W activations: acc[r, n] = sum_k x[r, k] * w[n, k]  (int32), then one of
 //   OUT_Q8 (linear_q8):        out = requantize(acc + bias_eff[n], m[n], s[n], out_zp, qmin, qmax)
 //                              bias_eff[n] = bias[n] - x_zp * sum_k w[n, k]   (folded on the host)
+//   OUT_Q8 DEQUANT (linear_q8, attr dequant): that out, then f32(out - deq_zp) * deq_scale
 //   OUT_F32 (linear_q8_fout):  out = f32(acc + corr[n]) * scale[n] + bias[n],  corr[n] = -x_zp * sum_k w[n, k]
 //   OUT_F32 ROW_QPARAMS (linear_dynamic):
 //                              out = f32(acc - zp[r] * wsum[n]) * (row_scale[r] * w_scale[n]) + bias[n]
@@ -43,6 +44,14 @@
 //! variant OUT_Q8 LUT PLAIN
 //! variant OUT_Q8 LUT DOT
 //! variant OUT_Q8 LUT PLAIN DOT
+//! variant OUT_Q8 DEQUANT
+//! variant OUT_Q8 DEQUANT PLAIN
+//! variant OUT_Q8 DEQUANT DOT
+//! variant OUT_Q8 DEQUANT PLAIN DOT
+//! variant OUT_Q8 LUT DEQUANT
+//! variant OUT_Q8 LUT DEQUANT PLAIN
+//! variant OUT_Q8 LUT DEQUANT DOT
+//! variant OUT_Q8 LUT DEQUANT PLAIN DOT
 #ifndef PLAIN
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
@@ -72,7 +81,7 @@ layout(std430, binding = 1) readonly buffer W { ivec4 w[]; };
 //   OUT_Q8 (bias_eff, bound, m, lshift | rshift << 5 | frac): requantize_clamped's constants (requant.glsl)
 //   OUT_F32 (corr, scale, bias, -);  ROW_QPARAMS (wsum, w_scale, bias, -)
 layout(std430, binding = 2) readonly buffer Chan { ivec4 chan[]; };
-#ifdef OUT_Q8
+#if defined(OUT_Q8) && !defined(DEQUANT)
 layout(std430, binding = 3) writeonly buffer Out { ivec4 out_q[]; };  // 4H4W, rows as x
 #else
 layout(std430, binding = 3) writeonly buffer Out { float out_f[]; };  // (batch * H, N) row-major
@@ -88,6 +97,8 @@ layout(push_constant) uniform Params {
     int N;    // output columns
     int NT;   // column tiles: ceil(N / TN)
     int out_zp, qmin, qmax;
+    float deq_scale;   // DEQUANT
+    int deq_zp;
 } p;
 
 #include "linear_store.glsl"

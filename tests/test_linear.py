@@ -270,6 +270,33 @@ def test_linear_q8_table_epilogue(int8_device, x_shape, subgroups):
     assert len(np.unique(ref)) > 8
 
 
+@pytest.mark.parametrize("lut", [False, True])
+@pytest.mark.parametrize("subgroups", [True, False])
+@pytest.mark.parametrize("x_shape", [(1, 37), (2, 9, 21)])
+def test_linear_q8_dequant_epilogue(int8_device, x_shape, subgroups, lut):
+    """A dequantize fused after the requantization (and the table) (attr dequant,
+    vkq/passes/fuse_epilogue.py): float32 out, bit for bit the reference, which is linear_q8
+    (then lut_q8) then dequantize, through the GEMV and the GEMM, with and without subgroups,
+    on both dot-product paths. The dequantize's zero point and scale are not the linear's."""
+    device = get_device(int8_device.info, dot_product=int8_device.dot_product, subgroups=subgroups)
+    rng = np.random.default_rng(x_shape[-1] + 7 * lut)
+    x, w, _, _, _, _, consts, attrs = q8_case(rng, x_shape, 13, 5, -2, None)
+    table = (rng.permutation(256) - 128).astype(np.int8)
+    deq = {"scale": 0.0371, "zero_point": 3}
+    out, n = tuple(x_shape[:-1]) + (13,), (13,)
+    tconst = {"t": (spec((256,), "int8", "4H4W"), table)} if lut else {}
+    prog = single_op_program("linear_q8", [("x", spec(x_shape, "int8", "4H4W"))], [("y", spec(out))],
+                             {**attrs, "lut": lut, "dequant": deq},
+                             {"w": (w_spec(w), w), "b": (spec(n, str(np.asarray(consts[0]).dtype)), consts[0]),
+                              "m": (spec(n, "int32"), consts[1]), "s": (spec(n, "int32"), consts[2]), **tconst})
+    assert cpu_reason(prog.nodes[0], prog.tensors) is None
+    ref = run_exact(device, prog, x)
+    q = get_op("linear_q8").reference(x, w, *consts, **attrs)
+    q = table[q.astype(np.int64) + 128] if lut else q
+    np.testing.assert_array_equal(ref, (q.astype(np.float32) - np.float32(3)) * np.float32(0.0371))
+    assert ref.dtype == np.float32 and len(np.unique(ref)) > 8
+
+
 @pytest.mark.parametrize("rows", [9, 3])
 def test_linear_q8_without_subgroups(int8_device, rows):
     """The PLAIN variants (a device without subgroup operations) give the same bits: the GEMM

@@ -136,16 +136,18 @@ def cnn():
 def test_cnn_lowers_to_vulkan_ops_only(cnn):
     _, program, _ = cnn
     # the residual add is folded into the second conv's epilogue (fuse_epilogue)
+    # and the final dequantize into the linear's
     assert ops(program) == ["quantize", "conv2d_q8", "conv2d_q8", "max_pool2d_q8", "conv2d_q8",
-                            "adaptive_avg_pool2d_q8", "repack", "linear_q8", "dequantize"]
+                            "adaptive_avg_pool2d_q8", "repack", "linear_q8"]
+    assert program.nodes[-1].attrs["dequant"]
     assert "residual" in program.nodes[2].attrs
     assert program.fallback == []
     assert program.tensors[program.inputs[0]].dtype == "float32"
     assert program.tensors[program.outputs[0]].dtype == "float32"
     # a conv chain stays 4W4C; the flatten before the linear is one repack 4W4C -> 4H4W
-    for n in program.nodes[1:-3]:
+    for n in program.nodes[1:-2]:
         assert program.tensors[n.outputs[0]].layout == "4W4C", n.op
-    repack = program.nodes[-3]
+    repack = program.nodes[-2]
     assert program.tensors[repack.inputs[0]].layout == "4W4C"
     assert program.tensors[repack.outputs[0]].layout == "4H4W" and repack.attrs["shape"] == [2, 20]
     # conv and linear biases stay float64 at the accumulator's scale: their fractions count
@@ -172,7 +174,7 @@ def test_mlp_static():
     x = torch.randn(5, 64, generator=torch.Generator().manual_seed(0))
     gm = api.quantize(models.mlp(), (x,), calibration=batches((5, 64)), progress=False)
     program = lower(gm, (x,))
-    assert ops(program) == ["quantize", "linear_q8", "linear_q8", "linear_q8", "dequantize"]
+    assert ops(program) == ["quantize", "linear_q8", "linear_q8", "linear_q8"]   # dequantize fused
     assert program.fallback == []
     assert_matches_pt2e(program, gm, x)
 
@@ -187,7 +189,7 @@ def test_ops_without_int8_kernels_run_in_float():
     assert program.fallback == []
     assert all(cpu_reason(n, program.tensors) is None for n in program.nodes)
     assert ops(program) == ["quantize", "conv2d_q8", "adaptive_avg_pool2d_q8", "repack", "dequantize", "layer_norm",
-                            "quantize", "linear_q8", "linear_q8", "dequantize", "softmax"]
+                            "quantize", "linear_q8", "linear_q8", "softmax"]
     assert program.nodes[7].attrs["lut"]
     assert_matches_pt2e(program, gm, x)
 
@@ -203,7 +205,7 @@ def test_xnnpack_quantized_graph_lowers():
     gm = api.quantize(models.digits_cnn(), (x,), calibration=batches((4, 1, 8, 8)), quantizer=q, progress=False)
     program = lower(gm, (x,))
     assert ops(program) == ["quantize", "conv2d_q8", "conv2d_q8", "max_pool2d_q8", "conv2d_q8",   # add fused
-                            "avg_pool2d_q8", "repack", "linear_q8", "dequantize"]
+                            "avg_pool2d_q8", "repack", "linear_q8"]
     assert program.fallback == []
     assert_matches_pt2e(program, gm, x)
 
@@ -364,7 +366,7 @@ def test_inference_identities_are_dropped():
     x = torch.randn(2, 3, 9, 9)
     gm = api.quantize(M().eval(), (x,), progress=False)
     program = lower(gm, (x,))
-    assert ops(program) == ["quantize", "conv2d_q8", "adaptive_avg_pool2d_q8", "repack", "linear_q8", "dequantize"]
+    assert ops(program) == ["quantize", "conv2d_q8", "adaptive_avg_pool2d_q8", "repack", "linear_q8"]
     assert program.fallback == []
 
 
@@ -383,7 +385,7 @@ def test_int8_permute_runs_on_vulkan_between_int8_ops():
     x = torch.randn(2, 3, 9, 9)
     gm = api.quantize(M().eval(), (x,), calibration=batches((2, 3, 9, 9)), progress=False)
     program = lower(gm, (x,))
-    assert ops(program) == ["quantize", "conv2d_q8", "permute", "linear_q8", "repack", "linear_q8", "dequantize"]
+    assert ops(program) == ["quantize", "conv2d_q8", "permute", "linear_q8", "repack", "linear_q8"]
     assert program.nodes[5].attrs["lut"]                     # * 2: a table in fc2's epilogue
     permute = program.nodes[2]
     out = program.tensors[permute.outputs[0]]

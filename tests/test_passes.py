@@ -280,7 +280,7 @@ def test_views_to_repack_and_layouts(convnet):
                for n in work.graph.nodes if n.meta.get("vkq_layout")}
     ops = [v for v in layouts.values() if not v[0].startswith("_")]
     assert ops == [("quantized_decomposed.quantize_per_tensor.default", "4W4C"), ("conv2d_q8", "4W4C"), ("conv2d_q8", "4W4C"),
-                   ("max_pool2d_q8", "4W4C"), ("repack", "4H4W"), ("linear_q8", "4H4W")]
+                   ("max_pool2d_q8", "4W4C"), ("repack", "4H4W")]    # the linear: float out (dequant fused)
     (repack,) = [n for n in work.graph.nodes if is_vkq(n, "repack")]
     assert repack.kwargs["shape"] == [2, 28]
     assert vkq_op_of(next(iter(repack.users))) == "linear_q8"
@@ -534,8 +534,9 @@ def test_fuse_epilogue_tables_after_linears(device, monkeypatch):
     x = torch.randn(2, 5, 21)
     gm = converted(MLP().eval(), x)
     fused = lower(gm, (x,))
-    assert [n.op for n in fused.nodes] == ["quantize", "linear_q8", "linear_q8", "dequantize"]
+    assert [n.op for n in fused.nodes] == ["quantize", "linear_q8", "linear_q8"]
     assert fused.nodes[1].attrs["lut"] and not fused.nodes[2].attrs.get("lut")
+    assert fused.nodes[2].attrs["dequant"] and fused.tensors[fused.nodes[2].outputs[0]].dtype == "float32"
     monkeypatch.setattr(pipeline, "PIPELINE", [p for p in pipeline.PIPELINE if p is not fuse_epilogue])
     plain = lower(gm, (x,))
     assert [n.op for n in plain.nodes] == ["quantize", "linear_q8", "lut_q8", "linear_q8", "dequantize"]

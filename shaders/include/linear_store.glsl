@@ -9,8 +9,12 @@
 //   OUT_F32 ROW_QPARAMS  out = f32(acc - zp[r] * wsum[n]) * (row_scale[r] * w_scale[n]) + bias[n]
 //   OUT_Q8 LUT           out = table[out + 128] after the requantization (a fused lut_q8:
 //                        vkq/passes/fuse_epilogue.py), the table at binding 4 (4 entries a word)
+//   OUT_Q8 DEQUANT       out = f32(q - p.deq_zp) * p.deq_scale (row-major), q the int8 result
+//                        above: a network's final dequantize folded in (fuse_epilogue.py), as
+//                        shaders/dequantize.comp computes it
 // The including shader declares the buffers chan (4 ivec4 per column block), out_q / out_f,
-// rowq, and the push constants p.H (rows of each batch matrix), p.N, p.out_zp, p.qmin, p.qmax.
+// rowq, and the push constants p.H (rows of each batch matrix), p.N, p.out_zp, p.qmin, p.qmax,
+// p.deq_scale, p.deq_zp.
 // Requantization runs in rolled loops: one copy of its code (SwiftShader compiles an unrolled
 // TM x TN epilogue for seconds).
 
@@ -19,7 +23,7 @@ layout(std430, binding = 4) readonly buffer Lut { int lut[]; };   // vkq/ops/lut
 #endif
 
 // a[rr][b]: the accumulator of packed row 4rb + rr (batch rows at b*Hp + h), column 4nb + b.
-// Padding rows and columns are written 0 (OUT_Q8) or not at all (OUT_F32).
+// Padding rows and columns are written 0 (OUT_Q8) or not at all (OUT_F32, DEQUANT).
 void store_block(int rb, int nb, ivec4 a[4]) {
     int Hp = up4(p.H), N4 = up4(p.N) / 4;
     ivec4 c0 = chan[4 * nb], c1 = chan[4 * nb + 1], c2 = chan[4 * nb + 2], c3 = chan[4 * nb + 3];
@@ -40,9 +44,20 @@ void store_block(int rb, int nb, ivec4 a[4]) {
 #endif
             }
         }
+#ifdef DEQUANT
+        if (row_ok) {
+            int row = (4 * rb + rr) / Hp * p.H + (4 * rb + rr) % Hp;   // row in the (batch * H, N) output
+            precise vec4 y = vec4(q - p.deq_zp) * p.deq_scale;
+            for (int b = 0; b < 4; ++b)
+                if (col_ok[b]) out_f[row * p.N + 4 * nb + b] = y[b];
+        }
+#else
         words[rr] = pack_int8x4(q);
+#endif
     }
+#ifndef DEQUANT
     out_q[rb * N4 + nb] = words;
+#endif
 #else
     for (int rr = 0; rr < 4; ++rr) {
         int prow = 4 * rb + rr, h = prow % Hp;

@@ -28,8 +28,8 @@ import numpy as np
 
 from ..device import grid_1d
 from ..packing import as_nchw
-from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requant_clamp_frac, requant_clamp_params,
-                     requantize, shift_word, split_bias)
+from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, dequantize, quantize_multipliers, requant_clamp_frac,
+                     requant_clamp_params, requantize, shift_word, split_bias)
 from ..registry import register_op
 from .lut import epilogue_table
 
@@ -210,16 +210,19 @@ def _weight(ctx, node, k):
 
 
 def _gemm_q8(ctx, variant, x_buf, rows4: int, h: int, k: int, w, cols, out_buf, fill=0,
-             push_tail=(0, 0, 0), extra_buf=None):
+             push_tail=(0, 0, 0), extra_buf=None, dequant=None):
     """The int8 GEMM dispatch over a 4H4W x of rows4 packed rows (h real rows per batch matrix);
     cols: the four per-column constants the variant reads (see shaders/linear_store.glsl);
+    push_tail: (out_zp, qmin, qmax) of OUT_Q8; dequant: (scale, zero_point) of DEQUANT;
     extra_buf: binding 4, the row qparams (ROW_QPARAMS) or the table (LUT).
     A single row block runs as a GEMV (shaders/linear_gemv.comp), more as the tiled GEMM."""
     n, info = w.shape[0], ctx.device.info
     dot = use_dot_product(ctx.device, k)
     sg = subgroup_lanes(info)
     rb, k4 = rows4 // 4, _up4(k) // 4
+    variant += ("DEQUANT",) if dequant is not None else ()
     defines = {v: 1 for v in variant + (("PLAIN",) if not sg else ()) + (("DOT",) if dot else ())}
+    deq_scale, deq_zp = dequant if dequant is not None else (0.0, 0)
     if rows4 <= GEMV_ROWS:
         width = sg or min(PLAIN_WIDTH, info.max_workgroup_invocations)
         tn, kstep, shader, spec = GEMV_TN, width, "linear_gemv", (min(h, 4), GEMV_TN)
@@ -234,7 +237,8 @@ def _gemm_q8(ctx, variant, x_buf, rows4: int, h: int, k: int, w, cols, out_buf, 
     bufs = [x_buf, ctx.const_buffer(pack_weight(w, tn, kstep, dot)), ctx.const_buffer(table), out_buf]
     bufs += [extra_buf] if extra_buf is not None else []
     return ctx.device.dispatch(shader, bufs, groups, local=local, spec=spec,
-                               push=(rb, h, k4, n, nt) + tuple(push_tail), defines=defines)
+                               push=(rb, h, k4, n, nt) + tuple(push_tail) + (np.float32(deq_scale), int(deq_zp)),
+                               defines=defines)
 
 
 def _int8_input(spec):
@@ -264,18 +268,22 @@ class LinearQ8:
     out_zp, qmin, qmax, frac), (B, frac) = split_bias(bias, multiplier). On the device
     bias_eff = B - x_zp * wsum is folded at build time.
     Fused table (vkq/passes/fuse_epilogue.py): attr lut=True, input `table` (int8 (256,)):
-    out = table[out + 128], exactly lut_q8 after it (a transformer's GELU after its FFN-up)."""
+    out = table[out + 128], exactly lut_q8 after it (a transformer's GELU after its FFN-up).
+    Fused dequantize (the same pass): attr dequant={"scale", "zero_point"}: the output is float32,
+    dequantize(out, scale, zero_point) (vkq/quant.py) of the int8 result, written row-major like
+    linear_q8_fout's: a classifier's final dequantize costs no dispatch."""
     name = "linear_q8"
     shaders = ("linear_q8", "linear_gemv")
 
     def reference(x, weight, bias, multiplier, shift, *table, x_zp, out_zp, qmin=INT8_MIN, qmax=INT8_MAX,
-                  lut=False):
+                  lut=False, dequant=None):
         whole, frac = split_bias(bias, multiplier)
         acc = (x.astype(np.int64) - x_zp) @ weight.astype(np.int64).T + whole
         y = requantize(acc, multiplier, shift, out_zp, qmin, qmax, frac)
         if len(table) != int(bool(lut)):
             raise ValueError(f"linear_q8: {len(table)} table inputs for lut={bool(lut)}")
-        return np.asarray(table[0], np.int8)[y.astype(np.int64) + 128] if lut else y
+        y = np.asarray(table[0], np.int8)[y.astype(np.int64) + 128] if lut else y
+        return dequantize(y, dequant["scale"], dequant["zero_point"]) if dequant else y
 
     def build(ctx, node):
         x, _, bname, mname, sname, *table = node.inputs
@@ -293,10 +301,12 @@ class LinearQ8:
         bound, lshift, m, rshift = requant_clamp_params(mult, shift)
         cols = [bias_eff, bound, m, shift_word(lshift, rshift, requant_clamp_frac(mult, shift, frac))]
         lut = ctx.const_buffer(epilogue_table(ctx.constant(table[0]))) if table else None
+        deq = a.get("dequant")
         return [_gemm_q8(ctx, ("OUT_Q8", "LUT") if table else ("OUT_Q8",), ctx.buffer(x), rows4, h, k, w, cols,
                          ctx.buffer(node.outputs[0]),
                          fill=(0, 0, 0, 1 << 5),   # padding columns: m = 0 with a valid shift
-                         push_tail=(a["out_zp"], a.get("qmin", INT8_MIN), a.get("qmax", INT8_MAX)), extra_buf=lut)]
+                         push_tail=(a["out_zp"], a.get("qmin", INT8_MIN), a.get("qmax", INT8_MAX)), extra_buf=lut,
+                         dequant=(deq["scale"], deq["zero_point"]) if deq else None)]
 
 
 @register_op

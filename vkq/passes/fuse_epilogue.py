@@ -6,21 +6,24 @@ dispatch and one full write and read of the activation fewer per fusion).
     c = conv2d_q8(x, ...);  y = lut_q8(c, table)  ->  y = conv2d_q8(x, ..., table; lut=True)
     c = linear_q8(x, ...);  y = lut_q8(c, table)  ->  y = linear_q8(x, ..., table; lut=True)
 
-when c has the add (the table) as its only reader (so nothing else needs c). The fused op
+    c = linear_q8(x, ...);  y = dequantize(c)     ->  y = linear_q8(x, ...; dequant={scale, zp})  (float32)
+
+when c has the add (the table, the dequantize) as its only reader (so nothing else needs c). The fused op
 computes exactly what the pair did (vkq/ops/conv.py, linear.py: its reference is the composition),
 so nothing here is approximate. When both operands of an add are such convs, the first gets it.
 A table after a folded add folds too (the epilogue applies the add, then the table): hardswish,
 silu, sigmoid after a conv (every MobileNetV3, EfficientNet) and GELU after a transformer's FFN
-linear cost no dispatch of their own.
+linear cost no dispatch of their own, nor does a classifier's final dequantize.
 
 Runs after fold_qdq_patterns (the vkq int8 ops exist) and before assign_layouts (the residual
 operand must then be 4W4C like the conv's output).
 """
 from __future__ import annotations
 
+import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import finish, is_vkq, vkq_target
+from ._graph import DEQUANTIZE, finish, is_call, is_vkq, q_args, vkq_target
 
 
 def _fusable_conv(node) -> bool:
@@ -59,6 +62,16 @@ def fuse_table(gm: GraphModule, lut: Node) -> bool:
     return False
 
 
+def fuse_dequantize(gm: GraphModule, deq: Node) -> bool:
+    src = deq.args[0]
+    if (is_vkq(src, "linear_q8") and len(src.users) == 1 and not src.kwargs.get("dequant")
+            and q_args(deq)["dtype"] == torch.int8):
+        a = q_args(deq)
+        _replace(gm, deq, src, [], {"dequant": {"scale": a["scale"], "zero_point": a["zero_point"]}}, "linear_q8")
+        return True
+    return False
+
+
 def fuse_epilogue(gm: GraphModule) -> bool:
     changed = False
     for node in list(gm.graph.nodes):      # in graph order: an add before the table that follows it
@@ -66,4 +79,6 @@ def fuse_epilogue(gm: GraphModule) -> bool:
             changed |= fuse_residual(gm, node)
         elif is_vkq(node, "lut_q8"):
             changed |= fuse_table(gm, node)
+        elif is_call(node, DEQUANTIZE):     # after the table before it folded (graph order)
+            changed |= fuse_dequantize(gm, node)
     return finish(gm, changed)
