@@ -35,7 +35,11 @@ def test_quick_run(device, tmp_path, capfd):
     assert {r["suite"] for r in records} == {"roofline", "kernels", "models"}
 
     roof_rows = {r["name"]: r for r in records if r["suite"] == "roofline"}
-    assert {"fp32_gflops", "int32_gops", "copy_gbps", "dispatch_ms", "round_trip_ms"} <= set(roof_rows)
+    assert {"fp32_gflops", "int32_gops", "copy_gbps", "dispatch_ms", "round_trip_ms", "chain_dispatch_ms"} <= set(roof_rows)
+    chain = roof_rows["chain_dispatch_ms"]["median_ms"]
+    for r in records:      # a model call's dispatches at that cost each
+        if r["suite"] == "models" and r["backend"] == "vulkan":
+            assert r["dispatch_cost_ms"] == pytest.approx(r["dispatches"] * chain, rel=1e-9) and r["dispatches"] > 0, r
     assert all(roof_rows[k]["device"] == device.info.name for k in roof_rows)
     roof = {k: r["gops"] for k, r in roof_rows.items()}
 

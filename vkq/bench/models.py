@@ -275,6 +275,8 @@ def per_call(s: Settings, prog, call_ms: float) -> dict:
     eval_ms    wall time of evaluating its recorded sequences alone (submit, dispatches,
                transfers, wait), as the call does; median of repeats
     host_ms    call_ms - eval_ms: Python, packing the input, unpacking the output, CPU ops
+    dispatch_cost_ms  dispatches x the roofline's chain_dispatch_ms: what the call pays for its
+               number of dispatches beyond their work (in eval_ms; fusion is what lowers it)
     plus the counts of sequences, dispatches and (where vkq.device says) barriers."""
     recs = recordings(prog)
     steps = [st for r in recs for st in r.steps]
@@ -285,7 +287,8 @@ def per_call(s: Settings, prog, call_ms: float) -> dict:
             r.run()
     eval_ms = stats_ms(wall_times(evaluate, s.repeats, s.warmup, s.budget_s))[0]
     return {"gpu_ms": gpu_ms, "eval_ms": eval_ms, "host_ms": max(0.0, call_ms - eval_ms),
-            "sequences": len(recs), "dispatches": len(steps), "barriers": barrier_count(recs)}
+            "sequences": len(recs), "dispatches": len(steps), "barriers": barrier_count(recs),
+            "dispatch_cost_ms": len(steps) * s.roof.get("chain_dispatch_ms", 0.0)}
 
 
 def _torch_int8_model(s, case, model, calib, shape, ops, want, cpu) -> list[Record]:

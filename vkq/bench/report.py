@@ -68,7 +68,8 @@ def print_models_memory(records) -> None:
         if r["suite"] == "models" and r["backend"] == "vulkan":
             barriers = "" if r.get("barriers") is None else f", {r['barriers']} barriers"
             print(f"{r['name']}: {r['median_ms']:.2f} ms a call = eval {r['eval_ms']:.2f} ms (GPU {r['gpu_ms']:.2f} ms "
-                  f"in {r['dispatches']} dispatches{barriers}, {r['sequences']} sequence(s)) + host {r['host_ms']:.2f} ms; "
+                  f"in {r['dispatches']} dispatches{barriers}, {r['sequences']} sequence(s); their fixed cost "
+                  f"~{r.get('dispatch_cost_ms', 0.0):.2f} ms) + host {r['host_ms']:.2f} ms; "
                   f"device memory {r['device_bytes'] / 2**20:.2f} MiB (arena {r['arena_bytes'] / 2**20:.2f} MiB); "
                   f".vkq {r['vkq_file_bytes'] / 2**20:.2f} MiB = {r['weights_ratio']:.3f} x the fp32 state dict "
                   f"({r['fp32_state_dict_bytes'] / 2**20:.2f} MiB); {r['cpu_ops']} op(s) on the CPU; "

@@ -8,7 +8,10 @@ peak: on a shared machine the median drifts with the load):
   dot4_gops      int8 4-way dot product with accumulate (OpSDotAccSat: 4 multiply-adds, 8 ops
                  an instruction); measured only on a device opened with the integer dot product
   copy_gbps      ivec4 copy, bytes read + written
-and the fixed costs (median wall clock) of one dispatch and of one host<->device round trip.
+and the fixed costs (median wall clock) of one dispatch and of one host<->device round trip,
+and what one more dispatch costs inside a recorded sequence of dependent ones (chain_dispatch_ms:
+what a model pays per node beyond its kernels' work; on lavapipe the hand-over of each dispatch
+to its worker threads and back, 40-60 us on the 2-core machine of bench/README.md).
 
 The model: a kernel that does `ops` operations (2 x multiply-adds; one per element or window
 tap for the memory-bound kernels) and moves `bytes` (each input, weight and output read or
@@ -31,6 +34,7 @@ import numpy as np
 from ..device import Device, grid_1d
 from .timing import gpu_times, stats_ms, wall_times
 
+CHAIN = 64          # dispatches in the chain_dispatch_ms sequence
 COMPUTE_ROOFS = {"int32_gops": "int32 MAD", "fp32_gflops": "fp32 FMA", "dot4_gops": "int8 dot4"}
 
 
@@ -108,5 +112,15 @@ def measure(device: Device, quick: bool = False, dot_device: Device | None = Non
     out["round_trip_ms"] = med
     records.append(Record("roofline", "round_trip_ms", "16 B up + dispatch + 16 B down", "-", "vulkan", name,
                           med, p90, extra={"timing": "wall"}))
+    # a tiny dispatch CHAIN times in one sequence, each reading what the one before wrote (so a
+    # barrier between each pair): the sequence's wall time over CHAIN, per dispatch (its submit
+    # and wait, one dispatch_ms, spread over CHAIN: under 2% of it)
+    chain = device.record([device.dispatch("bench_roofline", [src, dst] if i % 2 == 0 else [dst, src], (1, 1, 1),
+                                           local=(1,), spec=(1,), push=(1,), defines={"COPY": 1})
+                           for i in range(CHAIN)])
+    med, p90 = stats_ms(wall_times(chain.run, repeats * 3))
+    out["chain_dispatch_ms"] = med / CHAIN
+    records.append(Record("roofline", "chain_dispatch_ms", f"1 of {CHAIN} dependent dispatches", "-", "vulkan", name,
+                          med / CHAIN, p90 / CHAIN, extra={"timing": "wall", "chain_ms": med}))
     out["records"] = records
     return out
