@@ -543,3 +543,36 @@ def test_fuse_epilogue_tables_after_linears(device, monkeypatch):
     want = run_reference(plain, x.numpy())
     np.testing.assert_array_equal(run_reference(fused, x.numpy()), want)
     np.testing.assert_array_equal(VulkanExecutor(fused, device)(x.numpy()), want)
+
+
+class TwoOutputs(nn.Module):
+    """A linear whose int8 output is both a network output (a dequantize) and the next linear's
+    input: that dequantize must not fold (the next linear reads the int8 tensor); the last one does."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(21, 37), nn.Linear(37, 13)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        return self.fc2(h), h
+
+
+def test_fuse_epilogue_dequantize_only_for_a_sole_reader(device, monkeypatch):
+    from vkq.executor import VulkanExecutor, run_reference
+    from vkq.lower import lower
+    import vkq.passes.pipeline as pipeline
+    torch.manual_seed(0)
+    x = torch.randn(3, 21)
+    gm = converted(TwoOutputs().eval(), x)
+    fused = lower(gm, (x,))
+    assert [n.op for n in fused.nodes] == ["quantize", "linear_q8", "dequantize", "linear_q8"]
+    assert not fused.nodes[1].attrs.get("dequant") and fused.nodes[3].attrs["dequant"]
+    monkeypatch.setattr(pipeline, "PIPELINE", [p for p in pipeline.PIPELINE if p is not fuse_epilogue])
+    plain = lower(gm, (x,))
+    want = run_reference(plain, x.numpy())
+    got_ref, got = run_reference(fused, x.numpy()), VulkanExecutor(fused, device)(x.numpy())
+    for w, r, g in zip(want, got_ref, got):
+        assert w.dtype == np.float32 and len(np.unique(w)) > 8
+        np.testing.assert_array_equal(r, w)
+        np.testing.assert_array_equal(g, w)
