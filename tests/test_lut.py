@@ -14,12 +14,12 @@ import torch.nn.functional as F
 from torch import nn
 
 import oputil
-from test_lower import assert_matches_pt2e, batches, ops, pt2e_values
+from test_lower import assert_matches_pt2e, batches, cosine, ops, pt2e_values
 from vkq import api, packing
 from vkq.executor import VulkanExecutor, run_reference
 from vkq.lower import lower
 from vkq.ops.lut import device_table
-from vkq.registry import get_op
+from vkq.registry import cpu_reason, get_op
 
 warnings.filterwarnings("ignore", category=UserWarning)
 aten = torch.ops.aten
@@ -301,4 +301,51 @@ def test_squeeze_excitation_is_int8(se):
 
 def test_squeeze_excitation_on_device(se, device):
     _, program, x = se
+    oputil.assert_program_on_device(program, device, x.numpy())
+
+
+class NormHeads(nn.Module):
+    """BatchNorm1d standalone on (N, C) before a classifier (RepViT's and EfficientViT's heads)
+    and on (N, C, L); convs with padding "same" (an odd and an even window: PyTorch pads the
+    even one's extra row and column after) and "valid" (ConvMixer)."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(5)
+        self.same3 = nn.Conv2d(3, 6, 3, padding="same")
+        self.same4 = nn.Conv2d(6, 6, (4, 2), padding="same", groups=6, dilation=(1, 2))
+        self.valid = nn.Conv2d(6, 8, 3, padding="valid")
+        self.bn_l, self.bn_c = nn.BatchNorm1d(8), nn.BatchNorm1d(8)
+        for bn in (self.bn_l, self.bn_c):
+            bn.running_mean.uniform_(-0.5, 0.5, generator=g)
+            bn.running_var.uniform_(0.3, 2.0, generator=g)
+            bn.weight.data.uniform_(-1.5, 1.5, generator=g)
+            bn.bias.data.uniform_(-0.5, 0.5, generator=g)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = self.valid(F.relu(self.same4(F.relu(self.same3(x)))))        # (N, 8, H-2, W-2)
+        y = self.bn_l(y.flatten(2))                                        # (N, 8, L)
+        return self.fc(self.bn_c(y.mean(2)))                               # (N, 8) -> (N, 5)
+
+
+def test_padding_strings_and_batch_norm_1d_lower_to_int8(device):
+    """No node on the CPU: the string paddings become numbers (an even "same" window a
+    constant_pad_nd first) and each BatchNorm1d a depthwise 1x1 conv between views; the program
+    matches PT2E op by op and end to end, and the device equals the reference."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 9, 11)
+    model = NormHeads().eval()
+    gm = api.quantize(model, (x,), calibration=batches((2, 3, 9, 11)), progress=False)
+    assert not [n for n in gm.graph.nodes if n.target in (aten.batch_norm.default, aten.conv2d.padding)]
+    program = lower(gm, (x,))
+    assert program.fallback == [] and all(cpu_reason(n, program.tensors) is None for n in program.nodes)
+    # 3 convs and the 2 BatchNorm1d as convs; the even window's padding a float constant_pad_nd
+    assert ops(program).count("conv2d_q8") == 5 and ops(program).count("constant_pad_nd") == 1
+    pads = [n.attrs for n in program.nodes if n.op == "conv2d_q8"]
+    assert [p["padding"] for p in pads[:3]] == [[1, 1], [0, 0], [0, 0]], pads
+    with torch.no_grad():
+        want = model(x)
+    assert cosine(run_reference(program, x.numpy()), want.numpy()) > 0.98
+    assert assert_matches_pt2e(program, gm, x) >= 5
     oputil.assert_program_on_device(program, device, x.numpy())

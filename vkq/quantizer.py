@@ -244,8 +244,9 @@ STATIC_ANNOTATORS = [annotate_weighted, annotate_matmul, annotate_binary, annota
 # ------------------------------------------------------------------ before annotating
 
 def batch_norm_as_conv(gm: GraphModule) -> bool:
-    """Each eval-mode batch_norm of a 4-D tensor left in the graph (prepare_pt2e has folded
-    those after a conv; these follow a cat, a pool, an add) -> conv2d(x, a, b, groups=C) with
+    """Each eval-mode batch_norm left in the graph (prepare_pt2e has folded those after a conv;
+    these follow a cat, a pool, an add; BatchNorm1d on (N, C) or (N, C, L) too, viewed as
+    (N, C, 1, 1) / (N, C, L, 1) around the conv) -> conv2d(x, a, b, groups=C) with
     a = gamma / sqrt(var + eps) as a (C, 1, 1, 1) weight and b = beta - mean * a: the same
     function, quantized as a conv. Per-channel symmetric int8 represents a one-element channel
     exactly (+-127 at scale |a| / 127), so the int8 op is an exact per-channel multiplier and
@@ -258,7 +259,7 @@ def batch_norm_as_conv(gm: GraphModule) -> bool:
             continue
         x = node.args[0]
         val = x.meta.get("val") if isinstance(x, Node) else None
-        if not isinstance(val, torch.Tensor) or val.dim() != 4 or node.args[5]:
+        if not isinstance(val, torch.Tensor) or val.dim() not in (2, 3, 4) or node.args[5]:
             continue
         c = val.shape[1]
         w, b, mean, var = (const_value(gm, a) for a in node.args[1:5])
@@ -282,9 +283,16 @@ def batch_norm_as_conv(gm: GraphModule) -> bool:
                 g = gm.graph.get_attr(n)
                 g.meta["val"] = value
                 consts.append(g)
-            conv = gm.graph.call_function(aten.conv2d.default, (x, *consts, [1, 1], [0, 0], [1, 1], c))
-        conv.meta.update(node.meta)
-        node.replace_all_uses_with(conv)
+            shape4 = tuple(val.shape) + (1,) * (4 - val.dim())
+            x4 = x if val.dim() == 4 else gm.graph.call_function(aten.view.default, (x, list(shape4)))
+            if x4 is not x:
+                x4.meta["val"] = val.reshape(shape4)
+            conv = gm.graph.call_function(aten.conv2d.default, (x4, *consts, [1, 1], [0, 0], [1, 1], c))
+            conv.meta.update(node.meta)
+            conv.meta["val"] = val.reshape(shape4)
+            out = conv if val.dim() == 4 else gm.graph.call_function(aten.view.default, (conv, list(val.shape)))
+        out.meta.update(node.meta)
+        node.replace_all_uses_with(out)
         gm.graph.erase_node(node)
         changed = True
     if changed:
@@ -316,8 +324,9 @@ class VkqQuantizer(Quantizer):
         self.observer = observer
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
-        from .passes.normalize_ops import functionalize_inplace
+        from .passes.normalize_ops import explicit_conv_padding, functionalize_inplace
         functionalize_inplace(model)
+        explicit_conv_padding(model)
         if self.scheme == "static":
             batch_norm_as_conv(model)
         return model

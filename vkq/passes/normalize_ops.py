@@ -4,6 +4,9 @@ torch.export's default graph and its run_decompositions() graph spell the same m
 differently; this pass rewrites the second kind into the first:
 
   aten.convolution (2-D, not transposed)        -> aten.conv2d(x, w, b, stride, padding, dilation, groups)
+  aten.conv2d.padding (padding "same"/"valid")  -> aten.conv2d with the padding in numbers; "same"
+                                                  with an even window pads one more right/below, as
+                                                  PyTorch does: constant_pad_nd first, then padding 0
   aten.addmm(b, x, t(w)) / aten.mm(x, t(w))     -> aten.linear(x, w, b)      (t = aten.t or permute [1, 0])
   aten.max_pool2d_with_indices + getitem 0      -> aten.max_pool2d
   aten.mean.dim(x, [2, 3] / [-2, -1], keepdim)  -> aten.adaptive_avg_pool2d(x, [1, 1]) [+ view (N, C)]
@@ -47,6 +50,41 @@ def conv_from_convolution(node):
     if transposed or len(shape_of(x)) != 4:
         return None
     return _new(node, aten.conv2d.default, (x, w, b, _pair(stride), _pair(padding), _pair(dilation), groups))
+
+
+def conv_from_string_padding(node):
+    x, w, b = node.args[:3]
+    stride, padding, dilation, groups = (list(node.args[3:]) + [1, "valid", 1, 1][len(node.args) - 3:])[:4]
+    if padding not in ("same", "valid") or len(shape_of(x)) != 4:
+        return None
+    stride, dilation = _pair(stride), _pair(dilation)
+    if padding == "valid":
+        return _new(node, aten.conv2d.default, (x, w, b, stride, [0, 0], dilation, groups))
+    total = [d * (k - 1) for d, k in zip(dilation, shape_of(w)[2:])]
+    before = [t // 2 for t in total]
+    if all(t == 2 * p for t, p in zip(total, before)):
+        return _new(node, aten.conv2d.default, (x, w, b, stride, before, dilation, groups))
+    n, c, h, wd = shape_of(x)
+    pad = [before[1], total[1] - before[1], before[0], total[0] - before[0]]     # left, right, top, bottom
+    padded = _new(node, aten.constant_pad_nd.default, (x, pad, 0.0))
+    set_val(padded, (n, c, h + total[0], wd + total[1]), val(x).dtype)
+    return _new(node, aten.conv2d.default, (padded, w, b, stride, [0, 0], dilation, groups))
+
+
+def explicit_conv_padding(gm: GraphModule) -> bool:
+    """Every conv2d with "same"/"valid" padding -> numbers (conv_from_string_padding). Also run
+    by the quantizer before annotating, which annotates conv2d.default."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target == aten.conv2d.padding:
+            new = conv_from_string_padding(node)
+            if new is not None:
+                node.replace_all_uses_with(new)
+                gm.graph.erase_node(node)
+                changed = True
+    if changed:
+        gm.recompile()
+    return changed
 
 
 def _transposed_weight(node):
@@ -199,6 +237,7 @@ def int8_from_uint8(node):
 
 NORMALIZE = {
     aten.convolution.default: conv_from_convolution,
+    aten.conv2d.padding: conv_from_string_padding,
     aten.addmm.default: linear_from_addmm,
     aten.mm.default: linear_from_mm,
     aten.matmul.default: linear_from_mm,
