@@ -16,6 +16,8 @@
 //! variant OP_RSQRT
 //! variant OP_CUBE
 //! variant OP_SQUARE
+//! variant OP_HARDSWISH
+//! variant OP_HARDSIGMOID
 #include "common.glsl"
 #include "float_math.glsl"
 
@@ -43,6 +45,12 @@ float f(float v) {
     return tanh_f32(v);
 #elif defined(OP_SILU)
     return v * sigmoid_f32(v);
+#elif defined(OP_HARDSWISH)
+    precise float h = v * clamp(v + 3.0, 0.0, 6.0) / 6.0;     // as ATen: x * min(max(x + 3, 0), 6) / 6
+    return h;
+#elif defined(OP_HARDSIGMOID)
+    precise float h = clamp(v + 3.0, 0.0, 6.0) / 6.0;
+    return h;
 #elif defined(OP_EXP)
     return exp_f32(v);
 #elif defined(OP_NEG)

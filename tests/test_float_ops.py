@@ -70,6 +70,8 @@ UNARY_CASES = [
     ("exp", {}, rnd(9, 113, lo=-80, hi=80), ("fn", 0, 3 * EPS)),
     ("sigmoid", {}, rnd(9, 113, lo=-30, hi=30), ("fn", 3e-7, 4 * EPS)),
     ("silu", {}, rnd(9, 113, lo=-30, hi=30), ("fn", 3e-7, 4 * EPS)),
+    ("hardswish", {}, rnd(9, 113, lo=-5, hi=5), ("fn", 3e-7, 4 * EPS)),
+    ("hardsigmoid", {}, rnd(9, 113, lo=-5, hi=5), ("fn", 3e-7, 4 * EPS)),
     ("tanh", {}, rnd(9, 113, lo=-10, hi=10), ("fn", 3e-7, 4 * EPS)),
     ("sqrt", {}, rnd(9, 113, lo=1e-3, hi=1e3), ("ulp", 3)),
     ("rsqrt", {}, rnd(9, 113, lo=1e-3, hi=1e3), ("ulp", 3)),
@@ -418,3 +420,13 @@ def test_scaled_dot_product_attention(device, rows, name, qkv, mask, attrs):
     want = F.scaled_dot_product_attention(t(q), t(k), t(v), attn_mask=None if mask is None else t(mask),
                                           is_causal=attrs["causal"]).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-6)
+
+
+@pytest.mark.parametrize("op", ["hardswish", "hardsigmoid"])
+def test_hard_activation_references_are_torch(op):
+    """The float references (float32 throughout) equal ATen's on the CPU bit for bit, either
+    side of the kinks at -3 and 3 too."""
+    import torch
+    x = np.concatenate([rnd(4, 97, lo=-6, hi=6), np.float32([-3, 3, -2.9999998, 3.0000002, 0])[None].repeat(4, 0)], 1)
+    want = getattr(torch.nn.functional, op)(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(get_op(op).reference(x), want)

@@ -349,3 +349,39 @@ def test_padding_strings_and_batch_norm_1d_lower_to_int8(device):
     assert cosine(run_reference(program, x.numpy()), want.numpy()) > 0.98
     assert assert_matches_pt2e(program, gm, x) >= 5
     oputil.assert_program_on_device(program, device, x.numpy())
+
+
+class Spellings(nn.Module):
+    """ResMLP's affine (addcmul with a per-channel alpha and beta), and LeViT's attention output:
+    a float matmul result reshaped with reshape_as, then hardswish (in float: its input is)."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        self.alpha = nn.Parameter(torch.rand(8, generator=g) + 0.5)
+        self.beta = nn.Parameter(torch.randn(8, generator=g) * 0.1)
+        self.qkv, self.proj = nn.Linear(8, 24), nn.Linear(8, 8)
+
+    def forward(self, x):                                             # (N, L, 8)
+        a = torch.addcmul(self.beta, self.alpha, x, value=0.5)
+        q, k, v = self.qkv(a).chunk(3, -1)
+        o = (q @ k.transpose(1, 2)).softmax(-1) @ v
+        return self.proj(F.hardswish(o.reshape_as(a)))
+
+
+def test_addcmul_reshape_as_and_float_hardswish_run_on_vulkan(device):
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 8)
+    model = Spellings().eval()
+    gm = api.quantize(model, (x,), calibration=batches((2, 5, 8)), progress=False)
+    assert not [n for n in gm.graph.nodes if n.target in (aten.addcmul.default, aten.reshape_as.default)]
+    program = lower(gm, (x,))
+    assert program.fallback == [] and all(cpu_reason(n, program.tensors) is None for n in program.nodes)
+    # the affine: float mul, mul (value), add on Vulkan; the attention and its hardswish in float
+    assert ops(program)[2:5] == ["mul", "mul", "add"] and "hardswish" in ops(program)
+    with torch.no_grad():
+        want = model(x).numpy()
+    ref = run_reference(program, x.numpy())
+    assert cosine(ref, want) > 0.99
+    assert assert_matches_pt2e(program, gm, x) >= 5
+    assert cosine(VulkanExecutor(program, device)(x.numpy()), ref) >= 0.9995

@@ -516,7 +516,7 @@ _FLOAT_RULES = {
     aten.softmax.int: _softmax("softmax"), aten._softmax.default: _softmax("softmax"),
     aten.log_softmax.int: _softmax("log_softmax"), aten._log_softmax.default: _softmax("log_softmax"),
     **{getattr(aten, u).default: _unary(u) for u in
-       ("sigmoid", "tanh", "relu", "silu", "exp", "neg", "abs", "sqrt", "rsqrt")},
+       ("sigmoid", "tanh", "relu", "silu", "exp", "neg", "abs", "sqrt", "rsqrt", "hardswish", "hardsigmoid")},
     aten.gelu.default: _gelu,
     aten.hardtanh.default: _hardtanh,
     aten.clamp.default: _clamp("min", "max"), aten.clamp_min.default: _clamp("min", None),

@@ -28,9 +28,10 @@ dynamic and weight_only produce the same converted graph (float x, dequantized i
 the scheme is written into each annotated linear's node.meta["vkq_scheme"], which survives
 prepare and convert, so the lowering can tell them apart.
 
-Before annotating (transform_for_annotation), standalone batch norms become depthwise convs and
-in-place ops become functional (normalize_ops.functionalize_inplace: an
-exported hardswish_ / dropout_ / add_ would otherwise be observed as aliases of their input).
+Before annotating (transform_for_annotation), standalone batch norms become depthwise convs,
+in-place ops become functional (an exported hardswish_ / dropout_ / add_ would otherwise be
+observed as aliases of their input), and the spellings the annotators do not know take the form
+they do (normalize_ops.normalize_for_annotation: conv padding "same", addcmul, reshape_as).
 Annotators are listed in order in ANNOTATORS (fusions before single ops, then the ops that
 share their input's qparams and the elementwise ones, in graph order so chains propagate).
 """
@@ -324,9 +325,8 @@ class VkqQuantizer(Quantizer):
         self.observer = observer
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
-        from .passes.normalize_ops import explicit_conv_padding, functionalize_inplace
-        functionalize_inplace(model)
-        explicit_conv_padding(model)
+        from .passes.normalize_ops import normalize_for_annotation
+        normalize_for_annotation(model)
         if self.scheme == "static":
             batch_norm_as_conv(model)
         return model

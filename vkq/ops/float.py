@@ -8,7 +8,7 @@ a build() that runs it as a float32 compute shader, so a float region stays on t
   softmax / log_softmax(x; dim)                          float_softmax (LOG)
   softmax_masked(x, mask; scale)                         float_softmax (MASKED): softmax(x*scale + mask)
   gelu(x; approximate), hardtanh(x; min_val, max_val), clamp(x; min, max),
-  sigmoid, tanh, relu, silu, exp, neg, abs, sqrt, rsqrt(x)     float_unary
+  sigmoid, tanh, relu, silu, exp, neg, abs, sqrt, rsqrt, hardswish, hardsigmoid(x)   float_unary
   add, sub, mul, div(a[, b]; scalar, scalar_first, alpha)      float_binary (numpy broadcasting)
   matmul, bmm(a, b)                                      float_matmul (batch dims broadcast)
   matmul_strided(a, b; a_view, b_view, out_strides, out_shape)   float_matmul, in place of the
@@ -164,6 +164,8 @@ UNARY = {
     "abs": lambda x: np.abs(_f(x)),
     "sqrt": lambda x: np.sqrt(_f(x)),
     "rsqrt": lambda x: (1 / np.sqrt(_f(x).astype(np.float64))).astype(F32),
+    "hardswish": lambda x: _f(x) * np.clip(_f(x) + F32(3), F32(0), F32(6)) / F32(6),
+    "hardsigmoid": lambda x: np.clip(_f(x) + F32(3), F32(0), F32(6)) / F32(6),
 }
 
 

@@ -7,6 +7,8 @@ differently; this pass rewrites the second kind into the first:
   aten.conv2d.padding (padding "same"/"valid")  -> aten.conv2d with the padding in numbers; "same"
                                                   with an even window pads one more right/below, as
                                                   PyTorch does: constant_pad_nd first, then padding 0
+  aten.addcmul(a, b, c, value=v)                -> a + b * c (* v)   (ResMLP's affine layers)
+  aten.reshape_as(x, y), y of a static shape    -> aten.reshape(x, y's shape)   (LeViT)
   aten.addmm(b, x, t(w)) / aten.mm(x, t(w))     -> aten.linear(x, w, b)      (t = aten.t or permute [1, 0])
   aten.max_pool2d_with_indices + getitem 0      -> aten.max_pool2d
   aten.mean.dim(x, [2, 3] / [-2, -1], keepdim)  -> aten.adaptive_avg_pool2d(x, [1, 1]) [+ view (N, C)]
@@ -71,20 +73,23 @@ def conv_from_string_padding(node):
     return _new(node, aten.conv2d.default, (padded, w, b, stride, [0, 0], dilation, groups))
 
 
-def explicit_conv_padding(gm: GraphModule) -> bool:
-    """Every conv2d with "same"/"valid" padding -> numbers (conv_from_string_padding). Also run
-    by the quantizer before annotating, which annotates conv2d.default."""
-    changed = False
-    for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target == aten.conv2d.padding:
-            new = conv_from_string_padding(node)
-            if new is not None:
-                node.replace_all_uses_with(new)
-                gm.graph.erase_node(node)
-                changed = True
-    if changed:
-        gm.recompile()
-    return changed
+def mul_add_from_addcmul(node):
+    a, b, c = node.args[:3]
+    value = node.kwargs.get("value", node.args[3] if len(node.args) > 3 else 1)
+    prod = _new(node, aten.mul.Tensor, (b, c))
+    set_val(prod, torch.broadcast_shapes(shape_of(b), shape_of(c)), val(node).dtype)
+    if value != 1:
+        scaled = _new(node, aten.mul.Tensor, (prod, value))
+        set_val(scaled, shape_of(prod), val(node).dtype)
+        prod = scaled
+    return _new(node, aten.add.Tensor, (a, prod))
+
+
+def reshape_from_reshape_as(node):
+    shape = list(shape_of(node.args[1]))
+    if not all(isinstance(d, int) for d in shape):
+        return None
+    return _new(node, aten.reshape.default, (node.args[0], shape))
 
 
 def _transposed_weight(node):
@@ -235,9 +240,17 @@ def int8_from_uint8(node):
     return new
 
 
+# Rules the quantizer applies too, before it annotates (normalize_for_annotation): its annotators
+# know only the forms on the right, so a model spelling the left would stay float.
+BEFORE_ANNOTATION = {
+    aten.conv2d.padding: conv_from_string_padding,
+    aten.addcmul.default: mul_add_from_addcmul,
+    aten.reshape_as.default: reshape_from_reshape_as,
+}
+
 NORMALIZE = {
     aten.convolution.default: conv_from_convolution,
-    aten.conv2d.padding: conv_from_string_padding,
+    **BEFORE_ANNOTATION,
     aten.addmm.default: linear_from_addmm,
     aten.mm.default: linear_from_mm,
     aten.matmul.default: linear_from_mm,
@@ -251,10 +264,10 @@ NORMALIZE = {
 }
 
 
-def normalize_ops(gm: GraphModule) -> bool:
+def _apply(gm: GraphModule, rules: dict) -> bool:
     changed = functionalize_inplace(gm)
     for node in list(gm.graph.nodes):
-        rule = NORMALIZE.get(node.target) if node.op == "call_function" else None
+        rule = rules.get(node.target) if node.op == "call_function" else None
         if rule is None:
             continue
         new = rule(node)
@@ -263,4 +276,13 @@ def normalize_ops(gm: GraphModule) -> bool:
         node.replace_all_uses_with(new)
         gm.graph.erase_node(node)
         changed = True
-    return finish(gm, changed)
+    return changed
+
+
+def normalize_for_annotation(gm: GraphModule) -> bool:
+    """What the quantizer runs before annotating: in-place ops functional, BEFORE_ANNOTATION."""
+    return finish(gm, _apply(gm, BEFORE_ANNOTATION))
+
+
+def normalize_ops(gm: GraphModule) -> bool:
+    return finish(gm, _apply(gm, NORMALIZE))
