@@ -432,3 +432,22 @@ def test_transformer_encoder_lowers():
         else:
             out = run_reference(program, ids.numpy(), mask.numpy())
             assert cosine(out, gm(ids, mask).detach().numpy()) >= 0.999
+
+
+def test_softmax_with_float32_dtype_runs_on_vulkan():
+    """softmax(x, dim, dtype=torch.float32) on a float32 x (Llama's attention: 2 nodes were on
+    the CPU) is the plain softmax: a float shader, not the CPU."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.softmax(self.fc(x), dim=-1, dtype=torch.float32)
+
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(0))
+    gm = api.quantize(M().eval(), (x,), calibration=batches((3, 8)), progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and ops(program)[-1] == "softmax"
+    assert all(cpu_reason(n, program.tensors) is None for n in program.nodes)
+    assert_matches_pt2e(program, gm, x)

@@ -190,7 +190,7 @@ def _pow(n, t):
 
 def _softmax(name):
     def rule(n, t):
-        if arg(n, 2, "dtype") not in (None, False):
+        if arg(n, 2, "dtype") not in (None, False, torch.float32):   # softmax(x, dim, dtype=float32): Llama
             return None
         return name, [n.args[0]], {"dim": int(n.args[1])}
     return rule
