@@ -484,3 +484,20 @@ def test_transformer_shapes(int8_device, k, n):
         prog = float_program("linear_weight_only", xw.shape, w, fc)
         got = VulkanExecutor(prog, device)(xw)
         assert np.all(np.abs(got - run_reference(prog, xw)) <= weight_only_tolerance(xw, w, ws, k))
+
+
+@pytest.mark.parametrize("out_dtype,deq", [("int8", {"scale": 0.05, "zero_point": 3}), ("float32", None),
+                                           ("float32", {"scale": 0.05}), ("float32", {"scale": -1.0, "zero_point": 0})])
+def test_linear_q8_dequant_attr_refused_when_malformed(device, out_dtype, deq):
+    """A program file whose fused dequantize does not fit (an int8 output with it, a float output
+    without it, a missing or impossible scale / zero point) is refused when built, naming the
+    node, instead of the shader writing words of the wrong kind or count."""
+    rng = np.random.default_rng(4)
+    x, w, _, _, _, _, consts, attrs = q8_case(rng, (5, 21), 6, 5, -2, None)
+    out = spec((5, 6), "int8", "4H4W") if out_dtype == "int8" else spec((5, 6))
+    prog = single_op_program("linear_q8", [("x", spec(x.shape, "int8", "4H4W"))], [("y", out)],
+                             {**attrs, **({"dequant": deq} if deq is not None else {})},
+                             {"w": (w_spec(w), w), "b": (spec((6,), str(np.asarray(consts[0]).dtype)), consts[0]),
+                              "m": (spec((6,), "int32"), consts[1]), "s": (spec((6,), "int32"), consts[2])})
+    with pytest.raises(ValueError, match="dequant"):
+        VulkanExecutor(prog, device)(x)

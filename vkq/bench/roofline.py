@@ -11,7 +11,7 @@ peak: on a shared machine the median drifts with the load):
 and the fixed costs (median wall clock) of one dispatch and of one host<->device round trip,
 and what one more dispatch costs inside a recorded sequence of dependent ones (chain_dispatch_ms:
 what a model pays per node beyond its kernels' work; on lavapipe the hand-over of each dispatch
-to its worker threads and back, 40-60 us on the 2-core machine of bench/README.md).
+to its worker threads and back, 35-60 us on the 2-core machine of bench/README.md).
 
 The model: a kernel that does `ops` operations (2 x multiply-adds; one per element or window
 tap for the memory-bound kernels) and moves `bytes` (each input, weight and output read or

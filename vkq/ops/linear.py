@@ -255,6 +255,23 @@ def _check_output(ctx, node, w):
         raise ValueError(f"{node.name}: output shape {ctx.spec(node.outputs[0]).shape}, expected {want}")
 
 
+def _dequant_attr(ctx, node):
+    """(scale, zero_point) of a fused dequantize (attr dequant), or None; the output's dtype must
+    match it (float32 with it, int8 without): the shader writes that many words of that kind."""
+    deq, out = node.attrs.get("dequant"), ctx.spec(node.outputs[0]).dtype
+    if out != ("float32" if deq else "int8"):
+        raise ValueError(f"{node.name}: output {out} with dequant={deq!r}")
+    if not deq:
+        return None
+    try:
+        scale, zp = float(deq["scale"]), int(deq["zero_point"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{node.name}: dequant needs a float scale and an int zero_point, got {deq!r}") from None
+    if not (np.isfinite(scale) and scale > 0 and INT8_MIN <= zp <= INT8_MAX):
+        raise ValueError(f"{node.name}: dequant scale {scale} / zero_point {zp} out of range")
+    return scale, zp
+
+
 def _rows(shape) -> int:
     return int(np.prod(shape[:-1], dtype=np.int64))
 
@@ -301,12 +318,11 @@ class LinearQ8:
         bound, lshift, m, rshift = requant_clamp_params(mult, shift)
         cols = [bias_eff, bound, m, shift_word(lshift, rshift, requant_clamp_frac(mult, shift, frac))]
         lut = ctx.const_buffer(epilogue_table(ctx.constant(table[0]))) if table else None
-        deq = a.get("dequant")
         return [_gemm_q8(ctx, ("OUT_Q8", "LUT") if table else ("OUT_Q8",), ctx.buffer(x), rows4, h, k, w, cols,
                          ctx.buffer(node.outputs[0]),
                          fill=(0, 0, 0, 1 << 5),   # padding columns: m = 0 with a valid shift
                          push_tail=(a["out_zp"], a.get("qmin", INT8_MIN), a.get("qmax", INT8_MAX)), extra_buf=lut,
-                         dequant=(deq["scale"], deq["zero_point"]) if deq else None)]
+                         dequant=_dequant_attr(ctx, node))]
 
 
 @register_op

@@ -63,10 +63,8 @@ def fuse_table(gm: GraphModule, lut: Node) -> bool:
 
 
 def fuse_dequantize(gm: GraphModule, deq: Node) -> bool:
-    src = deq.args[0]
-    if (is_vkq(src, "linear_q8") and len(src.users) == 1 and not src.kwargs.get("dequant")
-            and q_args(deq)["dtype"] == torch.int8):
-        a = q_args(deq)
+    src, a = deq.args[0], q_args(deq)
+    if is_vkq(src, "linear_q8") and len(src.users) == 1 and not src.kwargs.get("dequant") and a["dtype"] == torch.int8:
         _replace(gm, deq, src, [], {"dequant": {"scale": a["scale"], "zero_point": a["zero_point"]}}, "linear_q8")
         return True
     return False

@@ -32,7 +32,8 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, aten, finish, is_call, set_val, shape_of, val
+from ._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, arg, aten, finish, is_call, set_val, shape_of,
+                     val)
 
 
 def _new(node: Node, target, args, kwargs=None) -> Node:
@@ -56,7 +57,8 @@ def conv_from_convolution(node):
 
 def conv_from_string_padding(node):
     x, w, b = node.args[:3]
-    stride, padding, dilation, groups = (list(node.args[3:]) + [1, "valid", 1, 1][len(node.args) - 3:])[:4]
+    stride, padding = arg(node, 3, "stride", 1), arg(node, 4, "padding", "valid")
+    dilation, groups = arg(node, 5, "dilation", 1), arg(node, 6, "groups", 1)
     if padding not in ("same", "valid") or len(shape_of(x)) != 4:
         return None
     stride, dilation = _pair(stride), _pair(dilation)
@@ -75,7 +77,7 @@ def conv_from_string_padding(node):
 
 def mul_add_from_addcmul(node):
     a, b, c = node.args[:3]
-    value = node.kwargs.get("value", node.args[3] if len(node.args) > 3 else 1)
+    value = arg(node, 3, "value", 1)
     prod = _new(node, aten.mul.Tensor, (b, c))
     set_val(prod, torch.broadcast_shapes(shape_of(b), shape_of(c)), val(node).dtype)
     if value != 1:
