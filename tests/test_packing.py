@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from vkq import pack, unpack
-from vkq.packing import ALL_LAYOUTS, convert, packed_size
+from vkq.packing import ALL_LAYOUTS, convert, packed_size, same_image
 
 ODD_SHAPES = [(1,), (3,), (17,), (2, 3), (5, 7), (1, 1, 1), (3, 5, 7), (1, 2, 3, 5), (2, 17, 3, 7), (3, 1, 5, 2),
               (1, 7, 1, 1), (2, 3, 17, 5)]
@@ -70,3 +70,25 @@ def test_bad_input_is_refused():
         pack(np.zeros((1, 1, 1, 1, 1), np.int8), "4H4W")
     with pytest.raises(ValueError, match="needs 4 int32 words"):
         unpack(np.zeros(3, np.int32), "4H4W", (2, 3))
+
+
+RESHAPES = [((1, 8, 1, 1), (1, 8)), ((2, 8, 1, 1), (2, 8)), ((1, 5, 1, 1), (1, 5)), ((1, 16), (16,)),
+            ((4, 4), (1, 1, 4, 4)), ((3, 7), (21,)), ((1, 3, 7), (1, 1, 3, 7)), ((8, 1, 1), (1, 8, 1)),
+            ((4, 2, 2), (2, 8, 1)), ((2, 3, 5, 7), (6, 35)), ((1, 1, 1, 5), (5,))]
+
+
+@pytest.mark.parametrize("a,b", RESHAPES)
+def test_same_image_is_what_pack_gives(a, b):
+    """same_image(a, la, b, lb) exactly when packing a tensor in la and its reshape in lb gives
+    the same words, for every pair of layouts (two random tensors witness a difference; the
+    small chunk makes the comparison run over several pieces)."""
+    rng = np.random.default_rng(len(a) * 10 + len(b))
+    qs = [rng.integers(-128, 128, a).astype(np.int8) for _ in range(2)]
+    for la in ALL_LAYOUTS:
+        for lb in ALL_LAYOUTS:
+            want = all(np.array_equal(pack(q, la), pack(q.reshape(b), lb)) if packed_size(a, la) == packed_size(b, lb)
+                       else False for q in qs)
+            assert same_image(a, la, b, lb, chunk=5) == want, (a, la, b, lb)
+            assert same_image(b, lb, a, la) == want
+    assert same_image((1, 1280, 1, 1), "4W4C", (1, 1280), "4H4W")      # a CNN's pooled features
+    assert not same_image((1, 1280, 1, 1), "4W4C", (1, 1280), "ROW")

@@ -16,7 +16,7 @@ import pytest
 
 from vkq import progfile
 from vkq.demo import roundtrip_program
-from vkq.executor import VulkanExecutor, plan_memory, run_reference
+from vkq.executor import VulkanExecutor, memory_aliases, plan_memory, run_reference
 from vkq.ops.linear import linear_q8_params
 from vkq.program import Node, Program, TensorSpec
 from vkq.progfile import ProgramFileError, load_program, save_program
@@ -542,6 +542,68 @@ def test_memory_plan_shares_disjoint_lifetimes():
     p = Program(t, nodes, ["a"], ["e"])
     plan = plan_memory(p, exclude={"a", "e"})
     assert plan["b"][0] == plan["d"][0] != plan["c"][0]
+
+
+def test_memory_plan_aliases_share_a_slot_and_live_together():
+    """b is a's words (an alias): one slot, alive until b's last reader, so c (written after
+    a's last reader, while b still lives) cannot take it; f can once b is done."""
+    t = {n: TensorSpec((4, 4), "int8", "4H4W") for n in "xabcdfe"}
+    nodes = [Node("repack", ["x"], ["a"]), Node("repack", ["a"], ["b"]), Node("repack", ["x"], ["c"]),
+             Node("add", ["b", "c"], ["d"]), Node("repack", ["d"], ["f"]), Node("repack", ["f"], ["e"])]
+    p = Program(t, nodes, ["x"], ["e"])
+    plain = plan_memory(p, exclude={"x", "e"})
+    assert plain["a"][0] != plain["b"][0] and plain["c"][0] == plain["a"][0]     # a is dead at node 2
+    plan = plan_memory(p, exclude={"x", "e"}, aliases={"b": "a"})
+    assert plan["a"][0] == plan["b"][0] != plan["c"][0]
+    assert plan["f"][0] == plan["a"][0]          # free again after node 3, where b was last read
+    # an alias of an excluded tensor (a program input or output) is not planned into it
+    assert plan_memory(p, exclude={"x", "a", "e"}, aliases={"b": "a"})["b"][0] is not None
+
+
+def _alias_program(n, c, symbols=None):
+    """quantize (n, c, 1, 1) 4W4C -> repack to (n, c) 4H4W -> repack to ROW (n*c,) ->
+    reshape of the dequantized float to (n, c) -> plus one: the repacks and the reshape move
+    words, the rest computes."""
+    q = dict(scale=0.1, zero_point=-3)
+    nc = n * c if isinstance(n, int) else f"{n}*{c}"
+    dim = (lambda d: d) if isinstance(n, int) else (lambda d: d if isinstance(d, int) else {"expr": d})
+    t = {"x": TensorSpec((n, c, 1, 1)), "q": TensorSpec((n, c, 1, 1), "int8", "4W4C", **q),
+         "r": TensorSpec((n, c), "int8", "4H4W", **q), "s": TensorSpec((n, c), "int8", "ROW", **q),
+         "u": TensorSpec((n, c), "int8", "ROW", **q), "f": TensorSpec((n, c)), "g": TensorSpec((nc,)),
+         "y": TensorSpec((nc,))}
+    nodes = [Node("quantize", ["x"], ["q"], q), Node("repack", ["q"], ["r"], {"shape": [dim(n), c]}),
+             Node("repack", ["r"], ["s"], {"shape": [dim(n), c]}), Node("repack", ["s"], ["u"], {"shape": [dim(n), c]}),
+             Node("dequantize", ["u"], ["f"], q), Node("reshape", ["f"], ["g"], {"shape": [dim(nc)]}),
+             Node("add", ["g", "g"], ["y"], {})]
+    return Program(t, nodes, ["x"], ["y"], symbols=symbols or {}, meta={"symbol_names": {"s0": "batch"}} if symbols else {})
+
+
+@pytest.mark.parametrize("n,c,aliased", [(1, 6, {"r", "u", "g"}), (1, 16, {"r", "u", "g"}), (2, 6, {"u", "g"})])
+def test_reshapes_that_move_nothing_build_no_dispatch(device, n, c, aliased):
+    """A repack between equal packed images ((1, C, 1, 1) 4W4C and (1, C) 4H4W; ROW to ROW) and a
+    float reshape share their input's buffer and build nothing; every other one still runs; the
+    answer is the reference's either way, and with every buffer its own (vkq compare's mode)."""
+    p = _alias_program(n, c)
+    assert set(memory_aliases(p, p)) == aliased
+    x = np.random.default_rng(n * c).normal(0, 2, (n, c, 1, 1)).astype(np.float32)
+    want = run_reference(p, x)
+    for host_visible_all in (False, True):
+        ex = VulkanExecutor(p, device, host_visible_all=host_visible_all)
+        dispatches = sum(len(seg[1].steps) for seg in ex.segments if seg[0] == "vulkan")
+        assert dispatches == len(p.nodes) - (0 if host_visible_all else len(aliased))
+        np.testing.assert_array_equal(ex(x), want)
+
+
+def test_dynamic_program_aliases_only_shape_free_reshapes(device):
+    """In a dynamic program a blocked image can be equal at one shape and not at another, so
+    only float words and ROW to ROW share; every shape still gives the reference's answer."""
+    p = _alias_program("s0", 6, symbols={"s0": [1, 4]})
+    sized = p.specialize(p.max_bindings())
+    assert set(memory_aliases(p, sized)) == {"u", "g"}
+    ex = VulkanExecutor(p, device)
+    for n in (1, 3, 4, 1):
+        x = np.random.default_rng(n).normal(0, 2, (n, 6, 1, 1)).astype(np.float32)
+        np.testing.assert_array_equal(ex(x), run_reference(p, x))
 
 
 def test_arena_report(device):

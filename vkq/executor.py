@@ -82,12 +82,14 @@ def _outputs(program: Program, env):
     return outs[0] if len(outs) == 1 else outs
 
 
-def plan_memory(program: Program, exclude=()) -> dict:
+def plan_memory(program: Program, exclude=(), aliases=None) -> dict:
     """Give intermediate tensors shared device buffers (slots) when their lifetimes do not
     overlap. A tensor lives from the node that writes it to the last node that reads it,
-    both included, so a node's inputs and outputs never share. Greedy, in program order:
-    take the free slot that fits best (growing the largest free one if none fits).
-    Returns {tensor: (slot, slot_words)}; device-only buffers hold any 32-bit type."""
+    both included, so a node's inputs and outputs never share, except where `aliases`
+    ({tensor: the earlier tensor whose words it is}, see memory_aliases) says a node's output
+    is its input: those share one slot, live as long as the longest of them. Greedy, in
+    program order: take the free slot that fits best (growing the largest free one if none
+    fits). Returns {tensor: (slot, slot_words)}; device-only buffers hold any 32-bit type."""
     first, last = {}, {}
     for i, node in enumerate(program.nodes):
         for t in node.outputs:
@@ -96,24 +98,58 @@ def plan_memory(program: Program, exclude=()) -> dict:
         for t in node.inputs:
             last[t] = i
     exclude = set(exclude)
-    order = sorted((t for t in first if t not in exclude), key=lambda t: (first[t], t))
+    root = {}
+    for t, src in (aliases or {}).items():
+        if t in first and src in first and t not in exclude and src not in exclude:
+            root[t] = root.get(src, src)
+    need, end = {}, dict(last)
+    for t in first:
+        r = root.get(t, t)
+        need[r] = max(need.get(r, 1), program.tensors[t].device_words())
+        end[r] = max(end.get(r, last[t]), last[t])
+    order = sorted((t for t in first if t not in exclude and t not in root), key=lambda t: (first[t], t))
     slot_size, slot_free_at, assign = [], [], {}
     for t in order:
-        need = program.tensors[t].device_words()
         free = [k for k in range(len(slot_size)) if slot_free_at[k] < first[t]]
-        fits = [k for k in free if slot_size[k] >= need]
+        fits = [k for k in free if slot_size[k] >= need[t]]
         if fits:
             k = min(fits, key=lambda k: slot_size[k])
         elif free:
             k = max(free, key=lambda k: slot_size[k])
-            slot_size[k] = need
+            slot_size[k] = need[t]
         else:
             k = len(slot_size)
-            slot_size.append(need)
+            slot_size.append(need[t])
             slot_free_at.append(-1)
-        slot_free_at[k] = last[t]
+        slot_free_at[k] = end[t]
         assign[t] = k
+    for t, r in root.items():
+        assign[t] = assign[r]
     return {t: (k, max(1, slot_size[k])) for t, k in assign.items()}
+
+
+# ops whose output may be their input's words (a reshape of float / int32 words, a repack
+# between equal packed images): planned into the input's buffer, they build no dispatch
+ALIAS_OPS = ("reshape", "repack")
+
+
+def memory_aliases(program: Program, sized: Program) -> dict:
+    """{output: input} for the nodes of ALIAS_OPS whose output's device words are its input's
+    (TensorSpec.same_words) at every shape the program takes: checked at the upper bounds
+    (`sized`), and in a dynamic program only where that holds for any shape (float and int32
+    words, int8 ROW to ROW; a blocked int8 image depends on the shape)."""
+    out = {}
+    for node in sized.nodes:
+        if node.op not in ALIAS_OPS or len(node.inputs) != 1 or len(node.outputs) != 1 \
+                or node.inputs[0] in sized.constants:
+            continue
+        a, b = sized.tensors[node.inputs[0]], sized.tensors[node.outputs[0]]
+        shape_free = a.dtype != "int8" or (a.layout, b.layout) == ("ROW", "ROW")
+        symbolic = program.dynamic and any(t not in program.tensors or program.tensors[t].symbolic
+                                           for t in (node.inputs[0], node.outputs[0]))
+        if (shape_free or not symbolic) and a.same_words(b):
+            out[node.outputs[0]] = node.inputs[0]
+    return out
 
 
 class BuildContext:
@@ -220,8 +256,8 @@ class VulkanExecutor:
         for i, n in enumerate(sized.nodes):
             if i in self._on_cpu:
                 self.host_side |= set(n.inputs) | set(n.outputs)
-        shared = plan_memory(sized, exclude=self.host_side | set(program.constants)) \
-            if not host_visible_all else {}
+        shared = plan_memory(sized, exclude=self.host_side | set(program.constants),
+                             aliases=memory_aliases(program, sized)) if not host_visible_all else {}
         self.arena_slots = {}
         for name, spec in sized.tensors.items():
             if name in program.constants:

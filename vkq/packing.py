@@ -71,6 +71,38 @@ def packed_size(shape, layout: str) -> int:
     return n * c * _up4(h) // 4 * _up4(w) // 4 * 4
 
 
+def _positions(flat: np.ndarray, shape, layout: str) -> np.ndarray:
+    """Byte offsets in the packed buffer of the elements at these row-major indices."""
+    if layout == "ROW":
+        return flat
+    n, c, h, w = as_nchw(shape)
+    n_, c_, h_, w_ = np.unravel_index(flat, (n, c, h, w))
+    if layout == "4W4C":
+        word = (((n_ * h + h_) * (_up4(w) // 4) + w_ // 4) * (_up4(c) // 4) + c_ // 4) * 4 + w_ % 4
+        return word * 4 + c_ % 4
+    word = (((n_ * c + c_) * (_up4(h) // 4) + h_ // 4) * (_up4(w) // 4) + w_ // 4) * 4 + h_ % 4
+    return word * 4 + w_ % 4
+
+
+def same_image(shape_a, layout_a: str, shape_b, layout_b: str, chunk: int = 1 << 20) -> bool:
+    """Whether the packed words of an int8 tensor of shape_a in layout_a are, byte for byte,
+    those of its row-major reshape to shape_b in layout_b (padding included: the word counts
+    match and every element sits at the same byte). Then a repack between the two moves
+    nothing: (1, C, 1, 1) 4W4C is (1, C) 4H4W, a ROW reshape is always its input."""
+    _check_layout(layout_a)
+    _check_layout(layout_b)
+    numel = _numel(shape_a)
+    if numel != _numel(shape_b) or packed_size(shape_a, layout_a) != packed_size(shape_b, layout_b):
+        return False
+    if layout_a == layout_b == "ROW":
+        return True
+    for start in range(0, numel, chunk):      # bounded memory on large tensors
+        flat = np.arange(start, min(start + chunk, numel), dtype=np.int64)
+        if not np.array_equal(_positions(flat, shape_a, layout_a), _positions(flat, shape_b, layout_b)):
+            return False
+    return True
+
+
 def _blocks(q4: np.ndarray, layout: str) -> np.ndarray:
     """Padded int8 (N, C, H, W) -> int8 array whose C-order bytes are the packed buffer."""
     n, c, h, w = q4.shape

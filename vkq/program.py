@@ -74,6 +74,22 @@ class TensorSpec:
             return packing.packed_size(self.shape, self.layout)
         return int(np.prod(self.shape, dtype=np.int64))
 
+    def same_words(self, other: "TensorSpec") -> bool:
+        """Whether this tensor's device words, read as a tensor of `other`'s spec, are that
+        tensor: a reshape between the two moves nothing (the executor lets them share a
+        buffer). float32 / int32: row-major, so any reshape of one dtype; int8: the packed
+        images must be equal (vkq.packing.same_image)."""
+        self._concrete("same_words")
+        other._concrete("same_words")
+        if self.dtype != other.dtype or self.dtype == "float64":
+            return False
+        if int(np.prod(self.shape, dtype=np.int64)) != int(np.prod(other.shape, dtype=np.int64)) \
+                or int(np.prod(self.shape, dtype=np.int64)) == 0:
+            return False
+        if self.dtype != "int8":
+            return True
+        return packing.same_image(self.shape, self.layout, other.shape, other.layout)
+
     @property
     def word_dtype(self):
         return np.dtype(np.float32) if self.dtype == "float32" else np.dtype(np.int32)

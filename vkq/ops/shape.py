@@ -324,6 +324,13 @@ def _blocks_step(ctx, node):
 
 def build(ctx, node):
     tensors = {t: ctx.spec(t) for t in node.inputs + node.outputs}
+    if len(node.inputs) == 1 and len(node.outputs) == 1 and ctx.buffer(node.inputs[0]) is ctx.buffer(node.outputs[0]):
+        # the executor planned the output into the input's buffer (executor.memory_aliases):
+        # nothing to move, unless the words differ at this shape, which would be its bug
+        if not tensors[node.inputs[0]].same_words(tensors[node.outputs[0]]):
+            raise RuntimeError(f"{node.name}: output shares its input's buffer but not its words "
+                               f"({tensors[node.inputs[0]]} -> {tensors[node.outputs[0]]})")
+        return []
     blocks = _blocks_step(ctx, node)
     if blocks is not None:
         return [blocks]
