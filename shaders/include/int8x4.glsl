@@ -73,5 +73,17 @@ ivec4 int8x4_element(int lay, int i, int b, ivec4 shape) {
     return ivec4(blk / shape.y, blk % shape.y, h4 * 4 + r, w4 * 4 + b);
 }
 
+// The 4W4C block that invocation j of a block-per-invocation float <-> int8 kernel owns, in
+// an order where consecutive invocations (the SIMD lanes of a CPU driver, the threads of a GPU
+// warp) take consecutive width blocks of one channel block: their float rows are then read or
+// written contiguously, where the block order (channel blocks fastest) put each lane in
+// another channel plane. Returns the block's index and its first element e = (n, c, h, w).
+int block_4w4c_along_w(int j, ivec4 shape, out ivec4 e) {
+    const int C4 = up4(shape.y) / 4, W4 = up4(shape.w) / 4;
+    const int w4 = j % W4, c4 = (j / W4) % C4, r = j / (W4 * C4);   // r = n*H + h
+    e = ivec4(r / shape.z, 4 * c4, r % shape.z, 4 * w4);
+    return (r * W4 + w4) * C4 + c4;
+}
+
 bool in_bounds(ivec4 e, ivec4 shape) { return all(lessThan(e, shape)); }
 #endif
