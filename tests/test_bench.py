@@ -50,10 +50,19 @@ def test_quick_run(device, tmp_path, capfd):
         # intensity = ops / bytes and gops = ops / time: the two agree on the ops
         assert r["intensity"] * r["bytes_moved"] == pytest.approx(r["gops"] * r["median_ms"] * 1e6, rel=1e-6), r
         if r["backend"] in ("vulkan", "vulkan-dot", "ncnn-vulkan"):
-            want = min(roof[r["roofline"]], r["intensity"] * roof["copy_gbps"])
+            # a Vulkan kernel is judged by the roofs sampled just before and after its repeats
+            # (vkq.bench.roofline.RoofProbe; ncnn's wall-clock layers by the run's), and carries
+            # the run-start judgement beside it
+            here = {**roof, **r.get("roof_beside", {})}
+            if r["backend"] != "ncnn-vulkan":
+                assert set(r["roof_beside"]) == {"copy_gbps", r["roofline"]} and all(map(positive, r["roof_beside"].values())), r
+                start = min(roof[r["roofline"]], r["intensity"] * roof["copy_gbps"])
+                assert r["roof_gops_at_start"] == pytest.approx(start, rel=1e-9), r
+                assert r["roofline_fraction_at_start"] == pytest.approx(r["gops"] / start, rel=1e-9), r
+            want = min(here[r["roofline"]], r["intensity"] * here["copy_gbps"])
             assert r["roof_gops"] == pytest.approx(want, rel=1e-9), r
             assert r["roofline_fraction"] == pytest.approx(r["gops"] / r["roof_gops"], rel=1e-9), r
-            assert r["bound"] == ("memory" if r["intensity"] * roof["copy_gbps"] < roof[r["roofline"]] else "compute")
+            assert r["bound"] == ("memory" if r["intensity"] * here["copy_gbps"] < here[r["roofline"]] else "compute")
             assert r["roofline"] == ("fp32_gflops" if r["dtype"] in ("fp32", "int8-weight-only") else
                                      "dot4_gops" if r.get("dot_variant") else "int32_gops"), r
             assert not r.get("dot_variant") or r["backend"] == "vulkan-dot", r
@@ -176,3 +185,9 @@ def test_targets_from_records():
     assert not target("batch-1")[1]                                     # 1.9 / 4 < 0.5
     assert target("mobilenet_v2")[1] and not target("resnet18")[1]      # 1.2 x and 4 x
     assert target("state dict")[1]
+    # a record carrying the roofs sampled beside it is judged by those, not the run's start
+    records[2 + 5]["roof_beside"] = {"copy_gbps": 3.0, "int32_gops": 100.0}          # the gemv: 1.9 / 3
+    records[2 + 2]["roof_beside"] = {"copy_gbps": 3.0, "int32_gops": 150.0}          # the depthwise: 25 / 150
+    found = bench.targets(records)
+    assert target("batch-1") == ("worst linear 1x4096x4096 (vulkan) 0.63; 0 of 1 below", True)
+    assert not target("depthwise")[1]

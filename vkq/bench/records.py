@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..device import Device
-from .roofline import judge
+from .roofline import attainable, beside, judge
 from .timing import gpu_times, stats_ms, wall_times
 
 FIELDS = ("suite", "name", "shape", "dtype", "backend", "device", "median_ms", "p90_ms", "gops", "intensity",
@@ -59,12 +59,17 @@ def note(s: Settings, text: str):
         s.notes.append(text)
 
 
-def with_roofline(s: Settings, rec: Record, ops, nbytes, compute: str) -> Record:
-    """rec judged by the roofline model (vkq.bench.roofline): intensity, roof, fraction."""
-    j = judge(s.roof, ops, nbytes, rec.gops, compute)
+def with_roofline(s: Settings, rec: Record, ops, nbytes, compute: str, local: dict | None = None) -> Record:
+    """rec judged by the roofline model (vkq.bench.roofline): intensity, roof, fraction, against
+    the roofs sampled beside it (`local`, where given) and, for comparison, the run's start."""
+    j = judge({**s.roof, **(local or {})}, ops, nbytes, rec.gops, compute)
     rec.intensity, rec.roof_gops, rec.roofline_fraction = j.pop("intensity"), j.pop("roof_gops"), \
         j.pop("roofline_fraction")
     rec.extra.update(j)
+    if local:
+        start = judge(s.roof, ops, nbytes, rec.gops, compute)
+        rec.extra.update(roof_beside=dict(local), roof_gops_at_start=start["roof_gops"],
+                         roofline_fraction_at_start=start["roofline_fraction"])
     return rec
 
 
@@ -74,13 +79,14 @@ def gpu_record(s: Settings, suite, name, shape, dtype, steps, ops, nbytes, compu
     time, judged against the roofline with the compute roof `compute` (int32_gops, fp32_gflops,
     dot4_gops) and `nbytes` moved."""
     dev = device or s.device
-    times = gpu_times(dev, steps, s.repeats, s.warmup, s.budget_s)
+    keys = ("copy_gbps", attainable(s.roof, 1.0, compute)[2])     # the compute roof judge() will use
+    times, local = beside(s.roof.get("probe"), keys, lambda: gpu_times(dev, steps, s.repeats, s.warmup, s.budget_s))
     med, p90 = stats_ms(times)
     extra = {"timing": "gpu", "min_ms": min(times) / 1e6, "dispatches": len(steps),
              "kernel": "+".join(dict.fromkeys(st.name for st in steps)),   # the shaders dispatched
              "dot_product": bool(getattr(dev, "dot_product", False)), "gbps": nbytes / (med * 1e6), **(extra or {})}
     rec = Record(suite, name, shape, dtype, backend, s.name, med, p90, ops / (med * 1e6), extra=extra)
-    return with_roofline(s, rec, ops, nbytes, compute)
+    return with_roofline(s, rec, ops, nbytes, compute, local)
 
 
 def wall_record(s: Settings, suite, name, shape, dtype, backend, device, fn, ops, extra=None, nbytes=None) -> Record:

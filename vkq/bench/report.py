@@ -108,8 +108,11 @@ def targets(records) -> list[tuple[str, str, bool]]:
     ours = [r for r in rs if r["suite"] == "kernels" and r["backend"].startswith("vulkan") and r["dtype"] == "int8"]
     out = []
 
+    def roof_of(r, key):      # sampled beside the record (vkq.bench.roofline.RoofProbe), else the run's
+        return r.get("roof_beside", {}).get(key) or roof.get(key)
+
     def of_compute(r):
-        return r["gops"] / roof.get(r.get("roofline"), roof.get("int32_gops", float("inf")))
+        return r["gops"] / (roof_of(r, r.get("roofline")) or roof_of(r, "int32_gops") or float("inf"))
 
     def group(title, kind, value, goal, keep=lambda r: True):
         rows = [r for r in ours if r.get("kind") == kind and keep(r)]
@@ -123,10 +126,10 @@ def targets(records) -> list[tuple[str, str, bool]]:
           "gemm", of_compute, 0.7)
     group("depthwise >= 0.2 of the compute roof", "depthwise", of_compute, 0.2)
     group(f"memory-bound kernels on tensors >= {MEMORY_BOUND_MB} MiB >= 0.5 of copy bandwidth", "memory",
-          lambda r: r["gbps"] / roof["copy_gbps"], 0.5,
+          lambda r: r["gbps"] / roof_of(r, "copy_gbps"), 0.5,
           lambda r: r.get("largest_tensor_bytes", 0) >= MEMORY_BOUND_MB * 2**20)
     group("batch-1 linear: weights streamed at >= 0.5 of copy bandwidth", "gemv",
-          lambda r: r["gbps"] / roof["copy_gbps"], 0.5)
+          lambda r: r["gbps"] / roof_of(r, "copy_gbps"), 0.5)
     for model, goal in (("mobilenet_v2", 1.25), ("resnet18", 3.0)):
         mine, peer = _find(rs, model, "vulkan", "int8"), _find(rs, model, "torch-cpu", "fp32")
         if mine and peer:

@@ -20,6 +20,14 @@ arithmetic intensity I = ops / bytes (ops a byte), and can reach at best
 
     attainable roof = min(compute roof, I x copy bandwidth)   GOP/s
 
+The roofs a kernel record is judged by are sampled beside it: RoofProbe runs the copy and the
+compute-roof shaders right before and right after the kernel's repeats and takes the best
+of those samples. Why: on a shared machine the speed of everything drifts within a run (2x
+within minutes on the 2-core machine of bench/README.md), so a roof measured at the start
+misjudges a kernel timed minutes later, in either direction; the same-moment ratio is the
+one that means something. The run-start roof stays in the record too (roof_gops_at_start,
+roofline_fraction_at_start), and in the roofline records.
+
 Its roofline_fraction is its GOP/s over that roof: a memory-bound add is judged against the
 bandwidth, a GEMM against the compute roof. Which compute roof: int32_gops for vkq's int8
 kernels (the ALU an int8 multiply-add costs at least one of, whatever the kernel does inside),
@@ -56,6 +64,36 @@ def judge(roof: dict, ops: float, nbytes: float, gops: float, compute: str) -> d
             "roofline": compute, "bytes_moved": int(nbytes)}
 
 
+class RoofProbe:
+    """The roofline shaders, built once, to sample a roof again at any moment of the run:
+    {key: (device, dispatch, amount)} with roof = amount / best time in ns (GOP/s or GB/s)."""
+
+    def __init__(self):
+        self.shaders = {}
+
+    def add(self, key: str, device: Device, dispatch, amount: float) -> None:
+        self.shaders[key] = (device, dispatch, amount)
+
+    def sample(self, keys, repeats: int = 3) -> dict:
+        out = {}
+        for key in keys:
+            if key in self.shaders:
+                device, d, amount = self.shaders[key]
+                out[key] = amount / min(gpu_times(device, [d], repeats, warmup=1))
+        return out
+
+
+def beside(probe: "RoofProbe | None", keys, timed):
+    """Run timed() between two samples of the roofs `keys`; returns (timed()'s result, the
+    best sample of each roof: {} without a probe)."""
+    if probe is None:
+        return timed(), {}
+    before = probe.sample(keys)
+    result = timed()
+    after = probe.sample(keys)
+    return result, {k: max(before[k], after[k]) for k in before}
+
+
 def measure(device: Device, quick: bool = False, dot_device: Device | None = None) -> dict:
     """The roofline of `device` ({key: value}, and its records under "records"). dot_device:
     the same physical device opened with the integer dot product, to measure dot4_gops."""
@@ -65,6 +103,7 @@ def measure(device: Device, quick: bool = False, dot_device: Device | None = Non
     iters = 32 if quick else 256
     repeats = 3 if quick else 10
     out = {"device": name}
+    probe = RoofProbe()
     records = []
     compute = [(device, "fp32_gflops", "FMA_F32", "fp32", 2), (device, "int32_gops", "MAD_I32", "int32", 2)]
     if dot_device is not None:
@@ -79,6 +118,7 @@ def measure(device: Device, quick: bool = False, dot_device: Device | None = Non
         times = gpu_times(dev, [d], repeats)
         med, p90 = stats_ms(times)
         out[key] = ops / min(times)
+        probe.add(key, dev, d, ops)
         records.append(Record("roofline", key, f"{n}x4x8x{iters}", dtype, "vulkan", name, med, p90, out[key],
                               roofline_fraction=1.0,
                               extra={"timing": "gpu", "min_ms": min(times) / 1e6, "gops_from": "best of repeats"}))
@@ -92,6 +132,7 @@ def measure(device: Device, quick: bool = False, dot_device: Device | None = Non
     times = gpu_times(device, [d], repeats)
     med, p90 = stats_ms(times)
     out["copy_gbps"] = words * 16 * 2 / min(times)
+    probe.add("copy_gbps", device, d, words * 16 * 2)
     records.append(Record("roofline", "copy_gbps", f"{words * 16 >> 20} MiB", "int32", "vulkan", name, med, p90,
                           out["copy_gbps"], roofline_fraction=1.0,
                           extra={"timing": "gpu", "gbps": out["copy_gbps"], "min_ms": min(times) / 1e6,
@@ -123,4 +164,5 @@ def measure(device: Device, quick: bool = False, dot_device: Device | None = Non
     records.append(Record("roofline", "chain_dispatch_ms", f"1 of {CHAIN} dependent dispatches", "-", "vulkan", name,
                           med / CHAIN, p90 / CHAIN, extra={"timing": "wall", "chain_ms": med}))
     out["records"] = records
+    out["probe"] = probe
     return out

@@ -46,8 +46,9 @@ def main(args) -> int:
     records, s = run(suites, args.device, args.quick, args.repeats, args.only, names, progress=not args.no_progress)
     print(f"device: {s.name}; CPU: {cpu_name()}; {'quick' if s.quick else 'full'} run; "
           f"load average {s.load_avg[0]:.1f} at the start, {s.load_avg[-1]:.1f} at the end")
-    print("roof GOP/s = min(compute roof, op/B x copy GB/s); of roof = GOP/s / roof GOP/s "
-          "(vkq.bench.roofline; each record's 'roofline' names its compute roof)")
+    print("roof GOP/s = min(compute roof, op/B x copy GB/s), the roofs sampled just before and after each Vulkan "
+          "kernel; of roof = GOP/s / roof GOP/s (vkq.bench.roofline; each record's 'roofline' names its compute "
+          "roof, 'roofline_fraction_at_start' is the fraction against the roofs measured first)")
     print_tables(records)
     print_models_memory(records)
     for what, got, met in ([] if s.quick else targets(records)):   # quick shapes are not the targets' shapes
