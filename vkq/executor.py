@@ -1,7 +1,9 @@
 """Executors: run a Program on a Vulkan device, or on the CPU with the numpy references.
 
 The Vulkan executor builds everything once: buffers, packed constants, dispatches, and one
-recorded Kompute sequence per run of consecutive Vulkan nodes (a segment). Nodes whose op
+recorded Kompute sequence per run of consecutive Vulkan nodes (a segment). Intermediate tensors
+share buffers where their lifetimes allow (plan_memory), and a reshape that moves nothing shares
+its input's (memory_aliases). Nodes whose op
 has no shader run on the CPU between segments. Per call, only the program inputs (and
 tensors crossing a CPU/Vulkan boundary) go up, and only what the CPU needs comes down.
 

@@ -13,7 +13,10 @@ float32 and int32 tensors (row-major words on the device) run a Gather as float_
 dispatches (a fill, then the copy of the box); int8 tensors in any packed layout as one
 `repack` dispatch (shaders/repack.comp) from the input's layout straight into the output's, so
 a permute of a 4W4C tensor into 4H4W costs one pass (a repack between 4W4C and 4H4W of one shape
-takes shaders/repack_blocks.comp instead: whole blocks, not byte by byte). `take` reads through a constant index map
+takes shaders/repack_blocks.comp instead: whole blocks, not byte by byte). A reshape or repack
+whose output is its input's words (TensorSpec.same_words: float and int32 reshapes, int8 ROW to
+ROW, equal packed images) builds no dispatch where the executor planned the output into the
+input's buffer (vkq.executor.memory_aliases). `take` reads through a constant index map
 instead (index with constant indices, roll): out.flat[i] = x.flat[index[i]].
 
 Attrs (all JSON):
