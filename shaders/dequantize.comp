@@ -4,9 +4,10 @@
 // One invocation reads one int32 word and writes its (up to) four values.
 // VEC (W % 4 == 0; ROW: numel % 4 == 0): one invocation reads one ivec4 block and writes its 16
 // values as four vec4 stores (quantize.comp says why). 4 MiB, same run: 18-20 -> 5.4-5.5 ms.
-// 4W4C: blocks along the width, as quantize.comp.
+// 4W4C: blocks along the width, GRID without divisions, as quantize.comp.
 //! variant
 //! variant VEC
+//! variant VEC GRID
 #include "common.glsl"
 #include "int8x4.glsl"
 
@@ -33,23 +34,23 @@ vec4 dequantize4(ivec4 v) {
 
 void main() {
     ivec4 SHAPE = p.shape;
-    int j = linear_invocation();
-    if (4 * j >= packed_words(LAYOUT, SHAPE)) return;
-    ivec4 e;
-    const int blk = LAYOUT == LAYOUT_4W4C ? block_4w4c_along_w(j, SHAPE, e) : j;
-    ivec4 words = q[blk];
-    if (LAYOUT == LAYOUT_ROW) {
-        int n4 = SHAPE.x * SHAPE.y * SHAPE.z * SHAPE.w / 4;
-        for (int r = 0; r < 4; ++r)
-            if (4 * j + r < n4) x[4 * j + r] = dequantize4(unpack_int8x4(words[r]));
-    } else {
-        if (LAYOUT != LAYOUT_4W4C) e = int8x4_element(LAYOUT, 4 * j, 0, SHAPE);
-        for (int k = 0; k < 4; ++k) {
-            ivec4 ek = LAYOUT == LAYOUT_4W4C ? e + ivec4(0, k, 0, 0) : e + ivec4(0, 0, k, 0);
-            if (!in_bounds(ek, SHAPE)) continue;
-            // 4W4C: byte k of each word is channel e.y + k at the word's width
-            ivec4 v = LAYOUT == LAYOUT_4W4C ? (words << (24 - 8 * k)) >> 24 : unpack_int8x4(words[k]);
-            x[nchw_offset(ek, SHAPE) / 4] = dequantize4(v);
+    int blk, stride;
+    ivec4 e;                                  // the block's first element (4W4C, 4H4W)
+    const int count = io_blocks(LAYOUT, SHAPE, blk, stride, e);
+    for (int i = 0; i < count; ++i, blk += stride, e.x += 1) {
+        ivec4 words = q[blk];
+        if (LAYOUT == LAYOUT_ROW) {
+            int n4 = SHAPE.x * SHAPE.y * SHAPE.z * SHAPE.w / 4;
+            for (int r = 0; r < 4; ++r)
+                if (4 * blk + r < n4) x[4 * blk + r] = dequantize4(unpack_int8x4(words[r]));
+        } else {
+            for (int k = 0; k < 4; ++k) {
+                ivec4 ek = LAYOUT == LAYOUT_4W4C ? e + ivec4(0, k, 0, 0) : e + ivec4(0, 0, k, 0);
+                if (!in_bounds(ek, SHAPE)) continue;
+                // 4W4C: byte k of each word is channel e.y + k at the word's width
+                ivec4 v = LAYOUT == LAYOUT_4W4C ? (words << (24 - 8 * k)) >> 24 : unpack_int8x4(words[k]);
+                x[nchw_offset(ek, SHAPE) / 4] = dequantize4(v);
+            }
         }
     }
 }

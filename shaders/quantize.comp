@@ -10,10 +10,12 @@
 // lanes for a word and ~340 for a vec4, and a division by a push constant runs lane by lane.
 // 4 MiB (4W4C), same run: 14.4-20 -> 7.3-7.9 ms. The shape as specialization constants gave the
 // same with VEC (10.2 ms without it), at the price of a pipeline per shape in a dynamic program.
-// 4W4C takes its blocks along the width (block_4w4c_along_w): the block order put the 8 lanes
-// of a lavapipe vector in 8 channel planes each; 6.2 -> 4.9 ms on 4 MiB (one interleaved run).
+// 4W4C takes its blocks along the width (int8x4.glsl: io_block): the block order put the 8 lanes
+// of a lavapipe vector in 8 channel planes each: 6.2 -> 4.9 ms on 4 MiB (one interleaved run);
+// GRID reads the block off a (width blocks, channel blocks, N*H) grid instead of dividing.
 //! variant
 //! variant VEC
+//! variant VEC GRID
 #include "common.glsl"
 #include "int8x4.glsl"
 
@@ -40,32 +42,29 @@ ivec4 quantize4(vec4 v) {
 
 void main() {
     ivec4 SHAPE = p.shape;
-    int j = linear_invocation();
-    if (4 * j >= packed_words(LAYOUT, SHAPE)) return;
-    ivec4 words = ivec4(0);
-    int blk = j;
-    if (LAYOUT == LAYOUT_ROW) {               // words 4j..4j+3 hold floats 16j..16j+15
-        int n4 = SHAPE.x * SHAPE.y * SHAPE.z * SHAPE.w / 4;
-        for (int r = 0; r < 4; ++r)
-            if (4 * j + r < n4) words[r] = pack_int8x4(quantize4(x[4 * j + r]));
-    } else {
-        ivec4 e;                              // the block's first element
-        if (LAYOUT == LAYOUT_4W4C)
-            blk = block_4w4c_along_w(j, SHAPE, e);
-        else
-            e = int8x4_element(LAYOUT, 4 * j, 0, SHAPE);
-        for (int k = 0; k < 4; ++k) {
-            // 4W4C: channel e.y + k, 4 widths = byte k of the 4 words; 4H4W: row e.z + k = word k
-            ivec4 ek = LAYOUT == LAYOUT_4W4C ? e + ivec4(0, k, 0, 0) : e + ivec4(0, 0, k, 0);
-            if (!in_bounds(ek, SHAPE)) continue;
-            ivec4 v = quantize4(x[nchw_offset(ek, SHAPE) / 4]);
-            if (LAYOUT == LAYOUT_4W4C)
-                words |= (v & 0xFF) << (8 * k);
-            else
-                words[k] = pack_int8x4(v);
+    int blk, stride;
+    ivec4 e;                                  // the block's first element (4W4C, 4H4W)
+    const int count = io_blocks(LAYOUT, SHAPE, blk, stride, e);
+    for (int i = 0; i < count; ++i, blk += stride, e.x += 1) {
+        ivec4 words = ivec4(0);
+        if (LAYOUT == LAYOUT_ROW) {               // words 4blk..4blk+3 hold floats 16blk..16blk+15
+            int n4 = SHAPE.x * SHAPE.y * SHAPE.z * SHAPE.w / 4;
+            for (int r = 0; r < 4; ++r)
+                if (4 * blk + r < n4) words[r] = pack_int8x4(quantize4(x[4 * blk + r]));
+        } else {
+            for (int k = 0; k < 4; ++k) {
+                // 4W4C: channel e.y + k, 4 widths = byte k of the 4 words; 4H4W: row e.z + k = word k
+                ivec4 ek = LAYOUT == LAYOUT_4W4C ? e + ivec4(0, k, 0, 0) : e + ivec4(0, 0, k, 0);
+                if (!in_bounds(ek, SHAPE)) continue;
+                ivec4 v = quantize4(x[nchw_offset(ek, SHAPE) / 4]);
+                if (LAYOUT == LAYOUT_4W4C)
+                    words |= (v & 0xFF) << (8 * k);
+                else
+                    words[k] = pack_int8x4(v);
+            }
         }
+        q[blk] = words;
     }
-    q[blk] = words;
 }
 #else
 void main() {

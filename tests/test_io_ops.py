@@ -8,6 +8,8 @@ import torch.ao.quantization.fx._decomposed  # noqa: F401
 from vkq import pack
 from vkq.device import grid_1d
 from vkq.executor import VulkanExecutor
+from vkq.ops import io as io_ops
+from vkq.program import Node, Program
 from vkq.quant import (dequantize, quantize, quantize_multipliers, requant_clamp_frac, requant_clamp_params, requantize,
                        split_bias)
 
@@ -52,6 +54,26 @@ def test_dequantize_on_device(device, shape, layout):
     got, ref = run_both(device, prog, q)
     np.testing.assert_array_equal(got[0], ref[0])
     np.testing.assert_array_equal(got[0], dequantize(q, scale, zp))
+
+
+@pytest.mark.parametrize("grid", [True, False])
+@pytest.mark.parametrize("shape", [(3, 9, 5, 12), (2, 5, 3, 8), (1, 6, 7, 4), (1, 3, 2, 40)])
+def test_4w4c_quantize_dequantize_with_and_without_the_grid(device, monkeypatch, shape, grid):
+    """4W4C with W % 4 == 0 runs on a (width blocks, channel blocks, H) grid, each invocation
+    over the N images; where a count does not fit a grid dimension, on the linear index
+    (forced here): the same words either way, padding channels 0."""
+    if not grid:
+        monkeypatch.setattr(io_ops, "MAX_GROUPS", 0)
+    scale, zp = 0.05, 3
+    x = _float_input(shape, scale, 9)
+    t = {"x": spec(shape), "q": spec(shape, "int8", "4W4C", scale, zp), "y": spec(shape)}
+    prog = Program(t, [Node("quantize", ["x"], ["q"], dict(scale=scale, zero_point=zp)),
+                       Node("dequantize", ["q"], ["y"], dict(scale=scale, zero_point=zp))], ["x"], ["y"])
+    ex = VulkanExecutor(prog, device, host_visible_all=True)
+    y = ex(x)
+    assert [("GRID" in st.defines) for seg in ex.segments for st in seg[1].steps] == [grid, grid]
+    np.testing.assert_array_equal(ex.buffers["q"].read(), pack(quantize(x, scale, zp), "4W4C"))
+    np.testing.assert_array_equal(y, dequantize(quantize(x, scale, zp), scale, zp))
 
 
 @pytest.mark.parametrize("src,dst", [("4W4C", "4H4W"), ("4H4W", "4W4C"), ("4W4C", "4W4C"), ("4W4C", "ROW"),

@@ -73,16 +73,38 @@ ivec4 int8x4_element(int lay, int i, int b, ivec4 shape) {
     return ivec4(blk / shape.y, blk % shape.y, h4 * 4 + r, w4 * 4 + b);
 }
 
-// The 4W4C block that invocation j of a block-per-invocation float <-> int8 kernel owns, in
-// an order where consecutive invocations (the SIMD lanes of a CPU driver, the threads of a GPU
-// warp) take consecutive width blocks of one channel block: their float rows are then read or
-// written contiguously, where the block order (channel blocks fastest) put each lane in
-// another channel plane. Returns the block's index and its first element e = (n, c, h, w).
-int block_4w4c_along_w(int j, ivec4 shape, out ivec4 e) {
+// The ivec4 blocks that an invocation of a block-per-invocation float <-> int8 kernel
+// (quantize.comp, dequantize.comp: VEC) owns: `count` of them (0 past the end), blk, blk +
+// stride, ..., with first elements e, e + (1, 0, 0, 0), ... (one per image n in GRID, else 1).
+// ROW and 4H4W: block linear_invocation(). 4W4C: consecutive invocations (the SIMD lanes of a
+// CPU driver, a GPU warp's threads) take consecutive width blocks of one channel block, so
+// their float rows are read or written contiguously (the block order, channel blocks fastest,
+// put each lane in another channel plane). GRID: the dispatch is a grid of (width blocks,
+// channel blocks, H) (vkq/ops/io.py) and each invocation runs over the N images, so the block
+// is read off its coordinates; without GRID, off the linear index by divisions by the shape,
+// which a CPU driver runs lane by lane (a fifth of a 4 MiB quantize on lavapipe).
+int io_blocks(int lay, ivec4 shape, out int blk, out int stride, out ivec4 e) {
+    e = ivec4(0);
+    stride = 0;
+    if (lay != LAYOUT_4W4C) {
+        blk = linear_invocation();
+        if (lay == LAYOUT_4H4W) e = int8x4_element(lay, 4 * blk, 0, shape);
+        return 4 * blk < packed_words(lay, shape) ? 1 : 0;
+    }
     const int C4 = up4(shape.y) / 4, W4 = up4(shape.w) / 4;
+#ifdef GRID
+    const int w4 = int(gl_GlobalInvocationID.x), c4 = int(gl_WorkGroupID.y), h = int(gl_WorkGroupID.z);
+    e = ivec4(0, 4 * c4, h, 4 * w4);
+    blk = (h * W4 + w4) * C4 + c4;
+    stride = shape.z * W4 * C4;
+    return w4 < W4 ? shape.x : 0;
+#else
+    const int j = linear_invocation();
     const int w4 = j % W4, c4 = (j / W4) % C4, r = j / (W4 * C4);   // r = n*H + h
     e = ivec4(r / shape.z, 4 * c4, r % shape.z, 4 * w4);
-    return (r * W4 + w4) * C4 + c4;
+    blk = (r * W4 + w4) * C4 + c4;
+    return 4 * j < packed_words(lay, shape) ? 1 : 0;
+#endif
 }
 
 bool in_bounds(ivec4 e, ivec4 shape) { return all(lessThan(e, shape)); }

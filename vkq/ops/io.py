@@ -17,16 +17,26 @@ def _nchw(spec):
     return packing.shader_nchw(spec.shape, spec.layout)
 
 
+MAX_GROUPS = 65535        # workgroups a grid dimension may count on every device (the Vulkan minimum)
+
+
 def _io_dispatch(ctx, shader, buffers, spec, push):
     """One quantize/dequantize dispatch. VEC (an ivec4 block an invocation, float vec4s) where
     every vec4 of the float side lies within one row:
-    W % 4 == 0 for the blocked layouts, numel % 4 == 0 for ROW."""
+    W % 4 == 0 for the blocked layouts, numel % 4 == 0 for ROW. A 4W4C VEC dispatch is a GRID
+    of (width blocks, channel blocks, H), each invocation running over the N images, which
+    gives it its blocks without a division (int8x4.glsl: io_blocks), where those counts fit a
+    grid's dimensions."""
     n, c, h, w = _nchw(spec)
     vec = (n * c * h * w if spec.layout == "ROW" else w) % 4 == 0
     words = spec.device_words()
-    return ctx.device.dispatch(
-        shader, buffers, grid_1d(words // 4 if vec else words, LOCAL), local=(LOCAL,),
-        spec=(LAYOUT_IDS[spec.layout],), push=((n, c, h, w), *push), defines=["VEC"] if vec else [])
+    defines, groups, local = ["VEC"] if vec else [], grid_1d(words // 4 if vec else words, LOCAL), LOCAL
+    w4, c4 = -(-w // 4), -(-c // 4)
+    if vec and spec.layout == "4W4C" and c4 <= MAX_GROUPS and h <= MAX_GROUPS:
+        local = min(LOCAL, 1 << max(3, (w4 - 1).bit_length()))     # a power of two >= the width blocks, >= 8
+        defines, groups = ["VEC", "GRID"], (-(-w4 // local), c4, h)
+    return ctx.device.dispatch(shader, buffers, groups, local=(local,), spec=(LAYOUT_IDS[spec.layout],),
+                               push=((n, c, h, w), *push), defines=defines)
 
 
 @register_op
