@@ -32,7 +32,11 @@
 // loaded lane-major as ivec4s, one partial sum without int32 accumulators live (ONE_CHUNK),
 // 32/16-invocation workgroups on small maps, requantize_clamped: kept. Larger tiles (TB 4 or
 // TOC 64: 256+ fp32 accumulators a lane spill past the L1 cache): 1.3-2x slower. DOT: 0.7x
-// (llvmpipe expands OpSDotAccSat into byte extracts, multiplies and a saturating add). The
+// (llvmpipe expands OpSDotAccSat into byte extracts, multiplies and a saturating add). int32
+// multiply-adds instead of fp32 (exact without chunks; also with x as unsigned bytes, which LLVM
+// could turn into vpmaddwd): within noise on MobileNetV2's 34 pointwise layers (two interleaved
+// runs: median GPU time 0.96x and 0.86x, best 0.95x and 1.13x of fp32), so fp32 stays, the rate
+// GPUs without the dot product run best. The
 // small-K expansions (16 -> 96) stay epilogue-bound: 16 multiply-adds an output against one
 // requantization and 1/16 of an ivec4 store.
 //! variant
