@@ -154,7 +154,10 @@ def push_constants(*values) -> np.ndarray:
     return np.concatenate(words) if words else np.zeros(0, np.uint32)
 
 
-def grid_1d(n: int, local: int, max_groups: int = 65535) -> tuple[int, int, int]:
+MAX_GROUPS = 65535     # workgroups a grid dimension may count on every device (Vulkan's minimum maxComputeWorkGroupCount)
+
+
+def grid_1d(n: int, local: int, max_groups: int = MAX_GROUPS) -> tuple[int, int, int]:
     """Workgroup counts covering n invocations in 1-D, folded into y beyond the x limit.
     Shaders recover the linear index with linear_invocation() (shaders/include/common.glsl)."""
     groups = max(1, -(-n // local))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import packing
-from ..device import grid_1d
+from ..device import MAX_GROUPS, grid_1d
 from ..quant import INT8_MAX, INT8_MIN, dequantize, inverse_scale, quantize
 from ..registry import register_op
 
@@ -15,9 +15,6 @@ LOCAL = 64
 
 def _nchw(spec):
     return packing.shader_nchw(spec.shape, spec.layout)
-
-
-MAX_GROUPS = 65535        # workgroups a grid dimension may count on every device (the Vulkan minimum)
 
 
 def _io_dispatch(ctx, shader, buffers, spec, push):
