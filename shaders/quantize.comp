@@ -10,9 +10,10 @@
 // lanes for a word and ~340 for a vec4, and a division by a push constant runs lane by lane.
 // 4 MiB (4W4C), same run: 14.4-20 -> 7.3-7.9 ms. The shape as specialization constants gave the
 // same with VEC (10.2 ms without it), at the price of a pipeline per shape in a dynamic program.
-// 4W4C takes its blocks along the width (int8x4.glsl: io_block): the block order put the 8 lanes
+// 4W4C takes its blocks along the width (int8x4.glsl: io_blocks): the block order put the 8 lanes
 // of a lavapipe vector in 8 channel planes each: 6.2 -> 4.9 ms on 4 MiB (one interleaved run);
-// GRID reads the block off a (width blocks, channel blocks, N*H) grid instead of dividing.
+// GRID reads the blocks off a (width blocks, channel blocks, H) grid, each invocation running
+// over the N images, instead of dividing.
 //! variant
 //! variant VEC
 //! variant VEC GRID

@@ -81,10 +81,9 @@ class TensorSpec:
         images must be equal (vkq.packing.same_image)."""
         self._concrete("same_words")
         other._concrete("same_words")
-        if self.dtype != other.dtype or self.dtype == "float64":
-            return False
-        if int(np.prod(self.shape, dtype=np.int64)) != int(np.prod(other.shape, dtype=np.int64)) \
-                or int(np.prod(self.shape, dtype=np.int64)) == 0:
+        numel = int(np.prod(self.shape, dtype=np.int64))
+        if self.dtype != other.dtype or self.dtype == "float64" or numel == 0 \
+                or numel != int(np.prod(other.shape, dtype=np.int64)):
             return False
         if self.dtype != "int8":
             return True

@@ -30,7 +30,8 @@ def _io_dispatch(ctx, shader, buffers, spec, push):
     defines, groups, local = ["VEC"] if vec else [], grid_1d(words // 4 if vec else words, LOCAL), LOCAL
     w4, c4 = -(-w // 4), -(-c // 4)
     if vec and spec.layout == "4W4C" and c4 <= MAX_GROUPS and h <= MAX_GROUPS:
-        local = min(LOCAL, 1 << max(3, (w4 - 1).bit_length()))     # a power of two >= the width blocks, >= 8
+        # a power of two >= the width blocks, at least 8 and a whole subgroup (a GPU warp is never split)
+        local = min(LOCAL, max(1 << max(3, (w4 - 1).bit_length()), ctx.device.info.subgroup_size))
         defines, groups = ["VEC", "GRID"], (-(-w4 // local), c4, h)
     return ctx.device.dispatch(shader, buffers, groups, local=(local,), spec=(LAYOUT_IDS[spec.layout],),
                                push=((n, c, h, w), *push), defines=defines)
