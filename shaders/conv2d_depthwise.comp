@@ -36,8 +36,17 @@
 //! variant LUT NO_SUBGROUP
 //! variant RESIDUAL LUT
 //! variant RESIDUAL LUT NO_SUBGROUP
+//! variant TEXEL
+//! variant NO_SUBGROUP TEXEL
+//! variant RESIDUAL TEXEL
+//! variant RESIDUAL NO_SUBGROUP TEXEL
+//! variant LUT TEXEL
+//! variant LUT NO_SUBGROUP TEXEL
+//! variant RESIDUAL LUT TEXEL
+//! variant RESIDUAL LUT NO_SUBGROUP TEXEL
 #include "common.glsl"
 #include "int8x4.glsl"
+#include "texel.glsl"
 #include "requant.glsl"
 #include "conv_common.glsl"
 
@@ -69,8 +78,13 @@ const int HALO_SHUFFLE = (PW <= OWN ? 1 : 0) * (WW - PW - OWN <= OWN ? 1 : 0);  
 const int WREGS = LANE_REGS(KH * KW);
 const int PREGS = LANE_REGS(16);
 
-layout(std430, binding = 0) readonly buffer X { int x[]; };
-layout(std430, binding = 0) readonly buffer X4 { ivec4 x4[]; };    // the same words, by block
+IVEC4_INPUT(0, x4)                                                // x by block (texel.glsl)
+#ifdef TEXEL
+#define X_WORD(i) LOAD4(x4, (i) >> 2)[(i) & 3]
+#else
+layout(std430, binding = 0) readonly buffer X { int x[]; };          // the same words, one by one
+#define X_WORD(i) x[i]
+#endif
 // weight block c4 (conv_lane_words.glsl), word kh*KW + kw: byte b = w[4*c4 + b, 0, kh, kw]
 // epilogue block c4: bias_eff, bound, m, shifts (4 each; conv_epilogue.glsl)
 #include "conv_lane_words.glsl"
@@ -118,7 +132,7 @@ void main() {
     int xw[WH][XW];
     [[unroll]] for (int r = 0; r < WH; ++r)      // own blocks
     [[unroll]] for (int b = 0; b < TB * SW; ++b) {
-        const ivec4 v = x4[row_blk[r] + min(ow0 * SW / 4 + b, W4 - 1) * C4];
+        const ivec4 v = LOAD4(x4, row_blk[r] + min(ow0 * SW / 4 + b, W4 - 1) * C4);
         [[unroll]] for (int e = 0; e < 4; ++e)
             xw[r][PW + 4 * b + e] = row_in[r] && ow0 * SW + 4 * b + e < W ? v[e] : p.zp_word;
     }
@@ -131,14 +145,14 @@ void main() {
     if (left_self) {
         [[unroll]] for (int r = 0; r < WH; ++r)
         [[unroll]] for (int c = 0; c < min(PW, WW); ++c) {
-            const int word = x[row_blk[r] * 4 + col_off[c]];
+            const int word = X_WORD(row_blk[r] * 4 + col_off[c]);
             xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
         }
     }
     if (right_self) {
         [[unroll]] for (int r = 0; r < WH; ++r)
         [[unroll]] for (int c = PW + OWN; c < WW; ++c) {
-            const int word = x[row_blk[r] * 4 + col_off[c]];
+            const int word = X_WORD(row_blk[r] * 4 + col_off[c]);
             xw[r][c] = row_in[r] && col_in[c] ? word : p.zp_word;
         }
     }

@@ -58,8 +58,25 @@
 //! variant DOT LUT NO_SUBGROUP
 //! variant DOT RESIDUAL LUT
 //! variant DOT RESIDUAL LUT NO_SUBGROUP
+//! variant TEXEL
+//! variant NO_SUBGROUP TEXEL
+//! variant RESIDUAL TEXEL
+//! variant RESIDUAL NO_SUBGROUP TEXEL
+//! variant LUT TEXEL
+//! variant LUT NO_SUBGROUP TEXEL
+//! variant RESIDUAL LUT TEXEL
+//! variant RESIDUAL LUT NO_SUBGROUP TEXEL
+//! variant DOT TEXEL
+//! variant DOT NO_SUBGROUP TEXEL
+//! variant DOT RESIDUAL TEXEL
+//! variant DOT RESIDUAL NO_SUBGROUP TEXEL
+//! variant DOT LUT TEXEL
+//! variant DOT LUT NO_SUBGROUP TEXEL
+//! variant DOT RESIDUAL LUT TEXEL
+//! variant DOT RESIDUAL LUT NO_SUBGROUP TEXEL
 #include "common.glsl"
 #include "int8x4.glsl"
+#include "texel.glsl"
 #include "requant.glsl"
 #include "conv_common.glsl"
 #ifdef DOT
@@ -102,8 +119,13 @@ const int WREGS = LANE_REGS(TAPW);
 const int PREGS = LANE_REGS(4 * TOC);
 const int NACC = TH * TW * TOC;                     // accumulator (i, j, oc) at (i*TW + j)*TOC + oc
 
-layout(std430, binding = 0) readonly buffer X { int x[]; };
-layout(std430, binding = 0) readonly buffer X4 { ivec4 x4[]; };    // the same words, by block
+IVEC4_INPUT(0, x4)                                                // x by block (texel.glsl)
+#ifdef TEXEL
+#define X_WORD(i) LOAD4(x4, (i) >> 2)[(i) & 3]
+#else
+layout(std430, binding = 0) readonly buffer X { int x[]; };          // the same words, one by one
+#define X_WORD(i) x[i]
+#endif
 // weight block (t*c4_count + r)*KH/KHS + kh/KHS (conv_lane_words.glsl), word ((kh % KHS)*KW + kw)*TOC + o:
 //   byte b = w[t*TOC + o, 4*(c4_start + r) + b, kh, kw]
 // epilogue block t: bias_eff, bound, m, shifts (TOC each; conv_epilogue.glsl)
@@ -127,7 +149,7 @@ void load_row(out int xw[XW], int n, int c4, int ih, int ow0, int col_off[WW], b
     const bool row_in = ih >= 0 && ih < H;
     const int blk = (n * H + clamp(ih, 0, H - 1)) * W4 * C4 + c4;   // ivec4 index of column block 0
     [[unroll]] for (int b = 0; b < SW; ++b) {      // own blocks
-        const ivec4 v = x4[blk + min(ow0 * SW / 4 + b, W4 - 1) * C4];
+        const ivec4 v = LOAD4(x4, blk + min(ow0 * SW / 4 + b, W4 - 1) * C4);
         [[unroll]] for (int e = 0; e < 4; ++e)
             xw[PW + 4 * b + e] = row_in && ow0 * SW + 4 * b + e < W ? v[e] : p.zp_word;
     }
@@ -137,13 +159,13 @@ void load_row(out int xw[XW], int n, int c4, int ih, int ow0, int col_off[WW], b
     }
     if (left_self) {
         [[unroll]] for (int c = 0; c < min(PW, WW); ++c) {
-            const int word = x[blk * 4 + col_off[c]];
+            const int word = X_WORD(blk * 4 + col_off[c]);
             xw[c] = row_in && col_in[c] ? word : p.zp_word;
         }
     }
     if (right_self) {
         [[unroll]] for (int c = PW + OWN; c < WW; ++c) {
-            const int word = x[blk * 4 + col_off[c]];
+            const int word = X_WORD(blk * 4 + col_off[c]);
             xw[c] = row_in && col_in[c] ? word : p.zp_word;
         }
     }

@@ -55,8 +55,25 @@
 //! variant DOT LUT NO_SUBGROUP
 //! variant DOT RESIDUAL LUT
 //! variant DOT RESIDUAL LUT NO_SUBGROUP
+//! variant TEXEL
+//! variant NO_SUBGROUP TEXEL
+//! variant RESIDUAL TEXEL
+//! variant RESIDUAL NO_SUBGROUP TEXEL
+//! variant LUT TEXEL
+//! variant LUT NO_SUBGROUP TEXEL
+//! variant RESIDUAL LUT TEXEL
+//! variant RESIDUAL LUT NO_SUBGROUP TEXEL
+//! variant DOT TEXEL
+//! variant DOT NO_SUBGROUP TEXEL
+//! variant DOT RESIDUAL TEXEL
+//! variant DOT RESIDUAL NO_SUBGROUP TEXEL
+//! variant DOT LUT TEXEL
+//! variant DOT LUT NO_SUBGROUP TEXEL
+//! variant DOT RESIDUAL LUT TEXEL
+//! variant DOT RESIDUAL LUT NO_SUBGROUP TEXEL
 #include "common.glsl"
 #include "int8x4.glsl"
+#include "texel.glsl"
 #include "requant.glsl"
 #include "conv_common.glsl"
 #ifdef DOT
@@ -78,7 +95,7 @@ const int TP = 4 * TB;                          // positions per invocation
 const int WREGS = LANE_REGS(TOC);
 const int PREGS = LANE_REGS(4 * TOC);
 
-layout(std430, binding = 0) readonly buffer X { ivec4 x[]; };
+IVEC4_INPUT(0, x)
 // weight block t*C4 + c4 (conv_lane_words.glsl), word o: byte b = w[t*TOC + o, 4*c4 + b]
 // epilogue block t: bias_eff, bound, m, shifts (TOC each; conv_epilogue.glsl)
 #include "conv_lane_words.glsl"
@@ -118,7 +135,7 @@ void main() {
         int xw[TP];
         [[unroll]] for (int k = 0; k < TB; ++k)
         [[unroll]] for (int j = 0; j < SW; ++j) {
-            const ivec4 v = x[xbase[k * SW + j] + c4];
+            const ivec4 v = LOAD4(x, xbase[k * SW + j] + c4);
             [[unroll]] for (int e = 0; e < 4; ++e)           // output column e reads input word e*SW
                 if (e * SW / 4 == j) xw[4 * k + e] = v[e * SW % 4];
         }
@@ -140,7 +157,7 @@ void main() {
             vec4 xv[TP];
             [[unroll]] for (int k = 0; k < TB; ++k)
             [[unroll]] for (int j = 0; j < SW; ++j) {
-                const ivec4 v = x[xbase[k * SW + j] + c4];
+                const ivec4 v = LOAD4(x, xbase[k * SW + j] + c4);
                 [[unroll]] for (int e = 0; e < 4; ++e)
                     if (e * SW / 4 == j) xv[4 * k + e] = vec4(unpack_int8x4(v[e * SW % 4]));
             }

@@ -19,24 +19,31 @@ QD = torch.ops.quantized_decomposed
 
 # -- helpers ------------------------------------------------------------------------------------
 
-@pytest.fixture(params=[False, True], ids=["fma", "dot"])
+@pytest.fixture(params=[(False, False), (True, False), (False, True), (True, True)],
+                ids=["fma", "dot", "fma-texel", "dot-texel"])
 def dev(request, device):
     """The test device opened with each path of the general and pointwise kernels: fp32
-    multiply-adds and the integer dot product variants (DOT), whatever it would choose itself."""
+    multiply-adds and the integer dot product variants (DOT), each reading its inputs from
+    storage buffers and from texel buffers (TEXEL, texel.glsl), whatever it would choose itself.
+    (With texel loads on, a kernel whose inputs exceed the device's texel buffers, such as
+    SwiftShader's 1 MiB, still takes storage buffers: both paths meet here too.)"""
     from vkq.device import get_device
-    d = get_device(device.info.index, dot_product=request.param)
-    assert conv.use_dot_product(d) == request.param
+    dot, texel = request.param
+    d = get_device(device.info.index, dot_product=dot, texel_loads=texel)
+    assert conv.use_dot_product(d) == dot and d.texel_loads == texel
     return d
 
 
-@pytest.fixture(params=[(False, True), (True, True), (False, False), (True, False)],
-                ids=["fma", "dot", "fma-nosg", "dot-nosg"])
+@pytest.fixture(params=[(False, True, False), (True, True, True), (False, False, True), (True, False, False)],
+                ids=["fma", "dot-texel", "fma-nosg-texel", "dot-nosg"])
 def epi_dev(request, device):
     """For the fused epilogues: both paths, each with and without subgroup shuffles (the
-    NO_SUBGROUP variants, which devices without subgroup size control take)."""
+    NO_SUBGROUP variants, which devices without subgroup size control take), each of these
+    with storage or texel buffers (half of them each: the epilogue reads its residual the
+    same way in every variant)."""
     from vkq.device import get_device
-    dot, subgroups = request.param
-    return get_device(device.info.index, dot_product=dot, subgroups=subgroups)
+    dot, subgroups, texel = request.param
+    return get_device(device.info.index, dot_product=dot, subgroups=subgroups, texel_loads=texel)
 
 
 def pair(v):
@@ -276,6 +283,36 @@ def test_general_kernel_on_special_shapes(device, kernel, monkeypatch):
         m, s = spread_multipliers(rng, wt)
         prog, _ = conv_program(x.shape, wt, b, m, s, stride=stride, padding=k // 2, groups=groups, x_zp=17)
         assert_spread(run_exact(device, prog, x))
+
+
+def test_texel_variant_where_every_input_fits(device, monkeypatch):
+    """With texel loads on, a conv takes its TEXEL variant only while x, weights, table (and
+    residual) fit the device's texel buffers; past that, storage buffers; the same answer both
+    ways. The device refuses to bind a larger buffer as a texel buffer."""
+    import dataclasses
+    from vkq.device import get_device
+    d = get_device(device.info.index, texel_loads=True)
+    rng = np.random.default_rng(11)
+    x, wt, b = random_case(rng, 1, 24, 9, 10, 40, 1)
+    m, s = spread_multipliers(rng, wt)
+    prog, _ = conv_program(x.shape, wt, b, m, s)
+    ex = VulkanExecutor(prog, d)
+    step, = ex.segments[0][1].steps
+    assert step.defines == {"TEXEL"}
+    largest = max(buf.size for buf in step.reads) // 4        # ivec4s of the largest texel input
+    assert largest >= 9 * 3 * 6                               # x: H x W/4 x C/4 blocks
+    want = run_exact(d, prog, x)
+    for limit, texel in ((largest, True), (largest - 1, False)):
+        monkeypatch.setattr(d, "info", dataclasses.replace(d.info, max_texel_buffer_elements=limit))
+        ex = VulkanExecutor(prog, d)
+        assert ("TEXEL" in ex.segments[0][1].steps[0].defines) == texel
+        np.testing.assert_array_equal(ex(x), want)
+    big, odd = d.buffer(np.zeros(4 * 101, np.int32)), d.buffer(np.zeros(4 * 10 + 1, np.int32))
+    monkeypatch.setattr(d, "info", dataclasses.replace(d.info, max_texel_buffer_elements=100))
+    assert not d.texel_variant(big) and not d.texel_variant(odd) and d.texel_variant(d.buffer(size=400))
+    for bad in (big, odd):     # too many texels; a partial last texel
+        with pytest.raises(ValueError, match="cannot be a texel buffer"):
+            d.dispatch("conv2d_pointwise", [bad, bad, bad, d.buffer(size=4)], (1, 1, 1), defines={"TEXEL": "1"})
 
 
 def test_no_subgroup_variant(dev, monkeypatch):

@@ -46,7 +46,10 @@ def test_reflection_reads_the_qualifiers():
     cat = shaders.reflect(shaders.compile_shader("cat_channels"))
     assert 1 in cat.reads and 1 in cat.writes      # read-modify-write of shared output words
     conv = shaders.reflect(shaders.compile_shader("conv2d_general"))
-    assert conv.subgroups and conv.writes == {3}
+    assert conv.subgroups and conv.writes == {3} and conv.texels == set()
+    # TEXEL: x, weights and per-channel table become texel buffers (read-only, never written)
+    texel = shaders.reflect(shaders.compile_shader("conv2d_pointwise", ["TEXEL", "RESIDUAL"]))
+    assert texel.texels == {0, 1, 2, 4} and texel.reads == {0, 1, 2, 4} and texel.writes == {3}
     with pytest.raises(ValueError, match="SPIR-V"):
         shaders.reflect(b"not spirv at all")
 

@@ -119,22 +119,39 @@ def default_dot_product(info: DeviceInfo) -> bool:
     return bool(info.features.get("shaderIntegerDotProduct")) and info.dot_product_accelerated
 
 
-def get_device(spec=None, *, dot_product: bool | None = None, subgroups: bool = True) -> "Device":
+def default_texel_loads(info: DeviceInfo) -> bool:
+    """Whether kernels read their large ivec4 inputs as uniform texel buffers (the TEXEL
+    variants, shaders/include/texel.glsl) on a device, unless the caller forces it
+    (get_device(..., texel_loads=)). Measured, so chosen per driver: on llvmpipe a texel fetch
+    is a vector gather and a storage-buffer load a loop over the lanes (MobileNetV2's kernels
+    7.6% less GPU time, depthwise 14%; bench/README.md). SwiftShader allows 64K texels (1 MiB)
+    only, and no GPU has been measured yet: storage buffers there."""
+    return info.driver == "llvmpipe"
+
+
+def get_device(spec=None, *, dot_product: bool | None = None, subgroups: bool = True,
+               texel_loads: bool | None = None) -> "Device":
     """The opened Device for a choice: one per physical device and kernel choice per process.
     dot_product: None chooses per device (default_dot_product); True/False forces the int8
     kernels' integer-dot-product variants on or off (True on a device without the feature is
     an error). subgroups=False hides the device's subgroup operations from the kernels, so
-    they take the variants written for devices without them (tests run those too)."""
+    they take the variants written for devices without them (tests run those too).
+    texel_loads: None chooses per device (default_texel_loads); True/False forces the TEXEL
+    variants on or off (on, a kernel still takes storage buffers where one of its inputs is
+    larger than the device's texel buffers: Device.texel_variant)."""
     info = select(spec)
     if dot_product is None:
         dot_product = default_dot_product(info)
     elif dot_product and not info.features.get("shaderIntegerDotProduct"):
         raise DeviceNotFound(f"{info.name} has no shaderIntegerDotProduct: the integer dot product "
                              "kernels cannot run there")
-    key = (info.index, bool(dot_product), bool(subgroups))
+    if texel_loads is None:
+        texel_loads = default_texel_loads(info)
+    key = (info.index, bool(dot_product), bool(subgroups), bool(texel_loads))
     with _open_lock:
         if key not in _open_devices:
-            _open_devices[key] = Device(info, dot_product=bool(dot_product), subgroups=subgroups)
+            _open_devices[key] = Device(info, dot_product=bool(dot_product), subgroups=subgroups,
+                                        texel_loads=bool(texel_loads))
         return _open_devices[key]
 
 
@@ -331,16 +348,19 @@ class Device:
 
     features_enabled: the optional features enabled at creation (WANTED_FEATURES that the
     device offers with their extensions). dot_product: whether int8 kernels take their
-    integer-dot-product variants here. lock: held while the device's queue or its kp
-    objects are used, so that threads may share a device."""
+    integer-dot-product variants here. texel_loads: whether they take their TEXEL variants
+    (texel_variant). lock: held while the device's queue or its kp objects are used, so that
+    threads may share a device."""
 
-    def __init__(self, info: DeviceInfo, dot_product: bool = False, subgroups: bool = True):
+    def __init__(self, info: DeviceInfo, dot_product: bool = False, subgroups: bool = True,
+                 texel_loads: bool = False):
         import kp
         self.info = info if subgroups else dataclasses.replace(info, subgroup_operations=("basic",))
         self.features_enabled = frozenset(enabled_features(info))
         if dot_product and "shaderIntegerDotProduct" not in self.features_enabled:
             raise DeviceNotFound(f"{info.name}: the integer dot product cannot be enabled")
         self.dot_product = bool(dot_product)
+        self.texel_loads = bool(texel_loads)
         extensions = sorted({FEATURE_EXTENSIONS[f] for f in self.features_enabled})
         self._mgr = kp.Manager(info.index, [], extensions, sorted(self.features_enabled))
         self._spirv: dict = {}
@@ -354,6 +374,14 @@ class Device:
 
     def __repr__(self):
         return f"Device([{self.info.index}] {self.info.name})"
+
+    def texel_variant(self, *buffers) -> bool:
+        """Whether a kernel whose TEXEL variant binds these buffers as uniform texel buffers
+        takes that variant here: the device's choice (texel_loads), and every buffer whole
+        ivec4s (a view holds whole texels: the words of a partial one would read as 0) within
+        maxTexelBufferElements of them (the Vulkan minimum is 64K: 1 MiB)."""
+        return self.texel_loads and all(b.size % 4 == 0 and b.size <= 4 * self.info.max_texel_buffer_elements
+                                        for b in buffers)
 
     # -- buffers ------------------------------------------------------------------
     def buffer(self, data=None, *, size: int | None = None, dtype=np.int32, host_visible: bool = True) -> Buffer:
@@ -437,12 +465,17 @@ class Device:
         """A kp algorithm (descriptor set + compute pipeline) for a shader over buffers."""
         lim = self.info
         args = ([b.tensor for b in buffers], spirv, list(groups), spec_arr, push_arr)
-        sg = lim.subgroup_size
+        sg, size, full = lim.subgroup_size, 0, False
         if use.subgroups and self.subgroup_size_control:
             # a required size caps the workgroup at maxComputeWorkgroupSubgroups subgroups
             size = sg if np.prod(local) <= sg * lim.max_compute_workgroup_subgroups else 0
             full = local[0] % (size or lim.max_subgroup_size) == 0
-            return self._mgr.algorithm_subgroups(size, full, *args)
+        for b in use.texels:
+            if buffers[b].size > 4 * lim.max_texel_buffer_elements or buffers[b].size % 4:
+                raise ValueError(f"buffer {b} ({buffers[b].size} words) cannot be a texel buffer on {lim.name}: "
+                                 f"it must be whole ivec4s, at most {lim.max_texel_buffer_elements} of them")
+        if size or full or use.texels:
+            return self._mgr.algorithm_subgroups(size, full, sorted(use.texels), *args)
         return self._mgr.algorithm(*args)
 
     # -- running ------------------------------------------------------------------

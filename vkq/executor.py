@@ -91,7 +91,8 @@ def plan_memory(program: Program, exclude=(), aliases=None) -> dict:
     ({tensor: the earlier tensor whose words it is}, see memory_aliases) says a node's output
     is its input: those share one slot, live as long as the longest of them. Greedy, in
     program order: take the free slot that fits best (growing the largest free one if none
-    fits). Returns {tensor: (slot, slot_words)}; device-only buffers hold any 32-bit type."""
+    fits). Slots are whole ivec4s. Returns {tensor: (slot, slot_words)}; device-only buffers
+    hold any 32-bit type."""
     first, last = {}, {}
     for i, node in enumerate(program.nodes):
         for t in node.outputs:
@@ -107,7 +108,8 @@ def plan_memory(program: Program, exclude=(), aliases=None) -> dict:
     need, end = {}, dict(last)
     for t in first:
         r = root.get(t, t)
-        need[r] = max(need.get(r, 1), program.tensors[t].device_words())
+        # whole ivec4s: any slot can then be bound as a texel buffer (Device.texel_variant)
+        need[r] = max(need.get(r, 4), -(-program.tensors[t].device_words() // 4) * 4)
         end[r] = max(end.get(r, last[t]), last[t])
     order = sorted((t for t in first if t not in exclude and t not in root), key=lambda t: (first[t], t))
     slot_size, slot_free_at, assign = [], [], {}

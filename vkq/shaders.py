@@ -176,6 +176,7 @@ def compile_all(validate: bool = True, progress=None) -> list[tuple[str, dict]]:
 
 # SPIR-V opcodes, decorations and capabilities read below (SPIR-V spec, section 3)
 _OP_CAPABILITY, _OP_TYPE_POINTER, _OP_VARIABLE, _OP_DECORATE, _OP_MEMBER_DECORATE = 17, 32, 59, 71, 72
+_OP_TYPE_IMAGE, _OP_TYPE_SAMPLED_IMAGE, _DIM_BUFFER = 25, 27, 5
 _DEC_NON_WRITABLE, _DEC_NON_READABLE, _DEC_BINDING = 24, 25, 33
 _CAP_GROUP_NON_UNIFORM = range(61, 69)   # GroupNonUniform .. GroupNonUniformQuad
 
@@ -184,10 +185,12 @@ _CAP_GROUP_NON_UNIFORM = range(61, 69)   # GroupNonUniform .. GroupNonUniformQua
 class Reflection:
     """reads / writes: the bindings a shader may read / write (a binding without readonly or
     writeonly counts as both); subgroups: it uses subgroup operations, so its lanes depend
-    on the pipeline's subgroup size."""
+    on the pipeline's subgroup size. texels: the bindings that are uniform texel buffers
+    (`uniform isamplerBuffer`, read-only; texel.glsl), bound as ivec4 views of the buffer."""
     reads: frozenset
     writes: frozenset
     subgroups: bool
+    texels: frozenset = frozenset()
 
 
 @functools.lru_cache(maxsize=None)
@@ -199,6 +202,7 @@ def reflect(spirv: bytes) -> Reflection:
     if len(words) < 5 or words[0] != 0x07230203:
         raise ValueError("not a SPIR-V module (bad magic number)")
     binding, var_type, pointee, caps = {}, {}, {}, set()
+    buffer_images, sampled = set(), {}      # OpTypeImage ids of Dim Buffer; sampled image -> image
     decorated: dict[int, set] = {}          # id -> {decoration}
     member_dec: dict[int, dict] = {}        # struct id -> {member: {decoration}}
     i = 5
@@ -219,10 +223,18 @@ def reflect(spirv: bytes) -> Reflection:
             pointee[args[0]] = args[2]
         elif op == _OP_VARIABLE:
             var_type[args[1]] = args[0]
+        elif op == _OP_TYPE_IMAGE and args[2] == _DIM_BUFFER:
+            buffer_images.add(args[0])
+        elif op == _OP_TYPE_SAMPLED_IMAGE:
+            sampled[args[0]] = args[1]
         i += count
-    reads, writes = set(), set()
+    reads, writes, texels = set(), set(), set()
     for var, b in binding.items():
         struct = pointee.get(var_type.get(var))
+        if sampled.get(struct) in buffer_images:
+            reads.add(b)
+            texels.add(b)
+            continue
         members = member_dec.get(struct, {}).values()
 
         def everywhere(dec):
@@ -231,4 +243,5 @@ def reflect(spirv: bytes) -> Reflection:
             reads.add(b)
         if not everywhere(_DEC_NON_WRITABLE):
             writes.add(b)
-    return Reflection(frozenset(reads), frozenset(writes), any(c in caps for c in _CAP_GROUP_NON_UNIFORM))
+    return Reflection(frozenset(reads), frozenset(writes), any(c in caps for c in _CAP_GROUP_NON_UNIFORM),
+                      frozenset(texels))

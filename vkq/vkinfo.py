@@ -233,6 +233,7 @@ class DeviceInfo:
     max_compute_workgroup_subgroups: int = 0
     subgroup_size_control_compute: bool = False
     dot_product_accelerated: bool = False   # signed 4x8-bit packed, accumulating-saturating
+    max_texel_buffer_elements: int = 65536  # the Vulkan minimum (uniform texel buffers: texel.glsl)
 
     @property
     def fixed_subgroups(self) -> bool:
@@ -369,6 +370,7 @@ def _describe(vk, index: int, pd) -> DeviceInfo:
         max_workgroup_count=tuple(lim.maxComputeWorkGroupCount),
         max_shared_memory_bytes=lim.maxComputeSharedMemorySize,
         max_storage_buffer_range=lim.maxStorageBufferRange,
+        max_texel_buffer_elements=lim.maxTexelBufferElements,
         max_push_constants_bytes=lim.maxPushConstantsSize,
         subgroup_size=subgroup.subgroupSize,
         subgroup_operations=tuple(name for bit, name in SUBGROUP_OPERATIONS.items()

@@ -1,7 +1,7 @@
 #ifndef VKQ_CONV_EPILOGUE_GLSL
 #define VKQ_CONV_EPILOGUE_GLSL
 // The conv2d_q8 epilogue, shared by its kernels (host side: vkq/ops/conv.py, epilogue_push and
-// pack_channels). Include after int8x4.glsl and requant.glsl; the shader's push constants end
+// pack_channels). Include after int8x4.glsl, texel.glsl and requant.glsl; the shader's push constants end
 // with an `Epilogue epi` member, which it passes to out_word. Per output word (4 consecutive
 // channels at one position, accumulators without bias):
 //   q = requantize_clamped(acc + bias_eff, bound, lshift, m, rshift, frac, out_zp, qmin, qmax)
@@ -14,6 +14,7 @@
 //   LUT       q = table[q + 128]: an int8 -> int8 lookup table (256 entries, 4 to a word, entry
 //             i in byte i % 4 of word i / 4), e.g. an activation applied after requantization
 // Bytes past `valid` channels are 0 (the 4W4C padding).
+#include "texel.glsl"
 
 struct Epilogue {     // push constants, 32-bit words in this order
     int out_zp, qmin, qmax;
@@ -28,7 +29,7 @@ struct Chan4 {        // the requantize_clamped constants of 4 consecutive outpu
 };
 
 #ifdef RESIDUAL
-layout(std430, binding = 4) readonly buffer Res { ivec4 res[]; };   // 4W4C, the output's shape
+IVEC4_INPUT(4, res)   // 4W4C, the output's shape (texel.glsl)
 #endif
 #ifdef LUT
 #ifdef RESIDUAL
@@ -41,7 +42,7 @@ layout(std430, binding = 4) readonly buffer Lut { int lut[]; };
 // the residual operand's block at the output's ivec4 index (zeros without RESIDUAL)
 ivec4 residual_block(int idx) {
 #ifdef RESIDUAL
-    return res[idx];
+    return LOAD4(res, idx);
 #else
     return ivec4(0);
 #endif

@@ -7,21 +7,29 @@
 // k % G, register k / G (SHARE), but a lane's own words are contiguous, so it loads them as
 // ivec4s when NREGS % 4 == 0. Why: on CPU drivers a buffer load is a loop over the SIMD lanes
 // with a bounds check each, and one ivec4 costs about what two single words cost.
-layout(std430, binding = 1) readonly buffer Wt { int w[]; };
-layout(std430, binding = 1) readonly buffer Wt4 { ivec4 w4[]; };
+#include "texel.glsl"
+IVEC4_INPUT(1, w4)        // texel.glsl
+IVEC4_INPUT(2, chan4)
+#ifdef TEXEL
+#define W_WORD(i) LOAD4(w4, (i) >> 2)[(i) & 3]
+#define CHAN_WORD(i) LOAD4(chan4, (i) >> 2)[(i) & 3]
+#else
+layout(std430, binding = 1) readonly buffer Wt { int w[]; };          // the same words, one by one
 layout(std430, binding = 2) readonly buffer Chan { int chan[]; };
-layout(std430, binding = 2) readonly buffer Chan4s { ivec4 chan4[]; };
+#define W_WORD(i) w[i]
+#define CHAN_WORD(i) chan[i]
+#endif
 
 // r[i] = word i*G + lane of weight block `block`
 void load_weights(out int r[WREGS], int block) {
     const int base = block * G * WREGS + group_lane() * WREGS;
     if (WREGS % 4 == 0) {
         [[unroll]] for (int i = 0; i < WREGS; i += 4) {
-            const ivec4 v = w4[base / 4 + i / 4];
+            const ivec4 v = LOAD4(w4, base / 4 + i / 4);
             [[unroll]] for (int e = 0; e < 4; ++e) r[i + e] = v[e];
         }
     } else {
-        [[unroll]] for (int i = 0; i < WREGS; ++i) r[i] = w[base + i];
+        [[unroll]] for (int i = 0; i < WREGS; ++i) r[i] = W_WORD(base + i);
     }
 }
 
@@ -30,11 +38,11 @@ void load_chan(out int r[PREGS], int block) {
     const int base = block * G * PREGS + group_lane() * PREGS;
     if (PREGS % 4 == 0) {
         [[unroll]] for (int i = 0; i < PREGS; i += 4) {
-            const ivec4 v = chan4[base / 4 + i / 4];
+            const ivec4 v = LOAD4(chan4, base / 4 + i / 4);
             [[unroll]] for (int e = 0; e < 4; ++e) r[i + e] = v[e];
         }
     } else {
-        [[unroll]] for (int i = 0; i < PREGS; ++i) r[i] = chan[base + i];
+        [[unroll]] for (int i = 0; i < PREGS; ++i) r[i] = CHAN_WORD(base + i);
     }
 }
 #endif

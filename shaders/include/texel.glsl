@@ -1,0 +1,25 @@
+#ifndef VKQ_TEXEL_GLSL
+#define VKQ_TEXEL_GLSL
+// Read-only ivec4 inputs, declared and read through two macros so that one kernel source has
+// two variants:
+//   IVEC4_INPUT(b, name)  binding b, an array of ivec4 named `name`
+//   LOAD4(name, i)        its ivec4 i
+// default  a storage buffer (name[i])
+// TEXEL    a uniform texel buffer (texelFetch(name, i)): the device layer binds the buffer as
+//          an R32G32B32A32_SINT view of itself (vkq/shaders.py:reflect finds these bindings).
+// Why: on llvmpipe (Mesa 22.3) a storage-buffer load is a loop over the SIMD lanes with an
+// exec-mask test and a bounds check per lane and 32-bit word (~25 instructions a lane, read in
+// the JIT code), while a texel fetch is one vector gather. CPU time of the same kernels with
+// storage / texel loads, interleaved in one process (bench/README.md, "Texel loads"): GEMV 0.6x,
+// max pool 0.4-0.5x, quantize 0.67x, depthwise 0.7-0.85x, GEMMs and 3x3 convs 0.83-0.96x,
+// add / repack / dequantize 0.9-0.95x. Which devices take TEXEL is
+// vkq/device.py:default_texel_loads; each bound buffer must be whole ivec4s and fit
+// maxTexelBufferElements (Device.texel_variant), else the kernel takes storage buffers.
+#ifdef TEXEL
+#define IVEC4_INPUT(b, name) layout(binding = b) uniform isamplerBuffer name;
+#define LOAD4(name, i) texelFetch(name, (i))
+#else
+#define IVEC4_INPUT(b, name) layout(std430, binding = b) readonly buffer name##_ssbo { ivec4 name[]; };
+#define LOAD4(name, i) name[(i)]
+#endif
+#endif
