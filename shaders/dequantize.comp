@@ -8,13 +8,16 @@
 //! variant
 //! variant VEC
 //! variant VEC GRID
+//! variant VEC TEXEL
+//! variant VEC GRID TEXEL
 #include "common.glsl"
 #include "int8x4.glsl"
+#include "texel.glsl"
 
 layout(constant_id = 3) const int LAYOUT = LAYOUT_4W4C;
 
 #ifdef VEC
-layout(std430, binding = 0) readonly buffer In { ivec4 q[]; };
+IVEC4_INPUT(0, q)   // texel.glsl
 layout(std430, binding = 1) writeonly buffer Out { vec4 x[]; };
 #else
 layout(std430, binding = 0) readonly buffer In { int q[]; };
@@ -38,7 +41,7 @@ void main() {
     ivec4 e;                                  // the block's first element (4W4C, 4H4W)
     const int count = io_blocks(LAYOUT, SHAPE, blk, stride, e);
     for (int i = 0; i < count; ++i, blk += stride, e.x += 1) {
-        ivec4 words = q[blk];
+        ivec4 words = LOAD4(q, blk);
         if (LAYOUT == LAYOUT_ROW) {
             int n4 = SHAPE.x * SHAPE.y * SHAPE.z * SHAPE.w / 4;
             for (int r = 0; r < 4; ++r)

@@ -15,8 +15,11 @@
 // of 64 (0.39 vs 0.37).
 //! variant OP_ADD
 //! variant OP_MUL
+//! variant OP_ADD TEXEL
+//! variant OP_MUL TEXEL
 #include "common.glsl"
 #include "int8x4.glsl"
+#include "texel.glsl"
 #include "requant.glsl"
 #include "block_mask.glsl"
 
@@ -26,8 +29,8 @@ layout(constant_id = 5) const int BYTE_BLOCKS = 1;
 layout(constant_id = 6) const int WORD_DIM = 4;
 layout(constant_id = 7) const int WORD_BLOCKS = 1;
 
-layout(std430, binding = 0) readonly buffer A { ivec4 a[]; };
-layout(std430, binding = 1) readonly buffer B { ivec4 b[]; };
+IVEC4_INPUT(0, a)     // texel.glsl
+IVEC4_INPUT(1, b)
 layout(std430, binding = 2) writeonly buffer Out { ivec4 o[]; };
 layout(push_constant) uniform Params {
     int blocks;
@@ -56,7 +59,7 @@ void main() {
     int i = linear_invocation();
     ivec4 geo = ivec4(BYTE_DIM, BYTE_BLOCKS, WORD_DIM, WORD_BLOCKS);
     for (int k = 0; k < PER && i < p.blocks; ++k, i += stride) {
-        ivec4 wa = a[i], wb = b[i];
+        ivec4 wa = LOAD4(a, i), wb = LOAD4(b, i);
         o[i] = ivec4(word(wa.x, wb.x), word(wa.y, wb.y), word(wa.z, wb.z), word(wa.w, wb.w))
                & block_mask(i, geo);
     }

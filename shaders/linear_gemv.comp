@@ -43,12 +43,37 @@
 //! variant OUT_Q8 LUT DEQUANT PLAIN
 //! variant OUT_Q8 LUT DEQUANT DOT
 //! variant OUT_Q8 LUT DEQUANT PLAIN DOT
+//! variant OUT_Q8 TEXEL
+//! variant OUT_F32 TEXEL
+//! variant OUT_F32 ROW_QPARAMS TEXEL
+//! variant OUT_Q8 PLAIN TEXEL
+//! variant OUT_F32 PLAIN TEXEL
+//! variant OUT_F32 ROW_QPARAMS PLAIN TEXEL
+//! variant OUT_Q8 DOT TEXEL
+//! variant OUT_F32 DOT TEXEL
+//! variant OUT_F32 ROW_QPARAMS DOT TEXEL
+//! variant OUT_Q8 PLAIN DOT TEXEL
+//! variant OUT_F32 PLAIN DOT TEXEL
+//! variant OUT_F32 ROW_QPARAMS PLAIN DOT TEXEL
+//! variant OUT_Q8 LUT TEXEL
+//! variant OUT_Q8 LUT PLAIN TEXEL
+//! variant OUT_Q8 LUT DOT TEXEL
+//! variant OUT_Q8 LUT PLAIN DOT TEXEL
+//! variant OUT_Q8 DEQUANT TEXEL
+//! variant OUT_Q8 DEQUANT PLAIN TEXEL
+//! variant OUT_Q8 DEQUANT DOT TEXEL
+//! variant OUT_Q8 DEQUANT PLAIN DOT TEXEL
+//! variant OUT_Q8 LUT DEQUANT TEXEL
+//! variant OUT_Q8 LUT DEQUANT PLAIN TEXEL
+//! variant OUT_Q8 LUT DEQUANT DOT TEXEL
+//! variant OUT_Q8 LUT DEQUANT PLAIN DOT TEXEL
 #ifndef PLAIN
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "int8x4.glsl"
+#include "texel.glsl"
 #include "requant.glsl"
 #ifdef DOT
 #include "dot4x8.glsl"
@@ -60,11 +85,11 @@ const int TN4 = TN / 4;
 const int L = int(gl_WorkGroupSize.x);        // lanes splitting K (= the subgroup size unless PLAIN)
 
 // x: 4H4W, ivec4 (rb*K4 + kb) = rows 4rb..4rb+3 (one per int32) x k 4kb..4kb+3 (one per byte)
-layout(std430, binding = 0) readonly buffer X { ivec4 x[]; };
+IVEC4_INPUT(0, x)   // texel.glsl
 // w: vkq/ops/linear.py:pack_weight(w, TN, L): N padded to NT*TN, K to K4w = a multiple of L
 //    blocks, zeros; ivec4 ((nt*K4w + kb)*TN4 + j) = k 4kb..+3 x n nt*TN + 4j..+3
 //    (int32 i = k, byte b = n; DOT: int32 b = n, byte i = k)
-layout(std430, binding = 1) readonly buffer W { ivec4 w[]; };
+IVEC4_INPUT(1, w)
 layout(std430, binding = 2) readonly buffer Chan { ivec4 chan[]; };   // as in linear_q8.comp
 #if defined(OUT_Q8) && !defined(DEQUANT)
 layout(std430, binding = 3) writeonly buffer Out { ivec4 out_q[]; };
@@ -104,9 +129,9 @@ void main() {
 
     // every lane runs K4w / L steps; k-blocks past K re-read x's last block (w is 0 there)
     for (int kb = lane; kb < K4w; kb += L) {
-        ivec4 xb = x[xbase + min(kb, p.K4 - 1)];
+        ivec4 xb = LOAD4(x, xbase + min(kb, p.K4 - 1));
         [[unroll]] for (int j = 0; j < TN4; ++j) {
-            ivec4 word = w[wbase + kb * TN4 + j];
+            ivec4 word = LOAD4(w, wbase + kb * TN4 + j);
 #ifdef DOT
             [[unroll]] for (int r = 0; r < MR; ++r)
                 acc[r][j] = ivec4(dot4x8_acc(xb[r], word.x, acc[r][j].x), dot4x8_acc(xb[r], word.y, acc[r][j].y),

@@ -52,12 +52,37 @@
 //! variant OUT_Q8 LUT DEQUANT PLAIN
 //! variant OUT_Q8 LUT DEQUANT DOT
 //! variant OUT_Q8 LUT DEQUANT PLAIN DOT
+//! variant OUT_Q8 TEXEL
+//! variant OUT_F32 TEXEL
+//! variant OUT_F32 ROW_QPARAMS TEXEL
+//! variant OUT_Q8 PLAIN TEXEL
+//! variant OUT_F32 PLAIN TEXEL
+//! variant OUT_F32 ROW_QPARAMS PLAIN TEXEL
+//! variant OUT_Q8 DOT TEXEL
+//! variant OUT_F32 DOT TEXEL
+//! variant OUT_F32 ROW_QPARAMS DOT TEXEL
+//! variant OUT_Q8 PLAIN DOT TEXEL
+//! variant OUT_F32 PLAIN DOT TEXEL
+//! variant OUT_F32 ROW_QPARAMS PLAIN DOT TEXEL
+//! variant OUT_Q8 LUT TEXEL
+//! variant OUT_Q8 LUT PLAIN TEXEL
+//! variant OUT_Q8 LUT DOT TEXEL
+//! variant OUT_Q8 LUT PLAIN DOT TEXEL
+//! variant OUT_Q8 DEQUANT TEXEL
+//! variant OUT_Q8 DEQUANT PLAIN TEXEL
+//! variant OUT_Q8 DEQUANT DOT TEXEL
+//! variant OUT_Q8 DEQUANT PLAIN DOT TEXEL
+//! variant OUT_Q8 LUT DEQUANT TEXEL
+//! variant OUT_Q8 LUT DEQUANT PLAIN TEXEL
+//! variant OUT_Q8 LUT DEQUANT DOT TEXEL
+//! variant OUT_Q8 LUT DEQUANT PLAIN DOT TEXEL
 #ifndef PLAIN
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "int8x4.glsl"
+#include "texel.glsl"
 #include "requant.glsl"
 #ifdef DOT
 #include "dot4x8.glsl"
@@ -72,11 +97,11 @@ const int XREGS = KSTEP * TM4 / SG;           // x ivec4 each lane holds per ste
 
 // x: 4H4W seen as one matrix of RB*4 rows (batch b, row h at packed row b*Hp + h):
 //    ivec4 (rb*K4 + kb) holds rows 4rb..4rb+3 (one per int32) x k 4kb..4kb+3 (one per byte).
-layout(std430, binding = 0) readonly buffer X { ivec4 x[]; };
+IVEC4_INPUT(0, x)   // texel.glsl
 // w: packed on the host (vkq/ops/linear.py:pack_weight) with N padded to NT*TN columns and K to
 //    K4w = KSTEP * ceil(K4 / KSTEP) blocks, zeros: ivec4 ((nt*K4w + kb)*TN4 + j) holds
 //    int32 i = k 4kb+i, byte b = n nt*TN + 4j + b;  DOT: transposed, int32 b = n, byte i = k.
-layout(std430, binding = 1) readonly buffer W { ivec4 w[]; };
+IVEC4_INPUT(1, w)
 // per output column n (padded like w), floats as their bits:
 //   OUT_Q8 (bias_eff, bound, m, lshift | rshift << 5 | frac): requantize_clamped's constants (requant.glsl)
 //   OUT_F32 (corr, scale, bias, -);  ROW_QPARAMS (wsum, w_scale, bias, -)
@@ -135,11 +160,11 @@ void main() {
 
     for (int kb0 = 0; kb0 < K4w; kb0 += KSTEP) {
         ivec4 xr[XREGS];
-        [[unroll]] for (int c = 0; c < XREGS; ++c) xr[c] = x[xrow[c] + min(kb0 + xk[c], p.K4 - 1)];
+        [[unroll]] for (int c = 0; c < XREGS; ++c) xr[c] = LOAD4(x, xrow[c] + min(kb0 + xk[c], p.K4 - 1));
         [[unroll]] for (int s = 0; s < KSTEP; ++s) {
 #ifdef DOT
             ivec4 wd[TN4];      // wd[j][b] = w[n = nt*TN + 4j + b, k = 4(kb0+s) .. +3], one word
-            [[unroll]] for (int j = 0; j < TN4; ++j) wd[j] = w[wrow + (kb0 + s) * TN4 + j];
+            [[unroll]] for (int j = 0; j < TN4; ++j) wd[j] = LOAD4(w, wrow + (kb0 + s) * TN4 + j);
             [[unroll]] for (int i = 0; i < TM4; ++i) {
                 int q = s * TM4 + i;
                 ivec4 xb = share(xr[q / SG], q % SG);   // rows 4(rb0+i).., k 4(kb0+s)..
@@ -153,7 +178,7 @@ void main() {
 #else
             ivec4 wv[TN4][4];   // wv[j][kk] = w[n = nt*TN + 4j + (0..3), k = 4(kb0+s) + kk]
             [[unroll]] for (int j = 0; j < TN4; ++j) {
-                ivec4 word = w[wrow + (kb0 + s) * TN4 + j];
+                ivec4 word = LOAD4(w, wrow + (kb0 + s) * TN4 + j);
                 [[unroll]] for (int kk = 0; kk < 4; ++kk) wv[j][kk] = unpack_int8x4(word[kk]);
             }
             [[unroll]] for (int i = 0; i < TM4; ++i) {

@@ -15,8 +15,11 @@
 // Measured (lavapipe, 1x256x128x128 = 4 MiB, CPU time against the copy roofline's, machine
 // shared): unpack and add per value 0.15 of copy bandwidth; packed sums 0.67; and 4 channel
 // blocks a workgroup on CPU drivers (vkq/ops/pool.py:_global_local) for the wall clock.
+//! variant
+//! variant TEXEL
 #include "common.glsl"
 #include "int8x4.glsl"
+#include "texel.glsl"
 #include "requant.glsl"
 #include "block_mask.glsl"
 
@@ -25,7 +28,7 @@ layout(constant_id = 4) const int SPATIAL = 1;    // input blocks per (n, c4): H
 const int C4 = (C + 3) / 4;
 const int FLUSH = 64;                             // blocks per 16-bit field flush: 4 * 64 * 255 < 2^16
 
-layout(std430, binding = 0) readonly buffer In { ivec4 src[]; };
+IVEC4_INPUT(0, src)   // texel.glsl
 layout(std430, binding = 1) writeonly buffer Out { ivec4 dst[]; };
 layout(push_constant) uniform Params {
     int count;         // H * W, the real values per channel
@@ -48,7 +51,7 @@ void main() {
             uint even = 0u, odd = 0u;   // 16-bit fields: channels (0, 2) and (1, 3)
             int end = min(b0 + FLUSH, SPATIAL);
             for (int b = b0; b < end; ++b) {   // block (n, h, w4, c4) = (n*SPATIAL + b)*C4 + c4
-                uvec4 w = uvec4(src[base + b * C4]) ^ 0x80808080u;
+                uvec4 w = uvec4(LOAD4(src, base + b * C4)) ^ 0x80808080u;
                 uvec4 e = w & 0x00FF00FFu, o = (w >> 8) & 0x00FF00FFu;
                 even += e.x + e.y + e.z + e.w;
                 odd += o.x + o.y + o.z + o.w;

@@ -31,8 +31,12 @@
 //! variant MAX
 //! variant AVG
 //! variant AVG UNIFORM
+//! variant MAX TEXEL
+//! variant AVG TEXEL
+//! variant AVG UNIFORM TEXEL
 #include "common.glsl"
 #include "int8x4.glsl"
+#include "texel.glsl"
 #include "requant.glsl"
 #include "block_mask.glsl"
 
@@ -55,11 +59,11 @@ layout(constant_id = 16) const int W = 1;
 layout(constant_id = 17) const int OH = 1;
 layout(constant_id = 18) const int OW = 1;
 
-layout(std430, binding = 0) readonly buffer In { ivec4 src[]; };   // 4W4C blocks: 4 widths x 4 channels
+IVEC4_INPUT(0, src)   // 4W4C blocks: 4 widths x 4 channels (texel.glsl)
 layout(std430, binding = 1) writeonly buffer Out { ivec4 dst[]; };
 #if defined(AVG) && !defined(UNIFORM)
 // per (oh, ow): requantize_clamped's (bound, lshift, m, rshift) for that position's divisor
-layout(std430, binding = 2) readonly buffer Table { ivec4 table[]; };
+IVEC4_INPUT(2, table)
 #endif
 layout(push_constant) uniform Params {
     ivec4 rq;          // AVG UNIFORM: requantize_clamped's (bound, lshift, m, rshift)
@@ -104,7 +108,7 @@ void main() {
             int row = (n * H + clamp(ih, 0, H - 1)) * W4;
             ivec4 blk[NB];   // loads clamped in bounds; taps outside the input become FILL below
             [[unroll]] for (int b = 0; b < NB; ++b)
-                blk[b] = src[(row + clamp(ow40 * SW + B0 + b, 0, W4 - 1)) * C4 + c4];
+                blk[b] = LOAD4(src, (row + clamp(ow40 * SW + B0 + b, 0, W4 - 1)) * C4 + c4);
             [[unroll]] for (int jj = 0; jj < OW_T; ++jj)
                 [[unroll]] for (int kw = 0; kw < KW; ++kw) {
                     int rel = jj * SW - PW + kw * DW, iw = w0 + rel;
@@ -127,7 +131,7 @@ void main() {
 #ifdef UNIFORM
                 ivec4 rq = p.rq;
 #else
-                ivec4 rq = table[oh * OW + min(4 * ow4 + j, OW - 1)];
+                ivec4 rq = LOAD4(table, oh * OW + min(4 * ow4 + j, OW - 1));
 #endif
                 ivec4 v = acc[a][4 * b + j] - KH * KW * p.in_zp, q;
                 for (int c = 0; c < 4; ++c)

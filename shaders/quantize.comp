@@ -17,13 +17,17 @@
 //! variant
 //! variant VEC
 //! variant VEC GRID
+//! variant VEC TEXEL
+//! variant VEC GRID TEXEL
 #include "common.glsl"
 #include "int8x4.glsl"
+#include "texel.glsl"
 
 layout(constant_id = 3) const int LAYOUT = LAYOUT_4W4C;
 
 #ifdef VEC
-layout(std430, binding = 0) readonly buffer In { vec4 x[]; };
+IVEC4_INPUT(0, x)   // floats as their bits (texel.glsl)
+#define X4(i) intBitsToFloat(LOAD4(x, i))
 layout(std430, binding = 1) writeonly buffer Out { ivec4 q[]; };
 #else
 layout(std430, binding = 0) readonly buffer In { float x[]; };
@@ -51,13 +55,13 @@ void main() {
         if (LAYOUT == LAYOUT_ROW) {               // words 4blk..4blk+3 hold floats 16blk..16blk+15
             int n4 = SHAPE.x * SHAPE.y * SHAPE.z * SHAPE.w / 4;
             for (int r = 0; r < 4; ++r)
-                if (4 * blk + r < n4) words[r] = pack_int8x4(quantize4(x[4 * blk + r]));
+                if (4 * blk + r < n4) words[r] = pack_int8x4(quantize4(X4(4 * blk + r)));
         } else {
             for (int k = 0; k < 4; ++k) {
                 // 4W4C: channel e.y + k, 4 widths = byte k of the 4 words; 4H4W: row e.z + k = word k
                 ivec4 ek = LAYOUT == LAYOUT_4W4C ? e + ivec4(0, k, 0, 0) : e + ivec4(0, 0, k, 0);
                 if (!in_bounds(ek, SHAPE)) continue;
-                ivec4 v = quantize4(x[nchw_offset(ek, SHAPE) / 4]);
+                ivec4 v = quantize4(X4(nchw_offset(ek, SHAPE) / 4));
                 if (LAYOUT == LAYOUT_4W4C)
                     words |= (v & 0xFF) << (8 * k);
                 else

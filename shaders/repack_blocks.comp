@@ -11,9 +11,12 @@
 // rows past H are skipped on read (0) and on write; 4H4W has no channel padding, 4W4C's is 0.
 //! variant TO_4H4W
 //! variant TO_4W4C
+//! variant TO_4H4W TEXEL
+//! variant TO_4W4C TEXEL
 #include "common.glsl"
+#include "texel.glsl"
 
-layout(std430, binding = 0) readonly buffer In { ivec4 src[]; };
+IVEC4_INPUT(0, src)   // texel.glsl
 layout(std430, binding = 1) writeonly buffer Out { ivec4 dst[]; };
 layout(push_constant) uniform Params {
     ivec4 shape;  // N, C, H, W
@@ -31,7 +34,7 @@ void main() {
     ivec4 a[4] = ivec4[4](ivec4(0), ivec4(0), ivec4(0), ivec4(0));
 #ifdef TO_4H4W
     for (int k = 0; k < 4; ++k)                  // a[k] = 4W4C block of row 4*h4 + k
-        if (k < nh) a[k] = src[((n * H + 4 * h4 + k) * W4 + w4) * C4 + c4];
+        if (k < nh) a[k] = LOAD4(src, ((n * H + 4 * h4 + k) * W4 + w4) * C4 + c4);
     for (int b = 0; b < 4; ++b) {                // 4H4W block of channel 4*c4 + b: word k, byte r
         if (b >= nc) break;
         ivec4 o;
@@ -43,7 +46,7 @@ void main() {
     }
 #else
     for (int b = 0; b < 4; ++b)                  // a[b] = 4H4W block of channel 4*c4 + b
-        if (b < nc) a[b] = src[((n * C + 4 * c4 + b) * H4 + h4) * W4 + w4];
+        if (b < nc) a[b] = LOAD4(src, ((n * C + 4 * c4 + b) * H4 + h4) * W4 + w4);
     for (int k = 0; k < 4; ++k) {                // 4W4C block of row 4*h4 + k: word r, byte b
         if (k >= nh) break;
         ivec4 o;

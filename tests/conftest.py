@@ -41,6 +41,14 @@ def device(request):
         pytest.skip(f"Vulkan device {request.param!r} not found: {e}")
 
 
+@pytest.fixture(params=[False, True], ids=["ssbo", "texel"])
+def loads_device(request, device):
+    """The test device with its kernels reading their inputs from storage buffers or as texels
+    (the TEXEL variants, shaders/include/texel.glsl), whatever the device would choose itself."""
+    from vkq.device import get_device
+    return get_device(device.info.index, texel_loads=request.param)
+
+
 def is_validation_message(line: str) -> bool:
     return any(k in line for k in ("Validation Error", "VUID-", "UNASSIGNED-", "SYNC-HAZARD"))
 

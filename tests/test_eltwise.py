@@ -120,23 +120,23 @@ def test_add_params_keep_int32_exact():
 # -- on the devices -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("case", ADD_CASES)
-def test_add_all_pairs(device, case):
+def test_add_all_pairs(loads_device, case):
     sa, za, sb, zb, so, zo, act = ADD_CASES[case]
-    run_exact(device, "add_q8", add_q8_params(sa, za, sb, zb, so, zo, act), "4W4C", *all_pairs())
+    run_exact(loads_device, "add_q8", add_q8_params(sa, za, sb, zb, so, zo, act), "4W4C", *all_pairs())
 
 
 @pytest.mark.parametrize("case", MUL_CASES)
-def test_mul_all_pairs(device, case):
+def test_mul_all_pairs(loads_device, case):
     sa, za, sb, zb, so, zo, act = MUL_CASES[case]
-    run_exact(device, "mul_q8", mul_q8_params(sa, za, sb, zb, so, zo, act), "4H4W", *all_pairs())
+    run_exact(loads_device, "mul_q8", mul_q8_params(sa, za, sb, zb, so, zo, act), "4H4W", *all_pairs())
 
 
 @pytest.mark.parametrize("shape,layout", SHAPES)
-def test_binary_odd_shapes(device, shape, layout):
+def test_binary_odd_shapes(loads_device, shape, layout):
     rng = np.random.default_rng(sum(shape))
     a, b = q8(rng, shape), q8(rng, shape)
-    run_exact(device, "add_q8", add_q8_params(*ADD_CASES["relu"]), layout, a, b)
-    run_exact(device, "mul_q8", mul_q8_params(*MUL_CASES["zp_extremes"]), layout, a, b)
+    run_exact(loads_device, "add_q8", add_q8_params(*ADD_CASES["relu"]), layout, a, b)
+    run_exact(loads_device, "mul_q8", mul_q8_params(*MUL_CASES["zp_extremes"]), layout, a, b)
 
 
 @pytest.mark.parametrize("case", CLAMP_CASES)

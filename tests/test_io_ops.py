@@ -31,12 +31,12 @@ def _float_input(shape, scale, seed):
 
 @pytest.mark.parametrize("shape,layout", [(s, lay) for s in SHAPES for lay in ("4W4C", "4H4W", "ROW")]
                          + [(s, "ROW") for s in HIGH_RANK])
-def test_quantize_on_device_equals_numpy_and_torch(device, shape, layout):
+def test_quantize_on_device_equals_numpy_and_torch(loads_device, shape, layout):
     for i, (scale, zp) in enumerate(QPARAMS):
         x = _float_input(shape, scale, i)
         prog = single_op_program("quantize", [("x", spec(shape))], [("q", spec(shape, "int8", layout, scale, zp))],
                                  dict(scale=scale, zero_point=zp))
-        ex = VulkanExecutor(prog, device)
+        ex = VulkanExecutor(prog, loads_device)
         q = ex(x)
         want = torch.ops.quantized_decomposed.quantize_per_tensor(torch.from_numpy(x), scale, zp, -128, 127, torch.int8)
         np.testing.assert_array_equal(q, want.numpy())
@@ -45,20 +45,20 @@ def test_quantize_on_device_equals_numpy_and_torch(device, shape, layout):
 
 @pytest.mark.parametrize("shape,layout", [(s, lay) for s in SHAPES[3:] for lay in ("4W4C", "4H4W", "ROW")]
                          + [(s, "ROW") for s in HIGH_RANK])
-def test_dequantize_on_device(device, shape, layout):
+def test_dequantize_on_device(loads_device, shape, layout):
     scale, zp = 0.037, -11
     q = np.random.default_rng(5).integers(-128, 128, shape).astype(np.int8)
     q.reshape(-1)[:2] = [-128, 127][: q.size]
     prog = single_op_program("dequantize", [("q", spec(shape, "int8", layout, scale, zp))], [("x", spec(shape))],
                              dict(scale=scale, zero_point=zp))
-    got, ref = run_both(device, prog, q)
+    got, ref = run_both(loads_device, prog, q)
     np.testing.assert_array_equal(got[0], ref[0])
     np.testing.assert_array_equal(got[0], dequantize(q, scale, zp))
 
 
 @pytest.mark.parametrize("grid", [True, False])
 @pytest.mark.parametrize("shape", [(3, 9, 5, 12), (2, 5, 3, 8), (1, 6, 7, 4), (1, 3, 2, 40)])
-def test_4w4c_quantize_dequantize_with_and_without_the_grid(device, monkeypatch, shape, grid):
+def test_4w4c_quantize_dequantize_with_and_without_the_grid(loads_device, monkeypatch, shape, grid):
     """4W4C with W % 4 == 0 runs on a (width blocks, channel blocks, H) grid, each invocation
     over the N images; where a count does not fit a grid dimension, on the linear index
     (forced here): the same words either way, padding channels 0."""
@@ -69,7 +69,7 @@ def test_4w4c_quantize_dequantize_with_and_without_the_grid(device, monkeypatch,
     t = {"x": spec(shape), "q": spec(shape, "int8", "4W4C", scale, zp), "y": spec(shape)}
     prog = Program(t, [Node("quantize", ["x"], ["q"], dict(scale=scale, zero_point=zp)),
                        Node("dequantize", ["q"], ["y"], dict(scale=scale, zero_point=zp))], ["x"], ["y"])
-    ex = VulkanExecutor(prog, device, host_visible_all=True)
+    ex = VulkanExecutor(prog, loads_device, host_visible_all=True)
     y = ex(x)
     assert [("GRID" in st.defines) for seg in ex.segments for st in seg[1].steps] == [grid, grid]
     np.testing.assert_array_equal(ex.buffers["q"].read(), pack(quantize(x, scale, zp), "4W4C"))
@@ -79,10 +79,10 @@ def test_4w4c_quantize_dequantize_with_and_without_the_grid(device, monkeypatch,
 @pytest.mark.parametrize("src,dst", [("4W4C", "4H4W"), ("4H4W", "4W4C"), ("4W4C", "4W4C"), ("4W4C", "ROW"),
                                      ("ROW", "4H4W")])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_repack_layouts(device, shape, src, dst):
+def test_repack_layouts(loads_device, shape, src, dst):
     q = np.random.default_rng(6).integers(-128, 128, shape).astype(np.int8)
     prog = single_op_program("repack", [("a", spec(shape, "int8", src))], [("b", spec(shape, "int8", dst))])
-    ex = VulkanExecutor(prog, device)
+    ex = VulkanExecutor(prog, loads_device)
     np.testing.assert_array_equal(ex(q), q)
     np.testing.assert_array_equal(ex.buffers["b"].read(), pack(q, dst))
 

@@ -25,11 +25,13 @@ QD = torch.ops.quantized_decomposed
 
 # -- helpers ----------------------------------------------------------------------------------
 
-@pytest.fixture(params=["mad", "dot"])
+@pytest.fixture(params=["mad", "dot", "mad-texel", "dot-texel"])
 def int8_device(device, request):
     """The device with the int8 GEMMs' integer-dot-product path forced on ("dot") or off ("mad":
-    unpack and multiply-add), the choice device.dot_product makes per device."""
-    return get_device(device.info, dot_product=request.param == "dot")
+    unpack and multiply-add), the choice device.dot_product makes per device, each reading x and
+    w from storage buffers or as texels ("-texel": the TEXEL variants, texel.glsl)."""
+    return get_device(device.info, dot_product=request.param.startswith("dot"),
+                      texel_loads=request.param.endswith("texel"))
 
 
 def q8(rng, shape, lo=-128, hi=127):
@@ -251,7 +253,7 @@ def test_linear_q8_table_epilogue(int8_device, x_shape, subgroups):
     """A lookup table fused after the requantization (attr lut, vkq/passes/fuse_epilogue.py):
     the GEMV (one 4-row block) and the GEMM, with and without subgroups, on both dot-product
     paths, equal the reference, which is linear_q8 then lut_q8; padding stays 0 (run_exact)."""
-    device = get_device(int8_device.info, dot_product=int8_device.dot_product, subgroups=subgroups)
+    device = get_device(int8_device.info, dot_product=int8_device.dot_product, texel_loads=int8_device.texel_loads, subgroups=subgroups)
     rng = np.random.default_rng(len(x_shape) * 100 + x_shape[-2])
     x, w, _, _, _, _, consts, attrs = q8_case(rng, x_shape, 13, 5, -2, None)
     table = rng.permutation(256).astype(np.int64) - 128          # every entry distinct: each one counts
@@ -278,7 +280,7 @@ def test_linear_q8_dequant_epilogue(int8_device, x_shape, subgroups, lut):
     vkq/passes/fuse_epilogue.py): float32 out, bit for bit the reference, which is linear_q8
     (then lut_q8) then dequantize, through the GEMV and the GEMM, with and without subgroups,
     on both dot-product paths. The dequantize's zero point and scale are not the linear's."""
-    device = get_device(int8_device.info, dot_product=int8_device.dot_product, subgroups=subgroups)
+    device = get_device(int8_device.info, dot_product=int8_device.dot_product, texel_loads=int8_device.texel_loads, subgroups=subgroups)
     rng = np.random.default_rng(x_shape[-1] + 7 * lut)
     x, w, _, _, _, _, consts, attrs = q8_case(rng, x_shape, 13, 5, -2, None)
     table = (rng.permutation(256) - 128).astype(np.int8)
@@ -302,7 +304,7 @@ def test_linear_q8_without_subgroups(int8_device, rows):
     """The PLAIN variants (a device without subgroup operations) give the same bits: the GEMM
     (9 rows) and the GEMV (3 rows), whose lanes then add up their partial sums in shared memory;
     int8 and float outputs, the row quantizer, and the float GEMMs of weight-only."""
-    device = get_device(int8_device.info, dot_product=int8_device.dot_product, subgroups=False)
+    device = get_device(int8_device.info, dot_product=int8_device.dot_product, texel_loads=int8_device.texel_loads, subgroups=False)
     assert linear.subgroup_lanes(device.info) == 0
     rng = np.random.default_rng(11)
     x, w, _, _, _, _, consts, attrs = q8_case(rng, (2, rows, 21), 11, 5, -2, None)

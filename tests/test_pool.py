@@ -61,10 +61,10 @@ def test_max_pool_matches_torch(case):
 
 
 @pytest.mark.parametrize("case", MAX_CASES)
-def test_max_pool(device, case):
+def test_max_pool(loads_device, case):
     shape, kw = MAX_CASES[case]
     a = max_attrs(kw)
-    run_exact(device, "max_pool2d_q8", a, max_out_shape(shape, a), q8(np.random.default_rng(2), shape))
+    run_exact(loads_device, "max_pool2d_q8", a, max_out_shape(shape, a), q8(np.random.default_rng(2), shape))
 
 
 def test_max_pool_resnet_stem(device):
@@ -119,11 +119,11 @@ def test_avg_pool_matches_torch(case, qp):
 
 @pytest.mark.parametrize("qp", ["zp_high", "zp_low", "relu"])
 @pytest.mark.parametrize("case", AVG_CASES)
-def test_avg_pool(device, case, qp):
+def test_avg_pool(loads_device, case, qp):
     shape, kw = AVG_CASES[case]
     a = avg_attrs(qp, kw)
     out = pool2d_output_shape(shape, a["kernel"], a["stride"], a["padding"], 1, a["ceil_mode"])
-    run_exact(device, "avg_pool2d_q8", a, out, q8(np.random.default_rng(5), shape))
+    run_exact(loads_device, "avg_pool2d_q8", a, out, q8(np.random.default_rng(5), shape))
 
 
 ADAPTIVE_CASES = {   # (input shape, output size)
@@ -154,9 +154,9 @@ def test_adaptive_avg_pool_matches_torch(case, qp):
 
 @pytest.mark.parametrize("qp", QPARAMS)
 @pytest.mark.parametrize("case", ADAPTIVE_CASES)
-def test_adaptive_avg_pool(device, case, qp):
+def test_adaptive_avg_pool(loads_device, case, qp):
     shape, size = ADAPTIVE_CASES[case]
-    run_exact(device, "adaptive_avg_pool2d_q8", adaptive_attrs(qp, shape, size), shape[:2] + size,
+    run_exact(loads_device, "adaptive_avg_pool2d_q8", adaptive_attrs(qp, shape, size), shape[:2] + size,
               q8(np.random.default_rng(7), shape))
 
 
@@ -194,7 +194,7 @@ def test_global_pool_workgroup_reduction(device, local, monkeypatch):
 
 
 @pytest.mark.parametrize("fill", [127, -128, None])
-def test_global_pool_long_sums(device, fill):
+def test_global_pool_long_sums(loads_device, fill):
     """Spatial sums longer than pool_global's 16-bit field flush (64 blocks), all at an extreme
     or random, odd channels and widths; with the CPU drivers' 4-channel-block workgroups."""
     shape = (2, 13, 37, 29)   # 37 * 8 = 296 blocks per (n, c4)
@@ -202,9 +202,9 @@ def test_global_pool_long_sums(device, fill):
     for qp in ("typical", "zp_high", "zp_low"):
         attrs = adaptive_attrs(qp, shape, (1, 1))
         if fill is None:
-            run_exact(device, "adaptive_avg_pool2d_q8", attrs, (2, 13, 1, 1), q)
+            run_exact(loads_device, "adaptive_avg_pool2d_q8", attrs, (2, 13, 1, 1), q)
         else:
-            _run_global_constant(device, attrs, q)
+            _run_global_constant(loads_device, attrs, q)
 
 
 def _run_global_constant(device, attrs, q):
