@@ -13,12 +13,15 @@ int sdot4x8_acc_sat(int a, int b, int acc, spirv_literal int packed_format);
 //   DOT4_I8: the same with a 4 x int8 dot product + saturating accumulate per lane (8 ops);
 //            each accumulator is also one of its own dot product's operands, so that no
 //            compiler can hoist the dot product out of the loop
-//   COPY:    ITERS ivec4 loads and stores per invocation, grid-strided (bandwidth)
+//   COPY:    ITERS ivec4 loads and stores per invocation, grid-strided (bandwidth); with TEXEL
+//            the loads are texel fetches, the path the kernels take on such a device (texel.glsl)
 //! variant FMA_F32
 //! variant MAD_I32
 //! variant DOT4_I8
 //! variant COPY
+//! variant COPY TEXEL
 #include "common.glsl"
+#include "texel.glsl"
 
 #if defined(DOT4_I8)
 ivec4 dot4_acc(ivec4 a, ivec4 b) {
@@ -28,7 +31,11 @@ ivec4 dot4_acc(ivec4 a, ivec4 b) {
 #endif
 
 layout(constant_id = 3) const int ITERS = 256;
+#if defined(COPY)
+IVEC4_INPUT(0, src)
+#else
 layout(std430, binding = 0) readonly buffer In { ivec4 src[]; };
+#endif
 layout(std430, binding = 1) writeonly buffer Out { ivec4 dst[]; };
 layout(push_constant) uniform Params { int n; } p;
 
@@ -37,7 +44,7 @@ void main() {
 #if defined(COPY)
     int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x * gl_NumWorkGroups.y);
     for (int k = 0; k < ITERS; ++k, i += stride)
-        if (i < p.n) dst[i] = src[i];
+        if (i < p.n) dst[i] = LOAD4(src, i);
 #else
     if (i >= p.n) return;
 #if defined(FMA_F32)

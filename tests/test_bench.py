@@ -36,6 +36,7 @@ def test_quick_run(device, tmp_path, capfd):
 
     roof_rows = {r["name"]: r for r in records if r["suite"] == "roofline"}
     assert {"fp32_gflops", "int32_gops", "copy_gbps", "dispatch_ms", "round_trip_ms", "chain_dispatch_ms"} <= set(roof_rows)
+    assert roof_rows["copy_gbps"]["texel_variant"] is device.texel_loads   # the kernels' own loads
     chain = roof_rows["chain_dispatch_ms"]["median_ms"]
     for r in records:      # a model call's dispatches at that cost each
         if r["suite"] == "models" and r["backend"] == "vulkan":
@@ -76,6 +77,9 @@ def test_quick_run(device, tmp_path, capfd):
         ours = rows[("vulkan", "int8")]
         assert ours["timing"] == "gpu" and positive(ours["gops"]) and positive(ours["roofline_fraction"]), ours
         assert ours["dot_product"] is False, ours
+        # the int8 kernels read their inputs as texels only where the device takes texel loads
+        # (the GEMMs and convs always then; quantize only on whole vec4 rows)
+        assert ours["texel_variant"] is device.texel_loads or (family == "io" and device.texel_loads), ours
         assert ("torch-cpu", "fp32") in rows and ("torch-cpu", "int8") in rows, (name, sorted(rows))
         if family in ("linear", "conv"):
             # both paths of the integer dot product where the device has it, one where not

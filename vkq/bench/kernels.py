@@ -139,10 +139,11 @@ def vkq_records(s: Settings, name, shape, dtype, program, inputs, ops, compute, 
     for backend, dev in runs:
         steps = executor_steps(dev, program, inputs, verify)
         dot_variant = any("DOT" in st.defines for st in steps)
+        texel_variant = any("TEXEL" in st.defines for st in steps)
         roof = int8_roof(dot_variant) if compute == "int8" else compute
         out.append(gpu_record(s, "kernels", name, shape, dtype, steps, ops, program_bytes(program), roof,
                               {"op": program.nodes[0].op, "kind": kind, "largest_tensor_bytes": largest,
-                               "dot_variant": dot_variant},
+                               "dot_variant": dot_variant, "texel_variant": texel_variant},
                               device=dev, backend=backend))
     return out
 
