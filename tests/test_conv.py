@@ -34,13 +34,12 @@ def dev(request, device):
     return d
 
 
-@pytest.fixture(params=[(False, True, False), (True, True, True), (False, False, True), (True, False, False)],
-                ids=["fma", "dot-texel", "fma-nosg-texel", "dot-nosg"])
+@pytest.fixture(params=[(dot, sg, texel) for texel in (False, True) for sg in (True, False) for dot in (False, True)],
+                ids=[f"{p}{s}{t}" for t in ("", "-texel") for s in ("", "-nosg") for p in ("fma", "dot")])
 def epi_dev(request, device):
     """For the fused epilogues: both paths, each with and without subgroup shuffles (the
     NO_SUBGROUP variants, which devices without subgroup size control take), each of these
-    with storage or texel buffers (half of them each: the epilogue reads its residual the
-    same way in every variant)."""
+    with storage and with texel buffers: every declared variant is built."""
     from vkq.device import get_device
     dot, subgroups, texel = request.param
     return get_device(device.info.index, dot_product=dot, subgroups=subgroups, texel_loads=texel)

@@ -21,7 +21,7 @@ def cmd_devices(args) -> int:
         print(json.dumps({"default": chosen.index, "devices": [{**d.as_dict(), "enabled_features": enabled_features(d)}
                                                                 for d in infos]}, indent=2))
         return 0
-    from .device import default_dot_product, enabled_features
+    from .device import default_dot_product, default_texel_loads, enabled_features
     for d in infos:
         mark = "*" if d.index == chosen.index else " "
         feats = ", ".join(k for k, v in d.features.items() if v) or "none"
@@ -35,7 +35,9 @@ def cmd_devices(args) -> int:
               f"     optional features: {feats}\n"
               f"     enabled by vkq: {', '.join(enabled) or 'none'}; subgroup sizes {sizes}"
               f"{' (kernels rely on ' + str(d.shuffle_lanes) + ' lanes)' if d.shuffle_lanes else ' (kernels use no subgroup shuffles)'}; "
-              f"integer dot product {'accelerated: used' if default_dot_product(d) else 'not accelerated: not used by default'}")
+              f"integer dot product {'accelerated: used' if default_dot_product(d) else 'not accelerated: not used by default'}; "
+              f"texel loads {'used' if default_texel_loads(d) else 'not used by default'} "
+              f"(texel buffers up to {d.max_texel_buffer_elements * 16 // 2**20} MiB)")
     print("(* = selected: --device / VKQ_DEVICE / default)")
     return 0
 

@@ -124,8 +124,8 @@ def default_texel_loads(info: DeviceInfo) -> bool:
     variants, shaders/include/texel.glsl) on a device, unless the caller forces it
     (get_device(..., texel_loads=)). Measured, so chosen per driver: on llvmpipe a texel fetch
     is a vector gather and a storage-buffer load a loop over the lanes (MobileNetV2's kernels
-    7.6% less GPU time, depthwise 14%; bench/README.md). SwiftShader allows 64K texels (1 MiB)
-    only, and no GPU has been measured yet: storage buffers there."""
+    7.6% less GPU time, depthwise 14%; bench/README.md). SwiftShader: no gain (convs that fit
+    its 64K texels took 1.01-1.10x the time) and no GPU measured yet: storage buffers there."""
     return info.driver == "llvmpipe"
 
 
