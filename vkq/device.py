@@ -380,8 +380,10 @@ class Device:
         takes that variant here: the device's choice (texel_loads), and every buffer whole
         ivec4s (a view holds whole texels: the words of a partial one would read as 0) within
         maxTexelBufferElements of them (the Vulkan minimum is 64K: 1 MiB)."""
-        return self.texel_loads and all(b.size % 4 == 0 and b.size <= 4 * self.info.max_texel_buffer_elements
-                                        for b in buffers)
+        return self.texel_loads and all(map(self._texel_buffer_fits, buffers))
+
+    def _texel_buffer_fits(self, b) -> bool:
+        return b.size % 4 == 0 and b.size <= 4 * self.info.max_texel_buffer_elements
 
     # -- buffers ------------------------------------------------------------------
     def buffer(self, data=None, *, size: int | None = None, dtype=np.int32, host_visible: bool = True) -> Buffer:
@@ -471,7 +473,7 @@ class Device:
             size = sg if np.prod(local) <= sg * lim.max_compute_workgroup_subgroups else 0
             full = local[0] % (size or lim.max_subgroup_size) == 0
         for b in use.texels:
-            if buffers[b].size > 4 * lim.max_texel_buffer_elements or buffers[b].size % 4:
+            if not self._texel_buffer_fits(buffers[b]):
                 raise ValueError(f"buffer {b} ({buffers[b].size} words) cannot be a texel buffer on {lim.name}: "
                                  f"it must be whole ivec4s, at most {lim.max_texel_buffer_elements} of them")
         if size or full or use.texels:
