@@ -375,6 +375,18 @@ class Device:
     def __repr__(self):
         return f"Device([{self.info.index}] {self.info.name})"
 
+    def _texel_choice(self, shader: str, buffers, defines: dict) -> dict:
+        """The variant a dispatch takes: the shader's declared TEXEL variant of `defines`
+        (texel.glsl) where the device takes texel loads and every buffer that variant binds as
+        texels fits (texel_variant), else `defines` as given. One place for every kernel: the
+        compiled variant itself says which bindings are texels."""
+        from .shaders import reflect, variants
+        want = {**defines, "TEXEL": "1"}
+        if not self.texel_loads or "TEXEL" in defines or want not in variants(shader):
+            return defines
+        texels = reflect(self.spirv(shader, want, log=False)).texels
+        return want if self.texel_variant(*(buffers[b] for b in texels if b < len(buffers))) else defines
+
     def texel_variant(self, *buffers) -> bool:
         """Whether a kernel whose TEXEL variant binds these buffers as uniform texel buffers
         takes that variant here: the device's choice (texel_loads), and every buffer whole
@@ -410,12 +422,15 @@ class Device:
         return Buffer(self, tensor, arr.dtype, n, host_visible)
 
     # -- dispatches ---------------------------------------------------------------
-    def spirv(self, shader: str, defines=None) -> bytes:
+    def spirv(self, shader: str, defines=None, log: bool = True) -> bytes:
+        """The SPIR-V of a variant, compiled once per device. log=False: a look at a variant
+        that may not be dispatched (the dispatch log lists built variants only)."""
         from . import shaders
         key = (shader, tuple(sorted(shaders._normalize(defines).items())))
         if key not in self._spirv:
             self._spirv[key] = shaders.compile_shader(shader, defines)
-        _log_variant(*key)
+        if log:
+            _log_variant(*key)
         return self._spirv[key]
 
     def dispatch(self, shader: str, buffers, groups, *, local=(64, 1, 1), spec=(), push=(),
@@ -448,6 +463,7 @@ class Device:
             raise ValueError(f"{shader}: {push_arr.nbytes} bytes of push constants exceed "
                              f"{lim.max_push_constants_bytes}")
         from .shaders import reflect
+        defines = self._texel_choice(shader, buffers, _normalize_defines(defines))
         spirv = self.spirv(shader, defines)
         use = reflect(spirv)
         if max(use.reads | use.writes, default=-1) >= len(buffers):

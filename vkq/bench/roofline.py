@@ -127,10 +127,9 @@ def measure(device: Device, quick: bool = False, dot_device: Device | None = Non
     a = device.buffer(size=words * 4, host_visible=False)
     b = device.buffer(size=words * 4, host_visible=False)
     per_invocation = 16
-    # the loads the kernels take here: texel fetches where the device reads its inputs so (texel.glsl)
-    copy = {"COPY": 1, **({"TEXEL": 1} if device.texel_variant(a) else {})}
+    # the loads the kernels take here (the device picks COPY TEXEL where it takes texel loads)
     d = device.dispatch("bench_roofline", [a, b], grid_1d(words // per_invocation, local), local=(local,),
-                        spec=(per_invocation,), push=(words,), defines=copy)
+                        spec=(per_invocation,), push=(words,), defines={"COPY": 1})
     times = gpu_times(device, [d], repeats)
     med, p90 = stats_ms(times)
     out["copy_gbps"] = words * 16 * 2 / min(times)
@@ -138,7 +137,7 @@ def measure(device: Device, quick: bool = False, dot_device: Device | None = Non
     records.append(Record("roofline", "copy_gbps", f"{words * 16 >> 20} MiB", "int32", "vulkan", name, med, p90,
                           out["copy_gbps"], roofline_fraction=1.0,
                           extra={"timing": "gpu", "gbps": out["copy_gbps"], "min_ms": min(times) / 1e6,
-                                 "texel_variant": "TEXEL" in copy,
+                                 "texel_variant": "TEXEL" in d.defines,
                                  "gops_from": "best of repeats"}))
     # fixed costs, wall-clock: one tiny dispatch; one upload + dispatch + download
     src = device.buffer(np.zeros(4, np.int32))

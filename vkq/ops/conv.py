@@ -498,9 +498,6 @@ class Conv2dQ8:
 
         bufs = [io[0], ctx.const_buffer(lane_major(wwords, wblock, G)), ctx.const_buffer(lane_major(table, cblock, G)),
                 io[1], *epilogue_bufs]
-        # TEXEL: x, weights, per-channel table and residual as texel buffers (texel.glsl)
-        if ctx.device.texel_variant(*bufs[:3], *bufs[4:5 if "RESIDUAL" in defines else 4]):
-            defines["TEXEL"] = "1"
         local = _local_size(local, ctx.device.info.shuffle_lanes or 1, lane_groups * G)
         res = a.get("residual")
         ties = (int(not requant_tie_free(mult, shift, frac)),

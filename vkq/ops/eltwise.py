@@ -101,11 +101,9 @@ def _binary_build(ctx, node, variant, a_mult=0, b_mult=0):
         if st.shape != so.shape or st.layout != so.layout:
             raise ValueError(f"{node.name}: {t!r} is {st.shape} {st.layout}, the output {so.shape} {so.layout}")
     blocks, *geo = block_geometry(so)
-    bufs = [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)]
-    texel = ["TEXEL"] if ctx.device.texel_variant(*bufs[:2]) else []     # texel.glsl
     return [ctx.device.dispatch(
-        "eltwise_binary", bufs, grid_1d(-(-blocks // PER), LOCAL),
-        local=(LOCAL,), spec=(PER, *geo), defines=[variant, *texel],
+        "eltwise_binary", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], grid_1d(-(-blocks // PER), LOCAL),
+        local=(LOCAL,), spec=(PER, *geo), defines=[variant],
         push=(blocks, at["a_zp"], at["b_zp"], a_mult, b_mult, _requant_consts(at["multiplier"], at["shift"]),
               at["out_zp"], at.get("qmin", INT8_MIN), at.get("qmax", INT8_MAX)))]
 

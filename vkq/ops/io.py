@@ -33,8 +33,6 @@ def _io_dispatch(ctx, shader, buffers, spec, push):
         # a power of two >= the width blocks, at least 8 and a whole subgroup (a GPU warp is never split)
         local = min(LOCAL, max(1 << max(3, (w4 - 1).bit_length()), ctx.device.info.subgroup_size))
         defines, groups = ["VEC", "GRID"], (-(-w4 // local), c4, h)
-    if vec and ctx.device.texel_variant(buffers[0]):
-        defines.append("TEXEL")          # the input read as texels (texel.glsl)
     return ctx.device.dispatch(shader, buffers, groups, local=(local,), spec=(LAYOUT_IDS[spec.layout],),
                                push=((n, c, h, w), *push), defines=defines)
 

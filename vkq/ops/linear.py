@@ -236,8 +236,6 @@ def _gemm_q8(ctx, variant, x_buf, rows4: int, h: int, k: int, w, cols, out_buf, 
     table = _columns(n, tn, cols, fill)
     bufs = [x_buf, ctx.const_buffer(pack_weight(w, tn, kstep, dot)), ctx.const_buffer(table), out_buf]
     bufs += [extra_buf] if extra_buf is not None else []
-    if ctx.device.texel_variant(*bufs[:2]):
-        defines["TEXEL"] = 1          # x and w read as texels (texel.glsl)
     return ctx.device.dispatch(shader, bufs, groups, local=local, spec=spec,
                                push=(rb, h, k4, n, nt) + tuple(push_tail) + (np.float32(deq_scale), int(deq_zp)),
                                defines=defines)

@@ -219,9 +219,8 @@ def _window_dispatch(ctx, node, variant, ins, outs, buffers, push=((0, 0, 0, 0),
     geo = [*a["kernel"], *a["stride"], *a["padding"], *a.get("dilation", (1, 1)), th, tw, *ins, *outs[2:]]
     n, c, oh, ow = outs
     tiles = n * -(-c // 4) * -(-oh // th) * -(-(-(-ow // 4)) // tw)
-    texel = ["TEXEL"] if ctx.device.texel_variant(buffers[0], *buffers[2:]) else []   # texel.glsl
     return ctx.device.dispatch("pool_window", buffers, grid_1d(tiles, LOCAL), local=(LOCAL,),
-                               spec=geo, defines=variant.split() + texel, push=push)
+                               spec=geo, defines=variant.split(), push=push)
 
 
 @register_op
@@ -303,7 +302,6 @@ def _global_dispatch(ctx, ins, src, dst, m, s, zps):
     in_zp, out_zp, qmin, qmax = zps
     return ctx.device.dispatch(
         "pool_global", [src, dst], (-(-c4 // lx), n, 1), local=(lx, ly), spec=(c, spatial),
-        defines=["TEXEL"] if ctx.device.texel_variant(src) else [],      # texel.glsl
         push=(h * w, in_zp, [int(v[0]) for v in requant_clamp_params(m, s)], out_zp, qmin, qmax))
 
 

@@ -320,11 +320,9 @@ def _blocks_step(ctx, node):
         return None
     n, c, h, w = packing.as_nchw(so.shape)
     blocks = n * -(-c // 4) * -(-h // 4) * -(-w // 4)
-    src = ctx.buffer(node.inputs[0])
-    texel = ["TEXEL"] if ctx.device.texel_variant(src) else []     # texel.glsl
-    return ctx.device.dispatch("repack_blocks", [src, ctx.buffer(node.outputs[0])],
+    return ctx.device.dispatch("repack_blocks", [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])],
                                grid_1d(blocks, LOCAL), local=(LOCAL,), push=((n, c, h, w),),
-                               defines=["TO_" + so.layout, *texel])
+                               defines=["TO_" + so.layout])
 
 
 def build(ctx, node):
