@@ -78,13 +78,8 @@ const int HALO_SHUFFLE = (PW <= OWN ? 1 : 0) * (WW - PW - OWN <= OWN ? 1 : 0);  
 const int WREGS = LANE_REGS(KH * KW);
 const int PREGS = LANE_REGS(16);
 
-IVEC4_INPUT(0, x4)                                                // x by block (texel.glsl)
-#ifdef TEXEL
-#define X_WORD(i) LOAD4(x4, (i) >> 2)[(i) & 3]
-#else
-layout(std430, binding = 0) readonly buffer X { int x[]; };          // the same words, one by one
-#define X_WORD(i) x[i]
-#endif
+IVEC4_WORDS_INPUT(0, x4)      // x by block and word by word (texel.glsl)
+#define X_WORD(i) WORD(x4, i)
 // weight block c4 (conv_lane_words.glsl), word kh*KW + kw: byte b = w[4*c4 + b, 0, kh, kw]
 // epilogue block c4: bias_eff, bound, m, shifts (4 each; conv_epilogue.glsl)
 #include "conv_lane_words.glsl"

@@ -119,13 +119,8 @@ const int WREGS = LANE_REGS(TAPW);
 const int PREGS = LANE_REGS(4 * TOC);
 const int NACC = TH * TW * TOC;                     // accumulator (i, j, oc) at (i*TW + j)*TOC + oc
 
-IVEC4_INPUT(0, x4)                                                // x by block (texel.glsl)
-#ifdef TEXEL
-#define X_WORD(i) LOAD4(x4, (i) >> 2)[(i) & 3]
-#else
-layout(std430, binding = 0) readonly buffer X { int x[]; };          // the same words, one by one
-#define X_WORD(i) x[i]
-#endif
+IVEC4_WORDS_INPUT(0, x4)      // x by block and word by word (texel.glsl)
+#define X_WORD(i) WORD(x4, i)
 // weight block (t*c4_count + r)*KH/KHS + kh/KHS (conv_lane_words.glsl), word ((kh % KHS)*KW + kw)*TOC + o:
 //   byte b = w[t*TOC + o, 4*(c4_start + r) + b, kh, kw]
 // epilogue block t: bias_eff, bound, m, shifts (TOC each; conv_epilogue.glsl)

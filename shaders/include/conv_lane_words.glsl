@@ -8,17 +8,10 @@
 // ivec4s when NREGS % 4 == 0. Why: on CPU drivers a buffer load is a loop over the SIMD lanes
 // with a bounds check each, and one ivec4 costs about what two single words cost.
 #include "texel.glsl"
-IVEC4_INPUT(1, w4)        // texel.glsl
-IVEC4_INPUT(2, chan4)
-#ifdef TEXEL
-#define W_WORD(i) LOAD4(w4, (i) >> 2)[(i) & 3]
-#define CHAN_WORD(i) LOAD4(chan4, (i) >> 2)[(i) & 3]
-#else
-layout(std430, binding = 1) readonly buffer Wt { int w[]; };          // the same words, one by one
-layout(std430, binding = 2) readonly buffer Chan { int chan[]; };
-#define W_WORD(i) w[i]
-#define CHAN_WORD(i) chan[i]
-#endif
+IVEC4_WORDS_INPUT(1, w4)        // texel.glsl
+IVEC4_WORDS_INPUT(2, chan4)
+#define W_WORD(i) WORD(w4, i)
+#define CHAN_WORD(i) WORD(chan4, i)
 
 // r[i] = word i*G + lane of weight block `block`
 void load_weights(out int r[WREGS], int block) {

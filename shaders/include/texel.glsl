@@ -15,11 +15,22 @@
 // add / repack / dequantize 0.9-0.95x. Which devices take TEXEL is
 // vkq/device.py:default_texel_loads; each bound buffer must be whole ivec4s and fit
 // maxTexelBufferElements (Device.texel_variant), else the kernel takes storage buffers.
+// Inputs also read one int32 word at a time (the conv kernels' x, weights and per-channel table):
+//   IVEC4_WORDS_INPUT(b, name)  as IVEC4_INPUT
+//   WORD(name, i)               its int32 word i
+// default  a second, int[] view of the same storage buffer (a single word per load is cheaper
+//          than an ivec4 on CPU drivers, ~150 against ~340 instructions per 8 lanes)
+// TEXEL    component i % 4 of texel i / 4 (a texel buffer has one view: one format)
 #ifdef TEXEL
 #define IVEC4_INPUT(b, name) layout(binding = b) uniform isamplerBuffer name;
 #define LOAD4(name, i) texelFetch(name, (i))
+#define IVEC4_WORDS_INPUT(b, name) IVEC4_INPUT(b, name)
+#define WORD(name, i) LOAD4(name, (i) >> 2)[(i) & 3]
 #else
 #define IVEC4_INPUT(b, name) layout(std430, binding = b) readonly buffer name##_ssbo { ivec4 name[]; };
 #define LOAD4(name, i) name[(i)]
+#define IVEC4_WORDS_INPUT(b, name) IVEC4_INPUT(b, name) \
+    layout(std430, binding = b) readonly buffer name##_words_ssbo { int name##_words[]; };
+#define WORD(name, i) name##_words[(i)]
 #endif
 #endif
