@@ -26,7 +26,14 @@
 //! variant GENERAL OUT4
 //! variant VEC_K OUT4
 //! variant VEC_KN OUT4
+//! variant VEC_K TEXEL
+//! variant VEC_KN TEXEL
+//! variant VEC_K OUT4 TEXEL
+//! variant VEC_KN OUT4 TEXEL
+// TEXEL (VEC_K, VEC_KN): a and b through texel fetches (texel.glsl), the float bits as ints.
+// On lavapipe a lane's 4 vec4 loads of b per step cost more than its 64 multiply-adds.
 #include "common.glsl"
+#include "texel.glsl"
 
 #ifndef TM
 #define TM 16       // rows per workgroup (vkq/ops/float.py MATMUL_TILE passes it)
@@ -34,8 +41,10 @@
 const int TN = 4;   // columns per lane
 
 #if defined(VEC_K) || defined(VEC_KN)
-layout(std430, binding = 0) readonly buffer A { vec4 a4[]; };
-layout(std430, binding = 1) readonly buffer B { vec4 b4[]; };
+IVEC4_INPUT(0, a4i)     // texel.glsl: floats as their bits
+IVEC4_INPUT(1, b4i)
+#define A4(i) intBitsToFloat(LOAD4(a4i, i))
+#define B4(i) intBitsToFloat(LOAD4(b4i, i))
 #else
 layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
@@ -78,8 +87,8 @@ void main() {
 #if defined(VEC_K)
     for (int k4 = 0; k4 < p.K / 4; ++k4) {
         vec4 av[TM], bv[TN];
-        [[unroll]] for (int r = 0; r < TM; ++r) av[r] = a4[ra[r] / 4 + k4];
-        [[unroll]] for (int c = 0; c < TN; ++c) bv[c] = b4[cb[c] / 4 + k4];
+        [[unroll]] for (int r = 0; r < TM; ++r) av[r] = A4(ra[r] / 4 + k4);
+        [[unroll]] for (int c = 0; c < TN; ++c) bv[c] = B4(cb[c] / 4 + k4);
         [[unroll]] for (int r = 0; r < TM; ++r)
             [[unroll]] for (int c = 0; c < TN; ++c) acc[r][c] += dot(av[r], bv[c]);
     }
@@ -87,9 +96,9 @@ void main() {
     int bcol = cb[0] / 4, bstep = p.sbk / 4;       // TN = 4: a lane's columns are one vec4
     for (int k4 = 0; k4 < p.K / 4; ++k4) {
         vec4 bv[4];
-        [[unroll]] for (int kk = 0; kk < 4; ++kk) bv[kk] = b4[bcol + (4 * k4 + kk) * bstep];
+        [[unroll]] for (int kk = 0; kk < 4; ++kk) bv[kk] = B4(bcol + (4 * k4 + kk) * bstep);
         [[unroll]] for (int r = 0; r < TM; ++r) {
-            vec4 av = a4[ra[r] / 4 + k4];
+            vec4 av = A4(ra[r] / 4 + k4);
             vec4 s = av.x * bv[0] + av.y * bv[1] + av.z * bv[2] + av.w * bv[3];
             [[unroll]] for (int c = 0; c < TN; ++c) acc[r][c] += s[c];
         }

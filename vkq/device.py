@@ -381,9 +381,13 @@ class Device:
         texels fits (texel_variant), else `defines` as given. One place for every kernel: the
         compiled variant itself says which bindings are texels."""
         from .shaders import reflect, variants
-        want = {**defines, "TEXEL": "1"}
-        if not self.texel_loads or "TEXEL" in defines or want not in variants(shader):
+        if not self.texel_loads or "TEXEL" in defines:
             return defines
+        declared = variants(shader)
+        names = set().union(*declared)        # the rest (float_matmul's TM) are parameters
+        if {**{k: v for k, v in defines.items() if k in names}, "TEXEL": "1"} not in declared:
+            return defines
+        want = {**defines, "TEXEL": "1"}
         texels = reflect(self.spirv(shader, want, log=False)).texels
         return want if self.texel_variant(*(buffers[b] for b in texels if b < len(buffers))) else defines
 
