@@ -6,7 +6,9 @@
 // (add/sub's alpha), each float op rounded once (`precise`: no fused multiply-add), so add,
 // sub and mul agree with numpy bit for bit; div is within 2.5 ulp (Vulkan's division).
 // CONTIG: a and b (if a tensor) contiguous in the output's order (rank 1, strides 1): no index
-// arithmetic (integer division is scalarised on CPU drivers).
+// arithmetic (integer division is scalarised on CPU drivers), and an invocation does blocks of
+// 4 values by vec4 loads and stores (the last, partial block value by value; see float_unary).
+// TEXEL (CONTIG): a and b through texel fetches (texel.glsl).
 //! variant OP_ADD
 //! variant OP_SUB
 //! variant OP_MUL
@@ -15,12 +17,23 @@
 //! variant OP_SUB CONTIG
 //! variant OP_MUL CONTIG
 //! variant OP_DIV CONTIG
+//! variant OP_ADD CONTIG TEXEL
+//! variant OP_SUB CONTIG TEXEL
+//! variant OP_MUL CONTIG TEXEL
+//! variant OP_DIV CONTIG TEXEL
 #include "common.glsl"
+#include "texel.glsl"
 
 layout(constant_id = 3) const int PER = 4;
 
+#ifdef CONTIG
+IVEC4_WORDS_INPUT(0, ab)          // texel.glsl: floats as their bits
+IVEC4_WORDS_INPUT(1, bb)
+layout(std430, binding = 2) writeonly buffer Out4 { vec4 o4[]; };  // the same words by vec4
+#else
 layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
+#endif
 layout(std430, binding = 2) writeonly buffer Out { float o[]; };
 layout(push_constant) uniform Params {
     int n, rank;
@@ -30,13 +43,43 @@ layout(push_constant) uniform Params {
     int sa[6], sb[6];   // element strides of a and b along those dims (0: broadcast)
 } p;
 
+// x (op) y for one value of a and of b (the scalar in modes 1 and 2), each op rounded once
+float op(float x, float b_value) {
+    precise float y = (p.mode == 0 ? b_value : p.scalar) * p.alpha;
+    if (p.mode == 2) { float tmp = x; x = y; y = tmp; }
+#if defined(OP_ADD)
+    precise float r = x + y;
+#elif defined(OP_SUB)
+    precise float r = x - y;
+#elif defined(OP_MUL)
+    precise float r = x * y;
+#else
+    float r = x / y;
+#endif
+    return r;
+}
+
+#ifdef CONTIG
+#define A(i) intBitsToFloat(WORD(ab, i))
+#define B(i) intBitsToFloat(WORD(bb, i))
+void main() {
+    const int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x * gl_NumWorkGroups.y);
+    int i = linear_invocation();                  // block i: values 4i .. 4i + 3
+    for (int k = 0; k < PER && 4 * i < p.n; ++k, i += stride) {
+        if (4 * i + 4 <= p.n) {
+            const vec4 x = intBitsToFloat(LOAD4(ab, i));
+            const vec4 y = p.mode == 0 ? intBitsToFloat(LOAD4(bb, i)) : vec4(0.0);
+            o4[i] = vec4(op(x.x, y.x), op(x.y, y.y), op(x.z, y.z), op(x.w, y.w));
+        } else {
+            for (int e = 4 * i; e < p.n; ++e) o[e] = op(A(e), p.mode == 0 ? B(e) : 0.0);
+        }
+    }
+}
+#else
 void main() {
     int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x * gl_NumWorkGroups.y);
     int i = linear_invocation();
     for (int k = 0; k < PER && i < p.n; ++k, i += stride) {
-#ifdef CONTIG
-        int oa = i, ob = i;
-#else
         int oa = 0, ob = 0, t = i;
         for (int d = p.rank - 1; d >= 0; --d) {
             int s = p.shape[d], j = t % s;
@@ -44,19 +87,7 @@ void main() {
             oa += j * p.sa[d];
             ob += j * p.sb[d];
         }
-#endif
-        float x = a[oa];
-        precise float y = (p.mode == 0 ? b[ob] : p.scalar) * p.alpha;
-        if (p.mode == 2) { float tmp = x; x = y; y = tmp; }
-#if defined(OP_ADD)
-        precise float r = x + y;
-#elif defined(OP_SUB)
-        precise float r = x - y;
-#elif defined(OP_MUL)
-        precise float r = x * y;
-#else
-        float r = x / y;
-#endif
-        o[i] = r;
+        o[i] = op(a[oa], p.mode == 0 ? b[ob] : 0.0);
     }
 }
+#endif

@@ -1,7 +1,11 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // Elementwise float32 y = f(x) over n contiguous values (vkq/ops/float.py). Each invocation
-// does PER values, grid-strided. Accuracy of the transcendental ones: include/float_math.glsl.
+// does PER blocks of 4 values, grid-strided: a vec4 load and store (the last, partial block
+// value by value). Accuracy of the transcendental ones: include/float_math.glsl.
+// Why vec4: on lavapipe a store is a loop over the SIMD lanes with a bounds check per word;
+// a vec4 store costs about what two single words cost (MiniLM's GELU, bench/README.md).
+// TEXEL: x through texel fetches (texel.glsl).
 //! variant OP_GELU
 //! variant OP_GELU_TANH
 //! variant OP_CLAMP
@@ -18,13 +22,31 @@
 //! variant OP_SQUARE
 //! variant OP_HARDSWISH
 //! variant OP_HARDSIGMOID
+//! variant OP_GELU TEXEL
+//! variant OP_GELU_TANH TEXEL
+//! variant OP_CLAMP TEXEL
+//! variant OP_RELU TEXEL
+//! variant OP_SIGMOID TEXEL
+//! variant OP_TANH TEXEL
+//! variant OP_SILU TEXEL
+//! variant OP_EXP TEXEL
+//! variant OP_NEG TEXEL
+//! variant OP_ABS TEXEL
+//! variant OP_SQRT TEXEL
+//! variant OP_RSQRT TEXEL
+//! variant OP_CUBE TEXEL
+//! variant OP_SQUARE TEXEL
+//! variant OP_HARDSWISH TEXEL
+//! variant OP_HARDSIGMOID TEXEL
 #include "common.glsl"
 #include "float_math.glsl"
+#include "texel.glsl"
 
 layout(constant_id = 3) const int PER = 4;
 
-layout(std430, binding = 0) readonly buffer X { float x[]; };
+IVEC4_WORDS_INPUT(0, xb)          // texel.glsl: floats as their bits
 layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+layout(std430, binding = 1) writeonly buffer Y4 { vec4 y4[]; };   // the same words by vec4
 layout(push_constant) uniform Params {
     int n;
     float lo, hi;    // OP_CLAMP bounds (+-inf when absent)
@@ -72,7 +94,14 @@ float f(float v) {
 }
 
 void main() {
-    int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x * gl_NumWorkGroups.y);
-    int i = linear_invocation();
-    for (int k = 0; k < PER && i < p.n; ++k, i += stride) y[i] = f(x[i]);
+    const int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x * gl_NumWorkGroups.y);
+    int i = linear_invocation();                  // block i: values 4i .. 4i + 3
+    for (int k = 0; k < PER && 4 * i < p.n; ++k, i += stride) {
+        if (4 * i + 4 <= p.n) {
+            const vec4 v = intBitsToFloat(LOAD4(xb, i));
+            y4[i] = vec4(f(v.x), f(v.y), f(v.z), f(v.w));
+        } else {
+            for (int e = 4 * i; e < p.n; ++e) y[e] = f(intBitsToFloat(WORD(xb, e)));
+        }
+    }
 }

@@ -25,14 +25,17 @@ def rnd(*shape, lo=-3.0, hi=3.0):
     return R.uniform(lo, hi, shape).astype(np.float32)
 
 
-def run_op(device, op, inputs, attrs, out_shape, constants=None):
+def run_op(device, op, inputs, attrs, out_shape, constants=None, steps=None):
     """(vulkan, reference) of one op; inputs: list of arrays (activations), constants: list of
-    arrays passed after them."""
+    arrays passed after them. steps: a list that receives the op's dispatches."""
     names = [f"x{i}" for i in range(len(inputs))]
     consts = {f"c{i}": (spec(a.shape), a) for i, a in enumerate(constants or [])}
     prog = single_op_program(op, [(n, spec(a.shape)) for n, a in zip(names, inputs)],
                              [("y", spec(out_shape))], attrs, consts)
-    got = VulkanExecutor(prog, device)(*inputs)
+    ex = VulkanExecutor(prog, device)
+    got = ex(*inputs)
+    if steps is not None:
+        steps.extend(st for seg in ex.segments if seg[0] == "vulkan" for st in seg[1].steps)
     ref = run_reference(prog, *inputs)
     assert got.shape == ref.shape == tuple(out_shape) and got.dtype == np.float32
     return got, ref
@@ -81,8 +84,14 @@ UNARY_CASES = [
 
 
 @pytest.mark.parametrize("op,attrs,x,tol", UNARY_CASES, ids=[f"{c[0]}{i}" for i, c in enumerate(UNARY_CASES)])
-def test_unary(device, op, attrs, x, tol):
-    got, ref = run_op(device, op, [x], attrs, x.shape)
+def test_unary(loads_device, op, attrs, x, tol):
+    """Blocks of 4 values by vec4 loads and stores, the last block value by value (the odd
+    sizes); with texel loads on whole vec4s only, so that x can be a texel buffer."""
+    device, steps = loads_device, []
+    if device.texel_loads:
+        x = x.reshape(-1)[: x.size // 4 * 4]
+    got, ref = run_op(device, op, [x], attrs, x.shape, steps=steps)
+    assert ("TEXEL" in steps[0].defines) == device.texel_loads
     if tol == "gelu":   # 0.5 x (1 + erf(x / sqrt 2)): erf's 4e-7 (tanh's 2e-7) scaled by 0.5 |x|, plus rounding
         check(got, ref, ("bound", 0.5 * np.abs(x) * 5e-7 + 4 * EPS * np.abs(ref) + 1e-12))
     else:
@@ -110,6 +119,23 @@ def test_binary(device, op, inputs, attrs, tol):
     check(got, ref, tol)
 
 
+@pytest.mark.parametrize("op,tol", [("add", "exact"), ("sub", "exact"), ("mul", "exact"), ("div", ("ulp", 3))])
+@pytest.mark.parametrize("form", ["tensor", "scalar", "scalar_first"])
+def test_binary_contiguous(loads_device, op, tol, form):
+    """CONTIG (contiguous operands): blocks of 4 values by vec4 loads and stores, and the last,
+    partial block value by value (n = 4k + 3); with texel loads (n = 4k, whole texels) a and b
+    are texel fetches."""
+    device, steps = loads_device, []
+    n = 4 * 37 if device.texel_loads else 4 * 37 + 3
+    a, b = rnd(n), rnd(n, lo=0.5, hi=2)
+    inputs, attrs = ([a, b], {"alpha": 2} if op in ("add", "sub") else {}) if form == "tensor" else \
+        ([a], {"scalar": 1.7, "scalar_first": form == "scalar_first"})
+    got, ref = run_op(device, op, inputs, attrs, (n,), steps=steps)
+    check(got, ref, tol)
+    (st,) = steps
+    assert "CONTIG" in st.defines and ("TEXEL" in st.defines) == device.texel_loads, st.defines
+
+
 def test_binary_with_a_constant_operand(device):
     """An operand that is a program constant (a position-embedding table) goes up once."""
     x, table = rnd(1, 11, 29), rnd(1, 11, 29)
@@ -134,14 +160,27 @@ def test_layer_norm(device, rows, shape, norm):
     check(got, ref, ("fn", 4e-6, 4e-6))
 
 
+def softmax_path(steps, device):
+    """(vec4 path?, texel loads?) of a float_softmax dispatch (its last push constant: vec)."""
+    (st,) = steps
+    assert st.name == "float_softmax" and ("TEXEL" in st.defines) <= device.texel_loads
+    return bool(st.push[-1]), "TEXEL" in st.defines
+
+
+# vec4 path where rows are contiguous and D % 4 == 0: (3, 5, 128) all in registers; (2, 300) and
+# (2, 2052) also past the KEEP vec4s a lane keeps (at 8 and at 64 lanes a row)
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
-@pytest.mark.parametrize("shape,dim", [((3, 7, 113), -1), ((3, 7, 11), 1), ((2, 300), 1), ((5,), 0)])
-def test_softmax(device, rows, op, shape, dim):
+@pytest.mark.parametrize("shape,dim", [((3, 7, 113), -1), ((3, 7, 11), 1), ((2, 300), 1), ((5,), 0),
+                                       ((3, 5, 128), -1), ((2, 2052), -1), ((3, 8, 5), 1)])
+def test_softmax(loads_device, rows, op, shape, dim):
+    device, steps = loads_device, []
     x = rnd(*shape, lo=-12, hi=12)
-    got, ref = run_op(device, op, [x], {"dim": dim}, shape)
+    got, ref = run_op(device, op, [x], {"dim": dim}, shape, steps=steps)
     check(got, ref, ("fn", 1e-7, 2e-6) if op == "softmax" else ("fn", 3e-6, 1e-6))
     if op == "softmax":
         np.testing.assert_allclose(got.sum(axis=dim), 1.0, atol=2e-6)
+    vec, _ = softmax_path(steps, device)
+    assert vec == (dim % len(shape) == len(shape) - 1 and shape[-1] % 4 == 0)
 
 
 def test_softmax_of_masked_scores(device):
@@ -157,14 +196,20 @@ def test_softmax_of_masked_scores(device):
 
 
 @pytest.mark.parametrize("x_shape,mask_shape", [((1, 12, 17, 17), (1, 1, 17, 17)), ((2, 3, 5, 11), (2, 1, 1, 11)),
-                                                 ((3, 7), (7,)), ((2, 3, 5, 11), (5, 1))])
-def test_softmax_masked(device, rows, x_shape, mask_shape):
+                                                 ((3, 7), (7,)), ((2, 3, 5, 11), (5, 1)),
+                                                 # the vec4 path: mask rows of whole vec4s, broadcast along
+                                                 # the row, and rows past what a lane keeps in registers
+                                                 ((1, 12, 16, 16), (1, 1, 16, 16)), ((2, 3, 5, 12), (5, 1)),
+                                                 ((2, 2, 3, 2052), (2, 1, 1, 2052))])
+def test_softmax_masked(loads_device, rows, x_shape, mask_shape):
     """softmax(x * scale + mask), the mask broadcast (a padding mask of float32's lowest value
     where mask_shape allows): exactly what mul, add and softmax give, to softmax's tolerance."""
+    device, steps = loads_device, []
     x = rnd(*x_shape, lo=-40, hi=40)
     mask = np.where(R.random(mask_shape) < 0.3, np.finfo(np.float32).min, 0).astype(np.float32)
     mask.reshape(-1)[0] = 0.0
-    got, ref = run_op(device, "softmax_masked", [x, mask], {"scale": 0.17677669}, x_shape)
+    got, ref = run_op(device, "softmax_masked", [x, mask], {"scale": 0.17677669}, x_shape, steps=steps)
+    assert softmax_path(steps, device)[0] == (x_shape[-1] % 4 == 0)
     want = get_op("softmax").reference(get_op("add").reference(get_op("mul").reference(x, scalar=0.17677669), mask), dim=-1)
     np.testing.assert_array_equal(ref, want)
     check(got, ref, ("fn", 1e-7, 2e-6))
@@ -189,7 +234,8 @@ MATMUL_CASES = [
 
 @pytest.mark.parametrize("op", ["matmul", "bmm"])
 @pytest.mark.parametrize("a_shape,b_shape,attrs", MATMUL_CASES, ids=[str(i) for i in range(len(MATMUL_CASES))])
-def test_matmul(device, op, a_shape, b_shape, attrs):
+def test_matmul(loads_device, op, a_shape, b_shape, attrs):
+    device = loads_device
     if op == "bmm" and (len(a_shape) != 3 or len(b_shape) != 3):
         pytest.skip("bmm is 3-D only")
     a, b = rnd(*a_shape), rnd(*b_shape)
@@ -207,9 +253,12 @@ def heads(x, h):
 
 
 @pytest.mark.parametrize("l,d", [(17, 32), (16, 32), (5, 3)])
-def test_matmul_strided_attention(device, l, d):
+def test_matmul_strided_attention(loads_device, l, d):
     """Q K^T and P V of head-split projections read in place, the head merge written in place:
-    d = 32 takes the vec4 paths (VEC_K for Q K^T, VEC_N for P V), d = 3 the general one."""
+    d = 32 takes the vec4 paths (VEC_K for Q K^T; VEC_KN for P V where l is a multiple of 4
+    too), d = 3 the general one; the vec4 paths read their operands as texels where the device
+    takes texel loads."""
+    device, used = loads_device, []
     h = 3
     q, k, v = rnd(1, l, h * d), rnd(1, l, h * d), rnd(1, l, h * d)
     hs = [1, h, l, d]
@@ -217,22 +266,27 @@ def test_matmul_strided_attention(device, l, d):
     k_t = [l * h * d, d, 1, h * d]                      # heads(k) transposed (..., d, l)
     scores_attrs = {"a_view": [hs, split], "b_view": [[1, h, d, l], k_t], "out_strides": [h * l * l, l * l, l, 1],
                     "out_shape": [1, h, l, l]}
-    got, ref = run_op(device, "matmul_strided", [q, k], scores_attrs, (1, h, l, l))
+    got, ref = run_op(device, "matmul_strided", [q, k], scores_attrs, (1, h, l, l), steps=used)
     want = heads(q, h) @ heads(k, h).transpose(0, 1, 3, 2)
     np.testing.assert_allclose(ref, want, rtol=1e-5, atol=1e-5)
     check(got, ref, ("dot", d), np.abs(heads(q, h)) @ np.abs(heads(k, h)).transpose(0, 1, 3, 2))
     p = rnd(1, h, l, l, lo=0, hi=1)
     ctx_attrs = {"a_view": [[1, h, l, l], [h * l * l, l * l, l, 1]], "b_view": [hs, split],
                  "out_strides": split, "out_shape": [1, l, h * d]}     # merged back to (1, l, h*d)
-    got, ref = run_op(device, "matmul_strided", [p, v], ctx_attrs, (1, l, h * d))
+    got, ref = run_op(device, "matmul_strided", [p, v], ctx_attrs, (1, l, h * d), steps=used)
     want = (p @ heads(v, h)).transpose(0, 2, 1, 3).reshape(1, l, h * d)
     np.testing.assert_allclose(ref, want, rtol=1e-5, atol=1e-5)
     check(got, ref, ("dot", l), (np.abs(p) @ np.abs(heads(v, h))).transpose(0, 2, 1, 3).reshape(1, l, h * d))
+    scores, context = (st.defines for st in used)
+    assert ("VEC_K" in scores) == (d % 4 == 0) and ("VEC_KN" in context) == (d % 4 == 0 and l % 4 == 0), used
+    for v in (scores, context):   # the vec4 paths read a and b as texels where the device takes texel loads
+        assert ("TEXEL" in v) == (device.texel_loads and ("VEC_K" in v or "VEC_KN" in v)), used
 
 
-def test_matmul_strided_transposed_output(device):
+def test_matmul_strided_transposed_output(loads_device):
     """Operands read along k and n by whole vec4s (VEC_KN), the result written transposed: its
     rows are not vec4-aligned in memory, so the kernel stores scalars (no OUT4)."""
+    device = loads_device
     a, b = rnd(1, 5, 12), rnd(1, 12, 8)
     attrs = {"a_view": [[1, 5, 12], [60, 12, 1]], "b_view": [[1, 12, 8], [96, 8, 1]], "out_strides": [40, 1, 5],
              "out_shape": [1, 8, 5]}
@@ -397,12 +451,16 @@ SDPA_CASES = [   # q, k, v shapes; mask; attrs
     ("float mask", sdpa_inputs((2, 2), 6, 6, 4), rnd(2, 1, 1, 6, lo=-9, hi=0), {"causal": False, "mask_kind": "float"}),
     ("bool mask", sdpa_inputs((2, 3), 11, 11, 8), (R.random((2, 1, 11, 11)) > 0.3), {"causal": False, "mask_kind": "bool"}),
     ("rank 3", sdpa_inputs((5,), 3, 17, 4), None, {"causal": False, "mask_kind": "none"}),
+    # key lengths of whole vec4s: softmax's vec4 path (and float_matmul's VEC_K / VEC_KN)
+    ("bool mask vec4", sdpa_inputs((1, 2), 8, 12, 8), (R.random((1, 1, 8, 12)) > 0.3), {"causal": False, "mask_kind": "bool"}),
+    ("causal vec4", sdpa_inputs((1, 2), 16, 16, 8), None, {"causal": True, "mask_kind": "none"}),
 ]
 
 
 @pytest.mark.parametrize("name,qkv,mask,attrs", SDPA_CASES, ids=[c[0] for c in SDPA_CASES])
-def test_scaled_dot_product_attention(device, rows, name, qkv, mask, attrs):
+def test_scaled_dot_product_attention(loads_device, rows, name, qkv, mask, attrs):
     """Against the reference (float rounding) and against PyTorch's own attention."""
+    device = loads_device
     import torch
     import torch.nn.functional as F
     q, k, v = qkv

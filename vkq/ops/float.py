@@ -55,6 +55,7 @@ MATMUL_ROWS = (8, 16, 32)   # rows a workgroup owns: the first >= M (more rows, 
                             # llvmpipe at L=128 attention 8 -> 32 rows took 8.6 -> 6.7 ms a matmul)
 MATMUL_TN = 4               # columns a lane owns (TN in shaders/float_matmul.comp)
 ROW_SUBGROUP = True    # row shaders: a subgroup a row where subgroup arithmetic exists (tests force False)
+SOFTMAX_KEEP = 8       # vec4s a lane of float_softmax's vec4 path keeps in registers, at most
 
 
 def _f(x):
@@ -320,10 +321,12 @@ def _elementwise(ctx, shader, buffers, n, push, defines=None):
                                spec=(PER,), push=push, defines=defines)
 
 
-def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=()):
+def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec4s=None):
     """A row shader: a subgroup a row where the device has subgroup arithmetic (ROW_SUBGROUP,
     no barriers), else a workgroup a row (a power of two <= LOCAL, <= the row length rounded up).
-    Rows are grid-strided in the shader, so the workgroup count only has to be <= the limit."""
+    Rows are grid-strided in the shader, so the workgroup count only has to be <= the limit.
+    vec4s: a row's vec4s, for a shader that keeps a lane's share of them in registers
+    (specialization constant 4: that share, at most SOFTMAX_KEEP)."""
     info = ctx.device.info
     sg = int(info.subgroup_size)
     # a row a subgroup needs every lane of it: full subgroups (vkinfo.fixed_subgroups)
@@ -334,7 +337,9 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=()):
         while width < min(LOCAL, d) and width * 2 <= info.max_workgroup_invocations:
             width *= 2
     groups = min(max(1, -(-rows // per_group)), info.max_workgroup_count[0])
-    return ctx.device.dispatch(shader, buffers, (groups, 1, 1), local=(width,), spec=(width,), push=push,
+    lanes = width // per_group                       # a row's lanes
+    keep = () if vec4s is None else (min(SOFTMAX_KEEP, max(1, -(-vec4s // lanes))),)
+    return ctx.device.dispatch(shader, buffers, (groups, 1, 1), local=(width,), spec=(width, *keep), push=push,
                                defines=[variant, *defines])
 
 
@@ -349,7 +354,7 @@ def _unary_build(variant, bounds=lambda attrs: (-np.inf, np.inf)):
             raise ValueError(f"{node.name}: elementwise {node.op} needs equal in/out shapes")
         v = variant(node.attrs) if callable(variant) else variant
         lo, hi = bounds(node.attrs)
-        return [_elementwise(ctx, "float_unary", [ctx.buffer(x), ctx.buffer(y)], n,
+        return [_elementwise(ctx, "float_unary", [ctx.buffer(x), ctx.buffer(y)], -(-n // 4),   # vec4 blocks
                              (n, F32(lo), F32(hi)), [v])]
     return build
 
@@ -401,8 +406,8 @@ def _binary_build(variant):
         push = (n, len(shape), mode, F32(scalar), F32(at.get("alpha", 1)),
                 _pad(shape, MAX_RANK, 1), _pad(sa, MAX_RANK), _pad(sb, MAX_RANK))
         contig = len(shape) == 1 and sa == [1] and (sb == [1] or mode != 0)
-        return [_elementwise(ctx, "float_binary", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], n, push,
-                             [variant] + (["CONTIG"] if contig else []))]
+        return [_elementwise(ctx, "float_binary", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)],
+                             -(-n // 4) if contig else n, push, [variant] + (["CONTIG"] if contig else []))]
     return build
 
 
@@ -455,8 +460,9 @@ def _softmax_build(defines):
         dim = node.attrs.get("dim", -1) % len(shape)
         d, inner = shape[dim], _numel(shape[dim + 1:])
         rows = _numel(shape) // max(d, 1)
+        vec = inner == 1 and d % 4 == 0
         return [_row_dispatch(ctx, "float_softmax", [ctx.buffer(x), ctx.buffer(y)], rows, d,
-                              (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:]), defines)]
+                              (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:], int(vec)), defines, d // 4)]
     return build
 
 
@@ -468,9 +474,11 @@ def masked_softmax_dispatch(ctx, name, shape, mask_shape, scale, buffers, bool_m
     mshape, (mst,) = merge_dims(list(shape[:-1]), st[:-1]) if len(shape) > 1 else ([1], [[0]])
     if len(mshape) > 3:
         raise ValueError(f"{name}: the mask's row dims merge to {len(mshape)} (the shader takes 3)")
-    push = (rows, d, 1, F32(scale), len(mshape), st[-1], _pad(mshape, 3, 1), _pad(mst, 3))
+    # vec4 path (float_softmax.comp): whole vec4 rows, the mask's rows whole vec4s or broadcast
+    vec = d % 4 == 0 and (st[-1] == 0 or all(v % 4 == 0 for v in mst))
+    push = (rows, d, 1, F32(scale), len(mshape), st[-1], _pad(mshape, 3, 1), _pad(mst, 3), int(vec))
     return _row_dispatch(ctx, "float_softmax", list(buffers), rows, d, push,
-                         ("MASKED",) + (("BOOL_MASK",) if bool_mask else ()))
+                         ("MASKED",) + (("BOOL_MASK",) if bool_mask else ()), d // 4)
 
 
 def _softmax_masked_build(ctx, node):
