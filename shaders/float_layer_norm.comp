@@ -7,34 +7,87 @@
 // layer_norm: G = 1, CG = D, HW = 1 (c = j); group_norm: a row is one group of one image
 // (CG channels of HW values), c its channel.
 // float32 sums (the reference sums in float64): relative error of mean/var ~ D/lanes ulp.
+// vec (a push constant the host sets where HW = 1 and CG % 4 == 0: layer_norm with D % 4 == 0):
+// as float_softmax.comp's vec path, a lane reads its values as vec4s and keeps KEEP of them in
+// registers over the three passes (x read once), with no division j / HW; stores are vec4s.
+// TEXEL: x, w and bias through texel fetches (texel.glsl).
 //! variant ROW_SUBGROUP
 //! variant ROW_WORKGROUP
+//! variant ROW_SUBGROUP TEXEL
+//! variant ROW_WORKGROUP TEXEL
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#include "texel.glsl"
 
 layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of two
 #include "float_workgroup.glsl"
+layout(constant_id = 4) const int KEEP = 1;     // vec4s a lane keeps in registers (vec path)
 
-layout(std430, binding = 0) readonly buffer X { float x[]; };
-layout(std430, binding = 1) readonly buffer Wt { float w[]; };
-layout(std430, binding = 2) readonly buffer Bs { float bias[]; };
+IVEC4_WORDS_INPUT(0, xb)                         // texel.glsl: floats as their bits
+IVEC4_WORDS_INPUT(1, wb)
+IVEC4_WORDS_INPUT(2, bb)
+#define X(i) intBitsToFloat(WORD(xb, i))
+#define W(i) intBitsToFloat(WORD(wb, i))
+#define BIAS(i) intBitsToFloat(WORD(bb, i))
+#define X4(i) intBitsToFloat(LOAD4(xb, i))
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, binding = 3) writeonly buffer Y4 { vec4 y4[]; };   // the same words by vec4
 layout(push_constant) uniform Params {
     int R, D;
     float eps;
     int G, CG, HW;
+    int vec;
 } p;
+
+float sum4(vec4 v) { return (v.x + v.y) + (v.z + v.w); }
+
+void row_vec4(int r, int l, int n) {
+    const int D4 = p.D / 4, base4 = r * D4, c4 = (r % p.G) * p.CG / 4;
+    vec4 v[KEEP];
+    float s = 0.0;
+    [[unroll]] for (int i = 0; i < KEEP; ++i) {
+        const int j4 = l + i * n;
+        v[i] = j4 < D4 ? X4(base4 + j4) : vec4(0.0);
+        s += sum4(v[i]);
+    }
+    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) s += sum4(X4(base4 + j4));
+    const float mean = row_sum(s) / float(p.D);
+
+    float ss = 0.0;
+    [[unroll]] for (int i = 0; i < KEEP; ++i) {
+        const vec4 d = v[i] - mean;
+        if (l + i * n < D4) ss += sum4(d * d);
+    }
+    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) {
+        const vec4 d = X4(base4 + j4) - mean;
+        ss += sum4(d * d);
+    }
+    const float rstd = inversesqrt(row_sum(ss) / float(p.D) + p.eps);
+
+    [[unroll]] for (int i = 0; i < KEEP; ++i) {
+        const int j4 = l + i * n;
+        if (j4 < D4)
+            y4[base4 + j4] = (v[i] - mean) * rstd * intBitsToFloat(LOAD4(wb, c4 + j4)) + intBitsToFloat(LOAD4(bb, c4 + j4));
+    }
+    for (int j4 = l + KEEP * n; j4 < D4; j4 += n)
+        y4[base4 + j4] = (X4(base4 + j4) - mean) * rstd * intBitsToFloat(LOAD4(wb, c4 + j4)) + intBitsToFloat(LOAD4(bb, c4 + j4));
+}
 
 void main() {
     int l = lane(), n = lanes();
     for (int r = first_row(); r < p.R; r += row_stride()) {   // uniform over a row's owner
+        if (p.vec != 0) {
+            row_vec4(r, l, n);
+            continue;
+        }
         int base = r * p.D;
         float s = 0.0;
-        for (int j = l; j < p.D; j += n) s += x[base + j];
+        for (int j = l; j < p.D; j += n) s += X(base + j);
         float mean = row_sum(s) / float(p.D);
 
         float ss = 0.0;
         for (int j = l; j < p.D; j += n) {
-            float d = x[base + j] - mean;
+            float d = X(base + j) - mean;
             ss += d * d;
         }
         float rstd = inversesqrt(row_sum(ss) / float(p.D) + p.eps);
@@ -42,7 +95,7 @@ void main() {
         int c0 = (r % p.G) * p.CG;
         for (int j = l; j < p.D; j += n) {
             int c = c0 + j / p.HW;
-            y[base + j] = (x[base + j] - mean) * rstd * w[c] + bias[c];
+            y[base + j] = (X(base + j) - mean) * rstd * W(c) + BIAS(c);
         }
     }
 }

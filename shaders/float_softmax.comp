@@ -42,7 +42,7 @@
 layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of two
 #include "float_workgroup.glsl"
 layout(constant_id = 4) const int KEEP = 1;     // vec4s a lane keeps in registers (vec path; host: as many as it
-                                                // needs, <= float.py SOFTMAX_KEEP)
+                                                // needs, <= float.py ROW_KEEP)
 #define NEG_INF (-uintBitsToFloat(0x7F800000u))
 
 IVEC4_WORDS_INPUT(0, xb)                         // texel.glsl: floats as their bits

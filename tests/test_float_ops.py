@@ -152,12 +152,21 @@ def rows(request, monkeypatch):
     monkeypatch.setattr(fops, "ROW_SUBGROUP", request.param == "subgroup")
 
 
-@pytest.mark.parametrize("shape,norm", [((3, 5, 37), [37]), ((13, 384), [384]), ((2, 5, 7, 3), [7, 3]), ((4, 1), [1])])
-def test_layer_norm(device, rows, shape, norm):
+# vec4 path where D % 4 == 0: (13, 384) past the vec4s a lane keeps at 8 lanes a row, (2, 2056)
+# at 64 lanes too
+@pytest.mark.parametrize("shape,norm", [((3, 5, 37), [37]), ((13, 384), [384]), ((2, 5, 7, 3), [7, 3]), ((4, 1), [1]),
+                                        ((2, 2056), [2056]), ((3, 2, 4), [2, 4])])
+def test_layer_norm(loads_device, rows, shape, norm):
+    device, steps = loads_device, []
     x = rnd(*shape) * 4 + 1.5
     w, b = rnd(*norm), rnd(*norm)
-    got, ref = run_op(device, "layer_norm", [x], {"normalized_shape": norm, "eps": 1e-5}, shape, constants=[w, b])
+    got, ref = run_op(device, "layer_norm", [x], {"normalized_shape": norm, "eps": 1e-5}, shape, constants=[w, b],
+                      steps=steps)
     check(got, ref, ("fn", 4e-6, 4e-6))
+    (st,) = steps
+    d = int(np.prod(norm))
+    assert bool(st.push[-1]) == (d % 4 == 0)
+    assert ("TEXEL" in st.defines) == (device.texel_loads and d % 4 == 0 and x.size % 4 == 0), st.defines
 
 
 def softmax_path(steps, device):
@@ -428,8 +437,10 @@ def test_merge_dims():
 
 # ---------------------------------------------------------------- group norm, attention
 
-@pytest.mark.parametrize("shape,groups", [((2, 6, 5, 7), 3), ((1, 8, 3, 3), 8), ((3, 4, 11), 1)])
-def test_group_norm(device, rows, shape, groups):
+@pytest.mark.parametrize("shape,groups", [((2, 6, 5, 7), 3), ((1, 8, 3, 3), 8), ((3, 4, 11), 1),
+                                          ((3, 16), 2)])       # one value a channel: the vec4 path
+def test_group_norm(loads_device, rows, shape, groups):
+    device = loads_device
     x = rnd(*shape) * 3 + 0.5
     c = shape[1]
     w, b = rnd(c), rnd(c)

@@ -55,7 +55,7 @@ MATMUL_ROWS = (8, 16, 32)   # rows a workgroup owns: the first >= M (more rows, 
                             # llvmpipe at L=128 attention 8 -> 32 rows took 8.6 -> 6.7 ms a matmul)
 MATMUL_TN = 4               # columns a lane owns (TN in shaders/float_matmul.comp)
 ROW_SUBGROUP = True    # row shaders: a subgroup a row where subgroup arithmetic exists (tests force False)
-SOFTMAX_KEEP = 8       # vec4s a lane of float_softmax's vec4 path keeps in registers, at most
+ROW_KEEP = 8           # vec4s a lane of a row shader's vec4 path keeps in registers, at most
 
 
 def _f(x):
@@ -326,7 +326,7 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
     no barriers), else a workgroup a row (a power of two <= LOCAL, <= the row length rounded up).
     Rows are grid-strided in the shader, so the workgroup count only has to be <= the limit.
     vec4s: a row's vec4s, for a shader that keeps a lane's share of them in registers
-    (specialization constant 4: that share, at most SOFTMAX_KEEP)."""
+    (specialization constant 4: that share, at most ROW_KEEP)."""
     info = ctx.device.info
     sg = int(info.subgroup_size)
     # a row a subgroup needs every lane of it: full subgroups (vkinfo.fixed_subgroups)
@@ -338,7 +338,7 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
             width *= 2
     groups = min(max(1, -(-rows // per_group)), info.max_workgroup_count[0])
     lanes = width // per_group                       # a row's lanes
-    keep = () if vec4s is None else (min(SOFTMAX_KEEP, max(1, -(-vec4s // lanes))),)
+    keep = () if vec4s is None else (min(ROW_KEEP, max(1, -(-vec4s // lanes))),)
     return ctx.device.dispatch(shader, buffers, (groups, 1, 1), local=(width,), spec=(width, *keep), push=push,
                                defines=[variant, *defines])
 
@@ -421,7 +421,8 @@ def _layer_norm_build(ctx, node):
         raise ValueError(f"{node.name}: layer_norm weight/bias must have the normalized_shape's {d} values")
     rows = n // d
     return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b), ctx.buffer(y)],
-                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), 1, d, 1))]
+                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), 1, d, 1, int(d % 4 == 0)),
+                          vec4s=d // 4)]
 
 
 def group_norm(x, weight, bias, *, groups, eps=1e-5):
@@ -446,7 +447,8 @@ def _group_norm_build(ctx, node):
     rows, d = n * groups, c // groups * hw
     return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b),
                                                     ctx.buffer(node.outputs[0])],
-                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), groups, c // groups, hw))]
+                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), groups, c // groups, hw,
+                                    int(hw == 1 and d % 4 == 0)), vec4s=d // 4)]
 
 
 _NO_MASK = (1.0, 0, 0, [1, 1, 1], [0, 0, 0])   # scale, mrank, mj, mshape, mstride
