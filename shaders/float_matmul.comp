@@ -10,8 +10,8 @@
 // A workgroup owns TM rows (workgroup y) x (width * TN) columns; a lane owns TN columns. The
 // rows are the same for every lane, so their loads are uniform (one load, not a gather, on CPU
 // drivers that run lanes as SIMD); each lane loads its own columns of b.
-// float32 accumulation in k order (the reference's order differs: results agree to ~K ulp of
-// sum_k |a b|).
+// float32 accumulation in k order, 4 products at a time (the reference's order differs: results
+// agree to ~K ulp of sum_k |a b|).
 //   GENERAL  any strides, a float load per value
 //   VEC_K    a and b contiguous along k (sak = sbk = 1; K, sam, sbn and batch strides multiples
 //            of 4): vec4 loads along k, TM x TN dot products (a @ b^T: attention scores Q K^T)
@@ -99,17 +99,33 @@ void main() {
         [[unroll]] for (int kk = 0; kk < 4; ++kk) bv[kk] = B4(bcol + (4 * k4 + kk) * bstep);
         [[unroll]] for (int r = 0; r < TM; ++r) {
             vec4 av = A4(ra[r] / 4 + k4);
-            vec4 s = av.x * bv[0] + av.y * bv[1] + av.z * bv[2] + av.w * bv[3];
+            precise vec4 s = av.x * bv[0] + av.y * bv[1] + av.z * bv[2] + av.w * bv[3];
             [[unroll]] for (int c = 0; c < TN; ++c) acc[r][c] += s[c];
         }
     }
 #else
-    for (int k = 0; k < p.K; ++k) {
-        float av[TM], bv[TN];
-        [[unroll]] for (int r = 0; r < TM; ++r) av[r] = a[ra[r] + k * p.sak];
-        [[unroll]] for (int c = 0; c < TN; ++c) bv[c] = b[cb[c] + k * p.sbk];
+    // k in groups of 4 (0 past K), each group summed as VEC_KN sums it: with zeros past a
+    // sentence's keys, P V gives the same bits at any padded length (VEC_KN where it is a
+    // multiple of 4, GENERAL elsewhere; tests/test_transformer runs batches at their own length)
+    for (int k0 = 0; k0 < p.K; k0 += 4) {
+        vec4 av[TM], bv[TN];
+        [[unroll]] for (int kk = 0; kk < 4; ++kk) {   // past K: load k = K - 1, select 0 (a load
+            const int k = min(k0 + kk, p.K - 1);        // inside ?: is a branch per value, and
+            const bool in_k = k0 + kk < p.K;            // SwiftShader's compiler ran out of memory)
+            [[unroll]] for (int r = 0; r < TM; ++r) {
+                const float v = a[ra[r] + k * p.sak];
+                av[r][kk] = in_k ? v : 0.0;
+            }
+            [[unroll]] for (int c = 0; c < TN; ++c) {
+                const float v = b[cb[c] + k * p.sbk];
+                bv[c][kk] = in_k ? v : 0.0;
+            }
+        }
         [[unroll]] for (int r = 0; r < TM; ++r)
-            [[unroll]] for (int c = 0; c < TN; ++c) acc[r][c] += av[r] * bv[c];
+            [[unroll]] for (int c = 0; c < TN; ++c) {
+                precise float s = av[r].x * bv[c].x + av[r].y * bv[c].y + av[r].z * bv[c].z + av[r].w * bv[c].w;
+                acc[r][c] += s;
+            }
     }
 #endif
 

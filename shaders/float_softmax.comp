@@ -28,12 +28,16 @@
 //! variant ROW_SUBGROUP MASKED BOOL_MASK TEXEL
 //! variant ROW_WORKGROUP MASKED BOOL_MASK TEXEL
 // BOOL_MASK (attention's boolean masks): the mask is int32, nonzero = attend (adds 0), 0 = -inf.
-// vec (a push constant the host sets where inner = 1, D % 4 == 0 and a mask row is whole vec4s
-// or broadcast): a lane reads its values as vec4s, keeps KEEP of them in registers between the
-// three steps (x and the mask read once, y written once; longer rows re-read the rest) and
-// stores vec4s. On lavapipe the scalar path's seven buffer accesses per value (x and mask
-// twice, y written, read and written) cost more than its exp: MiniLM's attention softmax
-// (12 x 128 x 128, CPU time) 2.94 -> 1.75 ms, with KEEP what a row needs (8 for 4 needed: 2.45).
+// Along the last dim (inner = 1) a lane takes blocks of 4 values (j4 = lane, lane + lanes, ...),
+// keeps KEEP of them in registers between the three steps (x and the mask read once, y written
+// once; longer rows re-read the rest) and sums them block by block in that order. So a row gives
+// the same bits whatever its padding: masked values past a sentence add exactly 0 in the same
+// places (a batch run at its own length matches the same sentence padded, tests/test_transformer).
+// vec (a push constant the host sets where D % 4 == 0 and a mask row is whole vec4s or
+// broadcast): the blocks are vec4 loads and stores; else value by value. On lavapipe the old
+// per-value path's seven buffer accesses per value (x and mask twice, y written, read and
+// written) cost more than its exp: MiniLM's attention softmax (12 x 128 x 128, CPU time) 2.94 ->
+// 1.75 ms, with KEEP what a row needs (8 for 4 needed: 2.45).
 // TEXEL: x and the mask through texel fetches (texel.glsl), the float bits as ints.
 #include "common.glsl"
 #include "float_math.glsl"
@@ -99,8 +103,36 @@ vec4 safe_exp4(vec4 d) { return vec4(safe_exp(d.x), safe_exp(d.y), safe_exp(d.z)
 float max4(vec4 v) { return max(max(v.x, v.y), max(v.z, v.w)); }
 float sum4(vec4 v) { return (v.x + v.y) + (v.z + v.w); }
 
-void row_vec4(int r, int l, int n) {
-    const int D4 = p.D / 4, base4 = r * D4;
+// Block j4 of a row along the last dim (inner = 1; the row starts at word `base`): values
+// 4*j4 .. 4*j4 + 3, -inf past D. vec: one vec4 load; else value by value, so that a row gives
+// the same bits at any padded length (see above).
+vec4 load_block(int base, int mbase, int j4) {
+    if (p.vec != 0) return value4(base / 4, mbase, j4);
+    vec4 v = vec4(NEG_INF);
+    [[unroll]] for (int k = 0; k < 4; ++k)
+        if (4 * j4 + k < p.D) v[k] = value(base, mbase, 4 * j4 + k);
+    return v;
+}
+
+void store_block(int base, int j4, vec4 v) {
+    if (p.vec != 0) {
+        y4[base / 4 + j4] = v;
+        return;
+    }
+    [[unroll]] for (int k = 0; k < 4; ++k)
+        if (4 * j4 + k < p.D) y[base + 4 * j4 + k] = v[k];
+}
+
+vec4 reload_block(int base, int j4) {     // what store_block wrote, in this same invocation
+    if (p.vec != 0) return y4[base / 4 + j4];
+    vec4 v = vec4(0.0);
+    [[unroll]] for (int k = 0; k < 4; ++k)
+        if (4 * j4 + k < p.D) v[k] = y[base + 4 * j4 + k];
+    return v;
+}
+
+void row_blocks(int r, int l, int n) {
+    const int D4 = (p.D + 3) / 4, base = r * p.D;
 #ifdef MASKED
     const int mbase = mask_row(r);
 #else
@@ -110,13 +142,13 @@ void row_vec4(int r, int l, int n) {
     float m = NEG_INF;
     [[unroll]] for (int i = 0; i < KEEP; ++i) {
         const int j4 = l + i * n;
-        v[i] = j4 < D4 ? value4(base4, mbase, j4) : vec4(NEG_INF);
+        v[i] = j4 < D4 ? load_block(base, mbase, j4) : vec4(NEG_INF);
         m = max(m, max4(v[i]));
     }
-    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) m = max(m, max4(value4(base4, mbase, j4)));
+    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) m = max(m, max4(load_block(base, mbase, j4)));
     m = row_max(m);
 
-    float s = 0.0;
+    float s = 0.0;                           // blocks in the order j4 = l, l + n, ...
     [[unroll]] for (int i = 0; i < KEEP; ++i) {
         if (l + i * n < D4) {
             const vec4 e = safe_exp4(v[i] - m);
@@ -127,9 +159,9 @@ void row_vec4(int r, int l, int n) {
         }
     }
     for (int j4 = l + KEEP * n; j4 < D4; j4 += n) {
-        const vec4 e = safe_exp4(value4(base4, mbase, j4) - m);
+        const vec4 e = safe_exp4(load_block(base, mbase, j4) - m);
 #ifndef LOG
-        y4[base4 + j4] = e;      // read back below by this same invocation
+        store_block(base, j4, e);            // read back below by this same invocation
 #endif
         s += sum4(e);
     }
@@ -138,16 +170,16 @@ void row_vec4(int r, int l, int n) {
 #ifdef LOG
     const float ls = log(s);
     [[unroll]] for (int i = 0; i < KEEP; ++i)
-        if (l + i * n < D4) y4[base4 + l + i * n] = v[i] - m - ls;
-    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) y4[base4 + j4] = value4(base4, mbase, j4) - m - ls;
+        if (l + i * n < D4) store_block(base, l + i * n, v[i] - m - ls);
+    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) store_block(base, j4, load_block(base, mbase, j4) - m - ls);
 #else
     [[unroll]] for (int i = 0; i < KEEP; ++i)
-        if (l + i * n < D4) y4[base4 + l + i * n] = v[i] / s;
-    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) y4[base4 + j4] = y4[base4 + j4] / s;
+        if (l + i * n < D4) store_block(base, l + i * n, v[i] / s);
+    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) store_block(base, j4, reload_block(base, j4) / s);
 #endif
 }
 
-void row_scalar(int r, int l, int n) {
+void row_scalar(int r, int l, int n) {    // along a dim with inner > 1
     const int step = p.inner, base = (r / p.inner) * p.D * p.inner + r % p.inner;
 #ifdef MASKED
     const int mbase = mask_row(r);
@@ -179,8 +211,8 @@ void row_scalar(int r, int l, int n) {
 void main() {
     const int l = lane(), n = lanes();
     for (int r = first_row(); r < p.rows; r += row_stride()) {
-        if (p.vec != 0)
-            row_vec4(r, l, n);
+        if (p.inner == 1)
+            row_blocks(r, l, n);
         else
             row_scalar(r, l, n);
     }

@@ -192,6 +192,25 @@ def test_softmax(loads_device, rows, op, shape, dim):
     assert vec == (dim % len(shape) == len(shape) - 1 and shape[-1] % 4 == 0)
 
 
+@pytest.mark.parametrize("length", [9, 13, 16])
+def test_softmax_masked_is_the_same_at_any_padding(loads_device, rows, length):
+    """A row of `length` scores gives the same bits when padded with masked keys to 24 (the
+    vec4 path) or 27 (value by value): the padding adds exactly 0 in the same places, so a
+    batch run at its own length matches the same sentences padded (tests/test_transformer)."""
+    device = loads_device
+    x = rnd(2, 3, 5, 27, lo=-20, hi=20)
+    lowest = np.finfo(np.float32).min
+    outs = {}
+    for d in (length, 24, 27):
+        mask = np.where(np.arange(d) < length, 0, lowest).astype(np.float32).reshape(1, 1, 1, d)
+        outs[d], ref = run_op(device, "softmax_masked", [np.ascontiguousarray(x[..., :d]), mask], {"scale": 0.125},
+                              (2, 3, 5, d))
+        check(outs[d], ref, ("fn", 1e-7, 2e-6))
+    for d in (24, 27):
+        np.testing.assert_array_equal(outs[d][..., :length], outs[length])
+        assert np.all(outs[d][..., length:] == 0)
+
+
 def test_softmax_of_masked_scores(device):
     """Scores plus an additive mask of float32's lowest value (what transformers builds for
     padding) come out exactly 0, so padded tokens contribute nothing."""
@@ -253,6 +272,19 @@ def test_matmul(loads_device, op, a_shape, b_shape, attrs):
     np.testing.assert_array_equal(ref, ref2)
     scale = np.matmul(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64))
     check(got, ref, ("dot", a_shape[-1]), scale)
+
+
+def test_matmul_is_the_same_with_zero_padding_along_k(loads_device):
+    """P V over 9 keys (GENERAL) and the same keys padded with zero weights to 12 (VEC_KN) give
+    the same bits: GENERAL sums k in the groups of 4 VEC_KN does."""
+    device, used = loads_device, []
+    p, v = rnd(2, 7, 12, lo=0, hi=1), rnd(2, 12, 8)
+    p[..., 9:] = 0
+    small, _ = run_op(device, "matmul", [np.ascontiguousarray(p[..., :9]), np.ascontiguousarray(v[:, :9])], {},
+                      (2, 7, 8), steps=used)
+    padded, _ = run_op(device, "matmul", [p, v], {}, (2, 7, 8), steps=used)
+    assert "GENERAL" in used[0].defines and "VEC_KN" in used[1].defines, [st.defines for st in used]
+    np.testing.assert_array_equal(small, padded)
 
 
 def heads(x, h):

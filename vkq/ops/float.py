@@ -464,7 +464,7 @@ def _softmax_build(defines):
         rows = _numel(shape) // max(d, 1)
         vec = inner == 1 and d % 4 == 0
         return [_row_dispatch(ctx, "float_softmax", [ctx.buffer(x), ctx.buffer(y)], rows, d,
-                              (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:], int(vec)), defines, d // 4)]
+                              (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:], int(vec)), defines, -(-d // 4))]
     return build
 
 
@@ -480,7 +480,7 @@ def masked_softmax_dispatch(ctx, name, shape, mask_shape, scale, buffers, bool_m
     vec = d % 4 == 0 and (st[-1] == 0 or all(v % 4 == 0 for v in mst))
     push = (rows, d, 1, F32(scale), len(mshape), st[-1], _pad(mshape, 3, 1), _pad(mst, 3), int(vec))
     return _row_dispatch(ctx, "float_softmax", list(buffers), rows, d, push,
-                         ("MASKED",) + (("BOOL_MASK",) if bool_mask else ()), d // 4)
+                         ("MASKED",) + (("BOOL_MASK",) if bool_mask else ()), -(-d // 4))
 
 
 def _softmax_masked_build(ctx, node):
