@@ -7,7 +7,7 @@
 // layer_norm: G = 1, CG = D, HW = 1 (c = j); group_norm: a row is one group of one image
 // (CG channels of HW values), c its channel.
 // float32 sums (the reference sums in float64): relative error of mean/var ~ D/lanes ulp.
-// vec (a push constant the host sets where HW = 1 and CG % 4 == 0: layer_norm with D % 4 == 0):
+// VEC (a specialization constant the host sets where HW = 1 and CG % 4 == 0: layer_norm with D % 4 == 0):
 // as float_softmax.comp's vec path, a lane reads its values as vec4s and keeps KEEP of them in
 // registers over the three passes (x read once), with no division j / HW; stores are vec4s.
 // TEXEL: x, w and bias through texel fetches (texel.glsl).
@@ -22,6 +22,8 @@
 layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of two
 #include "float_workgroup.glsl"
 layout(constant_id = 4) const int KEEP = 1;     // vec4s a lane keeps in registers (vec path)
+layout(constant_id = 5) const int VEC = 0;      // 1: vec4 loads and stores (see above). A constant: as a push
+                                                // constant, llvmpipe ran the value-by-value code beside them
 
 IVEC4_WORDS_INPUT(0, xb)                         // texel.glsl: floats as their bits
 IVEC4_WORDS_INPUT(1, wb)
@@ -36,7 +38,6 @@ layout(push_constant) uniform Params {
     int R, D;
     float eps;
     int G, CG, HW;
-    int vec;
 } p;
 
 float sum4(vec4 v) { return (v.x + v.y) + (v.z + v.w); }
@@ -76,7 +77,7 @@ void row_vec4(int r, int l, int n) {
 void main() {
     int l = lane(), n = lanes();
     for (int r = first_row(); r < p.R; r += row_stride()) {   // uniform over a row's owner
-        if (p.vec != 0) {
+        if (VEC != 0) {
             row_vec4(r, l, n);
             continue;
         }

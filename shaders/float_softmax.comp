@@ -33,7 +33,7 @@
 // once; longer rows re-read the rest) and sums them block by block in that order. So a row gives
 // the same bits whatever its padding: masked values past a sentence add exactly 0 in the same
 // places (a batch run at its own length matches the same sentence padded, tests/test_transformer).
-// vec (a push constant the host sets where D % 4 == 0 and a mask row is whole vec4s or
+// VEC (a specialization constant the host sets where D % 4 == 0 and a mask row is whole vec4s or
 // broadcast): the blocks are vec4 loads and stores; else value by value. On lavapipe the old
 // per-value path's seven buffer accesses per value (x and mask twice, y written, read and
 // written) cost more than its exp: MiniLM's attention softmax (12 x 128 x 128, CPU time) 2.94 ->
@@ -47,6 +47,8 @@ layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of
 #include "float_workgroup.glsl"
 layout(constant_id = 4) const int KEEP = 1;     // vec4s a lane keeps in registers (vec path; host: as many as it
                                                 // needs, <= float.py ROW_KEEP)
+layout(constant_id = 5) const int VEC = 0;      // 1: vec4 loads and stores (see above). A constant: as a push
+                                                // constant, llvmpipe ran the value-by-value code beside them
 #define NEG_INF (-uintBitsToFloat(0x7F800000u))
 
 IVEC4_WORDS_INPUT(0, xb)                         // texel.glsl: floats as their bits
@@ -69,7 +71,6 @@ layout(push_constant) uniform Params {
     float scale;
     int mrank, mj;                       // MASKED: row dims of the mask, its stride along a row
     int mshape[3], mstride[3];
-    int vec;                             // 1: the vec4 path (see above)
 } p;
 
 #ifdef MASKED
@@ -107,28 +108,34 @@ float sum4(vec4 v) { return (v.x + v.y) + (v.z + v.w); }
 // 4*j4 .. 4*j4 + 3, -inf past D. vec: one vec4 load; else value by value, so that a row gives
 // the same bits at any padded length (see above).
 vec4 load_block(int base, int mbase, int j4) {
-    if (p.vec != 0) return value4(base / 4, mbase, j4);
-    vec4 v = vec4(NEG_INF);
-    [[unroll]] for (int k = 0; k < 4; ++k)
-        if (4 * j4 + k < p.D) v[k] = value(base, mbase, 4 * j4 + k);
+    if (VEC != 0) return value4(base / 4, mbase, j4);
+    vec4 v;
+    [[unroll]] for (int k = 0; k < 4; ++k) {   // clamped load and a select: no branch per value
+        const int j = 4 * j4 + k;
+        const float x = value(base, mbase, min(j, p.D - 1));
+        v[k] = j < p.D ? x : NEG_INF;
+    }
     return v;
 }
 
 void store_block(int base, int j4, vec4 v) {
-    if (p.vec != 0) {
+    if (VEC != 0) {
         y4[base / 4 + j4] = v;
         return;
     }
-    [[unroll]] for (int k = 0; k < 4; ++k)
-        if (4 * j4 + k < p.D) y[base + 4 * j4 + k] = v[k];
+    if (4 * j4 + 4 <= p.D) {                   // a whole block (all but a row's last)
+        [[unroll]] for (int k = 0; k < 4; ++k) y[base + 4 * j4 + k] = v[k];
+    } else {
+        [[unroll]] for (int k = 0; k < 4; ++k)
+            if (4 * j4 + k < p.D) y[base + 4 * j4 + k] = v[k];
+    }
 }
 
 vec4 reload_block(int base, int j4) {     // what store_block wrote, in this same invocation
-    if (p.vec != 0) return y4[base / 4 + j4];
-    vec4 v = vec4(0.0);
-    [[unroll]] for (int k = 0; k < 4; ++k)
-        if (4 * j4 + k < p.D) v[k] = y[base + 4 * j4 + k];
-    return v;
+    if (VEC != 0) return y4[base / 4 + j4];
+    vec4 v;
+    [[unroll]] for (int k = 0; k < 4; ++k) v[k] = y[base + min(4 * j4 + k, p.D - 1)];
+    return v;                                 // past D: not stored
 }
 
 void row_blocks(int r, int l, int n) {

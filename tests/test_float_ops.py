@@ -165,15 +165,15 @@ def test_layer_norm(loads_device, rows, shape, norm):
     check(got, ref, ("fn", 4e-6, 4e-6))
     (st,) = steps
     d = int(np.prod(norm))
-    assert bool(st.push[-1]) == (d % 4 == 0)
+    assert st.spec[2] == (d % 4 == 0)             # VEC (spec: LOCAL, KEEP, VEC)
     assert ("TEXEL" in st.defines) == (device.texel_loads and d % 4 == 0 and x.size % 4 == 0), st.defines
 
 
 def softmax_path(steps, device):
-    """(vec4 path?, texel loads?) of a float_softmax dispatch (its last push constant: vec)."""
+    """(vec4 loads?, texel loads?) of a float_softmax dispatch (specialization: LOCAL, KEEP, VEC)."""
     (st,) = steps
     assert st.name == "float_softmax" and ("TEXEL" in st.defines) <= device.texel_loads
-    return bool(st.push[-1]), "TEXEL" in st.defines
+    return bool(st.spec[2]), "TEXEL" in st.defines
 
 
 # vec4 path where rows are contiguous and D % 4 == 0: (3, 5, 128) all in registers; (2, 300) and

@@ -231,8 +231,10 @@ class Dispatch:
     counts, specialization and push constants fixed when it is built. reads / writes are
     the Buffers it may read / write (from the shader's own readonly/writeonly qualifiers)."""
 
-    def __init__(self, name: str, algorithm, groups, push, reads=frozenset(), writes=frozenset(), defines=()):
+    def __init__(self, name: str, algorithm, groups, push, reads=frozenset(), writes=frozenset(), defines=(),
+                 spec=()):
         self.name, self.algorithm, self.groups, self.push = name, algorithm, groups, push
+        self.spec = tuple(spec)                # specialization constants 3, 4, ... (after the workgroup size)
         self.reads, self.writes = frozenset(reads), frozenset(writes)
         self.defines = frozenset(defines)      # the variant: define names (the benchmark reads DOT)
 
@@ -481,7 +483,7 @@ class Device:
                 pipelines[key] = algo
         return Dispatch(shader, algo, groups, push_arr,
                         reads={buffers[i] for i in use.reads}, writes={buffers[i] for i in use.writes},
-                        defines=_normalize_defines(defines))
+                        defines=_normalize_defines(defines), spec=spec_arr[3:].tolist())
 
     def _algorithm(self, spirv, use, buffers, groups, local, spec_arr, push_arr):
         """A kp algorithm (descriptor set + compute pipeline) for a shader over buffers."""

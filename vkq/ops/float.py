@@ -321,12 +321,12 @@ def _elementwise(ctx, shader, buffers, n, push, defines=None):
                                spec=(PER,), push=push, defines=defines)
 
 
-def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec4s=None):
+def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec4s=None, vec=False):
     """A row shader: a subgroup a row where the device has subgroup arithmetic (ROW_SUBGROUP,
     no barriers), else a workgroup a row (a power of two <= LOCAL, <= the row length rounded up).
     Rows are grid-strided in the shader, so the workgroup count only has to be <= the limit.
     vec4s: a row's vec4s, for a shader that keeps a lane's share of them in registers
-    (specialization constant 4: that share, at most ROW_KEEP)."""
+    (specialization constant 4: that share, at most ROW_KEEP; 5: vec, its vec4 loads and stores)."""
     info = ctx.device.info
     sg = int(info.subgroup_size)
     # a row a subgroup needs every lane of it: full subgroups (vkinfo.fixed_subgroups)
@@ -338,7 +338,7 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
             width *= 2
     groups = min(max(1, -(-rows // per_group)), info.max_workgroup_count[0])
     lanes = width // per_group                       # a row's lanes
-    keep = () if vec4s is None else (min(ROW_KEEP, max(1, -(-vec4s // lanes))),)
+    keep = () if vec4s is None else (min(ROW_KEEP, max(1, -(-vec4s // lanes))), int(vec))
     return ctx.device.dispatch(shader, buffers, (groups, 1, 1), local=(width,), spec=(width, *keep), push=push,
                                defines=[variant, *defines])
 
@@ -421,8 +421,8 @@ def _layer_norm_build(ctx, node):
         raise ValueError(f"{node.name}: layer_norm weight/bias must have the normalized_shape's {d} values")
     rows = n // d
     return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b), ctx.buffer(y)],
-                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), 1, d, 1, int(d % 4 == 0)),
-                          vec4s=d // 4)]
+                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), 1, d, 1),
+                          vec4s=d // 4, vec=d % 4 == 0)]
 
 
 def group_norm(x, weight, bias, *, groups, eps=1e-5):
@@ -448,7 +448,7 @@ def _group_norm_build(ctx, node):
     return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b),
                                                     ctx.buffer(node.outputs[0])],
                           rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), groups, c // groups, hw,
-                                    int(hw == 1 and d % 4 == 0)), vec4s=d // 4)]
+                                    ), vec4s=d // 4, vec=hw == 1 and d % 4 == 0)]
 
 
 _NO_MASK = (1.0, 0, 0, [1, 1, 1], [0, 0, 0])   # scale, mrank, mj, mshape, mstride
@@ -464,7 +464,7 @@ def _softmax_build(defines):
         rows = _numel(shape) // max(d, 1)
         vec = inner == 1 and d % 4 == 0
         return [_row_dispatch(ctx, "float_softmax", [ctx.buffer(x), ctx.buffer(y)], rows, d,
-                              (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:], int(vec)), defines, -(-d // 4))]
+                              (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:]), defines, -(-d // 4), vec)]
     return build
 
 
@@ -478,9 +478,9 @@ def masked_softmax_dispatch(ctx, name, shape, mask_shape, scale, buffers, bool_m
         raise ValueError(f"{name}: the mask's row dims merge to {len(mshape)} (the shader takes 3)")
     # vec4 path (float_softmax.comp): whole vec4 rows, the mask's rows whole vec4s or broadcast
     vec = d % 4 == 0 and (st[-1] == 0 or all(v % 4 == 0 for v in mst))
-    push = (rows, d, 1, F32(scale), len(mshape), st[-1], _pad(mshape, 3, 1), _pad(mst, 3), int(vec))
+    push = (rows, d, 1, F32(scale), len(mshape), st[-1], _pad(mshape, 3, 1), _pad(mst, 3))
     return _row_dispatch(ctx, "float_softmax", list(buffers), rows, d, push,
-                         ("MASKED",) + (("BOOL_MASK",) if bool_mask else ()), -(-d // 4))
+                         ("MASKED",) + (("BOOL_MASK",) if bool_mask else ()), -(-d // 4), vec)
 
 
 def _softmax_masked_build(ctx, node):
