@@ -118,17 +118,24 @@ def _normalize(defines) -> dict:
     return {str(d): "1" for d in defines}
 
 
-def compile_shader(shader: str, defines=None) -> bytes:
-    """SPIR-V bytes of one variant, from the disk cache when the key matches."""
+def cache_path(shader: str, defines=None) -> Path:
+    """Where the disk cache keeps one variant: keyed by the compiler, the defines and every
+    source file it includes."""
     defines = _normalize(defines)
-    path = source_path(shader)
     h = hashlib.sha256()
     h.update(compiler_version().encode())
     h.update(TARGET_ENV.encode())
     h.update(repr(sorted(defines.items())).encode())
-    for name, text in _sources(path):
+    for name, text in _sources(source_path(shader)):
         h.update(name.encode() + b"\0" + text.encode() + b"\0")
-    cached = cache_dir() / f"{shader}-{h.hexdigest()[:24]}.spv"
+    return cache_dir() / f"{shader}-{h.hexdigest()[:24]}.spv"
+
+
+def compile_shader(shader: str, defines=None) -> bytes:
+    """SPIR-V bytes of one variant, from the disk cache when the key matches."""
+    defines = _normalize(defines)
+    path = source_path(shader)
+    cached = cache_path(shader, defines)
     if cached.is_file():
         return cached.read_bytes()
     with tempfile.TemporaryDirectory() as tmp:

@@ -111,7 +111,10 @@ step "SPIR-V cache ($( ${GLSLANG_BIN:+$GLSLANG_BIN/}glslangValidator --version |
 PATH=${GLSLANG_BIN:+$GLSLANG_BIN:}$PATH VKQ_CACHE_DIR=$KIT/spirv "$PY" -c "
 from vkq import shaders
 built = shaders.compile_all(validate=False)
-print(f'  {len(built)} variants of {len(shaders.list_shaders())} shaders')"
+keep = {shaders.cache_path(s, d) for s, d in built}
+stale = [p for p in shaders.cache_dir().glob('*.spv') if p not in keep]   # a seed's old entries
+for p in stale: p.unlink()
+print(f'  {len(built)} variants of {len(shaders.list_shaders())} shaders ({len(stale)} stale entries dropped)')"
 GLSLANG_VERSION=$(${GLSLANG_BIN:+$GLSLANG_BIN/}glslangValidator --version | head -1)
 [ -z "$GLSLANG_BIN" ] || rm -rf "$GL"
 
