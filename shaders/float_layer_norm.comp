@@ -21,9 +21,6 @@
 
 layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of two
 #include "float_workgroup.glsl"
-layout(constant_id = 4) const int KEEP = 1;     // vec4s a lane keeps in registers (vec path)
-layout(constant_id = 5) const int VEC = 0;      // 1: vec4 loads and stores (see above). A constant: as a push
-                                                // constant, llvmpipe ran the value-by-value code beside them
 
 IVEC4_WORDS_INPUT(0, xb)                         // texel.glsl: floats as their bits
 IVEC4_WORDS_INPUT(1, wb)
@@ -39,8 +36,6 @@ layout(push_constant) uniform Params {
     float eps;
     int G, CG, HW;
 } p;
-
-float sum4(vec4 v) { return (v.x + v.y) + (v.z + v.w); }
 
 void row_vec4(int r, int l, int n) {
     const int D4 = p.D / 4, base4 = r * D4, c4 = (r % p.G) * p.CG / 4;

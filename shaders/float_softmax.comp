@@ -45,10 +45,6 @@
 
 layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of two
 #include "float_workgroup.glsl"
-layout(constant_id = 4) const int KEEP = 1;     // vec4s a lane keeps in registers (vec path; host: as many as it
-                                                // needs, <= float.py ROW_KEEP)
-layout(constant_id = 5) const int VEC = 0;      // 1: vec4 loads and stores (see above). A constant: as a push
-                                                // constant, llvmpipe ran the value-by-value code beside them
 #define NEG_INF (-uintBitsToFloat(0x7F800000u))
 
 IVEC4_WORDS_INPUT(0, xb)                         // texel.glsl: floats as their bits
@@ -102,7 +98,6 @@ vec4 value4(int base4, int mbase, int j4) { return X4(base4 + j4); }
 float safe_exp(float d) { return d < -87.33654 ? 0.0 : exp_f32(d); }
 vec4 safe_exp4(vec4 d) { return vec4(safe_exp(d.x), safe_exp(d.y), safe_exp(d.z), safe_exp(d.w)); }
 float max4(vec4 v) { return max(max(v.x, v.y), max(v.z, v.w)); }
-float sum4(vec4 v) { return (v.x + v.y) + (v.z + v.w); }
 
 // Block j4 of a row along the last dim (inner = 1; the row starts at word `base`): values
 // 4*j4 .. 4*j4 + 3, -inf past D. vec: one vec4 load; else value by value, so that a row gives

@@ -8,6 +8,13 @@
 // Rows are grid-strided, so any subgroup size covers them all:
 //   for (int r = first_row(); r < R; r += row_stride()) { ... lane(), lanes(), row_sum(v) ... }
 // Every lane of a row's owner must call row_sum/row_max (they synchronise the owner).
+// A row shader's vec4 path (vkq/ops/float.py: _row_dispatch sets both): a lane keeps KEEP vec4s
+// of its row in registers; VEC says the row is whole vec4s (vec4 loads and stores). VEC is a
+// constant, not a push constant: as one, llvmpipe ran the value-by-value code beside the vec4 code.
+layout(constant_id = 4) const int KEEP = 1;     // at most float.py ROW_KEEP
+layout(constant_id = 5) const int VEC = 0;
+
+float sum4(vec4 v) { return (v.x + v.y) + (v.z + v.w); }   // one order on every path
 
 #ifdef ROW_SUBGROUP
 #extension GL_KHR_shader_subgroup_arithmetic : require

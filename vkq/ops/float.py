@@ -326,7 +326,8 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
     no barriers), else a workgroup a row (a power of two <= LOCAL, <= the row length rounded up).
     Rows are grid-strided in the shader, so the workgroup count only has to be <= the limit.
     vec4s: a row's vec4s, for a shader that keeps a lane's share of them in registers
-    (specialization constant 4: that share, at most ROW_KEEP; 5: vec, its vec4 loads and stores)."""
+    (specialization constant 4: that share, at most ROW_KEEP; 5: vec, its vec4 loads and stores;
+    shaders/include/float_workgroup.glsl)."""
     info = ctx.device.info
     sg = int(info.subgroup_size)
     # a row a subgroup needs every lane of it: full subgroups (vkinfo.fixed_subgroups)
@@ -447,8 +448,8 @@ def _group_norm_build(ctx, node):
     rows, d = n * groups, c // groups * hw
     return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b),
                                                     ctx.buffer(node.outputs[0])],
-                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), groups, c // groups, hw,
-                                    ), vec4s=d // 4, vec=hw == 1 and d % 4 == 0)]
+                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), groups, c // groups, hw),
+                          vec4s=d // 4, vec=hw == 1 and d % 4 == 0)]
 
 
 _NO_MASK = (1.0, 0, 0, [1, 1, 1], [0, 0, 0])   # scale, mrank, mj, mshape, mstride
