@@ -106,11 +106,30 @@ def test_opened_device_enables_what_it_offers(device):
 
 @pytest.mark.vulkan
 def test_lavapipe_subgroup_size_follows_vector_width():
-    """tools/test.sh reruns the kernel tests at LP_NATIVE_VECTOR_WIDTH 128 and 512: check the
-    subgroup size really changes (128/256/512 bits -> 4/8/16 lanes of 32 bits)."""
+    """tools/test.sh reruns the kernel tests at the LP_NATIVE_VECTOR_WIDTHs (128/256/512) the
+    other passes did not use: check the subgroup size really changes (128/256/512 bits -> 4/8/16
+    lanes of 32 bits). vkq.device sets the variable on import where the CPU has AVX-512."""
     lp = [d for d in devices() if "llvmpipe" in d.name.lower()]
     if not lp:
         pytest.skip("no lavapipe")
     width = int(os.environ.get("LP_NATIVE_VECTOR_WIDTH", "256"))
+    assert f"{width} bits" in lp[0].name
     assert lp[0].subgroup_size == width // 32
     assert lp[0].shuffle_lanes == width // 32
+
+
+def test_lavapipe_gets_the_cpus_vector_width(monkeypatch):
+    """vkq.device gives lavapipe 512-bit vectors where the CPU has AVX-512 (F, BW, DQ, VL), leaves
+    256 (llvmpipe's own default) elsewhere, and never overrides the user's choice."""
+    import vkq.device as dev
+    avx512 = frozenset(dev.AVX512_FLAGS) | {"avx2", "fma"}
+    for flags, user, want in [(avx512, None, "512"), (avx512 - {"avx512bw"}, None, None),
+                              (frozenset({"avx2", "fma"}), None, None), (avx512, "128", "128"),
+                              (frozenset(), "256", "256")]:
+        monkeypatch.setattr(dev, "_cpu_flags", lambda flags=flags: flags)
+        if user is None:
+            monkeypatch.delenv("LP_NATIVE_VECTOR_WIDTH", raising=False)
+        else:
+            monkeypatch.setenv("LP_NATIVE_VECTOR_WIDTH", user)
+        dev._widen_lavapipe()
+        assert os.environ.get("LP_NATIVE_VECTOR_WIDTH") == want, (sorted(flags), user)

@@ -44,6 +44,38 @@ def _register_known_icds() -> None:
 
 _register_known_icds()
 
+# The x86 feature flags (Linux /proc/cpuinfo names) under which lavapipe is given 512-bit vectors
+AVX512_FLAGS = ("avx512f", "avx512bw", "avx512dq", "avx512vl")
+
+
+def _cpu_flags() -> frozenset:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def _widen_lavapipe() -> None:
+    """Let lavapipe (llvmpipe) use the CPU's whole vector width, unless the user has chosen one
+    (LP_NATIVE_VECTOR_WIDTH). llvmpipe JIT-compiles a shader for one SIMD width and runs one
+    invocation per lane; it caps that width at 256 bits by default, even on a CPU with AVX-512.
+    With 512 bits (16 lanes, subgroup size 16) MobileNetV2's kernels took 0.63-0.71x the GPU
+    time on this project's AVX-512 machine (bench/README.md); torch's own CPU kernels use
+    AVX-512 there too. Only llvmpipe reads the variable, and only at its first device in the
+    process: this runs on import, before any Vulkan call. The kernels' lane sharing follows the
+    subgroup size (tools/test.sh runs them at 4, 8 and 16 lanes)."""
+    if "LP_NATIVE_VECTOR_WIDTH" in os.environ:
+        return
+    if set(AVX512_FLAGS) <= _cpu_flags():
+        os.environ["LP_NATIVE_VECTOR_WIDTH"] = "512"
+
+
+_widen_lavapipe()
+
 
 class DeviceNotFound(LookupError):
     pass
