@@ -15,6 +15,7 @@
 #include "texel.glsl"
 
 layout(constant_id = 3) const int LAYOUT = LAYOUT_4W4C;
+layout(constant_id = 4) const int ROWS = 1;   // GRID: rows an invocation runs down (int8x4.glsl: io_blocks)
 
 #ifdef VEC
 IVEC4_INPUT(0, q)   // texel.glsl
@@ -39,8 +40,8 @@ void main() {
     ivec4 SHAPE = p.shape;
     int blk, stride;
     ivec4 e;                                  // the block's first element (4W4C, 4H4W)
-    const int count = io_blocks(LAYOUT, SHAPE, blk, stride, e);
-    for (int i = 0; i < count; ++i, blk += stride, e.x += 1) {
+    const int count = io_blocks(LAYOUT, SHAPE, ROWS, blk, stride, e);
+    for (int i = 0; i < count; ++i, blk += stride, e = io_next(e, SHAPE)) {
         ivec4 words = LOAD4(q, blk);
         if (LAYOUT == LAYOUT_ROW) {
             int n4 = SHAPE.x * SHAPE.y * SHAPE.z * SHAPE.w / 4;

@@ -12,8 +12,8 @@
 // same with VEC (10.2 ms without it), at the price of a pipeline per shape in a dynamic program.
 // 4W4C takes its blocks along the width (int8x4.glsl: io_blocks): the block order put the 8 lanes
 // of a lavapipe vector in 8 channel planes each: 6.2 -> 4.9 ms on 4 MiB (one interleaved run);
-// GRID reads the blocks off a (width blocks, channel blocks, H) grid, each invocation running
-// over the N images, instead of dividing.
+// GRID reads the blocks off a (width blocks, channel blocks, N*H / ROWS) grid, each invocation
+// running down ROWS rows, instead of dividing; ROWS > 1 on CPU drivers (int8x4.glsl: io_blocks).
 //! variant
 //! variant VEC
 //! variant VEC GRID
@@ -24,6 +24,7 @@
 #include "texel.glsl"
 
 layout(constant_id = 3) const int LAYOUT = LAYOUT_4W4C;
+layout(constant_id = 4) const int ROWS = 1;   // GRID: rows an invocation runs down (int8x4.glsl: io_blocks)
 
 #ifdef VEC
 IVEC4_INPUT(0, x)   // floats as their bits (texel.glsl)
@@ -49,8 +50,8 @@ void main() {
     ivec4 SHAPE = p.shape;
     int blk, stride;
     ivec4 e;                                  // the block's first element (4W4C, 4H4W)
-    const int count = io_blocks(LAYOUT, SHAPE, blk, stride, e);
-    for (int i = 0; i < count; ++i, blk += stride, e.x += 1) {
+    const int count = io_blocks(LAYOUT, SHAPE, ROWS, blk, stride, e);
+    for (int i = 0; i < count; ++i, blk += stride, e = io_next(e, SHAPE)) {
         ivec4 words = ivec4(0);
         if (LAYOUT == LAYOUT_ROW) {               // words 4blk..4blk+3 hold floats 16blk..16blk+15
             int n4 = SHAPE.x * SHAPE.y * SHAPE.z * SHAPE.w / 4;

@@ -56,14 +56,18 @@ def test_dequantize_on_device(loads_device, shape, layout):
     np.testing.assert_array_equal(got[0], dequantize(q, scale, zp))
 
 
-@pytest.mark.parametrize("grid", [True, False])
+@pytest.mark.parametrize("grid,rows", [(True, None), (True, 1), (True, 2), (True, 7), (True, 64), (False, None)])
 @pytest.mark.parametrize("shape", [(3, 9, 5, 12), (2, 5, 3, 8), (1, 6, 7, 4), (1, 3, 2, 40)])
-def test_4w4c_quantize_dequantize_with_and_without_the_grid(loads_device, monkeypatch, shape, grid):
-    """4W4C with W % 4 == 0 runs on a (width blocks, channel blocks, H) grid, each invocation
-    over the N images; where a count does not fit a grid dimension, on the linear index
-    (forced here): the same words either way, padding channels 0."""
+def test_4w4c_quantize_dequantize_with_and_without_the_grid(loads_device, monkeypatch, shape, grid, rows):
+    """4W4C with W % 4 == 0 runs on a (width blocks, channel blocks, N*H / rows) grid, each
+    invocation down `rows` of the (image, row) pairs (the device's choice, or forced here: a
+    last invocation with fewer rows, runs that cross into the next image, more rows than there
+    are); where a count does not fit a grid dimension, on the linear index (forced here): the
+    same words either way, padding channels 0."""
     if not grid:
         monkeypatch.setattr(io_ops, "MAX_GROUPS", 0)
+    if rows is not None:
+        monkeypatch.setattr(io_ops, "io_rows", lambda info, groups, total: min(rows, total))
     scale, zp = 0.05, 3
     x = _float_input(shape, scale, 9)
     t = {"x": spec(shape), "q": spec(shape, "int8", "4W4C", scale, zp), "y": spec(shape)}
@@ -71,9 +75,26 @@ def test_4w4c_quantize_dequantize_with_and_without_the_grid(loads_device, monkey
                        Node("dequantize", ["q"], ["y"], dict(scale=scale, zero_point=zp))], ["x"], ["y"])
     ex = VulkanExecutor(prog, loads_device, host_visible_all=True)
     y = ex(x)
-    assert [("GRID" in st.defines) for seg in ex.segments for st in seg[1].steps] == [grid, grid]
+    steps = [st for seg in ex.segments for st in seg[1].steps]
+    assert [("GRID" in st.defines) for st in steps] == [grid, grid]
+    if rows is not None:
+        n_rows = shape[0] * shape[2]
+        assert [(st.spec[1], st.groups[2]) for st in steps] == [(min(rows, n_rows), -(-n_rows // min(rows, n_rows)))] * 2
     np.testing.assert_array_equal(ex.buffers["q"].read(), pack(quantize(x, scale, zp), "4W4C"))
     np.testing.assert_array_equal(y, dequantize(quantize(x, scale, zp), scale, zp))
+
+
+def test_io_rows_per_device():
+    """GPUs: one row an invocation. CPU drivers: as many rows as keep 8 workgroups a thread,
+    at most MAX_IO_ROWS and the rows there are."""
+    from types import SimpleNamespace
+    gpu, cpu = SimpleNamespace(type="discrete-gpu"), SimpleNamespace(type="cpu")
+    assert io_ops.io_rows(gpu, 64, 128) == 1
+    threads = io_ops.os.cpu_count() or 1
+    want = io_ops.CPU_WORKGROUPS_PER_THREAD * threads
+    assert io_ops.io_rows(cpu, 64, 128) == max(1, min(io_ops.MAX_IO_ROWS, 64 * 128 // want))
+    assert io_ops.io_rows(cpu, 1, 3) == 1
+    assert io_ops.io_rows(cpu, 10 ** 6, 5) == 5
 
 
 @pytest.mark.parametrize("src,dst", [("4W4C", "4H4W"), ("4H4W", "4W4C"), ("4W4C", "4W4C"), ("4W4C", "ROW"),

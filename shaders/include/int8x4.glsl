@@ -75,15 +75,18 @@ ivec4 int8x4_element(int lay, int i, int b, ivec4 shape) {
 
 // The ivec4 blocks that an invocation of a block-per-invocation float <-> int8 kernel
 // (quantize.comp, dequantize.comp: VEC) owns: `count` of them (0 past the end), blk, blk +
-// stride, ..., with first elements e, e + (1, 0, 0, 0), ... (one per image n in GRID, else 1).
+// stride, ..., with first elements e, io_next(e), ... (GRID: one per row, else 1).
 // ROW and 4H4W: block linear_invocation(). 4W4C: consecutive invocations (the SIMD lanes of a
 // CPU driver, a GPU warp's threads) take consecutive width blocks of one channel block, so
 // their float rows are read or written contiguously (the block order, channel blocks fastest,
 // put each lane in another channel plane). GRID: the dispatch is a grid of (width blocks,
-// channel blocks, H) (vkq/ops/io.py) and each invocation runs over the N images, so the block
-// is read off its coordinates; without GRID, off the linear index by divisions by the shape,
-// which a CPU driver runs lane by lane (a fifth of a 4 MiB quantize on lavapipe).
-int io_blocks(int lay, ivec4 shape, out int blk, out int stride, out ivec4 e) {
+// channel blocks, ceil(N*H / rows)) (vkq/ops/io.py) and each invocation runs down `rows`
+// consecutive rows of the N*H (image, row) pairs, so the block is read off its coordinates;
+// without GRID, off the linear index by divisions by the shape, which a CPU driver runs lane by
+// lane (a fifth of a 4 MiB quantize on lavapipe). rows > 1 spreads an invocation's fixed cost
+// (its coordinates, bounds, constants) over several blocks: on lavapipe a 4 MiB quantize took
+// 11.1 ms at 1 row, 4.0 at 16 and 3.9 at 32 (vkq/ops/io.py: io_rows chooses per device).
+int io_blocks(int lay, ivec4 shape, int rows, out int blk, out int stride, out ivec4 e) {
     e = ivec4(0);
     stride = 0;
     if (lay != LAYOUT_4W4C) {
@@ -93,11 +96,11 @@ int io_blocks(int lay, ivec4 shape, out int blk, out int stride, out ivec4 e) {
     }
     const int C4 = up4(shape.y) / 4, W4 = up4(shape.w) / 4;
 #ifdef GRID
-    const int w4 = int(gl_GlobalInvocationID.x), c4 = int(gl_WorkGroupID.y), h = int(gl_WorkGroupID.z);
-    e = ivec4(0, 4 * c4, h, 4 * w4);
-    blk = (h * W4 + w4) * C4 + c4;
-    stride = shape.z * W4 * C4;
-    return w4 < W4 ? shape.x : 0;
+    const int w4 = int(gl_GlobalInvocationID.x), c4 = int(gl_WorkGroupID.y), r = int(gl_WorkGroupID.z) * rows;
+    e = ivec4(r / shape.z, 4 * c4, r % shape.z, 4 * w4);   // r = n*H + h
+    blk = (r * W4 + w4) * C4 + c4;
+    stride = W4 * C4;
+    return w4 < W4 ? min(rows, shape.x * shape.z - r) : 0;
 #else
     const int j = linear_invocation();
     const int w4 = j % W4, c4 = (j / W4) % C4, r = j / (W4 * C4);   // r = n*H + h
@@ -105,6 +108,11 @@ int io_blocks(int lay, ivec4 shape, out int blk, out int stride, out ivec4 e) {
     blk = (r * W4 + w4) * C4 + c4;
     return 4 * j < packed_words(lay, shape) ? 1 : 0;
 #endif
+}
+
+// the first element of io_blocks' next block: one row down, into the next image after the last
+ivec4 io_next(ivec4 e, ivec4 shape) {
+    return e.z + 1 < shape.z ? ivec4(e.x, e.y, e.z + 1, e.w) : ivec4(e.x + 1, e.y, 0, e.w);
 }
 
 bool in_bounds(ivec4 e, ivec4 shape) { return all(lessThan(e, shape)); }
