@@ -67,7 +67,7 @@ def test_4w4c_quantize_dequantize_with_and_without_the_grid(loads_device, monkey
     if not grid:
         monkeypatch.setattr(io_ops, "MAX_GROUPS", 0)
     if rows is not None:
-        monkeypatch.setattr(io_ops, "io_rows", lambda info, groups, total: min(rows, total))
+        monkeypatch.setattr(io_ops, "invocation_rows", lambda info, groups, total: min(rows, total))
     scale, zp = 0.05, 3
     x = _float_input(shape, scale, 9)
     t = {"x": spec(shape), "q": spec(shape, "int8", "4W4C", scale, zp), "y": spec(shape)}
@@ -84,17 +84,18 @@ def test_4w4c_quantize_dequantize_with_and_without_the_grid(loads_device, monkey
     np.testing.assert_array_equal(y, dequantize(quantize(x, scale, zp), scale, zp))
 
 
-def test_io_rows_per_device():
+def test_invocation_rows_per_device():
     """GPUs: one row an invocation. CPU drivers: as many rows as keep 8 workgroups a thread,
-    at most MAX_IO_ROWS and the rows there are."""
+    at most MAX_INVOCATION_ROWS and the rows there are."""
     from types import SimpleNamespace
+
+    from vkq import device as dev
     gpu, cpu = SimpleNamespace(type="discrete-gpu"), SimpleNamespace(type="cpu")
-    assert io_ops.io_rows(gpu, 64, 128) == 1
-    threads = io_ops.os.cpu_count() or 1
-    want = io_ops.CPU_WORKGROUPS_PER_THREAD * threads
-    assert io_ops.io_rows(cpu, 64, 128) == max(1, min(io_ops.MAX_IO_ROWS, 64 * 128 // want))
-    assert io_ops.io_rows(cpu, 1, 3) == 1
-    assert io_ops.io_rows(cpu, 10 ** 6, 5) == 5
+    assert dev.invocation_rows(gpu, 64, 128) == 1
+    want = dev.CPU_WORKGROUPS_PER_THREAD * (dev.os.cpu_count() or 1)
+    assert dev.invocation_rows(cpu, 64, 128) == max(1, min(dev.MAX_INVOCATION_ROWS, 64 * 128 // want))
+    assert dev.invocation_rows(cpu, 1, 3) == 1
+    assert dev.invocation_rows(cpu, 10 ** 6, 5) == 5
 
 
 @pytest.mark.parametrize("src,dst", [("4W4C", "4H4W"), ("4H4W", "4W4C"), ("4W4C", "4W4C"), ("4W4C", "ROW"),

@@ -85,7 +85,7 @@ ivec4 int8x4_element(int lay, int i, int b, ivec4 shape) {
 // without GRID, off the linear index by divisions by the shape, which a CPU driver runs lane by
 // lane (a fifth of a 4 MiB quantize on lavapipe). rows > 1 spreads an invocation's fixed cost
 // (its coordinates, bounds, constants) over several blocks: on lavapipe a 4 MiB quantize took
-// 11.1 ms at 1 row, 4.0 at 16 and 3.9 at 32 (vkq/ops/io.py: io_rows chooses per device).
+// 11.1 ms at 1 row, 4.0 at 16 and 3.9 at 32 (vkq/device.py: invocation_rows chooses per device).
 int io_blocks(int lay, ivec4 shape, int rows, out int blk, out int stride, out ivec4 e) {
     e = ivec4(0);
     stride = 0;

@@ -2,12 +2,10 @@
 vkq.ops.shape)."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from .. import packing
-from ..device import MAX_GROUPS, grid_1d
+from ..device import MAX_GROUPS, grid_1d, invocation_rows
 from ..quant import INT8_MAX, INT8_MIN, dequantize, inverse_scale, quantize
 from ..registry import register_op
 
@@ -19,29 +17,12 @@ def _nchw(spec):
     return packing.shader_nchw(spec.shape, spec.layout)
 
 
-def io_rows(info, other_groups: int, rows: int) -> int:
-    """Rows each invocation of a GRID dispatch runs down (int8x4.glsl: io_blocks), given the
-    workgroups of one row (`other_groups`) and the rows to cover. GPUs: 1, the most invocations.
-    CPU drivers run an invocation's fixed cost (coordinates, bounds, constants) once per
-    SIMD-vector of lanes, so fewer, longer invocations win while every thread keeps several
-    workgroups (CPU_WORKGROUPS_PER_THREAD): lavapipe, 4 MiB quantize, 11.1 ms at 1 row, 4.0 at
-    16, 3.9 at 32, ~flat beyond; MAX_IO_ROWS caps the work of one invocation."""
-    if info.type != "cpu":
-        return 1
-    want = CPU_WORKGROUPS_PER_THREAD * (os.cpu_count() or 1)
-    return max(1, min(MAX_IO_ROWS, rows, other_groups * rows // want))
-
-
-CPU_WORKGROUPS_PER_THREAD = 8
-MAX_IO_ROWS = 32
-
-
 def _io_dispatch(ctx, shader, buffers, spec, push):
     """One quantize/dequantize dispatch. VEC (an ivec4 block an invocation, float vec4s) where
     every vec4 of the float side lies within one row:
     W % 4 == 0 for the blocked layouts, numel % 4 == 0 for ROW. A 4W4C VEC dispatch is a GRID
     of (width blocks, channel blocks, N*H / rows), each invocation running down `rows` of the
-    (image, row) pairs (io_rows), which gives it its blocks without a division (int8x4.glsl:
+    (image, row) pairs (device.invocation_rows), which gives it its blocks without a division (int8x4.glsl:
     io_blocks), where those counts fit a grid's dimensions."""
     n, c, h, w = _nchw(spec)
     vec = (n * c * h * w if spec.layout == "ROW" else w) % 4 == 0
@@ -53,7 +34,7 @@ def _io_dispatch(ctx, shader, buffers, spec, push):
         # a power of two >= the width blocks, at least 8 and a whole subgroup (a GPU warp is never split)
         local = min(LOCAL, max(1 << max(3, (w4 - 1).bit_length()), ctx.device.info.subgroup_size))
         gx = -(-w4 // local)
-        rows = max(io_rows(ctx.device.info, gx * c4, n * h), -(-n * h // MAX_GROUPS))   # z within the limit
+        rows = max(invocation_rows(ctx.device.info, gx * c4, n * h), -(-n * h // MAX_GROUPS))   # z within the limit
         defines, groups = ["VEC", "GRID"], (gx, c4, -(-n * h // rows))
     return ctx.device.dispatch(shader, buffers, groups, local=(local,), spec=(LAYOUT_IDS[spec.layout], rows),
                                push=((n, c, h, w), *push), defines=defines)
