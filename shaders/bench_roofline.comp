@@ -1,5 +1,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #if defined(DOT4_I8)
 #extension GL_EXT_spirv_intrinsics : require
 // OpSDotAccSat (4453), packed 4x8 format (0); capabilities DotProduct (6019),
@@ -8,16 +9,25 @@ spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [
 int sdot4x8_acc_sat(int a, int b, int acc, spirv_literal int packed_format);
 #endif
 // Synthetic shaders that measure what a device can do at all (vkq/bench/roofline.py):
-//   FMA_F32: ITERS x 8 independent vec4 multiply-adds per invocation (2 flops per lane)
+//   FMA_F32: ITERS x NACC independent vec4 multiply-adds per invocation (2 flops per lane), the
+//            accumulators an unrolled array; vkq/bench/roofline.py takes the best NACC (which
+//            wins depends on the registers). Written as 8 named variables, lavapipe ran this at
+//            half the rate (118 against 214 GOP/s, the same outputs): a roof kernels beat.
 //   MAD_I32: the same with ivec4 multiply + add (2 ops per lane)
 //   DOT4_I8: the same with a 4 x int8 dot product + saturating accumulate per lane (8 ops);
 //            each accumulator is also one of its own dot product's operands, so that no
 //            compiler can hoist the dot product out of the loop
 //   COPY:    ITERS ivec4 loads and stores per invocation, grid-strided (bandwidth); with TEXEL
 //            the loads are texel fetches, the path the kernels take on such a device (texel.glsl)
-//! variant FMA_F32
-//! variant MAD_I32
-//! variant DOT4_I8
+//! variant FMA_F32 NACC=4
+//! variant MAD_I32 NACC=4
+//! variant DOT4_I8 NACC=4
+//! variant FMA_F32 NACC=8
+//! variant MAD_I32 NACC=8
+//! variant DOT4_I8 NACC=8
+//! variant FMA_F32 NACC=16
+//! variant MAD_I32 NACC=16
+//! variant DOT4_I8 NACC=16
 //! variant COPY
 //! variant COPY TEXEL
 #include "common.glsl"
@@ -31,6 +41,9 @@ ivec4 dot4_acc(ivec4 a, ivec4 b) {
 #endif
 
 layout(constant_id = 3) const int ITERS = 256;
+#ifndef NACC
+#define NACC 8     // independent vec4 accumulators an invocation (the variants set it)
+#endif
 #if defined(COPY)
 IVEC4_INPUT(0, src)
 #else
@@ -54,18 +67,18 @@ void main() {
 #define T ivec4
     T m = src[i] | 1, c = T(7);
 #endif
-    T a0 = T(i), a1 = a0 + T(1), a2 = a0 + T(2), a3 = a0 + T(3);
-    T a4 = a0 + T(4), a5 = a0 + T(5), a6 = a0 + T(6), a7 = a0 + T(7);
+    T a[NACC];
+    [[unroll]] for (int j = 0; j < NACC; ++j) a[j] = T(i + j);
     for (int k = 0; k < ITERS; ++k) {
+        [[unroll]] for (int j = 0; j < NACC; ++j)
 #if defined(DOT4_I8)
-        a0 = dot4_acc(a0, m); a1 = dot4_acc(a1, m); a2 = dot4_acc(a2, m); a3 = dot4_acc(a3, m);
-        a4 = dot4_acc(a4, m); a5 = dot4_acc(a5, m); a6 = dot4_acc(a6, m); a7 = dot4_acc(a7, m);
+            a[j] = dot4_acc(a[j], m);
 #else
-        a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c;
-        a4 = a4 * m + c; a5 = a5 * m + c; a6 = a6 * m + c; a7 = a7 * m + c;
+            a[j] = a[j] * m + c;
 #endif
     }
-    T s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+    T s = a[0];
+    [[unroll]] for (int j = 1; j < NACC; ++j) s += a[j];
 #if defined(FMA_F32)
     dst[i] = floatBitsToInt(s);
 #else

@@ -37,6 +37,9 @@ def test_quick_run(device, tmp_path, capfd):
     roof_rows = {r["name"]: r for r in records if r["suite"] == "roofline"}
     assert {"fp32_gflops", "int32_gops", "copy_gbps", "dispatch_ms", "round_trip_ms", "chain_dispatch_ms"} <= set(roof_rows)
     assert roof_rows["copy_gbps"]["texel_variant"] is device.texel_loads   # the kernels' own loads
+    from vkq.bench.roofline import ACCUMULATORS
+    for k in ("fp32_gflops", "int32_gops"):   # the best of the accumulator counts is the roof
+        assert roof_rows[k]["accumulators"] in ACCUMULATORS and f"x{roof_rows[k]['accumulators']}x" in roof_rows[k]["shape"]
     chain = roof_rows["chain_dispatch_ms"]["median_ms"]
     for r in records:      # a model call's dispatches at that cost each
         if r["suite"] == "models" and r["backend"] == "vulkan":

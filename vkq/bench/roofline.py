@@ -64,6 +64,13 @@ def judge(roof: dict, ops: float, nbytes: float, gops: float, compute: str) -> d
             "roofline": compute, "bytes_moved": int(nbytes)}
 
 
+# vec4 accumulators an invocation of the compute roofs (shaders/bench_roofline.comp: NACC): the
+# best is the roof. Before, 8 accumulators as 8 named variables ran at half the rate of the same
+# work as an unrolled array on lavapipe (int32 118 against 214 GOP/s, the same outputs), so
+# every kernel's fraction of the compute roof read about twice what it was.
+ACCUMULATORS = (4, 8, 16)
+
+
 class RoofProbe:
     """The roofline shaders, built once, to sample a roof again at any moment of the run:
     {key: (device, dispatch, amount)} with roof = amount / best time in ns (GOP/s or GB/s)."""
@@ -112,16 +119,21 @@ def measure(device: Device, quick: bool = False, dot_device: Device | None = Non
         local = min(64, dev.info.max_workgroup_invocations)
         src = dev.buffer(np.random.default_rng(0).integers(1, 100, n * 4).astype(np.int32))
         dst = dev.buffer(size=n * 4, host_visible=False)
-        d = dev.dispatch("bench_roofline", [src, dst], grid_1d(n, local), local=(local,), spec=(iters,),
-                         push=(n,), defines={define: 1})
-        ops = n * 4 * 8 * iters * ops_each     # n invocations x 8 accumulators of 4 lanes x iters
-        times = gpu_times(dev, [d], repeats)
+        best = None
+        for nacc in ACCUMULATORS:     # the best of them is the roof (which wins depends on the registers)
+            d = dev.dispatch("bench_roofline", [src, dst], grid_1d(n, local), local=(local,), spec=(iters,),
+                             push=(n,), defines={define: 1, "NACC": nacc})
+            ops = n * 4 * nacc * iters * ops_each     # n invocations x nacc accumulators of 4 lanes x iters
+            times = gpu_times(dev, [d], repeats)
+            if best is None or ops / min(times) > best[0]:
+                best = ops / min(times), nacc, d, ops, times
+        out[key], nacc, d, ops, times = best
         med, p90 = stats_ms(times)
-        out[key] = ops / min(times)
         probe.add(key, dev, d, ops)
-        records.append(Record("roofline", key, f"{n}x4x8x{iters}", dtype, "vulkan", name, med, p90, out[key],
+        records.append(Record("roofline", key, f"{n}x4x{nacc}x{iters}", dtype, "vulkan", name, med, p90, out[key],
                               roofline_fraction=1.0,
-                              extra={"timing": "gpu", "min_ms": min(times) / 1e6, "gops_from": "best of repeats"}))
+                              extra={"timing": "gpu", "min_ms": min(times) / 1e6, "gops_from": "best of repeats",
+                                     "accumulators": nacc}))
     local = min(64, device.info.max_workgroup_invocations)
     words = (1 << 18) if quick else (1 << 22)   # ivec4s: 4 MiB / 64 MiB
     a = device.buffer(size=words * 4, host_visible=False)
