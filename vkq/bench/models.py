@@ -19,7 +19,7 @@ import numpy as np
 from ..device import Device
 from . import ncnn_peer
 from .records import Record, Settings, note, wall_record
-from .timing import cpu_name, gpu_times, progress, quiet, stats_ms, torch_threads, wall_times
+from .timing import cpu_name, gpu_times, paired_wall_times, progress, quiet, stats_ms, torch_threads
 
 
 @dataclass
@@ -239,7 +239,7 @@ def _vkq_model(s, case, model, calib, shape, ops, want) -> Record:
         got = prog(xn)
         build_s = time.perf_counter() - t0
     rec = wall_record(s, "models", case.name, shape, "int8", "vulkan", s.name, lambda: prog(xn), ops)
-    rec.extra.update(per_call(s, prog, rec.median_ms))
+    rec.extra.update(per_call(s, prog, lambda: prog(xn)))
     with tempfile.TemporaryDirectory() as tmp:
         vkq_bytes = prog.save(Path(tmp) / "model.vkq").stat().st_size
         torch.save(model.state_dict(), Path(tmp) / "model.pt")
@@ -268,13 +268,16 @@ def barrier_count(recs) -> int | None:
     return sum(c if isinstance(c, int) else len(c) for c in counts)
 
 
-def per_call(s: Settings, prog, call_ms: float) -> dict:
-    """One call of a compiled program taken apart, measured from the outside:
+def per_call(s: Settings, prog, call) -> dict:
+    """One call (call(): the program on its input) taken apart, measured from the outside:
     gpu_ms     the sum of its dispatches' GPU times (its sequences' dispatches re-recorded in
                one sequence with timestamps; median of repeats)
     eval_ms    wall time of evaluating its recorded sequences alone (submit, dispatches,
                transfers, wait), as the call does; median of repeats
-    host_ms    call_ms - eval_ms: Python, packing the input, unpacking the output, CPU ops
+    host_ms    the median of (call - eval) over pairs of a call and an evaluation run back to
+               back: Python, packing the input, unpacking the output, CPU ops. (Taken as the
+               difference of two medians measured one after the other it swung by several ms
+               with the machine's phase, e.g. 7.5 ms for MobileNetV2 where pairs give ~0.3.)
     dispatch_cost_ms  dispatches x the roofline's chain_dispatch_ms: what the call pays for its
                number of dispatches beyond their work (in eval_ms; fusion is what lowers it)
     plus the counts of sequences, dispatches and (where vkq.device says) barriers."""
@@ -285,8 +288,10 @@ def per_call(s: Settings, prog, call_ms: float) -> dict:
     def evaluate():
         for r in recs:
             r.run()
-    eval_ms = stats_ms(wall_times(evaluate, s.repeats, s.warmup, s.budget_s))[0]
-    return {"gpu_ms": gpu_ms, "eval_ms": eval_ms, "host_ms": max(0.0, call_ms - eval_ms),
+    calls, evals = paired_wall_times(call, evaluate, s.repeats, s.warmup, s.budget_s)
+    eval_ms = stats_ms(evals)[0]
+    host_ms = max(0.0, float(np.median(np.subtract(calls, evals))) / 1e6)
+    return {"gpu_ms": gpu_ms, "eval_ms": eval_ms, "host_ms": host_ms,
             "sequences": len(recs), "dispatches": len(steps), "barriers": barrier_count(recs),
             "dispatch_cost_ms": len(steps) * s.roof.get("chain_dispatch_ms", 0.0)}
 

@@ -63,6 +63,20 @@ def wall_times(fn, repeats: int = 10, warmup: int = 2, budget_s: float | None = 
     return out
 
 
+def paired_wall_times(fn_a, fn_b, repeats: int = 10, warmup: int = 2, budget_s: float | None = None):
+    """Wall-clock times (ns) of fn_a() and fn_b() run alternately, pair by pair: their
+    difference is then taken within one phase of the machine (on a shared machine the speed
+    drifts between two measurements taken one after the other)."""
+    pair = lambda: (wall_times(fn_a, 1, 0)[0], wall_times(fn_b, 1, 0)[0])
+    last = 0.0
+    for i in range(max(1, warmup)):
+        if i and not _warm(last, budget_s):
+            break
+        last = sum(pair())
+    a, b = zip(*[pair() for _ in range(fit_repeats(last, repeats, budget_s))])
+    return list(a), list(b)
+
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
