@@ -44,6 +44,10 @@ def test_quick_run(device, tmp_path, capfd):
     for r in records:      # a model call's dispatches at that cost each
         if r["suite"] == "models" and r["backend"] == "vulkan":
             assert r["dispatch_cost_ms"] == pytest.approx(r["dispatches"] * chain, rel=1e-9) and r["dispatches"] > 0, r
+    # vkq and torch fp32, the target's pair, timed call for call
+    pairs = [(r["backend"], r.get("paired_with")) for r in records if r["suite"] == "models" and r["dtype"] in ("fp32", "int8")
+             and r["backend"] in ("vulkan", "torch-cpu")]
+    assert ("vulkan", "torch-cpu fp32") in pairs and ("torch-cpu", "vulkan") in pairs, pairs
     assert all(roof_rows[k]["device"] == device.info.name for k in roof_rows)
     roof = {k: r["gops"] for k, r in roof_rows.items()}
 

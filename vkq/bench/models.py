@@ -1,6 +1,9 @@
 """The model suite: whole networks end to end, wall clock per call (in-process, after warm-up)
 and device memory — vkq int8 on Vulkan beside torch fp32 and int8 (FX, x86) on the CPU and the
-same float model in ncnn fp32 on the same Vulkan device and on the CPU.
+same float model in ncnn fp32 on the same Vulkan device and on the CPU. vkq and torch fp32 (the
+target's pair) are timed call for call, alternately (`paired_with` in their records): on a
+shared machine whose speed drifts by 2x within minutes, two blocks of repeats taken one after
+the other compared two phases as often as two programs.
 
 For vkq, one call is also taken apart (per_call): the GPU time (the sum of the dispatches'
 timestamps, the recorded sequences' dispatches re-recorded with timestamps), the wall time of
@@ -18,7 +21,7 @@ import numpy as np
 
 from ..device import Device
 from . import ncnn_peer
-from .records import Record, Settings, note, wall_record
+from .records import Record, Settings, note, times_record, wall_record
 from .timing import cpu_name, gpu_times, paired_wall_times, progress, quiet, stats_ms, torch_threads
 
 
@@ -207,8 +210,15 @@ def bench_model(s: Settings, case: ModelCase) -> list[Record]:
     cpu = cpu_name()
     with torch.inference_mode():
         want = model(x).numpy()
-        out = [wall_record(s, "models", case.name, shape, "fp32", "torch-cpu", cpu, lambda: model(x), ops)]
-    out.append(_vkq_model(s, case, model, calib, shape, ops, want))
+
+    def fp32_call():
+        with torch.inference_mode():
+            model(x)
+    # torch fp32 and vkq are timed call for call, alternately (the ratio the target reads is
+    # then taken within each phase of a machine whose speed drifts; _vkq_model)
+    rec, fp32_times = _vkq_model(s, case, model, calib, shape, ops, want, fp32_call)
+    out = [times_record("models", case.name, shape, "fp32", "torch-cpu", cpu, fp32_times, ops,
+                        {"timing": "wall", "paired_with": "vulkan"}), rec]
     out += _torch_int8_model(s, case, model, calib, shape, ops, want, cpu)
     if case.ncnn:
         out += _ncnn_model(s, case, model, x, shape, ops, want, cpu)
@@ -218,10 +228,11 @@ def bench_model(s: Settings, case: ModelCase) -> list[Record]:
 _COMPILED: dict = {}   # model case name -> (Program, fallback, compile seconds), for this process
 
 
-def _vkq_model(s, case, model, calib, shape, ops, want) -> Record:
+def _vkq_model(s, case, model, calib, shape, ops, want, peer) -> tuple[Record, list]:
     """vkq int8 on Vulkan: quantize (PT2E) with the calibration inputs, compile, run per call
-    (upload, every dispatch, download). Memory: every device buffer the program holds, its
-    arena, and the saved .vkq against the fp32 state dict. Then one call taken apart (per_call)."""
+    (upload, every dispatch, download), timed alternately with peer() (torch fp32: its times
+    are returned with the record). Memory: every device buffer the program holds, its arena,
+    and the saved .vkq against the fp32 state dict. Then one call taken apart (per_call)."""
     import torch
 
     from ..api import compile as vkq_compile, quantize
@@ -238,7 +249,9 @@ def _vkq_model(s, case, model, calib, shape, ops, want) -> Record:
         t0 = time.perf_counter()
         got = prog(xn)
         build_s = time.perf_counter() - t0
-    rec = wall_record(s, "models", case.name, shape, "int8", "vulkan", s.name, lambda: prog(xn), ops)
+    calls, peer_times = paired_wall_times(lambda: prog(xn), peer, s.repeats, s.warmup, s.budget_s)
+    rec = times_record("models", case.name, shape, "int8", "vulkan", s.name, calls, ops,
+                       {"timing": "wall", "paired_with": "torch-cpu fp32"})
     rec.extra.update(per_call(s, prog, lambda: prog(xn)))
     with tempfile.TemporaryDirectory() as tmp:
         vkq_bytes = prog.save(Path(tmp) / "model.vkq").stat().st_size
@@ -251,7 +264,7 @@ def _vkq_model(s, case, model, calib, shape, ops, want) -> Record:
         "device_bytes": tally.nbytes, "arena_bytes": mem["arena_bytes"],
         "constant_bytes": int(sum(np.asarray(v).nbytes for v in program.constants.values())),
         "vkq_file_bytes": vkq_bytes, "fp32_state_dict_bytes": pt_bytes, "weights_ratio": vkq_bytes / pt_bytes})
-    return rec
+    return rec, list(peer_times)
 
 
 def recordings(prog) -> list:

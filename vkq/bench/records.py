@@ -92,7 +92,13 @@ def gpu_record(s: Settings, suite, name, shape, dtype, steps, ops, nbytes, compu
 def wall_record(s: Settings, suite, name, shape, dtype, backend, device, fn, ops, extra=None, nbytes=None) -> Record:
     """Time fn() by the wall clock; with nbytes, its intensity and GB/s too (no roof: the CPU
     peers run on another device than the roofline's)."""
-    times = wall_times(fn, s.repeats, s.warmup, s.budget_s)
+    return times_record(suite, name, shape, dtype, backend, device, wall_times(fn, s.repeats, s.warmup, s.budget_s),
+                        ops, extra, nbytes)
+
+
+def times_record(suite, name, shape, dtype, backend, device, times, ops, extra=None, nbytes=None) -> Record:
+    """The wall-clock record of per-call times (ns) measured elsewhere (wall_record,
+    timing.paired_wall_times)."""
     med, p90 = stats_ms(times)
     extra = {"timing": "wall", "min_ms": min(times) / 1e6, **(extra or {})}
     rec = Record(suite, name, shape, dtype, backend, device, med, p90, ops / (med * 1e6) if ops else None,
