@@ -218,7 +218,7 @@ def bench_model(s: Settings, case: ModelCase) -> list[Record]:
     # then taken within each phase of a machine whose speed drifts; _vkq_model)
     rec, fp32_times = _vkq_model(s, case, model, calib, shape, ops, want, fp32_call)
     out = [times_record("models", case.name, shape, "fp32", "torch-cpu", cpu, fp32_times, ops,
-                        {"timing": "wall", "paired_with": "vulkan"}), rec]
+                        {"paired_with": "vulkan"}), rec]
     out += _torch_int8_model(s, case, model, calib, shape, ops, want, cpu)
     if case.ncnn:
         out += _ncnn_model(s, case, model, x, shape, ops, want, cpu)
@@ -251,7 +251,7 @@ def _vkq_model(s, case, model, calib, shape, ops, want, peer) -> tuple[Record, l
         build_s = time.perf_counter() - t0
     calls, peer_times = paired_wall_times(lambda: prog(xn), peer, s.repeats, s.warmup, s.budget_s)
     rec = times_record("models", case.name, shape, "int8", "vulkan", s.name, calls, ops,
-                       {"timing": "wall", "paired_with": "torch-cpu fp32"})
+                       {"paired_with": "torch-cpu fp32"})
     rec.extra.update(per_call(s, prog, lambda: prog(xn)))
     with tempfile.TemporaryDirectory() as tmp:
         vkq_bytes = prog.save(Path(tmp) / "model.vkq").stat().st_size

@@ -46,28 +46,27 @@ def gpu_times(device: Device, steps, repeats: int = 10, warmup: int = 2, budget_
     return out
 
 
+def _wall_ns(fn) -> int:
+    t0 = time.perf_counter_ns()
+    fn()
+    return time.perf_counter_ns() - t0
+
+
 def wall_times(fn, repeats: int = 10, warmup: int = 2, budget_s: float | None = None) -> list[float]:
     """Per-call wall-clock time (ns) of fn(); budget_s caps the repeats as in gpu_times."""
     last = 0.0
     for i in range(max(1, warmup)):
         if i and not _warm(last, budget_s):
             break
-        t0 = time.perf_counter_ns()
-        fn()
-        last = time.perf_counter_ns() - t0
-    out = []
-    for _ in range(fit_repeats(last, repeats, budget_s)):
-        t0 = time.perf_counter_ns()
-        fn()
-        out.append(time.perf_counter_ns() - t0)
-    return out
+        last = _wall_ns(fn)
+    return [_wall_ns(fn) for _ in range(fit_repeats(last, repeats, budget_s))]
 
 
 def paired_wall_times(fn_a, fn_b, repeats: int = 10, warmup: int = 2, budget_s: float | None = None):
     """Wall-clock times (ns) of fn_a() and fn_b() run alternately, pair by pair: their
     difference is then taken within one phase of the machine (on a shared machine the speed
     drifts between two measurements taken one after the other)."""
-    pair = lambda: (wall_times(fn_a, 1, 0)[0], wall_times(fn_b, 1, 0)[0])
+    pair = lambda: (_wall_ns(fn_a), _wall_ns(fn_b))
     last = 0.0
     for i in range(max(1, warmup)):
         if i and not _warm(last, budget_s):
