@@ -371,6 +371,39 @@ REAL_SHAPES = {
 }
 
 
+def test_workgroup_sizes_follow_the_cpu_threads(monkeypatch):
+    """CPU drivers: of the workgroup sizes that even out the threads (within 1/16), the largest
+    leaving each thread CPU_WORKGROUPS_PER_THREAD (8) workgroups, else the smallest; GPUs:
+    halved only below MIN_WORKGROUPS workgroups."""
+    from types import SimpleNamespace
+    cpu, gpu = SimpleNamespace(type="cpu"), SimpleNamespace(type="discrete-gpu")
+    monkeypatch.setenv("LP_NUM_THREADS", "2")
+    assert conv._local_size(cpu, 64, 16, 784) == 32        # 13 / 25 / 49 groups: busiest 448 / 416 / 400
+    assert conv._local_size(cpu, 64, 16, 64 * 74) == 64    # 37 rounds of 64 vs 147 of 16: within 1/16
+    assert conv._local_size(cpu, 64, 16, 128) == 16        # 2, 4 or 8 groups, all too few: the most
+    assert conv._local_size(cpu, 64, 64, 784) == 64        # 64-lane subgroups: no smaller size
+    monkeypatch.setenv("LP_NUM_THREADS", "1")
+    assert conv._local_size(cpu, 64, 16, 784) == 64        # one thread: nothing to even out
+    monkeypatch.setenv("LP_NUM_THREADS", "16")
+    assert conv._local_size(cpu, 64, 16, 784) == 16        # 13, 25, 49 groups on 16 threads: 1 to 4 rounds
+    assert conv._local_size(gpu, 64, 16, 784) == 64 and conv._local_size(gpu, 64, 16, 300) == 32
+
+
+@pytest.mark.parametrize("threads", [1, 3, 16])
+@pytest.mark.parametrize("case", [(1, 40, 7, 9, 150, 1, 1, 0, 1), (1, 36, 13, 11, 36, 3, 2, 1, 36),
+                                  (1, 24, 9, 7, 40, 3, 1, 1, 1)], ids=["pointwise", "depthwise", "general"])
+def test_conv_exact_at_any_thread_count(device, threads, case, monkeypatch):
+    """The tiles and workgroup sizes a CPU driver gets follow its thread count (_local_size,
+    _pointwise_tiles); every choice stays exact."""
+    monkeypatch.setenv("LP_NUM_THREADS", str(threads))
+    n, c, h, w, oc, k, stride, padding, groups = case
+    rng = np.random.default_rng(threads)
+    x, wt, b = random_case(rng, n, c, h, w, oc, k, groups, 3)
+    m, s = spread_multipliers(rng, wt)
+    prog, _ = conv_program(x.shape, wt, b, m, s, stride=stride, padding=padding, groups=groups, x_zp=3)
+    assert_spread(run_exact(device, prog, x))
+
+
 @pytest.mark.parametrize("name", list(REAL_SHAPES))
 def test_conv_real_shapes(dev, name):
     n, c, h, w, oc, k, stride, padding, groups = REAL_SHAPES[name]

@@ -133,3 +133,16 @@ def test_lavapipe_gets_the_cpus_vector_width(monkeypatch):
             monkeypatch.setenv("LP_NATIVE_VECTOR_WIDTH", user)
         dev._widen_lavapipe()
         assert os.environ.get("LP_NATIVE_VECTOR_WIDTH") == want, (sorted(flags), user)
+
+
+def test_cpu_threads_and_rounds(monkeypatch):
+    """A CPU driver's threads: LP_NUM_THREADS where set (an unusable value is ignored), else
+    the CPUs this process may run on; the busiest thread runs ceil(workgroups / threads)."""
+    import vkq.device as dev
+    monkeypatch.delenv("LP_NUM_THREADS", raising=False)
+    assert dev.cpu_threads() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("LP_NUM_THREADS", "junk")
+    assert dev.cpu_threads() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("LP_NUM_THREADS", "3")
+    assert dev.cpu_threads() == 3
+    assert [dev.cpu_rounds(n) for n in (1, 3, 4, 6, 7)] == [1, 1, 2, 2, 3]

@@ -92,7 +92,7 @@ def test_invocation_rows_per_device():
     from vkq import device as dev
     gpu, cpu = SimpleNamespace(type="discrete-gpu"), SimpleNamespace(type="cpu")
     assert dev.invocation_rows(gpu, 64, 128) == 1
-    want = dev.CPU_WORKGROUPS_PER_THREAD * (dev.os.cpu_count() or 1)
+    want = dev.CPU_WORKGROUPS_PER_THREAD * dev.cpu_threads()
     assert dev.invocation_rows(cpu, 64, 128) == max(1, min(dev.MAX_INVOCATION_ROWS, 64 * 128 // want))
     assert dev.invocation_rows(cpu, 1, 3) == 1
     assert dev.invocation_rows(cpu, 10 ** 6, 5) == 5

@@ -210,19 +210,39 @@ CPU_WORKGROUPS_PER_THREAD = 8   # invocation_rows keeps this many workgroups a C
 MAX_INVOCATION_ROWS = 32
 
 
+def cpu_threads() -> int:
+    """Threads a CPU driver runs a dispatch's workgroups on: lavapipe's LP_NUM_THREADS where set,
+    else one per CPU this process may use (lavapipe and SwiftShader size their pools so)."""
+    try:
+        return max(1, int(os.environ["LP_NUM_THREADS"]))
+    except (KeyError, ValueError):
+        pass
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def cpu_rounds(workgroups: int) -> int:
+    """Workgroups the busiest thread of a CPU driver runs: the threads take a dispatch's
+    workgroups one at a time, so its time is this many workgroups, not workgroups / threads
+    (5 on 2 threads take as long as 6)."""
+    return -(-workgroups // cpu_threads())
+
+
 def invocation_rows(info: DeviceInfo, groups_per_row: int, rows: int) -> int:
     """Rows (of blocks) each invocation of a grid-shaped dispatch runs down, given the
     workgroups that cover one row and the rows to cover (quantize/dequantize: int8x4.glsl
     io_blocks). GPUs: 1, the most invocations. A CPU driver runs an
     invocation's fixed cost (its coordinates, bounds, constants) once per SIMD vector of lanes,
     so fewer, longer invocations win while every thread keeps CPU_WORKGROUPS_PER_THREAD
-    workgroups (lavapipe runs in this process: os.cpu_count() threads). lavapipe, 4 MiB
+    workgroups (cpu_threads). lavapipe, 4 MiB
     quantize: 11.1 ms at 1 row, 4.0 at 16, 3.9 at 32, flat beyond (MAX_INVOCATION_ROWS). Not
     taken by repack_blocks.comp (4 ivec4s in and out an invocation): a grid with 1 or 32 row
     blocks an invocation was within noise of its linear index on 4 MiB."""
     if info.type != "cpu":
         return 1
-    want = CPU_WORKGROUPS_PER_THREAD * (os.cpu_count() or 1)
+    want = CPU_WORKGROUPS_PER_THREAD * cpu_threads()
     return max(1, min(MAX_INVOCATION_ROWS, rows, groups_per_row * rows // want))
 
 

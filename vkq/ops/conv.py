@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import packing
-from ..device import grid_1d
+from ..device import CPU_WORKGROUPS_PER_THREAD, cpu_rounds, cpu_threads, grid_1d
 from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requant_clamp_frac,
                      requant_clamp_params, requant_tie_free, requantize, shift_word, split_bias)
 from ..registry import register_op
@@ -297,19 +297,39 @@ def _lane_group(device) -> tuple[int, dict, int]:
     return min(sg, 8), {}, local
 
 
-MIN_WORKGROUPS = 8    # CPU drivers run a workgroup per thread: a few per thread keep the threads even
+MIN_WORKGROUPS = 8         # GPUs: at least this many workgroups where the workgroup size allows
 
 
-def _local_size(local: int, subgroup: int, invocations: int) -> int:
-    """The workgroup size for a dispatch of `invocations`: `local` (a multiple of the subgroup
-    size), halved while that leaves fewer than MIN_WORKGROUPS workgroups and stays a multiple of
-    the subgroup size and >= 8. Small dispatches (7x7 and 14x14 maps) then spread over all
-    threads: lavapipe, pointwise 960->320 @7 and 576->96 @14, 64 -> 32 invocations: 15-20% less
-    CPU time (one run); GPUs lose nothing at these sizes."""
-    while local // 2 >= max(subgroup, 8) and (local // 2) % max(subgroup, 1) == 0 \
-            and cdiv(invocations, local) < MIN_WORKGROUPS:
-        local //= 2
-    return local
+def _local_sizes(local: int, subgroup: int) -> list[int]:
+    """`local` and its halvings that stay a multiple of the subgroup size and >= 8, largest first."""
+    sizes = [local]
+    while sizes[-1] // 2 >= max(subgroup, 8) and (sizes[-1] // 2) % max(subgroup, 1) == 0:
+        sizes.append(sizes[-1] // 2)
+    return sizes
+
+
+def _cpu_busiest(invocations: int, size: int) -> int:
+    """Invocations the busiest thread of a CPU driver runs in a dispatch of workgroups of `size`."""
+    return cpu_rounds(cdiv(invocations, size)) * size
+
+
+def _local_size(info, local: int, subgroup: int, invocations: int) -> int:
+    """The workgroup size for a dispatch of `invocations` (see _local_sizes).
+    CPU drivers: the threads take workgroups one at a time, so 5 workgroups on 2 threads cost 3.
+    Of the sizes whose busiest thread runs within 1/16 of the fewest invocations, the largest
+    that leaves every thread CPU_WORKGROUPS_PER_THREAD workgroups, else the smallest: each
+    workgroup costs something (lavapipe, 2 threads, 112x112 pointwise: 74 -> 294 workgroups,
+    1.08x), but with few a thread that starts late holds up the whole dispatch (7x7 layers: 8
+    -> 4 workgroups 1.2x, 4 -> 2 1.1x). With _pointwise_tiles, MobileNetV2's pointwise layers
+    at 14x14 and 7x7 went 0.75-0.85x. GPUs: halved while that leaves fewer than MIN_WORKGROUPS
+    workgroups (small 7x7 and 14x14 maps then spread over more cores)."""
+    sizes = _local_sizes(local, subgroup)
+    if info.type != "cpu":
+        return next((s for s in sizes if cdiv(invocations, s) >= MIN_WORKGROUPS), sizes[-1])
+    least = min(_cpu_busiest(invocations, s) for s in sizes)
+    near = [s for s in sizes if _cpu_busiest(invocations, s) * 16 <= least * 17]
+    enough = [s for s in near if cdiv(invocations, s) >= CPU_WORKGROUPS_PER_THREAD * cpu_threads()]
+    return enough[0] if enough else near[-1]
 
 
 def _chunk(kh, kw) -> tuple[int, int]:
@@ -372,14 +392,27 @@ def _depthwise_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
     return th, tb
 
 
-def _pointwise_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
-    """(TB 4-column output blocks, TOC output channels) for conv2d_pointwise: 2 blocks (8
-    positions), 1 if the map has fewer than 2G blocks, and the TOC <= 32 that minimizes
-    tiles * (TOC + 22): per position and c4 block a tile costs TOC*4 multiply-adds (~0.2 cycles
-    each per lane on llvmpipe) plus one x word loaded (~18 cycles per lane), so fewer, wider
-    tiles load x fewer times, but padded channels cost work."""
-    cost = {t: cdiv(g.oc, t) * (t + 22) for t in range(32, 0, -4)}
-    return 2 if g.oh * cdiv(g.ow, 4) >= 2 * G else 1, min(cost, key=lambda t: (cost[t], -t))
+def _pointwise_tiles(g: ConvGeometry, G: int, info, local: int) -> tuple[int, int]:
+    """(TB 4-column output blocks, TOC output channels) for conv2d_pointwise. Per position and
+    c4 block a tile of TOC channels costs TOC*4 multiply-adds (~0.2 cycles each per lane on
+    llvmpipe) plus one x word loaded (~18 cycles per lane): cost TOC + 22, so fewer, wider tiles
+    load x fewer times, but padded channels cost work. GPUs: 2 blocks (8 positions), 1 if the
+    map has fewer than 2G blocks, and the TOC <= 32 of least tiles * (TOC + 22). CPU drivers: the
+    (TB, TOC) whose busiest thread does the least of that work (_local_size): TB 1 and 2 cost the
+    same per position there (lavapipe at 512 bits: 112x112 and 56x56 layers 0.95-1.01x), and
+    the finer tiles even out the threads on small maps (MobileNetV2: 0.93-0.96x its GPU time)."""
+    blocks = g.oh * cdiv(g.ow, 4)
+    if info.type != "cpu":
+        cost = {t: cdiv(g.oc, t) * (t + 22) for t in range(32, 0, -4)}
+        return 2 if blocks >= 2 * G else 1, min(cost, key=lambda t: (cost[t], -t))
+
+    def busiest(tb, toc):
+        invocations = g.n * cdiv(g.oc, toc) * cdiv(blocks, tb * G) * G
+        size = _local_size(info, local, info.shuffle_lanes or 1, invocations)
+        groups = cdiv(invocations, size)
+        return _cpu_busiest(invocations, size) * tb * (toc + 22), groups < CPU_WORKGROUPS_PER_THREAD * cpu_threads()
+    return min(((tb, toc) for tb in (2, 1) for toc in range(32, 0, -4)),
+               key=lambda c: (*busiest(*c), -c[0], -c[1]))
 
 
 def _check_acc_range(beff, g: ConvGeometry, taps: int):
@@ -487,7 +520,7 @@ class Conv2dQ8:
             lane_groups = g.n * g.c4 * cdiv(tiles, G)
             table = pack_channels(*chan, 4, frac)
         else:
-            tb, toc = _pointwise_tiles(g, G)
+            tb, toc = _pointwise_tiles(g, G, ctx.device.info, local)
             wwords, _ = pack_general(weight, g, toc)
             chunk = _chunk(1, 1)[0]
             spec = (G, toc, tb, chunk, g.sh, g.sw, int(g.c4 <= chunk))
@@ -498,7 +531,7 @@ class Conv2dQ8:
 
         bufs = [io[0], ctx.const_buffer(lane_major(wwords, wblock, G)), ctx.const_buffer(lane_major(table, cblock, G)),
                 io[1], *epilogue_bufs]
-        local = _local_size(local, ctx.device.info.shuffle_lanes or 1, lane_groups * G)
+        local = _local_size(ctx.device.info, local, ctx.device.info.shuffle_lanes or 1, lane_groups * G)
         res = a.get("residual")
         ties = (int(not requant_tie_free(mult, shift, frac)),
                 int(res is None or not requant_tie_free(res["multiplier"], res["shift"])),
