@@ -147,6 +147,21 @@ def test_fit_repeats():
     assert bench.fit_repeats(60e9, 2, 8.0) == 2           # nor more than asked
 
 
+def test_paired_calls_settle_before_each_vulkan_call(monkeypatch):
+    """paired_wall_times alternates a, b, a, b (warm-up included) and, settled, pauses before
+    every a (the Vulkan call: a CPU peer's spinning threads would slow it), never before a b;
+    unsettled it never pauses. Each call is timed once."""
+    from vkq.bench import timing
+    log = []
+    monkeypatch.setattr(timing, "settle", lambda: log.append("pause"))
+    a, b = timing.paired_wall_times(lambda: log.append("a"), lambda: log.append("b"), repeats=3, warmup=2)
+    assert len(a) == len(b) == 3
+    assert log == ["pause", "a", "b"] * 5
+    log.clear()
+    timing.paired_wall_times(lambda: log.append("a"), lambda: log.append("b"), repeats=3, warmup=1, settled=False)
+    assert log == ["a", "b"] * 4
+
+
 def test_to_ncnn_writes_splits_and_fuses():
     """The ncnn writer folds BN and fuses ReLU6 into the conv, gives a blob read twice a Split,
     and counts layers and blobs right (no ncnn needed)."""

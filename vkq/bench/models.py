@@ -301,7 +301,7 @@ def per_call(s: Settings, prog, call) -> dict:
     def evaluate():
         for r in recs:
             r.run()
-    calls, evals = paired_wall_times(call, evaluate, s.repeats, s.warmup, s.budget_s)
+    calls, evals = paired_wall_times(call, evaluate, s.repeats, s.warmup, s.budget_s, settled=False)
     eval_ms = stats_ms(evals)[0]
     host_ms = max(0.0, float(np.median(np.subtract(calls, evals))) / 1e6)
     return {"gpu_ms": gpu_ms, "eval_ms": eval_ms, "host_ms": host_ms,

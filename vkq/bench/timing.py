@@ -9,6 +9,17 @@ import numpy as np
 from ..device import Device
 
 CPU_THREADS = 2      # torch and ncnn on the CPU: the machine's cores, shared with the driver
+# After each parallel region torch's OpenMP threads spin for a while (libgomp's default wait
+# policy) on the cores a CPU Vulkan driver's threads then need. Measured (lavapipe, 2 cores,
+# MobileNetV2 call): 20.5 ms right after a torch call, 16.4 after 1 ms, 12.3 after 5 ms, 11.4
+# after 10 ms, 11.7 alone. Timed Vulkan work starts after this pause (a peer's repeated calls
+# keep their threads spinning, as a caller's loop would).
+SETTLE_S = 0.02
+
+
+def settle() -> None:
+    """Let the CPU peers' spinning threads go idle (SETTLE_S) before a timed call."""
+    time.sleep(SETTLE_S)
 
 
 def stats_ms(times_ns) -> tuple[float, float]:
@@ -33,6 +44,7 @@ def gpu_times(device: Device, steps, repeats: int = 10, warmup: int = 2, budget_
     """Per-repeat GPU time (ns) of `steps` recorded once with timestamps: the sum of the
     dispatches' times. budget_s caps the repeats (at least 3) by the last warm-up's time."""
     rec = device.record(steps, timestamps=True)
+    settle()
     last = 0.0
     for i in range(max(1, warmup)):
         if i and not _warm(last, budget_s):
@@ -53,7 +65,8 @@ def _wall_ns(fn) -> int:
 
 
 def wall_times(fn, repeats: int = 10, warmup: int = 2, budget_s: float | None = None) -> list[float]:
-    """Per-call wall-clock time (ns) of fn(); budget_s caps the repeats as in gpu_times."""
+    """Per-call wall-clock time (ns) of fn(), after settle(); budget_s caps the repeats as in gpu_times."""
+    settle()
     last = 0.0
     for i in range(max(1, warmup)):
         if i and not _warm(last, budget_s):
@@ -62,11 +75,15 @@ def wall_times(fn, repeats: int = 10, warmup: int = 2, budget_s: float | None = 
     return [_wall_ns(fn) for _ in range(fit_repeats(last, repeats, budget_s))]
 
 
-def paired_wall_times(fn_a, fn_b, repeats: int = 10, warmup: int = 2, budget_s: float | None = None):
+def paired_wall_times(fn_a, fn_b, repeats: int = 10, warmup: int = 2, budget_s: float | None = None,
+                      settled: bool = True):
     """Wall-clock times (ns) of fn_a() and fn_b() run alternately, pair by pair: their
     difference is then taken within one phase of the machine (on a shared machine the speed
-    drifts between two measurements taken one after the other)."""
-    pair = lambda: (_wall_ns(fn_a), _wall_ns(fn_b))
+    drifts between two measurements taken one after the other). settled: fn_a is the Vulkan
+    call and fn_b a CPU peer; each fn_a starts after settle(), so the peer's spinning threads do
+    not slow it (not wanted where both are Vulkan work: a pause would leave only fn_a to wake the
+    driver's threads)."""
+    pair = lambda: ((settle() if settled else None), _wall_ns(fn_a), _wall_ns(fn_b))[1:]
     last = 0.0
     for i in range(max(1, warmup)):
         if i and not _warm(last, budget_s):
