@@ -103,6 +103,8 @@ Q8_CASES = [
     ((1, 1001), 37, -128, 127, None),       # GEMV: K and N past its lanes and column tile
     ((2, 1, 13), 9, 5, -1, "relu"),         # a batch of 1-row matrices
     ((3, 2, 1, 97), 19, -3, 3, None),
+    ((70, 37), 11, 2, -3, "relu"),          # past one 64-row tile (CPU drivers), the second partial
+    ((2, 23, 29), 6, -1, 1, None),          # 2 x 23 rows packed as 2 x 24: one 64-row tile, rows padded
 ]
 
 
