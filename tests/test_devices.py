@@ -137,12 +137,17 @@ def test_lavapipe_gets_the_cpus_vector_width(monkeypatch):
 
 def test_cpu_threads_and_rounds(monkeypatch):
     """A CPU driver's threads: LP_NUM_THREADS where set (an unusable value is ignored), else
-    the CPUs this process may run on; the busiest thread runs ceil(workgroups / threads)."""
+    the CPUs this process may run on, at most llvmpipe's 32; the busiest thread runs
+    ceil(workgroups / threads)."""
     import vkq.device as dev
     monkeypatch.delenv("LP_NUM_THREADS", raising=False)
-    assert dev.cpu_threads() == len(os.sched_getaffinity(0))
+    cpus = min(32, len(os.sched_getaffinity(0)))
+    assert dev.cpu_threads() == cpus
     monkeypatch.setenv("LP_NUM_THREADS", "junk")
-    assert dev.cpu_threads() == len(os.sched_getaffinity(0))
+    assert dev.cpu_threads() == cpus
     monkeypatch.setenv("LP_NUM_THREADS", "3")
     assert dev.cpu_threads() == 3
+    monkeypatch.setenv("LP_NUM_THREADS", "64")
+    assert dev.cpu_threads() == dev.LP_MAX_THREADS == 32     # llvmpipe runs at most 32
+    monkeypatch.setenv("LP_NUM_THREADS", "3")
     assert [dev.cpu_rounds(n) for n in (1, 3, 4, 6, 7)] == [1, 1, 2, 2, 3]

@@ -210,17 +210,22 @@ CPU_WORKGROUPS_PER_THREAD = 8   # invocation_rows keeps this many workgroups a C
 MAX_INVOCATION_ROWS = 32
 
 
+LP_MAX_THREADS = 32   # llvmpipe's cap on its threads (lp_limits.h, Mesa 22.3 as in Debian 12)
+
+
 def cpu_threads() -> int:
     """Threads a CPU driver runs a dispatch's workgroups on: lavapipe's LP_NUM_THREADS where set,
-    else one per CPU this process may use (lavapipe and SwiftShader size their pools so)."""
+    else one per CPU this process may use (lavapipe and SwiftShader size their pools so), at most
+    LP_MAX_THREADS."""
     try:
-        return max(1, int(os.environ["LP_NUM_THREADS"]))
+        return min(LP_MAX_THREADS, max(1, int(os.environ["LP_NUM_THREADS"])))
     except (KeyError, ValueError):
         pass
     try:
-        return len(os.sched_getaffinity(0)) or 1
+        n = len(os.sched_getaffinity(0))
     except AttributeError:
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    return min(LP_MAX_THREADS, max(1, n))
 
 
 def cpu_rounds(workgroups: int) -> int:
