@@ -250,10 +250,11 @@ def test_pack_weight_layout():
 
 
 @pytest.mark.parametrize("subgroups", [True, False])
-@pytest.mark.parametrize("x_shape", [(1, 37), (2, 3, 37), (9, 37), (2, 9, 21)])
+@pytest.mark.parametrize("x_shape", [(1, 37), (2, 3, 37), (9, 37), (2, 9, 21), (70, 21)])
 def test_linear_q8_table_epilogue(int8_device, x_shape, subgroups):
     """A lookup table fused after the requantization (attr lut, vkq/passes/fuse_epilogue.py):
-    the GEMV (one 4-row block) and the GEMM, with and without subgroups, on both dot-product
+    the GEMV (one 4-row block) and the GEMM (70 rows: 64-row tiles on CPU drivers), with and
+    without subgroups, on both dot-product
     paths, equal the reference, which is linear_q8 then lut_q8; padding stays 0 (run_exact)."""
     device = get_device(int8_device.info, dot_product=int8_device.dot_product, texel_loads=int8_device.texel_loads, subgroups=subgroups)
     rng = np.random.default_rng(len(x_shape) * 100 + x_shape[-2])

@@ -36,7 +36,7 @@ from .lut import epilogue_table
 # Share x across a subgroup with subgroupShuffle (off: the PLAIN variants, no subgroup operations).
 SUBGROUP_SHARING = True
 ROW_TILES = (4, 8, 16, 32)   # rows per workgroup; 32 x 4 columns a lane was fastest on lavapipe
-# int8 on CPU drivers, also 64 rows: then at 16 lanes (lavapipe at 512 bits) a step's 16 x items
+# int8 on CPU drivers sharing x by shuffles, also 64 rows: then at 16 lanes (lavapipe at 512 bits) a step's 16 x items
 # are one a lane (KSTEP 1; with 32 rows each lane loads 2 k-blocks a step): 256x1024x2048 146 ->
 # 174 GOP/s, 128x1536x384 65 -> 121, 128x384x{384,1536} 1.19x, 256x2048x4096 155 -> 187; at 8
 # and 4 lanes 1.04x and even. 128 rows: 0.7-0.85x of 64 (the accumulators spill). GPUs keep 32:
@@ -165,9 +165,9 @@ def gemm_tiles(info, rows: int, rows_per_item: int) -> Tiles:
     """Tiles for `rows` rows on a device. An x item (what one lane loads) spans rows_per_item
     rows of one k-block: 4 for int8 (an ivec4), 1 for float (a vec4); kstep makes the items of
     a step a multiple of sg, so every lane loads one."""
-    tiles = CPU_INT8_ROW_TILES if info.type == "cpu" and rows_per_item == 4 else ROW_TILES
-    tm = next((t for t in tiles if t >= rows), tiles[-1])
     sg = subgroup_lanes(info)
+    tiles = CPU_INT8_ROW_TILES if sg and info.type == "cpu" and rows_per_item == 4 else ROW_TILES
+    tm = next((t for t in tiles if t >= rows), tiles[-1])
     if not sg:
         return Tiles(tm, TN, 1, 1, min(PLAIN_WIDTH, info.max_workgroup_invocations))
     return Tiles(tm, TN, sg, sg // math.gcd(sg, tm // rows_per_item), sg)
