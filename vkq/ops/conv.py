@@ -400,7 +400,7 @@ def _pointwise_tiles(g: ConvGeometry, G: int, info, local: int) -> tuple[int, in
     map has fewer than 2G blocks, and the TOC <= 32 of least tiles * (TOC + 22). CPU drivers: the
     (TB, TOC) whose busiest thread does the least of that work (_local_size): TB 1 and 2 cost the
     same per position there (lavapipe at 512 bits: 112x112 and 56x56 layers 0.95-1.01x), and
-    the finer tiles even out the threads on small maps (MobileNetV2: 0.93-0.96x its GPU time)."""
+    the finer tiles even out the threads on small maps (MobileNetV2: 0.91-0.94x its GPU time)."""
     blocks = g.oh * cdiv(g.ow, 4)
     if info.type != "cpu":
         cost = {t: cdiv(g.oc, t) * (t + 22) for t in range(32, 0, -4)}
