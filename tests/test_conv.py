@@ -389,6 +389,18 @@ def test_workgroup_sizes_follow_the_cpu_threads(monkeypatch):
     assert conv._local_size(gpu, 64, 16, 784) == 64 and conv._local_size(gpu, 64, 16, 300) == 32
 
 
+def test_general_rows_per_invocation():
+    """conv2d_general takes 2 output rows an invocation, 1 on CPU drivers for unrolled windows
+    on maps of CPU_ONE_ROW_MIN_OH rows or more (not 7x7 maps, not the ROW_LOOP stems)."""
+    from types import SimpleNamespace
+    cpu, gpu = SimpleNamespace(type="cpu"), SimpleNamespace(type="discrete-gpu")
+    geo = lambda c, h, oc, k, s, p: conv.ConvGeometry.of((1, c, h, h), (oc, c, k, k), (s, s), (p, p), (1, 1), 1)
+    for g, want_cpu in [(geo(64, 56, 64, 3, 1, 1), 1), (geo(64, 56, 128, 3, 2, 1), 1), (geo(256, 14, 256, 3, 1, 1), 1),
+                        (geo(512, 7, 512, 3, 1, 1), 2), (geo(3, 224, 64, 7, 2, 3), 2), (geo(3, 224, 32, 3, 2, 1), 2)]:
+        assert conv._general_tiles(g, 8, gpu)[1] == 2
+        assert conv._general_tiles(g, 8, cpu)[1] == want_cpu, g
+
+
 @pytest.mark.parametrize("threads", [1, 3, 16])
 @pytest.mark.parametrize("case", [(1, 40, 7, 9, 150, 1, 1, 0, 1), (1, 36, 13, 11, 36, 3, 2, 1, 36),
                                   (1, 24, 9, 7, 40, 3, 1, 1, 1)], ids=["pointwise", "depthwise", "general"])

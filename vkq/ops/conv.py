@@ -345,15 +345,23 @@ def _chunk(kh, kw) -> tuple[int, int]:
 # The G lanes of a group take G spatial tiles of one output-channel tile: a map with fewer
 # tiles than G leaves lanes idle, so the tile choosers below shrink tiles until there are G.
 
-def _general_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
+CPU_ONE_ROW_MIN_OH = 14   # conv2d_general on CPU drivers: 1 output row an invocation from this map height
+
+
+def _general_tiles(g: ConvGeometry, G: int, info) -> tuple[int, int]:
     """(TOC, TH) for conv2d_general (its TW is one 4-column block): the widest channel tile
     whose work (padded channels times input blocks read) is within 1/8 of the least; 2 rows
-    (measured best on llvmpipe with TOC 16: 16 x 8 accumulators), 1 if the window is large
-    or the map small."""
+    (measured best on llvmpipe at 256 bits with TOC 16: 16 x 8 accumulators), 1 if the window
+    is large or the map small. CPU drivers: 1 row where the window is unrolled (not _row_loop)
+    and the map has CPU_ONE_ROW_MIN_OH rows or more: lavapipe at 512 bits, GPU time, A-B-A-B,
+    3x3 64->64 @56 0.87x, 128 @28 0.90x, 256 @14 0.88x, 64->128 s2 @56 0.86x, but 512 @7
+    1.27x and the ROW_LOOP stems 1.1-1.5x."""
     work = {toc: cdiv(g.oc, toc) * toc * c4_window(g, toc)[0] for toc in (16, 8, 4)}
     toc = next(t for t in (16, 8, 4) if work[t] * 8 <= min(work.values()) * 9)
     window = (g.sh + (g.kh - 1) * g.dh + 1) * (3 * g.sw + (g.kw - 1) * g.dw + 1)
     two = g.oh > 1 and window <= 4 * MAX_WINDOW_WORDS // 3 and cdiv(g.ow, 4) * cdiv(g.oh, 2) >= G  # stem: 117
+    if info.type == "cpu" and not _row_loop(g) and g.oh >= CPU_ONE_ROW_MIN_OH:
+        two = False
     return toc, 2 if two else 1
 
 
@@ -498,7 +506,7 @@ class Conv2dQ8:
         shapes = (np.array([g.n, g.c, g.h, g.w]), np.array([g.n, g.oc, g.oh, g.ow]))
 
         if kernel == "conv2d_general":
-            toc, th = _general_tiles(g, G)
+            toc, th = _general_tiles(g, G, ctx.device.info)
             row_loop = _row_loop(g)
             wwords, c4_count = pack_general(weight, g, toc)
             chunk, row_flush = _chunk(g.kh, g.kw)
