@@ -353,9 +353,10 @@ def _general_tiles(g: ConvGeometry, G: int, info) -> tuple[int, int]:
     whose work (padded channels times input blocks read) is within 1/8 of the least; 2 rows
     (measured best on llvmpipe at 256 bits with TOC 16: 16 x 8 accumulators), 1 if the window
     is large or the map small. CPU drivers: 1 row where the window is unrolled (not _row_loop)
-    and the map has CPU_ONE_ROW_MIN_OH rows or more: lavapipe at 512 bits, GPU time, A-B-A-B,
-    3x3 64->64 @56 0.87x, 128 @28 0.90x, 256 @14 0.88x, 64->128 s2 @56 0.86x, but 512 @7
-    1.27x and the ROW_LOOP stems 1.1-1.5x."""
+    and the map has CPU_ONE_ROW_MIN_OH rows or more: lavapipe at 512 bits, GPU time, A-B-A-B
+    with the new choice both first and second, 3x3 64->64 @56 0.97x, 128 @28 0.98x, 256 @14
+    0.89x, 64->128 s2 @56 0.93x, ResNet-18 0.94x; but 512 @7 1.27x and the ROW_LOOP stems
+    1.1-1.5x."""
     work = {toc: cdiv(g.oc, toc) * toc * c4_window(g, toc)[0] for toc in (16, 8, 4)}
     toc = next(t for t in (16, 8, 4) if work[t] * 8 <= min(work.values()) * 9)
     window = (g.sh + (g.kh - 1) * g.dh + 1) * (3 * g.sw + (g.kw - 1) * g.dw + 1)
