@@ -83,7 +83,10 @@ def paired_wall_times(fn_a, fn_b, repeats: int = 10, warmup: int = 2, budget_s: 
     call and fn_b a CPU peer; each fn_a starts after settle(), so the peer's spinning threads do
     not slow it (not wanted where both are Vulkan work: a pause would leave only fn_a to wake the
     driver's threads)."""
-    pair = lambda: ((settle() if settled else None), _wall_ns(fn_a), _wall_ns(fn_b))[1:]
+    def pair():
+        if settled:
+            settle()
+        return _wall_ns(fn_a), _wall_ns(fn_b)
     last = 0.0
     for i in range(max(1, warmup)):
         if i and not _warm(last, budget_s):

@@ -313,6 +313,11 @@ def _cpu_busiest(invocations: int, size: int) -> int:
     return cpu_rounds(cdiv(invocations, size)) * size
 
 
+def _cpu_enough(groups: int) -> bool:
+    """Whether a dispatch of `groups` workgroups leaves every CPU thread CPU_WORKGROUPS_PER_THREAD."""
+    return groups >= CPU_WORKGROUPS_PER_THREAD * cpu_threads()
+
+
 def _local_size(info, local: int, subgroup: int, invocations: int) -> int:
     """The workgroup size for a dispatch of `invocations` (see _local_sizes).
     CPU drivers: the threads take workgroups one at a time, so 5 workgroups on 2 threads cost 3.
@@ -328,7 +333,7 @@ def _local_size(info, local: int, subgroup: int, invocations: int) -> int:
         return next((s for s in sizes if cdiv(invocations, s) >= MIN_WORKGROUPS), sizes[-1])
     least = min(_cpu_busiest(invocations, s) for s in sizes)
     near = [s for s in sizes if _cpu_busiest(invocations, s) * 16 <= least * 17]
-    enough = [s for s in near if cdiv(invocations, s) >= CPU_WORKGROUPS_PER_THREAD * cpu_threads()]
+    enough = [s for s in near if _cpu_enough(cdiv(invocations, s))]
     return enough[0] if enough else near[-1]
 
 
@@ -418,8 +423,7 @@ def _pointwise_tiles(g: ConvGeometry, G: int, info, local: int) -> tuple[int, in
     def busiest(tb, toc):
         invocations = g.n * cdiv(g.oc, toc) * cdiv(blocks, tb * G) * G
         size = _local_size(info, local, info.shuffle_lanes or 1, invocations)
-        groups = cdiv(invocations, size)
-        return _cpu_busiest(invocations, size) * tb * (toc + 22), groups < CPU_WORKGROUPS_PER_THREAD * cpu_threads()
+        return _cpu_busiest(invocations, size) * tb * (toc + 22), not _cpu_enough(cdiv(invocations, size))
     return min(((tb, toc) for tb in (2, 1) for toc in range(32, 0, -4)),
                key=lambda c: (*busiest(*c), -c[0], -c[1]))
 
