@@ -100,7 +100,9 @@ def test_invocation_rows_per_device():
 
 @pytest.mark.parametrize("src,dst", [("4W4C", "4H4W"), ("4H4W", "4W4C"), ("4W4C", "4W4C"), ("4W4C", "ROW"),
                                      ("ROW", "4H4W")])
-@pytest.mark.parametrize("shape", SHAPES)
+# repack_blocks.comp's 4x4 tiles of cubes: several tiles, partial ones at the channel, width
+# and row edges, and whole ones
+@pytest.mark.parametrize("shape", SHAPES + [(2, 37, 6, 21), (1, 64, 8, 64)])
 def test_repack_layouts(loads_device, shape, src, dst):
     q = np.random.default_rng(6).integers(-128, 128, shape).astype(np.int8)
     prog = single_op_program("repack", [("a", spec(shape, "int8", src))], [("b", spec(shape, "int8", dst))])

@@ -319,9 +319,9 @@ def _blocks_step(ctx, node):
     if {si.layout, so.layout} != {"4W4C", "4H4W"} or si.dtype != "int8" or tuple(si.shape) != tuple(so.shape):
         return None
     n, c, h, w = packing.as_nchw(so.shape)
-    blocks = n * -(-c // 4) * -(-h // 4) * -(-w // 4)
+    blocks = n * -(-h // 4) * 16 * -(-c // 16) * -(-w // 16)   # 4x4 tiles of cubes (the shader)
     return ctx.device.dispatch("repack_blocks", [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])],
-                               grid_1d(blocks, LOCAL), local=(LOCAL,), push=((n, c, h, w),),
+                               grid_1d(blocks, LOCAL), local=(LOCAL,), spec=(n, c, h, w),
                                defines=["TO_" + so.layout])
 
 
