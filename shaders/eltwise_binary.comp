@@ -60,7 +60,7 @@ void main() {
     ivec4 geo = ivec4(BYTE_DIM, BYTE_BLOCKS, WORD_DIM, WORD_BLOCKS);
     for (int k = 0; k < PER && i < p.blocks; ++k, i += stride) {
         ivec4 wa = LOAD4(a, i), wb = LOAD4(b, i);
-        o[i] = ivec4(word(wa.x, wb.x), word(wa.y, wb.y), word(wa.z, wb.z), word(wa.w, wb.w))
-               & block_mask(i, geo);
+        o[i] = before_store(ivec4(word(wa.x, wb.x), word(wa.y, wb.y), word(wa.z, wb.z), word(wa.w, wb.w))
+                            & block_mask(i, geo));   // common.glsl
     }
 }
