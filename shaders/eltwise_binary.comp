@@ -12,7 +12,9 @@
 // roofline's, interleaved runs, machine shared): requantize's case analysis on s was ~70% of
 // the kernel; with requantize_clamped and the constant geometry 0.21 -> 0.37 of copy bandwidth.
 // No help: PER 1 (0.21) or 16 (0.18) instead of 4; a workgroup of one SIMD vector (8) instead
-// of 64 (0.39 vs 0.37).
+// of 64 (0.39 vs 0.37). before_store (common.glsl), so that the packing is not done lane by lane
+// in the store's loop: 2.2 -> 1.8 ms (0.24 -> 0.29 of copy bandwidth, 2026-11-23). What is left
+// is arithmetic: without the requantize 0.85x the time, without the loads 0.79x.
 //! variant OP_ADD
 //! variant OP_MUL
 //! variant OP_ADD TEXEL

@@ -7,7 +7,9 @@
 // lavapipe (0.01 of copy bandwidth), 3.0-3.9 ms with this (torch int8 channels_last: 6.5 ms).
 // Then, A-B-A-B on lavapipe (512 bits), 4 MiB 4W4C -> 4H4W: the byte transpose in two rounds of
 // masked shifts 1.33 -> 1.20 ms, the shape as specialization constants -> 0.89, 4x4 tiles of
-// cubes (16 invocations) -> 0.76 ms, 0.48-0.51 of copy bandwidth (was 0.25-0.28).
+// cubes (16 invocations) -> 0.76 ms, 0.48-0.51 of copy bandwidth (was 0.25-0.28); before_store
+// (common.glsl: the transpose stays on vectors, not in the store's lane loop) -> 0.63 ms. Tiles
+// of 2 x 8 cubes: no better.
 //   4W4C block (n, h, w4, c4): word r = width 4*w4 + r, byte b = channel 4*c4 + b
 //   4H4W block (n, c, h4, w4): word k = row 4*h4 + k,   byte r = width 4*w4 + r
 // Padding bytes stay 0: a 4W4C block's words past W are 0 and so are a 4H4W block's bytes past W;
@@ -60,7 +62,7 @@ void main() {
     for (int k = 0; k < 4; ++k) tb[k] = transpose_bytes(a[k]);
     for (int b = 0; b < 4; ++b) {                // 4H4W block of channel 4*c4 + b: word k, byte r
         if (b >= nc) break;
-        dst[((n * C + 4 * c4 + b) * H4 + h4) * W4 + w4] = ivec4(tb[0][b], tb[1][b], tb[2][b], tb[3][b]);
+        dst[((n * C + 4 * c4 + b) * H4 + h4) * W4 + w4] = before_store(ivec4(tb[0][b], tb[1][b], tb[2][b], tb[3][b]));
     }
 #else
     for (int b = 0; b < 4; ++b)                  // a[b] = 4H4W block of channel 4*c4 + b
@@ -68,7 +70,7 @@ void main() {
     for (int k = 0; k < 4; ++k) {                // 4W4C block of row 4*h4 + k: word r, byte b
         if (k >= nh) break;
         // word r, byte b = byte r (width) of channel b's row-k word
-        dst[((n * H + 4 * h4 + k) * W4 + w4) * C4 + c4] = transpose_bytes(ivec4(a[0][k], a[1][k], a[2][k], a[3][k]));
+        dst[((n * H + 4 * h4 + k) * W4 + w4) * C4 + c4] = before_store(transpose_bytes(ivec4(a[0][k], a[1][k], a[2][k], a[3][k])));
     }
 #endif
 }

@@ -16,6 +16,8 @@ int linear_invocation() {
 // INT_MIN made of a value the compiler cannot know (the dispatch size: count >> 31 is 0) is an
 // x86 intrinsic it does not split into lanes, so the value is complete before the loop
 // (read in the JIT code with perf; add_q8 on 4 MiB 0.78-0.86x the time). One max a word on GPUs.
+// Used where it measured faster (eltwise, max pool, repack); the conv, linear, quantize and
+// dequantize stores took the same time with it (A-B-A-B), so they go without.
 ivec4 before_store(ivec4 v) { return max(v, ivec4(int(0x80000000u) | (int(gl_NumWorkGroups.x) >> 31))); }
 int before_store(int v) { return max(v, int(0x80000000u) | (int(gl_NumWorkGroups.x) >> 31)); }
 vec4 before_store(vec4 v) { return intBitsToFloat(before_store(floatBitsToInt(v))); }
