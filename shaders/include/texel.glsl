@@ -9,7 +9,9 @@
 //          an R32G32B32A32_SINT view of itself (vkq/shaders.py:reflect finds these bindings).
 // Why: on llvmpipe (Mesa 22.3) a storage-buffer load is a loop over the SIMD lanes with an
 // exec-mask test and a bounds check per lane and 32-bit word (~25 instructions a lane, read in
-// the JIT code), while a texel fetch is one vector gather. CPU time of the same kernels with
+// the JIT code), while a texel fetch is straight-line code: one 16-byte load per lane and a
+// transpose into the four component vectors (perf on the JIT code at 512 bits; no gather
+// instruction, no loop, no branch). CPU time of the same kernels with
 // storage / texel loads, interleaved in one process (bench/README.md, "Texel loads"): GEMV 0.6x,
 // max pool 0.4-0.5x, quantize 0.67x, depthwise 0.7-0.85x, GEMMs and 3x3 convs 0.83-0.96x,
 // add / repack / dequantize 0.9-0.95x. Which devices take TEXEL is
