@@ -152,3 +152,15 @@ def test_add_large(device):
     rng = np.random.default_rng(3)
     a, b = q8(rng, (1, 24, 56, 56)), q8(rng, (1, 24, 56, 56))
     run_exact(device, "add_q8", add_q8_params(*ADD_CASES["typical"]), "4W4C", a, b)
+
+
+def test_words_equal_to_int_min_are_stored_as_they_are(device):
+    """before_store (shaders/include/common.glsl) is a max with INT_MIN before each store: a
+    packed word 0x80000000 (bytes 0, 0, 0, -128) must come out unchanged. Identity add and clamp
+    of a tensor whose first channel block is that word at every pixel."""
+    rng = np.random.default_rng(11)
+    a = q8(rng, (1, 8, 5, 6))
+    a[:, :3], a[:, 3] = 0, -128                      # 4W4C: channels 0-3 are one word a pixel
+    for op, attrs, arrays in [("add_q8", add_q8_params(0.1, 0, 0.1, 0, 0.1, 0), (a, np.zeros_like(a))),
+                              ("clamp_q8", clamp_q8_params(0.1, -128, 0.1, -128, "relu"), (a,))]:
+        np.testing.assert_array_equal(run_exact(device, op, attrs, "4W4C", *arrays), a)

@@ -111,6 +111,20 @@ def test_repack_layouts(loads_device, shape, src, dst):
     np.testing.assert_array_equal(ex.buffers["b"].read(), pack(q, dst))
 
 
+@pytest.mark.parametrize("src,dst", [("4W4C", "4H4W"), ("4H4W", "4W4C")])
+def test_repack_keeps_words_equal_to_int_min(device, src, dst):
+    """before_store (common.glsl) is a max with INT_MIN: words 0x80000000 on both sides (4W4C:
+    channels 0-2 zero and 3 at -128; 4H4W: widths 0-2 zero and 3 at -128) move unchanged."""
+    q = np.random.default_rng(12).integers(-128, 128, (1, 8, 5, 12)).astype(np.int8)
+    q[:, :3], q[:, 3] = 0, -128
+    q[:, 5, :, :3], q[:, 5, :, 3] = 0, -128
+    prog = single_op_program("repack", [("a", spec(q.shape, "int8", src))], [("b", spec(q.shape, "int8", dst))])
+    ex = VulkanExecutor(prog, device)
+    np.testing.assert_array_equal(ex(q), q)
+    assert np.any(pack(q, dst) == np.int32(-2 ** 31))
+    np.testing.assert_array_equal(ex.buffers["b"].read(), pack(q, dst))
+
+
 @pytest.mark.parametrize("src_shape,dst_shape", [((2, 5, 3, 7), (2, 105)), ((1, 17, 1, 1), (1, 17)),
                                                  ((3, 17), (51,)), ((2, 6, 5), (2, 3, 2, 5)),
                                                  ((1, 18, 5, 3), (1, 2, 9, 5, 3)), ((2, 3, 2, 1, 5, 7), (6, 2, 35))])
