@@ -14,7 +14,9 @@
 // No help: PER 1 (0.21) or 16 (0.18) instead of 4; a workgroup of one SIMD vector (8) instead
 // of 64 (0.39 vs 0.37). before_store (common.glsl), so that the packing is not done lane by lane
 // in the store's loop: 2.2 -> 1.8 ms (0.24 -> 0.29 of copy bandwidth, 2026-11-23). What is left
-// is arithmetic: without the requantize 0.85x the time, without the loads 0.79x.
+// is arithmetic: without the requantize 0.85x the time, without the loads 0.79x. TIES = 0 where
+// vkq/quant.py:requant_tie_free proves no sum lands half way (generic scales; not dyadic ones
+// such as the bench's 0.05 / 0.08): 0.91-0.94x the time.
 //! variant OP_ADD
 //! variant OP_MUL
 //! variant OP_ADD TEXEL
@@ -30,6 +32,7 @@ layout(constant_id = 4) const int BYTE_DIM = 4;      // block_mask geometry
 layout(constant_id = 5) const int BYTE_BLOCKS = 1;
 layout(constant_id = 6) const int WORD_DIM = 4;
 layout(constant_id = 7) const int WORD_BLOCKS = 1;
+layout(constant_id = 8) const int TIES = 1;      // 0: the host proved no accumulator ties (requant.glsl)
 
 IVEC4_INPUT(0, a)     // texel.glsl
 IVEC4_INPUT(1, b)
@@ -52,7 +55,7 @@ int word(int wa, int wb) {
 #endif
     ivec4 q;
     for (int c = 0; c < 4; ++c)
-        q[c] = requantize_clamped(acc[c], p.bound, p.lshift, p.m, p.rshift, p.out_zp, p.qmin, p.qmax);
+        q[c] = requantize_clamped(acc[c], p.bound, p.lshift, p.m, p.rshift, p.out_zp, p.qmin, p.qmax, TIES != 0);
     return pack_int8x4(q);
 }
 

@@ -164,3 +164,17 @@ def test_words_equal_to_int_min_are_stored_as_they_are(device):
     for op, attrs, arrays in [("add_q8", add_q8_params(0.1, 0, 0.1, 0, 0.1, 0), (a, np.zeros_like(a))),
                               ("clamp_q8", clamp_q8_params(0.1, -128, 0.1, -128, "relu"), (a,))]:
         np.testing.assert_array_equal(run_exact(device, op, attrs, "4W4C", *arrays), a)
+
+
+@pytest.mark.parametrize("case,ties", [("typical", 0), ("relu6_equal", 1), ("out_finer", 1)])
+def test_add_skips_the_tie_test_only_where_no_sum_can_tie(device, case, ties):
+    """eltwise_binary's TIES: 0 (no round-half-to-even test) where requant_tie_free proves it for
+    the add's multiplier, 1 for dyadic ones (equal scales), whose sums do land half way; the all-
+    pairs tests above run both kinds exactly."""
+    from vkq.executor import VulkanExecutor
+    shape = (1, 8, 4, 4)
+    prog = oputil.single_op_program("add_q8", [("a", oputil.spec(shape, "int8", "4W4C")),
+                                               ("b", oputil.spec(shape, "int8", "4W4C"))],
+                                    [("y", oputil.spec(shape, "int8", "4W4C"))], add_q8_params(*ADD_CASES[case]))
+    ex = VulkanExecutor(prog, device)
+    assert [st.spec[-1] for seg in ex.segments for st in seg[1].steps] == [ties]

@@ -14,7 +14,8 @@ import numpy as np
 
 from .. import packing
 from ..device import grid_1d
-from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multiplier, requant_clamp_params, requantize
+from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multiplier, requant_clamp_params,
+                     requant_tie_free, requantize)
 from ..registry import register_op
 
 LOCAL = 64
@@ -101,9 +102,10 @@ def _binary_build(ctx, node, variant, a_mult=0, b_mult=0):
         if st.shape != so.shape or st.layout != so.layout:
             raise ValueError(f"{node.name}: {t!r} is {st.shape} {st.layout}, the output {so.shape} {so.layout}")
     blocks, *geo = block_geometry(so)
+    ties = int(not requant_tie_free(at["multiplier"], at["shift"]))   # 0: the shader skips the tie test
     return [ctx.device.dispatch(
         "eltwise_binary", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], grid_1d(-(-blocks // PER), LOCAL),
-        local=(LOCAL,), spec=(PER, *geo), defines=[variant],
+        local=(LOCAL,), spec=(PER, *geo, ties), defines=[variant],
         push=(blocks, at["a_zp"], at["b_zp"], a_mult, b_mult, _requant_consts(at["multiplier"], at["shift"]),
               at["out_zp"], at.get("qmin", INT8_MIN), at.get("qmax", INT8_MAX)))]
 
