@@ -19,6 +19,4 @@ int linear_invocation() {
 // Used where it measured faster (eltwise, max pool, repack); the conv, linear, quantize and
 // dequantize stores took the same time with it (A-B-A-B), so they go without.
 ivec4 before_store(ivec4 v) { return max(v, ivec4(int(0x80000000u) | (int(gl_NumWorkGroups.x) >> 31))); }
-int before_store(int v) { return max(v, int(0x80000000u) | (int(gl_NumWorkGroups.x) >> 31)); }
-vec4 before_store(vec4 v) { return intBitsToFloat(before_store(floatBitsToInt(v))); }
 #endif
