@@ -45,6 +45,7 @@ void main() {
     ivec4 geo = ivec4(BYTE_DIM, BYTE_BLOCKS, WORD_DIM, WORD_BLOCKS);
     for (int k = 0; k < PER && i < p.blocks; ++k, i += stride) {
         ivec4 w = q[i];
-        o[i] = before_store(ivec4(word(w.x), word(w.y), word(w.z), word(w.w)) & block_mask(i, geo));   // common.glsl (as eltwise_binary)
+        // before_store: common.glsl, as in eltwise_binary
+        o[i] = before_store(ivec4(word(w.x), word(w.y), word(w.z), word(w.w)) & block_mask(i, geo));
     }
 }

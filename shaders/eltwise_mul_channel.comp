@@ -46,6 +46,8 @@ void main() {
         ivec4 y = ivec4(int8_at(b[n * channels + (i % p.per_n) / p.per_s].x, 0) - p.b_zp);
 #endif
         ivec4 wa = a[i];
-        o[i] = before_store(ivec4(word(wa.x, y), word(wa.y, y), word(wa.z, y), word(wa.w, y)) & block_mask(i, p.geo));   // common.glsl (as eltwise_binary)
+        // before_store: common.glsl, as in eltwise_binary
+        o[i] = before_store(ivec4(word(wa.x, y), word(wa.y, y), word(wa.z, y), word(wa.w, y))
+                            & block_mask(i, p.geo));
     }
 }

@@ -71,7 +71,8 @@ void main() {
     for (int k = 0; k < 4; ++k) {                // 4W4C block of row 4*h4 + k: word r, byte b
         if (k >= nh) break;
         // word r, byte b = byte r (width) of channel b's row-k word
-        dst[((n * H + 4 * h4 + k) * W4 + w4) * C4 + c4] = before_store(transpose_bytes(ivec4(a[0][k], a[1][k], a[2][k], a[3][k])));
+        const ivec4 row = ivec4(a[0][k], a[1][k], a[2][k], a[3][k]);
+        dst[((n * H + 4 * h4 + k) * W4 + w4) * C4 + c4] = before_store(transpose_bytes(row));
     }
 #endif
 }

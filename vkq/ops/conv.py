@@ -365,9 +365,9 @@ def _general_tiles(g: ConvGeometry, G: int, info) -> tuple[int, int]:
     work = {toc: cdiv(g.oc, toc) * toc * c4_window(g, toc)[0] for toc in (16, 8, 4)}
     toc = next(t for t in (16, 8, 4) if work[t] * 8 <= min(work.values()) * 9)
     window = (g.sh + (g.kh - 1) * g.dh + 1) * (3 * g.sw + (g.kw - 1) * g.dw + 1)
-    two = g.oh > 1 and window <= 4 * MAX_WINDOW_WORDS // 3 and cdiv(g.ow, 4) * cdiv(g.oh, 2) >= G  # stem: 117
-    if info.type == "cpu" and not _row_loop(g) and g.oh >= CPU_ONE_ROW_MIN_OH:
-        two = False
+    cpu_one_row = info.type == "cpu" and not _row_loop(g) and g.oh >= CPU_ONE_ROW_MIN_OH
+    two = (not cpu_one_row and g.oh > 1 and window <= 4 * MAX_WINDOW_WORDS // 3
+           and cdiv(g.ow, 4) * cdiv(g.oh, 2) >= G)   # stem: 117
     return toc, 2 if two else 1
 
 

@@ -36,11 +36,11 @@ from .lut import epilogue_table
 # Share x across a subgroup with subgroupShuffle (off: the PLAIN variants, no subgroup operations).
 SUBGROUP_SHARING = True
 ROW_TILES = (4, 8, 16, 32)   # rows per workgroup; 32 x 4 columns a lane was fastest on lavapipe
-# int8 on CPU drivers sharing x by shuffles, also 64 rows: then at 16 lanes (lavapipe at 512 bits) a step's 16 x items
-# are one a lane (KSTEP 1; with 32 rows each lane loads 2 k-blocks a step): 256x1024x2048 146 ->
-# 174 GOP/s, 128x1536x384 65 -> 121, 128x384x{384,1536} 1.19x, 256x2048x4096 155 -> 187; at 8
-# and 4 lanes 1.04x and even. 128 rows: 0.7-0.85x of 64 (the accumulators spill). GPUs keep 32:
-# 64 rows x 4 columns would be 256 accumulator registers a lane.
+# int8 on CPU drivers sharing x by shuffles, also 64 rows: then at 16 lanes (lavapipe at 512
+# bits) a step's 16 x items are one a lane (KSTEP 1; with 32 rows each lane loads 2 k-blocks a
+# step): 256x1024x2048 146 -> 174 GOP/s, 128x1536x384 65 -> 121, 128x384x{384,1536} 1.19x,
+# 256x2048x4096 155 -> 187; at 8 and 4 lanes 1.04x and even. 128 rows: 0.7-0.85x of 64 (the
+# accumulators spill). GPUs keep 32: 64 rows x 4 columns would be 256 accumulator registers a lane.
 CPU_INT8_ROW_TILES = ROW_TILES + (64,)
 TN = 4                       # columns per lane
 PLAIN_WIDTH = 64             # workgroup width of the PLAIN variants
