@@ -124,3 +124,49 @@ def test_bert_encoder_compiled_once_runs_every_shape(device, dynamic_bert, tmp_p
         prog(np.zeros((1, 41), np.int64), np.ones((1, 41), np.int64))
     with pytest.raises(ValueError, match="both are batch and must agree"):
         prog(np.zeros((2, 5), np.int64), np.ones((3, 5), np.int64))
+
+
+class MeanHeadCNN:
+    """Global pooling spelled as mean over H and W, as ConvNeXt and many timm heads write it: one
+    mean without keepdim before the classifier, one with keepdim feeding a 1x1 conv (a squeeze-
+    excitation gate). normalize_ops makes each an adaptive_avg_pool2d, a node the exported graph
+    has no shape for."""
+    @staticmethod
+    def make():
+        import torch
+        torch.manual_seed(0)
+        n = torch.nn
+
+        class Net(n.Module):
+            def __init__(self):
+                super().__init__()
+                self.stem = n.Sequential(n.Conv2d(3, 12, 3, stride=2, padding=1), n.ReLU())
+                self.gate = n.Conv2d(12, 12, 1)
+                self.fc = n.Linear(12, 7)
+
+            def forward(self, x):
+                x = self.stem(x)
+                x = x * torch.sigmoid(self.gate(x.mean((2, 3), keepdim=True)))
+                return self.fc(x.mean((-2, -1)))
+
+        return Net().eval()
+
+
+def test_mean_over_height_and_width_with_dynamic_dims(device):
+    """Both means compile with dynamic batch, height and width (they were refused: 'vkq cannot
+    tell how its shape follows the inputs' dynamic dims') and equal the static programs."""
+    import torch
+    from torch.export import Dim
+    ds = ({0: Dim("batch", min=1, max=4), 2: Dim("height", min=8, max=48), 3: Dim("width", min=8, max=48)},)
+    calib = [torch.randn(s) for s in [(2, 3, 32, 32), (1, 3, 48, 20), (3, 3, 16, 40)]]
+    dyn, static = _compile_both(MeanHeadCNN.make(), (torch.randn(2, 3, 24, 30),), calib, "static", ds)
+    prog = vkq_on(dyn, device)
+    assert set(prog.program.symbols.values()) == {(1, 4), (8, 48)}
+    outs = []
+    for shape in [(1, 3, 8, 47), (4, 3, 33, 12), (3, 3, 48, 48)]:
+        x = torch.randn(shape).numpy()
+        y = prog(x)
+        assert y.shape == (shape[0], 7)
+        np.testing.assert_array_equal(y, vkq_on(static(torch.from_numpy(x)), device)(x))
+        outs.append(y)
+    assert len(np.unique(np.concatenate([o.ravel() for o in outs]))) > 20

@@ -187,25 +187,36 @@ def _described(program: Program, tensors: dict, names: dict) -> dict:
 
 
 def _symbolic_shape_of(t, program, nodes, shapes, done, stands_for):
+    rank = len(program.tensors[t].shape)
     seen = t
     for _ in range(len(stands_for) + 1):       # a node a pass made holds the value of the one it replaced
-        if seen in shapes and isinstance(shapes[seen], tuple):
+        if seen in shapes and isinstance(shapes[seen], tuple) and len(shapes[seen]) == rank:
             return shapes[seen]
         fx = nodes.get(seen)
-        if fx is not None and fx.meta.get("vkq_source") in shapes:
-            return shapes[fx.meta["vkq_source"]]
+        source = fx.meta.get("vkq_source") if fx is not None else None
+        if source in shapes and isinstance(shapes[source], tuple) and len(shapes[source]) == rank:
+            return shapes[source]
         if seen not in stands_for:
             break
         seen = stands_for[seen]
     if t.endswith("_float") and t[:-len("_float")] in done:           # the output's dequantize
         return done[t[:-len("_float")]].shape
     producer = next((n for n in program.nodes if t in n.outputs), None)
-    if producer is not None:                   # a shape-preserving op: its input's shape
-        concrete = program.tensors[t].shape
-        for i in producer.inputs:
-            if i in done and program.tensors[i].shape == concrete and i not in program.constants:
-                return done[i].shape
-    return None
+    if producer is None:
+        return None
+    concrete = program.tensors[t].shape
+    ins = [i for i in producer.inputs if i in done and i not in program.constants]
+    for i in ins:                              # a shape-preserving op: its input's shape
+        if program.tensors[i].shape == concrete:
+            return done[i].shape
+    # A node with no counterpart in the exported graph (normalize_ops made mean over H and W an
+    # adaptive_avg_pool2d to 1 x 1): each dim equal to the first same-rank input's at the
+    # example is taken to be that dim, the others constants. A wrong guess cannot pass:
+    # lower() checks the program against a lowering at another shape (verify).
+    like = next((i for i in ins if len(program.tensors[i].shape) == rank), None)
+    if like is None:
+        return None
+    return tuple(done[like].shape[d] if program.tensors[like].shape[d] == c else c for d, c in enumerate(concrete))
 
 
 def _shape_attrs(attrs, concrete: tuple, sym: tuple):
