@@ -170,3 +170,27 @@ def test_mean_over_height_and_width_with_dynamic_dims(device):
         np.testing.assert_array_equal(y, vkq_on(static(torch.from_numpy(x)), device)(x))
         outs.append(y)
     assert len(np.unique(np.concatenate([o.ravel() for o in outs]))) > 20
+
+
+def test_an_index_map_made_for_one_size_is_refused_naming_its_node():
+    """Nearest upsampling lowers to `take` with an index map computed for the example's size;
+    with dynamic dims it is refused at compile time naming the node and the constant, not the
+    constant alone."""
+    import torch
+    from torch.export import Dim
+    from vkq.dynamic import DynamicShapeError
+    torch.manual_seed(0)
+    n = torch.nn
+
+    class Up(n.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = n.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x):
+            return n.functional.interpolate(torch.relu(self.conv(x)), scale_factor=2, mode="nearest")
+
+    ds = ({0: Dim("batch", min=1, max=4), 2: Dim("height", min=8, max=32), 3: Dim("width", min=8, max=32)},)
+    with pytest.raises(DynamicShapeError, match=r"node '\w+' \(take\) reads constant '\w+', made for one input "
+                                                r"size .* cannot run with dynamic shapes yet"):
+        _compile_both(Up().eval(), (torch.randn(2, 3, 16, 20),), [torch.randn(2, 3, 16, 20)], "static", ds)

@@ -271,6 +271,11 @@ def verify(dyn: Program, probe: Program, bindings: dict) -> None:
         p = probe.tensors.get(t)
         if p is None or (s.shape, s.dtype, s.layout, s.scale, s.zero_point) != \
                 (p.shape, p.dtype, p.layout, p.scale, p.zero_point):
+            readers = [f"{n.name!r} ({n.op})" for n in spec.nodes if t in n.inputs]
+            if t in dyn.constants and readers:   # e.g. take's index map (nearest upsampling, padding, roll)
+                raise DynamicShapeError(f"node {readers[0]} reads constant {t!r}, made for one input size "
+                                        f"({s.shape} at {bindings} should be {p.shape if p else None}); "
+                                        "this op cannot run with dynamic shapes yet")
             raise DynamicShapeError(f"tensor {t!r} is {s} at {bindings}, but lowering there gives {p}")
     for t, v in dyn.constants.items():
         if t not in probe.constants or not np.array_equal(np.asarray(v), np.asarray(probe.constants[t])):
