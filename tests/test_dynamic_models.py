@@ -194,3 +194,44 @@ def test_an_index_map_made_for_one_size_is_refused_naming_its_node():
     with pytest.raises(DynamicShapeError, match=r"node '\w+' \(take\) reads constant '\w+', made for one input "
                                                 r"size .* cannot run with dynamic shapes yet"):
         _compile_both(Up().eval(), (torch.randn(2, 3, 16, 20),), [torch.randn(2, 3, 16, 20)], "static", ds)
+
+
+class SpeechCNN:
+    """1-D convs with padding="same" and a residual, over (batch, features, time)."""
+    @staticmethod
+    def make():
+        import torch
+        torch.manual_seed(0)
+        n = torch.nn
+
+        class Net(n.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = n.Sequential(n.Conv1d(10, 16, 5, padding="same"), n.BatchNorm1d(16), n.ReLU())
+                self.b = n.Sequential(n.Conv1d(16, 16, 3, padding="same", dilation=2, groups=4), n.ReLU6())
+                self.head = n.Sequential(n.AdaptiveAvgPool1d(1), n.Flatten(), n.Linear(16, 5))
+
+            def forward(self, x):
+                x = self.a(x)
+                return self.head(x + self.b(x))
+
+        return Net().eval()
+
+
+def test_one_d_convs_with_dynamic_batch_and_length(device):
+    """A 1-D network (vkq runs it as 2-D on (N, C, 1, L)) compiled once with dynamic batch and
+    time equals the static programs. Its padding="same" is rewritten before annotation without
+    fixing the dynamic dims (the rank check read the shape as ints, which made both static)."""
+    import torch
+    from torch.export import Dim
+    ds = ({0: Dim("batch", min=1, max=4), 2: Dim("time", min=8, max=96)},)
+    calib = [torch.randn(s) for s in [(2, 10, 50), (1, 10, 96), (3, 10, 20)]]
+    dyn, static = _compile_both(SpeechCNN.make(), (torch.randn(2, 10, 40),), calib, "static", ds)
+    prog = vkq_on(dyn, device)
+    assert prog.fallback_ops == [] and set(prog.program.symbols.values()) == {(1, 4), (8, 96)}
+    assert sum(n.op == "conv2d_q8" for n in prog.program.nodes) == 2
+    for shape in [(1, 10, 8), (4, 10, 95), (3, 10, 33)]:
+        x = torch.randn(shape).numpy()
+        y = prog(x)
+        assert y.shape == (shape[0], 5)
+        np.testing.assert_array_equal(y, vkq_on(static(torch.from_numpy(x)), device)(x))

@@ -126,6 +126,54 @@ def test_mlp_static_int8(mlp, device):
         compiled.check(device, x)
 
 
+class TemporalCNN(nn.Module):
+    """A 1-D network (keyword spotting / TCN style): strided and dilated conv1d with string
+    padding, a depthwise conv1d, BatchNorm1d folded and one left standalone (after a pool), a
+    residual add, avg / max / adaptive pools, hardswish. vkq runs each 1-D op as its 2-D form on
+    (N, C, 1, L) (vkq/passes/one_d_as_two_d.py)."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.stem = nn.Sequential(nn.Conv1d(12, 24, 5, stride=2, padding=2), nn.BatchNorm1d(24), nn.ReLU())
+            self.block = nn.Sequential(nn.Conv1d(24, 24, 3, padding="same", dilation=2, groups=24),
+                                       nn.BatchNorm1d(24), nn.Hardswish(), nn.Conv1d(24, 24, 1), nn.BatchNorm1d(24))
+            self.pool = nn.AvgPool1d(3, 2, 1, ceil_mode=True, count_include_pad=False)
+            self.bn = nn.BatchNorm1d(24)
+            self.conv = nn.Conv1d(24, 32, 4, padding=1)
+            self.head = nn.Sequential(nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(32, 6))
+        for m in self.modules():
+            if isinstance(m, nn.BatchNorm1d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(x + self.block(x))
+        x = self.bn(self.pool(x))
+        x = nn.functional.max_pool1d(torch.relu(self.conv(x)), 2)
+        return self.head(x)
+
+
+@pytest.fixture(scope="module")
+def temporal():
+    xs = _randn((2, 12, 37), 4, 3)
+    return Compiled(TemporalCNN().eval(), xs[0], [(x,) for x in xs[1:]]), xs
+
+
+def test_one_d_network_runs_int8_on_vulkan(temporal, device):
+    """Every conv1d and pool1d is an int8 Vulkan op (before: each ran in float on the CPU, "no
+    int8 Vulkan kernel"); Vulkan == reference bit for bit, and PT2E agrees."""
+    compiled, xs = temporal
+    assert not compiled.program.fallback, compiled.program.fallback
+    ops = [n.op for n in compiled.program.nodes]
+    assert ops.count("conv2d_q8") == 5 and "max_pool2d_q8" in ops and "avg_pool2d_q8" in ops, ops
+    assert ops.count("repack") <= 3, ops      # the 3-D <-> 4-D views at the ends only
+    for x in xs[:2]:
+        compiled.check(device, x)
+
+
 class PartlyUnsupported(nn.Module):
     """int8 conv and linear around ops no Vulkan kernel covers: a cumulative sum (through
     torch on the CPU) and a float conv the quantizer left unquantized (numpy on the CPU)."""

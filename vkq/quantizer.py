@@ -29,6 +29,7 @@ the scheme is written into each annotated linear's node.meta["vkq_scheme"], whic
 prepare and convert, so the lowering can tell them apart.
 
 Before annotating (transform_for_annotation), standalone batch norms become depthwise convs,
+1-D convs and pools their 2-D forms on (N, C, 1, L) (passes/one_d_as_two_d.py),
 in-place ops become functional (an exported hardswish_ / dropout_ / add_ would otherwise be
 observed as aliases of their input), and the spellings the annotators do not know take the form
 they do (normalize_ops.normalize_for_annotation: conv padding "same", addcmul, reshape_as).
@@ -247,7 +248,7 @@ STATIC_ANNOTATORS = [annotate_weighted, annotate_matmul, annotate_binary, annota
 def batch_norm_as_conv(gm: GraphModule) -> bool:
     """Each eval-mode batch_norm left in the graph (prepare_pt2e has folded those after a conv;
     these follow a cat, a pool, an add; BatchNorm1d on (N, C) or (N, C, L) too, viewed as
-    (N, C, 1, 1) / (N, C, L, 1) around the conv) -> conv2d(x, a, b, groups=C) with
+    (N, C, 1, 1) / (N, C, 1, L) around the conv) -> conv2d(x, a, b, groups=C) with
     a = gamma / sqrt(var + eps) as a (C, 1, 1, 1) weight and b = beta - mean * a: the same
     function, quantized as a conv. Per-channel symmetric int8 represents a one-element channel
     exactly (+-127 at scale |a| / 127), so the int8 op is an exact per-channel multiplier and
@@ -284,14 +285,22 @@ def batch_norm_as_conv(gm: GraphModule) -> bool:
                 g = gm.graph.get_attr(n)
                 g.meta["val"] = value
                 consts.append(g)
-            shape4 = tuple(val.shape) + (1,) * (4 - val.dim())
-            x4 = x if val.dim() == 4 else gm.graph.call_function(aten.view.default, (x, list(shape4)))
+            if val.dim() == 3:     # (N, C, L) as (N, C, 1, L), as one_d_as_two_d views it
+                x4 = gm.graph.call_function(aten.unsqueeze.default, (x, 2))
+                val4 = val.unsqueeze(2)
+            else:
+                shape4 = tuple(val.shape) + (1,) * (4 - val.dim())
+                x4 = x if val.dim() == 4 else gm.graph.call_function(aten.view.default, (x, list(shape4)))
+                val4 = val.reshape(shape4)
             if x4 is not x:
-                x4.meta["val"] = val.reshape(shape4)
+                x4.meta["val"] = val4
             conv = gm.graph.call_function(aten.conv2d.default, (x4, *consts, [1, 1], [0, 0], [1, 1], c))
             conv.meta.update(node.meta)
-            conv.meta["val"] = val.reshape(shape4)
-            out = conv if val.dim() == 4 else gm.graph.call_function(aten.view.default, (conv, list(val.shape)))
+            conv.meta["val"] = val4
+            if val.dim() == 3:
+                out = gm.graph.call_function(aten.squeeze.dim, (conv, 2))
+            else:
+                out = conv if val.dim() == 4 else gm.graph.call_function(aten.view.default, (conv, list(val.shape)))
         out.meta.update(node.meta)
         node.replace_all_uses_with(out)
         gm.graph.erase_node(node)
@@ -326,9 +335,12 @@ class VkqQuantizer(Quantizer):
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         from .passes.normalize_ops import normalize_for_annotation
+        from .passes.one_d_as_two_d import one_d_as_two_d
         normalize_for_annotation(model)
         if self.scheme == "static":
             batch_norm_as_conv(model)
+            if one_d_as_two_d(model):
+                normalize_for_annotation(model)     # conv1d's string padding, now conv2d's
         return model
 
     def annotate(self, model: GraphModule) -> GraphModule:

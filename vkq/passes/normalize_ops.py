@@ -59,7 +59,7 @@ def conv_from_string_padding(node):
     x, w, b = node.args[:3]
     stride, padding = arg(node, 3, "stride", 1), arg(node, 4, "padding", "valid")
     dilation, groups = arg(node, 5, "dilation", 1), arg(node, 6, "groups", 1)
-    if padding not in ("same", "valid") or len(shape_of(x)) != 4:
+    if padding not in ("same", "valid") or val(x).dim() != 4:    # (not shape_of: it would fix dynamic dims)
         return None
     stride, dilation = _pair(stride), _pair(dilation)
     if padding == "valid":
@@ -68,10 +68,11 @@ def conv_from_string_padding(node):
     before = [t // 2 for t in total]
     if all(t == 2 * p for t, p in zip(total, before)):
         return _new(node, aten.conv2d.default, (x, w, b, stride, before, dilation, groups))
-    n, c, h, wd = shape_of(x)
     pad = [before[1], total[1] - before[1], before[0], total[0] - before[0]]     # left, right, top, bottom
     padded = _new(node, aten.constant_pad_nd.default, (x, pad, 0.0))
-    set_val(padded, (n, c, h + total[0], wd + total[1]), val(x).dtype)
+    size = list(val(x).shape)          # symbolic sizes stay so: no shape_of, no pad on the fake value
+    size[2], size[3] = size[2] + total[0], size[3] + total[1]
+    padded.meta["val"] = val(x).new_empty(size)
     return _new(node, aten.conv2d.default, (padded, w, b, stride, [0, 0], dilation, groups))
 
 
@@ -79,10 +80,10 @@ def mul_add_from_addcmul(node):
     a, b, c = node.args[:3]
     value = arg(node, 3, "value", 1)
     prod = _new(node, aten.mul.Tensor, (b, c))
-    set_val(prod, torch.broadcast_shapes(shape_of(b), shape_of(c)), val(node).dtype)
+    prod.meta["val"] = val(b) * val(c)       # (on the fake values: symbolic sizes stay so)
     if value != 1:
         scaled = _new(node, aten.mul.Tensor, (prod, value))
-        set_val(scaled, shape_of(prod), val(node).dtype)
+        scaled.meta["val"] = val(prod) * value
         prod = scaled
     return _new(node, aten.add.Tensor, (a, prod))
 
