@@ -172,10 +172,11 @@ def test_mean_over_height_and_width_with_dynamic_dims(device):
     assert len(np.unique(np.concatenate([o.ravel() for o in outs]))) > 20
 
 
-def test_an_index_map_made_for_one_size_is_refused_naming_its_node():
-    """Nearest upsampling lowers to `take` with an index map computed for the example's size;
-    with dynamic dims it is refused at compile time naming the node and the constant, not the
-    constant alone."""
+def test_an_op_that_fixes_a_dynamic_dim_is_refused_naming_it():
+    """Nearest upsampling by a scale factor: torch computes its output size from the example's
+    values, which fixes the batch and spatial dims while vkq traces the graph symbolically. The
+    compile is refused there, naming the op and the dims (it used to fail later, naming an index
+    constant, and an even-kernel padding="same" conv came out a static program silently)."""
     import torch
     from torch.export import Dim
     from vkq.dynamic import DynamicShapeError
@@ -191,9 +192,34 @@ def test_an_index_map_made_for_one_size_is_refused_naming_its_node():
             return n.functional.interpolate(torch.relu(self.conv(x)), scale_factor=2, mode="nearest")
 
     ds = ({0: Dim("batch", min=1, max=4), 2: Dim("height", min=8, max=32), 3: Dim("width", min=8, max=32)},)
-    with pytest.raises(DynamicShapeError, match=r"node '\w+' \(take\) reads constant '\w+', made for one input "
-                                                r"size .* cannot run with dynamic shapes yet"):
+    with pytest.raises(DynamicShapeError, match=r"node 'upsample_nearest2d' \(aten.upsample_nearest2d.vec\) fixes "
+                                                r"the dynamic x dim 0, x dim 2, x dim 3 to its example value"):
         _compile_both(Up().eval(), (torch.randn(2, 3, 16, 20),), [torch.randn(2, 3, 16, 20)], "static", ds)
+
+    class SameEven(n.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = n.Conv1d(4, 8, 4, padding="same")
+
+        def forward(self, x):
+            return torch.relu(self.conv(x))
+
+    ds = ({0: Dim("batch", min=1, max=4), 2: Dim("time", min=8, max=96)},)
+    with pytest.raises(DynamicShapeError, match=r"\(aten.constant_pad_nd.default\) fixes the dynamic x dim 0, x dim 2"):
+        _compile_both(SameEven().eval(), (torch.randn(2, 4, 20),), [torch.randn(2, 4, 20)], "static", ds)
+
+    class Flip(n.Module):     # traced symbolically, but lowered to `take` with an index map for one size
+        def __init__(self):
+            super().__init__()
+            self.conv = n.Conv2d(3, 4, 3)
+
+        def forward(self, x):
+            return torch.flip(torch.relu(self.conv(x)), [3])
+
+    ds = ({0: Dim("batch", min=1, max=4), 2: Dim("height", min=8, max=32), 3: Dim("width", min=8, max=32)},)
+    with pytest.raises(DynamicShapeError, match=r"node 'flip' \(take\) reads constant '\w+', made for one input size "
+                                                r".* this op cannot run with dynamic shapes yet"):
+        _compile_both(Flip().eval(), (torch.randn(2, 3, 16, 20),), [torch.randn(2, 3, 16, 20)], "static", ds)
 
 
 class SpeechCNN:

@@ -65,9 +65,20 @@ def symbolic_shapes(gm: GraphModule, fakes: list) -> tuple[dict, dict]:
     env = mode.shape_env
     shapes: dict = {}
 
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    inputs = {}          # input symbol -> "x dim 2"
+    for name, v in zip(placeholders, fakes):
+        for i, d in enumerate(v.shape):
+            if isinstance(d, torch.SymInt) and not d.node.expr.is_number:
+                inputs.setdefault(d.node.expr, f"{name} dim {i}")
+
     class Propagate(torch.fx.Interpreter):
         def run_node(self, n):
             result = super().run_node(n)
+            fixed = sorted(where for s, where in inputs.items() if getattr(env.replacements.get(s), "is_number", False))
+            if fixed:     # this op's shape rule fixed a dynamic dim to its example value
+                raise DynamicShapeError(f"node {n.name!r} ({n.target}) fixes the dynamic {', '.join(fixed)} to its "
+                                        "example value while tracing: these dims cannot be dynamic with this op")
             if isinstance(result, torch.Tensor):
                 shapes[n.name] = _dims(result.shape)
             elif isinstance(result, (torch.SymInt, int)) and not isinstance(result, bool):
