@@ -282,3 +282,40 @@ def test_cat_lower_rank(device):
     rng = np.random.default_rng(10)
     qs = [q8(rng, (c, 9)) for c in (3, 6)]
     run_exact(device, "cat_q8", cat_q8_params(CAT_QPARAMS["mixed"][:2], 0.05, 3, 0), (9, 9), *qs, layout="4H4W")
+
+
+@pytest.mark.parametrize("size, shape, on_vulkan", [
+    (1, (1, 24, 28, 28), True),          # a global max pool: one 28 x 28 window
+    ((2, 3), (2, 16, 12, 12), True),     # 6 x 4 windows
+    ((None, 2), (1, 8, 5, 6), True),     # None keeps H: 1 x 3 windows
+    (5, (1, 8, 12, 12), False),          # windows of varying size: stays on the CPU
+])
+def test_adaptive_max_pool_as_max_pool(device, size, shape, on_vulkan):
+    """AdaptiveMaxPool2d whose input is a multiple of its output runs as the int8 max pool
+    (normalize_ops: max_pool_from_adaptive; it ran in float on the CPU), exact against the
+    reference and PT2E's eager output; other sizes still fall back, named."""
+    import vkq
+    torch.manual_seed(0)
+    n = torch.nn
+
+    class Net(n.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = n.Conv2d(shape[1], shape[1], 3, padding=1)
+            self.pool = n.AdaptiveMaxPool2d(size)
+            self.out = n.Conv2d(shape[1], 5, 1)
+
+        def forward(self, x):
+            return self.out(self.pool(torch.relu(self.conv(x))))
+
+    x = torch.randn(shape)
+    gm = vkq.quantize(Net().eval(), (x,), [torch.randn(shape) for _ in range(2)])
+    prog = vkq.CompiledProgram(vkq.compile(gm, (x,)).program, device)
+    ops = [node.op for node in prog.program.nodes]
+    assert ("max_pool2d_q8" in ops) == on_vulkan and bool(prog.fallback_ops) != on_vulkan, (ops, prog.fallback_ops)
+    got = prog(x.numpy())
+    np.testing.assert_array_equal(got, prog.run_reference(x.numpy()))
+    with torch.no_grad():
+        want = gm(x).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert len(np.unique(got)) >= min(10, got.size)

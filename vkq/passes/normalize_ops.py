@@ -11,6 +11,8 @@ differently; this pass rewrites the second kind into the first:
   aten.reshape_as(x, y), y of a static shape    -> aten.reshape(x, y's shape)   (LeViT)
   aten.addmm(b, x, t(w)) / aten.mm(x, t(w))     -> aten.linear(x, w, b)      (t = aten.t or permute [1, 0])
   aten.max_pool2d_with_indices + getitem 0      -> aten.max_pool2d
+  aten.adaptive_max_pool2d + getitem 0, H and W static multiples of the output size
+                                                -> aten.max_pool2d (window = stride = H/oh, W/ow)
   aten.mean.dim(x, [2, 3] / [-2, -1], keepdim)  -> aten.adaptive_avg_pool2d(x, [1, 1]) [+ view (N, C)]
   any in-place aten op (hardswish_, silu_, dropout_, add_, ...) -> its functional form
                                                   (export points every later use at the in-place
@@ -154,6 +156,29 @@ def max_pool_from_with_indices(node):
     return new
 
 
+def max_pool_from_adaptive(node):
+    """adaptive_max_pool2d(x, (oh, ow)) + getitem 0 -> max_pool2d with a (H/oh, W/ow) window and
+    stride, where the input's H and W are static multiples of the output's (a global max pool:
+    (1, 1)); other sizes have windows of varying size and stay as they are."""
+    users = list(node.users)
+    x, size = node.args[0], node.args[1]
+    v = val(x)
+    if not users or not all(u.target is operator.getitem and u.args[1] == 0 for u in users) \
+            or not isinstance(v, torch.Tensor) or v.dim() != 4:
+        return None
+    hw = [d if isinstance(d, int) else None for d in v.shape[2:]]     # a SymInt (dynamic dim): leave it
+    size = list(size) if isinstance(size, (list, tuple)) else [size, size]
+    size = [hw[i] if s is None else s for i, s in enumerate(size)]
+    if None in hw or not all(isinstance(s, int) and s > 0 and d % s == 0 for d, s in zip(hw, size)):
+        return None
+    window = [d // s for d, s in zip(hw, size)]
+    new = _new(node, aten.max_pool2d.default, (x, window, window, [0, 0], [1, 1], False))
+    new.meta["val"] = val(users[0])
+    for u in users:
+        u.replace_all_uses_with(new)
+    return new
+
+
 def pool_from_mean(node):
     x = node.args[0]
     dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
@@ -247,6 +272,7 @@ def int8_from_uint8(node):
 # know only the forms on the right, so a model spelling the left would stay float.
 BEFORE_ANNOTATION = {
     aten.conv2d.padding: conv_from_string_padding,
+    aten.adaptive_max_pool2d.default: max_pool_from_adaptive,
     aten.addcmul.default: mul_add_from_addcmul,
     aten.reshape_as.default: reshape_from_reshape_as,
 }
