@@ -261,3 +261,22 @@ def test_one_d_convs_with_dynamic_batch_and_length(device):
         y = prog(x)
         assert y.shape == (shape[0], 5)
         np.testing.assert_array_equal(y, vkq_on(static(torch.from_numpy(x)), device)(x))
+
+
+def test_transposed_conv_with_a_dynamic_batch_stays_on_the_cpu(device):
+    """conv_transpose_as_conv needs static sizes (its pixel shuffle is an index map for one size):
+    with a dynamic batch the transposed conv runs in float on the CPU, named, and the program
+    still equals the static ones (rewritten, it was refused at compile time)."""
+    import torch
+    from torch.export import Dim
+    torch.manual_seed(0)
+    n = torch.nn
+    model = n.Sequential(n.Conv2d(3, 8, 3, padding=1), n.ReLU(), n.ConvTranspose2d(8, 4, 4, 2, 1), n.ReLU(),
+                         n.Conv2d(4, 2, 1)).eval()
+    ds = ({0: Dim("batch", min=1, max=4)},)
+    dyn, static = _compile_both(model, (torch.randn(2, 3, 12, 10),), [torch.randn(2, 3, 12, 10)], "static", ds)
+    prog = vkq_on(dyn, device)
+    assert [op for op, _ in prog.fallback_ops] == ["aten.conv_transpose2d"]
+    for b in (1, 3):
+        x = torch.randn(b, 3, 12, 10).numpy()
+        np.testing.assert_array_equal(prog(x), vkq_on(static(torch.from_numpy(x)), device)(x))

@@ -288,12 +288,13 @@ def test_pattern_matches_pt2e_op_by_op(quantized):
 
 class Unsupported(nn.Module):
     """What has no kernel: an int8 add on a rank-5 view (ROW: the eltwise kernel takes the blocked
-    layouts), a linear over a rank-5 int8 tensor, a transposed conv, cumsum, amax; beside them
+    layouts), a linear over a rank-5 int8 tensor, a dilated transposed conv (conv_transpose_as_conv
+    takes dilation 1), cumsum, amax; beside them
     reflect padding and nearest-exact resizing, which are gathers."""
 
     def __init__(self):
         super().__init__()
-        self.c, self.fc, self.t = nn.Conv2d(3, 8, 1), nn.Linear(5, 4), nn.ConvTranspose2d(8, 4, 2, 2)
+        self.c, self.fc, self.t = nn.Conv2d(3, 8, 1), nn.Linear(5, 4), nn.ConvTranspose2d(8, 4, 2, 2, dilation=2)
 
     def forward(self, x):
         y = self.c(x)

@@ -29,7 +29,8 @@ the scheme is written into each annotated linear's node.meta["vkq_scheme"], whic
 prepare and convert, so the lowering can tell them apart.
 
 Before annotating (transform_for_annotation), standalone batch norms become depthwise convs,
-1-D convs and pools their 2-D forms on (N, C, 1, L) (passes/one_d_as_two_d.py),
+1-D convs and pools their 2-D forms on (N, C, 1, L) (passes/one_d_as_two_d.py), transposed
+convs a conv and a pixel shuffle (passes/conv_transpose_as_conv.py),
 in-place ops become functional (an exported hardswish_ / dropout_ / add_ would otherwise be
 observed as aliases of their input), and the spellings the annotators do not know take the form
 they do (normalize_ops.normalize_for_annotation: conv padding "same", addcmul, reshape_as).
@@ -69,6 +70,7 @@ SHARE_INPUT = {
     # element pickers (slicing, a class token, nearest upsampling): int8 passes through as a gather
     aten.slice.Tensor, aten.select.int, aten.expand.default, aten.unflatten.int,
     aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default,
+    aten.pixel_shuffle.default, aten.pixel_unshuffle.default,
     # bilinear resizing stays within its input's range: one quantization, an int8 kernel
     aten.upsample_bilinear2d.vec, aten.upsample_bilinear2d.default,
     *ACTIVATIONS,
@@ -335,9 +337,11 @@ class VkqQuantizer(Quantizer):
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         from .passes.normalize_ops import normalize_for_annotation
+        from .passes.conv_transpose_as_conv import conv_transpose_as_conv
         from .passes.one_d_as_two_d import one_d_as_two_d
         normalize_for_annotation(model)
         if self.scheme == "static":
+            conv_transpose_as_conv(model)
             batch_norm_as_conv(model)
             if one_d_as_two_d(model):
                 normalize_for_annotation(model)     # conv1d's string padding, now conv2d's

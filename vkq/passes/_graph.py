@@ -45,7 +45,8 @@ UNARY_ELEMENTWISE = {getattr(aten, name).default for name in (
 # Ops that pick elements without changing them: quantize(op(x)) == op(quantize(x)), so int8
 # flows through them too (the lowering runs them as gathers, vkq/ops/shape.py).
 GATHERS = {aten.slice.Tensor, aten.select.int, aten.expand.default, aten.unflatten.int,
-           aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default}
+           aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default,
+           aten.pixel_shuffle.default, aten.pixel_unshuffle.default}
 
 
 def is_call(node, targets) -> bool:

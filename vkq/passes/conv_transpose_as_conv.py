@@ -1,0 +1,126 @@
+"""conv_transpose_as_conv: a transposed convolution as a convolution and a pixel shuffle.
+
+The quantizer runs this before annotating (VkqQuantizer.transform_for_annotation). A
+conv_transpose2d with stride s (equal in H and W), dilation 1, any kernel, padding, output
+padding and groups:
+
+  y = conv_transpose2d(x, w, b, s, p, op, g)
+    = crop(pixel_shuffle(conv2d(x, G, b repeated s*s times, padding M - 1, groups g), s), p)
+
+For an output row Y, the taps that reach it are those with ky = (Y + p) mod s + m*s (m = 0, 1,
+...), reading input row (Y + p) div s - m: phase a = (Y + p) mod s is a plain correlation of x
+with the kernel rows a, a + s, ... reversed. G stacks, for each output channel oc and phase
+(a, b), that sub-kernel of M x M taps (M = ceil(k / s), zero where a + m*s >= k) as output
+channel oc*s*s + a*s + b, the order pixel_shuffle interleaves; the shuffled map starts at row
+-p, so rows p .. p + H_out - 1 are the output. The same multiply-adds as the transposed conv,
+on the int8 conv kernels; the shuffle and crop move int8 words (`take`, `slice`).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.fx import GraphModule, Node
+
+from ._graph import add_constant, aten, const_value, is_call, val
+
+# an activation that is the transposed conv's only user moves before the shuffle (elementwise:
+# it commutes with the shuffle and the crop), next to the conv that the quantizer fuses it into
+ACTIVATIONS = {aten.relu.default, aten.relu6.default, aten.hardtanh.default}
+
+
+def _pair(v):
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return [int(x) for x in (v * 2 if len(v) == 1 else v)]
+
+
+def _arg(node: Node, i: int, name: str, default):
+    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
+
+
+def phase_weights(w: torch.Tensor, s: int, m: tuple[int, int], groups: int) -> torch.Tensor:
+    """conv2d weights (OC*s*s, C/g, M_h, M_w) for conv_transpose2d weights w (C, OC/g, k_h, k_w)."""
+    c, ocg, kh, kw = w.shape
+    cg = c // groups
+    g = torch.zeros(groups * ocg * s * s, cg, m[0], m[1], dtype=w.dtype)
+    for gi in range(groups):
+        wg = w[gi * cg:(gi + 1) * cg]                                   # (C/g, OC/g, kh, kw)
+        for a in range(s):
+            for b in range(s):
+                for t in range(m[0]):
+                    ky = a + (m[0] - 1 - t) * s
+                    if ky >= kh:
+                        continue
+                    for u in range(m[1]):
+                        kx = b + (m[1] - 1 - u) * s
+                        if kx < kw:
+                            rows = (gi * ocg + torch.arange(ocg)) * s * s + a * s + b
+                            g[rows, :, t, u] = wg[:, :, ky, kx].T
+    return g
+
+
+def _rewrite(gm: GraphModule, node: Node) -> Node | None:
+    x, wnode = node.args[0], node.args[1]
+    bias = _arg(node, 2, "bias", None)
+    stride, padding = _pair(_arg(node, 3, "stride", 1)), _pair(_arg(node, 4, "padding", 0))
+    out_pad, groups = _pair(_arg(node, 5, "output_padding", 0)), int(_arg(node, 6, "groups", 1))
+    dilation = _pair(_arg(node, 7, "dilation", 1))
+    w = const_value(gm, wnode)
+    vx, vy = val(x), val(node)
+    if w is None or w.dim() != 4 or not isinstance(vx, torch.Tensor) or vx.dim() != 4 \
+            or stride[0] != stride[1] or dilation != [1, 1]:
+        return None
+    if bias is not None and const_value(gm, bias) is None:
+        return None
+    if not all(isinstance(d, int) for d in (*vx.shape, *vy.shape)):
+        return None     # dynamic dims: the shuffle's index map and the crop are made for one size
+    s, k = stride[0], w.shape[2:]
+    # taps per phase; one more where the output (with its output padding) reaches past them
+    m = tuple(max(math.ceil(k[i] / s), math.ceil((k[i] - padding[i] + out_pad[i]) / s)) for i in range(2))
+    oc = w.shape[1] * groups
+    gw = add_constant(gm, f"{node.name}_phases", phase_weights(w.float(), s, m, groups), node)
+    gb = None
+    if bias is not None:
+        gb = add_constant(gm, f"{node.name}_phase_bias", const_value(gm, bias).float().repeat_interleave(s * s), node)
+    users = list(node.users)
+    act = users[0] if len(users) == 1 and is_call(users[0], ACTIVATIONS) else None
+    with gm.graph.inserting_before(node):
+        conv = gm.graph.call_function(aten.conv2d.default, (x, gw, gb, [1, 1], [m[0] - 1, m[1] - 1], [1, 1], groups))
+        top = conv
+        if act is not None:      # before the shuffle, where the quantizer fuses it into the conv
+            top = gm.graph.call_function(act.target, (conv, *act.args[1:]), dict(act.kwargs))
+        shuffle = gm.graph.call_function(aten.pixel_shuffle.default, (top, s))
+        n, _, h, wd = vx.shape
+        full = ((h + m[0] - 1) * s, (wd + m[1] - 1) * s)
+        crop = [padding[i] != 0 or full[i] != vy.shape[2 + i] for i in range(2)]
+        rows = gm.graph.call_function(aten.slice.Tensor, (shuffle, 2, padding[0], padding[0] + vy.shape[2])) \
+            if crop[0] else shuffle
+        cols = gm.graph.call_function(aten.slice.Tensor, (rows, 3, padding[1], padding[1] + vy.shape[3])) \
+            if crop[1] else rows
+    conv.meta.update({k_: v for k_, v in node.meta.items() if k_ != "val"})
+    conv.meta["val"] = vx.new_empty((n, oc * s * s, h + m[0] - 1, wd + m[1] - 1))
+    if act is not None:
+        top.meta.update({k_: v for k_, v in act.meta.items() if k_ != "val"})
+        top.meta["val"] = conv.meta["val"]
+        act.replace_all_uses_with(node)      # the activation now runs before the crop
+        gm.graph.erase_node(act)
+    shuffle.meta["val"] = vx.new_empty((n, oc, *full))
+    if crop[0]:
+        rows.meta["val"] = vx.new_empty((n, oc, vy.shape[2], full[1]))
+    cols.meta["val"] = vy
+    return cols
+
+
+def conv_transpose_as_conv(gm: GraphModule) -> bool:
+    changed = False
+    for node in list(gm.graph.nodes):
+        if is_call(node, {aten.conv_transpose2d.input}):
+            new = _rewrite(gm, node)
+            if new is not None:
+                node.replace_all_uses_with(new)
+                gm.graph.erase_node(node)
+                changed = True
+    if changed:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return changed
