@@ -351,3 +351,21 @@ def test_resizing_and_slicing_stay_int8():
     assert [n.op for n in moved] == ["take", "upsample_bilinear2d", "upsample_bilinear2d"]
     assert all(t[n.inputs[0]].dtype == t[n.outputs[0]].dtype == "int8" for n in moved)
     assert "clamp_q8" not in [n.op for n in prog.program.nodes]
+
+
+@pytest.mark.parametrize("slopes", [1, 8])
+def test_prelu_with_one_slope_runs_int8(device, slopes):
+    """nn.PReLU() (one slope) is leaky_relu: an int8 lookup table after the conv, no CPU op
+    (it ran in float on the CPU). Per-channel slopes still fall back, named."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.PReLU(slopes), nn.Conv2d(8, 4, 1)).eval()
+    with torch.no_grad():
+        model[1].weight.uniform_(0.05, 0.4)
+    x = torch.randn(1, 3, 9, 11)
+    gm = vkq.quantize(model, (x,), [(torch.randn(1, 3, 9, 11),) for _ in range(2)])
+    prog = vkq.compile(gm, (x,), device=device)
+    assert [op for op, _ in prog.fallback_ops] == ([] if slopes == 1 else ["aten.prelu"])
+    got = prog(x.numpy())
+    np.testing.assert_array_equal(got, prog.run_reference(x.numpy()))
+    np.testing.assert_allclose(got, gm(x).detach().numpy(), atol=1e-5)
+    assert cosine(got, model(x).detach().numpy()) > 0.999

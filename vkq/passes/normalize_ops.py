@@ -20,6 +20,7 @@ differently; this pass rewrites the second kind into the first:
   aten.addmm(b, x, w) / mm / matmul(x, w), w a 2-D constant (GPT-2's Conv1D keeps w as (in, out))
                                                 -> aten.linear(x, t(w), b)
   aten.relu6(x), aten.clamp(x, lo, hi)          -> aten.hardtanh(x, lo, hi);  clamp(x, 0) -> relu
+  aten.prelu(x, w), w one slope                 -> aten.leaky_relu(x, w)
   dropout (eval), clone, alias, contiguous, detach -> removed (identities at inference)
   quantize / dequantize per tensor to uint8     -> int8 with zero point - 128 (X86 quantizer):
                                                    q_u8 - 128 = q_i8, the floats are the same
@@ -34,8 +35,8 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, arg, aten, finish, is_call, set_val, shape_of,
-                     val)
+from ._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, arg, aten, const_value, finish, is_call,
+                     set_val, shape_of, val)
 
 
 def _new(node: Node, target, args, kwargs=None) -> Node:
@@ -228,6 +229,15 @@ def functionalize_inplace(gm: GraphModule) -> bool:
     return changed
 
 
+def leaky_relu_from_prelu(node):
+    """prelu(x, w) with one slope (nn.PReLU()'s default) is leaky_relu(x, w): an elementwise
+    function of one tensor, which int8 runs as a lookup table. Per-channel slopes stay."""
+    w = const_value(node.graph.owning_module, node.args[1])
+    if w is None or w.numel() != 1:
+        return None
+    return _new(node, aten.leaky_relu.default, (node.args[0], float(w.reshape(()))))
+
+
 def hardtanh_from_relu6(node):
     return _new(node, aten.hardtanh.default, (node.args[0], 0.0, 6.0))
 
@@ -272,6 +282,7 @@ def int8_from_uint8(node):
 # know only the forms on the right, so a model spelling the left would stay float.
 BEFORE_ANNOTATION = {
     aten.conv2d.padding: conv_from_string_padding,
+    aten.prelu.default: leaky_relu_from_prelu,
     aten.adaptive_max_pool2d.default: max_pool_from_adaptive,
     aten.addcmul.default: mul_add_from_addcmul,
     aten.reshape_as.default: reshape_from_reshape_as,
