@@ -176,7 +176,8 @@ def test_one_d_network_runs_int8_on_vulkan(temporal, device):
 
 class Decoder(nn.Module):
     """Transposed convs as decoders use them: 2x2 stride 2 (U-Net, with a skip cat), 4x4 stride
-    2 padding 1 with BatchNorm and ReLU, 3x3 stride 2 with output padding and groups, 3x3
+    2 padding 1 with BatchNorm and ReLU, 3x3 stride 2 with output padding and groups and a
+    BatchNorm (folded by vkq: prepare_pt2e's fusion fails on grouped transposed convs), 3x3
     stride 3. vkq runs each as a conv, a pixel shuffle and a crop (conv_transpose_as_conv)."""
 
     def __init__(self):
@@ -186,10 +187,12 @@ class Decoder(nn.Module):
             self.enc = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU())
             self.up1 = nn.ConvTranspose2d(16, 8, 2, 2)
             self.up2 = nn.Sequential(nn.ConvTranspose2d(11, 12, 4, 2, 1), nn.BatchNorm2d(12), nn.ReLU())
-            self.up3 = nn.ConvTranspose2d(12, 8, 3, 2, 1, output_padding=1, groups=2)
+            self.up3 = nn.Sequential(nn.ConvTranspose2d(12, 8, 3, 2, 1, output_padding=1, groups=2), nn.BatchNorm2d(8))
             self.up4 = nn.ConvTranspose2d(8, 4, 3, 3)
-            self.up2[1].running_mean.uniform_(-0.3, 0.3)
-            self.up2[1].running_var.uniform_(0.5, 2.0)
+            for bn in (self.up2[1], self.up3[1]):
+                bn.running_mean.uniform_(-0.3, 0.3)
+                bn.running_var.uniform_(0.5, 2.0)
+                bn.weight.data.uniform_(0.5, 1.5)
 
     def forward(self, x):
         y = torch.cat([self.up1(self.enc(x)), x], 1)

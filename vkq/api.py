@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule
 
+from .passes.conv_transpose_as_conv import fold_batch_norm_into_grouped
 from .passes.inline_wrappers import inline_wrappers
 from .quantizer import VkqQuantizer
 
@@ -40,6 +41,7 @@ def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: s
     model = model.eval()
     gm = torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes).module()
     inline_wrappers(gm)     # PT2E then sees (and quantizes) what no_grad / autocast blocks hold
+    fold_batch_norm_into_grouped(gm)     # prepare_pt2e's own fusion fails on these
     prepared = prepare_pt2e(gm, quantizer or VkqQuantizer(scheme))
     batches = [example_inputs] if calibration is None else calibration
     with torch.no_grad():

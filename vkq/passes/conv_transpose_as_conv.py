@@ -124,3 +124,42 @@ def conv_transpose_as_conv(gm: GraphModule) -> bool:
         gm.graph.eliminate_dead_code()
         gm.recompile()
     return changed
+
+
+def fold_batch_norm_into_grouped(gm: GraphModule) -> bool:
+    """An eval batch_norm after a grouped conv_transpose2d, folded into its weights and bias.
+    vkq.quantize runs this before prepare_pt2e, whose own conv-bn fusion scales a transposed
+    conv's weights (C, OC/g, kh, kw) by all OC channels at once and fails for groups > 1
+    (torch.nn.utils.fusion.fuse_conv_bn_weights: "The size of tensor a ... must match")."""
+    changed = False
+    for bn in list(gm.graph.nodes):
+        if not is_call(bn, {aten.batch_norm.default}) or bn.args[5]:        # training=True: not a fold
+            continue
+        conv = bn.args[0]
+        groups = int(_arg(conv, 6, "groups", 1)) if is_call(conv, {aten.conv_transpose2d.input}) else 1
+        if groups == 1 or len(conv.users) != 1:
+            continue
+        w, b = const_value(gm, conv.args[1]), const_value(gm, _arg(conv, 2, "bias", None))
+        gamma, beta, mean, var = (const_value(gm, a) for a in bn.args[1:5])
+        if w is None or mean is None or var is None or (_arg(conv, 2, "bias", None) is not None and b is None) \
+                or (bn.args[1] is not None and gamma is None) or (bn.args[2] is not None and beta is None):
+            continue
+        oc = w.shape[1] * groups
+        gamma = torch.ones(oc) if gamma is None else gamma.float()
+        beta = torch.zeros(oc) if beta is None else beta.float()
+        scale = gamma / torch.sqrt(var.float() + float(bn.args[7]))
+        cg = w.shape[0] // groups       # input channel c feeds output channels (c // cg) * OC/g + j
+        per_weight = scale.reshape(groups, 1, w.shape[1]).expand(groups, cg, w.shape[1]).reshape(w.shape[0], w.shape[1])
+        new_w = w.float() * per_weight[:, :, None, None]
+        new_b = ((torch.zeros(oc) if b is None else b.float()) - mean.float()) * scale + beta
+        args = list(conv.args) + [None] * max(0, 3 - len(conv.args))
+        args[1] = add_constant(gm, f"{conv.name}_bn_weight", new_w, conv)
+        args[2] = add_constant(gm, f"{conv.name}_bn_bias", new_b, conv)
+        conv.args = tuple(args)
+        bn.replace_all_uses_with(conv)
+        gm.graph.erase_node(bn)
+        changed = True
+    if changed:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return changed
