@@ -165,6 +165,18 @@ def _layer_norm(n, t):
     return "layer_norm", [x, w, b], {"normalized_shape": shape, "eps": float(eps)}
 
 
+def _instance_norm(n, t):
+    """instance_norm over the input's own statistics is group_norm with one group per channel."""
+    if not arg(n, 5, "use_input_stats", True):
+        return None      # running statistics: a per-channel affine map (no float kernel for it)
+    x = n.args[0]
+    c = shape_of(x)[1]
+    w, b, eps = arg(n, 1, "weight"), arg(n, 2, "bias"), arg(n, 7, "eps", 1e-5)
+    w = w if w is not None else t.const(np.ones(c, np.float32), "ones")
+    b = b if b is not None else t.const(np.zeros(c, np.float32), "zeros")
+    return "group_norm", [x, w, b], {"groups": c, "eps": float(eps)}
+
+
 def _group_norm(n, t):
     x, groups = n.args[0], int(n.args[1])
     c = shape_of(x)[1]
@@ -512,6 +524,7 @@ def _upsample_bilinear(n, t):
 _FLOAT_RULES = {
     aten.layer_norm.default: _layer_norm,
     aten.group_norm.default: _group_norm,
+    aten.instance_norm.default: _instance_norm,
     aten.pow.Tensor_Scalar: _pow,
     aten.softmax.int: _softmax("softmax"), aten._softmax.default: _softmax("softmax"),
     aten.log_softmax.int: _softmax("log_softmax"), aten._log_softmax.default: _softmax("log_softmax"),
