@@ -83,10 +83,10 @@ def mul_add_from_addcmul(node):
     a, b, c = node.args[:3]
     value = arg(node, 3, "value", 1)
     prod = _new(node, aten.mul.Tensor, (b, c))
-    prod.meta["val"] = val(b) * val(c)       # (on the fake values: symbolic sizes stay so)
+    set_val(prod, torch.broadcast_shapes(shape_of(b), shape_of(c)), val(node).dtype)
     if value != 1:
         scaled = _new(node, aten.mul.Tensor, (prod, value))
-        scaled.meta["val"] = val(prod) * value
+        set_val(scaled, shape_of(prod), val(node).dtype)
         prod = scaled
     return _new(node, aten.add.Tensor, (a, prod))
 
