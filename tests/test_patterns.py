@@ -354,9 +354,10 @@ def test_resizing_and_slicing_stay_int8():
 
 
 @pytest.mark.parametrize("slopes", [1, 8])
-def test_prelu_with_one_slope_runs_int8(device, slopes):
-    """nn.PReLU() (one slope) is leaky_relu: an int8 lookup table after the conv, no CPU op
-    (it ran in float on the CPU). Per-channel slopes still fall back, named."""
+def test_prelu_runs_int8(device, slopes):
+    """nn.PReLU() (one slope) is leaky_relu: an int8 lookup table after the conv. nn.PReLU(C)
+    is x + depthwise_conv(min(x, 0), slopes - 1): one int8 clamp and a 1x1 depthwise conv with
+    the add in its epilogue. Both ran in float on the CPU."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.PReLU(slopes), nn.Conv2d(8, 4, 1)).eval()
     with torch.no_grad():
@@ -364,7 +365,9 @@ def test_prelu_with_one_slope_runs_int8(device, slopes):
     x = torch.randn(1, 3, 9, 11)
     gm = vkq.quantize(model, (x,), [(torch.randn(1, 3, 9, 11),) for _ in range(2)])
     prog = vkq.compile(gm, (x,), device=device)
-    assert [op for op, _ in prog.fallback_ops] == ([] if slopes == 1 else ["aten.prelu"])
+    assert prog.fallback_ops == []
+    ops = [n.op for n in prog.program.nodes]
+    assert ops.count("conv2d_q8") == (2 if slopes == 1 else 3) and ops.count("clamp_q8") == (slopes > 1), ops
     got = prog(x.numpy())
     np.testing.assert_array_equal(got, prog.run_reference(x.numpy()))
     np.testing.assert_allclose(got, gm(x).detach().numpy(), atol=1e-5)

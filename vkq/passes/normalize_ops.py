@@ -21,6 +21,7 @@ differently; this pass rewrites the second kind into the first:
                                                 -> aten.linear(x, t(w), b)
   aten.relu6(x), aten.clamp(x, lo, hi)          -> aten.hardtanh(x, lo, hi);  clamp(x, 0) -> relu
   aten.prelu(x, w), w one slope                 -> aten.leaky_relu(x, w)
+  aten.prelu(x, w), a slope per channel of 4-D x -> x + conv2d(hardtanh(x, -max, 0), w - 1, groups=C)
   dropout (eval), clone, alias, contiguous, detach -> removed (identities at inference)
   quantize / dequantize per tensor to uint8     -> int8 with zero point - 128 (X86 quantizer):
                                                    q_u8 - 128 = q_i8, the floats are the same
@@ -35,8 +36,8 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, arg, aten, const_value, finish, is_call,
-                     set_val, shape_of, val)
+from ._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, add_constant, arg, aten, const_value, finish,
+                     is_call, set_val, shape_of, val)
 
 
 def _new(node: Node, target, args, kwargs=None) -> Node:
@@ -229,13 +230,29 @@ def functionalize_inplace(gm: GraphModule) -> bool:
     return changed
 
 
-def leaky_relu_from_prelu(node):
-    """prelu(x, w) with one slope (nn.PReLU()'s default) is leaky_relu(x, w): an elementwise
-    function of one tensor, which int8 runs as a lookup table. Per-channel slopes stay."""
-    w = const_value(node.graph.owning_module, node.args[1])
-    if w is None or w.numel() != 1:
+def from_prelu(node):
+    """prelu(x, w): with one slope (nn.PReLU()'s default) leaky_relu(x, w), an elementwise
+    function of one tensor, which int8 runs as a lookup table. With a slope per channel of a
+    4-D x: x + conv2d(min(x, 0), w - 1 as a (C, 1, 1, 1) depthwise 1x1 weight) (x < 0: x + (w -
+    1) x = w x), min(x, 0) spelled hardtanh(x, -1e30, 0): an int8 clamp that shares x's
+    quantization and a depthwise conv whose epilogue takes the add (fuse_epilogue). (relu(x) +
+    w min(x, 0) cost a third dispatch, the relu's clamp.)"""
+    gm = node.graph.owning_module
+    x, w = node.args[0], const_value(gm, node.args[1])
+    v = val(x)
+    if w is None:
         return None
-    return _new(node, aten.leaky_relu.default, (node.args[0], float(w.reshape(()))))
+    if w.numel() == 1:
+        return _new(node, aten.leaky_relu.default, (x, float(w.reshape(()))))
+    if not isinstance(v, torch.Tensor) or v.dim() != 4 or not isinstance(v.shape[1], int) or w.numel() != v.shape[1]:
+        return None
+    c = w.numel()
+    neg = _new(node, aten.hardtanh.default, (x, -1e30, 0.0))   # (-inf: not taken as a clamp)
+    weight = add_constant(gm, f"{node.name}_slopes", w.detach().float().reshape(c, 1, 1, 1) - 1.0, node)
+    conv = _new(node, aten.conv2d.default, (neg, weight, None, [1, 1], [0, 0], [1, 1], c))
+    for n in (neg, conv):
+        n.meta["val"] = v
+    return _new(node, aten.add.Tensor, (x, conv))
 
 
 def hardtanh_from_relu6(node):
@@ -282,7 +299,7 @@ def int8_from_uint8(node):
 # know only the forms on the right, so a model spelling the left would stay float.
 BEFORE_ANNOTATION = {
     aten.conv2d.padding: conv_from_string_padding,
-    aten.prelu.default: leaky_relu_from_prelu,
+    aten.prelu.default: from_prelu,
     aten.adaptive_max_pool2d.default: max_pool_from_adaptive,
     aten.addcmul.default: mul_add_from_addcmul,
     aten.reshape_as.default: reshape_from_reshape_as,
