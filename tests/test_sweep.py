@@ -1,0 +1,37 @@
+"""tools/sweep_models.py, the random-model sweep, kept runnable: a few models of each family
+agree with their reference and with PT2E on the test device (the full sweep is a tool run by
+hand: --count 100 or more)."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SWEEP = Path(__file__).resolve().parent.parent / "tools" / "sweep_models.py"
+
+
+def _sweep():
+    spec = importlib.util.spec_from_file_location("sweep_models", SWEEP)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("family, count, seed", [("cnn", 4, 1), ("temporal", 3, 2)])
+def test_a_short_sweep_agrees(device, family, count, seed, capsys):
+    failures = _sweep().main(["--device", str(device.info.index), "--family", family, "--count", str(count),
+                              "--seed", str(seed)])
+    out = capsys.readouterr().out
+    assert failures == 0, out
+    assert f"{count} models ({family}, seed {seed})" in out and ": 0 failed" in out
+
+
+def test_the_sweep_reports_a_failing_model(device, capsys, monkeypatch):
+    """A model that disagrees is one FAIL line naming what it drew, and counts in the status."""
+    sweep = _sweep()
+
+    def disagree(*args):
+        raise AssertionError("Vulkan != reference: 3 of 10 differ")
+    monkeypatch.setattr(sweep, "check", disagree)
+    assert sweep.main(["--device", str(device.info.index), "--count", "2", "--seed", "1"]) == 2
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("FAIL")]
+    assert len(lines) == 2 and lines[0].startswith("FAIL 0: ") and "3 of 10 differ" in lines[0]

@@ -1,0 +1,213 @@
+"""Random small models through vkq: quantize -> compile -> Vulkan, against the CPU reference
+(bit for bit where the output is int8-derived, else float rounding) and PT2E's eager output
+(cosine >= 0.99). The sweep that found the grouped ConvTranspose2d + BatchNorm crash and the
+dynamic-shape refusals of 2026-11-23; run it after changing a pass or a kernel choice:
+
+    .venv/bin/python tools/sweep_models.py --device llvmpipe --family cnn --count 100 --seed 1
+
+Families: cnn (convs, depthwise, residuals, squeeze-excitation, cat, pools, upsampling,
+transposed convs, PReLU, six activations; inputs normal, large, tiny, positive or 0-255 images)
+and temporal (1-D convs and pools). Each failure prints one line with the model it drew (rerun
+one with --only INDEX); the exit status is the number of failures (0: all agreed).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def _act(rng):
+    name = str(rng.choice(["relu", "relu6", "hardswish", "identity", "sigmoid", "silu"]))
+    return name, {"relu": nn.ReLU, "relu6": nn.ReLU6, "hardswish": nn.Hardswish, "identity": nn.Identity,
+                  "sigmoid": nn.Sigmoid, "silu": nn.SiLU}[name]()
+
+
+class Block(nn.Module):
+    """One random 2-D block from c channels; .out is its channel count, .desc what it drew."""
+    KINDS = ("conv", "dw", "res", "pool", "avg", "cat", "act", "mul", "se", "up", "convT", "amax")
+
+    def __init__(self, rng, c: int):
+        super().__init__()
+        self.kind = str(rng.choice(self.KINDS))
+        k, s = int(rng.choice([1, 3, 5])), int(rng.choice([1, 1, 2]))
+        act_name, act = _act(rng)
+        self.desc, self.out = f"{self.kind} k{k} s{s} {act_name}", c
+        if self.kind == "conv":
+            self.out = int(rng.integers(1, 40))
+            self.f = nn.Sequential(nn.Conv2d(c, self.out, k, s, k // 2, dilation=1), nn.BatchNorm2d(self.out), act)
+        elif self.kind == "dw":
+            self.f = nn.Sequential(nn.Conv2d(c, c, k, s, k // 2, groups=c), nn.BatchNorm2d(c), act)
+        elif self.kind == "res":
+            self.f, self.a = nn.Sequential(nn.Conv2d(c, c, k, 1, k // 2), nn.BatchNorm2d(c)), act
+        elif self.kind == "pool":
+            self.f = nn.MaxPool2d(k, s, k // 2) if k > 1 else nn.MaxPool2d(2, 2, ceil_mode=True)
+        elif self.kind == "avg":
+            self.f = nn.AvgPool2d(max(k, 2), s, k // 2, ceil_mode=bool(rng.random() < 0.5),
+                                  count_include_pad=bool(rng.random() < 0.5))
+        elif self.kind == "cat":
+            self.f = nn.Conv2d(c, int(rng.integers(1, 20)), 1)
+            self.out = c + self.f.out_channels
+        elif self.kind == "act":
+            self.f = act if rng.random() < 0.5 else nn.PReLU(c if rng.random() < 0.7 else 1)
+        elif self.kind == "mul":
+            self.f = nn.Conv2d(c, c, 1)
+        elif self.kind == "se":
+            r = max(1, c // 4)
+            self.f = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(c, r, 1), nn.ReLU(), nn.Conv2d(r, c, 1),
+                                   nn.Hardsigmoid())
+        elif self.kind == "up":
+            self.f = nn.Upsample(scale_factor=2, mode=str(rng.choice(["nearest", "bilinear"])))
+        elif self.kind == "convT":
+            self.out, st, kt = int(rng.integers(1, 20)), int(rng.choice([1, 2, 2, 3])), int(rng.integers(1, 5))
+            g = int(rng.choice([1, 2])) if c % 2 == 0 and self.out % 2 == 0 else 1
+            self.f = nn.Sequential(nn.ConvTranspose2d(c, self.out, kt, st, int(rng.integers(0, kt)),
+                                                      output_padding=int(rng.integers(0, st)), groups=g),
+                                   nn.BatchNorm2d(self.out), act)
+        else:
+            self.f = nn.AdaptiveMaxPool2d(int(rng.choice([1, 2])))
+        self.desc += f" {type(self.f).__name__}" if not isinstance(self.f, nn.Sequential) else ""
+
+    def forward(self, x):
+        if self.kind == "res":
+            return self.a(x + self.f(x))
+        if self.kind == "cat":
+            return torch.cat([x, self.f(x)], 1)
+        if self.kind in ("mul", "se"):
+            return x * self.f(x)
+        return self.f(x)
+
+
+class Block1d(nn.Module):
+    KINDS = ("conv", "dw", "pool", "avg", "res", "bn", "act")
+
+    def __init__(self, rng, c: int):
+        super().__init__()
+        self.kind = str(rng.choice(self.KINDS))
+        k, s, d = int(rng.choice([1, 2, 3, 4, 5, 7])), int(rng.choice([1, 1, 2])), int(rng.choice([1, 1, 2]))
+        self.desc, self.out = f"{self.kind}1d k{k} s{s} d{d}", c
+        if self.kind == "conv":
+            self.out = int(rng.integers(1, 40))
+            pad = str(rng.choice(["same", "valid", "number"])) if s == 1 else "number"
+            self.f = nn.Sequential(nn.Conv1d(c, self.out, k, s, k // 2 if pad == "number" else pad, dilation=d),
+                                   nn.BatchNorm1d(self.out), nn.ReLU())
+        elif self.kind == "dw":
+            self.f = nn.Sequential(nn.Conv1d(c, c, k, s, k // 2, groups=c), nn.Hardswish())
+        elif self.kind == "pool":
+            self.f = nn.MaxPool1d(k, s, k // 2, ceil_mode=bool(rng.random() < 0.5)) if k > 1 else nn.Identity()
+        elif self.kind == "avg":
+            self.f = nn.AvgPool1d(k, s, k // 2, count_include_pad=bool(rng.random() < 0.5)) if k > 1 else nn.Identity()
+        elif self.kind == "res":
+            self.f = nn.Conv1d(c, c, k, 1, "same")
+        elif self.kind == "bn":
+            self.f = nn.BatchNorm1d(c)
+        else:
+            self.f = [nn.ReLU(), nn.GELU(), nn.SiLU(), nn.Sigmoid()][int(rng.integers(0, 4))]
+
+    def forward(self, x):
+        return torch.relu(x + self.f(x)) if self.kind == "res" else self.f(x)
+
+
+class Net(nn.Module):
+    def __init__(self, rng, family: str, c: int):
+        super().__init__()
+        blocks = []
+        for _ in range(int(rng.integers(1, 5))):
+            blocks.append((Block if family == "cnn" else Block1d)(rng, c))
+            c = blocks[-1].out
+        self.blocks = nn.ModuleList(blocks)
+        pool = nn.AdaptiveAvgPool2d(1) if family == "cnn" else nn.AdaptiveAvgPool1d(int(rng.integers(1, 4)))
+        self.head = nn.Sequential(pool, nn.Flatten(), nn.LazyLinear(int(rng.integers(1, 12)))) \
+            if rng.random() < 0.7 else nn.Identity()
+        self.desc = " | ".join(b.desc for b in blocks)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+
+INPUTS = {"normal": lambda s: torch.randn(s), "large": lambda s: 300 * torch.randn(s),
+          "tiny": lambda s: 1e-3 * torch.randn(s), "positive": lambda s: torch.rand(s),
+          "image": lambda s: (torch.rand(s) * 255).round()}
+
+
+def _cosine(a, b) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    return 1.0 if na == nb == 0 else float(a @ b / (na * nb + 1e-300))
+
+
+def draw(rng, family: str):
+    """(model, input shape, input kind, description) for the next model of the sweep."""
+    torch.manual_seed(int(rng.integers(1 << 30)))
+    c = int(rng.integers(1, 20))
+    shape = (int(rng.integers(1, 3)), c, int(rng.integers(4, 40)), int(rng.integers(4, 40))) if family == "cnn" \
+        else (int(rng.integers(1, 4)), c, int(rng.integers(8, 80)))
+    net = Net(rng, family, c)
+    kind = str(rng.choice(list(INPUTS)))
+    with torch.no_grad():
+        net(INPUTS[kind](shape))        # sizes the LazyLinear
+    for m in net.modules():
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            m.weight.data.uniform_(0.5, 1.5)
+    return net.eval(), shape, kind, f"{kind} {shape} {net.desc}"
+
+
+def check(net, shape, kind, device) -> None:
+    """Raise AssertionError where vkq disagrees with its reference or with PT2E."""
+    import vkq
+    from vkq.api import quantize      # (vkq.quantize, without a progress switch)
+    x = INPUTS[kind](shape)
+    gm = quantize(net, (x,), [INPUTS[kind](shape) for _ in range(3)], progress=False)
+    prog = vkq.CompiledProgram(vkq.compile(gm, (x,)).program, device)
+    got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
+    if not np.allclose(got, ref, rtol=1e-5, atol=1e-6 * (np.abs(ref).max() + 1e-30)):
+        raise AssertionError(f"Vulkan != reference: {int(np.sum(got != ref))} of {got.size} differ")
+    with torch.no_grad():
+        cos = _cosine(got, gm(x).numpy())
+    if cos < 0.99:
+        raise AssertionError(f"cosine {cos:.4f} with PT2E's eager output")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="llvmpipe")
+    ap.add_argument("--family", choices=("cnn", "temporal"), default="cnn")
+    ap.add_argument("--count", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", type=int, nargs="*", help="run only these indices of the sweep (with its seed)")
+    ap.add_argument("--traceback", action="store_true")
+    args = ap.parse_args(argv)
+    import vkq
+    from vkq.device import get_device
+    vkq._quiet_third_party_logs()
+    device = get_device(args.device)
+    rng = np.random.default_rng(args.seed)
+    failures = 0
+    for i in range(args.count):
+        net, shape, kind, desc = draw(rng, args.family)
+        if args.only and i not in args.only:
+            continue
+        try:
+            check(net, shape, kind, device)
+        except Exception as e:         # one line per failing model, then go on
+            failures += 1
+            print(f"FAIL {i}: {desc}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            if args.traceback:
+                traceback.print_exc()
+    print(f"{args.count} models ({args.family}, seed {args.seed}) on {device.info.name}: {failures} failed", flush=True)
+    return failures
+
+
+if __name__ == "__main__":
+    sys.exit(min(main(), 100))
