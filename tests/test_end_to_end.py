@@ -218,6 +218,38 @@ def test_transposed_convs_run_int8_on_vulkan(decoder, device):
     assert got.shape == want.shape == (1, 4, 120, 168) and cosine(got, want) > 0.999
 
 
+class Upsampler1d(nn.Module):
+    """1-D transposed convs (a vocoder / sequence decoder's upsampling): stride 2 with a
+    BatchNorm and ReLU, stride 3 with output padding and groups."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.enc = nn.Sequential(nn.Conv1d(6, 12, 3, 2, 1), nn.ReLU())
+            self.up = nn.Sequential(nn.ConvTranspose1d(12, 8, 4, 2, 1), nn.BatchNorm1d(8), nn.ReLU())
+            self.up2 = nn.ConvTranspose1d(8, 4, 3, 3, 1, output_padding=1, groups=2)
+            self.up[1].running_mean.uniform_(-0.3, 0.3)
+            self.up[1].running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        return self.up2(self.up(self.enc(x)))
+
+
+def test_one_d_transposed_convs_run_int8_on_vulkan(device):
+    """ConvTranspose1d: the 2-D form on (N, C, 1, L) (one_d_as_two_d), then a conv whose phases
+    a reshape, permute and reshape interleave along the length (conv_transpose_as_conv); no CPU
+    op, exact, and the float model agrees."""
+    xs = _randn((2, 6, 23), 4, 5)
+    compiled = Compiled(Upsampler1d().eval(), xs[0], [(x,) for x in xs[1:]])
+    assert not compiled.program.fallback, compiled.program.fallback
+    assert [n.op for n in compiled.program.nodes].count("conv2d_q8") == 3
+    got = compiled.check(device, xs[0])
+    with torch.no_grad():
+        want = Upsampler1d().eval()(xs[0]).numpy()
+    assert got.shape == want.shape == (2, 4, 71) and cosine(got, want) > 0.999
+
+
 class PartlyUnsupported(nn.Module):
     """int8 conv and linear around ops no Vulkan kernel covers: a cumulative sum (through
     torch on the CPU) and a float conv the quantizer left unquantized (numpy on the CPU)."""

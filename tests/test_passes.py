@@ -579,29 +579,35 @@ def test_fuse_epilogue_dequantize_only_for_a_sole_reader(device, monkeypatch):
 
 
 def test_conv_transpose_as_conv_pixel_shuffle_and_crop():
-    """The identity conv_transpose_as_conv rests on, in float64 over random geometries:
-    conv_transpose2d == crop(pixel_shuffle(conv2d(x, phase weights, repeated bias)))."""
+    """The identity conv_transpose_as_conv rests on, in float64 over random geometries (strides
+    equal, or 1 in one dim as a 1-D transposed conv has): conv_transpose2d == crop(phases
+    interleaved(conv2d(x, phase weights, repeated bias)))."""
     import math
     import numpy as np
     import torch.nn.functional as F
     from vkq.passes.conv_transpose_as_conv import phase_weights
     rng = np.random.default_rng(0)
     done = 0
-    while done < 60:
-        s, kh, kw, g = int(rng.integers(1, 4)), int(rng.integers(1, 6)), int(rng.integers(1, 6)), int(rng.choice([1, 2, 3]))
+    while done < 80:
+        s = int(rng.integers(1, 4))
+        stride = [(s, s), (1, s), (s, 1)][int(rng.integers(0, 3))]
+        kh, kw, g = int(rng.integers(1, 6)), int(rng.integers(1, 6)), int(rng.choice([1, 2, 3]))
         c, ocg = g * int(rng.integers(1, 4)), int(rng.integers(1, 4))
         p = [int(rng.integers(0, kh)), int(rng.integers(0, kw))]
-        op = [int(rng.integers(0, s)), int(rng.integers(0, s))]
+        op = [int(rng.integers(0, stride[0])), int(rng.integers(0, stride[1]))]
         x = torch.randn(2, c, int(rng.integers(1, 8)), int(rng.integers(1, 8)), dtype=torch.float64)
         w = torch.randn(c, ocg, kh, kw, dtype=torch.float64)
         b = torch.randn(ocg * g, dtype=torch.float64)
         try:
-            want = F.conv_transpose2d(x, w, b, s, p, op, g)
+            want = F.conv_transpose2d(x, w, b, stride, p, op, g)
         except RuntimeError:      # an output size below 1
             continue
-        m = [max(math.ceil(k / s), math.ceil((k - pi + oi) / s)) for k, pi, oi in zip((kh, kw), p, op)]
-        y = F.pixel_shuffle(F.conv2d(x, phase_weights(w, s, m, g), b.repeat_interleave(s * s), 1,
-                                     [m[0] - 1, m[1] - 1], 1, g), s)
+        m = [max(math.ceil(k / st), math.ceil((k - pi + oi) / st)) for k, st, pi, oi in zip((kh, kw), stride, p, op)]
+        y = F.conv2d(x, phase_weights(w, stride, m, g), b.repeat_interleave(stride[0] * stride[1]), 1,
+                     [m[0] - 1, m[1] - 1], 1, g)
+        n, _, hc, wc = y.shape
+        y = y.reshape(n, ocg * g, stride[0], stride[1], hc, wc).permute(0, 1, 4, 2, 5, 3) \
+            .reshape(n, ocg * g, hc * stride[0], wc * stride[1])
         y = y[:, :, p[0]:p[0] + want.shape[2], p[1]:p[1] + want.shape[3]]
-        assert y.shape == want.shape and torch.allclose(y, want, atol=1e-9), (s, kh, kw, g, p, op)
+        assert y.shape == want.shape and torch.allclose(y, want, atol=1e-9), (stride, kh, kw, g, p, op)
         done += 1

@@ -7,7 +7,7 @@ dynamic-shape refusals of 2026-11-23; run it after changing a pass or a kernel c
 
 Families: cnn (convs, depthwise, residuals, squeeze-excitation, cat, pools, upsampling,
 transposed convs, PReLU, six activations; inputs normal, large, tiny, positive or 0-255 images)
-and temporal (1-D convs and pools). Each failure prints one line with the model it drew (rerun
+and temporal (1-D convs, transposed convs and pools). Each failure prints one line with the model it drew (rerun
 one with --only INDEX); the exit status is the number of failures (0: all agreed).
 """
 from __future__ import annotations
@@ -86,7 +86,7 @@ class Block(nn.Module):
 
 
 class Block1d(nn.Module):
-    KINDS = ("conv", "dw", "pool", "avg", "res", "bn", "act")
+    KINDS = ("conv", "dw", "pool", "avg", "res", "bn", "act", "convT")
 
     def __init__(self, rng, c: int):
         super().__init__()
@@ -108,6 +108,10 @@ class Block1d(nn.Module):
             self.f = nn.Conv1d(c, c, k, 1, "same")
         elif self.kind == "bn":
             self.f = nn.BatchNorm1d(c)
+        elif self.kind == "convT":
+            self.out, st = int(rng.integers(1, 24)), int(rng.choice([1, 2, 3]))
+            self.f = nn.Sequential(nn.ConvTranspose1d(c, self.out, k, st, int(rng.integers(0, k)),
+                                                      output_padding=int(rng.integers(0, st))), nn.ReLU())
         else:
             self.f = [nn.ReLU(), nn.GELU(), nn.SiLU(), nn.Sigmoid()][int(rng.integers(0, 4))]
 

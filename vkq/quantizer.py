@@ -341,9 +341,10 @@ class VkqQuantizer(Quantizer):
         from .passes.one_d_as_two_d import one_d_as_two_d
         normalize_for_annotation(model)
         if self.scheme == "static":
-            conv_transpose_as_conv(model)
             batch_norm_as_conv(model)
-            if one_d_as_two_d(model):
+            one_d = one_d_as_two_d(model)           # (conv_transpose1d -> conv_transpose2d: before the next)
+            conv_transpose_as_conv(model)
+            if one_d:
                 normalize_for_annotation(model)     # conv1d's string padding, now conv2d's
         return model
 

@@ -1,8 +1,9 @@
 """conv_transpose_as_conv: a transposed convolution as a convolution and a pixel shuffle.
 
 The quantizer runs this before annotating (VkqQuantizer.transform_for_annotation). A
-conv_transpose2d with stride s (equal in H and W), dilation 1, any kernel, padding, output
-padding and groups:
+conv_transpose2d with stride s equal in H and W (or 1 in one of them, as a 1-D one has after
+one_d_as_two_d: the phases are then interleaved along the other dim by a reshape, a permute and a
+reshape), dilation 1, any kernel, padding, output padding and groups:
 
   y = conv_transpose2d(x, w, b, s, p, op, g)
     = crop(pixel_shuffle(conv2d(x, G, b repeated s*s times, padding M - 1, groups g), s), p)
@@ -38,23 +39,24 @@ def _arg(node: Node, i: int, name: str, default):
     return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
 
 
-def phase_weights(w: torch.Tensor, s: int, m: tuple[int, int], groups: int) -> torch.Tensor:
-    """conv2d weights (OC*s*s, C/g, M_h, M_w) for conv_transpose2d weights w (C, OC/g, k_h, k_w)."""
+def phase_weights(w: torch.Tensor, s, m: tuple[int, int], groups: int) -> torch.Tensor:
+    """conv2d weights (OC*s_h*s_w, C/g, M_h, M_w) for conv_transpose2d weights w (C, OC/g, k_h,
+    k_w) and stride s (an int or (s_h, s_w)): output channel oc*s_h*s_w + a*s_w + b holds phase
+    (a, b) of oc."""
+    sh, sw = _pair(s)
     c, ocg, kh, kw = w.shape
     cg = c // groups
-    g = torch.zeros(groups * ocg * s * s, cg, m[0], m[1], dtype=w.dtype)
+    g = torch.zeros(groups * ocg * sh * sw, cg, m[0], m[1], dtype=w.dtype)
     for gi in range(groups):
         wg = w[gi * cg:(gi + 1) * cg]                                   # (C/g, OC/g, kh, kw)
-        for a in range(s):
-            for b in range(s):
+        for a in range(sh):
+            for b in range(sw):
+                rows = (gi * ocg + torch.arange(ocg)) * sh * sw + a * sw + b
                 for t in range(m[0]):
-                    ky = a + (m[0] - 1 - t) * s
-                    if ky >= kh:
-                        continue
+                    ky = a + (m[0] - 1 - t) * sh
                     for u in range(m[1]):
-                        kx = b + (m[1] - 1 - u) * s
-                        if kx < kw:
-                            rows = (gi * ocg + torch.arange(ocg)) * s * s + a * s + b
+                        kx = b + (m[1] - 1 - u) * sw
+                        if ky < kh and kx < kw:
                             g[rows, :, t, u] = wg[:, :, ky, kx].T
     return g
 
@@ -67,21 +69,22 @@ def _rewrite(gm: GraphModule, node: Node) -> Node | None:
     dilation = _pair(_arg(node, 7, "dilation", 1))
     w = const_value(gm, wnode)
     vx, vy = val(x), val(node)
-    if w is None or w.dim() != 4 or not isinstance(vx, torch.Tensor) or vx.dim() != 4 \
-            or stride[0] != stride[1] or dilation != [1, 1]:
-        return None
+    if w is None or w.dim() != 4 or not isinstance(vx, torch.Tensor) or vx.dim() != 4 or dilation != [1, 1] \
+            or (stride[0] != stride[1] and 1 not in stride):
+        return None     # (unequal strides: one of them 1, as a 1-D transposed conv has)
     if bias is not None and const_value(gm, bias) is None:
         return None
     if not all(isinstance(d, int) for d in (*vx.shape, *vy.shape)):
         return None     # dynamic dims: the shuffle's index map and the crop are made for one size
-    s, k = stride[0], w.shape[2:]
+    k = w.shape[2:]
     # taps per phase; one more where the output (with its output padding) reaches past them
-    m = tuple(max(math.ceil(k[i] / s), math.ceil((k[i] - padding[i] + out_pad[i]) / s)) for i in range(2))
-    oc = w.shape[1] * groups
-    gw = add_constant(gm, f"{node.name}_phases", phase_weights(w.float(), s, m, groups), node)
+    m = tuple(max(math.ceil(k[i] / stride[i]), math.ceil((k[i] - padding[i] + out_pad[i]) / stride[i]))
+              for i in range(2))
+    oc, phases = w.shape[1] * groups, stride[0] * stride[1]
+    gw = add_constant(gm, f"{node.name}_phases", phase_weights(w.float(), stride, m, groups), node)
     gb = None
     if bias is not None:
-        gb = add_constant(gm, f"{node.name}_phase_bias", const_value(gm, bias).float().repeat_interleave(s * s), node)
+        gb = add_constant(gm, f"{node.name}_phase_bias", const_value(gm, bias).float().repeat_interleave(phases), node)
     users = list(node.users)
     act = users[0] if len(users) == 1 and is_call(users[0], ACTIVATIONS) else None
     with gm.graph.inserting_before(node):
@@ -89,16 +92,26 @@ def _rewrite(gm: GraphModule, node: Node) -> Node | None:
         top = conv
         if act is not None:      # before the shuffle, where the quantizer fuses it into the conv
             top = gm.graph.call_function(act.target, (conv, *act.args[1:]), dict(act.kwargs))
-        shuffle = gm.graph.call_function(aten.pixel_shuffle.default, (top, s))
         n, _, h, wd = vx.shape
-        full = ((h + m[0] - 1) * s, (wd + m[1] - 1) * s)
+        hc, wc = h + m[0] - 1, wd + m[1] - 1                # the conv's output
+        full = (hc * stride[0], wc * stride[1])
+        if stride[0] == stride[1]:
+            shuffle = gm.graph.call_function(aten.pixel_shuffle.default, (top, stride[0]))
+        else:        # phases along one dim: (N, OC, s, H, W) -> (N, OC, H, W, s) (or H's) -> interleaved
+            s, dim = (stride[1], 4) if stride[0] == 1 else (stride[0], 3)
+            split = gm.graph.call_function(aten.reshape.default, (top, [n, oc, s, hc, wc]))
+            order = [0, 1, 3, 4, 2] if dim == 4 else [0, 1, 3, 2, 4]
+            moved = gm.graph.call_function(aten.permute.default, (split, order))
+            shuffle = gm.graph.call_function(aten.reshape.default, (moved, [n, oc, *full]))
+            split.meta["val"] = vx.new_empty((n, oc, s, hc, wc))
+            moved.meta["val"] = vx.new_empty(tuple([n, oc, s, hc, wc][i] for i in order))
         crop = [padding[i] != 0 or full[i] != vy.shape[2 + i] for i in range(2)]
         rows = gm.graph.call_function(aten.slice.Tensor, (shuffle, 2, padding[0], padding[0] + vy.shape[2])) \
             if crop[0] else shuffle
         cols = gm.graph.call_function(aten.slice.Tensor, (rows, 3, padding[1], padding[1] + vy.shape[3])) \
             if crop[1] else rows
     conv.meta.update({k_: v for k_, v in node.meta.items() if k_ != "val"})
-    conv.meta["val"] = vx.new_empty((n, oc * s * s, h + m[0] - 1, wd + m[1] - 1))
+    conv.meta["val"] = vx.new_empty((n, oc * phases, hc, wc))
     if act is not None:
         top.meta.update({k_: v for k_, v in act.meta.items() if k_ != "val"})
         top.meta["val"] = conv.meta["val"]

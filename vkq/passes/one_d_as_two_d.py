@@ -5,6 +5,8 @@ has already folded each BatchNorm1d into its conv1d):
 
   conv1d(x, w, b, s, p, d, g)            -> squeeze(conv2d(unsqueeze(x, 2), w[:, :, None], b,
                                                            [1, s], [0, p], [1, d], g), 2)
+  conv_transpose1d                       -> conv_transpose2d the same way (stride (1, s)), which
+                                            conv_transpose_as_conv then makes a conv
   max_pool1d / avg_pool1d / adaptive_avg_pool1d -> the 2-D pool over a (1, k) window, the same way
 
 x (N, C, L) is viewed as (N, C, 1, L): the length runs along W, which the 4W4C blocks pack four
@@ -23,6 +25,7 @@ from ._graph import add_constant, aten, const_value, is_call, unary_operand, val
 
 POOLS_1D = {aten.max_pool1d.default, aten.avg_pool1d.default, aten.adaptive_avg_pool1d.default}
 CONV_1D = {aten.conv1d.default, aten.conv1d.padding}
+CONV_T_1D = {aten.conv_transpose1d.default}
 # elementwise ops a squeeze moves past (besides unary_operand's): activations, and binary ops
 # whose tensor operands are all squeezes of equal 4-D shapes
 ACTIVATIONS = {aten.relu.default, aten.relu6.default, aten.hardtanh.default, aten.dropout.default,
@@ -64,12 +67,18 @@ def _as_two_d(gm: GraphModule, node: Node) -> Node | None:
         return None
     out_val = val(node).unsqueeze(2)
     x4 = _call(gm, node, aten.unsqueeze.default, (x, 2), val(x).unsqueeze(2))
-    if is_call(node, CONV_1D):
+    if is_call(node, CONV_1D | CONV_T_1D):
         w = const_value(gm, node.args[1])
         if w is None or w.dim() != 3:
             gm.graph.erase_node(x4)
             return None
         w4 = add_constant(gm, f"{node.name}_weight", w.unsqueeze(2), node)
+    if is_call(node, CONV_T_1D):     # (then conv_transpose_as_conv makes it a conv)
+        args = (x4, w4, _arg(node, 2, "bias", None), [1, _one(_arg(node, 3, "stride", 1), 1)],
+                [0, _one(_arg(node, 4, "padding", 0), 0)], [0, _one(_arg(node, 5, "output_padding", 0), 0)],
+                int(_arg(node, 6, "groups", 1)), [1, _one(_arg(node, 7, "dilation", 1), 1)])
+        target = aten.conv_transpose2d.input
+    elif is_call(node, CONV_1D):
         padding = _arg(node, 4, "padding", 0)
         padding = padding if isinstance(padding, str) else [0, _one(padding, 0)]
         target = aten.conv2d.padding if isinstance(padding, str) else aten.conv2d.default
@@ -132,7 +141,7 @@ def _sink(gm: GraphModule, e: Node) -> bool:
 def one_d_as_two_d(gm: GraphModule) -> bool:
     changed = False
     for node in list(gm.graph.nodes):
-        if is_call(node, CONV_1D | POOLS_1D):
+        if is_call(node, CONV_1D | CONV_T_1D | POOLS_1D):
             new = _as_two_d(gm, node)
             if new is not None:
                 node.replace_all_uses_with(new)

@@ -1,8 +1,8 @@
 """The lowering passes, in order. Each is a function GraphModule -> bool (changed?); run_pipeline
 runs them in this order with a graph lint after each. Order matters where a comment says why.
 (Before quantization, VkqQuantizer.transform_for_annotation rewrites the float graph so that
-its annotators see the forms these passes fold: normalize_for_annotation, conv_transpose_as_conv,
-batch_norm_as_conv, one_d_as_two_d.)"""
+its annotators see the forms these passes fold: normalize_for_annotation, batch_norm_as_conv,
+one_d_as_two_d, conv_transpose_as_conv.)"""
 from __future__ import annotations
 
 import time
