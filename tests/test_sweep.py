@@ -2,6 +2,7 @@
 agree with their reference and with PT2E on the test device (the full sweep is a tool run by
 hand: --count 100 or more)."""
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,15 +18,16 @@ def _sweep():
 
 
 @pytest.mark.parametrize("family, count, seed", [("cnn", 4, 1), ("temporal", 3, 2)])
-def test_a_short_sweep_agrees(device, family, count, seed, capsys):
+def test_a_short_sweep_agrees(device, family, count, seed, capfd):
     failures = _sweep().main(["--device", str(device.info.index), "--family", family, "--count", str(count),
                               "--seed", str(seed)])
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
+    sys.stdout.write(out)       # back, for conftest's check for validation messages
     assert failures == 0, out
     assert f"{count} models ({family}, seed {seed})" in out and ": 0 failed" in out
 
 
-def test_the_sweep_reports_a_failing_model(device, capsys, monkeypatch):
+def test_the_sweep_reports_a_failing_model(device, capfd, monkeypatch):
     """A model that disagrees is one FAIL line naming what it drew, and counts in the status."""
     sweep = _sweep()
 
@@ -33,5 +35,7 @@ def test_the_sweep_reports_a_failing_model(device, capsys, monkeypatch):
         raise AssertionError("Vulkan != reference: 3 of 10 differ")
     monkeypatch.setattr(sweep, "check", disagree)
     assert sweep.main(["--device", str(device.info.index), "--count", "2", "--seed", "1"]) == 2
-    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("FAIL")]
+    out = capfd.readouterr().out
+    sys.stdout.write(out)
+    lines = [l for l in out.splitlines() if l.startswith("FAIL")]
     assert len(lines) == 2 and lines[0].startswith("FAIL 0: ") and "3 of 10 differ" in lines[0]

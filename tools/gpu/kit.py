@@ -43,6 +43,7 @@ HOST_ONLY_TESTS = {
     "test_zoo.py": "torchvision, timm and transformers models quantized with PT2E (torchao, torch 2.13)",
     "test_lut.py": "lookup tables built from PT2E-quantized models (torchao, torch 2.13)",
     "test_gpu_kit.py": "the kit itself: packs on the development machine",
+    "test_sweep.py": "random models quantized with PT2E (torchao, torch 2.13)",
 }
 TIERS = {"no-torch": NO_TORCH_TESTS, "torch-reference": TORCH_REFERENCE_TESTS}
 
