@@ -155,7 +155,7 @@ def draw(rng, family: str):
     c = int(rng.integers(1, 20))
     shape = (int(rng.integers(1, 3)), c, int(rng.integers(4, 40)), int(rng.integers(4, 40))) if family == "cnn" \
         else (int(rng.integers(1, 4)), c, int(rng.integers(8, 80)))
-    net = Net(rng, family, c)
+    net = Net(rng, family, c).eval()     # (eval: a batch norm over 1 x 1 maps of one image cannot train)
     kind = str(rng.choice(list(INPUTS)))
     with torch.no_grad():
         net(INPUTS[kind](shape))        # sizes the LazyLinear
