@@ -23,27 +23,18 @@ import math
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import add_constant, aten, const_value, is_call, val
+from ._graph import add_constant, arg, aten, const_value, finish, is_call, pair, val
 
 # an activation that is the transposed conv's only user moves before the shuffle (elementwise:
 # it commutes with the shuffle and the crop), next to the conv that the quantizer fuses it into
 ACTIVATIONS = {aten.relu.default, aten.relu6.default, aten.hardtanh.default}
 
 
-def _pair(v):
-    v = list(v) if isinstance(v, (list, tuple)) else [v]
-    return [int(x) for x in (v * 2 if len(v) == 1 else v)]
-
-
-def _arg(node: Node, i: int, name: str, default):
-    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
-
-
 def phase_weights(w: torch.Tensor, s, m: tuple[int, int], groups: int) -> torch.Tensor:
     """conv2d weights (OC*s_h*s_w, C/g, M_h, M_w) for conv_transpose2d weights w (C, OC/g, k_h,
     k_w) and stride s (an int or (s_h, s_w)): output channel oc*s_h*s_w + a*s_w + b holds phase
     (a, b) of oc."""
-    sh, sw = _pair(s)
+    sh, sw = pair(s)
     c, ocg, kh, kw = w.shape
     cg = c // groups
     g = torch.zeros(groups * ocg * sh * sw, cg, m[0], m[1], dtype=w.dtype)
@@ -63,10 +54,10 @@ def phase_weights(w: torch.Tensor, s, m: tuple[int, int], groups: int) -> torch.
 
 def _rewrite(gm: GraphModule, node: Node) -> Node | None:
     x, wnode = node.args[0], node.args[1]
-    bias = _arg(node, 2, "bias", None)
-    stride, padding = _pair(_arg(node, 3, "stride", 1)), _pair(_arg(node, 4, "padding", 0))
-    out_pad, groups = _pair(_arg(node, 5, "output_padding", 0)), int(_arg(node, 6, "groups", 1))
-    dilation = _pair(_arg(node, 7, "dilation", 1))
+    bias = arg(node, 2, "bias", None)
+    stride, padding = pair(arg(node, 3, "stride", 1)), pair(arg(node, 4, "padding", 0))
+    out_pad, groups = pair(arg(node, 5, "output_padding", 0)), int(arg(node, 6, "groups", 1))
+    dilation = pair(arg(node, 7, "dilation", 1))
     w = const_value(gm, wnode)
     vx, vy = val(x), val(node)
     if w is None or w.dim() != 4 or not isinstance(vx, torch.Tensor) or vx.dim() != 4 or dilation != [1, 1] \
@@ -133,10 +124,7 @@ def conv_transpose_as_conv(gm: GraphModule) -> bool:
                 node.replace_all_uses_with(new)
                 gm.graph.erase_node(node)
                 changed = True
-    if changed:
-        gm.graph.eliminate_dead_code()
-        gm.recompile()
-    return changed
+    return finish(gm, changed)
 
 
 def fold_batch_norm_into_grouped(gm: GraphModule) -> bool:
@@ -149,12 +137,12 @@ def fold_batch_norm_into_grouped(gm: GraphModule) -> bool:
         if not is_call(bn, {aten.batch_norm.default}) or bn.args[5]:        # training=True: not a fold
             continue
         conv = bn.args[0]
-        groups = int(_arg(conv, 6, "groups", 1)) if is_call(conv, {aten.conv_transpose2d.input}) else 1
+        groups = int(arg(conv, 6, "groups", 1)) if is_call(conv, {aten.conv_transpose2d.input}) else 1
         if groups == 1 or len(conv.users) != 1:
             continue
-        w, b = const_value(gm, conv.args[1]), const_value(gm, _arg(conv, 2, "bias", None))
+        w, b = const_value(gm, conv.args[1]), const_value(gm, arg(conv, 2, "bias", None))
         gamma, beta, mean, var = (const_value(gm, a) for a in bn.args[1:5])
-        if w is None or mean is None or var is None or (_arg(conv, 2, "bias", None) is not None and b is None) \
+        if w is None or mean is None or var is None or (arg(conv, 2, "bias", None) is not None and b is None) \
                 or (bn.args[1] is not None and gamma is None) or (bn.args[2] is not None and beta is None):
             continue
         oc = w.shape[1] * groups
@@ -172,7 +160,4 @@ def fold_batch_norm_into_grouped(gm: GraphModule) -> bool:
         bn.replace_all_uses_with(conv)
         gm.graph.erase_node(bn)
         changed = True
-    if changed:
-        gm.graph.eliminate_dead_code()
-        gm.recompile()
-    return changed
+    return finish(gm, changed)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import add_constant, aten, const_value, is_call, unary_operand, val
+from ._graph import add_constant, arg, aten, const_value, finish, is_call, unary_operand, val
 
 POOLS_1D = {aten.max_pool1d.default, aten.avg_pool1d.default, aten.adaptive_avg_pool1d.default}
 CONV_1D = {aten.conv1d.default, aten.conv1d.padding}
@@ -32,12 +32,6 @@ ACTIVATIONS = {aten.relu.default, aten.relu6.default, aten.hardtanh.default, ate
                aten.clone.default}
 BINARY = {aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor, aten.maximum.default,
           aten.minimum.default}
-
-
-def _arg(node: Node, i: int, name: str, default):
-    if len(node.args) > i:
-        return node.args[i]
-    return node.kwargs.get(name, default)
 
 
 def _one(v, default):
@@ -74,25 +68,25 @@ def _as_two_d(gm: GraphModule, node: Node) -> Node | None:
             return None
         w4 = add_constant(gm, f"{node.name}_weight", w.unsqueeze(2), node)
     if is_call(node, CONV_T_1D):     # (then conv_transpose_as_conv makes it a conv)
-        args = (x4, w4, _arg(node, 2, "bias", None), [1, _one(_arg(node, 3, "stride", 1), 1)],
-                [0, _one(_arg(node, 4, "padding", 0), 0)], [0, _one(_arg(node, 5, "output_padding", 0), 0)],
-                int(_arg(node, 6, "groups", 1)), [1, _one(_arg(node, 7, "dilation", 1), 1)])
+        args = (x4, w4, arg(node, 2, "bias", None), [1, _one(arg(node, 3, "stride", 1), 1)],
+                [0, _one(arg(node, 4, "padding", 0), 0)], [0, _one(arg(node, 5, "output_padding", 0), 0)],
+                int(arg(node, 6, "groups", 1)), [1, _one(arg(node, 7, "dilation", 1), 1)])
         target = aten.conv_transpose2d.input
     elif is_call(node, CONV_1D):
-        padding = _arg(node, 4, "padding", 0)
+        padding = arg(node, 4, "padding", 0)
         padding = padding if isinstance(padding, str) else [0, _one(padding, 0)]
         target = aten.conv2d.padding if isinstance(padding, str) else aten.conv2d.default
-        args = (x4, w4, _arg(node, 2, "bias", None), [1, _one(_arg(node, 3, "stride", 1), 1)], padding,
-                [1, _one(_arg(node, 5, "dilation", 1), 1)], int(_arg(node, 6, "groups", 1)))
+        args = (x4, w4, arg(node, 2, "bias", None), [1, _one(arg(node, 3, "stride", 1), 1)], padding,
+                [1, _one(arg(node, 5, "dilation", 1), 1)], int(arg(node, 6, "groups", 1)))
     elif node.target == aten.max_pool1d.default:
         k = _one(node.args[1], 1)
-        args = (x4, [1, k], [1, _one(_arg(node, 2, "stride", []), k)], [0, _one(_arg(node, 3, "padding", 0), 0)],
-                [1, _one(_arg(node, 4, "dilation", 1), 1)], bool(_arg(node, 5, "ceil_mode", False)))
+        args = (x4, [1, k], [1, _one(arg(node, 2, "stride", []), k)], [0, _one(arg(node, 3, "padding", 0), 0)],
+                [1, _one(arg(node, 4, "dilation", 1), 1)], bool(arg(node, 5, "ceil_mode", False)))
         target = aten.max_pool2d.default
     elif node.target == aten.avg_pool1d.default:
         k = _one(node.args[1], 1)
-        args = (x4, [1, k], [1, _one(_arg(node, 2, "stride", []), k)], [0, _one(_arg(node, 3, "padding", 0), 0)],
-                bool(_arg(node, 4, "ceil_mode", False)), bool(_arg(node, 5, "count_include_pad", True)))
+        args = (x4, [1, k], [1, _one(arg(node, 2, "stride", []), k)], [0, _one(arg(node, 3, "padding", 0), 0)],
+                bool(arg(node, 4, "ceil_mode", False)), bool(arg(node, 5, "count_include_pad", True)))
         target = aten.avg_pool2d.default
     else:
         args, target = (x4, [1, _one(node.args[1], 1)]), aten.adaptive_avg_pool2d.default
@@ -161,6 +155,4 @@ def one_d_as_two_d(gm: GraphModule) -> bool:
                 node.replace_all_uses_with(_squeezed(node.args[0]))
                 gm.graph.erase_node(node)
                 moved = True
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
-    return True
+    return finish(gm, True)
