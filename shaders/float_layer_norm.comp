@@ -11,6 +11,7 @@
 // as float_softmax.comp's vec path, a lane reads its values as vec4s and keeps KEEP of them in
 // registers over the three passes (x read once), with no division j / HW; stores are vec4s.
 // TEXEL: x, w and bias through texel fetches (texel.glsl).
+// CENTER = 0 (specialization constant 6): rms_norm, mean taken as 0 (its bias is zeros).
 //! variant ROW_SUBGROUP
 //! variant ROW_WORKGROUP
 //! variant ROW_SUBGROUP TEXEL
@@ -21,6 +22,7 @@
 
 layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of two
 #include "float_workgroup.glsl"
+layout(constant_id = 6) const int CENTER = 1;
 
 IVEC4_WORDS_INPUT(0, xb)                         // texel.glsl: floats as their bits
 IVEC4_WORDS_INPUT(1, wb)
@@ -47,7 +49,7 @@ void row_vec4(int r, int l, int n) {
         s += sum4(v[i]);
     }
     for (int j4 = l + KEEP * n; j4 < D4; j4 += n) s += sum4(X4(base4 + j4));
-    const float mean = row_sum(s) / float(p.D);
+    const float mean = CENTER != 0 ? row_sum(s) / float(p.D) : 0.0;
 
     float ss = 0.0;
     [[unroll]] for (int i = 0; i < KEEP; ++i) {
@@ -77,9 +79,12 @@ void main() {
             continue;
         }
         int base = r * p.D;
-        float s = 0.0;
-        for (int j = l; j < p.D; j += n) s += X(base + j);
-        float mean = row_sum(s) / float(p.D);
+        float mean = 0.0;
+        if (CENTER != 0) {
+            float s = 0.0;
+            for (int j = l; j < p.D; j += n) s += X(base + j);
+            mean = row_sum(s) / float(p.D);
+        }
 
         float ss = 0.0;
         for (int j = l; j < p.D; j += n) {

@@ -169,6 +169,23 @@ def test_layer_norm(loads_device, rows, shape, norm):
     assert ("TEXEL" in st.defines) == (device.texel_loads and d % 4 == 0 and x.size % 4 == 0), st.defines
 
 
+@pytest.mark.parametrize("shape,norm", [((3, 5, 37), [37]), ((13, 384), [384]), ((2, 5, 7, 3), [7, 3])])
+def test_rms_norm(loads_device, rows, shape, norm):
+    """rms_norm is layer_norm's shader with the centring compiled out: an offset input (whose
+    mean a centred norm would remove) gives torch's values, at eps large enough to matter."""
+    import torch
+    device, steps = loads_device, []
+    x, w = rnd(*shape) * 0.3 + 0.7, rnd(*norm)
+    got, ref = run_op(device, "rms_norm", [x], {"normalized_shape": norm, "eps": 0.05}, shape, constants=[w],
+                      steps=steps)
+    check(got, ref, ("fn", 4e-6, 4e-6))
+    want = torch.nn.functional.rms_norm(torch.from_numpy(x), norm, torch.from_numpy(w), 0.05).numpy()
+    check(got, want, ("fn", 1e-5, 1e-5))
+    assert np.abs(want - fops.layer_norm(x, w, np.zeros_like(w), normalized_shape=norm, eps=0.05)).max() > 0.1
+    (st,) = steps
+    assert st.spec[2:] == (int(np.prod(norm)) % 4 == 0, 0)     # VEC, CENTER off
+
+
 def softmax_path(steps, device):
     """(vec4 loads?, texel loads?) of a float_softmax dispatch (specialization: LOCAL, KEEP, VEC)."""
     (st,) = steps

@@ -165,6 +165,15 @@ def _layer_norm(n, t):
     return "layer_norm", [x, w, b], {"normalized_shape": shape, "eps": float(eps)}
 
 
+def _rms_norm(n, t):
+    """rms_norm's default eps (None) is the input dtype's machine epsilon, as torch computes it."""
+    x, shape = n.args[0], list(n.args[1])
+    w, eps = arg(n, 2, "weight"), arg(n, 3, "eps")
+    w = w if w is not None else t.const(np.ones(shape, np.float32), "ones")
+    eps = float(np.finfo(np.float32).eps) if eps is None else float(eps)
+    return "rms_norm", [x, w], {"normalized_shape": shape, "eps": eps}
+
+
 def _instance_norm(n, t):
     """instance_norm over the input's own statistics is group_norm with one group per channel."""
     if not arg(n, 5, "use_input_stats", True):
@@ -523,6 +532,7 @@ def _upsample_bilinear(n, t):
 
 _FLOAT_RULES = {
     aten.layer_norm.default: _layer_norm,
+    aten.rms_norm.default: _rms_norm,
     aten.group_norm.default: _group_norm,
     aten.instance_norm.default: _instance_norm,
     aten.pow.Tensor_Scalar: _pow,

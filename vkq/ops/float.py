@@ -5,6 +5,7 @@ a build() that runs it as a float32 compute shader, so a float region stays on t
 
   layer_norm(x, weight, bias; normalized_shape, eps)     float_layer_norm
   group_norm(x, weight, bias; groups, eps)               float_layer_norm (a group a row)
+  rms_norm(x, weight; normalized_shape, eps)             float_layer_norm (not centred, no bias)
   softmax / log_softmax(x; dim)                          float_softmax (LOG)
   softmax_masked(x, mask; scale)                         float_softmax (MASKED): softmax(x*scale + mask)
   gelu(x; approximate), hardtanh(x; min_val, max_val), clamp(x; min, max),
@@ -28,7 +29,7 @@ shapes on every test device):
   gelu                      erf_f32 (Eigen/XLA rational, float32): |error| <= 4.0e-7 on erf,
                             so <= 0.5 |x| 4e-7 + rounding on gelu
   softmax(_masked), log_   exp_f32, float32 sums vs float64 in the reference: ~1e-6 rel
-  layer_norm                float32 sums of the row vs float64: ~1e-6 rel
+  layer_norm, rms_norm      float32 sums of the row vs float64: ~1e-6 rel
   matmul(_strided), sum,    float32 accumulation in another order: |error| <= 2 K eps sum |a b|
   mean, vector_norm
 
@@ -112,6 +113,14 @@ def layer_norm(x, weight, bias, *, normalized_shape, eps=1e-5):
     var = x.var(axis=axes, keepdims=True)
     y = (x - mean) / np.sqrt(var + eps)
     return (y * _f(weight) + _f(bias)).astype(F32)
+
+
+def rms_norm(x, weight, *, normalized_shape, eps):
+    """torch's rms_norm: x / sqrt(mean(x^2) + eps) * weight over the trailing dims."""
+    x = _f(x).astype(np.float64)
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    y = x / np.sqrt((x * x).mean(axis=axes, keepdims=True) + eps)
+    return (y * _f(weight)).astype(F32)
 
 
 def softmax(x, *, dim=-1):
@@ -321,13 +330,14 @@ def _elementwise(ctx, shader, buffers, n, push, defines=None):
                                spec=(PER,), push=push, defines=defines)
 
 
-def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec4s=None, vec=False):
+def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec4s=None, vec=False, center=None):
     """A row shader: a subgroup a row where the device has subgroup arithmetic (ROW_SUBGROUP,
     no barriers), else a workgroup a row (a power of two <= LOCAL, <= the row length rounded up).
     Rows are grid-strided in the shader, so the workgroup count only has to be <= the limit.
     vec4s: a row's vec4s, for a shader that keeps a lane's share of them in registers
     (specialization constant 4: that share, at most ROW_KEEP; 5: vec, its vec4 loads and stores;
-    shaders/include/float_workgroup.glsl)."""
+    shaders/include/float_workgroup.glsl); center: float_layer_norm's mean subtraction (6; off:
+    rms_norm)."""
     info = ctx.device.info
     sg = int(info.subgroup_size)
     # a row a subgroup needs every lane of it: full subgroups (vkinfo.fixed_subgroups)
@@ -340,6 +350,7 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
     groups = min(max(1, -(-rows // per_group)), info.max_workgroup_count[0])
     lanes = width // per_group                       # a row's lanes
     keep = () if vec4s is None else (min(ROW_KEEP, max(1, -(-vec4s // lanes))), int(vec))
+    keep += () if center is None else (int(center),)
     return ctx.device.dispatch(shader, buffers, (groups, 1, 1), local=(width,), spec=(width, *keep), push=push,
                                defines=[variant, *defines])
 
@@ -413,17 +424,20 @@ def _binary_build(variant):
 
 
 def _layer_norm_build(ctx, node):
+    """layer_norm, and rms_norm (no bias input) as the same shader with the centring compiled
+    out (specialization constant 6) and its bias a constant of zeros."""
     _check(ctx, node)
-    x, w, b = node.inputs
+    x, w, *b = node.inputs
     y = node.outputs[0]
     d = _numel(node.attrs["normalized_shape"])
     n = _numel(ctx.spec(x).shape)
-    if _numel(ctx.spec(w).shape) != d or _numel(ctx.spec(b).shape) != d or n % max(d, 1):
-        raise ValueError(f"{node.name}: layer_norm weight/bias must have the normalized_shape's {d} values")
+    if _numel(ctx.spec(w).shape) != d or (b and _numel(ctx.spec(b[0]).shape) != d) or n % max(d, 1):
+        raise ValueError(f"{node.name}: {node.op} weight/bias must have the normalized_shape's {d} values")
     rows = n // d
-    return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b), ctx.buffer(y)],
+    bias = ctx.buffer(b[0]) if b else ctx.const_buffer(np.zeros(d, F32), F32)
+    return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), bias, ctx.buffer(y)],
                           rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), 1, d, 1),
-                          vec4s=d // 4, vec=d % 4 == 0)]
+                          vec4s=d // 4, vec=d % 4 == 0, center=not not b)]
 
 
 def group_norm(x, weight, bias, *, groups, eps=1e-5):
@@ -812,6 +826,8 @@ def _op(name, reference, build, shaders, doc, decline=None):
 
 _op("layer_norm", layer_norm, _layer_norm_build, ("float_layer_norm",),
     "Float layer norm over the trailing normalized_shape dims (one workgroup a row).")
+_op("rms_norm", rms_norm, _layer_norm_build, ("float_layer_norm",),
+    "Float RMS norm over the trailing normalized_shape dims: layer norm's shader, not centred, no bias.")
 _op("group_norm", group_norm, _group_norm_build, ("float_layer_norm",),
     "Float group norm: C/groups channels x positions a row, per-channel weight and bias.")
 _op("softmax", softmax, _softmax_build(()), ("float_softmax",), "Float softmax along dim (max-subtracted).")
