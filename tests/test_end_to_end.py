@@ -250,6 +250,45 @@ def test_one_d_transposed_convs_run_int8_on_vulkan(device):
     assert got.shape == want.shape == (2, 4, 71) and cosine(got, want) > 0.999
 
 
+class PatchEncoder(nn.Module):
+    """A vision transformer's front as models write it: a 4x4 stride-4 patch embedding (on a map
+    that is not a multiple of 4: the conv drops the last rows and columns), a pointwise conv,
+    tokens by flatten + transpose, a class token, one encoder layer, the class token's head."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.patch, self.mix = nn.Conv2d(3, 24, 4, 4), nn.Conv2d(24, 24, 1, bias=False)
+            self.cls = nn.Parameter(torch.randn(1, 1, 24))
+            self.layer = nn.TransformerEncoderLayer(24, 3, 48, dropout=0.0, batch_first=True)
+            self.head = nn.Linear(24, 5)
+
+    def forward(self, x):
+        t = self.mix(torch.relu(self.patch(x))).flatten(2).transpose(1, 2)
+        t = torch.cat([self.cls.expand(x.shape[0], -1, -1), t], 1)
+        return self.head(self.layer(t)[:, 0])
+
+
+@pytest.mark.parametrize("scheme", ["dynamic", "weight_only"])
+def test_patch_convs_run_as_linears_under_linear_only_schemes(scheme, device):
+    """The dynamic and weight-only schemes quantize linears only; a conv whose windows do not
+    overlap (the patch embedding, a 1x1 conv) becomes a linear over patches
+    (patch_conv_as_linear) and runs on Vulkan with them (before: a float conv on the CPU)."""
+    xs = _randn((2, 3, 18, 23), 4, 7)
+    compiled = Compiled(PatchEncoder().eval(), xs[0], [(x,) for x in xs[1:]], scheme)
+    assert not compiled.program.fallback, compiled.program.fallback
+    ops = [n.op for n in compiled.program.nodes]
+    linear = "linear_dynamic" if scheme == "dynamic" else "linear_weight_only"
+    assert ops.count(linear) == 7 and not any("conv" in op for op in ops), ops    # 2 convs, qkv, out, 2 ffn, head
+    prog = compiled.on(device)
+    got, ref = prog(xs[0].numpy()), prog.run_reference(xs[0].numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    with torch.no_grad():
+        want = PatchEncoder().eval()(xs[0]).numpy()
+    assert got.shape == (2, 5) and cosine(got, _eager(compiled.gm, xs[0])) > 0.999 and cosine(got, want) > 0.99
+
+
 class PartlyUnsupported(nn.Module):
     """int8 conv and linear around ops no Vulkan kernel covers: a cumulative sum (through
     torch on the CPU) and a float conv the quantizer left unquantized (numpy on the CPU)."""

@@ -17,7 +17,7 @@ def _sweep():
     return module
 
 
-@pytest.mark.parametrize("family, count, seed", [("cnn", 4, 1), ("temporal", 3, 2)])
+@pytest.mark.parametrize("family, count, seed", [("cnn", 4, 1), ("temporal", 3, 2), ("transformer", 4, 3)])
 def test_a_short_sweep_agrees(device, family, count, seed, capfd):
     failures = _sweep().main(["--device", str(device.info.index), "--family", family, "--count", str(count),
                               "--seed", str(seed)])

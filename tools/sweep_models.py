@@ -7,7 +7,10 @@ dynamic-shape refusals of 2026-11-23; run it after changing a pass or a kernel c
 
 Families: cnn (convs, depthwise, residuals, squeeze-excitation, cat, pools, upsampling,
 transposed convs, PReLU, six activations; inputs normal, large, tiny, positive or 0-255 images)
-and temporal (1-D convs, transposed convs and pools). Each failure prints one line with the model it drew (rerun
+temporal (1-D convs, transposed convs and pools) and transformer (token ids through an embedding,
+image patches or float tokens; encoder layers, MultiheadAttention, attention written out with
+scaled_dot_product_attention, causal or not, FFNs, LayerNorm/RMSNorm; static, dynamic or
+weight-only scheme). Each failure prints one line with the model it drew (rerun
 one with --only INDEX); the exit status is the number of failures (0: all agreed).
 """
 from __future__ import annotations
@@ -119,6 +122,109 @@ class Block1d(nn.Module):
         return torch.relu(x + self.f(x)) if self.kind == "res" else self.f(x)
 
 
+def _heads(rng, d: int) -> int:
+    return int(rng.choice([h for h in (1, 2, 3, 4) if d % h == 0]))
+
+
+class SelfAttention(nn.Module):
+    """Attention written out as models write it: one qkv linear, heads split by view/transpose,
+    scaled_dot_product_attention (causal or not), heads merged, an output linear."""
+
+    def __init__(self, d: int, heads: int, causal: bool):
+        super().__init__()
+        self.qkv, self.proj, self.h, self.causal = nn.Linear(d, 3 * d), nn.Linear(d, d), heads, causal
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return self.proj(y.transpose(1, 2).reshape(b, n, d))
+
+
+class TBlock(nn.Module):
+    """One random block on (B, L, D) tokens."""
+    KINDS = ("encoder", "mha", "sdpa", "ffn", "norm", "act", "linear")
+
+    def __init__(self, rng, d: int):
+        super().__init__()
+        self.kind, self.out = str(rng.choice(self.KINDS)), d
+        h, causal, pre = _heads(rng, d), bool(rng.random() < 0.5), bool(rng.random() < 0.5)
+        self.desc = f"{self.kind} d{d}"
+        if self.kind == "encoder":
+            self.f = nn.TransformerEncoderLayer(d, h, int(rng.integers(4, 64)), dropout=0.0, batch_first=True,
+                                                activation=str(rng.choice(["relu", "gelu"])), norm_first=pre)
+            self.desc += f" h{h} pre{int(pre)}"
+        elif self.kind == "mha":
+            self.norm, self.f, self.causal = nn.LayerNorm(d), nn.MultiheadAttention(d, h, batch_first=True), causal
+            self.desc += f" h{h} causal{int(causal)}"
+        elif self.kind == "sdpa":
+            self.norm, self.f = nn.LayerNorm(d), SelfAttention(d, h, causal)
+            self.desc += f" h{h} causal{int(causal)}"
+        elif self.kind == "ffn":
+            act = [nn.GELU(), nn.GELU("tanh"), nn.SiLU(), nn.ReLU()][int(rng.integers(0, 4))]
+            hid = int(rng.integers(1, 80))
+            self.f = nn.Sequential(nn.LayerNorm(d) if pre else nn.Identity(), nn.Linear(d, hid), act,
+                                   nn.Linear(hid, d))
+            self.desc += f" {hid} {type(act).__name__}"
+        elif self.kind == "norm":
+            self.f = nn.LayerNorm(d) if rng.random() < 0.6 else nn.RMSNorm(d)
+            self.desc += f" {type(self.f).__name__}"
+        elif self.kind == "act":
+            self.f = [nn.GELU(), nn.SiLU(), nn.Tanh(), nn.Softmax(-1)][int(rng.integers(0, 4))]
+            self.desc += f" {type(self.f).__name__}"
+        else:
+            self.out = int(rng.integers(1, 48))
+            self.f = nn.Linear(d, self.out, bias=bool(rng.random() < 0.7))
+            self.desc += f"->{self.out}"
+
+    def forward(self, x):
+        if self.kind == "mha":
+            y = self.norm(x)
+            mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(1) if self.causal else None
+            return x + self.f(y, y, y, need_weights=False, attn_mask=mask)[0]
+        if self.kind == "sdpa":
+            return x + self.f(self.norm(x))
+        if self.kind == "ffn":
+            return x + self.f(x)
+        return self.f(x)
+
+
+class TNet(nn.Module):
+    """A front (token ids through an embedding, image patches through a strided conv, or
+    tokens as they are), TBlocks, a head (mean over tokens, the first token, or none)."""
+
+    def __init__(self, rng, front: str, d: int):
+        super().__init__()
+        self.front, c = front, d
+        if front == "ids":
+            self.embed, self.pos = nn.Embedding(VOCAB, d), nn.Parameter(0.1 * torch.randn(1, 64, d))
+        elif front == "patches":
+            self.p = int(rng.choice([2, 4]))
+            self.embed, self.cls = nn.Conv2d(3, d, self.p, self.p), nn.Parameter(torch.randn(1, 1, d))
+        blocks = []
+        for _ in range(int(rng.integers(1, 4))):
+            blocks.append(TBlock(rng, c))
+            c = blocks[-1].out
+        self.blocks = nn.ModuleList(blocks)
+        self.pool = str(rng.choice(["mean", "first", "none"]))
+        self.head = nn.Linear(c, int(rng.integers(1, 12))) if self.pool != "none" else nn.Identity()
+        self.desc = f"{front} " + " | ".join(b.desc for b in blocks) + f" | {self.pool}"
+
+    def forward(self, x):
+        if self.front == "ids":
+            x = self.embed(x) + self.pos[:, :x.shape[1]]
+        elif self.front == "patches":
+            x = self.embed(x).flatten(2).transpose(1, 2)
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1)
+        for b in self.blocks:
+            x = b(x)
+        if self.pool == "mean":
+            x = x.mean(1)
+        elif self.pool == "first":
+            x = x[:, 0]
+        return self.head(x)
+
+
 class Net(nn.Module):
     def __init__(self, rng, family: str, c: int):
         super().__init__()
@@ -138,9 +244,12 @@ class Net(nn.Module):
         return self.head(x)
 
 
+VOCAB = 50
 INPUTS = {"normal": lambda s: torch.randn(s), "large": lambda s: 300 * torch.randn(s),
           "tiny": lambda s: 1e-3 * torch.randn(s), "positive": lambda s: torch.rand(s),
-          "image": lambda s: (torch.rand(s) * 255).round()}
+          "image": lambda s: (torch.rand(s) * 255).round(), "ids": lambda s: torch.randint(0, VOCAB, s)}
+FLOAT_KINDS = ("normal", "large", "tiny", "positive", "image")
+SCHEMES = ("static", "dynamic", "weight_only")
 
 
 def _cosine(a, b) -> float:
@@ -150,13 +259,15 @@ def _cosine(a, b) -> float:
 
 
 def draw(rng, family: str):
-    """(model, input shape, input kind, description) for the next model of the sweep."""
+    """(model, input shape, input kind, scheme, description) for the next model of the sweep."""
     torch.manual_seed(int(rng.integers(1 << 30)))
+    if family == "transformer":
+        return _draw_transformer(rng)
     c = int(rng.integers(1, 20))
     shape = (int(rng.integers(1, 3)), c, int(rng.integers(4, 40)), int(rng.integers(4, 40))) if family == "cnn" \
         else (int(rng.integers(1, 4)), c, int(rng.integers(8, 80)))
     net = Net(rng, family, c).eval()     # (eval: a batch norm over 1 x 1 maps of one image cannot train)
-    kind = str(rng.choice(list(INPUTS)))
+    kind = str(rng.choice(FLOAT_KINDS))
     with torch.no_grad():
         net(INPUTS[kind](shape))        # sizes the LazyLinear
     for m in net.modules():
@@ -164,15 +275,29 @@ def draw(rng, family: str):
             m.running_mean.uniform_(-0.5, 0.5)
             m.running_var.uniform_(0.5, 2.0)
             m.weight.data.uniform_(0.5, 1.5)
-    return net.eval(), shape, kind, f"{kind} {shape} {net.desc}"
+    return net.eval(), shape, kind, "static", f"{kind} {shape} {net.desc}"
 
 
-def check(net, shape, kind, device) -> None:
+def _draw_transformer(rng):
+    front, b, n = str(rng.choice(["ids", "patches", "tokens"])), int(rng.integers(1, 3)), int(rng.integers(1, 33))
+    d = int(rng.choice([4, 6, 8, 12, 16, 20, 24, 32, 48]))
+    net = TNet(rng, front, d).eval()
+    if front == "ids":
+        shape, kind = (b, n), "ids"
+    elif front == "patches":
+        shape, kind = (b, 3, net.p * int(rng.integers(1, 6)), net.p * int(rng.integers(1, 6))), "normal"
+    else:
+        shape, kind = (b, n, d), str(rng.choice(["normal", "large", "tiny", "positive"]))
+    scheme = str(rng.choice(SCHEMES))
+    return net, shape, kind, scheme, f"{scheme} {kind} {shape} {net.desc}"
+
+
+def check(net, shape, kind, device, scheme="static") -> None:
     """Raise AssertionError where vkq disagrees with its reference or with PT2E."""
     import vkq
     from vkq.api import quantize      # (vkq.quantize, without a progress switch)
     x = INPUTS[kind](shape)
-    gm = quantize(net, (x,), [INPUTS[kind](shape) for _ in range(3)], progress=False)
+    gm = quantize(net, (x,), [INPUTS[kind](shape) for _ in range(3)], scheme=scheme, progress=False)
     prog = vkq.CompiledProgram(vkq.compile(gm, (x,)).program, device)
     got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
     if not np.allclose(got, ref, rtol=1e-5, atol=1e-6 * (np.abs(ref).max() + 1e-30)):
@@ -186,7 +311,7 @@ def check(net, shape, kind, device) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="llvmpipe")
-    ap.add_argument("--family", choices=("cnn", "temporal"), default="cnn")
+    ap.add_argument("--family", choices=("cnn", "temporal", "transformer"), default="cnn")
     ap.add_argument("--count", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", type=int, nargs="*", help="run only these indices of the sweep (with its seed)")
@@ -199,11 +324,11 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(args.seed)
     failures = 0
     for i in range(args.count):
-        net, shape, kind, desc = draw(rng, args.family)
+        net, shape, kind, scheme, desc = draw(rng, args.family)
         if args.only and i not in args.only:
             continue
         try:
-            check(net, shape, kind, device)
+            check(net, shape, kind, device, scheme)
         except Exception as e:         # one line per failing model, then go on
             failures += 1
             print(f"FAIL {i}: {desc}: {type(e).__name__}: {str(e)[:300]}", flush=True)

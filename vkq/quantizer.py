@@ -30,7 +30,9 @@ prepare and convert, so the lowering can tell them apart.
 
 Before annotating (transform_for_annotation), standalone batch norms become depthwise convs,
 1-D convs and pools their 2-D forms on (N, C, 1, L) (passes/one_d_as_two_d.py), transposed
-convs a conv and a pixel shuffle (passes/conv_transpose_as_conv.py),
+convs a conv and a pixel shuffle (passes/conv_transpose_as_conv.py); under dynamic and
+weight_only, a conv whose windows do not overlap (patch embedding, 1x1) a linear over patches
+(passes/patch_conv_as_linear.py),
 in-place ops become functional (an exported hardswish_ / dropout_ / add_ would otherwise be
 observed as aliases of their input), and the spellings the annotators do not know take the form
 they do (normalize_ops.normalize_for_annotation: conv padding "same", addcmul, reshape_as).
@@ -339,6 +341,7 @@ class VkqQuantizer(Quantizer):
         from .passes.normalize_ops import normalize_for_annotation
         from .passes.conv_transpose_as_conv import conv_transpose_as_conv
         from .passes.one_d_as_two_d import one_d_as_two_d
+        from .passes.patch_conv_as_linear import patch_conv_as_linear
         normalize_for_annotation(model)
         if self.scheme == "static":
             batch_norm_as_conv(model)
@@ -346,6 +349,8 @@ class VkqQuantizer(Quantizer):
             conv_transpose_as_conv(model)
             if one_d:
                 normalize_for_annotation(model)     # conv1d's string padding, now conv2d's
+        else:       # these schemes quantize linears only
+            patch_conv_as_linear(model)
         return model
 
     def annotate(self, model: GraphModule) -> GraphModule:
