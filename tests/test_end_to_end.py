@@ -289,6 +289,62 @@ def test_patch_convs_run_as_linears_under_linear_only_schemes(scheme, device):
     assert got.shape == (2, 5) and cosine(got, _eager(compiled.gm, xs[0])) > 0.999 and cosine(got, want) > 0.99
 
 
+class TinyDecoder(nn.Module):
+    """A Llama-style decoder layer as its code is written: RMSNorm by hand, grouped-query
+    attention (4 query heads, 2 key/value heads widened by repeat_interleave), rotary embeddings,
+    a causal mask by masked_fill, a SwiGLU FFN; then a conformer's GLU + depthwise conv1d."""
+
+    def __init__(self, d=16, heads=4, kv=2):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.h, self.kv, self.hd = heads, kv, d // heads
+            self.q, self.k, self.v, self.o = (nn.Linear(d, n, bias=False) for n in (d, kv * self.hd, kv * self.hd, d))
+            self.gate, self.up, self.down = nn.Linear(d, 40, bias=False), nn.Linear(d, 40, bias=False), nn.Linear(40, d)
+            self.w = nn.Parameter(1 + 0.1 * torch.randn(d))
+            self.pw, self.dw = nn.Conv1d(d, 2 * d, 1), nn.Conv1d(d, d, 3, padding=1, groups=d)
+
+    def rms(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+
+    def rope(self, t):
+        n, half = t.shape[2], self.hd // 2
+        ang = torch.arange(n, dtype=torch.float32)[:, None] / (100 ** (torch.arange(half) / half))[None]
+        cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
+        return t * cos + torch.cat([-t[..., half:], t[..., :half]], -1) * sin
+
+    def forward(self, x):
+        b, n, d = x.shape
+        y = self.rms(x)
+        q = self.rope(self.q(y).view(b, n, self.h, self.hd).transpose(1, 2))
+        k = self.rope(self.k(y).view(b, n, self.kv, self.hd).transpose(1, 2)).repeat_interleave(self.h // self.kv, 1)
+        v = self.v(y).view(b, n, self.kv, self.hd).transpose(1, 2).repeat_interleave(self.h // self.kv, 1)
+        s = (q @ k.transpose(-2, -1) / self.hd ** 0.5).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -1e9)
+        x = x + self.o((torch.softmax(s, -1) @ v).transpose(1, 2).reshape(b, n, d))
+        y = self.rms(x)
+        x = x + self.down(nn.functional.silu(self.gate(y)) * self.up(y))
+        return x + self.dw(nn.functional.glu(self.pw(x.transpose(1, 2)), dim=1)).transpose(1, 2)
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_decoder_layer_runs_on_vulkan(scheme, device):
+    """GLU (slices, sigmoid, mul) and repeat_interleave by an int (unsqueeze, expand, reshape)
+    have no kernels of their own: normalize_ops rewrites them into ops that do (before: both
+    ran on the CPU, and a static program left its int8 region there). Under the dynamic scheme
+    the 1x1 conv1d is a linear (patch_conv_as_linear); the depthwise conv1d stays a float conv
+    on the CPU, named."""
+    xs = _randn((2, 11, 16), 4, 8)
+    compiled = Compiled(TinyDecoder().eval(), xs[0], [(x,) for x in xs[1:]], scheme)
+    names = {name for name, _ in compiled.program.fallback}
+    assert names == (set() if scheme == "static" else {"aten.conv1d"}), compiled.program.fallback
+    prog = compiled.on(device)
+    got, ref = prog(xs[0].numpy()), prog.run_reference(xs[0].numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    with torch.no_grad():
+        want = TinyDecoder().eval()(xs[0]).numpy()
+    assert cosine(got, _eager(compiled.gm, xs[0])) > 0.999 and cosine(got, want) > 0.99
+
+
 class PartlyUnsupported(nn.Module):
     """int8 conv and linear around ops no Vulkan kernel covers: a cumulative sum (through
     torch on the CPU) and a float conv the quantizer left unquantized (numpy on the CPU)."""

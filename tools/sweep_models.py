@@ -141,9 +141,83 @@ class SelfAttention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(b, n, d))
 
 
+class ManualRMSNorm(nn.Module):
+    """RMSNorm as Llama's code writes it."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.w = nn.Parameter(1 + 0.1 * torch.randn(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+
+
+class DecoderAttention(nn.Module):
+    """A decoder's attention as Llama-style code writes it: rotary position embeddings (halves
+    rotated), grouped key/value heads (repeat_interleave), scores by matmul with a causal mask
+    (masked_fill with -inf) or scaled_dot_product_attention, a SwiGLU FFN after."""
+
+    def __init__(self, rng, d: int, heads: int):
+        super().__init__()
+        hd = d // heads
+        kv = int(rng.choice([g for g in range(1, heads + 1) if heads % g == 0]))
+        self.h, self.kv, self.hd, self.sdpa = heads, kv, hd, bool(rng.random() < 0.5)
+        self.q, self.k = nn.Linear(d, d, bias=False), nn.Linear(d, kv * hd, bias=False)
+        self.v, self.o = nn.Linear(d, kv * hd, bias=False), nn.Linear(d, d, bias=False)
+        self.n1, self.n2 = ManualRMSNorm(d), ManualRMSNorm(d)
+        hid = int(rng.integers(4, 64))
+        self.gate, self.up, self.down = nn.Linear(d, hid, bias=False), nn.Linear(d, hid, bias=False), \
+            nn.Linear(hid, d, bias=False)
+        self.rope = hd % 2 == 0
+        self.desc = f"h{heads} kv{kv} sdpa{int(self.sdpa)} rope{int(self.rope)} swiglu{hid}"
+
+    def _rotate(self, t):
+        n, half = t.shape[2], self.hd // 2
+        freq = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float32) / half))
+        ang = torch.arange(n, dtype=torch.float32)[:, None] * freq[None]
+        cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
+        rot = torch.cat([-t[..., half:], t[..., :half]], -1)
+        return t * cos + rot * sin
+
+    def forward(self, x):
+        b, n, d = x.shape
+        y = self.n1(x)
+        q = self.q(y).view(b, n, self.h, self.hd).transpose(1, 2)
+        k = self.k(y).view(b, n, self.kv, self.hd).transpose(1, 2)
+        v = self.v(y).view(b, n, self.kv, self.hd).transpose(1, 2)
+        if self.rope:
+            q, k = self._rotate(q), self._rotate(k)
+        k, v = k.repeat_interleave(self.h // self.kv, 1), v.repeat_interleave(self.h // self.kv, 1)
+        if self.sdpa:
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            s = q @ k.transpose(-2, -1) / self.hd ** 0.5
+            mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+            a = torch.softmax(s.masked_fill(mask, float("-inf")), -1) @ v
+        x = x + self.o(a.transpose(1, 2).reshape(b, n, d))
+        y = self.n2(x)
+        return x + self.down(torch.nn.functional.silu(self.gate(y)) * self.up(y))
+
+
+class ConvModule(nn.Module):
+    """A conformer's convolution module: pointwise conv + GLU, depthwise conv1d over time,
+    BatchNorm, SiLU, pointwise conv; tokens transposed to channels and back."""
+
+    def __init__(self, rng, d: int):
+        super().__init__()
+        k = int(rng.choice([3, 5, 7]))
+        self.norm, self.pw1 = nn.LayerNorm(d), nn.Conv1d(d, 2 * d, 1)
+        self.dw, self.bn = nn.Conv1d(d, d, k, padding=k // 2, groups=d), nn.BatchNorm1d(d)
+        self.pw2 = nn.Conv1d(d, d, 1)
+
+    def forward(self, x):
+        y = nn.functional.glu(self.pw1(self.norm(x).transpose(1, 2)), dim=1)
+        return x + self.pw2(nn.functional.silu(self.bn(self.dw(y)))).transpose(1, 2)
+
+
 class TBlock(nn.Module):
     """One random block on (B, L, D) tokens."""
-    KINDS = ("encoder", "mha", "sdpa", "ffn", "norm", "act", "linear")
+    KINDS = ("encoder", "mha", "sdpa", "ffn", "norm", "act", "linear", "decoder", "conv", "mixer", "scale")
 
     def __init__(self, rng, d: int):
         super().__init__()
@@ -172,19 +246,32 @@ class TBlock(nn.Module):
         elif self.kind == "act":
             self.f = [nn.GELU(), nn.SiLU(), nn.Tanh(), nn.Softmax(-1)][int(rng.integers(0, 4))]
             self.desc += f" {type(self.f).__name__}"
+        elif self.kind == "decoder":
+            self.f = DecoderAttention(rng, d, h)
+            self.desc += " " + self.f.desc
+        elif self.kind == "conv":
+            self.f = ConvModule(rng, d)
+        elif self.kind == "mixer":      # token mixing: a linear over the token dim (sized on first use)
+            self.f = nn.LazyLinear(int(rng.integers(1, 20)))
+        elif self.kind == "scale":      # LayerScale / a learned per-channel gain
+            self.f = nn.Parameter(torch.rand(d) + 0.2)
         else:
             self.out = int(rng.integers(1, 48))
             self.f = nn.Linear(d, self.out, bias=bool(rng.random() < 0.7))
             self.desc += f"->{self.out}"
 
     def forward(self, x):
+        if self.kind == "mixer":
+            return self.f(x.transpose(1, 2)).transpose(1, 2)
+        if self.kind == "scale":
+            return x * self.f
         if self.kind == "mha":
             y = self.norm(x)
             mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(1) if self.causal else None
             return x + self.f(y, y, y, need_weights=False, attn_mask=mask)[0]
         if self.kind == "sdpa":
             return x + self.f(self.norm(x))
-        if self.kind == "ffn":
+        if self.kind in ("ffn",):
             return x + self.f(x)
         return self.f(x)
 
@@ -288,6 +375,12 @@ def _draw_transformer(rng):
         shape, kind = (b, 3, net.p * int(rng.integers(1, 6)), net.p * int(rng.integers(1, 6))), "normal"
     else:
         shape, kind = (b, n, d), str(rng.choice(["normal", "large", "tiny", "positive"]))
+    with torch.no_grad():
+        net(INPUTS[kind](shape))        # sizes the token mixers' LazyLinear
+    for m in net.modules():
+        if isinstance(m, nn.BatchNorm1d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
     scheme = str(rng.choice(SCHEMES))
     return net, shape, kind, scheme, f"{scheme} {kind} {shape} {net.desc}"
 

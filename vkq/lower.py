@@ -40,7 +40,7 @@ from .registry import cpu_reason, get_op
 
 # Ops that have int8 Vulkan kernels: if one of these still runs on the CPU, it is because its
 # operands were float (not quantized) or a fold rule said why not.
-HAS_INT8_KERNEL = {aten.conv2d.default, aten.linear.default, aten.add.Tensor, aten.mul.Tensor,
+HAS_INT8_KERNEL = {aten.conv2d.default, aten.conv1d.default, aten.linear.default, aten.add.Tensor, aten.mul.Tensor,
                    aten.max_pool2d.default, aten.avg_pool2d.default, aten.adaptive_avg_pool2d.default,
                    aten.cat.default, aten.relu.default, aten.hardtanh.default} | VIEWS
 

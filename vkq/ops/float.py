@@ -164,11 +164,17 @@ def clamp(x, *, min=None, max=None):
     return y
 
 
+def _exp_neg(x):
+    """exp(-x) in float64, clamped at exp(700): past it sigmoid and silu round to 0 in float32
+    either way, without numpy's overflow warning."""
+    return np.exp(np.minimum(-_f(x).astype(np.float64), 700.0))
+
+
 UNARY = {
-    "sigmoid": lambda x: (1 / (1 + np.exp(-_f(x).astype(np.float64)))).astype(F32),
+    "sigmoid": lambda x: (1 / (1 + _exp_neg(x))).astype(F32),
     "tanh": lambda x: np.tanh(_f(x)),
     "relu": lambda x: np.maximum(_f(x), F32(0)),
-    "silu": lambda x: (_f(x) / (1 + np.exp(-_f(x).astype(np.float64)))).astype(F32),
+    "silu": lambda x: (_f(x) / (1 + _exp_neg(x))).astype(F32),
     "exp": lambda x: np.exp(_f(x)),
     "neg": lambda x: -_f(x),
     "abs": lambda x: np.abs(_f(x)),

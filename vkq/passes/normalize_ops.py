@@ -255,6 +255,42 @@ def from_prelu(node):
     return _new(node, aten.add.Tensor, (x, conv))
 
 
+def mul_sigmoid_from_glu(node):
+    """glu(x, dim) = a * sigmoid(b), a and b x's halves along dim: slices, an elementwise
+    sigmoid (an int8 lookup table) and mul, which have kernels."""
+    x, dim = node.args[0], arg(node, 1, "dim", -1)
+    v = val(x)
+    if not isinstance(v, torch.Tensor) or not isinstance(v.shape[dim], int) or v.shape[dim] % 2:
+        return None
+    dim, half = dim % v.dim(), v.shape[dim] // 2
+    a = _new(node, aten.slice.Tensor, (x, dim, 0, half))
+    b = _new(node, aten.slice.Tensor, (x, dim, half, 2 * half))
+    gate = _new(node, aten.sigmoid.default, (b,))
+    for n in (a, b, gate):
+        n.meta["val"] = val(node)
+    return _new(node, aten.mul.Tensor, (a, gate))
+
+
+def expand_from_repeat_interleave(node):
+    """repeat_interleave(x, r, dim), r an int (grouped-query attention's key/value heads):
+    unsqueeze(dim + 1), expand it to r, merge it into dim; views and a broadcast copy. A size
+    the reshape cannot name (two dynamic dims) keeps the op."""
+    x, r, dim = node.args[0], node.args[1], arg(node, 2, "dim")
+    v, out = val(x), val(node)
+    if not isinstance(r, int) or dim is None or node.kwargs.get("output_size") is not None \
+            or not isinstance(v, torch.Tensor):
+        return None
+    dim = dim % v.dim()
+    sizes = [d if isinstance(d, int) else -1 for d in out.shape]
+    if sizes.count(-1) > 1:
+        return None
+    up = _new(node, aten.unsqueeze.default, (x, dim + 1))
+    wide = _new(node, aten.expand.default, (up, [-1] * (dim + 1) + [r] + [-1] * (v.dim() - dim - 1)))
+    up.meta["val"] = v.unsqueeze(dim + 1)
+    wide.meta["val"] = up.meta["val"].expand(*[-1] * (dim + 1), r, *[-1] * (v.dim() - dim - 1))
+    return _new(node, aten.reshape.default, (wide, sizes))
+
+
 def hardtanh_from_relu6(node):
     return _new(node, aten.hardtanh.default, (node.args[0], 0.0, 6.0))
 
@@ -303,6 +339,8 @@ BEFORE_ANNOTATION = {
     aten.adaptive_max_pool2d.default: max_pool_from_adaptive,
     aten.addcmul.default: mul_add_from_addcmul,
     aten.reshape_as.default: reshape_from_reshape_as,
+    aten.glu.default: mul_sigmoid_from_glu,
+    aten.repeat_interleave.self_int: expand_from_repeat_interleave,
 }
 
 NORMALIZE = {
