@@ -17,14 +17,18 @@ def _sweep():
     return module
 
 
-@pytest.mark.parametrize("family, count, seed", [("cnn", 4, 1), ("temporal", 3, 2), ("transformer", 4, 3)])
-def test_a_short_sweep_agrees(device, family, count, seed, capfd):
+@pytest.mark.parametrize("family, count, seed, dynamic", [("cnn", 4, 1, False), ("temporal", 3, 2, False),
+                                                         ("transformer", 4, 3, False), ("transformer", 3, 7, True)])
+def test_a_short_sweep_agrees(device, family, count, seed, dynamic, capfd):
+    """(--dynamic: one program per model for free batch and length, checked at three sizes.)"""
     failures = _sweep().main(["--device", str(device.info.index), "--family", family, "--count", str(count),
-                              "--seed", str(seed)])
+                              "--seed", str(seed)] + ["--dynamic"] * dynamic)
     out = capfd.readouterr().out
     sys.stdout.write(out)       # back, for conftest's check for validation messages
     assert failures == 0, out
-    assert f"{count} models ({family}, seed {seed})" in out and ": 0 failed" in out
+    assert f"{count} models ({family}, seed {seed}{', dynamic' * dynamic})" in out and ": 0 failed" in out
+    if dynamic:     # these three export with the dims free, and vkq compiles each of them
+        assert "REFUSED" not in out, out
 
 
 def test_the_sweep_reports_a_failing_model(device, capfd, monkeypatch):

@@ -11,7 +11,10 @@ temporal (1-D convs, transposed convs and pools) and transformer (token ids thro
 image patches or float tokens; encoder layers, MultiheadAttention, attention written out with
 scaled_dot_product_attention, causal or not, FFNs, LayerNorm/RMSNorm; static, dynamic or
 weight-only scheme). Each failure prints one line with the model it drew (rerun
-one with --only INDEX); the exit status is the number of failures (0: all agreed).
+one with --only INDEX); the exit status is the number of failures (0: all agreed). --dynamic
+compiles each model once with its batch and sequence/map dims free (torch.export Dims) and checks
+it at three sizes; a model that torch.export cannot export so, or that vkq refuses naming the op
+and dim (DynamicShapeError), prints a REFUSED line and does not count as a failure.
 """
 from __future__ import annotations
 
@@ -385,20 +388,58 @@ def _draw_transformer(rng):
     return net, shape, kind, scheme, f"{scheme} {kind} {shape} {net.desc}"
 
 
-def check(net, shape, kind, device, scheme="static") -> None:
-    """Raise AssertionError where vkq disagrees with its reference or with PT2E."""
+class NotExported(Exception):
+    """torch.export cannot export the model with these dims free (its code fixes one)."""
+
+
+def dynamic_dims(family: str, shape, kind: str) -> dict:
+    """{input dim: its upper bound} that --dynamic leaves free: the batch, and the sequence or
+    the map (a patch embedding's map must stay a multiple of its patch: batch only)."""
+    free = {0: 4}
+    if family == "cnn":
+        free.update({2: 48, 3: 48})
+    elif family == "temporal":
+        free[2] = 96
+    elif kind == "ids" or len(shape) == 3:
+        free[1] = 40
+    return free
+
+
+def check(net, shape, kind, device, scheme="static", dynamic=None, rng=None) -> None:
+    """Raise AssertionError where vkq disagrees with its reference or with PT2E. dynamic ({dim:
+    upper bound}): one program for those dims free (torch.export Dims), checked at the
+    example's shape and at two others drawn within the bounds."""
     import vkq
     from vkq.api import quantize      # (vkq.quantize, without a progress switch)
+    if dynamic:      # export takes a free dim of size 1 as the constant 1 (its 0/1 specialisation)
+        shape = tuple(max(n, 2) if d in dynamic else n for d, n in enumerate(shape))
     x = INPUTS[kind](shape)
-    gm = quantize(net, (x,), [INPUTS[kind](shape) for _ in range(3)], scheme=scheme, progress=False)
-    prog = vkq.CompiledProgram(vkq.compile(gm, (x,)).program, device)
-    got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
-    if not np.allclose(got, ref, rtol=1e-5, atol=1e-6 * (np.abs(ref).max() + 1e-30)):
-        raise AssertionError(f"Vulkan != reference: {int(np.sum(got != ref))} of {got.size} differ")
-    with torch.no_grad():
-        cos = _cosine(got, gm(x).numpy())
-    if cos < 0.99:
-        raise AssertionError(f"cosine {cos:.4f} with PT2E's eager output")
+    shapes = [shape]
+    dims = None
+    if dynamic:
+        from torch.export import Dim
+        dims = ({d: Dim(f"d{d}", min=2, max=hi) for d, hi in dynamic.items()},)
+        for _ in range(2):
+            shapes.append(tuple(int(rng.integers(2, dynamic[d] + 1)) if d in dynamic else n for d, n in enumerate(shape)))
+    calib = [(INPUTS[kind](sh),) for sh in shapes]
+    if dims is not None:
+        try:
+            torch.export.export(net, (x,), dynamic_shapes=dims)
+        except Exception as e:      # torch.export's own failure or constraint violation: the model's
+            raise NotExported(f"{type(e).__name__}: {e}") from e
+    gm = quantize(net, (x,), calib, scheme=scheme, progress=False, dynamic_shapes=dims)
+    prog = vkq.CompiledProgram(vkq.compile(gm, (x,), dynamic_shapes=dims).program, device)
+    for sh in shapes:
+        x = x if sh == shape else INPUTS[kind](sh)
+        got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
+        if not np.allclose(got, ref, rtol=1e-5, atol=1e-6 * (np.abs(ref).max() + 1e-30)) and \
+                (scheme == "static" or _cosine(got, ref) < 0.9999):
+            # (dynamic: a float op's last-bit difference can move a row's quantization by a step)
+            raise AssertionError(f"at {sh}: Vulkan != reference: {int(np.sum(got != ref))} of {got.size} differ")
+        with torch.no_grad():
+            cos = _cosine(got, gm(x).numpy())
+        if cos < 0.99:
+            raise AssertionError(f"at {sh}: cosine {cos:.4f} with PT2E's eager output")
 
 
 def main(argv=None) -> int:
@@ -408,6 +449,8 @@ def main(argv=None) -> int:
     ap.add_argument("--count", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", type=int, nargs="*", help="run only these indices of the sweep (with its seed)")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="export with the batch and sequence/map dims free (one program for all sizes)")
     ap.add_argument("--traceback", action="store_true")
     args = ap.parse_args(argv)
     import vkq
@@ -415,19 +458,28 @@ def main(argv=None) -> int:
     vkq._quiet_third_party_logs()
     device = get_device(args.device)
     rng = np.random.default_rng(args.seed)
-    failures = 0
+    from vkq.dynamic import DynamicShapeError
+    failures = refused = 0
     for i in range(args.count):
         net, shape, kind, scheme, desc = draw(rng, args.family)
+        sizes = np.random.default_rng([args.seed, i])      # the other sizes --dynamic checks
         if args.only and i not in args.only:
             continue
+        free = dynamic_dims(args.family, shape, kind) if args.dynamic else None
         try:
-            check(net, shape, kind, device, scheme)
+            check(net, shape, kind, device, scheme, free, sizes)
+        except (DynamicShapeError, NotExported) as e:
+            # the model fixes a free dim (torch.export fails) or vkq refuses it by name
+            refused += 1
+            print(f"REFUSED {i}: {desc}: {type(e).__name__}: {str(e)[:200 if not args.traceback else None]}", flush=True)
         except Exception as e:         # one line per failing model, then go on
             failures += 1
             print(f"FAIL {i}: {desc}: {type(e).__name__}: {str(e)[:300]}", flush=True)
             if args.traceback:
                 traceback.print_exc()
-    print(f"{args.count} models ({args.family}, seed {args.seed}) on {device.info.name}: {failures} failed", flush=True)
+    more = f", {refused} refused a dynamic dim by name" if refused else ""
+    print(f"{args.count} models ({args.family}, seed {args.seed}{', dynamic' if args.dynamic else ''}) on "
+          f"{device.info.name}: {failures} failed{more}", flush=True)
     return failures
 
 

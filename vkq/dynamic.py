@@ -22,6 +22,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from . import symbolic
+from .passes._graph import SHAPE_OF
 from .program import Program, TensorSpec
 
 
@@ -204,9 +205,10 @@ def _symbolic_shape_of(t, program, nodes, shapes, done, stands_for):
         if seen in shapes and isinstance(shapes[seen], tuple) and len(shapes[seen]) == rank:
             return shapes[seen]
         fx = nodes.get(seen)
-        source = fx.meta.get("vkq_source") if fx is not None else None
-        if source in shapes and isinstance(shapes[source], tuple) and len(shapes[source]) == rank:
-            return shapes[source]
+        for key in ("vkq_source", SHAPE_OF):     # the PT2E quantize it replaced; an exported node of its shape
+            source = fx.meta.get(key) if fx is not None else None
+            if source in shapes and isinstance(shapes[source], tuple) and len(shapes[source]) == rank:
+                return shapes[source]
         if seen not in stands_for:
             break
         seen = stands_for[seen]

@@ -31,8 +31,9 @@ from . import dynamic
 from .ops import cpu as _cpu_ops, float as _float_ops  # noqa: F401  (the ops CPU_RULES emit)
 from .ops.attention import default_scale
 from .passes import run_pipeline
-from .passes._graph import (DEQUANTIZE, HOST_FLOAT64, PERMUTES, QUANTIZE, VIEWS, arg, aten, const_value, dtype_of,
-                            is_call, op_name, pair, q_args, qparams, record_shapes, shape_of, val, vkq_op_of)
+from .passes._graph import (DEQUANTIZE, HOST_FLOAT64, PERMUTES, QUANTIZE, SYMBOLIC_SHAPES, VIEWS, arg, aten,
+                            const_value, dtype_of, is_call, op_name, pair, q_args, qparams, record_shapes, shape_of,
+                            val, vkq_op_of)
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
 from .program import Node as PNode, Program, TensorSpec
 from .rewrites import rewrite_for_shapes
@@ -60,13 +61,14 @@ def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", rep
     shapes, bounds = dynamic.symbolic_shapes(gm, fakes)
     bounds, names = dynamic.user_bounds(gm, shapes, bounds, dynamic_shapes)
     exprs = {k: v for k, v in shapes.items() if not isinstance(v, tuple)}
-    program, lowered = _lower_at(gm, example_inputs, float_linear, report, exprs, dynamic_graph=True)
+    program, lowered = _lower_at(gm, example_inputs, float_linear, report, exprs, dynamic_graph=True, shapes=shapes)
     dyn = dynamic.symbolize(program, lowered, shapes, bounds, names)
     example = dyn.bind([tuple(x.shape) for x in example_inputs])
     probe = dynamic.probe_bindings(dyn.symbols, example)
     if probe != example:
         probe_inputs = tuple(_resized(x, dyn.tensors[name].shape, probe) for x, name in zip(example_inputs, dyn.inputs))
-        dynamic.verify(dyn, _lower_at(gm, probe_inputs, float_linear, None, dynamic_graph=True)[0], probe)
+        dynamic.verify(dyn, _lower_at(gm, probe_inputs, float_linear, None, dynamic_graph=True, shapes=shapes)[0],
+                       probe)
     return dyn
 
 
@@ -77,11 +79,14 @@ def _resized(x, sym_shape, bindings):
 
 
 def _lower_at(gm: GraphModule, example_inputs, float_linear: str, report: dict | None, exprs=None,
-              dynamic_graph: bool = False):
+              dynamic_graph: bool = False, shapes=None):
     """(Program at the example inputs' shapes, the lowered GraphModule); exprs: the integer
-    nodes' symbolic values (vkq.dynamic), for a symbolic program."""
+    nodes' symbolic values (vkq.dynamic), for a symbolic program; shapes: every exported node's
+    symbolic shape (the passes read it as SYMBOLIC_SHAPES: a size that only looks static at
+    the example)."""
     gm = copy.deepcopy(gm)
     record_shapes(gm, example_inputs)
+    gm.meta[SYMBOLIC_SHAPES] = shapes or {}
     gm.meta["vkq_float_linear"] = float_linear
     stands_for = gm.meta["vkq_stands_for"] = {}       # node -> the node whose value it took over
     gm._register_replace_node_hook(lambda old, new, user: stands_for.setdefault(new, old.name))

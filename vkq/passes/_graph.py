@@ -141,6 +141,19 @@ def _meta_like(x):
     return x
 
 
+# meta key: the name of the exported node whose shape this pass-made node has (lift_quantize's
+# int8 copies of float views), so that vkq.dynamic finds its symbolic shape
+SHAPE_OF = "vkq_shape_of"
+# gm.meta key of a dynamic lowering: {exported node name: its symbolic shape} (vkq.dynamic)
+SYMBOLIC_SHAPES = "vkq_symbolic_shapes"
+
+
+def dynamic_size(node: Node) -> bool:
+    """node's shape has a dynamic dim, though its recorded value (at the example) looks static."""
+    shape = node.graph.owning_module.meta.get(SYMBOLIC_SHAPES, {}).get(node.name)
+    return isinstance(shape, tuple) and any(isinstance(d, str) for d in shape)
+
+
 def record_shapes(gm: GraphModule, example_inputs) -> None:
     """Run gm once on the example inputs and write every node's output shape/dtype into
     node.meta["val"] (convert_pt2e leaves q/dq nodes without one). Each int8 quantize also gets

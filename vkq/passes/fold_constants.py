@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import add_constant, const_value, finish, is_vkq, op_name, set_val
+from ._graph import add_constant, const_value, dynamic_size, finish, is_vkq, op_name, set_val
 
 # value from the arguments alone; a tensor argument gives only dtype, device or shape
 FACTORIES = {"aten.new_zeros", "aten.new_ones", "aten.new_full", "aten.zeros_like", "aten.ones_like",
@@ -23,9 +23,9 @@ FACTORIES = {"aten.new_zeros", "aten.new_ones", "aten.new_full", "aten.zeros_lik
 
 
 def _static(node: Node) -> bool:
-    """node's recorded value is a tensor of static shape (not symbolic)."""
+    """node's value is a tensor of static shape (not symbolic, nor dynamic in a dynamic lowering)."""
     val = node.meta.get("val")
-    return isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in val.shape)
+    return isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in val.shape) and not dynamic_size(node)
 
 
 def _stand_in(node: Node) -> torch.Tensor:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import GATHERS, PERMUTES, QUANTIZE, VIEWS, finish, is_call, set_val, shape_of
+from ._graph import GATHERS, PERMUTES, QUANTIZE, SHAPE_OF, VIEWS, finish, is_call, set_val, shape_of
 
 SWAPPABLE = VIEWS | PERMUTES | GATHERS
 
@@ -49,6 +49,7 @@ def lift_quantize(gm: GraphModule) -> bool:
                 lifted = graph.call_function(q.target, (source, *q.args[1:]), dict(q.kwargs))
             lifted.meta.update(q.meta)
             lifted.meta.pop("vkq_source", None)     # quantizes another tensor than q did
+            lifted.meta[SHAPE_OF] = source.meta.get(SHAPE_OF, source.name)
             set_val(lifted, shape_of(source), torch.int8)
             cache[key] = lifted
         final = lifted
@@ -57,9 +58,11 @@ def lift_quantize(gm: GraphModule) -> bool:
             if vkey in cache:
                 final = cache[vkey]
                 continue
-            with graph.inserting_after(final):
+            # where the float view was: after its other arguments (a dynamic size's sym_size)
+            with graph.inserting_before(view):
                 new = graph.call_function(view.target, (final, *view.args[1:]), dict(view.kwargs))
             new.meta.update(view.meta)
+            new.meta[SHAPE_OF] = view.meta.get(SHAPE_OF, view.name)
             set_val(new, shape_of(view), torch.int8)
             cache[vkey] = final = new
         if final is not q:

@@ -36,8 +36,8 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, add_constant, arg, aten, const_value, finish,
-                     is_call, set_val, shape_of, val)
+from ._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, add_constant, arg, aten, const_value,
+                     dynamic_size, finish, is_call, set_val, shape_of, val)
 
 
 def _new(node: Node, target, args, kwargs=None) -> Node:
@@ -166,7 +166,7 @@ def max_pool_from_adaptive(node):
     x, size = node.args[0], node.args[1]
     v = val(x)
     if not users or not all(u.target is operator.getitem and u.args[1] == 0 for u in users) \
-            or not isinstance(v, torch.Tensor) or v.dim() != 4:
+            or not isinstance(v, torch.Tensor) or v.dim() != 4 or dynamic_size(x):
         return None
     hw = [d if isinstance(d, int) else None for d in v.shape[2:]]     # a SymInt (dynamic dim): leave it
     size = list(size) if isinstance(size, (list, tuple)) else [size, size]
@@ -260,7 +260,7 @@ def mul_sigmoid_from_glu(node):
     sigmoid (an int8 lookup table) and mul, which have kernels."""
     x, dim = node.args[0], arg(node, 1, "dim", -1)
     v = val(x)
-    if not isinstance(v, torch.Tensor) or not isinstance(v.shape[dim], int) or v.shape[dim] % 2:
+    if not isinstance(v, torch.Tensor) or not isinstance(v.shape[dim], int) or v.shape[dim] % 2 or dynamic_size(x):
         return None
     dim, half = dim % v.dim(), v.shape[dim] // 2
     a = _new(node, aten.slice.Tensor, (x, dim, 0, half))
@@ -273,22 +273,19 @@ def mul_sigmoid_from_glu(node):
 
 def expand_from_repeat_interleave(node):
     """repeat_interleave(x, r, dim), r an int (grouped-query attention's key/value heads):
-    unsqueeze(dim + 1), expand it to r, merge it into dim; views and a broadcast copy. A size
-    the reshape cannot name (two dynamic dims) keeps the op."""
+    unsqueeze(dim + 1), expand it to r, flatten dims dim and dim + 1: views and a broadcast
+    copy, with no size written out (dynamic dims stay symbolic)."""
     x, r, dim = node.args[0], node.args[1], arg(node, 2, "dim")
-    v, out = val(x), val(node)
+    v = val(x)
     if not isinstance(r, int) or dim is None or node.kwargs.get("output_size") is not None \
             or not isinstance(v, torch.Tensor):
         return None
     dim = dim % v.dim()
-    sizes = [d if isinstance(d, int) else -1 for d in out.shape]
-    if sizes.count(-1) > 1:
-        return None
     up = _new(node, aten.unsqueeze.default, (x, dim + 1))
     wide = _new(node, aten.expand.default, (up, [-1] * (dim + 1) + [r] + [-1] * (v.dim() - dim - 1)))
     up.meta["val"] = v.unsqueeze(dim + 1)
     wide.meta["val"] = up.meta["val"].expand(*[-1] * (dim + 1), r, *[-1] * (v.dim() - dim - 1))
-    return _new(node, aten.reshape.default, (wide, sizes))
+    return _new(node, aten.flatten.using_ints, (wide, dim, dim + 1))
 
 
 def hardtanh_from_relu6(node):
