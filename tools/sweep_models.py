@@ -429,12 +429,15 @@ def check(net, shape, kind, device, scheme="static", dynamic=None, rng=None) -> 
             raise NotExported(f"{type(e).__name__}: {e}") from e
     gm = quantize(net, (x,), calib, scheme=scheme, progress=False, dynamic_shapes=dims)
     prog = vkq.CompiledProgram(vkq.compile(gm, (x,), dynamic_shapes=dims).program, device)
+    # float ops on the device (layer norm, softmax, ...) round in the last bit unlike the
+    # reference (vkq/ops/float.py), and a quantize after one may then land a step away
+    floats = any(prog.program.tensors[o].dtype == "float32" for n in prog.program.nodes if n.op != "dequantize"
+                 for o in n.outputs)
     for sh in shapes:
         x = x if sh == shape else INPUTS[kind](sh)
         got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
         if not np.allclose(got, ref, rtol=1e-5, atol=1e-6 * (np.abs(ref).max() + 1e-30)) and \
-                (scheme == "static" or _cosine(got, ref) < 0.9999):
-            # (dynamic: a float op's last-bit difference can move a row's quantization by a step)
+                (not floats or _cosine(got, ref) < 0.9999):
             raise AssertionError(f"at {sh}: Vulkan != reference: {int(np.sum(got != ref))} of {got.size} differ")
         with torch.no_grad():
             cos = _cosine(got, gm(x).numpy())
