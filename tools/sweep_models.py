@@ -349,7 +349,17 @@ def _cosine(a, b) -> float:
 
 
 def draw(rng, family: str):
-    """(model, input shape, input kind, scheme, description) for the next model of the sweep."""
+    """(model, input shape, input kind, scheme, description) for the next model of the sweep: the
+    next one that torch runs (its own kernels refuse a few drawn geometries: oneDNN's transposed
+    conv "could not construct a memory descriptor")."""
+    while True:
+        try:
+            return _draw(rng, family)
+        except RuntimeError:
+            continue
+
+
+def _draw(rng, family: str):
     torch.manual_seed(int(rng.integers(1 << 30)))
     if family == "transformer":
         return _draw_transformer(rng)
