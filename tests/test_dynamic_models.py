@@ -234,11 +234,60 @@ def test_token_transformer_with_dynamic_batch_and_length(device, scheme):
             np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
 
 
+class FPN:
+    """A feature-pyramid head: two stride-2 convs, the coarse map upsampled by 2 (nearest) and
+    added to a lateral 1x1 conv of the finer one, the sum upsampled by 2 (bilinear)."""
+    @staticmethod
+    def make():
+        import torch
+        torch.manual_seed(0)
+        n = torch.nn
+
+        class Net(n.Module):
+            def __init__(self):
+                super().__init__()
+                self.c1, self.c2 = n.Conv2d(3, 8, 3, 2, 1), n.Conv2d(8, 8, 3, 2, 1)
+                self.lat, self.out = n.Conv2d(8, 8, 1), n.Conv2d(8, 4, 3, padding=1)
+
+            def forward(self, x):
+                a = torch.relu(self.c1(x))
+                y = self.lat(a) + n.functional.interpolate(torch.relu(self.c2(a)), scale_factor=2, mode="nearest")
+                return n.functional.interpolate(self.out(y), scale_factor=2, mode="bilinear")
+
+        return Net().eval()
+
+
+def test_fpn_upsampling_with_dynamic_height_and_width(device):
+    """Upsampling by whole scale factors keeps the dims symbolic (vkq.dynamic runs it as input
+    size x factor; torch's rule int(size * 2.0) fixed them: refused), nearest upsampling makes its
+    index map per shape (a take's was a constant for one size), bilinear keeps no output size;
+    the input's height and width are derived dims (4 x a Dim: the pyramid needs multiples of 4),
+    which vkq binds by solving 4*s = size. Bit for bit the static programs at every shape, and
+    a size that is not a multiple of 4 is refused naming the dim."""
+    import torch
+    from torch.export import Dim
+    ds = ({0: Dim("batch", min=1, max=4), 2: Dim("h4", min=2, max=16) * 4, 3: Dim("w4", min=2, max=16) * 4},)
+    calib = [torch.randn(s) for s in [(2, 3, 32, 32), (1, 3, 48, 20), (3, 3, 16, 40)]]
+    dyn, static = _compile_both(FPN.make(), (torch.randn(2, 3, 24, 32),), calib, "static", ds)
+    prog = vkq_on(dyn, device)
+    assert not prog.program.fallback, prog.program.fallback
+    ops = [n.op for n in prog.program.nodes]
+    assert "upsample_nearest2d" in ops and "upsample_bilinear2d" in ops, ops
+    for shape in [(1, 3, 8, 60), (4, 3, 32, 12), (3, 3, 64, 64)]:
+        x = torch.randn(shape).numpy()
+        y = prog(x)
+        assert y.shape == (shape[0], 4, shape[2], shape[3])
+        np.testing.assert_array_equal(y, vkq_on(static(torch.from_numpy(x)), device)(x))
+    with pytest.raises(ValueError, match=r"input 'x' dimension 2 must be 4\*s\d+, got 30"):
+        prog(torch.randn(1, 3, 30, 32).numpy())
+
+
 def test_an_op_that_fixes_a_dynamic_dim_is_refused_naming_it():
-    """Nearest upsampling by a scale factor: torch computes its output size from the example's
-    values, which fixes the batch and spatial dims while vkq traces the graph symbolically. The
-    compile is refused there, naming the op and the dims (it used to fail later, naming an index
-    constant, and an even-kernel padding="same" conv came out a static program silently)."""
+    """Nearest upsampling by a fractional scale factor: torch computes its output size from the
+    example's values (int(size * 1.5)), which fixes the batch and spatial dims while vkq traces
+    the graph symbolically. The compile is refused there, naming the op and the dims (it used to
+    fail later, naming an index constant, and an even-kernel padding="same" conv came out a
+    static program silently). (Whole factors are symbolic: test_fpn_upsampling_...)"""
     import torch
     from torch.export import Dim
     from vkq.dynamic import DynamicShapeError
@@ -251,7 +300,7 @@ def test_an_op_that_fixes_a_dynamic_dim_is_refused_naming_it():
             self.conv = n.Conv2d(3, 4, 3, padding=1)
 
         def forward(self, x):
-            return n.functional.interpolate(torch.relu(self.conv(x)), scale_factor=2, mode="nearest")
+            return n.functional.interpolate(torch.relu(self.conv(x)), scale_factor=1.5, mode="nearest")
 
     ds = ({0: Dim("batch", min=1, max=4), 2: Dim("height", min=8, max=32), 3: Dim("width", min=8, max=32)},)
     with pytest.raises(DynamicShapeError, match=r"node 'upsample_nearest2d' \(aten.upsample_nearest2d.vec\) fixes "

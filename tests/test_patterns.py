@@ -347,8 +347,8 @@ def test_resizing_and_slicing_stay_int8():
     model = _settle_bn(SegHead(False), lambda s: x)
     prog = vkq.compile(vkq.quantize(model, x, [x]), x)
     t = prog.program.tensors
-    moved = [n for n in prog.program.nodes if n.op in ("take", "upsample_bilinear2d")]
-    assert [n.op for n in moved] == ["take", "upsample_bilinear2d", "upsample_bilinear2d"]
+    moved = [n for n in prog.program.nodes if n.op in ("upsample_nearest2d", "upsample_bilinear2d")]
+    assert [n.op for n in moved] == ["upsample_nearest2d", "upsample_bilinear2d", "upsample_bilinear2d"]
     assert all(t[n.inputs[0]].dtype == t[n.outputs[0]].dtype == "int8" for n in moved)
     assert "clamp_q8" not in [n.op for n in prog.program.nodes]
 

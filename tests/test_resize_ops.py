@@ -80,3 +80,53 @@ def test_int8_reference_is_the_float_formula_rounded():
     got = upsample_bilinear2d(q, out_size=[8, 8], align_corners=False, scales=[2.0, 2.0])
     want = np.rint(upsample_bilinear2d(q.astype(np.float32), out_size=[8, 8], scales=[2.0, 2.0]))
     np.testing.assert_array_equal(got, want.astype(np.int8))
+
+
+# -- nearest: a gather whose index map is made for the shape at hand --------------------------------
+
+NEAREST = [   # in shape, mode, scales or out size
+    ((2, 3, 5, 7), "nearest", [2.0, 2.0]), ((1, 5, 4, 9), "nearest", [1.5, 3.0]),
+    ((1, 2, 13, 6), "nearest-exact", [0.5, 2.25]), ((2, 1, 3, 3), "nearest", (7, 4)),
+    ((1, 6, 9, 10), "nearest-exact", (4, 31)), ((3, 4, 6), "nearest", [1.7, 2.0]),
+]
+
+
+def test_nearest_reference_is_atens_index_map():
+    """nearest_source reproduces ATen's nearest_idx (its 1x and 2x shortcuts, float32 floors)
+    and nearest_exact_idx for scale factors and sizes, odd and fractional ones included."""
+    from vkq.ops.resize import upsample_nearest2d as nearest
+    for h, w in [(1, 1), (3, 5), (13, 17), (32, 9)]:
+        x = torch.arange(2 * h * w, dtype=torch.float32).reshape(1, 2, h, w)
+        for mode in ("nearest", "nearest-exact"):
+            for sf in (1, 2, 3, 0.5, 1.5, 2.25, 0.3, 1.7, 0.77):
+                if int(h * sf) < 1 or int(w * sf) < 1:
+                    continue
+                want = F.interpolate(x, scale_factor=sf, mode=mode).numpy()
+                np.testing.assert_array_equal(nearest(x.numpy(), scales=[sf, sf], exact=mode != "nearest"), want)
+            for size in [(1, 1), (5, 3), (2 * h, 2 * w), (h + 3, 3 * w + 1)]:
+                want = F.interpolate(x, size=size, mode=mode).numpy()
+                np.testing.assert_array_equal(nearest(x.numpy(), out_size=list(size), exact=mode != "nearest"), want)
+
+
+@pytest.mark.parametrize("shape,mode,how", NEAREST)
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_nearest(device, shape, mode, how, dtype):
+    """upsample_nearest2d on the device equals torch's interpolate, int8 in either layout (one
+    quantization in and out) and float32, bit for bit."""
+    scales = list(how) if isinstance(how, list) else None
+    size = tuple(int(shape[-2 + i] * scales[i]) for i in range(2)) if scales else how
+    attrs = {"scales": scales, "exact": mode == "nearest-exact", "out_size": None if scales else list(size)}
+    out = shape[:-2] + size
+    if dtype == "int8":
+        x, layout = random_int8(R, shape), "4H4W" if len(shape) == 3 else "4W4C"
+        ins, outs = [("x", spec(shape, "int8", layout, 0.1, 3))], [("y", spec(out, "int8", "4H4W", 0.1, 3))]
+    else:
+        x = R.standard_normal(shape).astype(np.float32)
+        ins, outs = [("x", spec(shape))], [("y", spec(out))]
+    prog = single_op_program("upsample_nearest2d", ins, outs, attrs)
+    got = VulkanExecutor(prog, device)(x)
+    t = torch.from_numpy(x.astype(np.float32))[None] if len(shape) == 3 else torch.from_numpy(x.astype(np.float32))
+    kw = {"scale_factor": scales} if scales else {"size": size}
+    want = F.interpolate(t, mode=mode, **kw).numpy().reshape(out).astype(x.dtype)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, run_reference(prog, x))

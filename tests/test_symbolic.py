@@ -46,3 +46,16 @@ def test_errors_name_the_problem():
         check(-1)
     with pytest.raises(SymbolicError):
         check(2.5)
+
+
+def test_solve_a_derived_dim():
+    """symbolic.solve: the one unknown symbol of a dim linear in it (torch.export's Dim * 4, or
+    2*s0 + 1), or None where no integer value fits or the dim is not of that kind."""
+    from vkq.symbolic import solve
+    assert solve("4*s0", 36, {}) == ("s0", 9)
+    assert solve("4*s0", 30, {}) is None
+    assert solve("2*s0 + 1", 9, {}) == ("s0", 4)
+    assert solve("s0 + s1", 7, {"s1": 3}) == ("s0", 4)
+    assert solve("s0 + s1", 7, {}) is None                 # two unknowns
+    assert solve("s0*s0", 9, {}) is None                    # not linear
+    assert solve("(s0 - 1)//2 + 1", 5, {}) is None          # not linear either (floor)

@@ -75,7 +75,8 @@ def symbolic_shapes(gm: GraphModule, fakes: list) -> tuple[dict, dict]:
 
     class Propagate(torch.fx.Interpreter):
         def run_node(self, n):
-            result = super().run_node(n)
+            result = _resize_by_integer_scales(self, n)
+            result = super().run_node(n) if result is None else result
             fixed = sorted(where for s, where in inputs.items() if getattr(env.replacements.get(s), "is_number", False))
             if fixed:     # this op's shape rule fixed a dynamic dim to its example value
                 raise DynamicShapeError(f"node {n.name!r} ({n.target}) fixes the dynamic {', '.join(fixed)} to its "
@@ -109,6 +110,23 @@ def symbolic_shapes(gm: GraphModule, fakes: list) -> tuple[dict, dict]:
             finite = getattr(hi, "is_finite", True) and str(hi) not in ("oo", "int_oo")
             bounds[name] = (int(vr.lower), int(hi) if finite else None)
     return shapes, bounds
+
+
+RESIZES = {"aten.upsample_nearest2d.vec", "aten._upsample_nearest_exact2d.vec", "aten.upsample_bilinear2d.vec"}
+
+
+def _resize_by_integer_scales(interp, n):
+    """The output of a 2-D resize by whole scale factors, as a tensor of shape input size x
+    factor (only shapes matter here): torch's shape rule for scale factors (int(size * scale),
+    a float of a symbol) fixes the dims to their example values; the product of integers keeps
+    them symbolic. None: not such a node."""
+    if n.op != "call_function" or str(n.target) not in RESIZES or n.kwargs:
+        return None
+    args = list(interp.fetch_args_kwargs_from_env(n)[0])
+    x, scales = args[0], args[-1]
+    if args[1] is not None or not scales or any(float(f) != int(f) or f < 1 for f in scales):
+        return None
+    return x.new_empty((*x.shape[:-2], x.shape[-2] * int(scales[0]), x.shape[-1] * int(scales[1])))
 
 
 def _input_dims(gm: GraphModule, dynamic_shapes) -> list:
@@ -161,6 +179,11 @@ def symbolize(program: Program, gm: GraphModule, shapes: dict, bounds: dict, nam
         for want, got in zip(sym, program.tensors[name].shape):
             if isinstance(want, str) and want.isidentifier():
                 example[want] = got
+    for name in program.inputs:        # derived dims (4*s0: torch.export's Dim * 4)
+        for want, got in zip(shapes[name], program.tensors[name].shape):
+            solved = symbolic.solve(want, got, example) if isinstance(want, str) else None
+            if solved is not None:
+                example[solved[0]] = solved[1]
     tensors = {}
     for t, spec in program.tensors.items():
         if t in program.constants:

@@ -530,6 +530,14 @@ def _take(n, t):
     return "take", [x, t.const(index.numpy().astype(np.int64).astype(np.int32), "index")], {}
 
 
+def _upsample_nearest(n, t):
+    """Nearest 2-D resizing: its own op, whose index map is made per shape (a take's is not)."""
+    from .ops.resize import nearest_attrs
+    if not isinstance(val(n), torch.Tensor) or val(n).dim() < 3:
+        return None
+    return "upsample_nearest2d", [n.args[0]], nearest_attrs(n, shape_of(n))
+
+
 def _upsample_bilinear(n, t):
     from .ops.resize import bilinear_attrs
     return "upsample_bilinear2d", [n.args[0]], bilinear_attrs(n, shape_of(n))
@@ -573,6 +581,8 @@ CPU_RULES = {
     aten.chunk.default: _split, aten.unbind.int: _unbind,
     aten.constant_pad_nd.default: _constant_pad, aten.pad.default: _constant_pad,
     **{m: _take for m in MOVERS},
+    **{m: _upsample_nearest for m in (aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default,
+                                      aten._upsample_nearest_exact2d.vec, aten._upsample_nearest_exact2d.default)},
     aten.scaled_dot_product_attention.default: _sdpa,
     aten.upsample_bilinear2d.vec: _upsample_bilinear, aten.upsample_bilinear2d.default: _upsample_bilinear,
     **{c: _cast for c in (aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device,

@@ -155,7 +155,7 @@ class Program:
         if len(shapes) != len(self.inputs):
             raise ValueError(f"the program takes {len(self.inputs)} input(s) ({', '.join(self.inputs)}), "
                              f"got {len(shapes)}")
-        bindings, where = {}, {}
+        bindings, where, derived = {}, {}, []
         for name, shape in zip(self.inputs, shapes):
             spec, shape = self.tensors[name], tuple(int(d) for d in shape)
             if len(shape) != len(spec.shape):
@@ -169,15 +169,16 @@ class Program:
                     continue
                 syms = symbolic.symbols_of(want)
                 if len(syms) == 1 and want.strip() in syms:      # a plain symbol: it takes this value
-                    sym = want.strip()
-                    lo, hi = self.symbols.get(sym, (0, None))
-                    if got < lo or (hi is not None and got > hi):
-                        raise ValueError(f"input {name!r} dimension {i} ({self.describe_symbol(sym)}) must be in "
-                                         f"[{lo}, {hi}], got {got}")
-                    if sym in bindings and bindings[sym] != got:
-                        raise ValueError(f"input {name!r} dimension {i} is {got}, but {where[sym]} is "
-                                         f"{bindings[sym]}: both are {self.describe_symbol(sym)} and must agree")
-                    bindings[sym], where[sym] = got, f"input {name!r} dimension {i}"
+                    self._bind(bindings, where, want.strip(), got, name, i)
+                else:
+                    derived.append((name, i, want, got, shape))
+        for name, i, want, got, shape in derived:    # 4*s0 (Dim * 4): s0 from it, where no plain dim gave it
+            solved = symbolic.solve(want, got, bindings)
+            if solved is None and symbolic.symbols_of(want) - set(bindings):
+                raise ValueError(f"input {name!r} dimension {i} must be {want}, got {got} "
+                                 f"(shape {shape}; the program takes {_show(self.tensors[name].shape)})")
+            if solved is not None:
+                self._bind(bindings, where, solved[0], solved[1], name, i)
         missing = set(self.symbols) - set(bindings)
         if missing:
             raise ValueError(f"symbol(s) {', '.join(sorted(missing))} appear in no input dimension")
@@ -186,6 +187,16 @@ class Program:
             if want != tuple(int(d) for d in shape):
                 raise ValueError(f"input {name!r} has shape {tuple(shape)}, the other inputs make it {want}")
         return bindings
+
+    def _bind(self, bindings, where, sym, got, name, i):
+        lo, hi = self.symbols.get(sym, (0, None))
+        if got < lo or (hi is not None and got > hi):
+            raise ValueError(f"input {name!r} dimension {i} ({self.describe_symbol(sym)}) must be in "
+                             f"[{lo}, {hi}], got {got}")
+        if sym in bindings and bindings[sym] != got:
+            raise ValueError(f"input {name!r} dimension {i} is {got}, but {where[sym]} is "
+                             f"{bindings[sym]}: both are {self.describe_symbol(sym)} and must agree")
+        bindings[sym], where[sym] = got, f"input {name!r} dimension {i}"
 
     def max_bindings(self) -> dict:
         """Every symbol at its upper bound: where buffers are sized."""

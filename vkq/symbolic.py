@@ -103,6 +103,29 @@ def evaluate(dim, bindings: dict) -> int:
     return int(value)
 
 
+def solve(dim, value: int, bindings: dict) -> tuple[str, int] | None:
+    """(symbol, its value) that makes dim equal value, for a dim linear in the one symbol the
+    bindings lack (a derived input dim such as 4*s0, torch.export's Dim * 4); None where dim is
+    not such a dim or no integer value fits (a size that is not a multiple of 4)."""
+    unknown = sorted(symbols_of(dim) - set(bindings))
+    if len(unknown) != 1:
+        return None
+    sym = unknown[0]
+    try:
+        b = evaluate(dim, {**bindings, sym: 0})
+        a = evaluate(dim, {**bindings, sym: 1}) - b
+    except SymbolicError:
+        return None
+    if a == 0 or (value - b) % a:
+        return None
+    v = (value - b) // a
+    try:
+        ok = evaluate(dim, {**bindings, sym: v}) == value and evaluate(dim, {**bindings, sym: v + 2}) == value + 2 * a
+    except SymbolicError:
+        return None
+    return (sym, v) if ok else None
+
+
 def evaluate_shape(shape, bindings: dict) -> tuple:
     return tuple(evaluate(d, bindings) for d in shape)
 

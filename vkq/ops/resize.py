@@ -7,8 +7,12 @@
       int8 (one quantization in and out): the same taps with weights in Q11 (2048ths), integer
       arithmetic, round half to even: within one step of PT2E's dequantize -> float bilinear ->
       quantize (each weight is off by at most 2^-12).
-  Nearest upsampling is a pure gather: the lowering makes it a `take` (vkq/ops/shape.py) with
-  the index map ATen itself computes, so it is exact for every size and scale.
+  upsample_nearest2d(x; scales, exact, out_size)     shaders/repack.comp, float_copy.comp (INDEX)
+      a pure gather, any dtype: the source row/column of each output one as ATen computes it
+      (nearest_idx / nearest_exact_idx, float32), the index map made when the op is built for
+      the shape at hand: one program for every input size (dynamic shapes; a `take` holds a
+      constant map for one size). The other movers (1-D/3-D nearest, reflect padding, ...) are
+      `take`s with the index map ATen computes on the indices themselves.
 scales: [scale_h, scale_w] as given to interpolate (None: from the sizes); the output size is
 the output tensor's.
 """
@@ -55,9 +59,12 @@ def _q(w1):
     return (1 << Q) - w1q, w1q
 
 
-def upsample_bilinear2d(x, *, out_size, align_corners=False, scales=None):
+def upsample_bilinear2d(x, *, out_size=None, align_corners=False, scales=None):
+    """out_size None: from the scales, as ATen sizes the output (int(size * scale))."""
     x = np.asarray(x)
     n, c = x.shape[:2]
+    if out_size is None:
+        out_size = [int(x.shape[2 + i] * float(scales[i])) for i in range(2)]
     (y0, y1, wy0, wy1), (x0, x1, wx0, wx1) = _taps(x.shape, [n, c, *out_size], align_corners, scales)
     if x.dtype == np.int8:
         (qy0, qy1), (qx0, qx1) = _q(wy1), _q(wx1)
@@ -75,14 +82,87 @@ def upsample_bilinear2d(x, *, out_size, align_corners=False, scales=None):
 
 def bilinear_attrs(fx_node, out_shape) -> dict:
     """The attrs of an FX aten.upsample_bilinear2d (.vec: output_size, align_corners,
-    scale_factors; .default: output_size, align_corners, scales_h, scales_w)."""
+    scale_factors; .default: output_size, align_corners, scales_h, scales_w); with both scales
+    no output size (it follows from the input's: one program for every input size)."""
     a = list(fx_node.args) + [None] * 5
     if str(fx_node.target).endswith(".vec"):
         scales = a[3]
     else:
         scales = None if a[3] is None and a[4] is None else [a[3], a[4]]
-    return {"out_size": [int(d) for d in out_shape[2:]], "align_corners": bool(a[2]),
-            "scales": None if scales is None else [None if v is None else float(v) for v in scales]}
+    scales = None if scales is None else [None if v is None else float(v) for v in scales]
+    whole = scales is not None and None not in scales      # the output size follows from the input's
+    return {"out_size": None if whole else [int(d) for d in out_shape[2:]], "align_corners": bool(a[2]),
+            "scales": scales}
+
+
+def nearest_source(in_size: int, out_size: int, scale=None, exact: bool = False) -> np.ndarray:
+    """Source index of each output index along one dim, as ATen's nearest_idx (its 1x and 2x
+    shortcuts, then floorf(dst * s) in float32) or nearest_exact_idx (floorf((dst + 0.5) * s),
+    the product in double); s = 1/scale where a scale was given, else in/out in float32."""
+    dst = np.arange(out_size, dtype=np.int64)
+    if not exact and out_size == in_size:
+        return dst
+    if not exact and out_size == 2 * in_size:
+        return dst >> 1
+    s = F32(1.0 / scale) if scale is not None and scale > 0 else F32(in_size) / F32(out_size)
+    if exact:       # floorf's argument: the double product rounded to float
+        src = np.floor(((dst + 0.5) * np.float64(s)).astype(F32))
+    else:
+        src = np.floor(dst.astype(F32) * s)
+    return np.minimum(src.astype(np.int64), in_size - 1)
+
+
+def _nearest_size(in_size, attrs, i):
+    if attrs.get("out_size") is not None:
+        return int(attrs["out_size"][i])
+    return int(in_size * float(attrs["scales"][i]))     # ATen: static_cast<int64_t>(input_size * scale)
+
+
+def nearest_index(shape, out_shape, scales=None, exact=False) -> np.ndarray:
+    """The row-major flat index into x (shape (..., H, W)) of each element of the output."""
+    *lead, h, w = shape
+    scales = scales or [None, None]
+    rows = nearest_source(h, out_shape[-2], scales[0], exact)
+    cols = nearest_source(w, out_shape[-1], scales[1], exact)
+    planes = np.arange(int(np.prod(lead, dtype=np.int64)), dtype=np.int64) * (h * w)
+    return (planes[:, None, None] + rows[None, :, None] * w + cols[None, None, :]).reshape(-1)
+
+
+def upsample_nearest2d(x, *, scales=None, exact=False, out_size=None):
+    x = np.asarray(x)
+    h, w = x.shape[-2:]
+    attrs = {"scales": scales, "out_size": out_size}
+    out_shape = (*x.shape[:-2], _nearest_size(h, attrs, 0), _nearest_size(w, attrs, 1))
+    return x.reshape(-1)[nearest_index(x.shape, out_shape, scales, exact)].reshape(out_shape)
+
+
+def nearest_attrs(fx_node, out_shape) -> dict:
+    """The attrs of an FX aten.upsample_nearest2d / _upsample_nearest_exact2d (.vec: output_size,
+    scale_factors; .default: output_size, scales_h, scales_w): scale factors where given (the
+    output size follows from the input's), else the output size."""
+    a = list(fx_node.args) + [None] * 4
+    scales = a[2] if str(fx_node.target).endswith(".vec") else (None if a[2] is None and a[3] is None else a[2:4])
+    scales = None if scales is None or None in scales else [float(v) for v in scales]
+    return {"scales": scales, "exact": "exact" in str(fx_node.target),
+            "out_size": None if scales is not None else [int(d) for d in out_shape[-2:]]}
+
+
+def _nearest_build(ctx, node):
+    from .shape import take_steps
+    x, y = node.inputs[0], node.outputs[0]
+    sx, sy = ctx.spec(x), ctx.spec(y)
+    want = tuple(sx.shape[:-2]) + tuple(_nearest_size(sx.shape[-2 + i], node.attrs, i) for i in range(2))
+    if tuple(sy.shape) != want:
+        raise ValueError(f"{node.name}: output {tuple(sy.shape)}, nearest upsampling of {tuple(sx.shape)} gives {want}")
+    idx = nearest_index(sx.shape, sy.shape, node.attrs.get("scales"), node.attrs.get("exact", False))
+    return take_steps(ctx, node, x, y, idx)
+
+
+def _nearest_decline(node, tensors):
+    x, y = tensors[node.inputs[0]], tensors[node.outputs[0]]
+    if len(x.shape) < 2 or x.dtype != y.dtype:
+        return f"upsample_nearest2d: {x.dtype} {x.shape} -> {y.dtype}"
+    return None
 
 
 def _decline(node, tensors):
@@ -121,3 +201,15 @@ class UpsampleBilinear2d:
     reference = staticmethod(upsample_bilinear2d)
     build = staticmethod(_build)
     decline = staticmethod(_decline)
+
+
+@register_op
+class UpsampleNearest2d:
+    """Nearest (or nearest-exact) upsampling of (..., H, W), any dtype: a gather whose index map
+    is made for the shape it is built for."""
+    name = "upsample_nearest2d"
+    shaders = ("repack", "float_copy")
+    layouts = packing.LAYOUTS
+    reference = staticmethod(upsample_nearest2d)
+    build = staticmethod(_nearest_build)
+    decline = staticmethod(_nearest_decline)

@@ -355,8 +355,11 @@ def build(ctx, node):
 
 def _take_build(ctx, node):
     x, index = node.inputs
-    out = node.outputs[0]
-    idx = np.asarray(ctx.constant(index), np.int64).reshape(-1)
+    return take_steps(ctx, node, x, node.outputs[0], np.asarray(ctx.constant(index), np.int64).reshape(-1))
+
+
+def take_steps(ctx, node, x, out, idx):
+    """The dispatch of out.flat = x.flat[idx] (idx: the output's row-major flat index map)."""
     n = _numel(ctx.spec(x).shape)
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         raise ValueError(f"{node.name}: take reads indices {idx.min()}..{idx.max()} of {n}")
