@@ -15,9 +15,10 @@
 //   GENERAL  any strides, a float load per value
 //   VEC_K    a and b contiguous along k (sak = sbk = 1; K, sam, sbn and batch strides multiples
 //            of 4): vec4 loads along k, TM x TN dot products (a @ b^T: attention scores Q K^T)
-//   VEC_KN   a contiguous along k, b along n (sak = sbn = 1; K, N, sam, sbk and batch strides
-//            multiples of 4): per 4 k, TM vec4 of a and 4 vec4 of b feed TM x 16 multiply-adds
-//            (P V, and plain row-major matmuls)
+//   VEC_KN   a contiguous along k, b along n (sak = sbn = 1; N, sam, sbk and batch strides
+//            multiples of 4; K any, a's rows readable to K rounded up to 4): per 4 k, TM vec4 of a
+//            and 4 vec4 of b feed TM x 16 multiply-adds (P V, with attention's score rows
+//            padded to a multiple of 4; plain row-major matmuls)
 // OUT4: out contiguous along n (son = 1; N, som and batch strides multiples of 4): a lane
 // stores its 4 columns of a row as one vec4.
 //! variant GENERAL
@@ -99,6 +100,22 @@ void main() {
         [[unroll]] for (int kk = 0; kk < 4; ++kk) bv[kk] = B4(bcol + (4 * k4 + kk) * bstep);
         [[unroll]] for (int r = 0; r < TM; ++r) {
             vec4 av = A4(ra[r] / 4 + k4);
+            precise vec4 s = av.x * bv[0] + av.y * bv[1] + av.z * bv[2] + av.w * bv[3];
+            [[unroll]] for (int c = 0; c < TN; ++c) acc[r][c] += s[c];
+        }
+    }
+    if (p.K % 4 != 0) {
+        // the last 1-3 k (the host checked a's rows are readable to K rounded up to 4): b's row
+        // K - 1 loaded, 0 selected for both past K, so the group sums as GENERAL's does
+        const int k4 = p.K / 4;
+        const bvec4 in_k = lessThan(4 * k4 + ivec4(0, 1, 2, 3), ivec4(p.K));
+        vec4 bv[4];
+        [[unroll]] for (int kk = 0; kk < 4; ++kk) {
+            const vec4 v = B4(bcol + min(4 * k4 + kk, p.K - 1) * bstep);
+            bv[kk] = in_k[kk] ? v : vec4(0.0);
+        }
+        [[unroll]] for (int r = 0; r < TM; ++r) {
+            vec4 av = mix(vec4(0.0), A4(ra[r] / 4 + k4), in_k);
             precise vec4 s = av.x * bv[0] + av.y * bv[1] + av.z * bv[2] + av.w * bv[3];
             [[unroll]] for (int c = 0; c < TN; ++c) acc[r][c] += s[c];
         }

@@ -33,8 +33,10 @@
 // once; longer rows re-read the rest) and sums them block by block in that order. So a row gives
 // the same bits whatever its padding: masked values past a sentence add exactly 0 in the same
 // places (a batch run at its own length matches the same sentence padded, tests/test_transformer).
-// VEC (a specialization constant the host sets where D % 4 == 0 and a mask row is whole vec4s or
-// broadcast): the blocks are vec4 loads and stores; else value by value. On lavapipe the old
+// VEC (a specialization constant the host sets where the row stride RS % 4 == 0 and a mask row
+// is whole vec4s or broadcast): the blocks are vec4 loads and stores (a row's last block past D:
+// -inf in, 0 stored into the row's padding); else value by value. Attention pads its score rows
+// to a multiple of 4 for this (vkq/ops/attention.py). On lavapipe the old
 // per-value path's seven buffer accesses per value (x and mask twice, y written, read and
 // written) cost more than its exp: MiniLM's attention softmax (12 x 128 x 128, CPU time) 2.94 ->
 // 1.75 ms, with KEEP what a row needs (8 for 4 needed: 2.45).
@@ -67,6 +69,7 @@ layout(push_constant) uniform Params {
     float scale;
     int mrank, mj;                       // MASKED: row dims of the mask, its stride along a row
     int mshape[3], mstride[3];
+    int rs;                              // along the last dim: the words from one row to the next (>= D)
 } p;
 
 #ifdef MASKED
@@ -103,7 +106,10 @@ float max4(vec4 v) { return max(max(v.x, v.y), max(v.z, v.w)); }
 // 4*j4 .. 4*j4 + 3, -inf past D. vec: one vec4 load; else value by value, so that a row gives
 // the same bits at any padded length (see above).
 vec4 load_block(int base, int mbase, int j4) {
-    if (VEC != 0) return value4(base / 4, mbase, j4);
+    if (VEC != 0) {      // a row's last block may pass D (rows padded to RS, a multiple of 4)
+        const vec4 v = value4(base / 4, mbase, j4);
+        return 4 * j4 + 4 <= p.D ? v : mix(vec4(NEG_INF), v, lessThan(4 * j4 + ivec4(0, 1, 2, 3), ivec4(p.D)));
+    }
     vec4 v;
     [[unroll]] for (int k = 0; k < 4; ++k) {   // clamped load and a select: no branch per value
         const int j = 4 * j4 + k;
@@ -134,7 +140,7 @@ vec4 reload_block(int base, int j4) {     // what store_block wrote, in this sam
 }
 
 void row_blocks(int r, int l, int n) {
-    const int D4 = (p.D + 3) / 4, base = r * p.D;
+    const int D4 = (p.D + 3) / 4, base = r * p.rs;
 #ifdef MASKED
     const int mbase = mask_row(r);
 #else

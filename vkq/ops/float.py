@@ -485,21 +485,24 @@ def _softmax_build(defines):
         rows = _numel(shape) // max(d, 1)
         vec = inner == 1 and d % 4 == 0
         return [_row_dispatch(ctx, "float_softmax", [ctx.buffer(x), ctx.buffer(y)], rows, d,
-                              (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:]), defines, -(-d // 4), vec)]
+                              (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:], d), defines, -(-d // 4), vec)]
     return build
 
 
-def masked_softmax_dispatch(ctx, name, shape, mask_shape, scale, buffers, bool_mask=False):
+def masked_softmax_dispatch(ctx, name, shape, mask_shape, scale, buffers, bool_mask=False, row_stride=None):
     """softmax(x * scale + mask) along the last dim of x (shape), mask broadcast; buffers
-    (x, y, mask). bool_mask: the mask is int32 0/1 (1: attend; 0: -inf)."""
+    (x, y, mask). bool_mask: the mask is int32 0/1 (1: attend; 0: -inf). row_stride: x's and
+    y's rows that far apart (>= the row; attention pads them to a multiple of 4), else packed."""
     d, rows = shape[-1], _numel(shape[:-1])
+    rs = d if row_stride is None else int(row_stride)
     st = broadcast_strides(mask_shape, shape)
     mshape, (mst,) = merge_dims(list(shape[:-1]), st[:-1]) if len(shape) > 1 else ([1], [[0]])
     if len(mshape) > 3:
         raise ValueError(f"{name}: the mask's row dims merge to {len(mshape)} (the shader takes 3)")
-    # vec4 path (float_softmax.comp): whole vec4 rows, the mask's rows whole vec4s or broadcast
-    vec = d % 4 == 0 and (st[-1] == 0 or all(v % 4 == 0 for v in mst))
-    push = (rows, d, 1, F32(scale), len(mshape), st[-1], _pad(mshape, 3, 1), _pad(mst, 3))
+    # vec4 path (float_softmax.comp): rows starting on vec4s (a last part block is padding), the
+    # mask's rows whole vec4s or broadcast along the row
+    vec = rs % 4 == 0 and (st[-1] == 0 or (d % 4 == 0 and all(v % 4 == 0 for v in mst)))
+    push = (rows, d, 1, F32(scale), len(mshape), st[-1], _pad(mshape, 3, 1), _pad(mst, 3), rs)
     return _row_dispatch(ctx, "float_softmax", list(buffers), rows, d, push,
                          ("MASKED",) + (("BOOL_MASK",) if bool_mask else ()), -(-d // 4), vec)
 
@@ -564,9 +567,14 @@ def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel, buffers
     sam, sak, sbk, sbn, som, son = inner
     x4 = lambda *v: all(int(q) % 4 == 0 for q in v)
     a_off, b_off, o_off = (int(v) for v in offsets)
+    if buffers is None:
+        buffers = [ctx.buffer(node.inputs[0]), ctx.buffer(node.inputs[1]), ctx.buffer(node.outputs[0])]
+    # VEC_KN reads a's rows to k rounded up to 4: inside a's buffer where its rows are padded
+    a_end = a_off + sum((d - 1) * s_ for d, s_ in zip(bshape, sab)) + (m - 1) * sam + -(-k // 4) * 4
     if sak == 1 and sbk == 1 and x4(k, sam, sbn, *sab, *sbb, a_off, b_off):
         variant = "VEC_K"
-    elif sak == 1 and sbn == 1 and x4(k, n, sam, sbk, *sab, *sbb, a_off, b_off):
+    elif sak == 1 and sbn == 1 and x4(n, sam, sbk, *sab, *sbb, a_off, b_off) \
+            and (k % 4 == 0 or a_end <= buffers[0].size):
         variant = "VEC_KN"
     else:
         variant = "GENERAL"
@@ -580,8 +588,6 @@ def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel, buffers
     groups = (-(-lanes // width), -(-m // tm), _numel(batch))
     push = (m, n, k, *inner, len(bshape), _pad(bshape, MAX_BATCH_RANK, 1), _pad(sab, MAX_BATCH_RANK),
             _pad(sbb, MAX_BATCH_RANK), _pad(sob, MAX_BATCH_RANK), a_off, b_off, o_off)
-    if buffers is None:
-        buffers = [ctx.buffer(node.inputs[0]), ctx.buffer(node.inputs[1]), ctx.buffer(node.outputs[0])]
     return ctx.device.dispatch("float_matmul", list(buffers), groups,
                                local=(width,), push=push, defines={variant: 1, **dict.fromkeys(out4, 1), "TM": tm})
 
