@@ -35,7 +35,9 @@
 // places (a batch run at its own length matches the same sentence padded, tests/test_transformer).
 // VEC (a specialization constant the host sets where the row stride RS % 4 == 0 and a mask row
 // is whole vec4s or broadcast): the blocks are vec4 loads and stores (a row's last block past D:
-// -inf in, 0 stored into the row's padding); else value by value. Attention pads its score rows
+// -inf in, 0 stored into the row's padding); VEC 2: the same with the mask read word by word
+// (its rows do not start on vec4s: a key mask of an odd length, a causal mask); else value by
+// value. Attention pads its score rows
 // to a multiple of 4 for this (vkq/ops/attention.py). On lavapipe the old
 // per-value path's seven buffer accesses per value (x and mask twice, y written, read and
 // written) cost more than its exp: MiniLM's attention softmax (12 x 128 x 128, CPU time) 2.94 ->
@@ -88,9 +90,17 @@ float value(int base, int mbase, int j) {
     return v;
 }
 
-vec4 value4(int base4, int mbase, int j4) {     // mbase % 4 == 0 where mj == 1 (host)
+vec4 value4(int base4, int mbase, int j4) {     // VEC 1: mbase % 4 == 0 where mj == 1 (host)
     precise vec4 s = X4(base4 + j4) * p.scale;
-    precise vec4 v = s + (p.mj == 0 ? vec4(mask_of(WORD(mk, mbase))) : mask_of4(LOAD4(mk, mbase / 4 + j4)));
+    vec4 m;
+    if (p.mj == 0) {
+        m = vec4(mask_of(WORD(mk, mbase)));
+    } else if (VEC == 2) {     // mask rows not on vec4s (a (B, 1, 1, S) key mask, S odd): by word
+        [[unroll]] for (int k = 0; k < 4; ++k) m[k] = mask_of(WORD(mk, mbase + min(4 * j4 + k, p.D - 1)));
+    } else {
+        m = mask_of4(LOAD4(mk, mbase / 4 + j4));
+    }
+    precise vec4 v = s + m;
     return v;
 }
 #else

@@ -541,25 +541,34 @@ def test_scaled_dot_product_attention(loads_device, rows, name, qkv, mask, attrs
 
 
 @pytest.mark.parametrize("S", [7, 13, 17, 197])
-def test_attention_at_any_key_length_takes_the_vec4_paths(loads_device, rows, S):
+@pytest.mark.parametrize("kind", ["none", "key mask", "causal"])
+def test_attention_at_any_key_length_takes_the_vec4_paths(loads_device, rows, S, kind):
     """Attention pads its score rows to a multiple of 4 words, so at a key length that is not
     one the softmax and p @ v still run their vec4 paths (before: value by value, and
-    float_matmul GENERAL: ViT's 197 tokens 2.1 -> 0.4 ms for p @ v on lavapipe). The same
-    attention over the keys padded to a multiple of 4 with masked (-inf) keys gives the same
-    bits: what a sentence run at its own length gives in a padded batch."""
+    float_matmul GENERAL: ViT's 197 tokens 2.1 -> 0.4 ms for p @ v on lavapipe); a mask whose
+    rows are not vec4s (a (B, 1, 1, S) key mask, the causal mask) is read word by word (VEC 2).
+    The same attention over the keys padded to a multiple of 4 with masked (-inf) keys gives the
+    same bits: what a sentence run at its own length gives in a padded batch."""
     device, steps = loads_device, []
-    q, k, v = sdpa_inputs((1, 2), 5, S, 8)
-    attrs = {"causal": False, "mask_kind": "none", "scale": 0.35}
-    got, ref = run_op(device, "scaled_dot_product_attention", [q, k, v], attrs, (1, 2, 5, 8), steps=steps)
+    L = S if kind == "causal" else 5
+    q, k, v = sdpa_inputs((2, 2), L, S, 8)
+    s4 = -(-S // 4) * 4
+    key_mask = np.where(R.random((2, 1, 1, S)) < 0.2, -1e9, 0).astype(np.float32)
+    inputs = [q, k, v] + ([key_mask] if kind == "key mask" else [])
+    attrs = {"causal": kind == "causal", "mask_kind": "float" if kind == "key mask" else "none", "scale": 0.35}
+    got, ref = run_op(device, "scaled_dot_product_attention", inputs, attrs, (2, 2, L, 8), steps=steps)
     np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-6)
     qk, sm, pv = steps
-    assert sm.name == "float_softmax" and sm.spec[2] == 1, sm.spec                  # VEC
+    assert sm.name == "float_softmax" and sm.spec[2] == (1 if kind == "none" else 2), sm.spec     # VEC
     assert pv.name == "float_matmul" and "VEC_KN" in pv.defines, pv.defines
-    s4 = -(-S // 4) * 4
     pad = lambda a: np.concatenate([a, rnd(*a.shape[:-2], s4 - S, a.shape[-1])], -2)
-    mask = np.where(np.arange(s4) < S, 0, -np.inf).astype(np.float32)[None, None, None].repeat(5, 2)
+    mask = np.broadcast_to(np.where(np.arange(s4) < S, 0, -np.inf).astype(np.float32), (2, 1, L, s4)).copy()
+    if kind == "key mask":
+        mask[..., :S] += key_mask
+    if kind == "causal":
+        mask[..., :S] += np.triu(np.full((L, S), -np.inf, np.float32), 1)
     padded, _ = run_op(device, "scaled_dot_product_attention", [q, pad(k), pad(v), mask],
-                       dict(attrs, mask_kind="float"), (1, 2, 5, 8))
+                       dict(attrs, mask_kind="float", causal=False), (2, 2, L, 8))
     np.testing.assert_array_equal(got, padded)
 
 

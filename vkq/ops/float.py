@@ -500,8 +500,8 @@ def masked_softmax_dispatch(ctx, name, shape, mask_shape, scale, buffers, bool_m
     if len(mshape) > 3:
         raise ValueError(f"{name}: the mask's row dims merge to {len(mshape)} (the shader takes 3)")
     # vec4 path (float_softmax.comp): rows starting on vec4s (a last part block is padding), the
-    # mask's rows whole vec4s or broadcast along the row
-    vec = rs % 4 == 0 and (st[-1] == 0 or (d % 4 == 0 and all(v % 4 == 0 for v in mst)))
+    # mask's rows whole vec4s or broadcast along the row (1), else the mask read by words (2)
+    vec = 0 if rs % 4 else 1 if st[-1] == 0 or (d % 4 == 0 and all(v % 4 == 0 for v in mst)) else 2
     push = (rows, d, 1, F32(scale), len(mshape), st[-1], _pad(mshape, 3, 1), _pad(mst, 3), rs)
     return _row_dispatch(ctx, "float_softmax", list(buffers), rows, d, push,
                          ("MASKED",) + (("BOOL_MASK",) if bool_mask else ()), -(-d // 4), vec)
