@@ -151,13 +151,15 @@ def test_vulkan_agrees_with_the_program_reference(minilm, programs, device, sche
 
 
 def test_saved_program_runs_the_same(minilm, programs, device, tmp_path):
-    """The .vkq file keeps the new ops and their attrs (strided views, the softmax mask)."""
+    """The .vkq file keeps the attention op and its attrs (strided views of q, k, v, the mask)."""
     import vkq
     tokenizer, _ = minilm
     prog = CompiledProgram(programs["dynamic"], device)
     loaded = vkq.load(prog.save(tmp_path / "minilm.vkq"), device=device)
     ids, mask = tokenize(tokenizer, SENTENCES[5:6], L)
-    assert {"matmul_strided", "softmax_masked"} <= {n.op for n in loaded.program.nodes}
+    attn = [n for n in loaded.program.nodes if n.op == "scaled_dot_product_attention"]
+    assert len(attn) == 6 and attn[0].attrs == next(n for n in prog.program.nodes if n.name == attn[0].name).attrs
+    assert attn[0].attrs["mask_kind"] == "bool" and attn[0].attrs.get("views"), attn[0].attrs
     np.testing.assert_array_equal(loaded(ids, mask), prog(ids, mask))
 
 

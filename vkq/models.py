@@ -362,13 +362,14 @@ def minilm_dir() -> Path:
 def load_minilm():
     """(tokenizer, BertModel) for all-MiniLM-L6-v2 (6 layers, hidden 384), offline.
 
-    attn_implementation="eager" keeps attention as plain matmul/softmax ops in an
-    exported graph instead of a fused scaled_dot_product_attention."""
+    attn_implementation="sdpa": attention exports as one scaled_dot_product_attention, which vkq
+    runs as its attention op (score rows padded to vec4s: at a length that is not a multiple of
+    4, e.g. 125 tokens, the "eager" matmul/softmax ops took 18.8 + 10.9 ms against 7.0 + 7.2)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")   # never reach for the hub
     from transformers import AutoTokenizer, BertModel
     path = str(minilm_dir())
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = BertModel.from_pretrained(path, local_files_only=True, attn_implementation="eager")
+    model = BertModel.from_pretrained(path, local_files_only=True, attn_implementation="sdpa")
     return tokenizer, model.eval()
 
 

@@ -9,16 +9,17 @@ attention mask -> L2 normalisation (what sentence-transformers' encode computes 
 It is compiled once, with dynamic batch and sequence length (torch.export Dims, up to
 max_batch x max_length): sentences are sorted by length, batched with their neighbours, and
 each batch runs at the length of its longest sentence — a 20-token sentence pays for about 20
-tokens, not for a padded 128. Padding inside a batch is masked: the attention mask adds
-float32's lowest value to the scores of padded keys (softmax gives them exactly 0) and pooling
-multiplies them by 0, so an embedding does not depend on what the padded positions hold.
+tokens, not for a padded 128. Padding inside a batch is masked: the attention's boolean mask
+gives padded keys -inf scores (softmax gives them exactly 0) and pooling multiplies them by 0,
+so an embedding does not depend on what the padded positions hold.
 lengths=(16, 128) pads every sentence to the smallest of those lengths instead (the fixed
 lengths of vkq before dynamic shapes; kept for comparison).
 
 The lowered program: every linear as linear_dynamic (each token's row quantized to int8 on the
 device, int8 GEMM) or linear_weight_only, and the float parts (embedding gather, mask
-arithmetic, layer_norm, softmax, gelu, attention matmuls, residual adds, pooling,
-normalisation) as shaders (vkq/ops/); the mask arithmetic that depends on the sequence length
+arithmetic, layer_norm, gelu, attention (one scaled_dot_product_attention op a layer: BERT
+loaded with attn_implementation="sdpa"), residual adds, pooling, normalisation) as shaders
+(vkq/ops/); the mask arithmetic that depends on the sequence length
 itself (aranges, the padding gather) runs on the CPU in a dynamic program.
 """
 from __future__ import annotations
