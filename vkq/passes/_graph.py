@@ -238,6 +238,20 @@ def reject(node: Node, reason: str) -> None:
     node.meta.setdefault("vkq_reject", reason)
 
 
+def replace_each(gm: GraphModule, targets, rewrite) -> bool:
+    """Every call of one of `targets` that rewrite(gm, node) returns a replacement for is
+    replaced by it and erased; True if any was."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if is_call(node, targets):
+            new = rewrite(gm, node)
+            if new is not None:
+                node.replace_all_uses_with(new)
+                gm.graph.erase_node(node)
+                changed = True
+    return changed
+
+
 def finish(gm: GraphModule, changed: bool) -> bool:
     """Common tail of a pass: drop what is dead, regenerate the code."""
     if changed:

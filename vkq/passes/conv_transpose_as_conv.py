@@ -23,7 +23,7 @@ import math
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import add_constant, arg, aten, const_value, finish, is_call, pair, val
+from ._graph import add_constant, arg, aten, const_value, finish, is_call, pair, replace_each, val
 
 # an activation that is the transposed conv's only user moves before the shuffle (elementwise:
 # it commutes with the shuffle and the crop), next to the conv that the quantizer fuses it into
@@ -116,15 +116,7 @@ def _rewrite(gm: GraphModule, node: Node) -> Node | None:
 
 
 def conv_transpose_as_conv(gm: GraphModule) -> bool:
-    changed = False
-    for node in list(gm.graph.nodes):
-        if is_call(node, {aten.conv_transpose2d.input}):
-            new = _rewrite(gm, node)
-            if new is not None:
-                node.replace_all_uses_with(new)
-                gm.graph.erase_node(node)
-                changed = True
-    return finish(gm, changed)
+    return finish(gm, replace_each(gm, {aten.conv_transpose2d.input}, _rewrite))
 
 
 def fold_batch_norm_into_grouped(gm: GraphModule) -> bool:

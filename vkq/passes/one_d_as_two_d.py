@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import add_constant, arg, aten, const_value, finish, is_call, unary_operand, val
+from ._graph import add_constant, arg, aten, const_value, finish, is_call, replace_each, unary_operand, val
 
 POOLS_1D = {aten.max_pool1d.default, aten.avg_pool1d.default, aten.adaptive_avg_pool1d.default}
 CONV_1D = {aten.conv1d.default, aten.conv1d.padding}
@@ -133,15 +133,7 @@ def _sink(gm: GraphModule, e: Node) -> bool:
 
 
 def one_d_as_two_d(gm: GraphModule) -> bool:
-    changed = False
-    for node in list(gm.graph.nodes):
-        if is_call(node, CONV_1D | CONV_T_1D | POOLS_1D):
-            new = _as_two_d(gm, node)
-            if new is not None:
-                node.replace_all_uses_with(new)
-                gm.graph.erase_node(node)
-                changed = True
-    if not changed:
+    if not replace_each(gm, CONV_1D | CONV_T_1D | POOLS_1D, _as_two_d):
         return False
     moved = True
     while moved:               # squeezes down past elementwise ops, then unsqueeze(squeeze(t)) -> t

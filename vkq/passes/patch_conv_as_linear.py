@@ -21,7 +21,7 @@ import math
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import add_constant, arg, aten, const_value, finish, is_call, val
+from ._graph import add_constant, arg, aten, const_value, finish, replace_each, val
 
 
 def _rewrite(gm: GraphModule, node: Node) -> Node | None:
@@ -67,12 +67,4 @@ def _rewrite(gm: GraphModule, node: Node) -> Node | None:
 
 
 def patch_conv_as_linear(gm: GraphModule) -> bool:
-    changed = False
-    for node in list(gm.graph.nodes):
-        if is_call(node, {aten.conv2d.default, aten.conv1d.default}):
-            new = _rewrite(gm, node)
-            if new is not None:
-                node.replace_all_uses_with(new)
-                gm.graph.erase_node(node)
-                changed = True
-    return finish(gm, changed)
+    return finish(gm, replace_each(gm, {aten.conv2d.default, aten.conv1d.default}, _rewrite))
