@@ -243,6 +243,25 @@ def test_conv1d_addmm_and_matmul_with_constant_weight_are_linear_q8():
     assert assert_matches_pt2e(program, gm, x) >= 3
 
 
+@pytest.mark.parametrize("scheme,op", [("dynamic", "linear_dynamic"), ("weight_only", "linear_weight_only")])
+def test_conv1d_addmm_and_matmul_under_linear_only_schemes(scheme, op):
+    """The dynamic and weight-only schemes take GPT-2's Conv1D as a linear too (its weight
+    quantized per output column), instead of leaving it float on the CPU."""
+    from vkq.executor import run_reference
+    x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(0))
+    gm = api.quantize(Conv1D().eval(), (x,), scheme=scheme, progress=False)
+    dq_w = [n for n in gm.graph.nodes if n.target == torch.ops.quantized_decomposed.dequantize_per_channel.default]
+    assert len(dq_w) == 2 and all(n.args[3] == 1 for n in dq_w)
+    program = lower(gm, (x,))
+    assert program.fallback == []
+    assert ops(program).count(op) == 2
+    with torch.no_grad():
+        want = gm(x).numpy()
+    got = run_reference(program, x.numpy())
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    assert got.shape == want.shape and cosine(got, want) > 0.999
+
+
 # ---------------------------------------------------------------- squeeze-excitation
 
 @pytest.mark.parametrize("layout", ["4W4C", "4H4W"])

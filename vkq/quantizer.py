@@ -19,7 +19,7 @@ Schemes
                of 0.97 with PT2E); and ops whose output shares the input's qparams: max pool,
                cat, flatten / view / reshape / squeeze / unsqueeze / permute, standalone
                relu/hardtanh.
-  dynamic      linear only: int8 per-channel weights, activations left float. The lowering turns
+  dynamic      linear only (and addmm / mm / matmul by a constant matrix): int8 per-channel weights, activations left float. The lowering turns
                these linears into `linear_dynamic` (the device quantizes x per row), so no
                per-tensor choose_qparams is put in the graph.
   weight_only  linear only: int8 per-channel weights -> `linear_weight_only`.
@@ -158,17 +158,24 @@ def _constant_matrix(node) -> bool:
         and node.meta["val"].dim() == 2
 
 
+def _matmul_weight(node) -> Node | None:
+    """w of addmm(b, x, w) / mm(x, w) / matmul(x, w) with x float and w a constant (in, out)
+    matrix: a linear layer (GPT-2's Conv1D); else None."""
+    if not _is(node, MATMUL) or not (_is_float_tensor(node.args[-2]) and _constant_matrix(node.args[-1])):
+        return None
+    if node.target == aten.addmm.default and (node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1):
+        return None
+    return node.args[-1]
+
+
 def annotate_matmul(gm: GraphModule, act: QuantizationSpec) -> None:
-    """addmm(b, x, w) / mm(x, w) / matmul(x, w), w a constant (in, out) matrix: a linear layer
-    (GPT-2's Conv1D). w is observed per output channel, i.e. along its axis 1."""
+    """A matmul by a constant matrix (_matmul_weight): w is observed per output channel, i.e.
+    along its axis 1."""
     for node in gm.graph.nodes:
-        if not _is(node, MATMUL) or _annotated(node):
+        w = _matmul_weight(node)
+        if w is None or _annotated(node):
             continue
-        x, w = node.args[-2], node.args[-1]
-        if not (_is_float_tensor(x) and _constant_matrix(w)):
-            continue
-        if node.target == aten.addmm.default and (node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1):
-            continue
+        x = node.args[-2]
         fused = _sole_activation_user(node)
         inputs = {x: act, w: weight_spec(ch_axis=1)}
         if fused is None:
@@ -318,11 +325,18 @@ def batch_norm_as_conv(gm: GraphModule) -> bool:
 # ------------------------------------------------------------------ annotators (weights only)
 
 def annotate_linear_weights(gm: GraphModule, scheme: str) -> None:
-    """linear: only the weight is observed (int8 per channel); x and the output stay float."""
+    """linear, and addmm / mm / matmul by a constant (in, out) matrix (GPT-2's Conv1D, observed
+    along its axis 1 as annotate_matmul does): only the weight is observed (int8 per output
+    channel); x and the output stay float."""
     for node in gm.graph.nodes:
-        if not _is(node, LINEAR) or _annotated(node):
+        if _annotated(node):
             continue
-        _annotate(node, {node.args[1]: weight_spec()})
+        if _is(node, LINEAR):
+            _annotate(node, {node.args[1]: weight_spec()})
+        elif _matmul_weight(node) is not None:
+            _annotate(node, {_matmul_weight(node): weight_spec(ch_axis=1)})
+        else:
+            continue
         node.meta["vkq_scheme"] = scheme
 
 
