@@ -397,13 +397,73 @@ def test_copy(device, op, inputs, attrs, out_shape):
     check(got, ref, "exact")
 
 
+# ---------------------------------------------------------------- conv2d (float, vkq/ops/conv.py)
+
+# (x shape, weight shape, stride, padding, dilation, groups): tiles of 8 and 4 channels with a
+# part last tile (OCG 10, 3), depthwise (1), a channel multiplier (2 a group), strides,
+# dilation, a few-channel stem, 1-D (H = 1) and (N, C) (batch norm's form), odd sizes
+FLOAT_CONVS = [((2, 5, 9, 11), (10, 5, 3, 3), 1, 1, 1, 1), ((1, 6, 10, 10), (9, 2, 5, 3), 1, 2, 2, 3),
+               ((1, 8, 13, 7), (8, 1, 3, 3), 2, 1, 1, 8), ((1, 4, 6, 9), (8, 1, 3, 3), 1, 0, 1, 4),
+               ((1, 3, 29, 31), (16, 3, 7, 7), 2, 3, 1, 1), ((2, 7, 3, 2), (5, 7, 1, 1), 1, 0, 1, 1),
+               ((2, 4, 17), (6, 4, 5), 2, 2, 1, 1), ((1, 6, 23), (6, 1, 3), 1, 2, 2, 6), ((5, 6), (6, 1), 1, 0, 1, 6)]
+
+
+@pytest.mark.parametrize("weights", ["constant", "input"])
+@pytest.mark.parametrize("case", FLOAT_CONVS, ids=[str(i) for i in range(len(FLOAT_CONVS))])
+def test_conv2d_float(loads_device, case, weights):
+    """conv2d_float against the reference (float sums in another order: the dot bound over
+    K = CG*KH*KW products and the bias), the reference against torch; weights uploaded as
+    constants or computed in the graph (a program input here)."""
+    import torch
+    import torch.nn.functional as F
+    xs, ws, s, p, d, g = case
+    x, w, b = rnd(*xs), rnd(*ws, lo=-1, hi=1), rnd(ws[0])
+    rank = len(xs)
+    attrs = {"stride": [1 if rank < 4 else s, s], "padding": [0 if rank < 4 else p, p],
+             "dilation": [1 if rank < 4 else d, d], "groups": g}
+    t = torch.from_numpy
+    want = (F.conv2d(t(x), t(w), t(b), s, p, d, g) if rank == 4 else F.conv1d(t(x), t(w), t(b), s, p, d, g)
+            if rank == 3 else t(x * w[:, 0] + b)).numpy()
+    ins, consts = ([x], [w, b]) if weights == "constant" else ([x, w, b], [])
+    steps = []
+    got, ref = run_op(loads_device, "conv2d", ins, attrs, want.shape, constants=consts, steps=steps)
+    assert len(steps) == 1                                  # on the device
+    np.testing.assert_allclose(ref, want, rtol=1e-5, atol=1e-5)
+    from vkq.ops.conv import conv2d_float
+    scale = conv2d_float(np.abs(x), np.abs(w), np.abs(b), **attrs)
+    check(got, ref, ("dot", int(np.prod(ws[1:])) + 1), scale)
+
+
+# (input shape, kernel, stride, padding, dilation, ceil_mode): ResNet's stem pool, ceil_mode
+# windows hanging over the edge, dilation, a 3-D input, -inf-free odd sizes
+FLOAT_MAX_POOLS = [((2, 5, 17, 15), 3, 2, 1, 1, 0), ((1, 3, 10, 11), 2, 2, 0, 1, 1), ((1, 4, 9, 9), 3, 1, 1, 2, 0),
+                   ((6, 7, 5), (3, 2), (2, 1), (1, 0), 1, 1), ((1, 2, 4, 6), 4, 4, 0, 1, 0)]
+
+
+@pytest.mark.parametrize("case", FLOAT_MAX_POOLS, ids=[str(i) for i in range(len(FLOAT_MAX_POOLS))])
+def test_max_pool2d_float(device, case):
+    """The float max pool (conv2d_float's MAX variant): the same bits as the reference and
+    as torch."""
+    import torch
+    import torch.nn.functional as F
+    from vkq.ops.pool import max_pool2d_params
+    shape, k, s, p, d, ceil = case
+    x = rnd(*shape)
+    want = F.max_pool2d(torch.from_numpy(x), k, s, p, d, bool(ceil)).numpy()
+    steps = []
+    got, ref = run_op(device, "max_pool2d", [x], max_pool2d_params(k, s, p, d, ceil), want.shape, steps=steps)
+    assert len(steps) == 1
+    np.testing.assert_array_equal(ref, want)
+    np.testing.assert_array_equal(got, ref)
+
+
 # ---------------------------------------------------------------- without a device
 
 def test_float_ops_run_on_vulkan_and_shape_ops_have_one_name():
     for name in ("layer_norm", "softmax", "gelu", "add", "matmul", "sum", "vector_norm", "clamp", "reshape",
-                 "permute", "transpose", "cat", "expand"):
+                 "permute", "transpose", "cat", "expand", "conv2d"):
         assert get_op(name).on_vulkan, name
-    for name in ("linear", "conv2d", "torch_op"):
+    for name in ("linear", "torch_op"):
         assert not get_op(name).on_vulkan, name
     for twin in ("reshape_f32", "permute_f32", "transpose_f32", "cat_f32", "expand_f32"):
         with pytest.raises(KeyError):

@@ -266,15 +266,72 @@ def _linear(n, t):
     return "linear", [x, w, b], {}
 
 
-def _conv2d(n, t):
+def _conv(n, t):
+    """A float conv2d / conv1d (the op conv2d: a conv1d is one with H = 1). String padding:
+    "valid", or "same" where the padding is symmetric (an odd dilated kernel extent)."""
     x, w = n.args[0], n.args[1]
-    padding = arg(n, 4, "padding", 0)
-    if isinstance(padding, str):
+    one_d = n.target in (aten.conv1d.default, aten.conv1d.padding)
+    if len(shape_of(w)) != len(shape_of(x)) or len(shape_of(x)) != (3 if one_d else 4):
         return None
+    stride, padding, dilation = (arg(n, 3, "stride", 1), arg(n, 4, "padding", 0), arg(n, 5, "dilation", 1))
+    if one_d:
+        stride, padding, dilation = ([1, *pair(v)[1:]] if not isinstance(v, str) else v
+                                     for v in (stride, padding, dilation))
+        if not isinstance(padding, str):
+            padding[0] = 0
+    stride, dilation = pair(stride), pair(dilation)
+    if padding == "valid":
+        padding = [0, 0]
+    elif padding == "same":
+        extent = [d * (k - 1) for d, k in zip(dilation, ([1] if one_d else []) + list(shape_of(w)[2:]))]
+        if any(e % 2 for e in extent):
+            return None      # asymmetric padding
+        padding = [e // 2 for e in extent]
     b = arg(n, 2, "bias")
     b = b if b is not None else t.const(np.zeros(shape_of(w)[0], np.float32), "zeros")
-    return "conv2d", [x, w, b], {"stride": pair(arg(n, 3, "stride", 1)), "padding": pair(padding),
-                                 "dilation": pair(arg(n, 5, "dilation", 1)), "groups": int(arg(n, 6, "groups", 1))}
+    return "conv2d", [x, w, b], {"stride": stride, "padding": pair(padding), "dilation": dilation,
+                                 "groups": int(arg(n, 6, "groups", 1))}
+
+
+def _batch_norm(n, t):
+    """Eval-mode batch norm with constant statistics and affine: x * a + b per channel (dim 1),
+    a = weight / sqrt(var + eps), b = bias - mean * a (as ATen's CPU kernel computes it): the op
+    conv2d as a depthwise 1x1 conv over x's own rank."""
+    x = n.args[0]
+    if arg(n, 5, "training", False) or len(shape_of(x)) not in (2, 3, 4):
+        return None
+    c = shape_of(x)[1]
+    consts = [arg(n, i, name) for i, name in enumerate(("weight", "bias", "running_mean", "running_var"), 1)]
+    values = [None if v is None else t.constants.get(t.names.get(v)) if isinstance(v, Node) else False
+              for v in consts]
+    if any(v is False for v in values) or values[2] is None or values[3] is None \
+            or any(v is None for v, node in zip(values, consts) if node is not None):
+        return None          # statistics computed in the graph
+    w, b, mean, var = (np.asarray(v, np.float64) if v is not None else None for v in values)
+    a = (np.ones(c) if w is None else w) / np.sqrt(var + float(arg(n, 7, "eps", 1e-5)))
+    shift = (np.zeros(c) if b is None else b) - mean * a
+    rank = len(shape_of(x))
+    weight = t.const(a.astype(np.float32).reshape((c, 1) + (1,) * (rank - 2)), "bn_scale")
+    return "conv2d", [x, weight, t.const(shift.astype(np.float32), "bn_shift")], \
+        {"stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "groups": c}
+
+
+def _max_pool(n, t):
+    from .ops.pool import max_pool2d_params
+    if len(shape_of(n.args[0])) not in (3, 4):
+        return None
+    stride = arg(n, 2, "stride") or None        # [] means the kernel
+    return "max_pool2d", [n.args[0]], max_pool2d_params(n.args[1], stride, arg(n, 3, "padding", 0),
+                                                         arg(n, 4, "dilation", 1), arg(n, 5, "ceil_mode", False))
+
+
+def _global_average(n, t):
+    """adaptive_avg_pool2d(x, 1) on a float x: the mean over H and W (float_reduce)."""
+    size = n.args[1]
+    size = list(size) if isinstance(size, (list, tuple)) else [size, size]
+    if len(shape_of(n.args[0])) != 4 or [int(s) if s is not None else 1 for s in size] != [1, 1]:
+        return None
+    return "mean", [n.args[0]], {"dims": [2, 3], "keepdim": True}
 
 
 def _reshape(n, t):
@@ -565,12 +622,15 @@ _FLOAT_RULES = {
     aten.mean.dim: _reduce("mean"),
     aten.sum.dim_IntList: _reduce("sum"), aten.sum.default: _reduce("sum"),
     aten.linalg_vector_norm.default: _vector_norm,
+    aten.adaptive_avg_pool2d.default: _global_average,
+    aten.max_pool2d.default: _max_pool,
 }
 
 CPU_RULES = {
     **{target: _float_only(rule) for target, rule in _FLOAT_RULES.items()},
     aten.linear.default: _linear,
-    aten.conv2d.default: _conv2d,
+    **{c: _conv for c in (aten.conv2d.default, aten.conv2d.padding, aten.conv1d.default, aten.conv1d.padding)},
+    aten.batch_norm.default: _batch_norm,
     **{v: _reshape for v in VIEWS},
     aten.unflatten.int: _reshape, aten.view_copy.default: _reshape, aten.alias_copy.default: _reshape,
     **{p: _permute for p in PERMUTES},

@@ -1,4 +1,5 @@
-"""conv2d_q8: int8 2-D convolution on 4W4C tensors, three kernels behind one op.
+"""conv2d_q8: int8 2-D convolution on 4W4C tensors, three kernels behind one op; and conv2d,
+its float32 form (at the end of this module).
 
 The op (contract in vkq/ops/__init__.py), per image n:
     acc[oc, oh, ow] = B[oc] + sum_{c in group(oc), kh, kw}
@@ -552,3 +553,95 @@ class Conv2dQ8:
         return [ctx.device.dispatch(kernel, bufs, grid_1d(lane_groups * G, local), local=(local,),
                                     spec=(*spec, *ties), push=push, defines=defines)]
 
+
+
+# -- conv2d: float32 ------------------------------------------------------------------------------
+
+def _as_2d_conv(shape) -> tuple:
+    """(N, C[, H][, W]) -> (N, C, H, W) with the spatial dims it lacks 1: a conv1d is a conv2d
+    with H = 1 (its attrs (1, s), (0, p), (1, d)), batch norm on (N, C) one with H = W = 1."""
+    shape = tuple(int(d) for d in shape)
+    if not 2 <= len(shape) <= 4:
+        raise ValueError(f"conv2d: takes (N, C[, H], W), got {shape}")
+    return shape[:2] + (1,) * (4 - len(shape)) + shape[2:]
+
+
+def conv2d_float(x, weight, bias, *, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    """Float conv2d by im2col, x (N, C, H, W) x weight (OC, C/groups, KH, KW) (1-D and 0-D
+    spatial forms: _as_2d_conv); the output has x's rank."""
+    x, w = np.asarray(x, np.float32), np.asarray(weight, np.float32)
+    rank = x.ndim
+    x, w = x.reshape(_as_2d_conv(x.shape)), w.reshape(_as_2d_conv(w.shape))
+    n, c, h, wd = x.shape
+    oc, cg, kh, kw = w.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    oh, ow = conv_output_hw(h, wd, (kh, kw), (sh, sw), (ph, pw), (dh, dw))
+    cols = np.empty((n, c, kh, kw, oh, ow), np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            cols[:, :, i, j] = xp[:, :, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+    out = np.empty((n, oc, oh, ow), np.float32)
+    og = oc // groups
+    for g in range(groups):
+        cg_cols = cols[:, g * cg:(g + 1) * cg].reshape(n, cg * kh * kw, oh * ow)
+        wg = w[g * og:(g + 1) * og].reshape(og, cg * kh * kw)
+        out[:, g * og:(g + 1) * og] = np.einsum("ok,nkp->nop", wg, cg_cols).reshape(n, og, oh, ow)
+    out += np.asarray(bias, np.float32).reshape(1, oc, 1, 1)
+    return out.reshape((n, oc) + (oh, ow)[4 - rank:])
+
+
+def _float_tiles(g: ConvGeometry) -> tuple[int, int]:
+    """(TOC output channels, TW output columns) an invocation of conv2d_float computes: 8 or 4
+    channels of a group (the x value loaded once serves them all), fewer in a group of fewer
+    (depthwise: 1); 4 columns (each weight loaded once serves them), fewer on narrower maps."""
+    toc = 8 if g.ocg >= 8 else 4 if g.ocg >= 3 else g.ocg
+    return toc, min(4, g.ow)
+
+
+def _float_geometry(x_shape, w_shape, a) -> ConvGeometry:
+    return ConvGeometry.of(_as_2d_conv(x_shape), _as_2d_conv(w_shape), a["stride"], a["padding"],
+                           a["dilation"], a["groups"])
+
+
+def _float_build(ctx, node):
+    x, w, b = node.inputs
+    y = node.outputs[0]
+    g = _float_geometry(ctx.spec(x).shape, ctx.spec(w).shape, node.attrs)
+    want = conv2d_float_shape(ctx.spec(x).shape, g)
+    if tuple(ctx.spec(y).shape) != want or tuple(ctx.spec(b).shape) != (g.oc,):
+        raise ValueError(f"{node.name}: output {ctx.spec(y).shape} / bias {ctx.spec(b).shape}, "
+                         f"the conv gives {want} / ({g.oc},)")
+    toc, tw = _float_tiles(g)
+    tpg = cdiv(g.ocg, toc)
+    n = g.n * g.groups * tpg * g.oh * cdiv(g.ow, tw)
+    return [ctx.device.dispatch(
+        "conv2d_float", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b), ctx.buffer(y)], grid_1d(n, 64),
+        local=(64,), spec=(toc, tw, g.kh, g.kw),
+        push=(np.array([g.n, g.c, g.h, g.w]), np.array([g.n, g.oc, g.oh, g.ow]),
+              np.array([g.sh, g.sw, g.ph, g.pw]), np.array([g.dh, g.dw, g.groups, tpg])))]
+
+
+def conv2d_float_shape(x_shape, g: ConvGeometry) -> tuple:
+    """The output shape, of x's rank."""
+    return (g.n, g.oc) + (g.oh, g.ow)[4 - len(x_shape):]
+
+
+def _float_decline(node, tensors):
+    x, w, b, y = (tensors[t] for t in (*node.inputs, node.outputs[0]))
+    if {x.dtype, w.dtype, b.dtype, y.dtype} != {"float32"} or len(w.shape) != len(x.shape):
+        return f"conv2d: {x.dtype} {x.shape} by {w.dtype} {w.shape} (the kernel takes float32, weight of x's rank)"
+    _float_geometry(x.shape, w.shape, node.attrs)      # raises, naming what does not fit
+    return None
+
+
+@register_op
+class Conv2d:
+    """Float32 conv2d, x (N, C, H, W) or (N, C, L) (a conv1d: attrs for H (1, 0, 1)) or (N, C),
+    weight of x's rank (OC, C/groups, ...), bias (OC,); attrs stride, padding, dilation (pairs),
+    groups. Also what batch norm on a float tensor becomes (a depthwise 1x1 conv)."""
+    name = "conv2d"
+    shaders = ("conv2d_float",)
+    reference = staticmethod(conv2d_float)
+    build = staticmethod(_float_build)
+    decline = staticmethod(_float_decline)

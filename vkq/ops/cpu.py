@@ -5,7 +5,7 @@ shaders — layer_norm, softmax, gelu, add, matmul, ... — are in vkq.ops.float
 Every reference takes logical numpy arrays and JSON attrs and needs no torch, except
 `torch_op`, the generic fallback, which calls the aten op by its qualified name.
 
-  linear(x, weight, bias)      conv2d(x, weight, bias; stride, padding, dilation, groups)
+  linear(x, weight, bias)      (a float conv2d runs on Vulkan: vkq.ops.conv)
   torch_op(*tensors; target, args, kwargs, dtypes)   anything else, through torch
 """
 from __future__ import annotations
@@ -28,32 +28,11 @@ def _cpu(name, fn, doc=""):
     return fn
 
 
-# ---------------------------------------------------------------- float layers with float weights
+# ---------------------------------------------------------------- a float layer with float weights
 
 def linear(x, weight, bias):
     return (_f(x) @ _f(weight).T + _f(bias)).astype(F32)
 
-
-def conv2d(x, weight, bias, *, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    """Float conv2d by im2col (N, C, H, W) x (OC, C/groups, KH, KW)."""
-    x, w = _f(x), _f(weight)
-    n, c, h, wd = x.shape
-    oc, cg, kh, kw = w.shape
-    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    ow = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    cols = np.empty((n, c, kh, kw, oh, ow), F32)
-    for i in range(kh):
-        for j in range(kw):
-            cols[:, :, i, j] = xp[:, :, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
-    out = np.empty((n, oc, oh, ow), F32)
-    og = oc // groups
-    for g in range(groups):
-        cg_cols = cols[:, g * cg:(g + 1) * cg].reshape(n, cg * kh * kw, oh * ow)
-        wg = w[g * og:(g + 1) * og].reshape(og, cg * kh * kw)
-        out[:, g * og:(g + 1) * og] = np.einsum("ok,nkp->nop", wg, cg_cols).reshape(n, og, oh, ow)
-    return out + _f(bias).reshape(1, oc, 1, 1)
 
 
 # ---------------------------------------------------------------- the generic fallback
@@ -110,5 +89,4 @@ def torch_op(*tensors, target, args, kwargs=None, dtypes=None):
 # ---------------------------------------------------------------- registration
 
 _cpu("linear", linear, "Float x @ weight.T + bias.")
-_cpu("conv2d", conv2d, "Float conv2d (im2col).")
 _cpu("torch_op", torch_op, "Any aten op, called through torch (torch needed at run time).")

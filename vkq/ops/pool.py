@@ -223,6 +223,24 @@ def _window_dispatch(ctx, node, variant, ins, outs, buffers, push=((0, 0, 0, 0),
                                spec=geo, defines=variant.split(), push=push)
 
 
+def max_windows(x, fill, kernel, stride, padding, dilation, ceil_mode):
+    """The max over each pool window of x (..., H, W) with PyTorch's geometry; taps outside the
+    input are `fill` (below every value)."""
+    lead, (h, w) = x.shape[:-2], x.shape[-2:]
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    oh = pool_output_size(h, kh, sh, ph, dh, ceil_mode)
+    ow = pool_output_size(w, kw, sw, pw, dw, ceil_mode)
+    rows, cols = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+    xp = np.full(lead + (max(rows, ph + h), max(cols, pw + w)), fill, x.dtype)
+    xp[..., ph:ph + h, pw:pw + w] = x
+    out = np.full(lead + (oh, ow), fill, x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            tap = xp[..., i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+            np.maximum(out, tap, out=out)
+    return out
+
+
 @register_op
 class MaxPool2dQ8:
     """Max pool on int8 with PyTorch's geometry (padding taps are -inf: skipped; a window with
@@ -231,19 +249,7 @@ class MaxPool2dQ8:
     shaders = ("pool_window",)
 
     def reference(q, *, kernel, stride, padding, dilation=(1, 1), ceil_mode=0):
-        x = np.asarray(q).astype(np.int16)
-        lead, (h, w) = x.shape[:-2], x.shape[-2:]
-        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
-        oh = pool_output_size(h, kh, sh, ph, dh, ceil_mode)
-        ow = pool_output_size(w, kw, sw, pw, dw, ceil_mode)
-        rows, cols = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
-        xp = np.full(lead + (max(rows, ph + h), max(cols, pw + w)), -129, np.int16)
-        xp[..., ph:ph + h, pw:pw + w] = x
-        out = np.full(lead + (oh, ow), -129, np.int16)
-        for i in range(kh):
-            for j in range(kw):
-                tap = xp[..., i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
-                np.maximum(out, tap, out=out)
+        out = max_windows(np.asarray(q).astype(np.int16), -129, kernel, stride, padding, dilation, ceil_mode)
         return np.maximum(out, INT8_MIN).astype(np.int8)
 
     def build(ctx, node):
@@ -253,6 +259,39 @@ class MaxPool2dQ8:
                                                          a.get("dilation", 1), a.get("ceil_mode", 0)))
         return [_window_dispatch(ctx, node, "MAX", ins, outs,
                                  [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])])]
+
+
+@register_op
+class MaxPool2d:
+    """Max pool on float32 (..., H, W) with PyTorch's geometry (attrs as max_pool2d_q8's),
+    exact: the MAX variant of shaders/conv2d_float.comp, a window per channel."""
+    name = "max_pool2d"
+    shaders = ("conv2d_float",)
+
+    def reference(x, *, kernel, stride, padding, dilation=(1, 1), ceil_mode=0):
+        return max_windows(np.asarray(x, np.float32), -np.inf, kernel, stride, padding, dilation, ceil_mode)
+
+    def build(ctx, node):
+        from .conv import cdiv
+        a = node.attrs
+        x_shape, y_shape = ctx.spec(node.inputs[0]).shape, ctx.spec(node.outputs[0]).shape
+        _check_out_shape(node, y_shape, pool2d_output_shape(x_shape, a["kernel"], a["stride"], a["padding"],
+                                                            a.get("dilation", 1), a.get("ceil_mode", 0)))
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (_pair(a[k]) for k in ("kernel", "stride", "padding", "dilation"))
+        n, c, h, w = packing.as_nchw(x_shape)
+        oh, ow = y_shape[-2:]
+        tw = min(4, ow)
+        return [ctx.device.dispatch(
+            "conv2d_float", [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])],
+            grid_1d(n * c * oh * cdiv(ow, tw), 64), local=(64,), spec=(1, tw, kh, kw),
+            push=(np.array([n, c, h, w]), np.array([n, c, oh, ow]), np.array([sh, sw, ph, pw]),
+                  np.array([dh, dw, c, 1])), defines=["MAX"])]
+
+    def decline(node, tensors):
+        x = tensors[node.inputs[0]]
+        if x.dtype != "float32" or len(x.shape) not in (3, 4):
+            return f"max_pool2d: {x.dtype} {x.shape} (the kernel takes float32 (N, C, H, W) or (C, H, W))"
+        return None
 
 
 def _avg_build(ctx, node):

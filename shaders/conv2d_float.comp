@@ -1,0 +1,106 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+// Float32 conv2d on NCHW (op conv2d, vkq/ops/conv.py): the convs that the dynamic and
+// weight-only schemes leave float (they quantize linears only), a conv whose weight is computed
+// in the graph (weight norm), and batch norm on float tensors (a depthwise 1x1 conv):
+//   y[n, oc, oh, ow] = bias[oc] + sum_{c < CG, kh, kw}
+//                      x[n, g*CG + c, oh*sh - ph + kh*dh, ow*sw - pw + kw*dw] * w[oc, c, kh, kw]
+// with g = oc's group, taps outside the input adding nothing.
+// An invocation computes TOC output channels of one group x TW consecutive output columns of one
+// row: each x value it loads serves TOC channels, each weight TW columns. The kernel size is
+// specialization constants (the tap loops unroll); stride, padding, dilation are push constants.
+// weight (OC, CG, KH, KW) and bias (OC) are read as they are (row-major float32), so they may
+// be computed in the graph as well as constants; a tile's channels past its group's last read
+// the last one's (clamped index) and are not stored.
+// Float sums in another order than the reference's: |error| <= K eps sum |x w| (K = CG*KH*KW).
+// MAX: the float max pool (op max_pool2d, vkq/ops/pool.py) on the same windows, groups = C and
+// TOC = 1, no weights: y = the largest in-input tap (padding taps are skipped, as -inf), exact.
+//! variant
+//! variant MAX
+#include "common.glsl"
+
+layout(constant_id = 3) const int TOC = 4;
+layout(constant_id = 4) const int TW = 4;
+layout(constant_id = 5) const int KH = 3;
+layout(constant_id = 6) const int KW = 3;
+
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+#ifdef MAX
+layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+#define FILL (uintBitsToFloat(0xff800000u))    // -inf: a tap outside the input
+#else
+layout(std430, binding = 1) readonly buffer Wt { float w[]; };
+layout(std430, binding = 2) readonly buffer B { float bias[]; };
+layout(std430, binding = 3) writeonly buffer Y { float y[]; };
+#define FILL 0.0
+#endif
+layout(push_constant) uniform Params {
+    ivec4 in_shape;    // N, C, H, W
+    ivec4 out_shape;   // N, OC, OH, OW
+    ivec4 stride_pad;  // sh, sw, ph, pw
+    ivec4 dil_groups;  // dh, dw, groups, tiles per group
+} p;
+
+void main() {
+    const int C = p.in_shape.y, H = p.in_shape.z, W = p.in_shape.w;
+    const int OC = p.out_shape.y, OH = p.out_shape.z, OW = p.out_shape.w;
+    const int sh = p.stride_pad.x, sw = p.stride_pad.y, ph = p.stride_pad.z, pw = p.stride_pad.w;
+    const int dh = p.dil_groups.x, dw = p.dil_groups.y, groups = p.dil_groups.z, tpg = p.dil_groups.w;
+    const int CG = C / groups, OCG = OC / groups, owb_count = (OW + TW - 1) / TW;
+
+    int i = linear_invocation();
+    if (i >= p.out_shape.x * groups * tpg * OH * owb_count) return;
+    const int owb = i % owb_count;
+    i /= owb_count;
+    const int oh = i % OH;
+    i /= OH;
+    const int t = i % (groups * tpg), n = i / (groups * tpg);
+    const int g = t / tpg, oc0 = g * OCG + (t % tpg) * TOC;      // first output channel of the tile
+    const int jn = min(TOC, g * OCG + OCG - oc0);                 // its channels in the group
+    const int ow0 = owb * TW;
+
+    int oc[TOC];
+    float acc[TOC][TW];
+    [[unroll]] for (int j = 0; j < TOC; ++j) {
+        oc[j] = oc0 + min(j, jn - 1);
+#ifdef MAX
+        const float b = FILL;
+#else
+        const float b = bias[oc[j]];
+#endif
+        [[unroll]] for (int u = 0; u < TW; ++u) acc[j][u] = b;
+    }
+    const int taps = CG * KH * KW;
+    const int ih0 = oh * sh - ph, iw0 = ow0 * sw - pw;
+    for (int c = 0; c < CG; ++c) {
+        const int plane = (n * C + g * CG + c) * H;
+        [[unroll]] for (int kh = 0; kh < KH; ++kh) {
+            const int ih = ih0 + kh * dh;
+            if (ih < 0 || ih >= H) continue;
+            const int row = (plane + ih) * W;
+            [[unroll]] for (int kw = 0; kw < KW; ++kw) {
+                float xv[TW];
+                [[unroll]] for (int u = 0; u < TW; ++u) {
+                    const int iw = iw0 + u * sw + kw * dw;
+                    xv[u] = (iw >= 0 && iw < W) ? x[row + clamp(iw, 0, W - 1)] : FILL;
+                }
+#ifdef MAX
+                [[unroll]] for (int u = 0; u < TW; ++u) acc[0][u] = max(acc[0][u], xv[u]);
+#else
+                const int tap = (c * KH + kh) * KW + kw;
+                [[unroll]] for (int j = 0; j < TOC; ++j) {
+                    const float wv = w[oc[j] * taps + tap];
+                    [[unroll]] for (int u = 0; u < TW; ++u) acc[j][u] += xv[u] * wv;
+                }
+#endif
+            }
+        }
+    }
+    [[unroll]] for (int j = 0; j < TOC; ++j) {
+        if (j >= jn) break;
+        const int base = ((n * OC + oc0 + j) * OH + oh) * OW;
+        [[unroll]] for (int u = 0; u < TW; ++u)
+            if (ow0 + u < OW) y[base + ow0 + u] = acc[j][u];
+    }
+}
