@@ -1,51 +1,107 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// Float32 reduction over some dims (vkq/ops/float.py sum, mean, vector_norm): one invocation
-// per output value, looping over the reduced values in row-major order:
+#extension GL_EXT_control_flow_attributes : require
+// Float32 reduction over some dims (vkq/ops/float.py sum, mean, vector_norm):
 //   SUM:  sum x      MEAN: (sum x) / count      NORM2: sqrt(sum x^2)
 // The kept dims (rank <= 4, merged) index the output row-major; in-strides of kept and reduced
-// dims say where the values are. float32 sequential sums (the reference sums in float64).
+// dims say where the values are (index arithmetic unrolled over 4 dims: no loop).
+// Who sums an output's `count` values:
+//   (no ROW_ define)  one invocation, in row-major order: short reductions (float.py REDUCE_ROW)
+//   ROW_SUBGROUP / ROW_WORKGROUP  a subgroup / workgroup (float_workgroup.glsl), each lane every
+//                 lanes()-th value, then a tree: long ones (a global average pool, x.sum()).
+//                 llvmpipe ends any invocation's loops after 65535 iterations in all (Mesa
+//                 22.3's gallivm loop limiter: no error, the rest of the sum silently missing):
+//                 one invocation summing a 426x342 map stopped at 21845 values. Spread over the
+//                 lanes, a lane loops count / (4 lanes) times (float.py refuses more).
+// Each sum is compensated (Kahan), `precise` so that the compiler keeps the compensation: the
+// error stays ~2 eps of sum |x| (+ the tree's log2(lanes) roundings) however many values are
+// reduced (the reference sums in float64).
 //! variant SUM
 //! variant MEAN
 //! variant NORM2
+//! variant SUM ROW_SUBGROUP
+//! variant MEAN ROW_SUBGROUP
+//! variant NORM2 ROW_SUBGROUP
+//! variant SUM ROW_WORKGROUP
+//! variant MEAN ROW_WORKGROUP
+//! variant NORM2 ROW_WORKGROUP
 #include "common.glsl"
+
+#if defined(ROW_SUBGROUP) || defined(ROW_WORKGROUP)
+#define ROWS
+layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of two
+#include "float_workgroup.glsl"
+#endif
 
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform Params {
     int n_out, count;            // outputs, values reduced into each
-    int rk, rr;                  // ranks of the kept and of the reduced dims
+    int rk, rr;                  // ranks of the kept and of the reduced dims (the rest: size 1)
     int kshape[4], kstride[4];
     int rshape[4], rstride[4];
 } p;
 
+int base_of(int i) {
+    int base = 0;
+    [[unroll]] for (int d = 3; d >= 0; --d) {
+        base += (i % p.kshape[d]) * p.kstride[d];
+        i /= p.kshape[d];
+    }
+    return base;
+}
+
+float value(int base, int c) {
+    int off = base;
+    [[unroll]] for (int d = 3; d >= 0; --d) {
+        off += (c % p.rshape[d]) * p.rstride[d];
+        c /= p.rshape[d];
+    }
+    float v = x[off];
+#ifdef NORM2
+    return v * v;
+#else
+    return v;
+#endif
+}
+
+// The compensated sum of this lane's values: c = first, first + step, ... (4 an iteration: a
+// quarter of the loop iterations, see above)
+float lane_sum(int base, int first, int step) {
+    precise float s = 0.0, comp = 0.0;
+    for (int c0 = first; c0 < p.count; c0 += 4 * step) {
+        [[unroll]] for (int k = 0; k < 4; ++k) {
+            const int c = c0 + k * step;
+            if (c < p.count) {
+                precise float term = value(base, c) - comp;
+                precise float next = s + term;
+                comp = (next - s) - term;
+                s = next;
+            }
+        }
+    }
+    return s;
+}
+
+float finish(float s) {
+#if defined(MEAN)
+    return s / float(p.count);
+#elif defined(NORM2)
+    return sqrt(s);
+#else
+    return s;
+#endif
+}
+
 void main() {
+#ifdef ROWS
+    for (int r = first_row(); r < p.n_out; r += row_stride()) {
+        float s = row_sum(lane_sum(base_of(r), lane(), lanes()));
+        if (lane() == 0) y[r] = finish(s);
+    }
+#else
     int i = linear_invocation();
     if (i >= p.n_out) return;
-    int base = 0, t = i;
-    for (int d = p.rk - 1; d >= 0; --d) {
-        base += (t % p.kshape[d]) * p.kstride[d];
-        t /= p.kshape[d];
-    }
-    float s = 0.0;
-    for (int c = 0; c < p.count; ++c) {
-        int off = base;
-        t = c;
-        for (int d = p.rr - 1; d >= 0; --d) {
-            off += (t % p.rshape[d]) * p.rstride[d];
-            t /= p.rshape[d];
-        }
-        float v = x[off];
-#ifdef NORM2
-        s += v * v;
-#else
-        s += v;
+    y[i] = finish(lane_sum(base_of(i), 0, 1));
 #endif
-    }
-#if defined(MEAN)
-    s = s / float(p.count);
-#elif defined(NORM2)
-    s = sqrt(s);
-#endif
-    y[i] = s;
 }

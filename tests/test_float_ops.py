@@ -379,6 +379,30 @@ def test_reduce(device, op, shape, attrs):
         check(got, ref, ("dot", count + 1), scale)
 
 
+@pytest.mark.parametrize("op,shape,attrs", [("mean", (1, 3, 426, 342), {"dims": [2, 3], "keepdim": True}),
+                                            ("sum", (150001,), {"dims": None, "keepdim": False}),
+                                            ("vector_norm", (2, 70001), {"dims": [1], "keepdim": False}),
+                                            ("sum", (5, 4, 300), {"dims": [0, 2], "keepdim": False})])
+def test_long_reductions_count_every_value(device, op, shape, attrs):
+    """Reductions over many values: every value is counted (llvmpipe stops one invocation's loops
+    after 65535 iterations; one invocation an output used to sum only 21845 values of a global
+    pool over 426x342, silently) and the compensated sums stay within a few eps of sum |x|,
+    not count eps. A sum of ones is exact."""
+    x = rnd(*shape, lo=0.0, hi=2.0)          # no cancellation: sum |x| = sum x
+    ref = get_op(op).reference(x, **attrs)
+    got, _ = run_op(device, op, [x], attrs, ref.shape)
+    scale = get_op("sum").reference(np.abs(x) ** (2 if op == "vector_norm" else 1), **attrs).astype(np.float64)
+    count = x.size // max(ref.size, 1)
+    bound = 16 * EPS * scale / (count if op == "mean" else 1)
+    if op == "vector_norm":
+        got, ref = got.astype(np.float64) ** 2, ref.astype(np.float64) ** 2
+    assert np.all(np.abs(got - ref) <= bound), (np.abs(got - ref).max(), bound)
+    ones = np.ones(shape, np.float32)
+    got, _ = run_op(device, "sum", [ones], attrs if op != "vector_norm" else {"dims": [1], "keepdim": False},
+                    ref.shape if op != "mean" else ref.shape)
+    np.testing.assert_array_equal(got, np.full(got.shape, count, np.float32))
+
+
 # ---------------------------------------------------------------- copies
 
 COPY_CASES = [

@@ -256,6 +256,14 @@ class DeviceInfo:
         return sg
 
     @property
+    def loop_budget(self) -> int | None:
+        """Loop iterations one invocation may run, all its loops together, or None (no limit):
+        llvmpipe (Mesa's gallivm) stops an invocation's loops after 65535 iterations, with no
+        error (its guard against endless loops), so a longer loop silently leaves work undone.
+        Kernels whose loops scale with a tensor's size check this (float.py _row_dispatch)."""
+        return 65535 if "llvmpipe" in self.name.lower() else None
+
+    @property
     def is_software(self) -> bool:
         return self.type == "cpu" or any(s in (self.name + self.driver).lower()
                                          for s in ("llvmpipe", "swiftshader", "lavapipe"))

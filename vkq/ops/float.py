@@ -57,6 +57,7 @@ MATMUL_ROWS = (8, 16, 32)   # rows a workgroup owns: the first >= M (more rows, 
 MATMUL_TN = 4               # columns a lane owns (TN in shaders/float_matmul.comp)
 ROW_SUBGROUP = True    # row shaders: a subgroup a row where subgroup arithmetic exists (tests force False)
 ROW_KEEP = 8           # vec4s a lane of a row shader's vec4 path keeps in registers, at most
+REDUCE_ROW = 64        # float_reduce: from this many values an output, its lanes share them
 
 
 def _f(x):
@@ -336,14 +337,17 @@ def _elementwise(ctx, shader, buffers, n, push, defines=None):
                                spec=(PER,), push=push, defines=defines)
 
 
-def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec4s=None, vec=False, center=None):
+def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec4s=None, vec=False, center=None,
+                  passes: int = 3, per_step: int = 1):
     """A row shader: a subgroup a row where the device has subgroup arithmetic (ROW_SUBGROUP,
     no barriers), else a workgroup a row (a power of two <= LOCAL, <= the row length rounded up).
     Rows are grid-strided in the shader, so the workgroup count only has to be <= the limit.
     vec4s: a row's vec4s, for a shader that keeps a lane's share of them in registers
     (specialization constant 4: that share, at most ROW_KEEP; 5: vec, its vec4 loads and stores;
     shaders/include/float_workgroup.glsl); center: float_layer_norm's mean subtraction (6; off:
-    rms_norm)."""
+    rms_norm). passes, per_step: a lane reads its share of a row `passes` times, `per_step`
+    values a loop iteration (vec: 4): refused (ValueError) where that passes the device's loop
+    budget (llvmpipe: vkinfo.DeviceInfo.loop_budget), which would leave values out silently."""
     info = ctx.device.info
     sg = int(info.subgroup_size)
     # a row a subgroup needs every lane of it: full subgroups (vkinfo.fixed_subgroups)
@@ -355,6 +359,12 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
             width *= 2
     groups = min(max(1, -(-rows // per_group)), info.max_workgroup_count[0])
     lanes = width // per_group                       # a row's lanes
+    budget = info.loop_budget
+    if budget is not None:
+        loops = passes * -(-d // (lanes * (4 if vec else per_step))) + -(-rows // (groups * per_group))
+        if loops > budget:
+            raise ValueError(f"{shader}: rows of {d} values take {loops} loop iterations a lane on {info.name}, "
+                             f"past its limit of {budget} (Mesa's loop limiter would drop values silently)")
     keep = () if vec4s is None else (min(ROW_KEEP, max(1, -(-vec4s // lanes))), int(vec))
     keep += () if center is None else (int(center),)
     return ctx.device.dispatch(shader, buffers, (groups, 1, 1), local=(width,), spec=(width, *keep), push=push,
@@ -631,8 +641,12 @@ def _reduce_build(variant):
         n_out, count = _numel(ctx.spec(y).shape), _numel([shape[d] for d in red])
         push = (n_out, count, len(kshape), len(rshape), _pad(kshape, 4, 1), _pad(kst, 4),
                 _pad(rshape, 4, 1), _pad(rst, 4))
-        return [ctx.device.dispatch("float_reduce", [ctx.buffer(x), ctx.buffer(y)], grid_1d(n_out, LOCAL),
-                                    local=(LOCAL,), push=push, defines=[variant])]
+        bufs = [ctx.buffer(x), ctx.buffer(y)]
+        if count >= REDUCE_ROW:     # a subgroup / workgroup an output (float_reduce.comp says why)
+            return [_row_dispatch(ctx, "float_reduce", bufs, n_out, count, push, defines=[variant],
+                                  passes=1, per_step=4)]
+        return [ctx.device.dispatch("float_reduce", bufs, grid_1d(n_out, LOCAL), local=(LOCAL,), push=push,
+                                    defines=[variant])]
     return build
 
 
