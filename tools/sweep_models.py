@@ -7,7 +7,8 @@ dynamic-shape refusals of 2026-11-23; run it after changing a pass or a kernel c
 
 Families: cnn (convs, depthwise, residuals, squeeze-excitation, cat, pools, upsampling,
 transposed convs, PReLU, six activations; inputs normal, large, tiny, positive or 0-255 images)
-temporal (1-D convs, transposed convs and pools) and transformer (token ids through an embedding,
+temporal (1-D convs, transposed convs and pools) (both: half static, half dynamic or weight-only,
+whose convs, pools and batch norms run in float) and transformer (token ids through an embedding,
 image patches or float tokens; encoder layers, MultiheadAttention, attention written out with
 scaled_dot_product_attention, causal or not, FFNs, LayerNorm/RMSNorm; static, dynamic or
 weight-only scheme). Each failure prints one line with the model it drew (rerun
@@ -375,7 +376,9 @@ def _draw(rng, family: str):
             m.running_mean.uniform_(-0.5, 0.5)
             m.running_var.uniform_(0.5, 2.0)
             m.weight.data.uniform_(0.5, 1.5)
-    return net.eval(), shape, kind, "static", f"{kind} {shape} {net.desc}"
+    # mostly static; the linear-only schemes leave every conv, pool and batch norm float (conv2d_float)
+    scheme = str(rng.choice(["static", "static", "dynamic", "weight_only"]))
+    return net.eval(), shape, kind, scheme, f"{scheme} {kind} {shape} {net.desc}"
 
 
 def _draw_transformer(rng):
