@@ -429,22 +429,28 @@ def test_copy(device, op, inputs, attrs, out_shape):
 FLOAT_CONVS = [((2, 5, 9, 11), (10, 5, 3, 3), 1, 1, 1, 1), ((1, 6, 10, 10), (9, 2, 5, 3), 1, 2, 2, 3),
                ((1, 8, 13, 7), (8, 1, 3, 3), 2, 1, 1, 8), ((1, 4, 6, 9), (8, 1, 3, 3), 1, 0, 1, 4),
                ((1, 3, 29, 31), (16, 3, 7, 7), 2, 3, 1, 1), ((2, 7, 3, 2), (5, 7, 1, 1), 1, 0, 1, 1),
-               ((2, 4, 17), (6, 4, 5), 2, 2, 1, 1), ((1, 6, 23), (6, 1, 3), 1, 2, 2, 6), ((5, 6), (6, 1), 1, 0, 1, 6)]
+               ((2, 4, 17), (6, 4, 5), 2, 2, 1, 1), ((1, 6, 23), (6, 1, 3), 1, 2, 2, 6), ((5, 6), (6, 1), 1, 0, 1, 6),
+               ((1, 5, 9, 37), (20, 5, 3, 3), 1, 1, 1, 1), ((1, 6, 8, 8), (36, 2, 1, 3), (1, 2), (0, 1), 1, 3)]
 
 
+@pytest.mark.parametrize("tiles", ["cpu", "gpu"])
 @pytest.mark.parametrize("weights", ["constant", "input"])
 @pytest.mark.parametrize("case", FLOAT_CONVS, ids=[str(i) for i in range(len(FLOAT_CONVS))])
-def test_conv2d_float(loads_device, case, weights):
+def test_conv2d_float(loads_device, case, weights, tiles, monkeypatch):
     """conv2d_float against the reference (float sums in another order: the dot bound over
-    K = CG*KH*KW products and the bias), the reference against torch; weights uploaded as
-    constants or computed in the graph (a program input here)."""
+    K = CG*KH*KW products and the bias), the reference against torch; weights packed
+    constants or computed in the graph (a program input here: RAW); the register tiles of
+    either device kind (16 or 8 channels with part tiles, 16 or 4 columns)."""
     import torch
     import torch.nn.functional as F
+    from vkq.ops import conv
+    monkeypatch.setattr(conv, "FLOAT_TILES_FORCE", tiles)
     xs, ws, s, p, d, g = case
     x, w, b = rnd(*xs), rnd(*ws, lo=-1, hi=1), rnd(ws[0])
     rank = len(xs)
-    attrs = {"stride": [1 if rank < 4 else s, s], "padding": [0 if rank < 4 else p, p],
-             "dilation": [1 if rank < 4 else d, d], "groups": g}
+    pair = lambda v, lead: list(v) if isinstance(v, tuple) else [v if rank == 4 else lead, v]   # noqa: E731
+    attrs = {"stride": pair(s, 1), "padding": pair(p, 0), "dilation": pair(d, 1), "groups": g}
+    s, p, d = (tuple(a) if rank == 4 else a[1] for a in (attrs["stride"], attrs["padding"], attrs["dilation"]))
     t = torch.from_numpy
     want = (F.conv2d(t(x), t(w), t(b), s, p, d, g) if rank == 4 else F.conv1d(t(x), t(w), t(b), s, p, d, g)
             if rank == 3 else t(x * w[:, 0] + b)).numpy()

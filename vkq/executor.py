@@ -181,6 +181,9 @@ class BuildContext:
     def constant(self, name: str) -> np.ndarray:
         return self._ex.program.constants[name]
 
+    def is_constant(self, name: str) -> bool:
+        return name in self._ex.program.constants
+
     def const_buffer(self, array, dtype=None) -> Buffer:
         """Upload an op-prepared array (packed weights, bias, multipliers) once: the same
         words are the same buffer, whichever build asks."""

@@ -591,12 +591,30 @@ def conv2d_float(x, weight, bias, *, stride=(1, 1), padding=(0, 0), dilation=(1,
     return out.reshape((n, oc) + (oh, ow)[4 - rank:])
 
 
-def _float_tiles(g: ConvGeometry) -> tuple[int, int]:
-    """(TOC output channels, TW output columns) an invocation of conv2d_float computes: 8 or 4
-    channels of a group (the x value loaded once serves them all), fewer in a group of fewer
-    (depthwise: 1); 4 columns (each weight loaded once serves them), fewer on narrower maps."""
-    toc = 8 if g.ocg >= 8 else 4 if g.ocg >= 3 else g.ocg
-    return toc, min(4, g.ow)
+def _float_tiles(g: ConvGeometry, info) -> tuple[int, int]:
+    """(TOC output channels, TW output columns) an invocation of conv2d_float computes: the x
+    window it loads serves TOC channels, each weight vec4 TW columns. CPU drivers: 16 x 16 (their
+    loads cost most; lavapipe, ResNet-18 at 224 under the dynamic scheme, 20 float convs, one
+    run: 8x4 210 ms, 16x8 177, 16x16 140, 32x16 130 a call, the CPU fallback before them 181).
+    GPUs: 8 x 4, 32 accumulators, a register tile that leaves room for many invocations (not
+    measured: no GPU here). Fewer channels in a group of fewer (depthwise: 1), fewer columns on
+    narrower maps."""
+    kind = FLOAT_TILES_FORCE or ("cpu" if info.type == "cpu" else "gpu")
+    want_c, want_w = (16, 16) if kind == "cpu" else (8, 4)
+    toc = next((t for t in (16, 8, 4) if t <= want_c and g.ocg >= t), 4 if g.ocg >= 3 else g.ocg)
+    return toc, min(want_w, g.ow)
+
+
+FLOAT_TILES_FORCE = None   # tests: "cpu" / "gpu", the other device kind's tiles
+
+
+def _pack_float_weights(weight: np.ndarray, g: ConvGeometry, toc: int) -> np.ndarray:
+    """(OC, CG, KH, KW) -> per tile of toc channels of a group, a tap's toc weights side by side
+    (shaders/conv2d_float.comp), zeros past each group's last channel."""
+    tpg = cdiv(g.ocg, toc)
+    w = np.zeros((g.groups, tpg * toc, g.cg, g.kh * g.kw), np.float32)
+    w[:, :g.ocg] = weight.reshape(g.groups, g.ocg, g.cg, g.kh * g.kw)
+    return np.ascontiguousarray(w.reshape(g.groups, tpg, toc, g.cg, g.kh * g.kw).transpose(0, 1, 3, 4, 2)).reshape(-1)
 
 
 def _float_geometry(x_shape, w_shape, a) -> ConvGeometry:
@@ -612,14 +630,18 @@ def _float_build(ctx, node):
     if tuple(ctx.spec(y).shape) != want or tuple(ctx.spec(b).shape) != (g.oc,):
         raise ValueError(f"{node.name}: output {ctx.spec(y).shape} / bias {ctx.spec(b).shape}, "
                          f"the conv gives {want} / ({g.oc},)")
-    toc, tw = _float_tiles(g)
+    toc, tw = _float_tiles(g, ctx.device.info)
     tpg = cdiv(g.ocg, toc)
     n = g.n * g.groups * tpg * g.oh * cdiv(g.ow, tw)
+    if ctx.is_constant(w):
+        wbuf, defines = ctx.const_buffer(_pack_float_weights(np.asarray(ctx.constant(w), np.float32), g, toc)), []
+    else:
+        wbuf, defines = ctx.buffer(w), ["RAW"]
     return [ctx.device.dispatch(
-        "conv2d_float", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b), ctx.buffer(y)], grid_1d(n, 64),
-        local=(64,), spec=(toc, tw, g.kh, g.kw),
+        "conv2d_float", [ctx.buffer(x), wbuf, ctx.buffer(b), ctx.buffer(y)], grid_1d(n, 64),
+        local=(64,), spec=(toc, tw, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw), defines=defines,
         push=(np.array([g.n, g.c, g.h, g.w]), np.array([g.n, g.oc, g.oh, g.ow]),
-              np.array([g.sh, g.sw, g.ph, g.pw]), np.array([g.dh, g.dw, g.groups, tpg])))]
+              np.array([g.ph, g.pw, g.groups, tpg])))]
 
 
 def conv2d_float_shape(x_shape, g: ConvGeometry) -> tuple:

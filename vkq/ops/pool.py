@@ -283,9 +283,8 @@ class MaxPool2d:
         tw = min(4, ow)
         return [ctx.device.dispatch(
             "conv2d_float", [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])],
-            grid_1d(n * c * oh * cdiv(ow, tw), 64), local=(64,), spec=(1, tw, kh, kw),
-            push=(np.array([n, c, h, w]), np.array([n, c, oh, ow]), np.array([sh, sw, ph, pw]),
-                  np.array([dh, dw, c, 1])), defines=["MAX"])]
+            grid_1d(n * c * oh * cdiv(ow, tw), 64), local=(64,), spec=(1, tw, kh, kw, sh, sw, dh, dw),
+            push=(np.array([n, c, h, w]), np.array([n, c, oh, ow]), np.array([ph, pw, c, 1])), defines=["MAX"])]
 
     def decline(node, tensors):
         x = tensors[node.inputs[0]]
