@@ -451,3 +451,31 @@ def test_softmax_with_float32_dtype_runs_on_vulkan():
     assert program.fallback == [] and ops(program)[-1] == "softmax"
     assert all(cpu_reason(n, program.tensors) is None for n in program.nodes)
     assert_matches_pt2e(program, gm, x)
+
+
+class ConstantTableMLP(nn.Module):
+    """SwinV2's continuous position bias: an MLP over a constant coordinate table, added to the
+    activations."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(5)
+        self.register_buffer("table", torch.rand(1, 5, 7, 2, generator=g) * 2 - 1)
+        self.mlp = nn.Sequential(nn.Linear(2, 12), nn.ReLU(), nn.Linear(12, 3))
+
+    def forward(self, x):
+        return torch.relu(x + self.mlp(self.table))
+
+
+def test_linear_on_a_constant_table_reads_it_in_its_layout(device):
+    """A linear_q8 whose input is an int8 constant (the quantized table, rank 4): the constant is
+    packed 4H4W as the linear reads it (before: left 4W4C, the rank-4 default, and building the
+    program failed with "linear kernels read int8 4H4W activations")."""
+    x = torch.randn(1, 5, 7, 3, generator=torch.Generator().manual_seed(0))
+    gm = api.quantize(ConstantTableMLP().eval(), (x,), calibration=batches((1, 5, 7, 3)), progress=False)
+    program = lower(gm, (x,))
+    first = next(n for n in program.nodes if n.op == "linear_q8")
+    assert first.inputs[0] in program.constants and program.tensors[first.inputs[0]].layout == "4H4W"
+    assert program.fallback == []
+    oputil.assert_program_on_device(program, device, x.numpy())
+    assert assert_matches_pt2e(program, gm, x) >= 1

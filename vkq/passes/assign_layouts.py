@@ -38,7 +38,15 @@ def default_layout(node: Node) -> str:
 
 
 def _activation_inputs(node: Node) -> list[Node]:
-    return [a for a in node.args if isinstance(a, Node) and a.op != "get_attr"]
+    """The tensors node reads in its own layout: its first operand, a constant too (SwinV2's
+    position-bias MLP runs its linears on a constant coordinate table), and every operand that
+    is not a constant (weights, tables and epilogue constants are packed by the op); every
+    operand of an elementwise op but lut_q8's table."""
+    args = [a for a in node.args if isinstance(a, Node)]
+    op = vkq_op_of(node)
+    if op in FOLLOW and op != "lut_q8":
+        return args
+    return [a for i, a in enumerate(args) if i == 0 or a.op != "get_attr"]
 
 
 def required(producer: Node, user: Node) -> str | None:
