@@ -345,6 +345,39 @@ def test_decoder_layer_runs_on_vulkan(scheme, device):
     assert cosine(got, _eager(compiled.gm, xs[0])) > 0.999 and cosine(got, want) > 0.99
 
 
+class StackAndBaddbmm(nn.Module):
+    """GPT-J's rotary interleave (torch.stack) and BLOOM's ALiBi scores (torch.baddbmm with a
+    bias, beta and alpha)."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.q, self.k, self.o = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+            self.register_buffer("alibi", torch.randn(1, 7, 7))
+
+    def forward(self, x):
+        q, k = self.q(x), self.k(x)
+        r = torch.stack([-q[..., 1::2], q[..., ::2]], dim=-1).flatten(-2)
+        s = torch.baddbmm(self.alibi, r, k.transpose(1, 2), beta=0.5, alpha=0.25)
+        return self.o(torch.softmax(s, -1) @ k)
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_stack_and_baddbmm_run_on_vulkan(scheme, device):
+    """normalize_ops spells stack as unsqueezes and a cat, baddbmm as a bmm, scalings and an add
+    (before: both ran on the CPU, splitting the program)."""
+    xs = _randn((2, 7, 16), 4, 10)
+    compiled = Compiled(StackAndBaddbmm().eval(), xs[0], [(x,) for x in xs[1:]], scheme)
+    assert not compiled.program.fallback, compiled.program.fallback
+    prog = compiled.on(device)
+    got, ref = prog(xs[0].numpy()), prog.run_reference(xs[0].numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    with torch.no_grad():
+        want = StackAndBaddbmm().eval()(xs[0]).numpy()
+    assert cosine(got, _eager(compiled.gm, xs[0])) > 0.999 and cosine(got, want) > 0.99
+
+
 class HybridFrontEnd(nn.Module):
     """What the linear-only schemes leave float around their linears: a strided stem conv, a
     max pool, a grouped conv and BatchNorm2d, a global average pool, a conv1d with padding="same" and

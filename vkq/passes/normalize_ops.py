@@ -22,6 +22,10 @@ differently; this pass rewrites the second kind into the first:
   aten.relu6(x), aten.clamp(x, lo, hi)          -> aten.hardtanh(x, lo, hi);  clamp(x, 0) -> relu
   aten.prelu(x, w), w one slope                 -> aten.leaky_relu(x, w)
   aten.prelu(x, w), a slope per channel of 4-D x -> x + conv2d(hardtanh(x, -max, 0), w - 1, groups=C)
+  aten.glu(x, dim)                              -> slices, sigmoid, mul
+  aten.repeat_interleave(x, r int, dim)         -> unsqueeze, expand, flatten
+  aten.stack(tensors, dim)                      -> cat of the tensors unsqueezed at dim   (GPT-J)
+  aten.baddbmm(c, a, b, beta, alpha)            -> beta * c + alpha * bmm(a, b)   (BLOOM, WavLM)
   dropout (eval), clone, alias, contiguous, detach -> removed (identities at inference)
   quantize / dequantize per tensor to uint8     -> int8 with zero point - 128 (X86 quantizer):
                                                    q_u8 - 128 = q_i8, the floats are the same
@@ -328,6 +332,43 @@ def int8_from_uint8(node):
     return new
 
 
+def cat_from_stack(node):
+    """stack(tensors, dim) = cat of each unsqueezed at dim (GPT-J's rotary embedding): views and
+    a cat, which have kernels (cat_q8 keeps int8 where the quantizer annotates it)."""
+    tensors, dim = node.args[0], arg(node, 1, "dim", 0)
+    vs = [val(t) for t in tensors] if isinstance(tensors, (list, tuple)) else []
+    if not vs or not all(isinstance(v, torch.Tensor) for v in vs):
+        return None
+    dim = dim % (vs[0].dim() + 1)
+    ups = []
+    for t, v in zip(tensors, vs):
+        up = _new(node, aten.unsqueeze.default, (t, dim))
+        up.meta["val"] = v.unsqueeze(dim)
+        ups.append(up)
+    return _new(node, aten.cat.default, (ups, dim))
+
+
+def bmm_add_from_baddbmm(node):
+    """baddbmm(c, a, b, beta, alpha) = beta * c + alpha * (a @ b) (BLOOM's ALiBi scores, WavLM's
+    position bias): a bmm, scalings where beta or alpha is not 1, an add."""
+    c, a, b = node.args[:3]
+    beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+    if not all(isinstance(v, torch.Tensor) for v in (val(c), val(a), val(b))) \
+            or not all(isinstance(s, (int, float)) for s in (beta, alpha)):
+        return None
+    prod = _new(node, aten.bmm.default, (a, b))
+    prod.meta["val"] = val(node)
+    if alpha != 1:
+        prod = _new(node, aten.mul.Tensor, (prod, alpha))
+        prod.meta["val"] = val(node)
+    if beta == 0:
+        return prod
+    if beta != 1:
+        c = _new(node, aten.mul.Tensor, (c, beta))
+        c.meta["val"] = val(node.args[0])
+    return _new(node, aten.add.Tensor, (c, prod))
+
+
 # Rules the quantizer applies too, before it annotates (normalize_for_annotation): its annotators
 # know only the forms on the right, so a model spelling the left would stay float.
 BEFORE_ANNOTATION = {
@@ -338,6 +379,8 @@ BEFORE_ANNOTATION = {
     aten.reshape_as.default: reshape_from_reshape_as,
     aten.glu.default: mul_sigmoid_from_glu,
     aten.repeat_interleave.self_int: expand_from_repeat_interleave,
+    aten.stack.default: cat_from_stack,
+    aten.baddbmm.default: bmm_add_from_baddbmm,
 }
 
 NORMALIZE = {
