@@ -21,9 +21,13 @@
 // Float sums in another order than the reference's: |error| <= K eps sum |x w| (K = CG*KH*KW).
 // MAX: the float max pool (op max_pool2d, vkq/ops/pool.py) on the same windows, groups = C and
 // TOC = 1, no weights: y = the largest in-input tap (padding taps are skipped, as -inf), exact.
+// AVG: the float average pool (op avg_pool2d): the in-input taps summed in row-major order, as
+// ATen sums them, divided by the output position's divisor (PyTorch's rules, made on the host:
+// div[oh * OW + ow], 0 for an empty window, whose average is 0).
 //! variant
 //! variant RAW
 //! variant MAX
+//! variant AVG
 #include "common.glsl"
 
 layout(constant_id = 3) const int TOC = 4;
@@ -37,9 +41,15 @@ layout(constant_id = 10) const int DW = 1;
 const int WIN = (TW - 1) * SW + (KW - 1) * DW + 1;
 
 layout(std430, binding = 0) readonly buffer X { float x[]; };
-#ifdef MAX
+#if defined(MAX) || defined(AVG)
+#define POOL
 layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+#endif
+#if defined(MAX)
 #define FILL (uintBitsToFloat(0xff800000u))    // -inf: a tap outside the input
+#elif defined(AVG)
+layout(std430, binding = 2) readonly buffer Div { float div[]; };
+#define FILL 0.0
 #else
 layout(std430, binding = 1) readonly buffer Wt { float w[]; };
 layout(std430, binding = 1) readonly buffer Wt4 { vec4 w4[]; };     // the same words by vec4
@@ -74,7 +84,7 @@ void main() {
     float acc[TOC][TW];
     [[unroll]] for (int j = 0; j < TOC; ++j) {
         oc[j] = oc0 + min(j, jn - 1);
-#ifdef MAX
+#ifdef POOL
         const float b = FILL;
 #else
         const float b = bias[oc[j]];
@@ -95,8 +105,10 @@ void main() {
                 xw[v] = (iw >= 0 && iw < W) ? x[row + clamp(iw, 0, W - 1)] : FILL;
             }
             [[unroll]] for (int kw = 0; kw < KW; ++kw) {
-#ifdef MAX
+#if defined(MAX)
                 [[unroll]] for (int u = 0; u < TW; ++u) acc[0][u] = max(acc[0][u], xw[u * SW + kw * DW]);
+#elif defined(AVG)
+                [[unroll]] for (int u = 0; u < TW; ++u) acc[0][u] += xw[u * SW + kw * DW];
 #else
                 const int tap = (c * KH + kh) * KW + kw;
                 float wv[TOC];
@@ -122,7 +134,14 @@ void main() {
     [[unroll]] for (int j = 0; j < TOC; ++j) {
         if (j >= jn) break;
         const int base = ((n * OC + oc0 + j) * OH + oh) * OW;
-        [[unroll]] for (int u = 0; u < TW; ++u)
-            if (ow0 + u < OW) y[base + ow0 + u] = acc[j][u];
+        [[unroll]] for (int u = 0; u < TW; ++u) {
+            if (ow0 + u >= OW) continue;
+#ifdef AVG
+            const float d = div[oh * OW + ow0 + u];
+            y[base + ow0 + u] = d == 0.0 ? 0.0 : acc[j][u] / d;
+#else
+            y[base + ow0 + u] = acc[j][u];
+#endif
+        }
     }
 }

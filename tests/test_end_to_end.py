@@ -380,16 +380,17 @@ def test_stack_and_baddbmm_run_on_vulkan(scheme, device):
 
 class HybridFrontEnd(nn.Module):
     """What the linear-only schemes leave float around their linears: a strided stem conv, a
-    max pool, a grouped conv and BatchNorm2d, a global average pool, a conv1d with padding="same" and
-    BatchNorm1d on (N, C, L) and on (N, C), and a weight-normed conv1d (wav2vec2's positional
-    conv: its weight computed in the graph)."""
+    max pool, a grouped conv and BatchNorm2d, an average pool, a global average pool, a conv1d
+    with padding="same" and BatchNorm1d on (N, C, L) and on (N, C), and a weight-normed conv1d
+    (wav2vec2's positional conv: its weight computed in the graph)."""
 
     def __init__(self):
         super().__init__()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             self.stem = nn.Sequential(nn.Conv2d(3, 12, 3, 2, 1), nn.BatchNorm2d(12), nn.ReLU(), nn.MaxPool2d(3, 1, 1),
-                                      nn.Conv2d(12, 12, 3, 1, 1, groups=3), nn.BatchNorm2d(12))
+                                      nn.Conv2d(12, 12, 3, 1, 1, groups=3), nn.BatchNorm2d(12),
+                                      nn.AvgPool2d(3, 1, 1, count_include_pad=False))    # PoolFormer's
             self.pool = nn.AdaptiveAvgPool2d(1)
             self.seq = nn.Conv1d(12, 10, 3, padding="same", dilation=2)
             self.bn1, self.bn2 = nn.BatchNorm1d(10), nn.BatchNorm1d(10)
@@ -409,13 +410,13 @@ class HybridFrontEnd(nn.Module):
 @pytest.mark.parametrize("scheme", ["dynamic", "weight_only"])
 def test_float_convs_and_batch_norms_run_on_vulkan(scheme, device):
     """Under the linear-only schemes every conv, batch norm and pool runs on Vulkan in float (op
-    conv2d; batch norm as a depthwise 1x1 conv2d; max_pool2d; the global pool a mean): before,
-    each ran on the CPU. Float sums: close to the reference, not equal bits."""
+    conv2d; batch norm as a depthwise 1x1 conv2d; max_pool2d, avg_pool2d; the global pool a
+    mean): before, each ran on the CPU. Float sums: close to the reference, not equal bits."""
     xs = _randn((2, 3, 15, 13), 4, 9)
     compiled = Compiled(HybridFrontEnd().eval(), xs[0], [(x,) for x in xs[1:]], scheme)
     assert not compiled.program.fallback, compiled.program.fallback
     ops = [n.op for n in compiled.program.nodes]
-    assert ops.count("conv2d") == 5 and "mean" in ops and "max_pool2d" in ops, ops  # 2 convs, conv1d (BNs folded), weight-normed, bn2
+    assert ops.count("conv2d") == 5 and {"mean", "max_pool2d", "avg_pool2d"} <= set(ops), ops  # 2 convs, conv1d (BNs folded), weight-normed, bn2
     prog = compiled.on(device)
     got, ref = prog(xs[0].numpy()), prog.run_reference(xs[0].numpy())
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())

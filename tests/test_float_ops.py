@@ -487,6 +487,32 @@ def test_max_pool2d_float(device, case):
     np.testing.assert_array_equal(got, ref)
 
 
+# (input shape, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+# PoolFormer's 3x3 s1 without the padding counted, ceil_mode overhang (a window cut by the
+# padded edge), strides, an override, a 3-D input
+FLOAT_AVG_POOLS = [((2, 5, 11, 9), 3, 1, 1, 0, 0, None), ((1, 3, 10, 11), 3, 2, 1, 1, 1, None),
+                   ((1, 4, 9, 13), (2, 3), (2, 2), (1, 1), 1, 0, None), ((6, 7, 5), 2, 2, 0, 0, 1, 3),
+                   ((1, 2, 8, 8), 4, 4, 0, 0, 1, None)]
+
+
+@pytest.mark.parametrize("case", FLOAT_AVG_POOLS, ids=[str(i) for i in range(len(FLOAT_AVG_POOLS))])
+def test_avg_pool2d_float(device, case):
+    """The float average pool (conv2d_float's AVG variant): the reference equals torch; the
+    device sums in the same order and divides within Vulkan's 2.5 ulp."""
+    import torch
+    import torch.nn.functional as F
+    from vkq.ops.pool import avg_pool2d_geometry
+    shape, k, s, p, ceil, cip, override = case
+    x = rnd(*shape)
+    want = F.avg_pool2d(torch.from_numpy(x), k, s, p, bool(ceil), bool(cip), override).numpy()
+    steps = []
+    got, ref = run_op(device, "avg_pool2d", [x], avg_pool2d_geometry(k, s, p, ceil, cip, override), want.shape,
+                      steps=steps)
+    assert len(steps) == 1
+    np.testing.assert_array_equal(ref, want)
+    check(got, ref, ("ulp", 3))
+
+
 # ---------------------------------------------------------------- without a device
 
 def test_float_ops_run_on_vulkan_and_shape_ops_have_one_name():

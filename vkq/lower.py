@@ -325,6 +325,15 @@ def _max_pool(n, t):
                                                          arg(n, 4, "dilation", 1), arg(n, 5, "ceil_mode", False))
 
 
+def _avg_pool(n, t):
+    from .ops.pool import avg_pool2d_geometry
+    if len(shape_of(n.args[0])) not in (3, 4):
+        return None
+    return "avg_pool2d", [n.args[0]], avg_pool2d_geometry(
+        n.args[1], arg(n, 2, "stride") or None, arg(n, 3, "padding", 0), arg(n, 4, "ceil_mode", False),
+        arg(n, 5, "count_include_pad", True), arg(n, 6, "divisor_override"))
+
+
 def _global_average(n, t):
     """adaptive_avg_pool2d(x, 1) on a float x: the mean over H and W (float_reduce)."""
     size = n.args[1]
@@ -624,6 +633,7 @@ _FLOAT_RULES = {
     aten.linalg_vector_norm.default: _vector_norm,
     aten.adaptive_avg_pool2d.default: _global_average,
     aten.max_pool2d.default: _max_pool,
+    aten.avg_pool2d.default: _avg_pool,
 }
 
 CPU_RULES = {

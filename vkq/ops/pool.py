@@ -93,18 +93,24 @@ def max_pool2d_params(kernel, stride=None, padding=0, dilation=1, ceil_mode=Fals
     return {**_geometry(kernel, stride, padding, dilation), "ceil_mode": int(bool(ceil_mode))}
 
 
+def avg_pool2d_geometry(kernel, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                        divisor_override=None) -> dict:
+    """Attrs of avg_pool2d (float): the windows and PyTorch's divisor rules."""
+    g = _geometry(kernel, stride, padding)
+    del g["dilation"]
+    return {**g, "ceil_mode": int(bool(ceil_mode)), "count_include_pad": int(bool(count_include_pad)),
+            "divisor_override": int(divisor_override or 0)}
+
+
 def avg_pool2d_params(in_scale, in_zp, out_scale, out_zp, kernel, stride=None, padding=0,
                       ceil_mode=False, count_include_pad=True, divisor_override=None,
                       activation=None) -> dict:
     """Attrs of avg_pool2d_q8: the geometry and a multiplier for every divisor a window can
     have (1 .. kh*kw, or the override)."""
-    g = _geometry(kernel, stride, padding)
-    del g["dilation"]
+    g = avg_pool2d_geometry(kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
     kh, kw = g["kernel"]
     divisors = [int(divisor_override)] if divisor_override else range(1, kh * kw + 1)
-    return {**g, "ceil_mode": int(bool(ceil_mode)), "count_include_pad": int(bool(count_include_pad)),
-            "divisor_override": int(divisor_override or 0),
-            **_out_attrs(in_zp, out_scale, out_zp, activation),
+    return {**g, **_out_attrs(in_zp, out_scale, out_zp, activation),
             **_divisor_table(in_scale, out_scale, divisors)}
 
 
@@ -261,6 +267,60 @@ class MaxPool2dQ8:
                                  [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])])]
 
 
+def float_pool_dispatch(ctx, node, variant, kernel, stride, padding, dilation, extra=()):
+    """conv2d_float's MAX / AVG variant over (N, C, H, W) or (C, H, W): a window per channel."""
+    from .conv import cdiv
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (_pair(v) for v in (kernel, stride, padding, dilation))
+    n, c, h, w = packing.as_nchw(ctx.spec(node.inputs[0]).shape)
+    oh, ow = ctx.spec(node.outputs[0]).shape[-2:]
+    tw = min(4, ow)
+    return ctx.device.dispatch(
+        "conv2d_float", [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0]), *extra],
+        grid_1d(n * c * oh * cdiv(ow, tw), 64), local=(64,), spec=(1, tw, kh, kw, sh, sw, dh, dw),
+        push=(np.array([n, c, h, w]), np.array([n, c, oh, ow]), np.array([ph, pw, c, 1])), defines=[variant])
+
+
+def _float_pool_decline(node, tensors):
+    x = tensors[node.inputs[0]]
+    if x.dtype != "float32" or len(x.shape) not in (3, 4):
+        return f"{node.op}: {x.dtype} {x.shape} (the kernel takes float32 (N, C, H, W) or (C, H, W))"
+    return None
+
+
+@register_op
+class AvgPool2d:
+    """Average pool on float32 (..., H, W) with PyTorch's geometry and divisors (attrs kernel,
+    stride, padding, ceil_mode, count_include_pad, divisor_override): conv2d_float's AVG
+    variant; the taps summed in ATen's order, so within Vulkan's division (2.5 ulp) of it."""
+    name = "avg_pool2d"
+    shaders = ("conv2d_float",)
+    decline = staticmethod(_float_pool_decline)
+
+    def reference(x, **attrs):
+        x = np.asarray(x, np.float32)
+        lead, (h, w) = x.shape[:-2], x.shape[-2:]
+        (kh, kw), (sh, sw), (ph, pw) = attrs["kernel"], attrs["stride"], attrs["padding"]
+        hs, he, ws, we, div = _windows(attrs, h, w)
+        total = np.zeros(lead + div.shape, np.float32)
+        xp = np.zeros(lead + (h + 2 * ph + kh, w + 2 * pw + kw), np.float32)
+        xp[..., ph:ph + h, pw:pw + w] = x
+        oh, ow = div.shape
+        for i in range(kh):                       # row-major over the window, as ATen sums
+            for j in range(kw):
+                total += xp[..., i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(div > 0, total / np.maximum(div, 1).astype(np.float32), np.float32(0))
+
+    def build(ctx, node):
+        a = node.attrs
+        x_shape = ctx.spec(node.inputs[0]).shape
+        _check_out_shape(node, ctx.spec(node.outputs[0]).shape,
+                         pool2d_output_shape(x_shape, a["kernel"], a["stride"], a["padding"], 1, a.get("ceil_mode", 0)))
+        div = _windows(a, *x_shape[-2:])[4].astype(np.float32)
+        return [float_pool_dispatch(ctx, node, "AVG", a["kernel"], a["stride"], a["padding"], 1,
+                                    [ctx.const_buffer(div.reshape(-1))])]
+
+
 @register_op
 class MaxPool2d:
     """Max pool on float32 (..., H, W) with PyTorch's geometry (attrs as max_pool2d_q8's),
@@ -271,26 +331,14 @@ class MaxPool2d:
     def reference(x, *, kernel, stride, padding, dilation=(1, 1), ceil_mode=0):
         return max_windows(np.asarray(x, np.float32), -np.inf, kernel, stride, padding, dilation, ceil_mode)
 
+    decline = staticmethod(_float_pool_decline)
+
     def build(ctx, node):
-        from .conv import cdiv
         a = node.attrs
         x_shape, y_shape = ctx.spec(node.inputs[0]).shape, ctx.spec(node.outputs[0]).shape
         _check_out_shape(node, y_shape, pool2d_output_shape(x_shape, a["kernel"], a["stride"], a["padding"],
                                                             a.get("dilation", 1), a.get("ceil_mode", 0)))
-        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (_pair(a[k]) for k in ("kernel", "stride", "padding", "dilation"))
-        n, c, h, w = packing.as_nchw(x_shape)
-        oh, ow = y_shape[-2:]
-        tw = min(4, ow)
-        return [ctx.device.dispatch(
-            "conv2d_float", [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])],
-            grid_1d(n * c * oh * cdiv(ow, tw), 64), local=(64,), spec=(1, tw, kh, kw, sh, sw, dh, dw),
-            push=(np.array([n, c, h, w]), np.array([n, c, oh, ow]), np.array([ph, pw, c, 1])), defines=["MAX"])]
-
-    def decline(node, tensors):
-        x = tensors[node.inputs[0]]
-        if x.dtype != "float32" or len(x.shape) not in (3, 4):
-            return f"max_pool2d: {x.dtype} {x.shape} (the kernel takes float32 (N, C, H, W) or (C, H, W))"
-        return None
+        return [float_pool_dispatch(ctx, node, "MAX", a["kernel"], a["stride"], a["padding"], a.get("dilation", 1))]
 
 
 def _avg_build(ctx, node):
