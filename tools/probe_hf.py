@@ -1,0 +1,198 @@
+"""Hugging Face architectures through vkq: each built from a small random config (nothing
+downloaded), quantized, compiled and run on Vulkan, against the CPU reference (float rounding
+where floats run on the device) and PT2E's eager output (cosine >= 0.99), with the ops that stay
+on the CPU listed. The check that found, on 2026-11-24, GPT-2's Conv1D, every float conv, pool
+and batch norm, GPT-J's stack and BLOOM's baddbmm on the CPU, SwinV2's constant-table linear
+failing to build, and a MobileViT taking 2 minutes to calibrate:
+
+    .venv/bin/python tools/probe_hf.py [--only bert,llama] [--schemes static,dynamic,weight_only]
+
+Prints one line per (architecture, scheme); the exit status is the number of failures.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+WAVE = dict(conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+            num_conv_pos_embedding_groups=4, **SMALL)
+ENC_DEC = dict(vocab_size=100, d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
+               decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64)
+
+
+def ids(batch=1, length=13):
+    return (torch.randint(0, 100, (batch, length)),)
+
+
+def image(batch=1, size=32):
+    return (torch.randn(batch, 3, size, size),)
+
+
+def wave():
+    return (torch.randn(1, 800),)
+
+
+def architectures(T) -> dict:
+    """name -> (model factory, input factory). Configs as small as each architecture allows."""
+    kv = dict(num_key_value_heads=2)
+    return {
+        "bert": (lambda: T.BertModel(T.BertConfig(vocab_size=100, **SMALL)), ids),
+        "distilbert": (lambda: T.DistilBertModel(T.DistilBertConfig(vocab_size=100, dim=32, n_layers=2, n_heads=4,
+                                                                    hidden_dim=64)), ids),
+        "roberta": (lambda: T.RobertaModel(T.RobertaConfig(vocab_size=100, **SMALL)), ids),
+        "albert": (lambda: T.AlbertModel(T.AlbertConfig(vocab_size=100, embedding_size=16, **SMALL)), ids),
+        "electra": (lambda: T.ElectraModel(T.ElectraConfig(vocab_size=100, embedding_size=32, **SMALL)), ids),
+        "deberta-v2": (lambda: T.DebertaV2Model(T.DebertaV2Config(vocab_size=100, **SMALL)), ids),
+        "mpnet": (lambda: T.MPNetModel(T.MPNetConfig(vocab_size=100, **SMALL)), ids),
+        "mobilebert": (lambda: T.MobileBertModel(T.MobileBertConfig(
+            vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            embedding_size=16, intra_bottleneck_size=16, true_hidden_size=16)), ids),
+        "squeezebert": (lambda: T.SqueezeBertModel(T.SqueezeBertConfig(vocab_size=100, embedding_size=32, **SMALL)), ids),
+        "t5-encoder": (lambda: T.T5EncoderModel(T.T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                                                           num_heads=4)), ids),
+        "bart-encoder": (lambda: T.BartModel(T.BartConfig(**ENC_DEC)).get_encoder(), ids),
+        "gpt2": (lambda: T.GPT2Model(T.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4)), ids),
+        "gpt-neo": (lambda: T.GPTNeoModel(T.GPTNeoConfig(vocab_size=100, hidden_size=32, num_layers=2, num_heads=4,
+                                                         attention_types=[[["global", "local"], 1]], window_size=8)), ids),
+        "gpt-j": (lambda: T.GPTJModel(T.GPTJConfig(vocab_size=100, n_embd=32, n_layer=2, n_head=4, rotary_dim=4)), ids),
+        "opt": (lambda: T.OPTModel(T.OPTConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                               ffn_dim=64, word_embed_proj_dim=32)), ids),
+        "bloom": (lambda: T.BloomModel(T.BloomConfig(vocab_size=100, hidden_size=32, n_layer=2, n_head=4)), ids),
+        "falcon": (lambda: T.FalconModel(T.FalconConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                                        num_attention_heads=4)), ids),
+        "phi": (lambda: T.PhiModel(T.PhiConfig(vocab_size=100, **SMALL)), ids),
+        "llama": (lambda: T.LlamaModel(T.LlamaConfig(vocab_size=100, **kv, **SMALL)), ids),
+        "mistral": (lambda: T.MistralModel(T.MistralConfig(vocab_size=100, **kv, **SMALL)), ids),
+        "qwen2": (lambda: T.Qwen2Model(T.Qwen2Config(vocab_size=100, **kv, **SMALL)), ids),
+        "qwen3": (lambda: T.Qwen3Model(T.Qwen3Config(vocab_size=100, head_dim=8, **kv, **SMALL)), ids),
+        "gemma": (lambda: T.GemmaModel(T.GemmaConfig(vocab_size=100, head_dim=8, **kv, **SMALL)), ids),
+        "stablelm": (lambda: T.StableLmModel(T.StableLmConfig(vocab_size=100, **kv, **SMALL)), ids),
+        "vit": (lambda: T.ViTModel(T.ViTConfig(image_size=32, patch_size=8, **SMALL)), image),
+        "deit": (lambda: T.DeiTModel(T.DeiTConfig(image_size=32, patch_size=8, **SMALL)), image),
+        "beit": (lambda: T.BeitModel(T.BeitConfig(image_size=32, patch_size=8, **SMALL)), image),
+        "dinov2": (lambda: T.Dinov2Model(T.Dinov2Config(image_size=32, patch_size=8, **SMALL)), image),
+        "clip-vision": (lambda: T.CLIPVisionModel(T.CLIPVisionConfig(image_size=32, patch_size=8, **SMALL)), image),
+        "yolos": (lambda: T.YolosModel(T.YolosConfig(image_size=[32, 32], patch_size=8, num_detection_tokens=5,
+                                                     **SMALL)), image),
+        "swin": (lambda: T.SwinModel(T.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                                                  num_heads=[2, 4], window_size=4)), image),
+        "swinv2": (lambda: T.Swinv2Model(T.Swinv2Config(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                                                        num_heads=[2, 4], window_size=4)), image),
+        "convnext": (lambda: T.ConvNextModel(T.ConvNextConfig(num_stages=2, hidden_sizes=[8, 16], depths=[1, 1])), image),
+        "convnextv2": (lambda: T.ConvNextV2Model(T.ConvNextV2Config(num_stages=2, hidden_sizes=[8, 16],
+                                                                    depths=[1, 1])), image),
+        "resnet": (lambda: T.ResNetModel(T.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])), image),
+        "regnet": (lambda: T.RegNetModel(T.RegNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                                                        groups_width=8)), image),
+        "mobilenet-v2": (lambda: T.MobileNetV2Model(T.MobileNetV2Config(image_size=32, depth_multiplier=0.35)), image),
+        "mobilevit": (lambda: T.MobileViTModel(T.MobileViTConfig(image_size=32, hidden_sizes=[16, 24, 32],
+                                                                 neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64])), image),
+        "levit": (lambda: T.LevitModel(T.LevitConfig(image_size=32, hidden_sizes=[16, 32, 48], num_attention_heads=[1, 2, 3],
+                                                     depths=[1, 1, 1], key_dim=[8, 8, 8])), image),
+        "segformer": (lambda: T.SegformerModel(T.SegformerConfig(
+            num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2],
+            patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2])), image),
+        "pvt": (lambda: T.PvtModel(T.PvtConfig(image_size=32, num_encoder_blocks=2, depths=[1, 1],
+                                               sequence_reduction_ratios=[2, 1], hidden_sizes=[16, 32],
+                                               num_attention_heads=[1, 2], patch_sizes=[4, 2], strides=[4, 2],
+                                               mlp_ratios=[2, 2])), image),
+        "poolformer": (lambda: T.PoolFormerModel(T.PoolFormerConfig(num_encoder_blocks=2, depths=[1, 1], hidden_sizes=[16, 32],
+                                                                    patch_sizes=[7, 3], strides=[4, 2], padding=[2, 1])), image),
+        "wav2vec2": (lambda: T.Wav2Vec2Model(T.Wav2Vec2Config(**WAVE)), wave),
+        "hubert": (lambda: T.HubertModel(T.HubertConfig(**WAVE)), wave),
+        "wavlm": (lambda: T.WavLMModel(T.WavLMConfig(**WAVE)), wave),
+        "whisper-encoder": (lambda: T.WhisperModel(T.WhisperConfig(
+            d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
+            encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=16, max_source_positions=20)).get_encoder(),
+                            lambda: (torch.randn(1, 16, 40),)),
+        "speech2text-encoder": (lambda: T.Speech2TextModel(T.Speech2TextConfig(
+            input_feat_per_channel=16, conv_channels=32, max_source_positions=64, **ENC_DEC)).get_encoder(),
+                                lambda: (torch.randn(1, 40, 16),)),
+    }
+
+
+class FirstOutput(torch.nn.Module):
+    """The model's first output tensor (last_hidden_state)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *inputs):
+        return self.model(*inputs)[0]
+
+
+def _cosine(a, b) -> float:
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
+
+
+def check(make, inputs, scheme: str, device) -> list:
+    """Raise AssertionError where vkq disagrees with its reference or with PT2E; return the ops
+    that stay on the CPU."""
+    import vkq
+    from vkq.api import quantize
+    torch.manual_seed(0)
+    model = FirstOutput(make().eval())
+    x = inputs()
+    gm = quantize(model, x, [inputs() for _ in range(4)], scheme=scheme, progress=False)
+    prog = vkq.CompiledProgram(vkq.compile(gm, x).program, device)
+    xs = [t.numpy() for t in x]
+    got, ref = prog(*xs), prog.run_reference(*xs)
+    if not np.allclose(got, ref, rtol=1e-5, atol=1e-6 * (np.abs(ref).max() + 1e-30)) and _cosine(got, ref) < 0.9999:
+        raise AssertionError(f"Vulkan != reference: {int(np.sum(got != ref))} of {got.size} differ, "
+                             f"cosine {_cosine(got, ref):.6f}")
+    with torch.no_grad():
+        want = gm(*x).numpy()
+    if np.abs(want).max() > 1e-6 and _cosine(got, want) < 0.99:     # (some random inits give ~0)
+        raise AssertionError(f"cosine {_cosine(got, want):.4f} with PT2E's eager output")
+    return sorted({op for op, _ in prog.fallback_ops})
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="llvmpipe")
+    ap.add_argument("--only", default="", help="comma-separated architecture names (default: all)")
+    ap.add_argument("--schemes", default="static,dynamic")
+    ap.add_argument("--traceback", action="store_true")
+    args = ap.parse_args(argv)
+    import transformers
+    import vkq
+    from vkq.device import get_device
+    vkq._quiet_third_party_logs()
+    transformers.logging.set_verbosity_error()
+    device = get_device(args.device)
+    table = architectures(transformers)
+    names = [n for n in args.only.split(",") if n] or list(table)
+    unknown = sorted(set(names) - set(table))
+    if unknown:
+        ap.error(f"unknown architectures {unknown}; known: {', '.join(table)}")
+    failures = runs = 0
+    for name in names:
+        for scheme in args.schemes.split(","):
+            runs += 1
+            t0 = time.perf_counter()
+            try:
+                cpu = check(*table[name], scheme, device)
+                print(f"ok   {name} {scheme} ({time.perf_counter() - t0:.1f} s)"
+                      + (f": on the CPU {', '.join(cpu)}" if cpu else ""), flush=True)
+            except Exception as e:
+                failures += 1
+                print(f"FAIL {name} {scheme}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                if args.traceback:
+                    traceback.print_exc()
+    print(f"{runs} runs ({len(names)} architectures) on {device.info.name}: {failures} failed", flush=True)
+    return failures
+
+
+if __name__ == "__main__":
+    sys.exit(main())
