@@ -378,6 +378,38 @@ def test_stack_and_baddbmm_run_on_vulkan(scheme, device):
     assert cosine(got, _eager(compiled.gm, xs[0])) > 0.999 and cosine(got, want) > 0.99
 
 
+class JoinedBiases(nn.Module):
+    """WavLM's in-projection: the q/k/v biases joined by a cat and split again by chunk before
+    each linear."""
+
+    def __init__(self, d=12):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        bq, bk, bv = torch.cat([self.q.bias, self.k.bias, self.v.bias]).chunk(3)
+        lin = nn.functional.linear
+        return lin(x, self.q.weight, bq) * lin(x, self.k.weight, bk) + lin(x, self.v.weight, bv)
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_linear_biases_computed_from_parameters_fold(scheme, device):
+    """A bias computed from parameters alone (cat, chunk, getitem) is a constant: evaluated
+    through chunk's tuple, and not quantized as an activation by the cat annotator (before:
+    "its bias is not a constant", each linear in float on the CPU)."""
+    xs = _randn((2, 5, 12), 4, 11)
+    compiled = Compiled(JoinedBiases().eval(), xs[0], [(x,) for x in xs[1:]], scheme)
+    assert not compiled.program.fallback, compiled.program.fallback
+    prog = compiled.on(device)
+    got, ref = prog(xs[0].numpy()), prog.run_reference(xs[0].numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    with torch.no_grad():
+        want = JoinedBiases().eval()(xs[0]).numpy()
+    assert cosine(got, _eager(compiled.gm, xs[0])) > 0.999 and cosine(got, want) > 0.99
+
+
 class HybridFrontEnd(nn.Module):
     """What the linear-only schemes leave float around their linears: a strided stem conv, a
     max pool, a grouped conv and BatchNorm2d, an average pool, a global average pool, a conv1d

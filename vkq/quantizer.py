@@ -209,12 +209,14 @@ def annotate_binary(gm: GraphModule, act: QuantizationSpec) -> None:
 
 
 def annotate_cat(gm: GraphModule, act: QuantizationSpec) -> None:
-    """cat: every input and the output share the first input's qparams."""
+    """cat: every input and the output share the first input's qparams. A cat of parameters
+    alone (WavLM's q/k/v biases, joined for one in-projection) is a constant the lowering folds,
+    not an activation: left float (quantized, it made the linear's bias per-tensor int8)."""
     for node in gm.graph.nodes:
         if not _is(node, CAT) or _annotated(node):
             continue
         tensors = node.args[0]
-        if not tensors or not all(_is_float_tensor(t) for t in tensors):
+        if not tensors or not all(_is_float_tensor(t) for t in tensors) or all(t.op == "get_attr" for t in tensors):
             continue
         first = tensors[0]
         shared = SharedQuantizationSpec((first, node))

@@ -44,18 +44,30 @@ def _is_foldable(node: Node) -> bool:
             and (_is_factory(node) or all(a.op == "get_attr" for a in node.all_input_nodes)))
 
 
-def evaluate_constant(gm: GraphModule, node, _depth: int = 0):
-    """The value of node if it is a constant (a get_attr, or a call on constants only), else None."""
+def evaluate_constant(gm: GraphModule, node):
+    """The value of node if it is a constant tensor (a get_attr, or a call on constants only),
+    else None."""
+    out = _evaluate(gm, node, 0)
+    return out if isinstance(out, torch.Tensor) else None
+
+
+def _is_value(v) -> bool:
+    """A tensor, or a tuple/list of tensors (chunk, split: read through getitem)."""
+    return isinstance(v, torch.Tensor) or (isinstance(v, (tuple, list)) and len(v) > 0
+                                           and all(isinstance(t, torch.Tensor) for t in v))
+
+
+def _evaluate(gm: GraphModule, node, depth: int):
     if not isinstance(node, Node):
         return None
     if node.op == "get_attr":
         return const_value(gm, node)
-    if node.op != "call_function" or is_vkq(node) or _depth > 50:
+    if node.op != "call_function" or is_vkq(node) or depth > 50:
         return None
     factory = _is_factory(node)
     env = {}
     for a in node.all_input_nodes:
-        v = _stand_in(a) if factory else evaluate_constant(gm, a, _depth + 1)
+        v = _stand_in(a) if factory else _evaluate(gm, a, depth + 1)
         if v is None:
             return None
         env[a] = v
@@ -63,7 +75,7 @@ def evaluate_constant(gm: GraphModule, node, _depth: int = 0):
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
     with torch.no_grad():
         out = node.target(*args, **kwargs)
-    return out if isinstance(out, torch.Tensor) else None
+    return out if _is_value(out) else None
 
 
 def fold_constants(gm: GraphModule) -> bool:
