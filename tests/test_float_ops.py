@@ -383,11 +383,11 @@ def test_reduce(device, op, shape, attrs):
                                             ("sum", (150001,), {"dims": None, "keepdim": False}),
                                             ("vector_norm", (2, 70001), {"dims": [1], "keepdim": False}),
                                             ("sum", (5, 4, 300), {"dims": [0, 2], "keepdim": False})])
-def test_long_reductions_count_every_value(device, op, shape, attrs):
+def test_long_reductions_count_every_value(device, rows, op, shape, attrs):
     """Reductions over many values: every value is counted (llvmpipe stops one invocation's loops
     after 65535 iterations; one invocation an output used to sum only 21845 values of a global
     pool over 426x342, silently) and the compensated sums stay within a few eps of sum |x|,
-    not count eps. A sum of ones is exact."""
+    not count eps. A sum of ones is exact. (rows: a subgroup or a workgroup an output.)"""
     x = rnd(*shape, lo=0.0, hi=2.0)          # no cancellation: sum |x| = sum x
     ref = get_op(op).reference(x, **attrs)
     got, _ = run_op(device, op, [x], attrs, ref.shape)
