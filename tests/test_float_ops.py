@@ -423,14 +423,15 @@ def test_copy(device, op, inputs, attrs, out_shape):
 
 # ---------------------------------------------------------------- conv2d (float, vkq/ops/conv.py)
 
-# (x shape, weight shape, stride, padding, dilation, groups): tiles of 8 and 4 channels with a
+# (x shape, weight shape, stride, padding, dilation, groups): tiles of 16, 8 and 4 channels with a
 # part last tile (OCG 10, 3), depthwise (1), a channel multiplier (2 a group), strides,
 # dilation, a few-channel stem, 1-D (H = 1) and (N, C) (batch norm's form), odd sizes
 FLOAT_CONVS = [((2, 5, 9, 11), (10, 5, 3, 3), 1, 1, 1, 1), ((1, 6, 10, 10), (9, 2, 5, 3), 1, 2, 2, 3),
                ((1, 8, 13, 7), (8, 1, 3, 3), 2, 1, 1, 8), ((1, 4, 6, 9), (8, 1, 3, 3), 1, 0, 1, 4),
                ((1, 3, 29, 31), (16, 3, 7, 7), 2, 3, 1, 1), ((2, 7, 3, 2), (5, 7, 1, 1), 1, 0, 1, 1),
                ((2, 4, 17), (6, 4, 5), 2, 2, 1, 1), ((1, 6, 23), (6, 1, 3), 1, 2, 2, 6), ((5, 6), (6, 1), 1, 0, 1, 6),
-               ((1, 5, 9, 37), (20, 5, 3, 3), 1, 1, 1, 1), ((1, 6, 8, 8), (36, 2, 1, 3), (1, 2), (0, 1), 1, 3)]
+               ((1, 5, 9, 37), (20, 5, 3, 3), 1, 1, 1, 1), ((1, 6, 8, 8), (36, 2, 1, 3), (1, 2), (0, 1), 1, 3),
+               ((1, 8, 70), (8, 4, 65), 1, 32, 1, 2)]     # a long 1-D kernel: tiles cut to FLOAT_UNROLL
 
 
 @pytest.mark.parametrize("tiles", ["cpu", "gpu"])

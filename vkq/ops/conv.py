@@ -597,14 +597,23 @@ def _float_tiles(g: ConvGeometry, info) -> tuple[int, int]:
     loads cost most; lavapipe, ResNet-18 at 224 under the dynamic scheme, 20 float convs, one
     run: 8x4 210 ms, 16x8 177, 16x16 140, 32x16 130 a call, the CPU fallback before them 181).
     GPUs: 8 x 4, 32 accumulators, a register tile that leaves room for many invocations (not
-    measured: no GPU here). Fewer channels in a group of fewer (depthwise: 1), fewer columns on
-    narrower maps."""
+    measured: no GPU here). The taps unroll, so the tile shrinks until KH*KW*TOC*TW multiply-adds
+    fit FLOAT_UNROLL (wav2vec2's positional conv, kernel 128: at 16 x 16 lavapipe took 41 s to
+    build the pipeline). TOC a power of two <= the group's channels (depthwise: 1); TW <= OW."""
     kind = FLOAT_TILES_FORCE or ("cpu" if info.type == "cpu" else "gpu")
-    want_c, want_w = (16, 16) if kind == "cpu" else (8, 4)
-    toc = next((t for t in (16, 8, 4) if t <= want_c and g.ocg >= t), 4 if g.ocg >= 3 else g.ocg)
-    return toc, min(want_w, g.ow)
+    toc, tw = (16, 16) if kind == "cpu" else (8, 4)
+    while toc > 1 and toc > g.ocg:
+        toc //= 2
+    tw = min(tw, g.ow)
+    while g.kh * g.kw * toc * tw > FLOAT_UNROLL and toc * tw > 1:
+        if tw >= toc and tw > 1:
+            tw = -(-tw // 2)
+        else:
+            toc //= 2
+    return toc, tw
 
 
+FLOAT_UNROLL = 4096   # multiply-adds conv2d_float's unrolled taps may hold (shader size, build time)
 FLOAT_TILES_FORCE = None   # tests: "cpu" / "gpu", the other device kind's tiles
 
 
