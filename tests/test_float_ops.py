@@ -465,6 +465,19 @@ def test_conv2d_float(loads_device, case, weights, tiles, monkeypatch):
     check(got, ref, ("dot", int(np.prod(ws[1:])) + 1), scale)
 
 
+def test_conv2d_float_declines_a_weight_that_does_not_fit():
+    """A float conv whose weight does not fit its input runs its reference on the CPU (which then
+    fails as torch would), with a reason naming conv2d and the shapes."""
+    from vkq.program import Node, TensorSpec
+    from vkq.registry import cpu_reason
+    tensors = {"x": TensorSpec((1, 6, 5, 5)), "w": TensorSpec((4, 4, 3, 3)), "b": TensorSpec((4,)),
+               "y": TensorSpec((1, 4, 3, 3))}
+    node = Node("conv2d", ["x", "w", "b"], ["y"], {"stride": [1, 1], "padding": [0, 0], "dilation": [1, 1],
+                                                   "groups": 1}, "conv")
+    why = cpu_reason(node, tensors)
+    assert why is not None and why.startswith("conv2d: ValueError: conv2d: weight (4, 4, 3, 3) does not fit 6"), why
+
+
 # (input shape, kernel, stride, padding, dilation, ceil_mode): ResNet's stem pool, ceil_mode
 # windows hanging over the edge, dilation, a 3-D input, -inf-free odd sizes
 FLOAT_MAX_POOLS = [((2, 5, 17, 15), 3, 2, 1, 1, 0), ((1, 3, 10, 11), 2, 2, 0, 1, 1), ((1, 4, 9, 9), 3, 1, 1, 2, 0),

@@ -145,19 +145,20 @@ class ConvGeometry:
     groups: int
 
     @classmethod
-    def of(cls, x_shape, w_shape, stride, padding, dilation, groups) -> "ConvGeometry":
+    def of(cls, x_shape, w_shape, stride, padding, dilation, groups, op: str = "conv2d_q8") -> "ConvGeometry":
+        """op: the op named in the errors."""
         n, c, h, w = packing.as_nchw(x_shape)
         oc, cg, kh, kw = (int(d) for d in w_shape)
         groups = int(groups)
         if groups < 1 or c % groups or oc % groups or cg != c // groups:
-            raise ValueError(f"conv2d_q8: weight {tuple(w_shape)} does not fit {c} input channels "
+            raise ValueError(f"{op}: weight {tuple(w_shape)} does not fit {c} input channels "
                              f"in {groups} groups")
         (sh, sw), (ph, pw), (dh, dw) = (tuple(int(v) for v in a) for a in (stride, padding, dilation))
         if min(sh, sw, dh, dw, kh, kw) < 1 or min(ph, pw) < 0:
-            raise ValueError(f"conv2d_q8: bad stride {stride}, padding {padding} or dilation {dilation}")
+            raise ValueError(f"{op}: bad stride {stride}, padding {padding} or dilation {dilation}")
         oh, ow = conv_output_hw(h, w, (kh, kw), (sh, sw), (ph, pw), (dh, dw))
         if oh < 1 or ow < 1:
-            raise ValueError(f"conv2d_q8: empty output for input {h}x{w} and kernel {kh}x{kw}")
+            raise ValueError(f"{op}: empty output for input {h}x{w} and kernel {kh}x{kw}")
         return cls(n, c, h, w, oc, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups)
 
     @property
@@ -628,7 +629,7 @@ def _pack_float_weights(weight: np.ndarray, g: ConvGeometry, toc: int) -> np.nda
 
 def _float_geometry(x_shape, w_shape, a) -> ConvGeometry:
     return ConvGeometry.of(_as_2d_conv(x_shape), _as_2d_conv(w_shape), a["stride"], a["padding"],
-                           a["dilation"], a["groups"])
+                           a["dilation"], a["groups"], op="conv2d")
 
 
 def _float_build(ctx, node):
