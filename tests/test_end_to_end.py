@@ -250,6 +250,27 @@ def test_one_d_transposed_convs_run_int8_on_vulkan(device):
     assert got.shape == want.shape == (2, 4, 71) and cosine(got, want) > 0.999
 
 
+def _compiled_whole(model_cls, shape, seed, scheme):
+    """model_cls() quantized under `scheme` (calibrated on 3 batches) and lowered with no CPU
+    node; (compiled, example input)."""
+    xs = _randn(shape, 4, seed)
+    compiled = Compiled(model_cls().eval(), xs[0], [(x,) for x in xs[1:]], scheme)
+    assert not compiled.program.fallback, compiled.program.fallback
+    return compiled, xs[0]
+
+
+def _agrees_on_device(compiled, model_cls, x, device, eager_cosine=0.999):
+    """Vulkan within float rounding of the reference, and near PT2E's eager output and the float
+    model's; returns Vulkan's output."""
+    prog = compiled.on(device)
+    got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    with torch.no_grad():
+        want = model_cls().eval()(x).numpy()
+    assert cosine(got, _eager(compiled.gm, x)) > eager_cosine and cosine(got, want) > 0.99
+    return got
+
+
 class PatchEncoder(nn.Module):
     """A vision transformer's front as models write it: a 4x4 stride-4 patch embedding (on a map
     that is not a multiple of 4: the conv drops the last rows and columns), a pointwise conv,
@@ -275,18 +296,11 @@ def test_patch_convs_run_as_linears_under_linear_only_schemes(scheme, device):
     """The dynamic and weight-only schemes quantize linears only; a conv whose windows do not
     overlap (the patch embedding, a 1x1 conv) becomes a linear over patches
     (patch_conv_as_linear) and runs on Vulkan with them (before: a float conv on the CPU)."""
-    xs = _randn((2, 3, 18, 23), 4, 7)
-    compiled = Compiled(PatchEncoder().eval(), xs[0], [(x,) for x in xs[1:]], scheme)
-    assert not compiled.program.fallback, compiled.program.fallback
+    compiled, x = _compiled_whole(PatchEncoder, (2, 3, 18, 23), 7, scheme)
     ops = [n.op for n in compiled.program.nodes]
     linear = "linear_dynamic" if scheme == "dynamic" else "linear_weight_only"
     assert ops.count(linear) == 7 and not any("conv" in op for op in ops), ops    # 2 convs, qkv, out, 2 ffn, head
-    prog = compiled.on(device)
-    got, ref = prog(xs[0].numpy()), prog.run_reference(xs[0].numpy())
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
-    with torch.no_grad():
-        want = PatchEncoder().eval()(xs[0]).numpy()
-    assert got.shape == (2, 5) and cosine(got, _eager(compiled.gm, xs[0])) > 0.999 and cosine(got, want) > 0.99
+    assert _agrees_on_device(compiled, PatchEncoder, x, device).shape == (2, 5)
 
 
 class TinyDecoder(nn.Module):
@@ -333,16 +347,9 @@ def test_decoder_layer_runs_on_vulkan(scheme, device):
     ran on the CPU, and a static program left its int8 region there). Under the dynamic scheme
     the 1x1 conv1d is a linear (patch_conv_as_linear) and the depthwise conv1d a float conv on
     Vulkan (op conv2d; before: on the CPU)."""
-    xs = _randn((2, 11, 16), 4, 8)
-    compiled = Compiled(TinyDecoder().eval(), xs[0], [(x,) for x in xs[1:]], scheme)
-    assert not compiled.program.fallback, compiled.program.fallback
+    compiled, x = _compiled_whole(TinyDecoder, (2, 11, 16), 8, scheme)
     assert [n.op for n in compiled.program.nodes].count("conv2d") == (scheme == "dynamic")
-    prog = compiled.on(device)
-    got, ref = prog(xs[0].numpy()), prog.run_reference(xs[0].numpy())
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
-    with torch.no_grad():
-        want = TinyDecoder().eval()(xs[0]).numpy()
-    assert cosine(got, _eager(compiled.gm, xs[0])) > 0.999 and cosine(got, want) > 0.99
+    _agrees_on_device(compiled, TinyDecoder, x, device)
 
 
 class StackAndBaddbmm(nn.Module):
@@ -367,15 +374,8 @@ class StackAndBaddbmm(nn.Module):
 def test_stack_and_baddbmm_run_on_vulkan(scheme, device):
     """normalize_ops spells stack as unsqueezes and a cat, baddbmm as a bmm, scalings and an add
     (before: both ran on the CPU, splitting the program)."""
-    xs = _randn((2, 7, 16), 4, 10)
-    compiled = Compiled(StackAndBaddbmm().eval(), xs[0], [(x,) for x in xs[1:]], scheme)
-    assert not compiled.program.fallback, compiled.program.fallback
-    prog = compiled.on(device)
-    got, ref = prog(xs[0].numpy()), prog.run_reference(xs[0].numpy())
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
-    with torch.no_grad():
-        want = StackAndBaddbmm().eval()(xs[0]).numpy()
-    assert cosine(got, _eager(compiled.gm, xs[0])) > 0.999 and cosine(got, want) > 0.99
+    compiled, x = _compiled_whole(StackAndBaddbmm, (2, 7, 16), 10, scheme)
+    _agrees_on_device(compiled, StackAndBaddbmm, x, device)
 
 
 class JoinedBiases(nn.Module):
@@ -399,15 +399,8 @@ def test_linear_biases_computed_from_parameters_fold(scheme, device):
     """A bias computed from parameters alone (cat, chunk, getitem) is a constant: evaluated
     through chunk's tuple, and not quantized as an activation by the cat annotator (before:
     "its bias is not a constant", each linear in float on the CPU)."""
-    xs = _randn((2, 5, 12), 4, 11)
-    compiled = Compiled(JoinedBiases().eval(), xs[0], [(x,) for x in xs[1:]], scheme)
-    assert not compiled.program.fallback, compiled.program.fallback
-    prog = compiled.on(device)
-    got, ref = prog(xs[0].numpy()), prog.run_reference(xs[0].numpy())
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
-    with torch.no_grad():
-        want = JoinedBiases().eval()(xs[0]).numpy()
-    assert cosine(got, _eager(compiled.gm, xs[0])) > 0.999 and cosine(got, want) > 0.99
+    compiled, x = _compiled_whole(JoinedBiases, (2, 5, 12), 11, scheme)
+    _agrees_on_device(compiled, JoinedBiases, x, device)
 
 
 class HybridFrontEnd(nn.Module):
@@ -444,17 +437,10 @@ def test_float_convs_and_batch_norms_run_on_vulkan(scheme, device):
     """Under the linear-only schemes every conv, batch norm and pool runs on Vulkan in float (op
     conv2d; batch norm as a depthwise 1x1 conv2d; max_pool2d, avg_pool2d; the global pool a
     mean): before, each ran on the CPU. Float sums: close to the reference, not equal bits."""
-    xs = _randn((2, 3, 15, 13), 4, 9)
-    compiled = Compiled(HybridFrontEnd().eval(), xs[0], [(x,) for x in xs[1:]], scheme)
-    assert not compiled.program.fallback, compiled.program.fallback
+    compiled, x = _compiled_whole(HybridFrontEnd, (2, 3, 15, 13), 9, scheme)
     ops = [n.op for n in compiled.program.nodes]
     assert ops.count("conv2d") == 5 and {"mean", "max_pool2d", "avg_pool2d"} <= set(ops), ops  # 2 convs, conv1d (BNs folded), weight-normed, bn2
-    prog = compiled.on(device)
-    got, ref = prog(xs[0].numpy()), prog.run_reference(xs[0].numpy())
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
-    with torch.no_grad():
-        want = HybridFrontEnd().eval()(xs[0]).numpy()
-    assert got.shape == (2, 4) and cosine(got, _eager(compiled.gm, xs[0])) > 0.9999 and cosine(got, want) > 0.99
+    assert _agrees_on_device(compiled, HybridFrontEnd, x, device, eager_cosine=0.9999).shape == (2, 4)
 
 
 class PartlyUnsupported(nn.Module):

@@ -300,16 +300,18 @@ def _batch_norm(n, t):
     x = n.args[0]
     if arg(n, 5, "training", False) or len(shape_of(x)) not in (2, 3, 4):
         return None
+    from .passes.fold_constants import evaluate_constant
     c = shape_of(x)[1]
-    consts = [arg(n, i, name) for i, name in enumerate(("weight", "bias", "running_mean", "running_var"), 1)]
-    values = [None if v is None else t.constants.get(t.names.get(v)) if isinstance(v, Node) else False
-              for v in consts]
-    if any(v is False for v in values) or values[2] is None or values[3] is None \
-            or any(v is None for v, node in zip(values, consts) if node is not None):
-        return None          # statistics computed in the graph
-    w, b, mean, var = (np.asarray(v, np.float64) if v is not None else None for v in values)
-    a = (np.ones(c) if w is None else w) / np.sqrt(var + float(arg(n, 7, "eps", 1e-5)))
-    shift = (np.zeros(c) if b is None else b) - mean * a
+    w, b, mean, var = (arg(n, i, name) for i, name in enumerate(("weight", "bias", "running_mean", "running_var"), 1))
+    if mean is None or var is None:
+        return None
+    defaults = (np.ones(c), np.zeros(c), None, None)
+    values = [d if v is None else evaluate_constant(t.gm, v) for v, d in zip((w, b, mean, var), defaults)]
+    if any(v is None for v in values):
+        return None          # statistics or affine computed from activations
+    w, b, mean, var = (np.asarray(v, np.float64) for v in values)
+    a = w / np.sqrt(var + float(arg(n, 7, "eps", 1e-5)))
+    shift = b - mean * a
     rank = len(shape_of(x))
     weight = t.const(a.astype(np.float32).reshape((c, 1) + (1,) * (rank - 2)), "bn_scale")
     return "conv2d", [x, weight, t.const(shift.astype(np.float32), "bn_shift")], \
