@@ -8,6 +8,7 @@ on every test device. Tolerances say why they are not zero:
           |error| <= 2 K eps sum_k |a b|  (the usual bound for recursive summation)
 """
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -401,6 +402,36 @@ def test_long_reductions_count_every_value(device, rows, op, shape, attrs):
     got, _ = run_op(device, "sum", [ones], attrs if op != "vector_norm" else {"dims": [1], "keepdim": False},
                     ref.shape if op != "mean" else ref.shape)
     np.testing.assert_array_equal(got, np.full(got.shape, count, np.float32))
+
+
+@pytest.mark.parametrize("budget,width", [(None, None), (300, 128), (20, None)],
+                         ids=["device", "widened", "on_cpu"])
+def test_rows_past_the_loop_budget_widen_then_fall_back(device, monkeypatch, budget, width):
+    """Rows too long for a lane's loop budget (llvmpipe: 65535 iterations, past which values
+    are left out silently) take wider workgroups, up to the device's widest; past that the node
+    runs on the CPU with a warning naming it, instead of failing to build or losing values.
+    Budgets scaled down to a 10007-value row: 300 needs 128 lanes (3 passes * ceil(10007 / 64) + 1
+    = 472 iterations; at 128, 238), 20 fits in no workgroup (at 1024 lanes, 31). "device": the device's own budget (llvmpipe's or none)."""
+    from vkq.vkinfo import DeviceInfo
+    if budget is not None:
+        monkeypatch.setattr(DeviceInfo, "loop_budget", property(lambda self: budget))
+    x = rnd(3, 10007, lo=-12, hi=12)
+    prog = single_op_program("softmax", [("x", spec(x.shape))], [("y", spec(x.shape))], {"dim": -1}, {})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ex = VulkanExecutor(prog, device)
+    got, ref = ex(x), run_reference(prog, x)
+    check(got, ref, ("fn", 1e-9, 2e-6))
+    np.testing.assert_allclose(got.sum(axis=-1), 1.0, atol=2e-5)
+    steps = [st for seg in ex.segments if seg[0] == "vulkan" for st in seg[1].steps]
+    if budget == 20:
+        assert not steps and list(ex.cpu_reasons) == [0] and "loop iterations" in ex.cpu_reasons[0]
+        assert [str(w.message) for w in caught if "runs on the CPU" in str(w.message)], caught
+        return
+    (st,) = steps
+    assert not ex.cpu_reasons and st.name == "float_softmax"
+    if width is not None:
+        assert st.spec[0] == width and "ROW_WORKGROUP" in st.defines, (st.spec, st.defines)
 
 
 # ---------------------------------------------------------------- copies

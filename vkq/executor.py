@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import warnings
 from collections import OrderedDict
 
 import numpy as np
@@ -25,6 +26,7 @@ from .device import Buffer, Device, get_device
 from .program import Node, Program, TensorSpec
 from .registry import cpu_reason, get_op
 from .rewrites import rewrite_for_shapes
+from .vkinfo import DeviceLimit
 
 
 def _as_numpy(x) -> np.ndarray:
@@ -246,23 +248,37 @@ class VulkanExecutor:
         self.host_visible_all = host_visible_all
         self.max_shapes = max(1, int(max_shapes))
         self.device = device if isinstance(device, Device) else get_device(device)
+        self._pipelines: dict = {}
+        sized = rewrite_for_shapes(program.specialize(program.max_bindings())) if program.dynamic else program
+        self._structure = _structure(sized)
+        # where each node runs, decided from its specs at the upper bounds (node i of every
+        # specialization is node i of the program): node index -> why it runs on the CPU
+        self.cpu_reasons = {i: r for i, n in enumerate(sized.nodes) if (r := cpu_reason(n, sized.tensors))}
+        names = [n.name for n in sized.nodes]
+        while True:
+            self._plan(sized)
+            try:    # the first build, at the upper bounds, compiles every pipeline and sizes the scratch
+                self._build_for(program.max_bindings() if program.dynamic else {})
+                break
+            except DeviceLimit as e:     # this device cannot run the node: the CPU does, planned anew
+                i = names.index(getattr(e, "node", None)) if getattr(e, "node", None) in names else None
+                if i is None or i in self.cpu_reasons:
+                    raise
+                self.cpu_reasons[i] = str(e)
+                warnings.warn(f"{names[i]} runs on the CPU on {self.device.info.name}: {e}", stacklevel=2)
+
+    def _plan(self, sized: Program) -> None:
+        """Buffers for every tensor: host-visible where the host must see it (program I/O,
+        everything crossing a CPU node), the other intermediates sharing an arena."""
+        program = self.program
         self.buffers: dict[str, Buffer] = {}
         self._pending_uploads: list[Buffer] = []
-        self._consts: dict = {}
-        self._scratch: dict = {}
-        self._pipelines: dict = {}
-        self._builds: OrderedDict = OrderedDict()
-        sized = rewrite_for_shapes(program.specialize(program.max_bindings())) if program.dynamic else program
-        # where each node runs, decided from its specs at the upper bounds (node i of every
-        # specialization is node i of the program)
-        self._on_cpu = {i for i, n in enumerate(sized.nodes) if cpu_reason(n, sized.tensors) is not None}
-
-        # Tensors the host must see: program I/O, and everything crossing a CPU node.
+        self._consts, self._scratch, self._builds = {}, {}, OrderedDict()
         self.host_side = set(program.inputs) | set(program.outputs)
-        self._structure = _structure(sized)
         for i, n in enumerate(sized.nodes):
-            if i in self._on_cpu:
+            if i in self.cpu_reasons:
                 self.host_side |= set(n.inputs) | set(n.outputs)
+        host_visible_all = self.host_visible_all
         shared = plan_memory(sized, exclude=self.host_side | set(program.constants),
                              aliases=memory_aliases(program, sized)) if not host_visible_all else {}
         self.arena_slots = {}
@@ -281,8 +297,6 @@ class VulkanExecutor:
         naive = sum(sized.tensors[t].device_words() * 4 for t in shared)
         self.memory = {"arena_bytes": sum(b.nbytes for b in self.arena_slots.values()),
                        "naive_bytes": naive, "shared_tensors": len(shared)}
-        # the first build, at the upper bounds, compiles every pipeline and sizes the scratch
-        self._build_for(program.max_bindings() if program.dynamic else {})
 
     @property
     def segments(self) -> list:
@@ -309,7 +323,7 @@ class VulkanExecutor:
         ctx = BuildContext(self, program)
         segments, run = [], []
         for i, node in enumerate(program.nodes + [None]):
-            if node is not None and i not in self._on_cpu:
+            if node is not None and i not in self.cpu_reasons:
                 run.append(node)
                 continue
             if run:
@@ -329,7 +343,11 @@ class VulkanExecutor:
         steps = []
         for node in nodes:
             ctx.building(node)
-            steps += get_op(node.op).build(ctx, node)
+            try:
+                steps += get_op(node.op).build(ctx, node)
+            except DeviceLimit as e:
+                e.node = node.name
+                raise
         produced = {t for n in nodes for t in n.outputs}
         consumed = {t for n in nodes for t in n.inputs}
         ups = [t for t in sorted(consumed - produced) if t in self.host_side and t not in program.constants]

@@ -274,6 +274,11 @@ class DeviceInfo:
         return d
 
 
+class DeviceLimit(ValueError):
+    """An op's build() found that this device cannot run the node (a limit of the device, such
+    as llvmpipe's loop budget, not of the op): the executor runs the node on the CPU instead."""
+
+
 class VulkanUnavailable(RuntimeError):
     """The Vulkan loader or an instance could not be created."""
 

@@ -46,6 +46,7 @@ import numpy as np
 
 from ..device import grid_1d
 from ..registry import register_op
+from ..vkinfo import DeviceLimit
 
 F32 = np.float32
 LOCAL = 64        # workgroup width of the elementwise and row shaders (<= every device's limit)
@@ -346,25 +347,36 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
     (specialization constant 4: that share, at most ROW_KEEP; 5: vec, its vec4 loads and stores;
     shaders/include/float_workgroup.glsl); center: float_layer_norm's mean subtraction (6; off:
     rms_norm). passes, per_step: a lane reads its share of a row `passes` times, `per_step`
-    values a loop iteration (vec: 4): refused (ValueError) where that passes the device's loop
-    budget (llvmpipe: vkinfo.DeviceInfo.loop_budget), which would leave values out silently."""
+    values a loop iteration (vec: 4). Where that passes the device's loop budget (llvmpipe:
+    vkinfo.DeviceInfo.loop_budget, past which values are left out silently), a workgroup owns
+    each row, as wide as the device allows; past even that, DeviceLimit (the node runs on the CPU)."""
     info = ctx.device.info
-    sg = int(info.subgroup_size)
+    sg, step = int(info.subgroup_size), 4 if vec else per_step
+    limit = info.loop_budget or math.inf
+    widest = min(info.max_workgroup_invocations, info.max_workgroup_size[0])
+
+    def owner(width, per_group):    # (width, rows a workgroup, workgroups, a lane's loop iterations)
+        groups = min(max(1, -(-rows // per_group)), info.max_workgroup_count[0])
+        lanes = width // per_group
+        return width, per_group, groups, passes * -(-d // (lanes * step)) + -(-rows // (groups * per_group))
+
     # a row a subgroup needs every lane of it: full subgroups (vkinfo.fixed_subgroups)
-    if ROW_SUBGROUP and "arithmetic" in info.subgroup_operations and info.fixed_subgroups and 1 < sg <= LOCAL:
-        width, variant, per_group = LOCAL, "ROW_SUBGROUP", LOCAL // sg
-    else:
-        width, variant, per_group = 1, "ROW_WORKGROUP", 1
-        while width < min(LOCAL, d) and width * 2 <= info.max_workgroup_invocations:
+    by_subgroup = ROW_SUBGROUP and "arithmetic" in info.subgroup_operations and info.fixed_subgroups \
+        and 1 < sg <= LOCAL
+    if by_subgroup:
+        variant, (width, per_group, groups, loops) = "ROW_SUBGROUP", owner(LOCAL, LOCAL // sg)
+    if not by_subgroup or loops > limit:
+        width = 1
+        while width < min(LOCAL, d) and width * 2 <= widest:
             width *= 2
-    groups = min(max(1, -(-rows // per_group)), info.max_workgroup_count[0])
+        variant, (width, per_group, groups, loops) = "ROW_WORKGROUP", owner(width, 1)
+        while loops > limit and width * 2 <= widest:    # a long row: more lanes share it
+            width, per_group, groups, loops = owner(width * 2, 1)
+    if loops > limit:
+        raise DeviceLimit(f"{shader}: rows of {d} values take {loops} loop iterations a lane on {info.name} "
+                          f"(in {width}-lane workgroups, its widest), past its limit of {limit} "
+                          "(Mesa's loop limiter would leave values out silently)")
     lanes = width // per_group                       # a row's lanes
-    budget = info.loop_budget
-    if budget is not None:
-        loops = passes * -(-d // (lanes * (4 if vec else per_step))) + -(-rows // (groups * per_group))
-        if loops > budget:
-            raise ValueError(f"{shader}: rows of {d} values take {loops} loop iterations a lane on {info.name}, "
-                             f"past its limit of {budget} (Mesa's loop limiter would drop values silently)")
     keep = () if vec4s is None else (min(ROW_KEEP, max(1, -(-vec4s // lanes))), int(vec))
     keep += () if center is None else (int(center),)
     return ctx.device.dispatch(shader, buffers, (groups, 1, 1), local=(width,), spec=(width, *keep), push=push,
