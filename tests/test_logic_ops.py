@@ -102,3 +102,69 @@ def test_mixed_dtypes_decline():
     assert "dtypes" in cpu_reason(node, tensors)
     node = Node("div", ["a", "b"], ["c"], {})
     assert cpu_reason(node, {t: spec((3,), "int32") for t in "abc"}) is not None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("xs,index_shape,dim", [((3, 17), (3, 11), 1), ((5, 4, 7), (2, 9, 7), 1),
+                                                ((6, 3, 5), (4, 3, 2), 0), ((2, 3, 13), (2, 2, 29), -1)])
+def test_gather(device, dtype, xs, index_shape, dim):
+    """torch.gather by an index the device computes (RoBERTa's token types at its position ids):
+    bit for bit with torch on every dim, the index smaller than x off `dim` (torch allows it),
+    repeated indices, and two out of range (clamped to the nearest, as embedding)."""
+    import torch
+    x = floats(*xs) if dtype == "float32" else ints(*xs, lo=-1000, hi=1000)
+    size = xs[dim]
+    index = R.integers(0, size, index_shape).astype(np.int32)
+    got = run(device, "gather", [x, index], {"dim": dim}, index_shape, dtype)
+    want = torch.gather(torch.from_numpy(x), dim, torch.from_numpy(index).long()).numpy()
+    np.testing.assert_array_equal(got, want)
+    wild = index.copy()
+    wild.reshape(-1)[:2] = [-3, size + 4]
+    got = run(device, "gather", [x, wild], {"dim": dim}, index_shape, dtype)
+    fixed = wild.copy()
+    fixed.reshape(-1)[:2] = [0, size - 1]
+    np.testing.assert_array_equal(got, torch.gather(torch.from_numpy(x), dim, torch.from_numpy(fixed).long()).numpy())
+
+
+@pytest.mark.parametrize("src,dst", [("int32", "int32"), ("int32", "float32"), ("float32", "float32")])
+@pytest.mark.parametrize("shape,dim", [((2, 37), 1), ((3, 29, 5), 1), ((7, 2, 3), 0), ((301,), 0)])
+def test_cumsum(device, src, dst, shape, dim):
+    """Cumulative sums along the first, a middle and the last dim, against torch.cumsum: int32
+    bit for bit (a bool mask too, as RoBERTa's position ids count it); an int32 count as floats
+    bit for bit; floats (compensated on the device, in double in torch) within one rounding of
+    the running sum's magnitude."""
+    import torch
+    x = (bools(*shape) if src == "int32" and dst == "float32" else ints(*shape) if src == "int32"
+         else floats(*shape) * 100)
+    prog = single_op_program("cumsum", [("x", spec(shape, src))], [("y", spec(shape, dst))],
+                             {"dim": dim, "dtype": dst}, {})
+    assert cpu_reason(prog.nodes[0], prog.tensors) is None
+    got = VulkanExecutor(prog, device)(x)
+    ref = run_reference(prog, x)
+    want = torch.cumsum(torch.from_numpy(x), dim, dtype=getattr(torch, dst)).numpy()
+    if src == "float32":
+        np.testing.assert_array_equal(ref, want)
+        scale = np.cumsum(np.abs(x).astype(np.float64), axis=dim)
+        assert np.all(np.abs(got.astype(np.float64) - want) <= 2 * np.finfo(np.float32).eps * scale + 1e-30)
+    else:
+        np.testing.assert_array_equal(got, ref)
+        np.testing.assert_array_equal(got, want)
+    assert got.dtype == np.dtype(dst) and len(np.unique(got)) > 3
+
+
+def test_cumsum_wraps_and_falls_back_past_the_loop_budget(device, monkeypatch):
+    """int32 sums wrap as the reference says (ids are int64 in torch, int32 here); a row longer
+    than a lane's loop budget (llvmpipe: 65535, scaled down here) runs on the CPU, warned."""
+    import warnings
+    from vkq.vkinfo import DeviceInfo
+    x = np.array([[2 ** 30, 2 ** 30, 5, -7]], np.int32)
+    ref = run(device, "cumsum", [x], {"dim": 1, "dtype": "int32"}, (1, 4), "int32")
+    assert ref.tolist() == [[2 ** 30, -2 ** 31, -2 ** 31 + 5, -2 ** 31 - 2 + 2 ** 32]]
+    monkeypatch.setattr(DeviceInfo, "loop_budget", property(lambda self: 100))
+    x = ints(2, 101)
+    prog = single_op_program("cumsum", [("x", spec(x.shape, "int32"))], [("y", spec(x.shape, "int32"))],
+                             {"dim": 1, "dtype": "int32"}, {})
+    with pytest.warns(UserWarning, match="cumsum.*runs on the CPU.*loop limit"):
+        ex = VulkanExecutor(prog, device)
+    np.testing.assert_array_equal(ex(x), np.cumsum(x, axis=1))
+    assert list(ex.cpu_reasons) == [0]

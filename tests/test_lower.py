@@ -271,13 +271,13 @@ def test_torch_op_fallback_for_ops_without_a_cpu_rule():
             self.fc = nn.Linear(6, 6)
 
         def forward(self, x):
-            return torch.cumsum(self.fc(x), dim=1)
+            return torch.cumprod(self.fc(x), dim=1)
     x = torch.randn(2, 6)
     gm = api.quantize(M().eval(), (x,), progress=False)
     program = lower(gm, (x,))
     (node,) = [n for n in program.nodes if n.op == "torch_op"]
-    assert node.attrs["target"] == "aten::cumsum"
-    assert program.fallback == [("aten.cumsum", "aten.cumsum: no int8 Vulkan kernel; runs in float on the CPU")]
+    assert node.attrs["target"] == "aten::cumprod"
+    assert program.fallback == [("aten.cumprod", "aten.cumprod: no int8 Vulkan kernel; runs in float on the CPU")]
     assert cosine(run_reference(program, x.numpy()), gm(x).detach().numpy()) >= 0.999
 
 
@@ -479,3 +479,43 @@ def test_linear_on_a_constant_table_reads_it_in_its_layout(device):
     assert program.fallback == []
     oputil.assert_program_on_device(program, device, x.numpy())
     assert assert_matches_pt2e(program, gm, x) >= 1
+
+
+class PositionsFromInputs(nn.Module):
+    """RoBERTa's embeddings (position ids: a cumsum of the padding mask; token types gathered
+    from a buffer at those positions) and DETR's sine positions (a cumsum of a bool mask as
+    floats), in a few lines."""
+
+    def __init__(self, pad=1, d=8):
+        super().__init__()
+        self.pad = pad
+        self.positions = nn.Embedding(40, d)
+        self.register_buffer("token_types", torch.zeros(1, 40, dtype=torch.long))
+        self.types = nn.Embedding(2, d)
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, ids):
+        mask = ids.ne(self.pad).int()
+        pos = (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + self.pad
+        types = torch.gather(self.token_types.expand(ids.shape[0], -1), 1, pos)
+        rows = torch.cumsum(ids.ne(self.pad), 1, dtype=torch.float32)
+        h = self.positions(pos) + self.types(types) + rows.unsqueeze(-1) / 16
+        return self.fc(h)
+
+
+def test_positions_computed_from_the_input_run_on_vulkan(device):
+    """cumsum and a gather by a computed index (RoBERTa, MPNet, DETR's sine positions) ran in
+    torch on the CPU, so the saved program needed torch to run: now int32 and float kernels,
+    bit for bit with the reference, and the reference with PT2E."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 6, (2, 13), generator=g)
+    ids[0, -4:] = 1                                     # padding
+    model = PositionsFromInputs().eval()
+    calib = [(torch.randint(0, 6, (2, 13), generator=g),) for _ in range(3)]
+    gm = api.quantize(model, (ids,), calibration=calib, progress=False)
+    program = lower(gm, (ids,))
+    assert program.fallback == [] and {"cumsum", "gather"} <= set(ops(program)), ops(program)
+    assert all(cpu_reason(n, program.tensors) is None for n in program.nodes)
+    assert not any(n.op == "torch_op" for n in program.nodes)
+    oputil.assert_program_on_device(program, device, ids.numpy())
+    assert_matches_pt2e(program, gm, ids)

@@ -555,6 +555,25 @@ def _embedding(n, t):
     return "embedding", [n.args[0], n.args[1]], {}
 
 
+def _gather(n, t):
+    """A gather by a constant index is a take (its index map computed now); by an index the
+    model computes (RoBERTa's position ids), the gather op."""
+    took = _take(n, t)
+    if took is not None or len(n.args) < 3 or not isinstance(n.args[2], Node) or n.kwargs.get("sparse_grad"):
+        return took
+    if _word_dtype(dtype_of(n.args[0])) not in ("float32", "int32", "bool"):
+        return None
+    return "gather", [n.args[0], n.args[2]], {"dim": int(n.args[1])}
+
+
+def _cumsum(n, t):
+    src, dst = _word_dtype(dtype_of(n.args[0])), _word_dtype(dtype_of(n))
+    dst = "int32" if dst == "bool" else dst
+    if src is None or dst is None or (src == "float32" and dst != "float32"):
+        return None
+    return "cumsum", [n.args[0]], {"dim": int(arg(n, 1, "dim")), "dtype": dst}
+
+
 # Ops that only move values: lowered to `take` with the index map they compute on the indices
 # themselves (every argument but the moved tensor must be a constant).
 MOVERS = {aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten._upsample_nearest_exact2d.vec,
@@ -653,6 +672,8 @@ CPU_RULES = {
     aten.chunk.default: _split, aten.unbind.int: _unbind,
     aten.constant_pad_nd.default: _constant_pad, aten.pad.default: _constant_pad,
     **{m: _take for m in MOVERS},
+    aten.gather.default: _gather,
+    aten.cumsum.default: _cumsum,
     **{m: _upsample_nearest for m in (aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default,
                                       aten._upsample_nearest_exact2d.vec, aten._upsample_nearest_exact2d.default)},
     aten.scaled_dot_product_attention.default: _sdpa,

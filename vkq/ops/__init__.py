@@ -11,7 +11,8 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
   repack              q int8 -> q int8          (layout change and/or row-major reshape; same numel)
   reshape, permute, transpose, expand, cat, slice, select, split, unbind, constant_pad_nd, take
                       any dtype -> the same dtype: values moved, not changed (vkq/ops/shape.py)
-  eq/ne/lt/le/gt/ge, bitwise_and/or/xor, logical_not, cast, where, embedding   ids and masks (logic.py)
+  eq/ne/lt/le/gt/ge, bitwise_and/or/xor, logical_not, cast, where, embedding, gather   ids and masks (logic.py)
+  cumsum              x int32/f32 -> int32/f32 along a dim; attrs dim, dtype (scan.py)
   upsample_bilinear2d x f32 or int8 (N, C, H, W) -> same (N, C, Ho, Wo); attrs out_size, align_corners, scales
   scaled_dot_product_attention   q, k, v f32 [, mask f32/int32] -> f32; attrs scale, causal, mask_kind
   linear_q8           x int8 4H4W (..., K), weight int8 (N, K), bias float64 or int32 (N,),
@@ -37,4 +38,4 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
 Each op module also exports a `*_params` helper that turns float scales (and a float bias) into
 the integer constants/attrs above, used by the lowering and by tests alike.
 """
-from . import io, linear, conv, eltwise, pool, lut, cpu, float, shape, attention, logic, resize  # noqa: F401
+from . import io, linear, conv, eltwise, pool, lut, cpu, float, shape, attention, logic, resize, scan  # noqa: F401

@@ -14,6 +14,9 @@ of on the host. The int32 add/sub/mul share their names with the float ops (vkq/
   where(cond, a, b)         cond ? a : b, broadcast (a, b of one dtype)
   embedding(table, ids)     table (V, D) float32 rows by int32 ids: out (*ids.shape, D);
                             an id outside [0, V) reads the nearest row (PyTorch raises there)
+  gather(x, index; dim)     torch.gather by an int32 index computed on the device (RoBERTa's
+                            token types at its position ids); x float32 or int32; an index
+                            outside [0, x.shape[dim]) reads the nearest (as embedding)
 Exact on every device (word operations; float comparisons and int -> float are exact).
 """
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import register_op
-from .float import MAX_RANK, _elementwise, _numel, _pad, broadcast_strides, merge_dims
+from .float import MAX_RANK, _elementwise, _numel, _pad, broadcast_strides, merge_dims, strides_of
 
 COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
            "ge": np.greater_equal}
@@ -70,6 +73,15 @@ def where(cond, a, b):
 def embedding(table, ids):
     table = np.asarray(table)
     return table[np.clip(np.asarray(ids, np.int64), 0, table.shape[0] - 1)]
+
+
+def gather(x, index, *, dim):
+    x, index = np.asarray(x), np.asarray(index, np.int64)
+    dim %= max(x.ndim, 1)
+    if index.ndim != x.ndim or any(i > s for d, (i, s) in enumerate(zip(index.shape, x.shape)) if d != dim):
+        raise ValueError(f"gather: index {index.shape} does not fit x {x.shape} off dim {dim}")
+    x = x[tuple(slice(0, s) if d != dim else slice(None) for d, s in enumerate(index.shape))]
+    return np.take_along_axis(x, np.clip(index, 0, x.shape[dim] - 1), axis=dim)
 
 
 # ---------------------------------------------------------------- builds
@@ -194,6 +206,27 @@ def _embedding_build(ctx, node):
                          (n, d, rows))]
 
 
+def _gather_decline(node, tensors):
+    x, index = (tensors[t] for t in node.inputs)
+    if x.dtype not in ("float32", "int32") or index.dtype != "int32":
+        return f"gather: {x.dtype} values by {index.dtype} indices (the kernel moves float32/int32 words)"
+    if len(x.shape) != len(index.shape) or not 1 <= len(x.shape) <= MAX_RANK:
+        return f"gather: x {x.shape} and index {index.shape} (equal ranks, at most {MAX_RANK})"
+    return None
+
+
+def _gather_build(ctx, node):
+    x, index = node.inputs
+    xshape, shape = ctx.spec(x).shape, ctx.spec(index).shape
+    dim = node.attrs["dim"] % len(xshape)
+    if ctx.spec(node.outputs[0]).shape != shape or any(
+            i > s for d, (i, s) in enumerate(zip(shape, xshape)) if d != dim):
+        raise ValueError(f"{node.name}: gather of {xshape} by an index {shape} along dim {dim}")
+    n = _numel(shape)
+    push = (n, len(shape), dim, xshape[dim], _pad(shape, MAX_RANK, 1), _pad(strides_of(xshape), MAX_RANK))
+    return [_elementwise(ctx, "gather", [ctx.buffer(x), ctx.buffer(index), ctx.buffer(node.outputs[0])], n, push)]
+
+
 # ---------------------------------------------------------------- registration
 
 def _op(name, reference, build, decline, shaders, doc):
@@ -212,3 +245,5 @@ _op("cast", cast, _cast_build, _cast_decline, ("word_ops", "float_copy"),
 _op("where", where, _where_build, _where_decline, ("word_ops",), "cond ? a : b, broadcast.")
 _op("embedding", embedding, _embedding_build, _embedding_decline, ("embedding",),
     "Rows of a float32 table by int32 ids (BERT's word/position/token-type embeddings).")
+_op("gather", gather, _gather_build, _gather_decline, ("gather",),
+    "torch.gather of float32/int32 values by an int32 index computed on the device.")
