@@ -26,6 +26,9 @@ differently; this pass rewrites the second kind into the first:
   aten.repeat_interleave(x, r int, dim)         -> unsqueeze, expand, flatten
   aten.stack(tensors, dim)                      -> cat of the tensors unsqueezed at dim   (GPT-J)
   aten.baddbmm(c, a, b, beta, alpha)            -> beta * c + alpha * bmm(a, b)   (BLOOM, WavLM)
+  aten.einsum(equation, operands), static shapes -> the permutes, views, bmm, mul and sum torch
+                                                  computes it with (traced with make_fx)   (XLNet,
+                                                  Funnel, hand-written attention)
   dropout (eval), clone, alias, contiguous, detach -> removed (identities at inference)
   quantize / dequantize per tensor to uint8     -> int8 with zero point - 128 (X86 quantizer):
                                                    q_u8 - 128 = q_i8, the floats are the same
@@ -35,6 +38,7 @@ that every rule sees functional ops only.
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 
 import torch
@@ -369,6 +373,36 @@ def bmm_add_from_baddbmm(node):
     return _new(node, aten.add.Tensor, (c, prod))
 
 
+def from_einsum(node):
+    """einsum as torch runs it: torch.einsum traced (make_fx) on the operands' example values
+    and the traced nodes inlined. torch decomposes it to permutes, views and a bmm (or a mul and
+    sum), each of which has a kernel; the einsum itself only ran on the CPU. Static shapes only
+    (a symbolic size would be baked into the traced views)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.node import map_arg
+    equation, operands = node.args[0], node.args[1]
+    vals = [val(o) for o in operands] if isinstance(operands, (list, tuple)) else []
+    if not vals or not all(isinstance(v, torch.Tensor) for v in vals) or not isinstance(equation, str) \
+            or any(not isinstance(d, int) for v in vals for d in v.shape) or node.kwargs.get("path"):
+        return None
+    try:
+        with torch._guards.detect_fake_mode(vals) or contextlib.nullcontext():
+            traced = make_fx(lambda *xs: torch.einsum(equation, *xs))(*vals)
+    except Exception:      # an equation torch itself rejects: leave it to the CPU, which will say why
+        return None
+    env, out = dict(zip((n for n in traced.graph.nodes if n.op == "placeholder"), operands)), None
+    for n in traced.graph.nodes:
+        if n.op == "call_function":      # (a view traced on the example's strides: reshape, valid on any)
+            target = aten.reshape.default if n.target in (aten.view.default, aten._unsafe_view.default) else n.target
+            env[n] = _new(node, target, map_arg(n.args, env.__getitem__), map_arg(n.kwargs, env.__getitem__))
+            env[n].meta["val"] = n.meta["val"]
+        elif n.op == "output":
+            out = map_arg(n.args[0], env.__getitem__)
+        elif n.op != "placeholder":
+            return None
+    return out if isinstance(out, Node) else None
+
+
 # Rules the quantizer applies too, before it annotates (normalize_for_annotation): its annotators
 # know only the forms on the right, so a model spelling the left would stay float.
 BEFORE_ANNOTATION = {
@@ -381,6 +415,7 @@ BEFORE_ANNOTATION = {
     aten.repeat_interleave.self_int: expand_from_repeat_interleave,
     aten.stack.default: cat_from_stack,
     aten.baddbmm.default: bmm_add_from_baddbmm,
+    aten.einsum.default: from_einsum,
 }
 
 NORMALIZE = {
