@@ -558,3 +558,39 @@ def test_einsum_runs_as_its_decomposition_on_vulkan(device):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
         assert cosine(got, gm(x).detach().numpy()) >= 0.995
         assert cosine(got, Einsums().eval()(x).detach().numpy()) >= 0.98
+
+
+class OtherSpellings(nn.Module):
+    """Ops under the names models use: torch.multiply / true_divide / subtract / clip / greater /
+    square (ConvBERT, RWKV), a pad by negative amounts (RWKV's time shift crops a row) and
+    nn.Unfold with padding (ConvBERT's span convolution)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+        self.unfold = nn.Unfold(kernel_size=(3, 1), padding=(1, 0))
+
+    def forward(self, x):                                           # x (2, 5, 6)
+        h = self.fc(x)
+        shifted = F.pad(h, (0, 0, 1, -1))                          # each row gets the one before
+        g = torch.multiply(torch.square(h), torch.clip(shifted, -1.0, 1.0))
+        g = torch.true_divide(torch.subtract(g, h), 2.0)
+        g = torch.where(torch.greater(h, 0.0), g, h)
+        spans = self.unfold(g.transpose(1, 2).unsqueeze(-1))        # (2, 6 * 3, 5)
+        return spans.transpose(1, 2) + F.pad(h, (1, -1)).repeat(1, 1, 3)
+
+
+def test_other_spellings_of_ops_run_on_vulkan(device):
+    """Aliases, square, negative padding and a padded unfold ran in torch on the CPU: now each is
+    the op it names, a slice and a pad, or a pad and a gather; the program agrees with the
+    reference and with PT2E under both schemes."""
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(2))
+    for scheme in ("static", "dynamic"):
+        gm = api.quantize(OtherSpellings().eval(), (x,), calibration=batches((2, 5, 6)), scheme=scheme,
+                          progress=False)
+        program = lower(gm, (x,))
+        assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+        got = oputil.VulkanExecutor(program, device)(x.numpy())
+        ref = run_reference(program, x.numpy())
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
+        assert cosine(got, gm(x).detach().numpy()) >= 0.995

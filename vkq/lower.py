@@ -583,7 +583,7 @@ MOVERS = {aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten._up
           aten.index_select.default, aten.gather.default, aten.pixel_shuffle.default,
           aten.pixel_unshuffle.default, aten.unfold.default, aten.tile.default, aten.diagonal.default,
           aten.as_strided.default, aten.movedim.int, aten.swapaxes.default, aten.permute_copy.default,
-          aten.narrow_copy.default, aten.slice_copy.Tensor, aten.select_copy.int}
+          aten.narrow_copy.default, aten.slice_copy.Tensor, aten.select_copy.int, aten.im2col.default}
 
 
 def _take(n, t):
@@ -603,7 +603,7 @@ def _take(n, t):
         return None
     index = None
     for dtype in (torch.int64, torch.float64):      # (some movers, e.g. upsampling, take floats only)
-        env[x] = torch.arange(numel, dtype=dtype).reshape(shape_of(x))
+        env[x] = torch.arange(1, numel + 1, dtype=dtype).reshape(shape_of(x))     # 0: a value the op made
         args = torch.fx.node.map_arg(n.args, lambda a: env[a])
         kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
         try:
@@ -612,8 +612,9 @@ def _take(n, t):
             break
         except (RuntimeError, NotImplementedError):
             continue
-    if not isinstance(index, torch.Tensor) or tuple(index.shape) != shape_of(n):
-        return None
+    if not isinstance(index, torch.Tensor) or tuple(index.shape) != shape_of(n) or bool((index < 1).any()):
+        return None         # (a position no input value reaches, e.g. padding, is no gather)
+    index = index - 1
     return "take", [x, t.const(index.numpy().astype(np.int64).astype(np.int32), "index")], {}
 
 

@@ -26,6 +26,14 @@ differently; this pass rewrites the second kind into the first:
   aten.repeat_interleave(x, r int, dim)         -> unsqueeze, expand, flatten
   aten.stack(tensors, dim)                      -> cat of the tensors unsqueezed at dim   (GPT-J)
   aten.baddbmm(c, a, b, beta, alpha)            -> beta * c + alpha * bmm(a, b)   (BLOOM, WavLM)
+  aliases (multiply, divide, true_divide, subtract, absolute, negative, clip, greater, less, ...)
+                                                -> the op they name (mul, div, sub, abs, neg, clamp, gt, lt, ...)
+  aten.square(x)                                -> aten.pow(x, 2)
+  aten.constant_pad_nd / pad (constant) with negative amounts, static shapes
+                                                -> slices (the crops), then the pad of the rest
+                                                  (RWKV's time shift: ZeroPad2d((0, 0, 1, -1)))
+  aten.im2col(x, k, d, padding, s) (nn.Unfold)  -> im2col(constant_pad_nd(x, padding), k, d, 0, s): the pad
+                                                  a kernel, the rest a gather (ConvBERT)
   aten.einsum(equation, operands), static shapes -> the permutes, views, bmm, mul and sum torch
                                                   computes it with (traced with make_fx)   (XLNet,
                                                   Funnel, hand-written attention)
@@ -373,6 +381,66 @@ def bmm_add_from_baddbmm(node):
     return _new(node, aten.add.Tensor, (c, prod))
 
 
+# torch's other names for one op (same schema): pre-dispatch export keeps the name a model used.
+# (getattr: calling the packet's __getattr__ directly makes a second OpOverload for the same op,
+# and every later comparison with aten.mul.Tensor etc. stops matching the graph's targets.)
+ALIASES = {getattr(getattr(aten, a), o): getattr(getattr(aten, b), o) for a, b, overloads in (
+    ("multiply", "mul", ("Tensor", "Scalar")), ("divide", "div", ("Tensor", "Scalar")),
+    ("true_divide", "div", ("Tensor", "Scalar")), ("subtract", "sub", ("Tensor", "Scalar")),
+    ("absolute", "abs", ("default",)), ("negative", "neg", ("default",)), ("clip", "clamp", ("default",)),
+    ("greater", "gt", ("Tensor", "Scalar")), ("less", "lt", ("Tensor", "Scalar")),
+    ("greater_equal", "ge", ("Tensor", "Scalar")), ("less_equal", "le", ("Tensor", "Scalar")),
+    ("not_equal", "ne", ("Tensor", "Scalar")), ("arctan", "atan", ("default",)), ("fix", "trunc", ("default",)))
+    for o in overloads}
+
+
+def from_alias(node):
+    return _new(node, ALIASES[node.target], node.args, dict(node.kwargs))
+
+
+def pow_from_square(node):
+    return _new(node, aten.pow.Tensor_Scalar, (node.args[0], 2))
+
+
+def crop_from_negative_pad(node):
+    """A constant pad by negative amounts crops: each cropped dim a slice, then a pad by the
+    positive amounts (none: the slices alone). The kernels pad only outward."""
+    x, pad = node.args[0], list(node.args[1])
+    if node.target == aten.pad.default and arg(node, 2, "mode", "constant") != "constant":
+        return None
+    if not all(isinstance(p, int) for p in pad) or min(pad, default=0) >= 0 or not isinstance(val(x), torch.Tensor):
+        return None
+    shape = list(val(x).shape)
+    if not all(isinstance(d, int) for d in shape):
+        return None
+    value = arg(node, 3 if node.target == aten.pad.default else 2, "value", 0.0)
+    for i in range(0, len(pad), 2):            # pad[i], pad[i + 1]: before/after of dim -1 - i // 2
+        dim, before, after = len(shape) - 1 - i // 2, pad[i], pad[i + 1]
+        if before >= 0 and after >= 0:
+            continue
+        start, end = max(-before, 0), shape[dim] - max(-after, 0)
+        if end <= start:
+            return None
+        x = _new(node, aten.slice.Tensor, (x, dim, start, end))
+        shape[dim] = end - start
+        set_val(x, shape, val(node).dtype)
+    rest = [max(p, 0) for p in pad]
+    return _new(node, aten.constant_pad_nd.default, (x, rest, 0.0 if value is None else value)) if any(rest) else x
+
+
+def im2col_after_pad(node):
+    x, kernel, dilation, padding, stride = node.args[:5]
+    padding = _pair(padding)
+    if not any(padding) or not isinstance(val(x), torch.Tensor) or not all(isinstance(p, int) for p in padding):
+        return None
+    shape = list(val(x).shape)
+    if not all(isinstance(d, int) for d in shape):
+        return None
+    padded = _new(node, aten.constant_pad_nd.default, (x, [padding[1], padding[1], padding[0], padding[0]], 0.0))
+    set_val(padded, shape[:-2] + [shape[-2] + 2 * padding[0], shape[-1] + 2 * padding[1]], val(x).dtype)
+    return _new(node, aten.im2col.default, (padded, kernel, dilation, [0, 0], stride))
+
+
 def from_einsum(node):
     """einsum as torch runs it: torch.einsum traced (make_fx) on the operands' example values
     and the traced nodes inlined. torch decomposes it to permutes, views and a bmm (or a mul and
@@ -416,6 +484,11 @@ BEFORE_ANNOTATION = {
     aten.stack.default: cat_from_stack,
     aten.baddbmm.default: bmm_add_from_baddbmm,
     aten.einsum.default: from_einsum,
+    aten.constant_pad_nd.default: crop_from_negative_pad,
+    aten.pad.default: crop_from_negative_pad,
+    **{a: from_alias for a in ALIASES},
+    aten.square.default: pow_from_square,
+    aten.im2col.default: im2col_after_pad,
 }
 
 NORMALIZE = {
