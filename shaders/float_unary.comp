@@ -22,6 +22,17 @@
 //! variant OP_SQUARE
 //! variant OP_HARDSWISH
 //! variant OP_HARDSIGMOID
+//! variant OP_LEAKY_RELU
+//! variant OP_ELU
+//! variant OP_SOFTPLUS
+//! variant OP_MISH
+//! variant OP_LOG
+//! variant OP_ERF
+//! variant OP_FLOOR
+//! variant OP_CEIL
+//! variant OP_ROUND
+//! variant OP_TRUNC
+//! variant OP_SIGN
 //! variant OP_GELU TEXEL
 //! variant OP_GELU_TANH TEXEL
 //! variant OP_CLAMP TEXEL
@@ -38,6 +49,17 @@
 //! variant OP_SQUARE TEXEL
 //! variant OP_HARDSWISH TEXEL
 //! variant OP_HARDSIGMOID TEXEL
+//! variant OP_LEAKY_RELU TEXEL
+//! variant OP_ELU TEXEL
+//! variant OP_SOFTPLUS TEXEL
+//! variant OP_MISH TEXEL
+//! variant OP_LOG TEXEL
+//! variant OP_ERF TEXEL
+//! variant OP_FLOOR TEXEL
+//! variant OP_CEIL TEXEL
+//! variant OP_ROUND TEXEL
+//! variant OP_TRUNC TEXEL
+//! variant OP_SIGN TEXEL
 #include "common.glsl"
 #include "float_math.glsl"
 #include "texel.glsl"
@@ -49,7 +71,8 @@ layout(std430, binding = 1) writeonly buffer Y { float y[]; };
 layout(std430, binding = 1) writeonly buffer Y4 { vec4 y4[]; };   // the same words by vec4
 layout(push_constant) uniform Params {
     int n;
-    float lo, hi;    // OP_CLAMP bounds (+-inf when absent)
+    float lo, hi;    // OP_CLAMP bounds (+-inf when absent); LEAKY_RELU: lo the slope; ELU: lo alpha;
+                     // SOFTPLUS: lo beta, hi the threshold
 } p;
 
 float f(float v) {
@@ -86,6 +109,29 @@ float f(float v) {
 #elif defined(OP_SQUARE)
     precise float s = v * v;
     return s;
+#elif defined(OP_LEAKY_RELU)
+    precise float s = v * p.lo;
+    return v > 0.0 ? v : s;
+#elif defined(OP_ELU)
+    return v > 0.0 ? v : p.lo * (exp_f32(v) - 1.0);
+#elif defined(OP_SOFTPLUS)
+    return softplus_f32(v, p.lo, p.hi);
+#elif defined(OP_MISH)
+    return v * tanh_f32(softplus_f32(v, 1.0, 20.0));
+#elif defined(OP_LOG)
+    return log_f32(v);
+#elif defined(OP_ERF)
+    return erf_f32(v);
+#elif defined(OP_FLOOR)
+    return floor(v);
+#elif defined(OP_CEIL)
+    return ceil(v);
+#elif defined(OP_ROUND)
+    return roundEven(v);             // torch.round: half to even
+#elif defined(OP_TRUNC)
+    return trunc(v);
+#elif defined(OP_SIGN)
+    return sign(v);
 #elif defined(OP_CUBE)
     precise float s = v * v;      // (x * x) * x, as ATen's pow(x, 3)
     precise float c = s * v;

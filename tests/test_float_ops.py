@@ -81,6 +81,19 @@ UNARY_CASES = [
     ("rsqrt", {}, rnd(9, 113, lo=1e-3, hi=1e3), ("ulp", 3)),
     ("pow", {"exponent": 2.0}, rnd(9, 113, lo=-9, hi=9), "exact"),
     ("pow", {"exponent": 3.0}, rnd(9, 113, lo=-9, hi=9), "exact"),
+    ("leaky_relu", {"negative_slope": 0.1}, rnd(7, 37), "exact"),
+    ("elu", {"alpha": 1.3}, rnd(9, 113, lo=-20, hi=5), ("fn", 3e-7, 4 * EPS)),
+    ("softplus", {"beta": 1.0, "threshold": 20.0}, rnd(9, 113, lo=-40, hi=40), ("fn", 1e-9, 6 * EPS)),
+    ("softplus", {"beta": 2.0, "threshold": 5.0}, rnd(9, 113, lo=-9, hi=9), ("fn", 1e-9, 6 * EPS)),
+    ("mish", {}, rnd(9, 113, lo=-30, hi=30), ("fn", 1e-6, 8 * EPS)),     # x tanh(.): tanh_f32 is 2e-7 absolute
+    ("log", {}, np.exp(rnd(9, 113, lo=-80, hi=80)), ("ulp", 3)),
+    ("log", {}, 1 + rnd(3, 37, lo=-1e-3, hi=1e-3), ("ulp", 3)),           # near 1, where log ~ x - 1
+    ("erf", {}, rnd(9, 113, lo=-5, hi=5), ("bound", 4.5e-7)),
+    ("floor", {}, rnd(7, 37, lo=-5, hi=5), "exact"),
+    ("ceil", {}, rnd(7, 37, lo=-5, hi=5), "exact"),
+    ("round", {}, np.round(rnd(7, 37, lo=-5, hi=5) * 4) / 4, "exact"),  # halves: to even
+    ("trunc", {}, rnd(7, 37, lo=-5, hi=5), "exact"),
+    ("sign", {}, np.round(rnd(7, 37, lo=-2, hi=2)), "exact"),             # zeros among them
 ]
 
 

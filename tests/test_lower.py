@@ -594,3 +594,31 @@ def test_other_spellings_of_ops_run_on_vulkan(device):
         ref = run_reference(program, x.numpy())
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
         assert cosine(got, gm(x).detach().numpy()) >= 0.995
+
+
+class FloatActivations(nn.Module):
+    """Activations the linear-only schemes leave in float (Mamba's softplus, YOLO's leaky relu,
+    Mish, ELU) and float maths on activations (log, erf, rounding)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 12), nn.Linear(12, 6)
+
+    def forward(self, x):
+        h = self.a(x)
+        h = F.leaky_relu(h, 0.2) + F.elu(h, 0.7) + F.softplus(h, beta=2.0, threshold=4.0) + F.mish(h)
+        h = h + torch.log(torch.abs(h) + 1.0) + torch.erf(h) + torch.floor(h) * torch.sign(h) + torch.round(h)
+        return self.b(h)
+
+
+def test_float_activations_run_on_vulkan(device):
+    x = torch.randn(3, 5, 6, generator=torch.Generator().manual_seed(6))
+    gm = api.quantize(FloatActivations().eval(), (x,), calibration=batches((3, 5, 6)), scheme="dynamic",
+                      progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    assert {"leaky_relu", "elu", "softplus", "mish", "log", "erf", "floor", "sign", "round"} <= set(ops(program))
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    ref = run_reference(program, x.numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert cosine(got, gm(x).detach().numpy()) >= 0.999

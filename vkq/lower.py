@@ -226,6 +226,21 @@ def _unary(name):
     return lambda n, t: (name, [n.args[0]], {})
 
 
+def _leaky_relu(n, t):
+    return "leaky_relu", [n.args[0]], {"negative_slope": float(arg(n, 1, "negative_slope", 0.01))}
+
+
+def _elu(n, t):
+    if arg(n, 2, "scale", 1) != 1 or arg(n, 3, "input_scale", 1) != 1:      # (selu's form: declined)
+        return None
+    return "elu", [n.args[0]], {"alpha": float(arg(n, 1, "alpha", 1.0))}
+
+
+def _softplus(n, t):
+    return "softplus", [n.args[0]], {"beta": float(arg(n, 1, "beta", 1.0)),
+                                     "threshold": float(arg(n, 2, "threshold", 20.0))}
+
+
 def _gelu(n, t):
     return "gelu", [n.args[0]], {"approximate": n.kwargs.get("approximate", arg(n, 1, "approximate", "none"))}
 
@@ -640,7 +655,9 @@ _FLOAT_RULES = {
     aten.softmax.int: _softmax("softmax"), aten._softmax.default: _softmax("softmax"),
     aten.log_softmax.int: _softmax("log_softmax"), aten._log_softmax.default: _softmax("log_softmax"),
     **{getattr(aten, u).default: _unary(u) for u in
-       ("sigmoid", "tanh", "relu", "silu", "exp", "neg", "abs", "sqrt", "rsqrt", "hardswish", "hardsigmoid")},
+       ("sigmoid", "tanh", "relu", "silu", "exp", "neg", "abs", "sqrt", "rsqrt", "hardswish", "hardsigmoid",
+        "mish", "log", "erf", "floor", "ceil", "round", "trunc", "sign")},
+    aten.leaky_relu.default: _leaky_relu, aten.elu.default: _elu, aten.softplus.default: _softplus,
     aten.gelu.default: _gelu,
     aten.hardtanh.default: _hardtanh,
     aten.clamp.default: _clamp("min", "max"), aten.clamp_min.default: _clamp("min", None),

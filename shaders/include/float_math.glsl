@@ -6,7 +6,7 @@
 // exp(x): Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then Cephes' expf polynomial for
 // e^r, scaled by 2^n with ldexp (exact). Relative error <= 2 ulp for x in [-87.3, 88.7];
 // inputs are clamped to that range (exp(-87.3) = 1.2e-38, the smallest normal's order).
-float exp_f32(float x) {
+float exp_f32_clamped(float x) {
     x = clamp(x, -87.33654, 88.72283);
     float n = roundEven(x * 1.44269504089);
     float r = x - n * 0.693359375;     // ln2 high part: 9 significant bits, n * it is exact
@@ -20,6 +20,8 @@ float exp_f32(float x) {
     p = p * (r * r) + r + 1.0;
     return ldexp(p, int(n));
 }
+
+float exp_f32(float x) { return isnan(x) ? x : exp_f32_clamped(x); }   // (clamp would turn NaN into a number)
 
 // erf(x): the rational approximation x P(x^2) / Q(x^2) of Eigen and XLA (float32), with x
 // clamped to [-4, 4] (|erf(4)| = 1 - 1.5e-8, 1 in float32). Max abs error 4.0e-7 measured
@@ -54,6 +56,47 @@ float tanh_f32(float x) {
     }
     float e = exp_f32(2.0 * a);
     return sign(x) * (1.0 - 2.0 / (e + 1.0));
+}
+
+// log(x): Cephes' logf. x = m 2^e with m in [sqrt(1/2), sqrt 2), log(1 + f) for f = m - 1 by
+// its degree-9 polynomial, e ln2 added in two parts (the high one exact). <= 2 ulp for normal
+// x > 0 (measured against numpy: tests/test_float_ops.py); log(0) = -inf, x < 0 NaN, log(inf) inf.
+float log_f32(float x) {
+    if (!(x > 0.0) || isinf(x))
+        return x == 0.0 ? uintBitsToFloat(0xff800000u) : x > 0.0 ? x : uintBitsToFloat(0x7fc00000u);
+    int e, sub = x < 1.17549435e-38 ? 24 : 0;      // a subnormal x scaled up first (exactly)
+    float f = frexp(x * (sub != 0 ? 16777216.0 : 1.0), e);    // [0.5, 1)
+    e -= sub;
+    if (f < 0.70710678118654752) { e -= 1; f = f + f - 1.0; } else { f = f - 1.0; }
+    float z = f * f;
+    float y = 7.0376836292e-2;
+    y = y * f - 1.1514610310e-1;
+    y = y * f + 1.1676998740e-1;
+    y = y * f - 1.2420140846e-1;
+    y = y * f + 1.4249322787e-1;
+    y = y * f - 1.6668057665e-1;
+    y = y * f + 2.0000714765e-1;
+    y = y * f - 2.4999993993e-1;
+    y = y * f + 3.3333331174e-1;
+    y = y * f * z;
+    float fe = float(e);
+    y += -2.12194440e-4 * fe;
+    y += -0.5 * z;
+    return (f + y) + 0.693359375 * fe;
+}
+
+// log(1 + x), x > -1: Goldberg's log(u) x / (u - 1) with u = 1 + x rounded, which restores the
+// low bits of x that 1 + x drops (log(1 + x) alone gives 0 for |x| < 2^-24). A few ulp.
+float log1p_f32(float x) {
+    precise float u = 1.0 + x;
+    precise float d = u - 1.0;
+    return u == 1.0 ? x : isinf(u) ? u : log_f32(u) * (x / d);
+}
+
+// softplus as torch: x where beta x > threshold, else log(1 + e^(beta x)) / beta
+float softplus_f32(float x, float beta, float threshold) {
+    float bx = x * beta;
+    return bx > threshold ? x : log1p_f32(exp_f32(bx)) / beta;
 }
 
 float sigmoid_f32(float x) { return 1.0 / (1.0 + exp_f32(-x)); }

@@ -9,7 +9,9 @@ a build() that runs it as a float32 compute shader, so a float region stays on t
   softmax / log_softmax(x; dim)                          float_softmax (LOG)
   softmax_masked(x, mask; scale)                         float_softmax (MASKED): softmax(x*scale + mask)
   gelu(x; approximate), hardtanh(x; min_val, max_val), clamp(x; min, max),
-  sigmoid, tanh, relu, silu, exp, neg, abs, sqrt, rsqrt, hardswish, hardsigmoid(x)   float_unary
+  sigmoid, tanh, relu, silu, exp, neg, abs, sqrt, rsqrt, hardswish, hardsigmoid, mish, log, erf,
+  floor, ceil, round, trunc, sign(x), leaky_relu(x; negative_slope), elu(x; alpha),
+  softplus(x; beta, threshold)                                                     float_unary
   add, sub, mul, div(a[, b]; scalar, scalar_first, alpha)      float_binary (numpy broadcasting)
   matmul, bmm(a, b)                                      float_matmul (batch dims broadcast)
   matmul_strided(a, b; a_view, b_view, out_strides, out_shape)   float_matmul, in place of the
@@ -26,8 +28,11 @@ shapes on every test device):
   div                       <= 2.5 ulp (Vulkan's division is not correctly rounded)
   exp, sigmoid, silu, tanh  exp_f32: Cody-Waite + Cephes polynomial, <= 2 ulp relative (the
                             driver's exp may be 3 + 2|x| ulp, so the shaders do not use it)
-  gelu                      erf_f32 (Eigen/XLA rational, float32): |error| <= 4.0e-7 on erf,
+  gelu, erf                 erf_f32 (Eigen/XLA rational, float32): |error| <= 4.0e-7 on erf,
                             so <= 0.5 |x| 4e-7 + rounding on gelu
+  log, softplus, mish, elu  log_f32 (Cephes logf, <= 2 ulp), log1p_f32 (Goldberg), exp_f32:
+                            a few ulp relative, or ~1e-7 absolute near 0 (elu's exp(x) - 1)
+  leaky_relu, floor, ceil, round, trunc, sign     bit for bit
   softmax(_masked), log_   exp_f32, float32 sums vs float64 in the reference: ~1e-6 rel
   layer_norm, rms_norm      float32 sums of the row vs float64: ~1e-6 rel
   matmul(_strided), sum,    float32 accumulation in another order: |error| <= 2 K eps sum |a b|
@@ -184,7 +189,36 @@ UNARY = {
     "rsqrt": lambda x: (1 / np.sqrt(_f(x).astype(np.float64))).astype(F32),
     "hardswish": lambda x: _f(x) * np.clip(_f(x) + F32(3), F32(0), F32(6)) / F32(6),
     "hardsigmoid": lambda x: np.clip(_f(x) + F32(3), F32(0), F32(6)) / F32(6),
+    "mish": lambda x: (_f(x) * np.tanh(_softplus64(x, 1.0, 20.0))).astype(F32),
+    "log": lambda x: np.log(_f(x).astype(np.float64)).astype(F32),
+    "erf": lambda x: _erf(x).astype(F32),
+    "floor": lambda x: np.floor(_f(x)),
+    "ceil": lambda x: np.ceil(_f(x)),
+    "round": lambda x: np.round(_f(x)),      # half to even, as torch.round
+    "trunc": lambda x: np.trunc(_f(x)),
+    "sign": lambda x: np.sign(_f(x)),
 }
+
+
+def _softplus64(x, beta, threshold):
+    x = _f(x).astype(np.float64)
+    bx = x * np.float64(F32(beta))
+    return np.where(bx > threshold, x, np.log1p(np.exp(np.minimum(bx, 700.0))) / np.float64(F32(beta)))
+
+
+def softplus(x, *, beta=1.0, threshold=20.0):
+    """torch's softplus: x where beta x > threshold, else log(1 + exp(beta x)) / beta."""
+    return _softplus64(x, beta, threshold).astype(F32)
+
+
+def leaky_relu(x, *, negative_slope=0.01):
+    x = _f(x)
+    return np.where(x > 0, x, x * F32(negative_slope))
+
+
+def elu(x, *, alpha=1.0):
+    x = _f(x)
+    return np.where(x > 0, x, (F32(alpha) * np.expm1(np.minimum(x, 0).astype(np.float64))).astype(F32))
 
 
 def _integral(v) -> bool:
@@ -875,6 +909,12 @@ _op("log_softmax", log_softmax, _softmax_build(("LOG",)), ("float_softmax",), "F
 _op("gelu", gelu, _unary_build(_gelu_variant), ("float_unary",), "Float GELU (erf, or the tanh approximation).")
 _op("hardtanh", hardtanh, _unary_build("OP_CLAMP", lambda a: (a.get("min_val", -1.0), a.get("max_val", 1.0))),
     ("float_unary",), "Float clamp to [min_val, max_val].")
+_op("leaky_relu", leaky_relu, _unary_build("OP_LEAKY_RELU", lambda a: (a.get("negative_slope", 0.01), 0.0)),
+    ("float_unary",), "Float leaky relu: x, or x * negative_slope where x <= 0.")
+_op("elu", elu, _unary_build("OP_ELU", lambda a: (a.get("alpha", 1.0), 0.0)), ("float_unary",),
+    "Float ELU: x, or alpha (exp(x) - 1) where x <= 0.")
+_op("softplus", softplus, _unary_build("OP_SOFTPLUS", lambda a: (a.get("beta", 1.0), a.get("threshold", 20.0))),
+    ("float_unary",), "Float softplus (beta, threshold as torch).")
 _op("clamp", clamp, _unary_build("OP_CLAMP", lambda a: (_bound(a.get("min"), -np.inf), _bound(a.get("max"), np.inf))),
     ("float_unary",), "Float clamp to [min, max], either bound optional (clamp, clamp_min, clamp_max).")
 for _name, _fn in UNARY.items():
