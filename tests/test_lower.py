@@ -622,3 +622,35 @@ def test_float_activations_run_on_vulkan(device):
     ref = run_reference(program, x.numpy())
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     assert cosine(got, gm(x).detach().numpy()) >= 0.999
+
+
+class Upsampler(nn.Module):
+    """A segmentation / depth decoder's transposed convs (DPT's, U-Net's): kernel = stride, the
+    common k4 s2 p1, and an odd one with output padding and groups."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.ConvTranspose2d(4, 6, 2, stride=2)
+        self.b = nn.ConvTranspose2d(6, 4, 4, stride=2, padding=1)
+        self.c = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(torch.relu(self.a(x)))))
+
+
+@pytest.mark.parametrize("scheme", ["dynamic", "weight_only"])
+def test_transposed_convs_run_on_vulkan_under_the_linear_only_schemes(device, scheme):
+    """Under the schemes that quantize linears only, a transposed conv becomes the conv of its
+    phases and a pixel shuffle, as under static (conv_transpose_as_conv): a float conv (or, for
+    kernel = stride, a linear over pixels) and a gather, instead of torch on the CPU."""
+    x = torch.randn(1, 4, 5, 7, generator=torch.Generator().manual_seed(8))
+    model = Upsampler().eval()
+    gm = api.quantize(model, (x,), calibration=batches((1, 4, 5, 7)), scheme=scheme, progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    ref = run_reference(program, x.numpy())
+    assert got.shape == (1, 6, 40, 56)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert cosine(got, gm(x).detach().numpy()) >= 0.999
+    assert cosine(got, model(x).detach().numpy()) >= 0.99

@@ -30,8 +30,8 @@ prepare and convert, so the lowering can tell them apart.
 
 Before annotating (transform_for_annotation), standalone batch norms become depthwise convs,
 1-D convs and pools their 2-D forms on (N, C, 1, L) (passes/one_d_as_two_d.py), transposed
-convs a conv and a pixel shuffle (passes/conv_transpose_as_conv.py); under dynamic and
-weight_only, a conv whose windows do not overlap (patch embedding, 1x1) a linear over patches
+convs a conv and a pixel shuffle (passes/conv_transpose_as_conv.py, under every scheme); under
+dynamic and weight_only, a conv whose windows do not overlap (patch embedding, 1x1) a linear over patches
 (passes/patch_conv_as_linear.py),
 in-place ops become functional (an exported hardswish_ / dropout_ / add_ would otherwise be
 observed as aliases of their input), and the spellings the annotators do not know take the form
@@ -367,7 +367,8 @@ class VkqQuantizer(Quantizer):
             conv_transpose_as_conv(model)
             if one_d:
                 normalize_for_annotation(model)     # conv1d's string padding, now conv2d's
-        else:       # these schemes quantize linears only
+        else:       # these schemes quantize linears only; a transposed conv's phase conv runs in float
+            conv_transpose_as_conv(model)           # (or, 1x1 where kernel = stride, as a linear)
             patch_conv_as_linear(model)
         return model
 
