@@ -754,3 +754,22 @@ def test_hard_activation_references_are_torch(op):
     x = np.concatenate([rnd(4, 97, lo=-6, hi=6), np.float32([-3, 3, -2.9999998, 3.0000002, 0])[None].repeat(4, 0)], 1)
     want = getattr(torch.nn.functional, op)(torch.from_numpy(x)).numpy()
     np.testing.assert_array_equal(get_op(op).reference(x), want)
+
+
+@pytest.mark.parametrize("shape,size", [((2, 5, 13, 17), (6, 4)), ((3, 7, 9), (3, 5)), ((1, 4, 16, 16), (6, 6)),
+                                        ((1, 3, 5, 4), (7, 4)), ((1, 2, 8, 8), (2, 2))])
+def test_adaptive_avg_pool2d_float(device, shape, size):
+    """Adaptive average pools with uneven windows (PSPNet's pyramid: 6 over 16; 6 x 4 over 13 x 17),
+    output larger than the input (windows overlap), 3-D input, against torch's windows written
+    out here (floor(i H / OH) .. ceil((i + 1) H / OH)) within float rounding."""
+    x = rnd(*shape)
+    got, ref = run_op(device, "adaptive_avg_pool2d", [x], {"output_size": list(size)}, shape[:-2] + size)
+    (h, w), (oh, ow) = shape[-2:], size
+    want = np.empty(shape[:-2] + size)
+    for i in range(oh):
+        for j in range(ow):
+            hs, he = i * h // oh, -(-(i + 1) * h // oh)
+            ws, we = j * w // ow, -(-(j + 1) * w // ow)
+            want[..., i, j] = x[..., hs:he, ws:we].astype(np.float64).mean(axis=(-2, -1))
+    np.testing.assert_array_equal(ref, want.astype(np.float32))
+    check(got, ref, ("bound", 4 * EPS * np.abs(x).max()))

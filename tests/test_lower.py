@@ -654,3 +654,35 @@ def test_transposed_convs_run_on_vulkan_under_the_linear_only_schemes(device, sc
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     assert cosine(got, gm(x).detach().numpy()) >= 0.999
     assert cosine(got, model(x).detach().numpy()) >= 0.99
+
+
+class PyramidPool(nn.Module):
+    """PSPNet's / UperNet's pyramid pooling: adaptive average pools to 1, 2, 3 and 6 (uneven on
+    a 13 x 10 map), each a 1x1 conv, upsampled back and concatenated."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.heads = nn.ModuleList(nn.Conv2d(8, 4, 1) for _ in range(4))
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        outs = [h] + [F.interpolate(head(F.adaptive_avg_pool2d(h, s)), size=h.shape[-2:], mode="bilinear",
+                                    align_corners=False) for s, head in zip((1, 2, 3, 6), self.heads)]
+        return torch.cat(outs, 1)
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_pyramid_pooling_runs_on_vulkan(device, scheme):
+    """Uneven adaptive average pools: int8 under static (adaptive_avg_pool2d_q8), float under the
+    dynamic scheme (a matmul by the averaging matrix; before, torch on the CPU)."""
+    x = torch.randn(1, 3, 13, 10, generator=torch.Generator().manual_seed(9))
+    gm = api.quantize(PyramidPool().eval(), (x,), calibration=batches((1, 3, 13, 10)), scheme=scheme, progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    pools = [n.op for n in program.nodes if "adaptive" in n.op or n.op == "mean"]
+    assert len(pools) == 4, pools
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    ref = run_reference(program, x.numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert cosine(got, gm(x).detach().numpy()) >= 0.999

@@ -352,12 +352,16 @@ def _avg_pool(n, t):
 
 
 def _global_average(n, t):
-    """adaptive_avg_pool2d(x, 1) on a float x: the mean over H and W (float_reduce)."""
-    size = n.args[1]
+    """adaptive_avg_pool2d on a float x: to 1x1 the mean over H and W (float_reduce), else the
+    adaptive pool (a matmul by an averaging matrix)."""
+    x, size = n.args[0], n.args[1]
     size = list(size) if isinstance(size, (list, tuple)) else [size, size]
-    if len(shape_of(n.args[0])) != 4 or [int(s) if s is not None else 1 for s in size] != [1, 1]:
+    if len(shape_of(x)) not in (3, 4):
         return None
-    return "mean", [n.args[0]], {"dims": [2, 3], "keepdim": True}
+    size = [int(s) if s is not None else d for s, d in zip(size, shape_of(x)[-2:])]
+    if size == [1, 1] and len(shape_of(x)) == 4:
+        return "mean", [x], {"dims": [2, 3], "keepdim": True}
+    return "adaptive_avg_pool2d", [x], {"output_size": size}
 
 
 def _reshape(n, t):

@@ -341,6 +341,50 @@ class MaxPool2d:
         return [float_pool_dispatch(ctx, node, "MAX", a["kernel"], a["stride"], a["padding"], a.get("dilation", 1))]
 
 
+def adaptive_matrix(h, w, oh, ow) -> np.ndarray:
+    """(H*W, OH*OW) float32: column (i, j) averages adaptive window (i, j) (PyTorch's windows:
+    floor(i H / OH) .. ceil((i + 1) H / OH)), so that x (.., H*W) @ it is the pool."""
+    hs, he, _ = _adaptive_windows(h, oh)
+    ws, we, _ = _adaptive_windows(w, ow)
+    m = np.zeros((h, w, oh, ow), np.float64)
+    for i in range(oh):
+        for j in range(ow):
+            m[hs[i]:he[i], ws[j]:we[j], i, j] = 1.0 / ((he[i] - hs[i]) * (we[j] - ws[j]))
+    return m.reshape(h * w, oh * ow).astype(np.float32)
+
+
+@register_op
+class AdaptiveAvgPool2d:
+    """Adaptive average pool on float32 (..., H, W) to output_size [OH, OW], windows as PyTorch's
+    (uneven where OH does not divide H: PSPNet's and UperNet's pyramid pools): one float matmul
+    of x as (.., H*W) rows by a constant (H*W, OH*OW) averaging matrix (adaptive_matrix), so
+    within float rounding of the mean (the sums in another order). 1x1 lowers to `mean` instead."""
+    name = "adaptive_avg_pool2d"
+    shaders = ("float_matmul",)
+    decline = staticmethod(_float_pool_decline)
+
+    def reference(x, *, output_size):
+        x = np.asarray(x, np.float64)
+        (h, w), (oh, ow) = x.shape[-2:], output_size
+        hs, he, _ = _adaptive_windows(h, oh)
+        ws, we, _ = _adaptive_windows(w, ow)
+        out = np.empty(x.shape[:-2] + (oh, ow))
+        for i in range(oh):
+            for j in range(ow):
+                out[..., i, j] = x[..., hs[i]:he[i], ws[j]:we[j]].mean(axis=(-2, -1))
+        return out.astype(np.float32)
+
+    def build(ctx, node):
+        from .float import _matmul_dispatch
+        x_shape, y_shape = ctx.spec(node.inputs[0]).shape, ctx.spec(node.outputs[0]).shape
+        (h, w), (oh, ow) = x_shape[-2:], node.attrs["output_size"]
+        _check_out_shape(node, y_shape, tuple(x_shape[:-2]) + (oh, ow))
+        rows, k, n = int(np.prod(x_shape[:-2])), h * w, oh * ow
+        pool = ctx.const_buffer(adaptive_matrix(h, w, oh, ow))
+        return [_matmul_dispatch(ctx, node, [[rows, k], [k, 1]], [[k, n], [n, 1]], [n, 1], rows * n,
+                                 buffers=[ctx.buffer(node.inputs[0]), pool, ctx.buffer(node.outputs[0])])]
+
+
 def _avg_build(ctx, node):
     """A global pool when the one window is the whole input, else pool_window (regular
     windows) or pool_adaptive with a table of requantization constants per output position."""
