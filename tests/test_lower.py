@@ -686,3 +686,34 @@ def test_pyramid_pooling_runs_on_vulkan(device, scheme):
     ref = run_reference(program, x.numpy())
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     assert cosine(got, gm(x).detach().numpy()) >= 0.999
+
+
+class Tubelets(nn.Module):
+    """A video transformer's tubelet embedding (VideoMAE, ViViT): a conv3d with kernel = stride,
+    here with frames and rows the kernel leaves over (PyTorch drops them), then a linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Conv3d(3, 8, (2, 4, 3), stride=(2, 4, 3))
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.fc(self.embed(x).flatten(2).transpose(1, 2))
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_conv3d_tubelets_run_as_a_linear(device, scheme):
+    """conv3d has no kernel; with kernel = stride it is a linear over tubelets (time folded into
+    the batch and the channels first, so every copy stays within the kernels' 6 dims)."""
+    x = torch.randn(2, 3, 5, 9, 10, generator=torch.Generator().manual_seed(10))
+    model = Tubelets().eval()
+    gm = api.quantize(model, (x,), calibration=batches((2, 3, 5, 9, 10)), scheme=scheme, progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    assert any(n.op.startswith("linear") for n in program.nodes)
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    ref = run_reference(program, x.numpy())
+    assert got.shape == (2, 2 * 2 * 3, 5)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert cosine(got, gm(x).detach().numpy()) >= 0.999
+    assert cosine(got, model(x).detach().numpy()) >= 0.99

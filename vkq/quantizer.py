@@ -359,12 +359,13 @@ class VkqQuantizer(Quantizer):
         from .passes.normalize_ops import normalize_for_annotation
         from .passes.conv_transpose_as_conv import conv_transpose_as_conv
         from .passes.one_d_as_two_d import one_d_as_two_d
-        from .passes.patch_conv_as_linear import patch_conv_as_linear
+        from .passes.patch_conv_as_linear import patch_conv3d_as_linear, patch_conv_as_linear
         normalize_for_annotation(model)
         if self.scheme == "static":
             batch_norm_as_conv(model)
             one_d = one_d_as_two_d(model)           # (conv_transpose1d -> conv_transpose2d: before the next)
             conv_transpose_as_conv(model)
+            patch_conv3d_as_linear(model)           # (a video's tubelet embedding: a linear)
             if one_d:
                 normalize_for_annotation(model)     # conv1d's string padding, now conv2d's
         else:       # these schemes quantize linears only; a transposed conv's phase conv runs in float
