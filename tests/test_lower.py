@@ -717,3 +717,33 @@ def test_conv3d_tubelets_run_as_a_linear(device, scheme):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     assert cosine(got, gm(x).detach().numpy()) >= 0.999
     assert cosine(got, model(x).detach().numpy()) >= 0.99
+
+
+class EmptyPassThrough(nn.Module):
+    """Partial rotary embeddings with the rotary part the whole head (Phi-3): the pass-through
+    half x[..., d:] is empty, and is concatenated back."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.fc2 = nn.Linear(6, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.fc(x)
+        rot, rest = h[..., :8], h[..., 8:]
+        rot = torch.cat([-rot[..., 4:], rot[..., :4]], -1)
+        return self.fc2(torch.cat([rot, rest], -1))
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_empty_tensors_build_no_dispatch(device, scheme):
+    """An op whose output is empty builds nothing, and a cat skips an empty part (int8 and float):
+    Phi-3 failed to build ("slice reads source elements -1..408", "packed int8 tensors need every
+    dimension >= 1")."""
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(11))
+    gm = api.quantize(EmptyPassThrough().eval(), (x,), calibration=batches((2, 5, 6)), scheme=scheme, progress=False)
+    program = lower(gm, (x,))
+    assert any(0 in program.tensors[n.outputs[0]].shape for n in program.nodes)
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    ref = run_reference(program, x.numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert cosine(got, gm(x).detach().numpy()) >= 0.999

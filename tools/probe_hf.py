@@ -3,7 +3,10 @@ downloaded), quantized, compiled and run on Vulkan, against the CPU reference (f
 where floats run on the device) and PT2E's eager output (cosine >= 0.99), with the ops that stay
 on the CPU listed. The check that found, on 2026-11-24, GPT-2's Conv1D, every float conv, pool
 and batch norm, GPT-J's stack and BLOOM's baddbmm on the CPU, SwinV2's constant-table linear
-failing to build, and a MobileViT taking 2 minutes to calibrate:
+failing to build, and a MobileViT taking 2 minutes to calibrate; and in its second batch of
+architectures RoBERTa's cumsum and gather, XLNet's and Funnel's einsum, ConvBERT's unfold and
+torch.multiply, RWKV's negative padding, Mamba's softplus, DPT's transposed convs, UperNet's
+pyramid pools and VideoMAE's conv3d on the CPU (Mixtral's expert routing stays there):
 
     .venv/bin/python tools/probe_hf.py [--only bert,llama] [--schemes static,dynamic,weight_only]
 
@@ -76,6 +79,30 @@ def architectures(T) -> dict:
         "qwen3": (lambda: T.Qwen3Model(T.Qwen3Config(vocab_size=100, head_dim=8, **kv, **SMALL)), ids),
         "gemma": (lambda: T.GemmaModel(T.GemmaConfig(vocab_size=100, head_dim=8, **kv, **SMALL)), ids),
         "stablelm": (lambda: T.StableLmModel(T.StableLmConfig(vocab_size=100, **kv, **SMALL)), ids),
+        "gpt-neox": (lambda: T.GPTNeoXModel(T.GPTNeoXConfig(vocab_size=100, **SMALL)), ids),
+        "gpt-bigcode": (lambda: T.GPTBigCodeModel(T.GPTBigCodeConfig(vocab_size=100, n_embd=32, n_layer=2, n_head=4)), ids),
+        "codegen": (lambda: T.CodeGenModel(T.CodeGenConfig(vocab_size=100, n_embd=32, n_layer=2, n_head=4,
+                                                           rotary_dim=4)), ids),
+        "mixtral": (lambda: T.MixtralModel(T.MixtralConfig(vocab_size=100, num_local_experts=4, num_experts_per_tok=2,
+                                                           **kv, **SMALL)), ids),
+        "olmo": (lambda: T.OlmoModel(T.OlmoConfig(vocab_size=100, **kv, **SMALL)), ids),
+        "gemma2": (lambda: T.Gemma2Model(T.Gemma2Config(vocab_size=100, head_dim=8, **kv, **SMALL)), ids),
+        "phi3": (lambda: T.Phi3Model(T.Phi3Config(vocab_size=100, pad_token_id=0, **kv, **SMALL)), ids),
+        "starcoder2": (lambda: T.Starcoder2Model(T.Starcoder2Config(vocab_size=100, **kv, **SMALL)), ids),
+        "mpt": (lambda: T.MptModel(T.MptConfig(vocab_size=100, d_model=32, n_heads=4, n_layers=2)), ids),
+        "mamba": (lambda: T.MambaModel(T.MambaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                                     state_size=8)), ids),
+        "rwkv": (lambda: T.RwkvModel(T.RwkvConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                                  attention_hidden_size=32, intermediate_size=64,
+                                                  context_length=16)), ids),
+        "xlnet": (lambda: T.XLNetModel(T.XLNetConfig(vocab_size=100, d_model=32, n_layer=2, n_head=4, d_inner=64)), ids),
+        "funnel": (lambda: T.FunnelModel(T.FunnelConfig(vocab_size=100, block_sizes=[1, 1], d_model=32, n_head=4,
+                                                        d_head=8, d_inner=64)), ids),
+        "convbert": (lambda: T.ConvBertModel(T.ConvBertConfig(vocab_size=100, embedding_size=32, **SMALL)), ids),
+        "roformer": (lambda: T.RoFormerModel(T.RoFormerConfig(vocab_size=100, embedding_size=32, **SMALL)), ids),
+        "esm": (lambda: T.EsmModel(T.EsmConfig(vocab_size=33, pad_token_id=1, mask_token_id=2, **SMALL)),
+                lambda: (torch.randint(0, 33, (1, 13)),)),
+        "clip-text": (lambda: T.CLIPTextModel(T.CLIPTextConfig(vocab_size=100, **SMALL)), ids),
         "vit": (lambda: T.ViTModel(T.ViTConfig(image_size=32, patch_size=8, **SMALL)), image),
         "deit": (lambda: T.DeiTModel(T.DeiTConfig(image_size=32, patch_size=8, **SMALL)), image),
         "beit": (lambda: T.BeitModel(T.BeitConfig(image_size=32, patch_size=8, **SMALL)), image),
@@ -107,6 +134,36 @@ def architectures(T) -> dict:
                                                mlp_ratios=[2, 2])), image),
         "poolformer": (lambda: T.PoolFormerModel(T.PoolFormerConfig(num_encoder_blocks=2, depths=[1, 1], hidden_sizes=[16, 32],
                                                                     patch_sizes=[7, 3], strides=[4, 2], padding=[2, 1])), image),
+        "siglip-vision": (lambda: T.SiglipVisionModel(T.SiglipVisionConfig(image_size=32, patch_size=8, **SMALL)), image),
+        "vitdet": (lambda: T.VitDetModel(T.VitDetConfig(image_size=32, pretrain_image_size=32, patch_size=8,
+                                                        **SMALL)), image),
+        "efficientnet": (lambda: T.EfficientNetModel(T.EfficientNetConfig(image_size=32, width_coefficient=0.25,
+                                                                          depth_coefficient=0.25, hidden_dim=320)), image),
+        "mobilenet-v1": (lambda: T.MobileNetV1Model(T.MobileNetV1Config(image_size=32, depth_multiplier=0.25)), image),
+        "bit": (lambda: T.BitModel(T.BitConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_groups=4)), image),
+        "cvt": (lambda: T.CvtModel(T.CvtConfig(embed_dim=[16, 32, 48], num_heads=[1, 2, 3], depth=[1, 2, 3])), image),
+        "focalnet": (lambda: T.FocalNetModel(T.FocalNetConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                                                              focal_levels=[2, 2], focal_windows=[3, 3])), image),
+        "detr": (lambda: T.DetrModel(T.DetrConfig(
+            use_timm_backbone=False, use_pretrained_backbone=False, backbone=None,
+            backbone_config=T.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], out_features=["stage2"]),
+            d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
+            encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=5)), lambda: image(1, 64)),
+        "dpt": (lambda: T.DPTForDepthEstimation(T.DPTConfig(
+            image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+            intermediate_size=64, backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[8, 8, 16, 16],
+            fusion_hidden_size=16, head_hidden_size=8)), image),
+        "glpn": (lambda: T.GLPNForDepthEstimation(T.GLPNConfig(
+            num_encoder_blocks=4, depths=[1, 1, 1, 1], sr_ratios=[4, 2, 1, 1], hidden_sizes=[8, 16, 16, 32],
+            num_attention_heads=[1, 1, 2, 2], decoder_hidden_size=16)), lambda: image(1, 64)),
+        "upernet": (lambda: T.UperNetForSemanticSegmentation(T.UperNetConfig(
+            backbone_config=T.ConvNextConfig(num_stages=4, hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1],
+                                             out_features=["stage1", "stage2", "stage3", "stage4"]),
+            hidden_size=16, auxiliary_in_channels=16, num_labels=3)), lambda: image(1, 64)),
+        "videomae": (lambda: T.VideoMAEModel(T.VideoMAEConfig(image_size=32, patch_size=8, num_frames=4, tubelet_size=2,
+                                                               **SMALL)), lambda: (torch.randn(1, 4, 3, 32, 32),)),
+        "ast": (lambda: T.ASTModel(T.ASTConfig(patch_size=8, num_mel_bins=16, max_length=32, frequency_stride=8,
+                                               time_stride=8, **SMALL)), lambda: (torch.randn(1, 32, 16),)),
         "wav2vec2": (lambda: T.Wav2Vec2Model(T.Wav2Vec2Config(**WAVE)), wave),
         "hubert": (lambda: T.HubertModel(T.HubertConfig(**WAVE)), wave),
         "wavlm": (lambda: T.WavLMModel(T.WavLMConfig(**WAVE)), wave),

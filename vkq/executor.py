@@ -342,6 +342,8 @@ class VulkanExecutor:
     def _segment(self, ctx, program, nodes):
         steps = []
         for node in nodes:
+            if all(0 in program.tensors[t].shape for t in node.outputs):
+                continue     # an empty output (Phi-3's pass-through half of a full rotary): nothing to compute
             ctx.building(node)
             try:
                 steps += get_op(node.op).build(ctx, node)
