@@ -747,3 +747,40 @@ def test_empty_tensors_build_no_dispatch(device, scheme):
     ref = run_reference(program, x.numpy())
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     assert cosine(got, gm(x).detach().numpy()) >= 0.999
+
+
+class StandardizedAndNormed(nn.Module):
+    """BiT's weight-standardized conv (its weights normalised by a training-mode batch_norm of
+    constants on every call) and LeViT's linear + BatchNorm1d over the features."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc, self.bn = nn.Linear(8, 6), nn.BatchNorm1d(6)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        w = self.conv.weight
+        w = F.batch_norm(w.reshape(1, 8, -1), None, None, training=True, momentum=0.0, eps=1e-6).reshape_as(w)
+        h = torch.relu(F.conv2d(x, w, self.conv.bias, padding=1)).mean((2, 3))
+        return self.bn(self.fc(h))
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_batch_norms_leave_no_batch_norm_for_convert(device, scheme):
+    """A batch norm left in the graph made convert_pt2e re-export its ~100 QAT conv-bn patterns
+    (BiT and LeViT: 10-20 s a compile here): a batch norm of constants becomes its value, and
+    under the linear-only schemes too a standalone one becomes a depthwise conv, before
+    annotation. The values stay PT2E's and the model's."""
+    x = torch.randn(2, 3, 6, 7, generator=torch.Generator().manual_seed(12))
+    model = StandardizedAndNormed().eval()
+    gm = api.quantize(model, (x,), calibration=batches((2, 3, 6, 7)), scheme=scheme, progress=False)
+    assert not any("batch_norm" in str(n.target) for n in gm.graph.nodes)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-5)
+    assert cosine(got, gm(x).detach().numpy()) >= 0.999
+    assert cosine(got, model(x).detach().numpy()) >= 0.99

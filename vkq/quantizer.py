@@ -267,12 +267,27 @@ def batch_norm_as_conv(gm: GraphModule) -> bool:
     a = gamma / sqrt(var + eps) as a (C, 1, 1, 1) weight and b = beta - mean * a: the same
     function, quantized as a conv. Per-channel symmetric int8 represents a one-element channel
     exactly (+-127 at scale |a| / 127), so the int8 op is an exact per-channel multiplier and
-    int32 bias. Also spares convert_pt2e its QAT conv-bn folding, which re-exports ~100
-    patterns (minutes on this machine) whenever a batch_norm is left in the graph."""
+    int32 bias. A batch norm of constants (BiT's weight-standardized convs normalise their weights
+    in training mode) becomes its value. Both spare convert_pt2e its QAT conv-bn folding, which
+    re-exports ~100 patterns (LeViT, BiT: 10-20 s here) whenever a batch_norm is left in the graph."""
     from .passes._graph import const_value
+    from .passes.fold_constants import evaluate_constant
     changed = False
     for node in list(gm.graph.nodes):
         if not _is(node, {aten.batch_norm.default}):
+            continue
+        folded = evaluate_constant(gm, node)
+        if folded is not None:      # a batch norm of constants (BiT's weight standardization): its value
+            name, i = "_vkq_bn_constant", 0
+            while hasattr(gm, f"{name}_{i}"):
+                i += 1
+            gm.register_buffer(f"{name}_{i}", folded.detach().contiguous())
+            with gm.graph.inserting_before(node):
+                out = gm.graph.get_attr(f"{name}_{i}")
+            out.meta.update(node.meta)
+            node.replace_all_uses_with(out)
+            gm.graph.erase_node(node)
+            changed = True
             continue
         x = node.args[0]
         val = x.meta.get("val") if isinstance(x, Node) else None
@@ -369,6 +384,7 @@ class VkqQuantizer(Quantizer):
             if one_d:
                 normalize_for_annotation(model)     # conv1d's string padding, now conv2d's
         else:       # these schemes quantize linears only; a transposed conv's phase conv runs in float
+            batch_norm_as_conv(model)               # (a float conv: spares convert_pt2e's QAT folding)
             conv_transpose_as_conv(model)           # (or, 1x1 where kernel = stride, as a linear)
             patch_conv_as_linear(model)
         return model
