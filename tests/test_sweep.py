@@ -46,14 +46,16 @@ def test_the_sweep_reports_a_failing_model(device, capfd, monkeypatch):
 
 
 def test_the_hf_probe_runs(device, capfd):
-    """tools/probe_hf.py, kept runnable: two Hugging Face architectures from random configs agree
+    """tools/probe_hf.py, kept runnable: three Hugging Face architectures from random configs agree
     with their reference and PT2E, with nothing on the CPU (GPT-2's Conv1D under the dynamic
-    scheme included). The full probe (about 50 architectures) is run by hand."""
+    scheme, RoBERTa's position ids by cumsum and gather included). The full probe (about 80
+    architectures) is run by hand."""
     spec = importlib.util.spec_from_file_location("probe_hf", SWEEP.parent / "probe_hf.py")
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
-    failures = probe.main(["--device", str(device.info.index), "--only", "bert,gpt2", "--schemes", "static,dynamic"])
+    failures = probe.main(["--device", str(device.info.index), "--only", "bert,gpt2,roberta",
+                         "--schemes", "static,dynamic"])
     out = capfd.readouterr().out
     sys.stdout.write(out)
-    assert failures == 0 and "4 runs (2 architectures)" in out and ": 0 failed" in out, out
-    assert out.count("ok   ") == 4 and "on the CPU" not in out, out
+    assert failures == 0 and "6 runs (3 architectures)" in out and ": 0 failed" in out, out
+    assert out.count("ok   ") == 6 and "on the CPU" not in out, out
