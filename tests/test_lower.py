@@ -784,3 +784,50 @@ def test_batch_norms_leave_no_batch_norm_for_convert(device, scheme):
     np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-5)
     assert cosine(got, gm(x).detach().numpy()) >= 0.999
     assert cosine(got, model(x).detach().numpy()) >= 0.99
+
+
+class HandWrittenNorm(nn.Module):
+    """The Annotated Transformer's LayerNorm (a (x - mean) / (std + eps) + b, std unbiased) and
+    var / std in their other forms: over several dims, biased, over everything."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(13)
+        self.fc = nn.Linear(6, 6)
+        self.a, self.b = nn.Parameter(torch.rand(6, generator=g) + 0.5), nn.Parameter(torch.randn(6, generator=g))
+
+    def forward(self, x):
+        h = self.fc(x)
+        y = self.a * (h - h.mean(-1, keepdim=True)) / (h.std(-1, keepdim=True) + 1e-6) + self.b
+        return y + h.var((0, 1)) + torch.std(h, 1, unbiased=False, keepdim=True) + h.std()
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_var_and_std_run_on_vulkan(device, scheme):
+    """var and std become the float ops that compute them (mean, subtract, square, sum, divide,
+    sqrt) instead of torch on the CPU; against the float model's own var/std within float
+    rounding on the float path."""
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(14))
+    model = HandWrittenNorm().eval()
+    gm = api.quantize(model, (x,), calibration=batches((2, 5, 6)), scheme=scheme, progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-5 * np.abs(got).max())
+    assert cosine(got, gm(x).detach().numpy()) >= 0.9999
+    from vkq.passes.normalize_ops import normalize_ops     # the rewrite alone, on floats: torch's values
+    h = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(15))
+    for f in (lambda t: t.std(-1, keepdim=True), lambda t: t.var((0, 2)), lambda t: torch.std(t, 1, unbiased=False),
+              lambda t: t.std(), lambda t: torch.var(t, dim=1, correction=2, keepdim=True)):
+        g = torch.export.export(_Lambda(f), (h,)).module()
+        assert normalize_ops(g) and not any("var" in str(n.target) or "std" in str(n.target) for n in g.graph.nodes)
+        torch.testing.assert_close(g(h), f(h), rtol=1e-5, atol=1e-6)
+
+
+class _Lambda(nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def forward(self, x):
+        return self.f(x)

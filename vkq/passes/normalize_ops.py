@@ -34,6 +34,9 @@ differently; this pass rewrites the second kind into the first:
                                                   (RWKV's time shift: ZeroPad2d((0, 0, 1, -1)))
   aten.im2col(x, k, d, padding, s) (nn.Unfold)  -> im2col(constant_pad_nd(x, padding), k, d, 0, s): the pad
                                                   a kernel, the rest a gather (ConvBERT)
+  aten.var / aten.std (dim or correction form), float, static shapes
+                                                -> sum((x - mean(x))^2) / (n - correction) [sqrt]: float ops
+                                                  with kernels (a hand-written layer norm's x.std(-1))
   aten.einsum(equation, operands), static shapes -> the permutes, views, bmm, mul and sum torch
                                                   computes it with (traced with make_fx)   (XLNet,
                                                   Funnel, hand-written attention)
@@ -47,6 +50,7 @@ that every rule sees functional ops only.
 from __future__ import annotations
 
 import contextlib
+import math
 import operator
 
 import torch
@@ -441,6 +445,43 @@ def im2col_after_pad(node):
     return _new(node, aten.im2col.default, (padded, kernel, dilation, [0, 0], stride))
 
 
+def moments_from_var(node):
+    """var / std as the two-pass float ops that compute them: mean, subtract, square, sum, divide
+    by n - correction (and sqrt). Not before annotation: those ops must stay float, not int8."""
+    x, v = node.args[0], val(node.args[0])
+    if not isinstance(v, torch.Tensor) or not v.is_floating_point() or not all(isinstance(d, int) for d in v.shape):
+        return None
+    if node.target in (aten.var.dim, aten.std.dim):
+        dims, correction = arg(node, 1, "dim"), 1 if arg(node, 2, "unbiased", True) else 0
+        keepdim = arg(node, 3, "keepdim", False)
+    else:
+        dims, correction, keepdim = arg(node, 1, "dim"), node.kwargs.get("correction"), node.kwargs.get("keepdim", False)
+        correction = 1 if correction is None else correction
+    dims = list(range(v.dim())) if dims is None or dims == [] else [d % v.dim() for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+    n = math.prod(v.shape[d] for d in dims)
+    if n - correction <= 0:
+        return None         # (torch's inf / nan there: left to it)
+    kept = [1 if d in dims else s for d, s in enumerate(v.shape)]
+    out = kept if keepdim else [s for d, s in enumerate(v.shape) if d not in dims]
+    steps = [(aten.mean.dim, (x, dims, True), kept)]
+    steps += [(aten.sub.Tensor, (x, None), list(v.shape)), (aten.mul.Tensor, (None, None), list(v.shape)),
+              (aten.sum.dim_IntList, (None, dims, keepdim), out), (aten.div.Tensor, (None, float(n - correction)), out)]
+    if node.target in (aten.std.dim, aten.std.correction):
+        steps.append((aten.sqrt.default, (None,), out))
+    prev = mean = None
+    for target, args, shape in steps:
+        if target is aten.sub.Tensor:
+            args = (x, mean)
+        elif target is aten.mul.Tensor:
+            args = (prev, prev)
+        else:
+            args = tuple(prev if a is None else a for a in args)
+        prev = set_val(_new(node, target, args), shape, v.dtype)
+        if target is aten.mean.dim:
+            mean = prev
+    return prev
+
+
 def from_einsum(node):
     """einsum as torch runs it: torch.einsum traced (make_fx) on the operands' example values
     and the traced nodes inlined. torch decomposes it to permutes, views and a bmm (or a mul and
@@ -493,6 +534,7 @@ BEFORE_ANNOTATION = {
 
 NORMALIZE = {
     aten.convolution.default: conv_from_convolution,
+    **{t: moments_from_var for t in (aten.var.dim, aten.std.dim, aten.var.correction, aten.std.correction)},
     **BEFORE_ANNOTATION,
     aten.addmm.default: linear_from_addmm,
     aten.mm.default: linear_from_mm,
