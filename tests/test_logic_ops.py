@@ -173,3 +173,23 @@ def test_cumsum_wraps_and_falls_back_past_the_loop_budget(device, monkeypatch):
         ex = VulkanExecutor(prog, device)
     np.testing.assert_array_equal(ex(x), np.cumsum(x, axis=1))
     assert list(ex.cpu_reasons) == [0]
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("shape,dim,keepdim", [((3, 21, 5, 7), 1, False), ((2, 1000), -1, True), ((5, 3, 4), 0, False),
+                                               ((7, 9), None, False), ((4, 6), None, True)])
+def test_argmax_argmin(device, op, dtype, shape, dim, keepdim):
+    """The first index of the largest (smallest) value along a dim or over everything, as numpy
+    and torch give it: ties planted (small integers), and with floats a NaN, which counts as the
+    largest and the smallest."""
+    x = ints(*shape, lo=-3, hi=4) if dtype == "int32" else np.round(floats(*shape) * 2) / 2
+    if dtype == "float32":
+        x.reshape(-1)[5] = np.nan
+    want = getattr(np, op)(x.reshape(-1) if dim is None else x, axis=0 if dim is None else dim)
+    out_shape = np.shape(want)
+    if keepdim:
+        out_shape = (1,) * len(shape) if dim is None else np.expand_dims(want, dim % len(shape)).shape
+    got = run(device, op, [x], {"dim": dim, "keepdim": keepdim}, out_shape, "int32")
+    np.testing.assert_array_equal(got.reshape(np.shape(want)), want)
+    assert len(np.unique(got)) > 1 or got.size <= 2

@@ -831,3 +831,30 @@ class _Lambda(nn.Module):
 
     def forward(self, x):
         return self.f(x)
+
+
+class SegmentationHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.cls = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 5, 1)
+
+    def forward(self, x):
+        logits = self.cls(torch.relu(self.conv(x)))
+        return logits.argmax(1), logits.mean((2, 3)).argmin(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_argmax_at_the_end_runs_on_vulkan(device, scheme):
+    """A segmentation map's argmax over classes (and an argmin) at the end of the model: an int32
+    kernel, not torch on the CPU; the classes are PT2E's wherever its logits are not tied."""
+    x = torch.randn(2, 3, 9, 11, generator=torch.Generator().manual_seed(16))
+    gm = api.quantize(SegmentationHead().eval(), (x,), calibration=batches((2, 3, 9, 11)), scheme=scheme,
+                      progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and {"argmax", "argmin"} <= set(ops(program)), program.fallback
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    ref = run_reference(program, x.numpy())
+    want = [t.numpy() for t in gm(x)]
+    for g, r, w in zip(got, ref, want):
+        np.testing.assert_array_equal(g, r)
+        assert g.shape == w.shape and np.mean(g == w) >= 0.95

@@ -585,6 +585,15 @@ def _gather(n, t):
     return "gather", [n.args[0], n.args[2]], {"dim": int(n.args[1])}
 
 
+def _arg_reduce(name):
+    def rule(n, t):
+        if _word_dtype(dtype_of(n.args[0])) not in ("float32", "int32"):
+            return None
+        dim = arg(n, 1, "dim")
+        return name, [n.args[0]], {"dim": None if dim is None else int(dim), "keepdim": bool(arg(n, 2, "keepdim", False))}
+    return rule
+
+
 def _cumsum(n, t):
     src, dst = _word_dtype(dtype_of(n.args[0])), _word_dtype(dtype_of(n))
     dst = "int32" if dst == "bool" else dst
@@ -696,6 +705,7 @@ CPU_RULES = {
     **{m: _take for m in MOVERS},
     aten.gather.default: _gather,
     aten.cumsum.default: _cumsum,
+    aten.argmax.default: _arg_reduce("argmax"), aten.argmin.default: _arg_reduce("argmin"),
     **{m: _upsample_nearest for m in (aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default,
                                       aten._upsample_nearest_exact2d.vec, aten._upsample_nearest_exact2d.default)},
     aten.scaled_dot_product_attention.default: _sdpa,

@@ -1,12 +1,16 @@
-"""Scans: cumulative sums along one dim (shaders/cumsum.comp).
+"""Ops along one dim, an invocation a row (x seen as (outer, D, inner)): cumulative sums
+(shaders/cumsum.comp) and arg max / min (shaders/argmax.comp).
 
   cumsum(x; dim, dtype)     x int32 (ids, bool masks) or float32 -> dtype ("int32" or
                             "float32"): int32 sums wrap; an int32 x summed to float32 is summed
                             exactly in int32 and rounded once; float32 sums are compensated
+  argmax, argmin(x; dim, keepdim)   x float32 or int32 -> int32 indices, the first of equal
+                            values, a NaN the largest / smallest (torch's); dim None: over all
 
-What it is for: position ids computed from the input (RoBERTa's cumsum of its padding mask,
+What they are for: position ids computed from the input (RoBERTa's cumsum of its padding mask,
 Llama's from its attention mask) and DETR's sine positions (a cumsum of the mask as floats).
-They ran in torch on the CPU, so a saved program needed torch to run.
+And a segmentation map's or a classifier's argmax at the end of a model. They ran in torch on
+the CPU, so a saved program needed torch to run.
 """
 from __future__ import annotations
 
@@ -52,13 +56,53 @@ class Cumsum:
     @staticmethod
     def build(ctx, node):
         x, y = node.inputs[0], node.outputs[0]
-        shape = ctx.spec(x).shape
-        outer, d, inner = _rows(shape, node.attrs["dim"])
-        budget = ctx.device.info.loop_budget
-        if budget is not None and d > budget:
-            raise DeviceLimit(f"cumsum: rows of {d} values, one loop iteration each, past "
-                              f"{ctx.device.info.name}'s loop limit of {budget}")
-        rows = outer * inner
         variant = _VARIANT[(ctx.spec(x).dtype, ctx.spec(y).dtype)]
-        return [ctx.device.dispatch("cumsum", [ctx.buffer(x), ctx.buffer(y)], grid_1d(rows, LOCAL),
-                                    local=(LOCAL,), push=(rows, d, inner), defines=[variant])]
+        return [_row_dispatch(ctx, node, "cumsum", node.attrs["dim"], [variant])]
+
+
+def _row_dispatch(ctx, node, shader, dim, defines):
+    """One invocation a row of x along dim (push: rows, D, inner); DeviceLimit where a row's
+    loop passes the device's loop budget (llvmpipe: 65535 iterations; the node runs on the CPU)."""
+    x, y = node.inputs[0], node.outputs[0]
+    shape = ctx.spec(x).shape
+    outer, d, inner = _rows(shape, dim) if dim is not None else (1, _numel(shape), 1)
+    budget = ctx.device.info.loop_budget
+    if budget is not None and d > budget:
+        raise DeviceLimit(f"{node.op}: rows of {d} values, one loop iteration each, past "
+                          f"{ctx.device.info.name}'s loop limit of {budget}")
+    rows = outer * inner
+    return ctx.device.dispatch(shader, [ctx.buffer(x), ctx.buffer(y)], grid_1d(rows, LOCAL), local=(LOCAL,),
+                               push=(rows, d, inner), defines=defines)
+
+
+def _arg(op, fn):
+    def reference(x, *, dim=None, keepdim=False):
+        x = np.asarray(x)          # (numpy's argmax / argmin give the first NaN, as torch's)
+        out = np.asarray(fn(x.reshape(-1), axis=0) if dim is None else fn(x, axis=dim), np.int32)
+        if keepdim:
+            out = out.reshape((1,) * x.ndim) if dim is None else np.expand_dims(out, dim % x.ndim)
+        return out
+
+    class Arg:
+        name = op
+        shaders = ("argmax",)
+        __doc__ = f"{op} along dim (None: over all), int32 indices (torch's, as int64 ids are int32 here)."
+
+        @staticmethod
+        def decline(node, tensors):
+            x = tensors[node.inputs[0]]
+            if x.dtype not in ("float32", "int32") or tensors[node.outputs[0]].dtype != "int32":
+                return f"{op}: {x.dtype} values (the kernel takes float32 or int32)"
+            return None
+
+        @staticmethod
+        def build(ctx, node):
+            kind = ["MAX" if op == "argmax" else "MIN"] + (["INT"] if ctx.spec(node.inputs[0]).dtype == "int32" else [])
+            return [_row_dispatch(ctx, node, "argmax", node.attrs.get("dim"), kind)]
+    Arg.reference = staticmethod(reference)
+    Arg.__name__ = op.capitalize()
+    return register_op(Arg)
+
+
+_arg("argmax", np.argmax)
+_arg("argmin", np.argmin)
