@@ -440,6 +440,14 @@ def test_rows_past_the_loop_budget_widen_then_fall_back(device, monkeypatch, bud
     if budget == 20:
         assert not steps and list(ex.cpu_reasons) == [0] and "loop iterations" in ex.cpu_reasons[0]
         assert [str(w.message) for w in caught if "runs on the CPU" in str(w.message)], caught
+        from vkq.runtime import CompiledProgram
+        compiled = CompiledProgram(prog, device)
+        assert compiled.fallback_ops == []                    # not built yet: the program's own list
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            np.testing.assert_array_equal(compiled(x), got)
+        ((op, why),) = compiled.fallback_ops                  # built: the device's too
+        assert op == "softmax" and "loop iterations" in why and why.endswith("runs on the CPU")
         return
     (st,) = steps
     assert not ex.cpu_reasons and st.name == "float_softmax"

@@ -255,6 +255,7 @@ class VulkanExecutor:
         # specialization is node i of the program): node index -> why it runs on the CPU
         self.cpu_reasons = {i: r for i, n in enumerate(sized.nodes) if (r := cpu_reason(n, sized.tensors))}
         names = [n.name for n in sized.nodes]
+        self.device_fallback: list = []      # (op, reason) of the nodes this device cannot run
         while True:
             self._plan(sized)
             try:    # the first build, at the upper bounds, compiles every pipeline and sizes the scratch
@@ -265,6 +266,7 @@ class VulkanExecutor:
                 if i is None or i in self.cpu_reasons:
                     raise
                 self.cpu_reasons[i] = str(e)
+                self.device_fallback.append((sized.nodes[i].op, f"{e}; runs on the CPU"))
                 warnings.warn(f"{names[i]} runs on the CPU on {self.device.info.name}: {e}", stacklevel=2)
 
     def _plan(self, sized: Program) -> None:

@@ -35,8 +35,10 @@ class CompiledProgram:
 
     @property
     def fallback_ops(self) -> list:
-        """(op, reason) for every node that runs on the CPU."""
-        return list(self.program.fallback)
+        """(op, reason) for every node that runs on the CPU: the program's, and once the executor
+        is built, those its device cannot run (a limit such as llvmpipe's loop budget)."""
+        extra = self._executor.device_fallback if self._executor is not None else []
+        return list(self.program.fallback) + list(extra)
 
     @property
     def memory(self) -> dict:
