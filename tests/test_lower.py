@@ -858,3 +858,36 @@ def test_argmax_at_the_end_runs_on_vulkan(device, scheme):
     for g, r, w in zip(got, ref, want):
         np.testing.assert_array_equal(g, r)
         assert g.shape == w.shape and np.mean(g == w) >= 0.95
+
+
+class PickTokens(nn.Module):
+    """Rows picked by indices the model computes: CLIP's pooled text output
+    x[arange(B), ids.argmax(-1)], a negative index (the last token, counted from the end), and
+    one index tensor over the first dim only."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x, ids):
+        h = self.fc(x)                                             # (2, 7, 6)
+        pooled = h[torch.arange(h.shape[0]), ids.argmax(-1)]      # (2, 6)
+        last = h[torch.arange(h.shape[0]), ids.argmin(-1) - 7]    # negative: counted from the end
+        first = h[ids[:, :3].argmax(0)]                            # (3, 7, 6), one index over dim 0
+        return pooled + last + first.sum((0, 1))
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_indexing_by_computed_indices_runs_on_vulkan(device, scheme):
+    """x[i0, i1] with indices computed on the device is the embedding gather of x's rows by the
+    flat row index (negative indices wrapped): bit for bit with the reference and with PT2E."""
+    g = torch.Generator().manual_seed(17)
+    x, ids = torch.randn(2, 7, 6, generator=g), torch.randint(0, 50, (2, 7), generator=g)
+    gm = api.quantize(PickTokens().eval(), (x, ids), calibration=[(torch.randn(2, 7, 6, generator=g), ids)],
+                      scheme=scheme, progress=False)
+    program = lower(gm, (x, ids))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    assert sum(n.op == "embedding" for n in program.nodes) == 3
+    got = oputil.VulkanExecutor(program, device)(x.numpy(), ids.numpy())
+    np.testing.assert_allclose(got, run_reference(program, x.numpy(), ids.numpy()), rtol=1e-6, atol=1e-6)
+    assert cosine(got, gm(x, ids).detach().numpy()) >= 0.9999

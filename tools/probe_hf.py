@@ -103,6 +103,8 @@ def architectures(T) -> dict:
         "esm": (lambda: T.EsmModel(T.EsmConfig(vocab_size=33, pad_token_id=1, mask_token_id=2, **SMALL)),
                 lambda: (torch.randint(0, 33, (1, 13)),)),
         "clip-text": (lambda: T.CLIPTextModel(T.CLIPTextConfig(vocab_size=100, **SMALL)), ids),
+        "clip-text-embeds": (lambda: T.CLIPTextModelWithProjection(T.CLIPTextConfig(
+            vocab_size=100, projection_dim=16, eos_token_id=2, **SMALL)), lambda: ids(2)),
         "vit": (lambda: T.ViTModel(T.ViTConfig(image_size=32, patch_size=8, **SMALL)), image),
         "deit": (lambda: T.DeiTModel(T.DeiTConfig(image_size=32, patch_size=8, **SMALL)), image),
         "beit": (lambda: T.BeitModel(T.BeitConfig(image_size=32, patch_size=8, **SMALL)), image),

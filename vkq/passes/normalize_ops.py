@@ -34,6 +34,9 @@ differently; this pass rewrites the second kind into the first:
                                                   (RWKV's time shift: ZeroPad2d((0, 0, 1, -1)))
   aten.im2col(x, k, d, padding, s) (nn.Unfold)  -> im2col(constant_pad_nd(x, padding), k, d, 0, s): the pad
                                                   a kernel, the rest a gather (ConvBERT)
+  aten.index.Tensor(x, [i0, .., ik-1]), an index computed in the graph, float x, static shapes
+                                                -> embedding(reshape(x, (rows, rest)), i0 s0 + .. + ik-1 sk-1)
+                                                  (CLIP's pooled text output: x[arange(B), ids.argmax(-1)])
   aten.var / aten.std (dim or correction form), float, static shapes
                                                 -> sum((x - mean(x))^2) / (n - correction) [sqrt]: float ops
                                                   with kernels (a hand-written layer norm's x.std(-1))
@@ -445,6 +448,41 @@ def im2col_after_pad(node):
     return _new(node, aten.im2col.default, (padded, kernel, dilation, [0, 0], stride))
 
 
+def embedding_from_index(node):
+    """Advanced indexing of the leading dims by indices the model computes: the rows of x seen as
+    a (rows, rest) table, gathered by the flat row index sum_j i_j * stride_j (negative indices
+    wrapped, as torch's), on the embedding kernel. Indices all constant stay a take (vkq.lower)."""
+    from .fold_constants import evaluate_constant
+    x, indices = node.args[0], node.args[1]
+    v = val(x)
+    if not isinstance(v, torch.Tensor) or v.dtype != torch.float32 or not isinstance(indices, (list, tuple)) \
+            or not indices or any(not isinstance(i, Node) for i in indices) or len(indices) > v.dim():
+        return None
+    if any(val(i).dtype not in (torch.int64, torch.int32) for i in indices) \
+            or all(evaluate_constant(node.graph.owning_module, i) is not None for i in indices):
+        return None
+    shape = list(v.shape)
+    if not all(isinstance(d, int) for d in shape) or not all(isinstance(d, int) for i in indices for d in val(i).shape):
+        return None
+    k = len(indices)
+    lead, rest = shape[:k], shape[k:]
+    out_idx = list(torch.broadcast_shapes(*[tuple(val(i).shape) for i in indices]))
+    dtype = torch.int64
+    flat = None
+    for j, i in enumerate(indices):
+        ishape = list(val(i).shape)
+        neg = set_val(_new(node, aten.lt.Scalar, (i, 0)), ishape, torch.bool)
+        up = set_val(_new(node, aten.add.Tensor, (i, lead[j])), ishape, val(i).dtype)
+        i = set_val(_new(node, aten.where.self, (neg, up, i)), ishape, val(i).dtype)
+        stride = math.prod(lead[j + 1:])
+        term = i if stride == 1 else set_val(_new(node, aten.mul.Tensor, (i, stride)), ishape, val(i).dtype)
+        flat = term if flat is None else set_val(_new(node, aten.add.Tensor, (flat, term)), out_idx, dtype)
+    table = set_val(_new(node, aten.reshape.default, (x, [math.prod(lead), math.prod(rest)])),
+                    [math.prod(lead), math.prod(rest)], v.dtype)
+    rows = set_val(_new(node, aten.embedding.default, (table, flat)), out_idx + [math.prod(rest)], v.dtype)
+    return set_val(_new(node, aten.reshape.default, (rows, out_idx + rest)), out_idx + rest, v.dtype)
+
+
 def moments_from_var(node):
     """var / std as the two-pass float ops that compute them: mean, subtract, square, sum, divide
     by n - correction (and sqrt). Not before annotation: those ops must stay float, not int8."""
@@ -535,6 +573,7 @@ BEFORE_ANNOTATION = {
 NORMALIZE = {
     aten.convolution.default: conv_from_convolution,
     **{t: moments_from_var for t in (aten.var.dim, aten.std.dim, aten.var.correction, aten.std.correction)},
+    aten.index.Tensor: embedding_from_index,
     **BEFORE_ANNOTATION,
     aten.addmm.default: linear_from_addmm,
     aten.mm.default: linear_from_mm,
