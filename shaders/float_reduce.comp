@@ -1,8 +1,9 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
-// Float32 reduction over some dims (vkq/ops/float.py sum, mean, vector_norm):
+// Float32 reduction over some dims (vkq/ops/float.py sum, mean, vector_norm, amax, amin):
 //   SUM:  sum x      MEAN: (sum x) / count      NORM2: sqrt(sum x^2)
+//   AMAX / AMIN: the largest / smallest x, NaN if any x is (torch's amax / amin): exact
 // The kept dims (rank <= 4, merged) index the output row-major; in-strides of kept and reduced
 // dims say where the values are (index arithmetic unrolled over 4 dims: no loop).
 // Who sums an output's `count` values:
@@ -25,6 +26,12 @@
 //! variant SUM ROW_WORKGROUP
 //! variant MEAN ROW_WORKGROUP
 //! variant NORM2 ROW_WORKGROUP
+//! variant AMAX
+//! variant AMIN
+//! variant AMAX ROW_SUBGROUP
+//! variant AMIN ROW_SUBGROUP
+//! variant AMAX ROW_WORKGROUP
+//! variant AMIN ROW_WORKGROUP
 #include "common.glsl"
 
 #if defined(ROW_SUBGROUP) || defined(ROW_WORKGROUP)
@@ -83,6 +90,31 @@ float lane_sum(int base, int first, int step) {
     return s;
 }
 
+#if defined(AMAX) || defined(AMIN)
+#define EXTREME
+#ifdef AMAX
+const float SIGN = 1.0;
+#else
+const float SIGN = -1.0;     // amin = -amax(-x)
+#endif
+// (the largest SIGN * x of this lane's values, 1 if one was NaN else 0)
+vec2 lane_extreme(int base, int first, int step) {
+    float m = uintBitsToFloat(0xff800000u), nan = 0.0;
+    for (int c0 = first; c0 < p.count; c0 += 4 * step) {
+        [[unroll]] for (int k = 0; k < 4; ++k) {
+            const int c = c0 + k * step;
+            if (c < p.count) {
+                float v = SIGN * value(base, c);
+                if (isnan(v)) nan = 1.0; else m = max(m, v);
+            }
+        }
+    }
+    return vec2(m, nan);
+}
+
+float extreme(vec2 e) { return e.y > 0.0 ? uintBitsToFloat(0x7fc00000u) : SIGN * e.x; }
+#endif
+
 float finish(float s) {
 #if defined(MEAN)
     return s / float(p.count);
@@ -96,12 +128,22 @@ float finish(float s) {
 void main() {
 #ifdef ROWS
     for (int r = first_row(); r < p.n_out; r += row_stride()) {
+#ifdef EXTREME
+        vec2 e = lane_extreme(base_of(r), lane(), lanes());
+        e = vec2(row_max(e.x), row_max(e.y));
+        if (lane() == 0) y[r] = extreme(e);
+#else
         float s = row_sum(lane_sum(base_of(r), lane(), lanes()));
         if (lane() == 0) y[r] = finish(s);
+#endif
     }
 #else
     int i = linear_invocation();
     if (i >= p.n_out) return;
+#ifdef EXTREME
+    y[i] = extreme(lane_extreme(base_of(i), 0, 1));
+#else
     y[i] = finish(lane_sum(base_of(i), 0, 1));
+#endif
 #endif
 }

@@ -781,3 +781,21 @@ def test_adaptive_avg_pool2d_float(device, shape, size):
             want[..., i, j] = x[..., hs:he, ws:we].astype(np.float64).mean(axis=(-2, -1))
     np.testing.assert_array_equal(ref, want.astype(np.float32))
     check(got, ref, ("bound", 4 * EPS * np.abs(x).max()))
+
+
+@pytest.mark.parametrize("op", ["amax", "amin"])
+@pytest.mark.parametrize("shape,dims,keepdim", [((3, 5, 37), [-1], False), ((2, 3, 31, 29), [2, 3], True),
+                                                ((4, 300), None, False), ((5, 4, 3), [0, 2], False)])
+def test_amax_amin(device, rows, op, shape, dims, keepdim):
+    """max / min over dims, exact, by one invocation an output (short rows) or a subgroup /
+    workgroup (from REDUCE_ROW values): equal to numpy, and NaN where a reduced value is NaN."""
+    x = rnd(*shape, lo=-50, hi=50)
+    want = getattr(np, op)(x, axis=None if dims is None else tuple(dims), keepdims=keepdim)
+    got, ref = run_op(device, op, [x], {"dims": dims, "keepdim": keepdim}, np.shape(want))
+    np.testing.assert_array_equal(ref, want)
+    np.testing.assert_array_equal(got, want)
+    x.reshape(-1)[7] = np.nan
+    want = getattr(np, op)(x, axis=None if dims is None else tuple(dims), keepdims=keepdim)
+    got, _ = run_op(device, op, [x], {"dims": dims, "keepdim": keepdim}, np.shape(want))
+    np.testing.assert_array_equal(got, want)          # (assert_array_equal: NaN where numpy has NaN)
+    assert np.isnan(got).sum() == np.isnan(want).sum() >= 1

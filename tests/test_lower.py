@@ -891,3 +891,28 @@ def test_indexing_by_computed_indices_runs_on_vulkan(device, scheme):
     got = oputil.VulkanExecutor(program, device)(x.numpy(), ids.numpy())
     np.testing.assert_allclose(got, run_reference(program, x.numpy(), ids.numpy()), rtol=1e-6, atol=1e-6)
     assert cosine(got, gm(x, ids).detach().numpy()) >= 0.9999
+
+
+class HandWrittenSoftmax(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):
+        h = self.fc(x)
+        e = torch.exp(h - h.amax(-1, keepdim=True))
+        return e / e.sum(-1, keepdim=True) + (h.max() - h.amin((0, 1))) * 0.1
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_amax_amin_max_min_run_on_vulkan(device, scheme):
+    """amax / amin / max() / min() as float reductions (a hand-written softmax's row max), not
+    torch on the CPU."""
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(18))
+    gm = api.quantize(HandWrittenSoftmax().eval(), (x,), calibration=batches((2, 5, 6)), scheme=scheme, progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    assert {"amax", "amin"} <= set(ops(program))
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-6)
+    assert cosine(got, gm(x).detach().numpy()) >= 0.9999

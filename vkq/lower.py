@@ -683,6 +683,8 @@ _FLOAT_RULES = {
     aten.mean.dim: _reduce("mean"),
     aten.sum.dim_IntList: _reduce("sum"), aten.sum.default: _reduce("sum"),
     aten.linalg_vector_norm.default: _vector_norm,
+    aten.amax.default: _reduce("amax"), aten.amin.default: _reduce("amin"),
+    aten.max.default: _reduce("amax"), aten.min.default: _reduce("amin"),
     aten.adaptive_avg_pool2d.default: _global_average,
     aten.max_pool2d.default: _max_pool,
     aten.avg_pool2d.default: _avg_pool,

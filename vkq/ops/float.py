@@ -17,6 +17,7 @@ a build() that runs it as a float32 compute shader, so a float region stays on t
   matmul_strided(a, b; a_view, b_view, out_strides, out_shape)   float_matmul, in place of the
                       reshape/permute copies around an attention matmul (fold_views_into_matmul)
   sum, mean(x; dims, keepdim), vector_norm(x; dims, keepdim)   float_reduce (SUM / MEAN / NORM2)
+  amax, amin(x; dims, keepdim)                           float_reduce (AMAX / AMIN): exact, NaN if any
 
 The ops that only move values (reshape, permute, cat, slice, ...) are in vkq.ops.shape, for
 every dtype; their float32/int32 dispatches use float_copy (a strided copy of words).
@@ -292,6 +293,14 @@ def mean(x, *, dims=None, keepdim=False):
 
 def sum_(x, *, dims=None, keepdim=False):
     return _f(x).astype(np.float64).sum(axis=_axes(dims), keepdims=keepdim).astype(F32)
+
+
+def amax(x, *, dims=None, keepdim=False):
+    return np.max(_f(x), axis=_axes(dims), keepdims=keepdim)      # (a NaN propagates, as torch's)
+
+
+def amin(x, *, dims=None, keepdim=False):
+    return np.min(_f(x), axis=_axes(dims), keepdims=keepdim)
 
 
 def vector_norm(x, *, dims=None, keepdim=False):
@@ -932,3 +941,5 @@ _op("pow", pow_, _unary_build(lambda a: "OP_CUBE" if a["exponent"] == 3 else "OP
 _op("mean", mean, _reduce_build("MEAN"), ("float_reduce",), "Float mean over dims.")
 _op("sum", sum_, _reduce_build("SUM"), ("float_reduce",), "Float sum over dims.")
 _op("vector_norm", vector_norm, _reduce_build("NORM2"), ("float_reduce",), "Float 2-norm over dims.")
+_op("amax", amax, _reduce_build("AMAX"), ("float_reduce",), "Float max over dims (NaN if any).")
+_op("amin", amin, _reduce_build("AMIN"), ("float_reduce",), "Float min over dims (NaN if any).")
