@@ -916,3 +916,35 @@ def test_amax_amin_max_min_run_on_vulkan(device, scheme):
     got = oputil.VulkanExecutor(program, device)(x.numpy())
     np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-6)
     assert cosine(got, gm(x).detach().numpy()) >= 0.9999
+
+
+class SpeechPReLU(nn.Module):
+    """PReLU with a slope per channel on (N, C, L) (Conv-TasNet's, after a conv1d) and on (N, C)
+    (after a linear), slopes of both signs."""
+
+    def __init__(self):
+        super().__init__()
+        self.c, self.p = nn.Conv1d(4, 6, 3), nn.PReLU(6)
+        self.fc, self.q = nn.Linear(6, 5), nn.PReLU(5)
+        g = torch.Generator().manual_seed(19)
+        with torch.no_grad():
+            self.p.weight.copy_(torch.rand(6, generator=g) - 0.5)
+            self.q.weight.copy_(torch.rand(5, generator=g) * 0.5)
+
+    def forward(self, x):
+        return self.q(self.fc(self.p(self.c(x)).mean(-1)))
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_prelu_on_2d_and_3d_runs_on_vulkan(device, scheme):
+    """A per-channel PReLU on 2-D and 3-D tensors is the 4-D form viewed around it (int8 under
+    static: a clamp and a depthwise conv taking the add), instead of torch on the CPU."""
+    x = torch.randn(2, 4, 11, generator=torch.Generator().manual_seed(20))
+    model = SpeechPReLU().eval()
+    gm = api.quantize(model, (x,), calibration=batches((2, 4, 11)), scheme=scheme, progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-6)
+    assert cosine(got, gm(x).detach().numpy()) >= 0.9999
+    assert cosine(got, model(x).detach().numpy()) >= 0.99

@@ -22,6 +22,7 @@ differently; this pass rewrites the second kind into the first:
   aten.relu6(x), aten.clamp(x, lo, hi)          -> aten.hardtanh(x, lo, hi);  clamp(x, 0) -> relu
   aten.prelu(x, w), w one slope                 -> aten.leaky_relu(x, w)
   aten.prelu(x, w), a slope per channel of 4-D x -> x + conv2d(hardtanh(x, -max, 0), w - 1, groups=C)
+                                                  (2-D and 3-D x viewed as 4-D around it)
   aten.glu(x, dim)                              -> slices, sigmoid, mul
   aten.repeat_interleave(x, r int, dim)         -> unsqueeze, expand, flatten
   aten.stack(tensors, dim)                      -> cat of the tensors unsqueezed at dim   (GPT-J)
@@ -267,15 +268,25 @@ def from_prelu(node):
         return None
     if w.numel() == 1:
         return _new(node, aten.leaky_relu.default, (x, float(w.reshape(()))))
-    if not isinstance(v, torch.Tensor) or v.dim() != 4 or not isinstance(v.shape[1], int) or w.numel() != v.shape[1]:
+    if not isinstance(v, torch.Tensor) or v.dim() not in (2, 3, 4) or not isinstance(v.shape[1], int) \
+            or w.numel() != v.shape[1] or not all(isinstance(d, int) for d in v.shape[2:]):
         return None
     c = w.numel()
-    neg = _new(node, aten.hardtanh.default, (x, -1e30, 0.0))   # (-inf: not taken as a clamp)
+    x4, v4 = x, v
+    if v.dim() < 4:     # (N, C) / (N, C, L) seen as (N, C, 1, 1) / (N, C, 1, L): a speech model's PReLU
+        shape4 = [-1, c, 1, v.shape[2] if v.dim() == 3 else 1]
+        x4 = _new(node, aten.reshape.default, (x, shape4))
+        v4 = x4.meta["val"] = v.reshape([v.shape[0]] + shape4[1:])
+    neg = _new(node, aten.hardtanh.default, (x4, -1e30, 0.0))   # (-inf: not taken as a clamp)
     weight = add_constant(gm, f"{node.name}_slopes", w.detach().float().reshape(c, 1, 1, 1) - 1.0, node)
     conv = _new(node, aten.conv2d.default, (neg, weight, None, [1, 1], [0, 0], [1, 1], c))
     for n in (neg, conv):
-        n.meta["val"] = v
-    return _new(node, aten.add.Tensor, (x, conv))
+        n.meta["val"] = v4
+    out = _new(node, aten.add.Tensor, (x4, conv))
+    if x4 is x:
+        return out
+    out.meta["val"] = v4
+    return _new(node, aten.reshape.default, (out, list(v.shape) if isinstance(v.shape[0], int) else [-1, *v.shape[1:]]))
 
 
 def mul_sigmoid_from_glu(node):
