@@ -948,3 +948,34 @@ def test_prelu_on_2d_and_3d_runs_on_vulkan(device, scheme):
     np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-6)
     assert cosine(got, gm(x).detach().numpy()) >= 0.9999
     assert cosine(got, model(x).detach().numpy()) >= 0.99
+
+
+class LogSumExp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):
+        h = self.fc(x)
+        masked = h.masked_fill(h > 0.5, float("-inf"))
+        return torch.logsumexp(h, -1, keepdim=True) + torch.logsumexp(masked, (0, 2)).sum() + h
+
+
+def test_logsumexp_runs_on_vulkan(device):
+    """logsumexp as ATen computes it (the max taken out, an infinite max counted as 0), on the
+    float kernels: within float rounding of torch, -inf where every value is -inf (the rewrite
+    alone, on a row of -inf)."""
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(21))
+    model = LogSumExp().eval()
+    gm = api.quantize(model, (x,), calibration=batches((2, 5, 6)), scheme="dynamic", progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-5)
+    assert cosine(got, gm(x).detach().numpy()) >= 0.9999
+    from vkq.passes.normalize_ops import normalize_ops    # the rewrite alone, on floats: torch's values
+    t = torch.tensor([[1.0, 2.0, -float("inf")], [-float("inf")] * 3, [100.0, 100.0, 99.0]])
+    for f in (lambda a: torch.logsumexp(a, 1), lambda a: torch.logsumexp(a, (0, 1), keepdim=True)):
+        g = torch.export.export(_Lambda(f), (t,)).module()
+        assert normalize_ops(g) and not any("logsumexp" in str(n.target) for n in g.graph.nodes)
+        torch.testing.assert_close(g(t), f(t))

@@ -289,7 +289,7 @@ def test_pattern_matches_pt2e_op_by_op(quantized):
 class Unsupported(nn.Module):
     """What has no kernel: an int8 add on a rank-5 view (ROW: the eltwise kernel takes the blocked
     layouts), a linear over a rank-5 int8 tensor, a dilated transposed conv (conv_transpose_as_conv
-    takes dilation 1), cumprod, logsumexp; beside them
+    takes dilation 1), cumprod, logcumsumexp; beside them
     reflect padding and nearest-exact resizing, which are gathers."""
 
     def __init__(self):
@@ -302,7 +302,7 @@ class Unsupported(nn.Module):
         z = y.view(n, 2, 4, h, w)
         z = self.fc(z + z.flip(1)).cumprod(-1)
         u = F.interpolate(F.pad(self.t(y), (1, 1, 1, 1), mode="reflect"), scale_factor=1.5, mode="nearest-exact")
-        return z.sum() + torch.logsumexp(u, 1).sum()
+        return z.sum() + torch.logcumsumexp(u, 1).sum()
 
 
 def test_what_has_no_kernel_falls_back_with_its_reason(device):
@@ -311,7 +311,7 @@ def test_what_has_no_kernel_falls_back_with_its_reason(device):
     gm = vkq.quantize(Unsupported().eval(), (x,), [(torch.randn(1, 3, 4, 5),) for _ in range(2)])
     prog = vkq.compile(gm, (x,), device=device)
     ops = [op for op, _ in prog.fallback_ops]
-    assert {"add_q8", "aten.linear", "aten.cumprod", "aten.conv_transpose2d", "aten.logsumexp"} <= set(ops), ops
+    assert {"add_q8", "aten.linear", "aten.cumprod", "aten.conv_transpose2d", "aten.logcumsumexp"} <= set(ops), ops
     assert "aten.pad" not in ops and "aten._upsample_nearest_exact2d" not in ops
     assert all(reason for _, reason in prog.fallback_ops)
     assert "ROW" in dict(prog.fallback_ops)["add_q8"]

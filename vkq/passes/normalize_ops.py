@@ -38,6 +38,8 @@ differently; this pass rewrites the second kind into the first:
   aten.index.Tensor(x, [i0, .., ik-1]), an index computed in the graph, float x, static shapes
                                                 -> embedding(reshape(x, (rows, rest)), i0 s0 + .. + ik-1 sk-1)
                                                   (CLIP's pooled text output: x[arange(B), ids.argmax(-1)])
+  aten.logsumexp(x, dims, keepdim), float, static shapes
+                                                -> m + log(sum(exp(x - m))), m = amax (0 where infinite), as ATen
   aten.var / aten.std (dim or correction form), float, static shapes
                                                 -> sum((x - mean(x))^2) / (n - correction) [sqrt]: float ops
                                                   with kernels (a hand-written layer norm's x.std(-1))
@@ -494,6 +496,31 @@ def embedding_from_index(node):
     return set_val(_new(node, aten.reshape.default, (rows, out_idx + rest)), out_idx + rest, v.dtype)
 
 
+def from_logsumexp(node):
+    """logsumexp as ATen computes it: m = amax(x, dims) (0 where m is infinite, so that an
+    all -inf row gives -inf, not NaN), log(sum(exp(x - m))) + m. Float ops with kernels."""
+    x, v = node.args[0], val(node.args[0])
+    if not isinstance(v, torch.Tensor) or not v.is_floating_point() or not all(isinstance(d, int) for d in v.shape):
+        return None
+    dims = arg(node, 1, "dim")
+    dims = [d % v.dim() for d in (dims if isinstance(dims, (list, tuple)) else [dims])] if dims not in (None, []) \
+        else list(range(v.dim()))
+    keepdim = arg(node, 2, "keepdim", False)
+    kept = [1 if d in dims else n for d, n in enumerate(v.shape)]
+    full, f = list(v.shape), v.dtype
+    m = set_val(_new(node, aten.amax.default, (x, dims, True)), kept, f)
+    inf = set_val(_new(node, aten.eq.Scalar, (set_val(_new(node, aten.abs.default, (m,)), kept, f), float("inf"))),
+                  kept, torch.bool)
+    m = set_val(_new(node, aten.where.ScalarSelf, (inf, 0.0, m)), kept, f)
+    e = set_val(_new(node, aten.exp.default, (set_val(_new(node, aten.sub.Tensor, (x, m)), full, f),)), full, f)
+    total = set_val(_new(node, aten.sum.dim_IntList, (e, dims, True)), kept, f)
+    out = set_val(_new(node, aten.add.Tensor, (set_val(_new(node, aten.log.default, (total,)), kept, f), m)), kept, f)
+    if keepdim:
+        return out
+    return set_val(_new(node, aten.reshape.default, (out, [n for d, n in enumerate(v.shape) if d not in dims])),
+                   [n for d, n in enumerate(v.shape) if d not in dims], f)
+
+
 def moments_from_var(node):
     """var / std as the two-pass float ops that compute them: mean, subtract, square, sum, divide
     by n - correction (and sqrt). Not before annotation: those ops must stay float, not int8."""
@@ -585,6 +612,7 @@ NORMALIZE = {
     aten.convolution.default: conv_from_convolution,
     **{t: moments_from_var for t in (aten.var.dim, aten.std.dim, aten.var.correction, aten.std.correction)},
     aten.index.Tensor: embedding_from_index,
+    aten.logsumexp.default: from_logsumexp,
     **BEFORE_ANNOTATION,
     aten.addmm.default: linear_from_addmm,
     aten.mm.default: linear_from_mm,
