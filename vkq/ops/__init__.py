@@ -13,6 +13,7 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
                       any dtype -> the same dtype: values moved, not changed (vkq/ops/shape.py)
   eq/ne/lt/le/gt/ge, bitwise_and/or/xor, logical_not, cast, where, embedding, gather   ids and masks (logic.py)
   cumsum              x int32/f32 -> int32/f32 along a dim; attrs dim, dtype (scan.py)
+  argmax, argmin      x int32/f32 -> int32 indices along a dim or over all; attrs dim, keepdim (scan.py)
   upsample_bilinear2d x f32 or int8 (N, C, H, W) -> same (N, C, Ho, Wo); attrs out_size, align_corners, scales
   scaled_dot_product_attention   q, k, v f32 [, mask f32/int32] -> f32; attrs scale, causal, mask_kind
   linear_q8           x int8 4H4W (..., K), weight int8 (N, K), bias float64 or int32 (N,),
