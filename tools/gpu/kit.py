@@ -32,6 +32,7 @@ HOST_ONLY_TESTS = {
     "test_bench.py": "vkq bench with its CPU and ncnn peers (run.sh runs `vkq bench kernels` instead)",
     "test_end_to_end.py": "PT2E quantization (torchao, torch 2.13) and the weight packages",
     "test_lower.py": "PT2E quantization (torchao, torch 2.13)",
+    "test_op_coverage.py": "PT2E quantization (torchao, torch 2.13)",
     "test_passes.py": "PT2E quantization (torchao, torch 2.13)",
     "test_quantizer.py": "PT2E quantization (torchao, torch 2.13)",
     "test_threads.py": "compiles its model with PT2E (torchao, torch 2.13)",

@@ -1,0 +1,522 @@
+"""Ops and op forms that models use and that ran in torch on the CPU (or failed to build), each
+now lowered to kernels: a small module in the form an architecture writes it, quantized under
+the schemes it meets, lowered with nothing left on the CPU, run on each test device and compared
+with the program's reference and with PT2E's eager output (and, where it says, torch's float
+model). tools/probe_hf.py found most of them in Hugging Face architectures; the architecture is
+named beside each."""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import oputil
+from test_lower import assert_matches_pt2e, batches, cosine, ops
+from vkq import api
+from vkq.executor import run_reference
+from vkq.lower import lower
+from vkq.registry import cpu_reason
+
+warnings.filterwarnings("ignore", category=UserWarning)
+
+
+class PositionsFromInputs(nn.Module):
+    """RoBERTa's embeddings (position ids: a cumsum of the padding mask; token types gathered
+    from a buffer at those positions) and DETR's sine positions (a cumsum of a bool mask as
+    floats), in a few lines."""
+
+    def __init__(self, pad=1, d=8):
+        super().__init__()
+        self.pad = pad
+        self.positions = nn.Embedding(40, d)
+        self.register_buffer("token_types", torch.zeros(1, 40, dtype=torch.long))
+        self.types = nn.Embedding(2, d)
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, ids):
+        mask = ids.ne(self.pad).int()
+        pos = (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + self.pad
+        types = torch.gather(self.token_types.expand(ids.shape[0], -1), 1, pos)
+        rows = torch.cumsum(ids.ne(self.pad), 1, dtype=torch.float32)
+        h = self.positions(pos) + self.types(types) + rows.unsqueeze(-1) / 16
+        return self.fc(h)
+
+
+def test_positions_computed_from_the_input_run_on_vulkan(device):
+    """cumsum and a gather by a computed index (RoBERTa, MPNet, DETR's sine positions) ran in
+    torch on the CPU, so the saved program needed torch to run: now int32 and float kernels,
+    bit for bit with the reference, and the reference with PT2E."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 6, (2, 13), generator=g)
+    ids[0, -4:] = 1                                     # padding
+    model = PositionsFromInputs().eval()
+    calib = [(torch.randint(0, 6, (2, 13), generator=g),) for _ in range(3)]
+    gm = api.quantize(model, (ids,), calibration=calib, progress=False)
+    program = lower(gm, (ids,))
+    assert program.fallback == [] and {"cumsum", "gather"} <= set(ops(program)), ops(program)
+    assert all(cpu_reason(n, program.tensors) is None for n in program.nodes)
+    assert not any(n.op == "torch_op" for n in program.nodes)
+    oputil.assert_program_on_device(program, device, ids.numpy())
+    assert_matches_pt2e(program, gm, ids)
+
+
+class Einsums(nn.Module):
+    """einsum as models write it: attention scores and values (XLNet, Funnel, hand-written
+    attention), a linear map, an outer product, a transpose, a reduction, an ellipsis and three
+    operands."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        self.w = nn.Parameter(torch.randn(8, 6, generator=g) / 3)
+        self.u = nn.Parameter(torch.randn(6, 5, generator=g) / 3)
+
+    def forward(self, x):                                        # x (2, 3, 7, 8): batch, heads, length, dim
+        s = torch.einsum("bhid,bhjd->bhij", x, x).softmax(-1)
+        a = torch.einsum("bhij,bhjd->bihd", s, x)                 # (2, 7, 3, 8)
+        y = torch.einsum("bihd,de->bihe", a, self.w)              # (2, 7, 3, 6)
+        o = torch.einsum("bi,bj->bij", y[:, 0, 0], y[:, 1, 1])     # outer (2, 6, 6)
+        t = torch.einsum("bij->bji", o) + torch.einsum("bii->bi", o).unsqueeze(-1)
+        z = torch.einsum("...ij,...jk->...ik", t, torch.einsum("ij,jk,kl->il", self.w[:6], self.w[:6].t(), self.u))
+        return torch.einsum("bij->b", z).unsqueeze(-1) * 0.01 + torch.einsum("bihe->be", y)
+
+
+def test_einsum_runs_as_its_decomposition_on_vulkan(device):
+    """Each einsum becomes the permutes, views and bmm (or mul and sum) torch computes it with:
+    nothing on the CPU (XLNet and Funnel had one there per attention), and the program agrees
+    with the reference bit for bit and with PT2E, under the static and the dynamic scheme."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 7, 8, generator=g)
+    for scheme in ("static", "dynamic"):
+        gm = api.quantize(Einsums().eval(), (x,), calibration=batches((2, 3, 7, 8)), scheme=scheme, progress=False)
+        program = lower(gm, (x,))
+        assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+        assert all(cpu_reason(n, program.tensors) is None for n in program.nodes)
+        got = oputil.VulkanExecutor(program, device)(x.numpy())
+        ref = run_reference(program, x.numpy())
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+        assert cosine(got, gm(x).detach().numpy()) >= 0.995
+        assert cosine(got, Einsums().eval()(x).detach().numpy()) >= 0.98
+
+
+class OtherSpellings(nn.Module):
+    """Ops under the names models use: torch.multiply / true_divide / subtract / clip / greater /
+    square (ConvBERT, RWKV), a pad by negative amounts (RWKV's time shift crops a row) and
+    nn.Unfold with padding (ConvBERT's span convolution)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+        self.unfold = nn.Unfold(kernel_size=(3, 1), padding=(1, 0))
+
+    def forward(self, x):                                           # x (2, 5, 6)
+        h = self.fc(x)
+        shifted = F.pad(h, (0, 0, 1, -1))                          # each row gets the one before
+        g = torch.multiply(torch.square(h), torch.clip(shifted, -1.0, 1.0))
+        g = torch.true_divide(torch.subtract(g, h), 2.0)
+        g = torch.where(torch.greater(h, 0.0), g, h)
+        spans = self.unfold(g.transpose(1, 2).unsqueeze(-1))        # (2, 6 * 3, 5)
+        return spans.transpose(1, 2) + F.pad(h, (1, -1)).repeat(1, 1, 3)
+
+
+def test_other_spellings_of_ops_run_on_vulkan(device):
+    """Aliases, square, negative padding and a padded unfold ran in torch on the CPU: now each is
+    the op it names, a slice and a pad, or a pad and a gather; the program agrees with the
+    reference and with PT2E under both schemes."""
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(2))
+    for scheme in ("static", "dynamic"):
+        gm = api.quantize(OtherSpellings().eval(), (x,), calibration=batches((2, 5, 6)), scheme=scheme,
+                          progress=False)
+        program = lower(gm, (x,))
+        assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+        got = oputil.VulkanExecutor(program, device)(x.numpy())
+        ref = run_reference(program, x.numpy())
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
+        assert cosine(got, gm(x).detach().numpy()) >= 0.995
+
+
+class FloatActivations(nn.Module):
+    """Activations the linear-only schemes leave in float (Mamba's softplus, YOLO's leaky relu,
+    Mish, ELU) and float maths on activations (log, erf, rounding)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 12), nn.Linear(12, 6)
+
+    def forward(self, x):
+        h = self.a(x)
+        h = F.leaky_relu(h, 0.2) + F.elu(h, 0.7) + F.softplus(h, beta=2.0, threshold=4.0) + F.mish(h)
+        h = h + torch.log(torch.abs(h) + 1.0) + torch.erf(h) + torch.floor(h) * torch.sign(h) + torch.round(h)
+        return self.b(h)
+
+
+def test_float_activations_run_on_vulkan(device):
+    x = torch.randn(3, 5, 6, generator=torch.Generator().manual_seed(6))
+    gm = api.quantize(FloatActivations().eval(), (x,), calibration=batches((3, 5, 6)), scheme="dynamic",
+                      progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    assert {"leaky_relu", "elu", "softplus", "mish", "log", "erf", "floor", "sign", "round"} <= set(ops(program))
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    ref = run_reference(program, x.numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert cosine(got, gm(x).detach().numpy()) >= 0.999
+
+
+class Upsampler(nn.Module):
+    """A segmentation / depth decoder's transposed convs (DPT's, U-Net's): kernel = stride, the
+    common k4 s2 p1, and an odd one with output padding and groups."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.ConvTranspose2d(4, 6, 2, stride=2)
+        self.b = nn.ConvTranspose2d(6, 4, 4, stride=2, padding=1)
+        self.c = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(torch.relu(self.a(x)))))
+
+
+@pytest.mark.parametrize("scheme", ["dynamic", "weight_only"])
+def test_transposed_convs_run_on_vulkan_under_the_linear_only_schemes(device, scheme):
+    """Under the schemes that quantize linears only, a transposed conv becomes the conv of its
+    phases and a pixel shuffle, as under static (conv_transpose_as_conv): a float conv (or, for
+    kernel = stride, a linear over pixels) and a gather, instead of torch on the CPU."""
+    x = torch.randn(1, 4, 5, 7, generator=torch.Generator().manual_seed(8))
+    model = Upsampler().eval()
+    gm = api.quantize(model, (x,), calibration=batches((1, 4, 5, 7)), scheme=scheme, progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    ref = run_reference(program, x.numpy())
+    assert got.shape == (1, 6, 40, 56)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert cosine(got, gm(x).detach().numpy()) >= 0.999
+    assert cosine(got, model(x).detach().numpy()) >= 0.99
+
+
+class PyramidPool(nn.Module):
+    """PSPNet's / UperNet's pyramid pooling: adaptive average pools to 1, 2, 3 and 6 (uneven on
+    a 13 x 10 map), each a 1x1 conv, upsampled back and concatenated."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.heads = nn.ModuleList(nn.Conv2d(8, 4, 1) for _ in range(4))
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        outs = [h] + [F.interpolate(head(F.adaptive_avg_pool2d(h, s)), size=h.shape[-2:], mode="bilinear",
+                                    align_corners=False) for s, head in zip((1, 2, 3, 6), self.heads)]
+        return torch.cat(outs, 1)
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_pyramid_pooling_runs_on_vulkan(device, scheme):
+    """Uneven adaptive average pools: int8 under static (adaptive_avg_pool2d_q8), float under the
+    dynamic scheme (a matmul by the averaging matrix; before, torch on the CPU)."""
+    x = torch.randn(1, 3, 13, 10, generator=torch.Generator().manual_seed(9))
+    gm = api.quantize(PyramidPool().eval(), (x,), calibration=batches((1, 3, 13, 10)), scheme=scheme, progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    pools = [n.op for n in program.nodes if "adaptive" in n.op or n.op == "mean"]
+    assert len(pools) == 4, pools
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    ref = run_reference(program, x.numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert cosine(got, gm(x).detach().numpy()) >= 0.999
+
+
+class Tubelets(nn.Module):
+    """A video transformer's tubelet embedding (VideoMAE, ViViT): a conv3d with kernel = stride,
+    here with frames and rows the kernel leaves over (PyTorch drops them), then a linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Conv3d(3, 8, (2, 4, 3), stride=(2, 4, 3))
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.fc(self.embed(x).flatten(2).transpose(1, 2))
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_conv3d_tubelets_run_as_a_linear(device, scheme):
+    """conv3d has no kernel; with kernel = stride it is a linear over tubelets (time folded into
+    the batch and the channels first, so every copy stays within the kernels' 6 dims)."""
+    x = torch.randn(2, 3, 5, 9, 10, generator=torch.Generator().manual_seed(10))
+    model = Tubelets().eval()
+    gm = api.quantize(model, (x,), calibration=batches((2, 3, 5, 9, 10)), scheme=scheme, progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    assert any(n.op.startswith("linear") for n in program.nodes)
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    ref = run_reference(program, x.numpy())
+    assert got.shape == (2, 2 * 2 * 3, 5)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert cosine(got, gm(x).detach().numpy()) >= 0.999
+    assert cosine(got, model(x).detach().numpy()) >= 0.99
+
+
+class EmptyPassThrough(nn.Module):
+    """Partial rotary embeddings with the rotary part the whole head (Phi-3): the pass-through
+    half x[..., d:] is empty, and is concatenated back."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.fc2 = nn.Linear(6, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.fc(x)
+        rot, rest = h[..., :8], h[..., 8:]
+        rot = torch.cat([-rot[..., 4:], rot[..., :4]], -1)
+        return self.fc2(torch.cat([rot, rest], -1))
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_empty_tensors_build_no_dispatch(device, scheme):
+    """An op whose output is empty builds nothing, and a cat skips an empty part (int8 and float):
+    Phi-3 failed to build ("slice reads source elements -1..408", "packed int8 tensors need every
+    dimension >= 1")."""
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(11))
+    gm = api.quantize(EmptyPassThrough().eval(), (x,), calibration=batches((2, 5, 6)), scheme=scheme, progress=False)
+    program = lower(gm, (x,))
+    assert any(0 in program.tensors[n.outputs[0]].shape for n in program.nodes)
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    ref = run_reference(program, x.numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert cosine(got, gm(x).detach().numpy()) >= 0.999
+
+
+class StandardizedAndNormed(nn.Module):
+    """BiT's weight-standardized conv (its weights normalised by a training-mode batch_norm of
+    constants on every call) and LeViT's linear + BatchNorm1d over the features."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc, self.bn = nn.Linear(8, 6), nn.BatchNorm1d(6)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        w = self.conv.weight
+        w = F.batch_norm(w.reshape(1, 8, -1), None, None, training=True, momentum=0.0, eps=1e-6).reshape_as(w)
+        h = torch.relu(F.conv2d(x, w, self.conv.bias, padding=1)).mean((2, 3))
+        return self.bn(self.fc(h))
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_batch_norms_leave_no_batch_norm_for_convert(device, scheme):
+    """A batch norm left in the graph made convert_pt2e re-export its ~100 QAT conv-bn patterns
+    (BiT and LeViT: 10-20 s a compile here): a batch norm of constants becomes its value, and
+    under the linear-only schemes too a standalone one becomes a depthwise conv, before
+    annotation. The values stay PT2E's and the model's."""
+    x = torch.randn(2, 3, 6, 7, generator=torch.Generator().manual_seed(12))
+    model = StandardizedAndNormed().eval()
+    gm = api.quantize(model, (x,), calibration=batches((2, 3, 6, 7)), scheme=scheme, progress=False)
+    assert not any("batch_norm" in str(n.target) for n in gm.graph.nodes)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-5)
+    assert cosine(got, gm(x).detach().numpy()) >= 0.999
+    assert cosine(got, model(x).detach().numpy()) >= 0.99
+
+
+class HandWrittenNorm(nn.Module):
+    """The Annotated Transformer's LayerNorm (a (x - mean) / (std + eps) + b, std unbiased) and
+    var / std in their other forms: over several dims, biased, over everything."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(13)
+        self.fc = nn.Linear(6, 6)
+        self.a, self.b = nn.Parameter(torch.rand(6, generator=g) + 0.5), nn.Parameter(torch.randn(6, generator=g))
+
+    def forward(self, x):
+        h = self.fc(x)
+        y = self.a * (h - h.mean(-1, keepdim=True)) / (h.std(-1, keepdim=True) + 1e-6) + self.b
+        return y + h.var((0, 1)) + torch.std(h, 1, unbiased=False, keepdim=True) + h.std()
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_var_and_std_run_on_vulkan(device, scheme):
+    """var and std become the float ops that compute them (mean, subtract, square, sum, divide,
+    sqrt) instead of torch on the CPU; against the float model's own var/std within float
+    rounding on the float path."""
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(14))
+    model = HandWrittenNorm().eval()
+    gm = api.quantize(model, (x,), calibration=batches((2, 5, 6)), scheme=scheme, progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-5 * np.abs(got).max())
+    assert cosine(got, gm(x).detach().numpy()) >= 0.9999
+    from vkq.passes.normalize_ops import normalize_ops     # the rewrite alone, on floats: torch's values
+    h = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(15))
+    for f in (lambda t: t.std(-1, keepdim=True), lambda t: t.var((0, 2)), lambda t: torch.std(t, 1, unbiased=False),
+              lambda t: t.std(), lambda t: torch.var(t, dim=1, correction=2, keepdim=True)):
+        g = torch.export.export(_Lambda(f), (h,)).module()
+        assert normalize_ops(g) and not any("var" in str(n.target) or "std" in str(n.target) for n in g.graph.nodes)
+        torch.testing.assert_close(g(h), f(h), rtol=1e-5, atol=1e-6)
+
+
+class _Lambda(nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def forward(self, x):
+        return self.f(x)
+
+
+class SegmentationHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.cls = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 5, 1)
+
+    def forward(self, x):
+        logits = self.cls(torch.relu(self.conv(x)))
+        return logits.argmax(1), logits.mean((2, 3)).argmin(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_argmax_at_the_end_runs_on_vulkan(device, scheme):
+    """A segmentation map's argmax over classes (and an argmin) at the end of the model: an int32
+    kernel, not torch on the CPU; the classes are PT2E's wherever its logits are not tied."""
+    x = torch.randn(2, 3, 9, 11, generator=torch.Generator().manual_seed(16))
+    gm = api.quantize(SegmentationHead().eval(), (x,), calibration=batches((2, 3, 9, 11)), scheme=scheme,
+                      progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and {"argmax", "argmin"} <= set(ops(program)), program.fallback
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    ref = run_reference(program, x.numpy())
+    want = [t.numpy() for t in gm(x)]
+    for g, r, w in zip(got, ref, want):
+        np.testing.assert_array_equal(g, r)
+        assert g.shape == w.shape and np.mean(g == w) >= 0.95
+
+
+class PickTokens(nn.Module):
+    """Rows picked by indices the model computes: CLIP's pooled text output
+    x[arange(B), ids.argmax(-1)], a negative index (the last token, counted from the end), and
+    one index tensor over the first dim only."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x, ids):
+        h = self.fc(x)                                             # (2, 7, 6)
+        pooled = h[torch.arange(h.shape[0]), ids.argmax(-1)]      # (2, 6)
+        last = h[torch.arange(h.shape[0]), ids.argmin(-1) - 7]    # negative: counted from the end
+        first = h[ids[:, :3].argmax(0)]                            # (3, 7, 6), one index over dim 0
+        return pooled + last + first.sum((0, 1))
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_indexing_by_computed_indices_runs_on_vulkan(device, scheme):
+    """x[i0, i1] with indices computed on the device is the embedding gather of x's rows by the
+    flat row index (negative indices wrapped): bit for bit with the reference and with PT2E."""
+    g = torch.Generator().manual_seed(17)
+    x, ids = torch.randn(2, 7, 6, generator=g), torch.randint(0, 50, (2, 7), generator=g)
+    gm = api.quantize(PickTokens().eval(), (x, ids), calibration=[(torch.randn(2, 7, 6, generator=g), ids)],
+                      scheme=scheme, progress=False)
+    program = lower(gm, (x, ids))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    assert sum(n.op == "embedding" for n in program.nodes) == 3
+    got = oputil.VulkanExecutor(program, device)(x.numpy(), ids.numpy())
+    np.testing.assert_allclose(got, run_reference(program, x.numpy(), ids.numpy()), rtol=1e-6, atol=1e-6)
+    assert cosine(got, gm(x, ids).detach().numpy()) >= 0.9999
+
+
+class HandWrittenSoftmax(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):
+        h = self.fc(x)
+        e = torch.exp(h - h.amax(-1, keepdim=True))
+        return e / e.sum(-1, keepdim=True) + (h.max() - h.amin((0, 1))) * 0.1
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_amax_amin_max_min_run_on_vulkan(device, scheme):
+    """amax / amin / max() / min() as float reductions (a hand-written softmax's row max), not
+    torch on the CPU."""
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(18))
+    gm = api.quantize(HandWrittenSoftmax().eval(), (x,), calibration=batches((2, 5, 6)), scheme=scheme, progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    assert {"amax", "amin"} <= set(ops(program))
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-6)
+    assert cosine(got, gm(x).detach().numpy()) >= 0.9999
+
+
+class SpeechPReLU(nn.Module):
+    """PReLU with a slope per channel on (N, C, L) (Conv-TasNet's, after a conv1d) and on (N, C)
+    (after a linear), slopes of both signs."""
+
+    def __init__(self):
+        super().__init__()
+        self.c, self.p = nn.Conv1d(4, 6, 3), nn.PReLU(6)
+        self.fc, self.q = nn.Linear(6, 5), nn.PReLU(5)
+        g = torch.Generator().manual_seed(19)
+        with torch.no_grad():
+            self.p.weight.copy_(torch.rand(6, generator=g) - 0.5)
+            self.q.weight.copy_(torch.rand(5, generator=g) * 0.5)
+
+    def forward(self, x):
+        return self.q(self.fc(self.p(self.c(x)).mean(-1)))
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_prelu_on_2d_and_3d_runs_on_vulkan(device, scheme):
+    """A per-channel PReLU on 2-D and 3-D tensors is the 4-D form viewed around it (int8 under
+    static: a clamp and a depthwise conv taking the add), instead of torch on the CPU."""
+    x = torch.randn(2, 4, 11, generator=torch.Generator().manual_seed(20))
+    model = SpeechPReLU().eval()
+    gm = api.quantize(model, (x,), calibration=batches((2, 4, 11)), scheme=scheme, progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-6)
+    assert cosine(got, gm(x).detach().numpy()) >= 0.9999
+    assert cosine(got, model(x).detach().numpy()) >= 0.99
+
+
+class LogSumExp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):
+        h = self.fc(x)
+        masked = h.masked_fill(h > 0.5, float("-inf"))
+        return torch.logsumexp(h, -1, keepdim=True) + torch.logsumexp(masked, (0, 2)).sum() + h
+
+
+def test_logsumexp_runs_on_vulkan(device):
+    """logsumexp as ATen computes it (the max taken out, an infinite max counted as 0), on the
+    float kernels: within float rounding of torch, -inf where every value is -inf (the rewrite
+    alone, on a row of -inf)."""
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(21))
+    model = LogSumExp().eval()
+    gm = api.quantize(model, (x,), calibration=batches((2, 5, 6)), scheme="dynamic", progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    got = oputil.VulkanExecutor(program, device)(x.numpy())
+    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-5)
+    assert cosine(got, gm(x).detach().numpy()) >= 0.9999
+    from vkq.passes.normalize_ops import normalize_ops    # the rewrite alone, on floats: torch's values
+    t = torch.tensor([[1.0, 2.0, -float("inf")], [-float("inf")] * 3, [100.0, 100.0, 99.0]])
+    for f in (lambda a: torch.logsumexp(a, 1), lambda a: torch.logsumexp(a, (0, 1), keepdim=True)):
+        g = torch.export.export(_Lambda(f), (t,)).module()
+        assert normalize_ops(g) and not any("logsumexp" in str(n.target) for n in g.graph.nodes)
+        torch.testing.assert_close(g(t), f(t))
