@@ -799,3 +799,22 @@ def test_amax_amin(device, rows, op, shape, dims, keepdim):
     got, _ = run_op(device, op, [x], {"dims": dims, "keepdim": keepdim}, np.shape(want))
     np.testing.assert_array_equal(got, want)          # (assert_array_equal: NaN where numpy has NaN)
     assert np.isnan(got).sum() == np.isnan(want).sum() >= 1
+
+
+@pytest.mark.parametrize("op,attrs", [("exp", {}), ("sigmoid", {}), ("silu", {}), ("tanh", {}), ("elu", {"alpha": 1.0}),
+                                      ("softplus", {"beta": 1.0, "threshold": 20.0}), ("mish", {}), ("log", {})])
+def test_exp_based_ops_keep_nan(device, op, attrs):
+    """A NaN stays NaN through every op built on exp_f32 / log_f32 (a clamp by max / min made
+    exp(NaN) = exp(-87.3): sigmoid, softplus or ELU of NaN were numbers); the numbers around it
+    as torch's, to the accuracy test_unary states."""
+    import torch
+    x = np.array([np.nan, 0.0, 1.5, -2.5, 30.0, -30.0, 1e-3, 80.0, -80.0, np.nan], np.float32)
+    x = np.abs(x) if op == "log" else x
+    got, _ = run_op(device, op, [x], attrs, x.shape)
+    fn = {"exp": torch.exp, "sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu, "tanh": torch.tanh,
+          "elu": torch.nn.functional.elu, "softplus": torch.nn.functional.softplus,
+          "mish": torch.nn.functional.mish, "log": torch.log}[op]
+    want = fn(torch.from_numpy(x)).numpy()
+    assert np.array_equal(np.isnan(got), np.isnan(want)), (got, want)
+    finite = ~np.isnan(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=8 * EPS, atol=1e-6)
