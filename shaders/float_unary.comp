@@ -33,6 +33,8 @@
 //! variant OP_ROUND
 //! variant OP_TRUNC
 //! variant OP_SIGN
+//! variant OP_SIN
+//! variant OP_COS
 //! variant OP_GELU TEXEL
 //! variant OP_GELU_TANH TEXEL
 //! variant OP_CLAMP TEXEL
@@ -60,6 +62,8 @@
 //! variant OP_ROUND TEXEL
 //! variant OP_TRUNC TEXEL
 //! variant OP_SIGN TEXEL
+//! variant OP_SIN TEXEL
+//! variant OP_COS TEXEL
 #include "common.glsl"
 #include "float_math.glsl"
 #include "texel.glsl"
@@ -132,6 +136,10 @@ float f(float v) {
     return trunc(v);
 #elif defined(OP_SIGN)
     return sign(v);
+#elif defined(OP_SIN)
+    return sincos_f32(v, false);
+#elif defined(OP_COS)
+    return sincos_f32(v, true);
 #elif defined(OP_CUBE)
     precise float s = v * v;      // (x * x) * x, as ATen's pow(x, 3)
     precise float c = s * v;

@@ -94,6 +94,10 @@ UNARY_CASES = [
     ("round", {}, np.round(rnd(7, 37, lo=-5, hi=5) * 4) / 4, "exact"),  # halves: to even
     ("trunc", {}, rnd(7, 37, lo=-5, hi=5), "exact"),
     ("sign", {}, np.round(rnd(7, 37, lo=-2, hi=2)), "exact"),             # zeros among them
+    ("sin", {}, rnd(9, 113, lo=-10, hi=10), ("fn", 2e-7, 4 * EPS)),
+    ("cos", {}, rnd(9, 113, lo=-10, hi=10), ("fn", 2e-7, 4 * EPS)),
+    ("sin", {}, rnd(3, 41, lo=-4000, hi=4000), ("fn", 4e-7, 4 * EPS)),   # rotary: positions x frequencies
+    ("cos", {}, rnd(3, 41, lo=-4000, hi=4000), ("fn", 4e-7, 4 * EPS)),
 ]
 
 
@@ -802,7 +806,8 @@ def test_amax_amin(device, rows, op, shape, dims, keepdim):
 
 
 @pytest.mark.parametrize("op,attrs", [("exp", {}), ("sigmoid", {}), ("silu", {}), ("tanh", {}), ("elu", {"alpha": 1.0}),
-                                      ("softplus", {"beta": 1.0, "threshold": 20.0}), ("mish", {}), ("log", {})])
+                                      ("softplus", {"beta": 1.0, "threshold": 20.0}), ("mish", {}), ("log", {}),
+                                      ("sin", {}), ("cos", {})])
 def test_exp_based_ops_keep_nan(device, op, attrs):
     """A NaN stays NaN through every op built on exp_f32 / log_f32 (a clamp by max / min made
     exp(NaN) = exp(-87.3): sigmoid, softplus or ELU of NaN were numbers); the numbers around it
@@ -813,7 +818,7 @@ def test_exp_based_ops_keep_nan(device, op, attrs):
     got, _ = run_op(device, op, [x], attrs, x.shape)
     fn = {"exp": torch.exp, "sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu, "tanh": torch.tanh,
           "elu": torch.nn.functional.elu, "softplus": torch.nn.functional.softplus,
-          "mish": torch.nn.functional.mish, "log": torch.log}[op]
+          "mish": torch.nn.functional.mish, "log": torch.log, "sin": torch.sin, "cos": torch.cos}[op]
     want = fn(torch.from_numpy(x)).numpy()
     assert np.array_equal(np.isnan(got), np.isnan(want)), (got, want)
     finite = ~np.isnan(want)

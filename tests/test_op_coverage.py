@@ -520,3 +520,35 @@ def test_logsumexp_runs_on_vulkan(device):
         g = torch.export.export(_Lambda(f), (t,)).module()
         assert normalize_ops(g) and not any("logsumexp" in str(n.target) for n in g.graph.nodes)
         torch.testing.assert_close(g(t), f(t))
+
+
+class RotaryFromPositions(nn.Module):
+    """Rotary angles from positions the model is given (or, under dynamic shapes, an arange of
+    the length): cos / sin of position x frequency, up to a few thousand radians."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8)))
+
+    def forward(self, x, positions):
+        angles = torch.cat([positions[..., None].float() * self.inv_freq] * 2, -1)
+        h = self.fc(x)
+        rotated = torch.cat([-h[..., 4:], h[..., :4]], -1)
+        return h * torch.cos(angles) + rotated * torch.sin(angles)
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_sin_cos_run_on_vulkan(device, scheme):
+    """sin and cos of activations (sincos_f32, Cephes' reduction and polynomials) instead of
+    torch on the CPU: within float rounding of torch's angles up to ~3000 radians."""
+    g = torch.Generator().manual_seed(22)
+    x, positions = torch.randn(2, 7, 8, generator=g), torch.randint(0, 3000, (2, 7), generator=g)
+    gm = api.quantize(RotaryFromPositions().eval(), (x, positions),
+                      calibration=[(torch.randn(2, 7, 8, generator=g), positions)], scheme=scheme, progress=False)
+    program = lower(gm, (x, positions))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    assert {"sin", "cos"} <= set(ops(program)) or scheme == "static"      # (static: int8 tables when quantized)
+    got = oputil.VulkanExecutor(program, device)(x.numpy(), positions.numpy())
+    np.testing.assert_allclose(got, run_reference(program, x.numpy(), positions.numpy()), rtol=1e-5, atol=1e-5)
+    assert cosine(got, gm(x, positions).detach().numpy()) >= 0.9999

@@ -669,7 +669,7 @@ _FLOAT_RULES = {
     aten.log_softmax.int: _softmax("log_softmax"), aten._log_softmax.default: _softmax("log_softmax"),
     **{getattr(aten, u).default: _unary(u) for u in
        ("sigmoid", "tanh", "relu", "silu", "exp", "neg", "abs", "sqrt", "rsqrt", "hardswish", "hardsigmoid",
-        "mish", "log", "erf", "floor", "ceil", "round", "trunc", "sign")},
+        "mish", "log", "erf", "floor", "ceil", "round", "trunc", "sign", "sin", "cos")},
     aten.leaky_relu.default: _leaky_relu, aten.elu.default: _elu, aten.softplus.default: _softplus,
     aten.gelu.default: _gelu,
     aten.hardtanh.default: _hardtanh,

@@ -101,6 +101,28 @@ float softplus_f32(float x, float beta, float threshold) {
     return bx > threshold ? x : log1p_f32(exp_f32(bx)) / beta;
 }
 
+// sin(x), cos(x): Cephes' sinf / cosf. x reduced by pi/4 steps (j = the octant) in three parts
+// of pi/4 (exact products for |x| < 8192), then the sine or cosine polynomial on [-pi/4, pi/4].
+// Absolute error ~1e-7 for |x| < 8192 (rotary embeddings: a position times a frequency <= 1);
+// beyond, the reduction loses bits as float32 does. NaN / inf give NaN.
+float sincos_f32(float x, bool cosine) {
+    float a = abs(x);
+    int j = int(a * 1.27323954473516);          // 4 / pi
+    j += j & 1;                                 // to the even octant: y = j pi/4 nearest below
+    float y = float(j);
+    float r = ((a - y * 0.78515625) - y * 2.4187564849853515625e-4) - y * 3.77489497744594108e-8;
+    j &= 7;
+    float sgn = cosine ? 1.0 : sign(x);
+    if (j > 3) { sgn = -sgn; j -= 4; }
+    if (cosine && j > 1) sgn = -sgn;
+    bool use_cos = (j == 2) != cosine;         // sin: the cosine polynomial in octants 2 (and 6)
+    float z = r * r;
+    float c = ((2.443315711809948e-5 * z - 1.388731625493765e-3) * z + 4.166664568298827e-2) * z * z - 0.5 * z + 1.0;
+    float s = ((-1.9515295891e-4 * z + 8.3321608736e-3) * z - 1.6666654611e-1) * z * r + r;
+    float v = sgn * (use_cos ? c : s);
+    return isinf(x) ? uintBitsToFloat(0x7fc00000u) : v;
+}
+
 float sigmoid_f32(float x) { return 1.0 / (1.0 + exp_f32(-x)); }
 
 // GELU, exact (erf) form: 0.5 x (1 + erf(x / sqrt 2)); abs error <= 0.5 |x| 4e-7 + rounding

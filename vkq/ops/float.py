@@ -10,7 +10,7 @@ a build() that runs it as a float32 compute shader, so a float region stays on t
   softmax_masked(x, mask; scale)                         float_softmax (MASKED): softmax(x*scale + mask)
   gelu(x; approximate), hardtanh(x; min_val, max_val), clamp(x; min, max),
   sigmoid, tanh, relu, silu, exp, neg, abs, sqrt, rsqrt, hardswish, hardsigmoid, mish, log, erf,
-  floor, ceil, round, trunc, sign(x), leaky_relu(x; negative_slope), elu(x; alpha),
+  floor, ceil, round, trunc, sign, sin, cos(x), leaky_relu(x; negative_slope), elu(x; alpha),
   softplus(x; beta, threshold)                                                     float_unary
   add, sub, mul, div(a[, b]; scalar, scalar_first, alpha)      float_binary (numpy broadcasting)
   matmul, bmm(a, b)                                      float_matmul (batch dims broadcast)
@@ -34,6 +34,7 @@ shapes on every test device):
   log, softplus, mish, elu  log_f32 (Cephes logf, <= 2 ulp), log1p_f32 (Goldberg), exp_f32:
                             a few ulp relative, or ~1e-7 absolute near 0 (elu's exp(x) - 1)
   leaky_relu, floor, ceil, round, trunc, sign     bit for bit
+  sin, cos                  sincos_f32 (Cephes): ~1e-7 absolute for |x| < 8192
   softmax(_masked), log_   exp_f32, float32 sums vs float64 in the reference: ~1e-6 rel
   layer_norm, rms_norm      float32 sums of the row vs float64: ~1e-6 rel
   matmul(_strided), sum,    float32 accumulation in another order: |error| <= 2 K eps sum |a b|
@@ -198,6 +199,8 @@ UNARY = {
     "round": lambda x: np.round(_f(x)),      # half to even, as torch.round
     "trunc": lambda x: np.trunc(_f(x)),
     "sign": lambda x: np.sign(_f(x)),
+    "sin": lambda x: np.sin(_f(x).astype(np.float64)).astype(F32),
+    "cos": lambda x: np.cos(_f(x).astype(np.float64)).astype(F32),
 }
 
 
