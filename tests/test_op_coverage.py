@@ -22,6 +22,20 @@ from vkq.registry import cpu_reason
 warnings.filterwarnings("ignore", category=UserWarning)
 
 
+def lowered(model, inputs, calibration, scheme):
+    """(program, PT2E's converted module): the model quantized and lowered, nothing on the CPU."""
+    gm = api.quantize(model, inputs, calibration=calibration, scheme=scheme, progress=False)
+    program = lower(gm, inputs)
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    return program, gm
+
+
+def on_device(program, device, inputs):
+    """(Vulkan's output, the reference's) of the program on the torch tensors `inputs`."""
+    arrays = [t.numpy() for t in inputs]
+    return oputil.VulkanExecutor(program, device)(*arrays), run_reference(program, *arrays)
+
+
 class PositionsFromInputs(nn.Module):
     """RoBERTa's embeddings (position ids: a cumsum of the padding mask; token types gathered
     from a buffer at those positions) and DETR's sine positions (a cumsum of a bool mask as
@@ -90,12 +104,9 @@ def test_einsum_runs_as_its_decomposition_on_vulkan(device):
     g = torch.Generator().manual_seed(4)
     x = torch.randn(2, 3, 7, 8, generator=g)
     for scheme in ("static", "dynamic"):
-        gm = api.quantize(Einsums().eval(), (x,), calibration=batches((2, 3, 7, 8)), scheme=scheme, progress=False)
-        program = lower(gm, (x,))
-        assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+        program, gm = lowered(Einsums().eval(), (x,), batches((2, 3, 7, 8)), scheme)
         assert all(cpu_reason(n, program.tensors) is None for n in program.nodes)
-        got = oputil.VulkanExecutor(program, device)(x.numpy())
-        ref = run_reference(program, x.numpy())
+        got, ref = on_device(program, device, (x,))
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
         assert cosine(got, gm(x).detach().numpy()) >= 0.995
         assert cosine(got, Einsums().eval()(x).detach().numpy()) >= 0.98
@@ -127,12 +138,8 @@ def test_other_spellings_of_ops_run_on_vulkan(device):
     reference and with PT2E under both schemes."""
     x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(2))
     for scheme in ("static", "dynamic"):
-        gm = api.quantize(OtherSpellings().eval(), (x,), calibration=batches((2, 5, 6)), scheme=scheme,
-                          progress=False)
-        program = lower(gm, (x,))
-        assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
-        got = oputil.VulkanExecutor(program, device)(x.numpy())
-        ref = run_reference(program, x.numpy())
+        program, gm = lowered(OtherSpellings().eval(), (x,), batches((2, 5, 6)), scheme)
+        got, ref = on_device(program, device, (x,))
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
         assert cosine(got, gm(x).detach().numpy()) >= 0.995
 
@@ -154,13 +161,9 @@ class FloatActivations(nn.Module):
 
 def test_float_activations_run_on_vulkan(device):
     x = torch.randn(3, 5, 6, generator=torch.Generator().manual_seed(6))
-    gm = api.quantize(FloatActivations().eval(), (x,), calibration=batches((3, 5, 6)), scheme="dynamic",
-                      progress=False)
-    program = lower(gm, (x,))
-    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    program, gm = lowered(FloatActivations().eval(), (x,), batches((3, 5, 6)), "dynamic")
     assert {"leaky_relu", "elu", "softplus", "mish", "log", "erf", "floor", "sign", "round"} <= set(ops(program))
-    got = oputil.VulkanExecutor(program, device)(x.numpy())
-    ref = run_reference(program, x.numpy())
+    got, ref = on_device(program, device, (x,))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     assert cosine(got, gm(x).detach().numpy()) >= 0.999
 
@@ -186,11 +189,8 @@ def test_transposed_convs_run_on_vulkan_under_the_linear_only_schemes(device, sc
     kernel = stride, a linear over pixels) and a gather, instead of torch on the CPU."""
     x = torch.randn(1, 4, 5, 7, generator=torch.Generator().manual_seed(8))
     model = Upsampler().eval()
-    gm = api.quantize(model, (x,), calibration=batches((1, 4, 5, 7)), scheme=scheme, progress=False)
-    program = lower(gm, (x,))
-    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
-    got = oputil.VulkanExecutor(program, device)(x.numpy())
-    ref = run_reference(program, x.numpy())
+    program, gm = lowered(model, (x,), batches((1, 4, 5, 7)), scheme)
+    got, ref = on_device(program, device, (x,))
     assert got.shape == (1, 6, 40, 56)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     assert cosine(got, gm(x).detach().numpy()) >= 0.999
@@ -218,13 +218,10 @@ def test_pyramid_pooling_runs_on_vulkan(device, scheme):
     """Uneven adaptive average pools: int8 under static (adaptive_avg_pool2d_q8), float under the
     dynamic scheme (a matmul by the averaging matrix; before, torch on the CPU)."""
     x = torch.randn(1, 3, 13, 10, generator=torch.Generator().manual_seed(9))
-    gm = api.quantize(PyramidPool().eval(), (x,), calibration=batches((1, 3, 13, 10)), scheme=scheme, progress=False)
-    program = lower(gm, (x,))
-    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    program, gm = lowered(PyramidPool().eval(), (x,), batches((1, 3, 13, 10)), scheme)
     pools = [n.op for n in program.nodes if "adaptive" in n.op or n.op == "mean"]
     assert len(pools) == 4, pools
-    got = oputil.VulkanExecutor(program, device)(x.numpy())
-    ref = run_reference(program, x.numpy())
+    got, ref = on_device(program, device, (x,))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     assert cosine(got, gm(x).detach().numpy()) >= 0.999
 
@@ -248,12 +245,9 @@ def test_conv3d_tubelets_run_as_a_linear(device, scheme):
     the batch and the channels first, so every copy stays within the kernels' 6 dims)."""
     x = torch.randn(2, 3, 5, 9, 10, generator=torch.Generator().manual_seed(10))
     model = Tubelets().eval()
-    gm = api.quantize(model, (x,), calibration=batches((2, 3, 5, 9, 10)), scheme=scheme, progress=False)
-    program = lower(gm, (x,))
-    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    program, gm = lowered(model, (x,), batches((2, 3, 5, 9, 10)), scheme)
     assert any(n.op.startswith("linear") for n in program.nodes)
-    got = oputil.VulkanExecutor(program, device)(x.numpy())
-    ref = run_reference(program, x.numpy())
+    got, ref = on_device(program, device, (x,))
     assert got.shape == (2, 2 * 2 * 3, 5)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     assert cosine(got, gm(x).detach().numpy()) >= 0.999
@@ -284,8 +278,7 @@ def test_empty_tensors_build_no_dispatch(device, scheme):
     gm = api.quantize(EmptyPassThrough().eval(), (x,), calibration=batches((2, 5, 6)), scheme=scheme, progress=False)
     program = lower(gm, (x,))
     assert any(0 in program.tensors[n.outputs[0]].shape for n in program.nodes)
-    got = oputil.VulkanExecutor(program, device)(x.numpy())
-    ref = run_reference(program, x.numpy())
+    got, ref = on_device(program, device, (x,))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     assert cosine(got, gm(x).detach().numpy()) >= 0.999
 
@@ -321,8 +314,8 @@ def test_batch_norms_leave_no_batch_norm_for_convert(device, scheme):
     assert not any("batch_norm" in str(n.target) for n in gm.graph.nodes)
     program = lower(gm, (x,))
     assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
-    got = oputil.VulkanExecutor(program, device)(x.numpy())
-    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-5)
+    got, ref = on_device(program, device, (x,))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
     assert cosine(got, gm(x).detach().numpy()) >= 0.999
     assert cosine(got, model(x).detach().numpy()) >= 0.99
 
@@ -350,11 +343,9 @@ def test_var_and_std_run_on_vulkan(device, scheme):
     rounding on the float path."""
     x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(14))
     model = HandWrittenNorm().eval()
-    gm = api.quantize(model, (x,), calibration=batches((2, 5, 6)), scheme=scheme, progress=False)
-    program = lower(gm, (x,))
-    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
-    got = oputil.VulkanExecutor(program, device)(x.numpy())
-    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-5 * np.abs(got).max())
+    program, gm = lowered(model, (x,), batches((2, 5, 6)), scheme)
+    got, ref = on_device(program, device, (x,))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(got).max())
     assert cosine(got, gm(x).detach().numpy()) >= 0.9999
     from vkq.passes.normalize_ops import normalize_ops     # the rewrite alone, on floats: torch's values
     h = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(15))
@@ -393,8 +384,7 @@ def test_argmax_at_the_end_runs_on_vulkan(device, scheme):
                       progress=False)
     program = lower(gm, (x,))
     assert program.fallback == [] and {"argmax", "argmin"} <= set(ops(program)), program.fallback
-    got = oputil.VulkanExecutor(program, device)(x.numpy())
-    ref = run_reference(program, x.numpy())
+    got, ref = on_device(program, device, (x,))
     want = [t.numpy() for t in gm(x)]
     for g, r, w in zip(got, ref, want):
         np.testing.assert_array_equal(g, r)
@@ -424,13 +414,10 @@ def test_indexing_by_computed_indices_runs_on_vulkan(device, scheme):
     flat row index (negative indices wrapped): bit for bit with the reference and with PT2E."""
     g = torch.Generator().manual_seed(17)
     x, ids = torch.randn(2, 7, 6, generator=g), torch.randint(0, 50, (2, 7), generator=g)
-    gm = api.quantize(PickTokens().eval(), (x, ids), calibration=[(torch.randn(2, 7, 6, generator=g), ids)],
-                      scheme=scheme, progress=False)
-    program = lower(gm, (x, ids))
-    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    program, gm = lowered(PickTokens().eval(), (x, ids), [(torch.randn(2, 7, 6, generator=g), ids)], scheme)
     assert sum(n.op == "embedding" for n in program.nodes) == 3
-    got = oputil.VulkanExecutor(program, device)(x.numpy(), ids.numpy())
-    np.testing.assert_allclose(got, run_reference(program, x.numpy(), ids.numpy()), rtol=1e-6, atol=1e-6)
+    got, ref = on_device(program, device, (x, ids))
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
     assert cosine(got, gm(x, ids).detach().numpy()) >= 0.9999
 
 
@@ -450,12 +437,10 @@ def test_amax_amin_max_min_run_on_vulkan(device, scheme):
     """amax / amin / max() / min() as float reductions (a hand-written softmax's row max), not
     torch on the CPU."""
     x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(18))
-    gm = api.quantize(HandWrittenSoftmax().eval(), (x,), calibration=batches((2, 5, 6)), scheme=scheme, progress=False)
-    program = lower(gm, (x,))
-    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    program, gm = lowered(HandWrittenSoftmax().eval(), (x,), batches((2, 5, 6)), scheme)
     assert {"amax", "amin"} <= set(ops(program))
-    got = oputil.VulkanExecutor(program, device)(x.numpy())
-    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-6)
+    got, ref = on_device(program, device, (x,))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
     assert cosine(got, gm(x).detach().numpy()) >= 0.9999
 
 
@@ -482,11 +467,9 @@ def test_prelu_on_2d_and_3d_runs_on_vulkan(device, scheme):
     static: a clamp and a depthwise conv taking the add), instead of torch on the CPU."""
     x = torch.randn(2, 4, 11, generator=torch.Generator().manual_seed(20))
     model = SpeechPReLU().eval()
-    gm = api.quantize(model, (x,), calibration=batches((2, 4, 11)), scheme=scheme, progress=False)
-    program = lower(gm, (x,))
-    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
-    got = oputil.VulkanExecutor(program, device)(x.numpy())
-    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-6)
+    program, gm = lowered(model, (x,), batches((2, 4, 11)), scheme)
+    got, ref = on_device(program, device, (x,))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
     assert cosine(got, gm(x).detach().numpy()) >= 0.9999
     assert cosine(got, model(x).detach().numpy()) >= 0.99
 
@@ -508,11 +491,9 @@ def test_logsumexp_runs_on_vulkan(device):
     alone, on a row of -inf)."""
     x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(21))
     model = LogSumExp().eval()
-    gm = api.quantize(model, (x,), calibration=batches((2, 5, 6)), scheme="dynamic", progress=False)
-    program = lower(gm, (x,))
-    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
-    got = oputil.VulkanExecutor(program, device)(x.numpy())
-    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-5)
+    program, gm = lowered(model, (x,), batches((2, 5, 6)), "dynamic")
+    got, ref = on_device(program, device, (x,))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
     assert cosine(got, gm(x).detach().numpy()) >= 0.9999
     from vkq.passes.normalize_ops import normalize_ops    # the rewrite alone, on floats: torch's values
     t = torch.tensor([[1.0, 2.0, -float("inf")], [-float("inf")] * 3, [100.0, 100.0, 99.0]])
@@ -544,11 +525,9 @@ def test_sin_cos_run_on_vulkan(device, scheme):
     torch on the CPU: within float rounding of torch's angles up to ~3000 radians."""
     g = torch.Generator().manual_seed(22)
     x, positions = torch.randn(2, 7, 8, generator=g), torch.randint(0, 3000, (2, 7), generator=g)
-    gm = api.quantize(RotaryFromPositions().eval(), (x, positions),
-                      calibration=[(torch.randn(2, 7, 8, generator=g), positions)], scheme=scheme, progress=False)
-    program = lower(gm, (x, positions))
-    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    program, gm = lowered(RotaryFromPositions().eval(), (x, positions),
+                          [(torch.randn(2, 7, 8, generator=g), positions)], scheme)
     assert {"sin", "cos"} <= set(ops(program)) or scheme == "static"      # (static: int8 tables when quantized)
-    got = oputil.VulkanExecutor(program, device)(x.numpy(), positions.numpy())
-    np.testing.assert_allclose(got, run_reference(program, x.numpy(), positions.numpy()), rtol=1e-5, atol=1e-5)
+    got, ref = on_device(program, device, (x, positions))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
     assert cosine(got, gm(x, positions).detach().numpy()) >= 0.9999

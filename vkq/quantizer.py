@@ -270,7 +270,7 @@ def batch_norm_as_conv(gm: GraphModule) -> bool:
     int32 bias. A batch norm of constants (BiT's weight-standardized convs normalise their weights
     in training mode) becomes its value. Both spare convert_pt2e its QAT conv-bn folding, which
     re-exports ~100 patterns (LeViT, BiT: 10-20 s here) whenever a batch_norm is left in the graph."""
-    from .passes._graph import const_value
+    from .passes._graph import add_constant, const_value
     from .passes.fold_constants import evaluate_constant
     changed = False
     for node in list(gm.graph.nodes):
@@ -278,13 +278,7 @@ def batch_norm_as_conv(gm: GraphModule) -> bool:
             continue
         folded = evaluate_constant(gm, node)
         if folded is not None:      # a batch norm of constants (BiT's weight standardization): its value
-            name, i = "_vkq_bn_constant", 0
-            while hasattr(gm, f"{name}_{i}"):
-                i += 1
-            gm.register_buffer(f"{name}_{i}", folded.detach().contiguous())
-            with gm.graph.inserting_before(node):
-                out = gm.graph.get_attr(f"{name}_{i}")
-            out.meta.update(node.meta)
+            out = add_constant(gm, "bn_constant", folded.contiguous(), node)
             node.replace_all_uses_with(out)
             gm.graph.erase_node(node)
             changed = True

@@ -57,10 +57,10 @@ class Cumsum:
     def build(ctx, node):
         x, y = node.inputs[0], node.outputs[0]
         variant = _VARIANT[(ctx.spec(x).dtype, ctx.spec(y).dtype)]
-        return [_row_dispatch(ctx, node, "cumsum", node.attrs["dim"], [variant])]
+        return [_along_dispatch(ctx, node, "cumsum", node.attrs["dim"], [variant])]
 
 
-def _row_dispatch(ctx, node, shader, dim, defines):
+def _along_dispatch(ctx, node, shader, dim, defines):
     """One invocation a row of x along dim (push: rows, D, inner); DeviceLimit where a row's
     loop passes the device's loop budget (llvmpipe: 65535 iterations; the node runs on the CPU)."""
     x, y = node.inputs[0], node.outputs[0]
@@ -75,34 +75,30 @@ def _row_dispatch(ctx, node, shader, dim, defines):
                                push=(rows, d, inner), defines=defines)
 
 
-def _arg(op, fn):
+def _arg_reference(fn):
     def reference(x, *, dim=None, keepdim=False):
         x = np.asarray(x)          # (numpy's argmax / argmin give the first NaN, as torch's)
         out = np.asarray(fn(x.reshape(-1), axis=0) if dim is None else fn(x, axis=dim), np.int32)
         if keepdim:
             out = out.reshape((1,) * x.ndim) if dim is None else np.expand_dims(out, dim % x.ndim)
         return out
-
-    class Arg:
-        name = op
-        shaders = ("argmax",)
-        __doc__ = f"{op} along dim (None: over all), int32 indices (torch's, as int64 ids are int32 here)."
-
-        @staticmethod
-        def decline(node, tensors):
-            x = tensors[node.inputs[0]]
-            if x.dtype not in ("float32", "int32") or tensors[node.outputs[0]].dtype != "int32":
-                return f"{op}: {x.dtype} values (the kernel takes float32 or int32)"
-            return None
-
-        @staticmethod
-        def build(ctx, node):
-            kind = ["MAX" if op == "argmax" else "MIN"] + (["INT"] if ctx.spec(node.inputs[0]).dtype == "int32" else [])
-            return [_row_dispatch(ctx, node, "argmax", node.attrs.get("dim"), kind)]
-    Arg.reference = staticmethod(reference)
-    Arg.__name__ = op.capitalize()
-    return register_op(Arg)
+    return reference
 
 
-_arg("argmax", np.argmax)
-_arg("argmin", np.argmin)
+def _arg_decline(node, tensors):
+    x = tensors[node.inputs[0]]
+    if x.dtype not in ("float32", "int32") or tensors[node.outputs[0]].dtype != "int32":
+        return f"{node.op}: {x.dtype} values (the kernel takes float32 or int32)"
+    return None
+
+
+def _arg_build(ctx, node):
+    kind = ["MAX" if node.op == "argmax" else "MIN"] + (["INT"] if ctx.spec(node.inputs[0]).dtype == "int32" else [])
+    return [_along_dispatch(ctx, node, "argmax", node.attrs.get("dim"), kind)]
+
+
+for _name, _fn in (("argmax", np.argmax), ("argmin", np.argmin)):
+    register_op(type(_name, (), {
+        "name": _name, "shaders": ("argmax",), "reference": staticmethod(_arg_reference(_fn)),
+        "build": staticmethod(_arg_build), "decline": staticmethod(_arg_decline),
+        "__doc__": f"{_name} along dim (None: over all), int32 indices (torch's, as int64 ids are int32 here)."}))

@@ -73,6 +73,18 @@ def _new(node: Node, target, args, kwargs=None) -> Node:
     return new
 
 
+def _reduction(v, dims) -> tuple[list, list]:
+    """A reduction's dims of v (None or [] meaning all, negatives wrapped) and its keepdim shape."""
+    dims = [d % v.dim() for d in (dims if isinstance(dims, (list, tuple)) else [dims])] if dims not in (None, []) \
+        else list(range(v.dim()))
+    return dims, [1 if d in dims else n for d, n in enumerate(v.shape)]
+
+
+def _made(node, target, args, shape, dtype) -> Node:
+    """A new node before `node` with the val of (shape, dtype)."""
+    return set_val(_new(node, target, args), shape, dtype)
+
+
 def _pair(v, n=2):
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     return v * n if len(v) == 1 else v
@@ -441,9 +453,8 @@ def crop_from_negative_pad(node):
         start, end = max(-before, 0), shape[dim] - max(-after, 0)
         if end <= start:
             return None
-        x = _new(node, aten.slice.Tensor, (x, dim, start, end))
         shape[dim] = end - start
-        set_val(x, shape, val(node).dtype)
+        x = _made(node, aten.slice.Tensor, (x, dim, start, end), shape, val(node).dtype)
     rest = [max(p, 0) for p in pad]
     return _new(node, aten.constant_pad_nd.default, (x, rest, 0.0 if value is None else value)) if any(rest) else x
 
@@ -456,8 +467,8 @@ def im2col_after_pad(node):
     shape = list(val(x).shape)
     if not all(isinstance(d, int) for d in shape):
         return None
-    padded = _new(node, aten.constant_pad_nd.default, (x, [padding[1], padding[1], padding[0], padding[0]], 0.0))
-    set_val(padded, shape[:-2] + [shape[-2] + 2 * padding[0], shape[-1] + 2 * padding[1]], val(x).dtype)
+    padded = _made(node, aten.constant_pad_nd.default, (x, [padding[1], padding[1], padding[0], padding[0]], 0.0),
+                   shape[:-2] + [shape[-2] + 2 * padding[0], shape[-1] + 2 * padding[1]], val(x).dtype)
     return _new(node, aten.im2col.default, (padded, kernel, dilation, [0, 0], stride))
 
 
@@ -480,20 +491,18 @@ def embedding_from_index(node):
     k = len(indices)
     lead, rest = shape[:k], shape[k:]
     out_idx = list(torch.broadcast_shapes(*[tuple(val(i).shape) for i in indices]))
-    dtype = torch.int64
     flat = None
     for j, i in enumerate(indices):
-        ishape = list(val(i).shape)
-        neg = set_val(_new(node, aten.lt.Scalar, (i, 0)), ishape, torch.bool)
-        up = set_val(_new(node, aten.add.Tensor, (i, lead[j])), ishape, val(i).dtype)
-        i = set_val(_new(node, aten.where.self, (neg, up, i)), ishape, val(i).dtype)
+        ishape, idt = list(val(i).shape), val(i).dtype
+        neg = _made(node, aten.lt.Scalar, (i, 0), ishape, torch.bool)
+        i = _made(node, aten.where.self, (neg, _made(node, aten.add.Tensor, (i, lead[j]), ishape, idt), i), ishape, idt)
         stride = math.prod(lead[j + 1:])
-        term = i if stride == 1 else set_val(_new(node, aten.mul.Tensor, (i, stride)), ishape, val(i).dtype)
-        flat = term if flat is None else set_val(_new(node, aten.add.Tensor, (flat, term)), out_idx, dtype)
-    table = set_val(_new(node, aten.reshape.default, (x, [math.prod(lead), math.prod(rest)])),
-                    [math.prod(lead), math.prod(rest)], v.dtype)
-    rows = set_val(_new(node, aten.embedding.default, (table, flat)), out_idx + [math.prod(rest)], v.dtype)
-    return set_val(_new(node, aten.reshape.default, (rows, out_idx + rest)), out_idx + rest, v.dtype)
+        term = i if stride == 1 else _made(node, aten.mul.Tensor, (i, stride), ishape, idt)
+        flat = term if flat is None else _made(node, aten.add.Tensor, (flat, term), out_idx, torch.int64)
+    rows, width = math.prod(lead), math.prod(rest)
+    table = _made(node, aten.reshape.default, (x, [rows, width]), [rows, width], v.dtype)
+    picked = _made(node, aten.embedding.default, (table, flat), out_idx + [width], v.dtype)
+    return _made(node, aten.reshape.default, (picked, out_idx + rest), out_idx + rest, v.dtype)
 
 
 def from_logsumexp(node):
@@ -502,23 +511,18 @@ def from_logsumexp(node):
     x, v = node.args[0], val(node.args[0])
     if not isinstance(v, torch.Tensor) or not v.is_floating_point() or not all(isinstance(d, int) for d in v.shape):
         return None
-    dims = arg(node, 1, "dim")
-    dims = [d % v.dim() for d in (dims if isinstance(dims, (list, tuple)) else [dims])] if dims not in (None, []) \
-        else list(range(v.dim()))
-    keepdim = arg(node, 2, "keepdim", False)
-    kept = [1 if d in dims else n for d, n in enumerate(v.shape)]
+    dims, kept = _reduction(v, arg(node, 1, "dim"))
     full, f = list(v.shape), v.dtype
-    m = set_val(_new(node, aten.amax.default, (x, dims, True)), kept, f)
-    inf = set_val(_new(node, aten.eq.Scalar, (set_val(_new(node, aten.abs.default, (m,)), kept, f), float("inf"))),
-                  kept, torch.bool)
-    m = set_val(_new(node, aten.where.ScalarSelf, (inf, 0.0, m)), kept, f)
-    e = set_val(_new(node, aten.exp.default, (set_val(_new(node, aten.sub.Tensor, (x, m)), full, f),)), full, f)
-    total = set_val(_new(node, aten.sum.dim_IntList, (e, dims, True)), kept, f)
-    out = set_val(_new(node, aten.add.Tensor, (set_val(_new(node, aten.log.default, (total,)), kept, f), m)), kept, f)
-    if keepdim:
+    m = _made(node, aten.amax.default, (x, dims, True), kept, f)
+    inf = _made(node, aten.eq.Scalar, (_made(node, aten.abs.default, (m,), kept, f), float("inf")), kept, torch.bool)
+    m = _made(node, aten.where.ScalarSelf, (inf, 0.0, m), kept, f)
+    e = _made(node, aten.exp.default, (_made(node, aten.sub.Tensor, (x, m), full, f),), full, f)
+    total = _made(node, aten.sum.dim_IntList, (e, dims, True), kept, f)
+    out = _made(node, aten.add.Tensor, (_made(node, aten.log.default, (total,), kept, f), m), kept, f)
+    if arg(node, 2, "keepdim", False):
         return out
-    return set_val(_new(node, aten.reshape.default, (out, [n for d, n in enumerate(v.shape) if d not in dims])),
-                   [n for d, n in enumerate(v.shape) if d not in dims], f)
+    dropped = [n for d, n in enumerate(v.shape) if d not in dims]
+    return _made(node, aten.reshape.default, (out, dropped), dropped, f)
 
 
 def moments_from_var(node):
@@ -533,29 +537,16 @@ def moments_from_var(node):
     else:
         dims, correction, keepdim = arg(node, 1, "dim"), node.kwargs.get("correction"), node.kwargs.get("keepdim", False)
         correction = 1 if correction is None else correction
-    dims = list(range(v.dim())) if dims is None or dims == [] else [d % v.dim() for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+    dims, kept = _reduction(v, dims)
     n = math.prod(v.shape[d] for d in dims)
     if n - correction <= 0:
         return None         # (torch's inf / nan there: left to it)
-    kept = [1 if d in dims else s for d, s in enumerate(v.shape)]
+    full, f = list(v.shape), v.dtype
     out = kept if keepdim else [s for d, s in enumerate(v.shape) if d not in dims]
-    steps = [(aten.mean.dim, (x, dims, True), kept)]
-    steps += [(aten.sub.Tensor, (x, None), list(v.shape)), (aten.mul.Tensor, (None, None), list(v.shape)),
-              (aten.sum.dim_IntList, (None, dims, keepdim), out), (aten.div.Tensor, (None, float(n - correction)), out)]
-    if node.target in (aten.std.dim, aten.std.correction):
-        steps.append((aten.sqrt.default, (None,), out))
-    prev = mean = None
-    for target, args, shape in steps:
-        if target is aten.sub.Tensor:
-            args = (x, mean)
-        elif target is aten.mul.Tensor:
-            args = (prev, prev)
-        else:
-            args = tuple(prev if a is None else a for a in args)
-        prev = set_val(_new(node, target, args), shape, v.dtype)
-        if target is aten.mean.dim:
-            mean = prev
-    return prev
+    d = _made(node, aten.sub.Tensor, (x, _made(node, aten.mean.dim, (x, dims, True), kept, f)), full, f)
+    total = _made(node, aten.sum.dim_IntList, (_made(node, aten.mul.Tensor, (d, d), full, f), dims, keepdim), out, f)
+    var = _made(node, aten.div.Tensor, (total, float(n - correction)), out, f)
+    return _made(node, aten.sqrt.default, (var,), out, f) if node.target in (aten.std.dim, aten.std.correction) else var
 
 
 def from_einsum(node):
