@@ -21,6 +21,7 @@ The converted GraphModule passed in is not modified (the passes work on a copy).
 from __future__ import annotations
 
 import copy
+import hashlib
 import operator
 
 import numpy as np
@@ -810,6 +811,7 @@ class Translator:
         self.fallback: list = []
         self.names: dict = {}          # FX node -> tensor name (or list of names)
         self._n = 0
+        self._same: dict = {}          # (spec, digest of the bytes) -> the constant's name
 
     def program(self) -> Program:
         for node in self.gm.graph.nodes:
@@ -902,6 +904,14 @@ class Translator:
         arr = value.numpy().astype(spec.numpy_dtype)
         if spec.dtype == "int8":
             spec.layout = node.meta.get(LAYOUT_KEY) or default_layout(node)
+        # one copy of equal constants: each of an unrolled recurrence's steps folds the shared
+        # weight into a constant of its own op (a 64-step LSTM stored its recurrent weight 64 times)
+        arr = np.ascontiguousarray(arr)
+        key = (spec.dtype, spec.layout, arr.shape, hashlib.blake2b(arr.tobytes()).digest())
+        if key in self._same:
+            self.names[node] = self._same[key]
+            return
+        self._same[key] = node.name
         self.names[node] = node.name
         self.tensors[node.name] = spec
         self.constants[node.name] = arr

@@ -63,20 +63,32 @@ def required(producer: Node, user: Node) -> str | None:
 
 
 def _wanted(node: Node, memo: dict) -> str | None:
-    """What node's consumers would like it to be (through elementwise ops)."""
-    if node in memo:
-        return memo[node]
-    memo[node] = None
-    for user in node.users:
-        op = vkq_op_of(user)
-        if op in INPUT_LAYOUT and node in _activation_inputs(user):
-            memo[node] = INPUT_LAYOUT[op]
-            break
-        if op in FOLLOW and _activation_inputs(user)[:1] == [node]:
-            w = OUTPUT_LAYOUT.get(op) or _wanted(user, memo)
-            if w:
-                memo[node] = w
+    """What node's consumers would like it to be (through elementwise ops). The elementwise
+    users below node are settled first, deepest first, without recursion: an unrolled LSTM's
+    chain of thousands of them passed Python's recursion limit."""
+    stack = [node]
+    while stack:
+        n = stack[-1]
+        if n in memo:
+            stack.pop()
+            continue
+        below = [u for u in n.users if u not in memo and vkq_op_of(u) in FOLLOW
+                 and not OUTPUT_LAYOUT.get(vkq_op_of(u)) and _activation_inputs(u)[:1] == [n]]
+        if below:
+            stack.extend(below)
+            continue
+        stack.pop()
+        memo[n] = None
+        for user in n.users:
+            op = vkq_op_of(user)
+            if op in INPUT_LAYOUT and n in _activation_inputs(user):
+                memo[n] = INPUT_LAYOUT[op]
                 break
+            if op in FOLLOW and _activation_inputs(user)[:1] == [n]:
+                w = OUTPUT_LAYOUT.get(op) or memo[user]
+                if w:
+                    memo[n] = w
+                    break
     return memo[node]
 
 
