@@ -531,3 +531,123 @@ def test_sin_cos_run_on_vulkan(device, scheme):
     got, ref = on_device(program, device, (x, positions))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
     assert cosine(got, gm(x, positions).detach().numpy()) >= 0.9999
+
+
+class Recurrent(nn.Module):
+    """nn.LSTM / nn.GRU / nn.RNN as a CRNN, a speech or a time-series model calls it: with or
+    without an initial state, every output returned."""
+
+    def __init__(self, cell, state: bool, **kw):
+        super().__init__()
+        self.rnn, self.state = cell(**kw), state
+
+    def forward(self, x, *state):
+        if self.state:
+            y, h = self.rnn(x, tuple(state) if isinstance(self.rnn, nn.LSTM) else state[0])
+        else:
+            y, h = self.rnn(x)
+        return (y, *h) if isinstance(h, tuple) else (y, h)
+
+
+RECURRENT = {
+    "lstm-2-layers-bidirectional": (nn.LSTM, True, dict(input_size=7, hidden_size=5, num_layers=2,
+                                                       bidirectional=True, batch_first=True)),
+    "lstm-projected-time-major": (nn.LSTM, False, dict(input_size=6, hidden_size=9, proj_size=4)),
+    "gru-bidirectional": (nn.GRU, True, dict(input_size=7, hidden_size=6, bidirectional=True, batch_first=True)),
+    "gru-no-bias": (nn.GRU, False, dict(input_size=5, hidden_size=3, bias=False)),
+    "rnn-relu-2-layers": (nn.RNN, True, dict(input_size=5, hidden_size=7, nonlinearity="relu", num_layers=2)),
+}
+
+
+def _recurrent_inputs(cell, state, kw, g, steps=6, batch=2):
+    x = torch.randn((batch, steps, kw["input_size"]) if kw.get("batch_first") else (steps, batch, kw["input_size"]),
+                    generator=g)
+    if not state:
+        return (x,)
+    layers = kw.get("num_layers", 1) * (2 if kw.get("bidirectional") else 1)
+    h = torch.randn(layers, batch, kw.get("proj_size") or kw["hidden_size"], generator=g)
+    return (x, h, torch.randn(layers, batch, kw["hidden_size"], generator=g)) if cell is nn.LSTM else (x, h)
+
+
+@pytest.mark.parametrize("name", list(RECURRENT))
+def test_recurrent_layers_unroll_onto_vulkan(name, device):
+    """aten.lstm / gru / rnn_relu ran in torch on the CPU (a CRNN's saved program needed torch):
+    unrolled into their cells' linears and gates (passes/unroll_rnn.py), every step is int8 under
+    static, bit for bit between Vulkan and the reference, within a step of PT2E op by op; every
+    output (sequence, h_n, c_n) in its shape and near the float model's."""
+    cell, state, kw = RECURRENT[name]
+    g = torch.Generator().manual_seed(5)
+    model = Recurrent(cell, state, **kw).eval()
+    xs = _recurrent_inputs(cell, state, kw, g)
+    calib = [xs] + [_recurrent_inputs(cell, state, kw, g) for _ in range(3)]   # (ranges that cover xs)
+    program, gm = lowered(model, xs, calib, "static")
+    assert "linear_q8" in ops(program) and "select" in ops(program), ops(program)
+    stored = [(c.shape, c.tobytes()) for c in program.constants.values() if c.dtype == np.int8]
+    assert len(set(stored)) == len(stored)     # the shared recurrent weights once, not once a step
+    run = oputil.VulkanExecutor(program, device)
+    got, ref = run(*[t.numpy() for t in xs]), run_reference(program, *[t.numpy() for t in xs])
+    # one compiled pipeline per kernel variant (device.py): far fewer than the dispatches' algorithms
+    variants = sum(k[0] == "variant" for k in run._pipelines)
+    assert variants <= 16 and len(run._pipelines) - variants >= 4 * variants, (variants, len(run._pipelines))
+    for a, b in zip(got, ref):
+        np.testing.assert_array_equal(a, b)
+    assert_matches_pt2e(program, gm, xs)
+    with torch.no_grad():
+        want = model(*xs)
+    assert len(got) == len(want)
+    for a, w in zip(got, want):     # (a gate out of order gives ~0)
+        assert a.shape == tuple(w.shape) and cosine(a, w.numpy()) >= 0.99
+
+
+@pytest.mark.parametrize("name", ["lstm-2-layers-bidirectional", "gru-bidirectional"])
+def test_recurrent_layers_in_float_under_dynamic(name, device):
+    """The linear-only schemes: the linears int8 with rows quantized on the device, the gates
+    float; the outputs equal the float model's to int8 rounding of the weights."""
+    cell, state, kw = RECURRENT[name]
+    g = torch.Generator().manual_seed(6)
+    model = Recurrent(cell, state, **kw).eval()
+    xs = _recurrent_inputs(cell, state, kw, g)
+    program, _ = lowered(model, xs, [_recurrent_inputs(cell, state, kw, g)], "dynamic")
+    assert "linear_dynamic" in set(ops(program)), ops(program)
+    got, ref = on_device(program, device, xs)
+    with torch.no_grad():
+        want = model(*xs)
+    for a, r, w in zip(got, ref, want):
+        np.testing.assert_allclose(a, r, atol=1e-5)
+        assert cosine(a, w.numpy()) >= 0.999
+
+
+def test_recurrent_layer_with_a_dynamic_batch(device):
+    """One program for every batch size (torch.export Dims; the length stays static: torch
+    itself specializes an LSTM's length): the unrolled steps carry the symbolic batch."""
+    from torch.export import Dim
+    g = torch.Generator().manual_seed(7)
+    model = Recurrent(nn.LSTM, False, input_size=4, hidden_size=3, batch_first=True, bidirectional=True).eval()
+    x = torch.randn(2, 5, 4, generator=g)
+    program, fallback = api.compile(model, (x,), calibration=[(torch.randn(2, 5, 4, generator=g),)], scheme="dynamic",
+                                    dynamic_shapes=({0: Dim("batch", min=1, max=8)},))
+    assert fallback == [] and program.dynamic
+    run = oputil.VulkanExecutor(program, device)
+    for batch in (1, 3, 8):
+        xb = torch.randn(batch, 5, 4, generator=g)
+        with torch.no_grad():
+            want = model(xb)
+        for a, w in zip(run(xb.numpy()), want):
+            assert a.shape == tuple(w.shape)
+            np.testing.assert_allclose(a, w.numpy(), atol=1e-2)
+
+
+def test_a_long_chain_of_steps_builds(device):
+    """800 steps of an elementwise recurrence (1600 dispatches): assign_layouts walked such a
+    chain recursively, past Python's limit. Now it builds and runs bit for bit."""
+    class Chain(nn.Module):
+        def forward(self, x):
+            y = x
+            for _ in range(800):
+                y = torch.sigmoid(y) + x
+            return y
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(1, 37, generator=g)
+    program, _ = lowered(Chain().eval(), (x,), [(x,)], "static")
+    assert len(program.nodes) >= 1600
+    oputil.assert_program_on_device(program, device, x.numpy())

@@ -28,7 +28,8 @@ dynamic and weight_only produce the same converted graph (float x, dequantized i
 the scheme is written into each annotated linear's node.meta["vkq_scheme"], which survives
 prepare and convert, so the lowering can tell them apart.
 
-Before annotating (transform_for_annotation), standalone batch norms become depthwise convs,
+Before annotating (transform_for_annotation), recurrent layers (LSTM, GRU, RNN) are unrolled
+into their cells' linears and gates (passes/unroll_rnn.py), standalone batch norms become depthwise convs,
 1-D convs and pools their 2-D forms on (N, C, 1, L) (passes/one_d_as_two_d.py), transposed
 convs a conv and a pixel shuffle (passes/conv_transpose_as_conv.py, under every scheme); under
 dynamic and weight_only, a conv whose windows do not overlap (patch embedding, 1x1) a linear over patches
@@ -369,6 +370,8 @@ class VkqQuantizer(Quantizer):
         from .passes.conv_transpose_as_conv import conv_transpose_as_conv
         from .passes.one_d_as_two_d import one_d_as_two_d
         from .passes.patch_conv_as_linear import patch_conv3d_as_linear, patch_conv_as_linear
+        from .passes.unroll_rnn import unroll_rnn
+        unroll_rnn(model)                           # (LSTM / GRU / RNN cells: linears and gates)
         normalize_for_annotation(model)
         if self.scheme == "static":
             batch_norm_as_conv(model)

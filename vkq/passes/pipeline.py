@@ -2,7 +2,7 @@
 runs them in this order with a graph lint after each. Order matters where a comment says why.
 (Before quantization, VkqQuantizer.transform_for_annotation rewrites the float graph so that
 its annotators see the forms these passes fold: normalize_for_annotation, batch_norm_as_conv,
-one_d_as_two_d, conv_transpose_as_conv; under the linear-only schemes patch_conv_as_linear.)"""
+unroll_rnn, one_d_as_two_d, conv_transpose_as_conv; under the linear-only schemes patch_conv_as_linear.)"""
 from __future__ import annotations
 
 import time
@@ -20,11 +20,14 @@ from .inline_wrappers import inline_wrappers
 from .fuse_epilogue import fuse_epilogue
 from .lift_quantize import lift_quantize
 from .normalize_ops import normalize_ops
+from .unroll_rnn import unroll_rnn
 from .views_to_repack import views_to_repack
 
 PIPELINE = [
     inline_wrappers,        # no_grad / autocast(enabled=False) blocks: their nodes, not a submodule call
     drop_guards,            # export's _guards_fn input checks: nothing to run
+    unroll_rnn,             # LSTM / GRU / RNN over a static length -> their cells' ops (a graph
+                            #   converted without vkq's quantizer still has them); before normalize_ops
     normalize_ops,          # one spelling per op (convolution -> conv2d, t + addmm -> linear, ...)
     fuse_activation,        # relu/relu6/hardtanh before quantizes -> their qmin/qmax; before folding,
                             #   so that dq -> conv -> q is adjacent
