@@ -7,7 +7,7 @@ dynamic-shape refusals of 2026-11-23; run it after changing a pass or a kernel c
 
 Families: cnn (convs, depthwise, residuals, squeeze-excitation, cat, pools, upsampling,
 transposed convs, PReLU, six activations; inputs normal, large, tiny, positive or 0-255 images)
-temporal (1-D convs, transposed convs and pools) (both: half static, half dynamic or weight-only,
+temporal (1-D convs, transposed convs, pools and LSTM / GRU / RNN layers) (both: half static, half dynamic or weight-only,
 whose convs, pools and batch norms run in float) and transformer (token ids through an embedding,
 image patches or float tokens; encoder layers, MultiheadAttention, attention written out with
 scaled_dot_product_attention, causal or not, FFNs, LayerNorm/RMSNorm; static, dynamic or
@@ -93,7 +93,7 @@ class Block(nn.Module):
 
 
 class Block1d(nn.Module):
-    KINDS = ("conv", "dw", "pool", "avg", "res", "bn", "act", "convT")
+    KINDS = ("conv", "dw", "pool", "avg", "res", "bn", "act", "convT", "rnn")
 
     def __init__(self, rng, c: int):
         super().__init__()
@@ -119,10 +119,17 @@ class Block1d(nn.Module):
             self.out, st = int(rng.integers(1, 24)), int(rng.choice([1, 2, 3]))
             self.f = nn.Sequential(nn.ConvTranspose1d(c, self.out, k, st, int(rng.integers(0, k)),
                                                       output_padding=int(rng.integers(0, st))), nn.ReLU())
+        elif self.kind == "rnn":      # over the length, features = channels (passes/unroll_rnn.py)
+            cell, h = [nn.LSTM, nn.GRU, nn.RNN][int(rng.integers(0, 3))], int(rng.integers(1, 17))
+            layers, bi = int(rng.choice([1, 1, 2])), bool(rng.random() < 0.5)
+            self.f = cell(c, h, num_layers=layers, bidirectional=bi, batch_first=True)
+            self.out, self.desc = h * (2 if bi else 1), f"{cell.__name__} h{h} x{layers}{' bi' if bi else ''}"
         else:
             self.f = [nn.ReLU(), nn.GELU(), nn.SiLU(), nn.Sigmoid()][int(rng.integers(0, 4))]
 
     def forward(self, x):
+        if self.kind == "rnn":
+            return self.f(x.transpose(1, 2))[0].transpose(1, 2)
         return torch.relu(x + self.f(x)) if self.kind == "res" else self.f(x)
 
 
