@@ -555,6 +555,7 @@ RECURRENT = {
     "lstm-projected-time-major": (nn.LSTM, False, dict(input_size=6, hidden_size=9, proj_size=4)),
     "gru-bidirectional": (nn.GRU, True, dict(input_size=7, hidden_size=6, bidirectional=True, batch_first=True)),
     "gru-no-bias": (nn.GRU, False, dict(input_size=5, hidden_size=3, bias=False)),
+    "gru-zero-state-2-layers": (nn.GRU, False, dict(input_size=5, hidden_size=4, num_layers=2)),   # (r * b_hn first)
     "rnn-relu-2-layers": (nn.RNN, True, dict(input_size=5, hidden_size=7, nonlinearity="relu", num_layers=2)),
 }
 
