@@ -906,7 +906,8 @@ class Translator:
             spec.layout = node.meta.get(LAYOUT_KEY) or default_layout(node)
         # one copy of equal constants: each of an unrolled recurrence's steps folds the shared
         # weight into a constant of its own op (a 64-step LSTM stored its recurrent weight 64 times)
-        key = (spec.dtype, spec.layout, arr.shape, hashlib.blake2b(arr.tobytes()).digest())
+        key = (spec.dtype, spec.layout, spec.scale, spec.zero_point, arr.shape,
+               hashlib.blake2b(arr.tobytes()).digest())
         if key in self._same:
             self.names[node] = self._same[key]
             return
