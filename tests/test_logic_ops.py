@@ -193,3 +193,57 @@ def test_argmax_argmin(device, op, dtype, shape, dim, keepdim):
     got = run(device, op, [x], {"dim": dim, "keepdim": keepdim}, out_shape, "int32")
     np.testing.assert_array_equal(got.reshape(np.shape(want)), want)
     assert len(np.unique(got)) > 1 or got.size <= 2
+
+
+# ---------------------------------------------------------------- tensors made from a shape (creation.py)
+
+@pytest.mark.parametrize("shape,value,dtype", [((3, 1, 17), -1e4, "float32"), ((5, 7), float("-inf"), "float32"),
+                                               ((2, 9, 1), 1, "bool"), ((13,), -7, "int32"), ((4, 3), 0, "float32")])
+def test_full(device, shape, value, dtype):
+    """zeros / ones / full(-inf) of a shape known at run time: every word the value's."""
+    got = run(device, "full", [], {"shape": list(shape), "value": value, "dtype": dtype}, shape,
+              "float32" if dtype == "float32" else "int32")
+    want = np.full(shape, value, np.float32 if dtype == "float32" else np.int32)
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == want.dtype
+
+
+@pytest.mark.parametrize("start,end,step,dtype,want", [
+    (0, 37, 1, "int32", list(range(37))),
+    (3, 20, 4, "int32", [3, 7, 11, 15, 19]),
+    (5, -6, -3, "int32", [5, 2, -1, -4]),
+    (0, 29, 1, "float32", list(range(29))),
+    (-8, 9.5, 2, "float32", [-8, -6, -4, -2, 0, 2, 4, 6, 8]),       # a fractional end, as torch: ceil
+    (2 ** 31 - 2, 2 ** 31 + 2, 1, "int32", [2 ** 31 - 2, 2 ** 31 - 1, -2 ** 31, -2 ** 31 + 1]),  # int64 ids wrap
+])
+def test_arange(device, start, end, step, dtype, want):
+    """torch.arange's values (written out here) on both paths, counting down and past int32."""
+    got = run(device, "arange", [], {"start": start, "end": end, "step": step, "dtype": dtype}, (len(want),),
+              dtype)
+    np.testing.assert_array_equal(got, np.array(want, np.int64).astype(np.int32) if dtype == "int32"
+                                  else np.array(want, np.float32))
+
+
+def test_arange_with_a_fractional_step_runs_its_reference():
+    """float32(start + i * step) in float64, as torch computes it: the kernel (int32 counting)
+    declines, so the reference runs it on the CPU, without torch."""
+    from vkq.program import Node
+    node = Node("arange", [], ["y"], {"start": 0.1, "end": 1.0, "step": 0.3, "dtype": "float32"})
+    assert "fractional" in cpu_reason(node, {"y": spec((3,))})
+    got = get_op("arange").reference(start=0.1, end=1.0, step=0.3, dtype="float32")
+    np.testing.assert_array_equal(got, np.array([0.1, 0.1 + 0.3, 0.1 + 2 * 0.3], np.float64).astype(np.float32))
+    assert get_op("arange").reference(start=4, end=4, step=1, dtype="int32").shape == (0,)
+
+
+@pytest.mark.parametrize("op", ["tril", "triu"])
+@pytest.mark.parametrize("shape,diagonal,dtype", [((9, 9), 0, "int32"), ((2, 3, 7, 11), 1, "float32"),
+                                                  ((13, 5), -2, "float32"), ((3, 6, 4), 2, "int32")])
+def test_triangle(device, op, shape, diagonal, dtype):
+    """A causal mask's triangle (tril of ones, triu(1) of -inf) over the last two dims of a batch
+    of matrices, wide and tall, the diagonal shifted both ways; checked element by element."""
+    x = floats(*shape) + 5 if dtype == "float32" else ints(*shape, lo=1, hi=50)
+    got = run(device, op, [x], {"diagonal": diagonal}, shape, dtype)
+    for c in np.ndindex(*shape):
+        keep = c[-1] - c[-2] <= diagonal if op == "tril" else c[-1] - c[-2] >= diagonal
+        assert got[c] == (x[c] if keep else 0)
+    assert 0 < np.count_nonzero(got) < got.size

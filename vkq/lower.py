@@ -21,6 +21,7 @@ The converted GraphModule passed in is not modified (the passes work on a copy).
 from __future__ import annotations
 
 import copy
+import math
 import hashlib
 import operator
 
@@ -29,7 +30,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from . import dynamic
-from .ops import cpu as _cpu_ops, float as _float_ops  # noqa: F401  (the ops CPU_RULES emit)
+from .ops import cpu as _cpu_ops, creation as _creation_ops, float as _float_ops  # noqa: F401  (the ops CPU_RULES emit)
 from .ops.attention import default_scale
 from .passes import run_pipeline
 from .passes._graph import (DEQUANTIZE, HOST_FLOAT64, PERMUTES, QUANTIZE, SYMBOLIC_SHAPES, VIEWS, arg, aten,
@@ -603,6 +604,55 @@ def _cumsum(n, t):
     return "cumsum", [n.args[0]], {"dim": int(arg(n, 1, "dim")), "dtype": dst}
 
 
+
+# Tensors made from a shape (vkq/ops/creation.py). A static program has them as constants (folded
+# before this); a dynamic one where a shape or an arange bound is a size known only at run time.
+_FILLED = {aten.zeros.default: 0, aten.ones.default: 1, aten.new_zeros.default: 0, aten.new_ones.default: 1,
+           aten.zeros_like.default: 0, aten.ones_like.default: 1, aten.empty.memory_format: 0,
+           aten.new_empty.default: 0, aten.empty_like.default: 0}
+_FILL_ARG = {aten.full.default: 1, aten.new_full.default: 2, aten.full_like.default: 1}
+
+
+def _full(n, t):
+    dtype = _word_dtype(dtype_of(n))
+    if n.target in _FILL_ARG:
+        value = arg(n, _FILL_ARG[n.target], "fill_value")
+    else:
+        value = _FILLED[n.target]
+    if dtype is None or isinstance(value, bool) and dtype != "bool" or not isinstance(value, (bool, int, float)):
+        return None
+    if dtype == "int32" and not (math.isfinite(value) and value == int(value) and -2**31 <= value < 2**31):
+        return None           # an int64 beyond int32's words: torch runs it
+    value = bool(value) if dtype == "bool" else int(value) if dtype == "int32" else float(value)
+    return "full", [], {"shape": list(shape_of(n)), "value": value, "dtype": dtype}
+
+
+def _arange(n, t):
+    a = list(n.args)
+    start, end, step = ((0, a[0], 1) if n.target == aten.arange.default else
+                        (a[0], a[1], 1) if n.target == aten.arange.start else
+                        (a[0], a[1], a[2] if len(a) > 2 else 1))
+    dtype = _word_dtype(dtype_of(n))
+    bounds = []
+    for v in (start, end, step):
+        if isinstance(v, Node):
+            if v not in t.ints:                 # a tensor or a symbolic float
+                return None
+            v = t.dim_attr(v, t.int_value(v))
+        elif isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None
+        bounds.append(v)
+    if dtype not in ("float32", "int32"):
+        return None
+    return "arange", [], {"start": bounds[0], "end": bounds[1], "step": bounds[2], "dtype": dtype}
+
+
+def _triangle(name):
+    def rule(n, t):
+        return name, [n.args[0]], {"diagonal": int(arg(n, 1, "diagonal", 0))}
+    return rule
+
+
 # Ops that only move values: lowered to `take` with the index map they compute on the indices
 # themselves (every argument but the moved tensor must be a constant).
 MOVERS = {aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten._upsample_nearest_exact2d.vec,
@@ -708,6 +758,9 @@ CPU_RULES = {
     **{m: _take for m in MOVERS},
     aten.gather.default: _gather,
     aten.cumsum.default: _cumsum,
+    **{f: _full for f in (*_FILLED, *_FILL_ARG)},
+    **{a: _arange for a in (aten.arange.default, aten.arange.start, aten.arange.start_step)},
+    aten.tril.default: _triangle("tril"), aten.triu.default: _triangle("triu"),
     aten.argmax.default: _arg_reduce("argmax"), aten.argmin.default: _arg_reduce("argmin"),
     **{m: _upsample_nearest for m in (aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default,
                                       aten._upsample_nearest_exact2d.vec, aten._upsample_nearest_exact2d.default)},

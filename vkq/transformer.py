@@ -19,8 +19,9 @@ The lowered program: every linear as linear_dynamic (each token's row quantized 
 device, int8 GEMM) or linear_weight_only, and the float parts (embedding gather, mask
 arithmetic, layer_norm, gelu, attention (one scaled_dot_product_attention op a layer: BERT
 loaded with attn_implementation="sdpa"), residual adds, pooling, normalisation) as shaders
-(vkq/ops/); the mask arithmetic that depends on the sequence length
-itself (aranges, the padding gather) runs on the CPU in a dynamic program.
+(vkq/ops/); in a dynamic program the mask arithmetic that depends on the sequence length
+itself too (aranges and full: vkq/ops/creation.py), but for the padding gather (an index by two
+computed index tensors), which runs on the CPU.
 """
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
   reshape, permute, transpose, expand, cat, slice, select, split, unbind, constant_pad_nd, take
                       any dtype -> the same dtype: values moved, not changed (vkq/ops/shape.py)
   eq/ne/lt/le/gt/ge, bitwise_and/or/xor, logical_not, cast, where, embedding, gather   ids and masks (logic.py)
+  full, arange        () -> f32/int32/bool of a shape known at run time; tril, triu  x -> x  (creation.py)
   cumsum              x int32/f32 -> int32/f32 along a dim; attrs dim, dtype (scan.py)
   argmax, argmin      x int32/f32 -> int32 indices along a dim or over all; attrs dim, keepdim (scan.py)
   upsample_bilinear2d x f32 or int8 (N, C, H, W) -> same (N, C, Ho, Wo); attrs out_size, align_corners, scales
@@ -39,4 +40,4 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
 Each op module also exports a `*_params` helper that turns float scales (and a float bias) into
 the integer constants/attrs above, used by the lowering and by tests alike.
 """
-from . import io, linear, conv, eltwise, pool, lut, cpu, float, shape, attention, logic, resize, scan  # noqa: F401
+from . import io, linear, conv, eltwise, pool, lut, cpu, float, shape, attention, logic, creation, resize, scan  # noqa: F401

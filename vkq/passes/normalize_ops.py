@@ -26,6 +26,8 @@ differently; this pass rewrites the second kind into the first:
   aten.glu(x, dim)                              -> slices, sigmoid, mul
   aten.repeat_interleave(x, r int, dim)         -> unsqueeze, expand, flatten
   aten.stack(tensors, dim)                      -> cat of the tensors unsqueezed at dim   (GPT-J)
+  aten.outer(a, b) / aten.ger(a, b)            -> unsqueeze(a, 1) * b   (rotary frequencies: outer(positions,
+                                                  inverse frequencies), a broadcast mul with kernels)
   aten.baddbmm(c, a, b, beta, alpha)            -> beta * c + alpha * bmm(a, b)   (BLOOM, WavLM)
   aliases (multiply, divide, true_divide, subtract, absolute, negative, clip, greater, less, ...)
                                                 -> the op they name (mul, div, sub, abs, neg, clamp, gt, lt, ...)
@@ -392,6 +394,16 @@ def cat_from_stack(node):
     return _new(node, aten.cat.default, (ups, dim))
 
 
+def mul_from_outer(node):
+    a, b = node.args[:2]
+    va = val(a)
+    if not isinstance(va, torch.Tensor) or not isinstance(val(b), torch.Tensor):
+        return None
+    col = _new(node, aten.unsqueeze.default, (a, 1))
+    col.meta["val"] = va.unsqueeze(1)
+    return _new(node, aten.mul.Tensor, (col, b))
+
+
 def bmm_add_from_baddbmm(node):
     """baddbmm(c, a, b, beta, alpha) = beta * c + alpha * (a @ b) (BLOOM's ALiBi scores, WavLM's
     position bias): a bmm, scalings where beta or alpha is not 1, an add."""
@@ -591,6 +603,7 @@ BEFORE_ANNOTATION = {
     aten.repeat_interleave.self_int: expand_from_repeat_interleave,
     aten.stack.default: cat_from_stack,
     aten.baddbmm.default: bmm_add_from_baddbmm,
+    aten.outer.default: mul_from_outer, aten.ger.default: mul_from_outer,
     aten.einsum.default: from_einsum,
     aten.constant_pad_nd.default: crop_from_negative_pad,
     aten.pad.default: crop_from_negative_pad,
