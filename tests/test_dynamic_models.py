@@ -107,12 +107,17 @@ BERT_SHAPES = [(1, 5), (3, 17), (2, 40), (6, 2), (4, 11)]
 def test_bert_encoder_compiled_once_runs_every_shape(device, dynamic_bert, tmp_path):
     """A BERT-style encoder compiled once with dynamic batch and sequence length: every shape
     agrees with the program compiled statically for it to float rounding, padded positions
-    included (a mask with zeros), and out-of-bounds shapes are refused."""
+    included (a mask with zeros), and out-of-bounds shapes are refused. All of it on Vulkan:
+    the positions (arange) and transformers' padding mask gathered at arange indices (index)
+    ran through torch before, so the saved .vkq needed torch; it runs without it now."""
     import torch
+    from oputil import run_cli_without_torch
     dyn, static = dynamic_bert
     prog = vkq_on(dyn, device)
+    assert prog.fallback_ops == [] and {"arange", "index"} <= {n.op for n in prog.program.nodes}
+    path = prog.save(tmp_path / "bert.vkq")
     rng = np.random.default_rng(0)
-    for b, l in BERT_SHAPES:
+    for i, (b, l) in enumerate(BERT_SHAPES):
         ids = rng.integers(0, 97, (b, l)).astype(np.int64)
         mask = np.ones((b, l), np.int64)
         mask[0, l // 2 + 1:] = 0
@@ -120,6 +125,13 @@ def test_bert_encoder_compiled_once_runs_every_shape(device, dynamic_bert, tmp_p
         want = vkq_on(static(torch.from_numpy(ids), torch.from_numpy(mask)), device)(ids, mask)
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(y, prog.run_reference(ids, mask), rtol=1e-4, atol=1e-5)
+        if i == 1:
+            np.save(tmp_path / "ids.npy", ids)
+            np.save(tmp_path / "mask.npy", mask)
+            res = run_cli_without_torch("run", path, "--input", tmp_path / "ids.npy", "--input", tmp_path / "mask.npy",
+                                        "--output", tmp_path / "y.npy", "--device", device.info.name)
+            assert res.returncode == 0, res.stderr[-3000:]
+            np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), y)
     with pytest.raises(ValueError, match=r"dimension 1 \(seq\) must be in \[2, 40\], got 41"):
         prog(np.zeros((1, 41), np.int64), np.ones((1, 41), np.int64))
     with pytest.raises(ValueError, match="both are batch and must agree"):

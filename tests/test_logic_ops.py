@@ -247,3 +247,28 @@ def test_triangle(device, op, shape, diagonal, dtype):
         keep = c[-1] - c[-2] <= diagonal if op == "tril" else c[-1] - c[-2] >= diagonal
         assert got[c] == (x[c] if keep else 0)
     assert 0 < np.count_nonzero(got) < got.size
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("xshape,index_shapes", [
+    ((3, 11), [(3, 1, 1, 1), (1, 1, 1, 11)]),          # transformers' padding mask at arange indices
+    ((7, 5, 3), [(2, 9)]),                             # rows of a table (the rest of x moved whole)
+    ((4, 6, 5, 2), [(5, 1), (1, 3), (5, 3)]),          # three indices broadcast together
+])
+def test_index_by_computed_indices(device, dtype, xshape, index_shapes):
+    """x[i0, i1, ...] by index tensors the device computed, as torch's advanced indexing (written
+    out here element by element): broadcast, a negative index counting from the end, and one
+    past the end read from the last (torch raises there)."""
+    x = floats(*xshape) if dtype == "float32" else ints(*xshape, lo=-1000, hi=1000)
+    idx = [R.integers(-xshape[j], xshape[j], s).astype(np.int32) for j, s in enumerate(index_shapes)]
+    idx[0].reshape(-1)[0], idx[0].reshape(-1)[-1] = -1, xshape[0] + 3
+    bshape = np.broadcast_shapes(*index_shapes)
+    out_shape = bshape + xshape[len(idx):]
+    got = run(device, "index", [x] + idx, {}, out_shape, dtype)
+    for b in np.ndindex(*bshape):
+        at = []
+        for j, i in enumerate(idx):
+            v = int(np.broadcast_to(i, bshape)[b])
+            at.append(min(v + xshape[j] if v < 0 else v, xshape[j] - 1))
+        np.testing.assert_array_equal(got[b], x[tuple(at)])
+    assert len(np.unique(got)) > 3

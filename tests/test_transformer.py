@@ -3,8 +3,8 @@
 On 24 varied sentences (L = 16): every dynamic-int8 embedding (per-token int8 linears on the
 device, float32 shaders for the rest) has cosine >= 0.99 with the fp32 one, weight-only too;
 pairs of sentences whose fp32 similarities differ clearly (by more than 0.05) are ranked the
-same way. The program is a CPU prefix (embedding gather, mask arithmetic) and one Vulkan
-segment; padding does not change an embedding. The 128-token case is marked slow.
+same way. The program is one Vulkan segment, embedding gather and mask arithmetic included;
+padding does not change an embedding. The 128-token case is marked slow.
 """
 import numpy as np
 import pytest

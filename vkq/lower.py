@@ -587,6 +587,20 @@ def _gather(n, t):
     return "gather", [n.args[0], n.args[2]], {"dim": int(n.args[1])}
 
 
+def _index(n, t):
+    """x[i0, ...] by indices: all constant, a take; computed ones, each an integer tensor on a
+    leading dim (transformers' padding mask at arange indices), the index op."""
+    took = _take(n, t)
+    indices = n.args[1]
+    if took is not None or not isinstance(indices, (list, tuple)) or not indices:
+        return took
+    if not all(isinstance(i, Node) and dtype_of(i) in (torch.int32, torch.int64) for i in indices):
+        return None           # None entries (a later dim indexed) and bool masks: torch runs them
+    if _word_dtype(dtype_of(n.args[0])) not in ("float32", "int32", "bool"):
+        return None
+    return "index", [n.args[0], *indices], {}
+
+
 def _arg_reduce(name):
     def rule(n, t):
         if _word_dtype(dtype_of(n.args[0])) not in ("float32", "int32"):
@@ -756,7 +770,7 @@ CPU_RULES = {
     aten.chunk.default: _split, aten.unbind.int: _unbind,
     aten.constant_pad_nd.default: _constant_pad, aten.pad.default: _constant_pad,
     **{m: _take for m in MOVERS},
-    aten.gather.default: _gather,
+    aten.gather.default: _gather, aten.index.Tensor: _index,
     aten.cumsum.default: _cumsum,
     **{f: _full for f in (*_FILLED, *_FILL_ARG)},
     **{a: _arange for a in (aten.arange.default, aten.arange.start, aten.arange.start_step)},

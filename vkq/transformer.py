@@ -20,8 +20,8 @@ device, int8 GEMM) or linear_weight_only, and the float parts (embedding gather,
 arithmetic, layer_norm, gelu, attention (one scaled_dot_product_attention op a layer: BERT
 loaded with attn_implementation="sdpa"), residual adds, pooling, normalisation) as shaders
 (vkq/ops/); in a dynamic program the mask arithmetic that depends on the sequence length
-itself too (aranges and full: vkq/ops/creation.py), but for the padding gather (an index by two
-computed index tensors), which runs on the CPU.
+itself too (arange and full: vkq/ops/creation.py; the padding mask gathered at arange indices:
+index, vkq/ops/logic.py), so the dynamic program runs without torch.
 """
 from __future__ import annotations
 

@@ -17,6 +17,10 @@ of on the host. The int32 add/sub/mul share their names with the float ops (vkq/
   gather(x, index; dim)     torch.gather by an int32 index computed on the device (RoBERTa's
                             token types at its position ids); x float32 or int32; an index
                             outside [0, x.shape[dim]) reads the nearest (as embedding)
+  index(x, i0[, i1, i2])    x[i0, i1, i2]: advanced indexing of the leading dims by int32 index
+                            tensors computed on the device, broadcast together (transformers'
+                            padding mask gathered at arange indices); negative indices count
+                            from the end, as torch's; out of range reads the nearest
 Exact on every device (word operations; float comparisons and int -> float are exact).
 """
 from __future__ import annotations
@@ -24,7 +28,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import register_op
-from .float import MAX_RANK, _elementwise, _numel, _pad, broadcast_strides, merge_dims, strides_of
+from ..device import grid_1d
+from .float import LOCAL, MAX_RANK, PER, _elementwise, _numel, _pad, broadcast_strides, merge_dims, strides_of
 
 COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
            "ge": np.greater_equal}
@@ -82,6 +87,15 @@ def gather(x, index, *, dim):
         raise ValueError(f"gather: index {index.shape} does not fit x {x.shape} off dim {dim}")
     x = x[tuple(slice(0, s) if d != dim else slice(None) for d, s in enumerate(index.shape))]
     return np.take_along_axis(x, np.clip(index, 0, x.shape[dim] - 1), axis=dim)
+
+
+def index(x, *indices):
+    x = np.asarray(x)
+    picked = []
+    for j, i in enumerate(indices):
+        i, size = np.asarray(i, np.int64), x.shape[j]
+        picked.append(np.clip(np.where(i < 0, i + size, i), 0, size - 1))
+    return x[tuple(picked)]
 
 
 # ---------------------------------------------------------------- builds
@@ -227,6 +241,39 @@ def _gather_build(ctx, node):
     return [_elementwise(ctx, "gather", [ctx.buffer(x), ctx.buffer(index), ctx.buffer(node.outputs[0])], n, push)]
 
 
+INDEX_TENSORS, INDEX_RANK = 3, 4      # shaders/index.comp's bindings and its broadcast rank
+
+
+def _index_decline(node, tensors):
+    x, *idx = (tensors[t] for t in node.inputs)
+    if x.dtype not in ("float32", "int32") or any(i.dtype != "int32" for i in idx):
+        return f"index: {x.dtype} values by {[i.dtype for i in idx]} indices (the kernel moves words by int32)"
+    if not 1 <= len(idx) <= min(INDEX_TENSORS, len(x.shape)):
+        return f"index: {len(idx)} index tensors into a rank-{len(x.shape)} tensor (the kernel takes 1-{INDEX_TENSORS})"
+    if max(len(i.shape) for i in idx) > INDEX_RANK:
+        return f"index: indices of rank {max(len(i.shape) for i in idx)} (the kernel broadcasts up to {INDEX_RANK})"
+    return None
+
+
+def _index_build(ctx, node):
+    x, *idx = node.inputs
+    xs, out = ctx.spec(x).shape, node.outputs[0]
+    k = len(idx)
+    bshape = tuple(np.broadcast_shapes(*[ctx.spec(i).shape for i in idx]))
+    shape, strides = merge_dims(bshape, *[broadcast_strides(ctx.spec(i).shape, bshape) for i in idx])
+    if ctx.spec(out).shape != bshape + tuple(xs[k:]):
+        raise ValueError(f"{node.name}: indexing {xs} by {bshape} is not {ctx.spec(out).shape}")
+    n = _numel(ctx.spec(out).shape)
+    if n == 0:
+        return []
+    strides += [[0] * len(shape)] * (INDEX_TENSORS - k)
+    push = (n, len(shape), _numel(xs[k:]), 0, _pad(shape, INDEX_RANK, 1), *[_pad(s, INDEX_RANK) for s in strides],
+            _pad(xs[:k], 4, 1), _pad([_numel(xs[j + 1:]) for j in range(k)], 4))
+    buffers = [ctx.buffer(x)] + [ctx.buffer(i) for i in idx + [idx[0]] * (INDEX_TENSORS - k)] + [ctx.buffer(out)]
+    return [ctx.device.dispatch("index", buffers, grid_1d(-(-n // PER), LOCAL), local=(LOCAL,), spec=(PER, k),
+                                push=push)]
+
+
 # ---------------------------------------------------------------- registration
 
 def _op(name, reference, build, decline, shaders, doc):
@@ -245,5 +292,7 @@ _op("cast", cast, _cast_build, _cast_decline, ("word_ops", "float_copy"),
 _op("where", where, _where_build, _where_decline, ("word_ops",), "cond ? a : b, broadcast.")
 _op("embedding", embedding, _embedding_build, _embedding_decline, ("embedding",),
     "Rows of a float32 table by int32 ids (BERT's word/position/token-type embeddings).")
+_op("index", index, _index_build, _index_decline, ("index",),
+    "x[i0, i1, i2] by int32 index tensors computed on the device, broadcast (a padding mask's gather).")
 _op("gather", gather, _gather_build, _gather_decline, ("gather",),
     "torch.gather of float32/int32 values by an int32 index computed on the device.")
