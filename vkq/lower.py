@@ -366,6 +366,22 @@ def _global_average(n, t):
     return "adaptive_avg_pool2d", [x], {"output_size": size}
 
 
+def _global_average_1d(n, t):
+    """adaptive_avg_pool1d on a float (N, C, L) x (a 1-D CNN's head under the float-conv
+    schemes): to 1 the mean over L (any L, a dynamic one too), else the adaptive pool of x seen
+    as (C, H, W) = (N, C, L) with H kept (each of its bins is one row)."""
+    x, size = n.args[0], n.args[1]
+    size = int(size[0] if isinstance(size, (list, tuple)) else size)
+    rank = len(shape_of(x))
+    if rank not in (2, 3):
+        return None
+    if size == 1:
+        return "mean", [x], {"dims": [rank - 1], "keepdim": True}
+    if rank != 3:
+        return None
+    return "adaptive_avg_pool2d", [x], {"output_size": [shape_of(x)[-2], size]}
+
+
 def _reshape(n, t):
     return "reshape", [n.args[0]], {"shape": list(shape_of(n))}
 
@@ -750,7 +766,7 @@ _FLOAT_RULES = {
     aten.linalg_vector_norm.default: _vector_norm,
     aten.amax.default: _reduce("amax"), aten.amin.default: _reduce("amin"),
     aten.max.default: _reduce("amax"), aten.min.default: _reduce("amin"),
-    aten.adaptive_avg_pool2d.default: _global_average,
+    aten.adaptive_avg_pool2d.default: _global_average, aten.adaptive_avg_pool1d.default: _global_average_1d,
     aten.max_pool2d.default: _max_pool,
     aten.avg_pool2d.default: _avg_pool,
 }
