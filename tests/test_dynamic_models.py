@@ -466,20 +466,58 @@ def test_one_d_convs_with_dynamic_batch_and_length(device, scheme):
             np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
 
 
-def test_transposed_conv_with_a_dynamic_batch_stays_on_the_cpu(device):
-    """conv_transpose_as_conv needs static sizes (its pixel shuffle is an index map for one size):
-    with a dynamic batch the transposed conv runs in float on the CPU, named, and the program
-    still equals the static ones (rewritten, it was refused at compile time)."""
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_transposed_convs_with_dynamic_batch_and_size(device, scheme):
+    """conv_transpose_as_conv's pixel shuffle is an index map made for one size: with a dynamic
+    batch or map the transposed conv ran in float through torch on the CPU. The phases are now
+    interleaved by views and a permute that read the sizes from the graph, and the crop is
+    counted from both ends, so a decoder's ConvTranspose2d (stride 2 and 3, output padding,
+    groups) and a 1-D one (under the float-conv scheme too) run on Vulkan at every size, equal
+    to the static programs (static scheme: bit for bit)."""
     import torch
     from torch.export import Dim
     torch.manual_seed(0)
     n = torch.nn
-    model = n.Sequential(n.Conv2d(3, 8, 3, padding=1), n.ReLU(), n.ConvTranspose2d(8, 4, 4, 2, 1), n.ReLU(),
-                         n.Conv2d(4, 2, 1)).eval()
-    ds = ({0: Dim("batch", min=1, max=4)},)
-    dyn, static = _compile_both(model, (torch.randn(2, 3, 12, 10),), [torch.randn(2, 3, 12, 10)], "static", ds)
+
+    class Net(n.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = n.Sequential(n.Conv2d(3, 8, 3, padding=1), n.ReLU())
+            self.up2 = n.Sequential(n.ConvTranspose2d(8, 4, 4, 2, 1), n.ReLU())
+            self.up3 = n.ConvTranspose2d(8, 4, 3, 3, 1, output_padding=1, groups=2)
+            self.head = n.Conv2d(4, 2, 1)
+
+        def forward(self, x):
+            y = self.stem(x)
+            return self.head(self.up2(y)), self.head(self.up3(y))
+
+    model = Net().eval()
+    ds = ({0: Dim("batch", min=1, max=4), 2: Dim("height", min=4, max=24), 3: Dim("width", min=4, max=24)},)
+    calib = [torch.randn(s) for s in [(2, 3, 12, 10), (1, 3, 24, 7)]]
+    dyn, static = _compile_both(model, (torch.randn(2, 3, 12, 10),), calib, scheme, ds)
     prog = vkq_on(dyn, device)
-    assert [op for op, _ in prog.fallback_ops] == ["aten.conv_transpose2d"]
-    for b in (1, 3):
-        x = torch.randn(b, 3, 12, 10).numpy()
-        np.testing.assert_array_equal(prog(x), vkq_on(static(torch.from_numpy(x)), device)(x))
+    assert prog.fallback_ops == [] and not any(nd.op == "torch_op" for nd in prog.program.nodes)
+    for shape in [(1, 3, 12, 10), (3, 3, 5, 17), (2, 3, 24, 4)]:
+        x = torch.randn(shape).numpy()
+        got, want = prog(x), vkq_on(static(torch.from_numpy(x)), device)(x)
+        assert got[0].shape == (shape[0], 2, 2 * shape[2], 2 * shape[3])
+        assert got[1].shape == (shape[0], 2, 3 * shape[2] - 1, 3 * shape[3] - 1)
+        for g, w in zip(got, want):
+            if scheme == "static":
+                np.testing.assert_array_equal(g, w)
+            else:
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+    one_d = n.Sequential(n.Conv1d(3, 8, 3, padding=1), n.ReLU(), n.ConvTranspose1d(8, 4, 4, 2, 1), n.Conv1d(4, 2, 1)).eval()
+    ds = ({0: Dim("batch", min=1, max=4), 2: Dim("time", min=4, max=64)},)
+    dyn, static = _compile_both(one_d, (torch.randn(2, 3, 17),), [torch.randn(2, 3, 17)], scheme, ds)
+    prog = vkq_on(dyn, device)
+    assert prog.fallback_ops == []
+    for shape in [(1, 3, 9), (4, 3, 64)]:
+        x = torch.randn(shape).numpy()
+        got, want = prog(x), vkq_on(static(torch.from_numpy(x)), device)(x)
+        assert got.shape == (shape[0], 2, 2 * shape[2])
+        if scheme == "static":
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

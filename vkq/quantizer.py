@@ -368,7 +368,7 @@ class VkqQuantizer(Quantizer):
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         from .passes.normalize_ops import normalize_for_annotation
         from .passes.conv_transpose_as_conv import conv_transpose_as_conv
-        from .passes.one_d_as_two_d import one_d_as_two_d
+        from .passes.one_d_as_two_d import CONV_T_1D, one_d_as_two_d
         from .passes.patch_conv_as_linear import patch_conv3d_as_linear, patch_conv_as_linear
         from .passes.unroll_rnn import unroll_rnn
         unroll_rnn(model)                           # (LSTM / GRU / RNN cells: linears and gates)
@@ -382,6 +382,7 @@ class VkqQuantizer(Quantizer):
                 normalize_for_annotation(model)     # conv1d's string padding, now conv2d's
         else:       # these schemes quantize linears only; a transposed conv's phase conv runs in float
             batch_norm_as_conv(model)               # (a float conv: spares convert_pt2e's QAT folding)
+            one_d_as_two_d(model, CONV_T_1D)        # (a float conv1d has a kernel as it is; a transposed one not)
             conv_transpose_as_conv(model)           # (or, 1x1 where kernel = stride, as a linear)
             patch_conv_as_linear(model)
         return model

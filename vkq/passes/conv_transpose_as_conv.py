@@ -15,6 +15,11 @@ with the kernel rows a, a + s, ... reversed. G stacks, for each output channel o
 channel oc*s*s + a*s + b, the order pixel_shuffle interleaves; the shuffled map starts at row
 -p, so rows p .. p + H_out - 1 are the output. The same multiply-adds as the transposed conv,
 on the int8 conv kernels; the shuffle and crop move int8 words (`take`, `slice`).
+
+With a dynamic batch, height or width the shuffle is a view (N, OC, s, s, Hc, Wc), a permute and
+two flattens, its sizes read from the graph (sym_size), as pixel_shuffle's `take` is an index map
+for one size; the crop drops M*s + p - k - output_padding rows after the output at every size, so
+it slices from the end by that constant.
 """
 from __future__ import annotations
 
@@ -65,8 +70,9 @@ def _rewrite(gm: GraphModule, node: Node) -> Node | None:
         return None     # (unequal strides: one of them 1, as a 1-D transposed conv has)
     if bias is not None and const_value(gm, bias) is None:
         return None
-    if not all(isinstance(d, int) for d in (*vx.shape, *vy.shape)):
-        return None     # dynamic dims: the shuffle's index map and the crop are made for one size
+    # dynamic dims: the phases are interleaved by views and a permute (pixel_shuffle's index map
+    # is made for one size), the crop counted from both ends (what it drops is the same at every size)
+    dynamic = not all(isinstance(d, int) for d in (*vx.shape, *vy.shape))
     k = w.shape[2:]
     # taps per phase; one more where the output (with its output padding) reaches past them
     m = tuple(max(math.ceil(k[i] / stride[i]), math.ceil((k[i] - padding[i] + out_pad[i]) / stride[i]))
@@ -86,7 +92,9 @@ def _rewrite(gm: GraphModule, node: Node) -> Node | None:
         n, _, h, wd = vx.shape
         hc, wc = h + m[0] - 1, wd + m[1] - 1                # the conv's output
         full = (hc * stride[0], wc * stride[1])
-        if stride[0] == stride[1]:
+        if dynamic:
+            shuffle, vals = _interleave_symbolic(gm, top, (n, oc, hc, wc), stride, vx)
+        elif stride[0] == stride[1]:
             shuffle = gm.graph.call_function(aten.pixel_shuffle.default, (top, stride[0]))
         else:        # phases along one dim: (N, OC, s, H, W) -> (N, OC, H, W, s) (or H's) -> interleaved
             s, dim = (stride[1], 4) if stride[0] == 1 else (stride[0], 3)
@@ -96,11 +104,13 @@ def _rewrite(gm: GraphModule, node: Node) -> Node | None:
             shuffle = gm.graph.call_function(aten.reshape.default, (moved, [n, oc, *full]))
             split.meta["val"] = vx.new_empty((n, oc, s, hc, wc))
             moved.meta["val"] = vx.new_empty(tuple([n, oc, s, hc, wc][i] for i in order))
-        crop = [padding[i] != 0 or full[i] != vy.shape[2 + i] for i in range(2)]
-        rows = gm.graph.call_function(aten.slice.Tensor, (shuffle, 2, padding[0], padding[0] + vy.shape[2])) \
-            if crop[0] else shuffle
-        cols = gm.graph.call_function(aten.slice.Tensor, (rows, 3, padding[1], padding[1] + vy.shape[3])) \
-            if crop[1] else rows
+        # what the crop drops after the output: full - padding - out = m*s + padding - k - output padding
+        tail = [m[i] * stride[i] + padding[i] - k[i] - out_pad[i] for i in range(2)]
+        crop = [padding[i] != 0 or tail[i] != 0 for i in range(2)]
+        end = [-tail[i] if tail[i] else None for i in range(2)] if dynamic else \
+            [padding[i] + vy.shape[2 + i] for i in range(2)]
+        rows = gm.graph.call_function(aten.slice.Tensor, (shuffle, 2, padding[0], end[0])) if crop[0] else shuffle
+        cols = gm.graph.call_function(aten.slice.Tensor, (rows, 3, padding[1], end[1])) if crop[1] else rows
     conv.meta.update({k_: v for k_, v in node.meta.items() if k_ != "val"})
     conv.meta["val"] = vx.new_empty((n, oc * phases, hc, wc))
     if act is not None:
@@ -108,11 +118,39 @@ def _rewrite(gm: GraphModule, node: Node) -> Node | None:
         top.meta["val"] = conv.meta["val"]
         act.replace_all_uses_with(node)      # the activation now runs before the crop
         gm.graph.erase_node(act)
+    if dynamic:
+        for node_, v in vals:
+            node_.meta["val"] = v
     shuffle.meta["val"] = vx.new_empty((n, oc, *full))
     if crop[0]:
         rows.meta["val"] = vx.new_empty((n, oc, vy.shape[2], full[1]))
     cols.meta["val"] = vy
     return cols
+
+
+def _interleave_symbolic(gm: GraphModule, top: Node, shape, stride, vx):
+    """(N, OC*sh*sw, Hc, Wc) -> (N, OC, sh, sw, Hc, Wc) -> (N, OC, Hc, sh, Wc, sw) -> (N, OC, Hc*sh,
+    Wc*sw): the phases interleaved by views and one permute, the dynamic sizes read from `top`
+    (sym_size), so no size of the example is written into the graph. Returns the last node and
+    (node, val) for the nodes made (the caller sets them once `top` has its val)."""
+    n, oc, hc, wc = shape
+    sh, sw = stride
+    made = []
+
+    def size(d, v):                  # a dim of top: its int, or a sym_size node for a dynamic one
+        if isinstance(v, int):
+            return v
+        node = gm.graph.call_function(aten.sym_size.int, (top, d))
+        made.append((node, v))
+        return node
+    dims = [size(0, n), oc, size(2, hc), size(3, wc)]
+    split = gm.graph.call_function(aten.view.default, (top, [dims[0], oc, sh, sw, dims[2], dims[3]]))
+    moved = gm.graph.call_function(aten.permute.default, (split, [0, 1, 4, 2, 5, 3]))
+    merged = gm.graph.call_function(aten.flatten.using_ints, (moved, 4, 5))
+    shuffle = gm.graph.call_function(aten.flatten.using_ints, (merged, 2, 3))
+    made += [(split, vx.new_empty((n, oc, sh, sw, hc, wc))), (moved, vx.new_empty((n, oc, hc, sh, wc, sw))),
+             (merged, vx.new_empty((n, oc, hc, sh, wc * sw)))]
+    return shuffle, made
 
 
 def conv_transpose_as_conv(gm: GraphModule) -> bool:

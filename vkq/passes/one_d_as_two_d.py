@@ -132,8 +132,10 @@ def _sink(gm: GraphModule, e: Node) -> bool:
     return True
 
 
-def one_d_as_two_d(gm: GraphModule) -> bool:
-    if not replace_each(gm, CONV_1D | CONV_T_1D | POOLS_1D, _as_two_d):
+def one_d_as_two_d(gm: GraphModule, targets=CONV_1D | CONV_T_1D | POOLS_1D) -> bool:
+    """targets: the 1-D ops to rewrite (the float-conv schemes rewrite only conv_transpose1d,
+    which has a Vulkan path only as conv_transpose_as_conv's 2-D conv)."""
+    if not replace_each(gm, targets, _as_two_d):
         return False
     moved = True
     while moved:               # squeezes down past elementwise ops, then unsqueeze(squeeze(t)) -> t
