@@ -319,6 +319,43 @@ def test_rotary_decoder_builds_its_positions_and_masks_on_vulkan(device, tmp_pat
             np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), y)
 
 
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_einsum_attention_with_dynamic_batch_and_length(device, scheme):
+    """Attention written with einsum ("bihd,bjhd->bhij"): normalize_ops inlines torch's own
+    decomposition, which with dynamic dims reads them with sym_size (it was left to torch on
+    the CPU); and an int8 view that lift_quantize made and views_to_repack turned into a repack
+    lost the exported node its shape came from, so the compile failed ("cannot tell how its
+    shape follows the inputs' dynamic dims"). Equal to the static programs at every shape."""
+    import torch
+    from torch.export import Dim
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self, d=16, h=2):
+            super().__init__()
+            self.qkv, self.o, self.h = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d), h
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = self.qkv(x).view(b, t, 3, self.h, d // self.h).unbind(2)
+            att = torch.einsum("bihd,bjhd->bhij", q, k).softmax(-1)
+            return self.o(torch.einsum("bhij,bjhd->bihd", att, v).reshape(b, t, d))
+
+    ds = ({0: Dim("batch", min=1, max=4), 1: Dim("length", min=2, max=40)},)
+    calib = [torch.randn(s) for s in [(2, 9, 16), (1, 40, 16), (3, 5, 16)]]
+    dyn, static = _compile_both(Net().eval(), (torch.randn(2, 9, 16),), calib, scheme, ds)
+    prog = vkq_on(dyn, device)
+    assert prog.fallback_ops == [] and "bmm" in {n.op for n in prog.program.nodes}
+    for shape in [(1, 2, 16), (4, 31, 16), (3, 40, 16)]:
+        x = torch.randn(shape).numpy()
+        y, want = prog(x), vkq_on(static(torch.from_numpy(x)), device)(x)
+        if scheme == "static":
+            np.testing.assert_array_equal(y, want)
+        else:
+            np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+
+
 class FPN:
     """A feature-pyramid head: two stride-2 convs, the coarse map upsampled by 2 (nearest) and
     added to a lateral 1x1 conv of the finer one, the sum upsampled by 2 (bilinear)."""

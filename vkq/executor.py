@@ -251,6 +251,7 @@ class VulkanExecutor:
         self._pipelines: dict = {}
         sized = rewrite_for_shapes(program.specialize(program.max_bindings())) if program.dynamic else program
         self._structure = _structure(sized)
+        self._kept = frozenset(n.name for n in sized.nodes)     # what the rewrites left at the upper bounds
         # where each node runs, decided from its specs at the upper bounds (node i of every
         # specialization is node i of the program): node index -> why it runs on the CPU
         self.cpu_reasons = {i: r for i, n in enumerate(sized.nodes) if (r := cpu_reason(n, sized.tensors))}
@@ -313,7 +314,7 @@ class VulkanExecutor:
             return build
         program = self.program.specialize(bindings)
         if self.program.dynamic:
-            rewrite_for_shapes(program)
+            rewrite_for_shapes(program, keep=self._kept)
             if _structure(program) != self._structure:
                 raise ValueError(f"at {dict(bindings)} the program's views fold into other kernels than at its "
                                  "upper bounds, where its memory was planned; compile it with narrower bounds")

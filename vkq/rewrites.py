@@ -4,7 +4,8 @@ Attention's head split and merge are reshape/permute copies around its matmuls; 
 let the kernels read and write through strides instead, and drop the copies. The strides follow
 from the shapes, so the rewrites run where shapes are concrete: lower() on a static program,
 the executor on each shape of a dynamic one (the program file keeps the copies, and the
-reference runs them — the same values)."""
+reference runs them — the same values). Each rewrite takes (program, keep): the names of nodes
+it must leave in place."""
 from __future__ import annotations
 
 from .ops.attention import fold_views_into_attention
@@ -17,8 +18,11 @@ SHAPE_REWRITES = [
 ]
 
 
-def rewrite_for_shapes(program):
-    """Apply every shape rewrite to a concrete program, in place; returns it."""
+def rewrite_for_shapes(program, keep=frozenset()):
+    """Apply every shape rewrite to a concrete program, in place; returns it. keep: names of
+    nodes no rewrite may fold away. A dynamic program's executor plans its memory for the
+    rewrites at the upper bounds and passes the nodes left there: at a smaller shape (a batch
+    of 1 makes more views strided reads) the rewrites then fold the same views, not more."""
     for rewrite in SHAPE_REWRITES:
-        rewrite(program)
+        rewrite(program, keep)
     return program

@@ -169,7 +169,7 @@ def _forward(view, node, index):
     return [shape, strides, offset]
 
 
-def fold_views_into_attention(program) -> int:
+def fold_views_into_attention(program, keep=frozenset()) -> int:
     """Read q, k, v of each scaled_dot_product_attention through the shape ops that made them
     (a packed projection's reshape, permute, unbind: the head split) and write its result
     through the transpose/reshape after it (the head merge): those copies are then unread and
@@ -186,14 +186,15 @@ def fold_views_into_attention(program) -> int:
             continue
         bases, views = [], []
         step = lambda cur: (producer[cur], producer[cur][0].inputs[0]) if single(cur) and is_float(cur) \
-            and cur in producer and producer[cur][0].op in SHAPE_OPS else None
+            and cur in producer and producer[cur][0].op in SHAPE_OPS and producer[cur][0].name not in keep else None
         for t in node.inputs[:3]:
             base, view, _ = split_view(t, step, lambda v, item: _forward(v, *item),
                                        lambda b: _contiguous_view(shape(b)) + [0])
             bases.append(base)
             views.append(view)
         last, out_chain, out = merge_view(node.outputs[0], readers, single,
-                                          lambda n: n.op in ("reshape", "permute", "transpose"), shape)
+                                          lambda n: n.op in ("reshape", "permute", "transpose") and n.name not in keep,
+                                          shape)
         if bases == node.inputs[:3] and last == node.outputs[0]:
             continue
         attrs = dict(node.attrs, views=views)
@@ -205,15 +206,16 @@ def fold_views_into_attention(program) -> int:
         program.nodes[idx] = type(node)(node.op, bases + node.inputs[3:], [last], attrs, name=node.name)
         changed += 1
     program.nodes = [n for n in program.nodes if id(n) not in merged]
-    _drop_unread_shape_ops(program)
+    _drop_unread_shape_ops(program, keep)
     return changed
 
 
-def _drop_unread_shape_ops(program) -> None:
+def _drop_unread_shape_ops(program, keep=frozenset()) -> None:
     """Shape ops none of whose outputs is read any more (nor a program output) go."""
     while True:
         read = {t for n in program.nodes for t in n.inputs} | set(program.outputs)
-        dead = [n for n in program.nodes if n.op in SHAPE_OPS and not any(t in read for t in n.outputs)]
+        dead = [n for n in program.nodes if n.op in SHAPE_OPS and n.name not in keep
+                and not any(t in read for t in n.outputs)]
         if not dead:
             return
         gone = {id(n) for n in dead}

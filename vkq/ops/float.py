@@ -824,7 +824,7 @@ def merge_view(start, readers, private, is_view, shape):
     return start, [], _contiguous_view(shape(start))
 
 
-def fold_views_into_matmul(program) -> int:
+def fold_views_into_matmul(program, keep=frozenset()) -> int:
     """Replace matmul(reshape/permute copies of a, ... of b) -> reshape/permute copies by one
     matmul_strided that reads a and b and writes the last tensor in place, when every tensor in
     between has no other reader: a transformer's head split (view + transpose), K's transpose
@@ -833,7 +833,7 @@ def fold_views_into_matmul(program) -> int:
     readers = readers_of(program)
     shape = lambda t: list(program.tensors[t].shape)
     private = lambda t: len(readers.get(t, [])) == 1 and t not in program.outputs
-    is_view = lambda n: n is not None and n.op in VIEW_OPS and n.name not in gone
+    is_view = lambda n: n is not None and n.op in VIEW_OPS and n.name not in gone and n.name not in keep
     gone, folded = set(), 0
 
     for idx, node in enumerate(program.nodes):
@@ -868,7 +868,7 @@ def _broadcasts(shape, to) -> bool:
         return False
 
 
-def fold_scale_mask_into_softmax(program) -> int:
+def fold_scale_mask_into_softmax(program, keep=frozenset()) -> int:
     """softmax(mul(x, scalar) + mask) along the last dim -> softmax_masked(x, mask; scale) when
     the intermediates have no other reader: attention's scale and padding mask cost no passes
     over the scores. The references agree bit for bit. Returns the softmaxes folded."""
@@ -880,7 +880,8 @@ def fold_scale_mask_into_softmax(program) -> int:
     for idx, node in enumerate(program.nodes):
         t = node.inputs[0] if node.op == "softmax" else None
         add = producer.get(t) if t is not None else None
-        if (add is None or not private(t) or add.op != "add" or len(add.inputs) != 2 or add.attrs.get("alpha", 1) != 1
+        if (add is None or not private(t) or add.op != "add" or add.name in keep or len(add.inputs) != 2
+                or add.attrs.get("alpha", 1) != 1
                 or node.attrs.get("dim", -1) % len(shape(t)) != len(shape(t)) - 1):
             continue
         pair = [(x, m) for x, m in (add.inputs, add.inputs[::-1]) if shape(x) == shape(t) and _broadcasts(shape(m), shape(t))]
@@ -888,7 +889,7 @@ def fold_scale_mask_into_softmax(program) -> int:
             continue
         src, mask = pair[0]
         scale, mul = 1.0, producer.get(src)
-        if private(src) and mul is not None and mul.op == "mul" and len(mul.inputs) == 1:
+        if private(src) and mul is not None and mul.op == "mul" and mul.name not in keep and len(mul.inputs) == 1:
             scale, src = float(mul.attrs["scalar"]), mul.inputs[0]
             gone.add(mul.name)
             program.tensors.pop(mul.outputs[0], None)

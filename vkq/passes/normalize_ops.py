@@ -564,14 +564,15 @@ def moments_from_var(node):
 def from_einsum(node):
     """einsum as torch runs it: torch.einsum traced (make_fx) on the operands' example values
     and the traced nodes inlined. torch decomposes it to permutes, views and a bmm (or a mul and
-    sum), each of which has a kernel; the einsum itself only ran on the CPU. Static shapes only
-    (a symbolic size would be baked into the traced views)."""
+    sum), each of which has a kernel; the einsum itself only ran on the CPU. With dynamic dims
+    the trace (under export's fake mode) reads them with sym_size nodes and arithmetic, which are
+    inlined too, so the views stay symbolic."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.node import map_arg
     equation, operands = node.args[0], node.args[1]
     vals = [val(o) for o in operands] if isinstance(operands, (list, tuple)) else []
     if not vals or not all(isinstance(v, torch.Tensor) for v in vals) or not isinstance(equation, str) \
-            or any(not isinstance(d, int) for v in vals for d in v.shape) or node.kwargs.get("path"):
+            or node.kwargs.get("path"):
         return None
     try:
         with torch._guards.detect_fake_mode(vals) or contextlib.nullcontext():

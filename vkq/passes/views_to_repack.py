@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule
 
-from ._graph import VIEWS, dtype_of, finish, is_call, is_vkq, qparams, set_val, shape_of, vkq_target
+from ._graph import SHAPE_OF, VIEWS, dtype_of, finish, is_call, is_vkq, qparams, set_val, shape_of, vkq_target
 
 
 def views_to_repack(gm: GraphModule) -> bool:
@@ -24,6 +24,8 @@ def views_to_repack(gm: GraphModule) -> bool:
         set_val(new, shape, torch.int8)
         if "vkq_source" in node.meta:
             new.meta["vkq_source"] = node.meta["vkq_source"]
+        if SHAPE_OF in node.meta:       # a view lift_quantize made: the exported node of its shape
+            new.meta[SHAPE_OF] = node.meta[SHAPE_OF]
         qp = qparams(node)
         if qp is not None:
             new.meta["vkq_qparams"] = qp
