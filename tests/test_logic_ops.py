@@ -272,3 +272,18 @@ def test_index_by_computed_indices(device, dtype, xshape, index_shapes):
             at.append(min(v + xshape[j] if v < 0 else v, xshape[j] - 1))
         np.testing.assert_array_equal(got[b], x[tuple(at)])
     assert len(np.unique(got)) > 3
+
+
+@pytest.mark.parametrize("op,attrs,shape,message", [
+    ("arange", {"start": 0, "end": 5, "step": 0, "dtype": "int32"}, (5,), "arange: step 0"),
+    ("arange", {"start": 0, "end": 5, "step": 1, "dtype": "int64"}, (5,), "dtype 'int64' is not one of"),
+    ("arange", {"start": 0, "end": 5, "step": 1, "dtype": "int32"}, (7,), r"is not 7 values"),
+    ("full", {"shape": [2, 3], "value": "x", "dtype": "float32"}, (2, 3), "value 'x' is not a number"),
+    ("full", {"shape": [2, 3], "value": 1, "dtype": "float32"}, (2, 4), r"full of shape \[2, 3\]"),
+])
+def test_creation_refuses_malformed_attrs_by_name(device, op, attrs, shape, message):
+    """A program file whose creation op does not describe its own output is refused with a
+    message naming the op and the attr, not a ZeroDivisionError or a tensor of the spec's shape."""
+    prog = single_op_program(op, [], [("y", spec(shape, "float32" if attrs["dtype"] == "float32" else "int32"))], attrs)
+    with pytest.raises(ValueError, match=message):
+        VulkanExecutor(prog, device)()

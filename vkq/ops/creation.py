@@ -25,22 +25,32 @@ import math
 
 import numpy as np
 
-from ..registry import register_op
 from .float import _elementwise, _numel
-from .logic import scalar_word
+from .logic import _op, scalar_word
+
+DTYPES = ("float32", "int32", "bool")
 
 
-def _words(values, dtype):
-    return np.asarray(values).astype(np.float32 if dtype == "float32" else np.int32)
+def _check(op, dtype, **numbers):
+    """A program file's attrs, refused by name where they are not what the op takes."""
+    if dtype not in DTYPES:
+        raise ValueError(f"{op}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    for name, v in numbers.items():
+        if isinstance(v, bool) and name != "value" or not isinstance(v, (bool, int, float)):
+            raise ValueError(f"{op}: {name} {v!r} is not a number")
+    if op == "arange" and numbers["step"] == 0:
+        raise ValueError("arange: step 0")
 
 
 def full(*, shape, value, dtype):
+    _check("full", dtype, value=value)
     if dtype == "bool":
         value = bool(value)
-    return np.full(tuple(shape), _words(value, dtype))
+    return np.full(tuple(shape), np.asarray(value).astype(np.float32 if dtype == "float32" else np.int32))
 
 
 def arange(*, start, end, step, dtype):
+    _check("arange", dtype, start=start, end=end, step=step)
     n = max(0, math.ceil((end - start) / step))
     if dtype == "float32":
         return (start + np.arange(n, dtype=np.float64) * step).astype(np.float32)
@@ -66,6 +76,9 @@ def _dispatch(ctx, variant, buffers, n, push):
 def _full_build(ctx, node):
     out = node.outputs[0]
     dtype = node.attrs["dtype"]
+    _check("full", dtype, value=node.attrs["value"])
+    if list(node.attrs["shape"]) != list(ctx.spec(out).shape):
+        raise ValueError(f"{node.name}: full of shape {node.attrs['shape']} into {out!r} of {ctx.spec(out).shape}")
     value = int(bool(node.attrs["value"])) if dtype == "bool" else node.attrs["value"]
     word = scalar_word(value, "float32" if dtype == "float32" else "int32")
     return _dispatch(ctx, "FULL", [ctx.buffer(out)], _numel(ctx.spec(out).shape), (word, 0, 0))
@@ -73,6 +86,7 @@ def _full_build(ctx, node):
 
 def _arange_build(ctx, node):
     out, at = node.outputs[0], node.attrs
+    _check("arange", at["dtype"], start=at["start"], end=at["end"], step=at["step"])
     n = _numel(ctx.spec(out).shape)
     if n != arange(start=at["start"], end=at["end"], step=at["step"], dtype="int32").size:
         raise ValueError(f"{node.name}: arange({at['start']}, {at['end']}, {at['step']}) is not {n} values")
@@ -120,12 +134,11 @@ def _triangle_decline(node, tensors):
 
 # ---------------------------------------------------------------- registration
 
-def _op(name, reference, build, decline, doc):
-    register_op(type(name, (), {"name": name, "reference": staticmethod(reference), "build": staticmethod(build),
-                                "decline": staticmethod(decline), "shaders": ("creation",), "__doc__": doc}))
-
-
-_op("full", full, _full_build, _made_decline, "A tensor of one value (zeros, ones, full) of a shape known at run time.")
-_op("arange", arange, _arange_build, _arange_decline, "torch.arange(start, end, step), bounds known at run time.")
-_op("tril", tril, _triangle_build, _triangle_decline, "The lower triangle of the last two dims (a causal mask).")
-_op("triu", triu, _triangle_build, _triangle_decline, "The upper triangle of the last two dims (a causal mask).")
+_op("full", full, _full_build, _made_decline, ("creation",),
+    "A tensor of one value (zeros, ones, full) of a shape known at run time.")
+_op("arange", arange, _arange_build, _arange_decline, ("creation",),
+    "torch.arange(start, end, step), bounds known at run time.")
+_op("tril", tril, _triangle_build, _triangle_decline, ("creation",),
+    "The lower triangle of the last two dims (a causal mask).")
+_op("triu", triu, _triangle_build, _triangle_decline, ("creation",),
+    "The upper triangle of the last two dims (a causal mask).")
