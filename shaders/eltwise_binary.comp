@@ -17,6 +17,11 @@
 // is arithmetic: without the requantize 0.85x the time, without the loads 0.79x. TIES = 0 where
 // vkq/quant.py:requant_tie_free proves no sum lands half way (generic scales; not dyadic ones
 // such as the bench's 0.05 / 0.08): 0.91-0.94x the time.
+// SHIFT_ONLY (add_q8 whose multiplier is 2^-shift, as vkq/ops/eltwise.py:add_q8_params makes
+// it; add_shift_only gives offset and ties): acc = a * a_mult + b * b_mult + offset, then a
+// rounding shift, no 64-bit product, the zero points folded into offset. With the loads and the
+// store left alone (a xor of the two words: 0.69 ms) that arithmetic was the rest of the time:
+// add 4 MiB 1.44 -> 1.08 ms (ties) / 0.99 ms (no ties), A-B-A-B, 2026-11-24.
 //! variant OP_ADD
 //! variant OP_MUL
 //! variant OP_ADD TEXEL
@@ -33,6 +38,7 @@ layout(constant_id = 5) const int BYTE_BLOCKS = 1;
 layout(constant_id = 6) const int WORD_DIM = 4;
 layout(constant_id = 7) const int WORD_BLOCKS = 1;
 layout(constant_id = 8) const int TIES = 1;      // 0: the host proved no accumulator ties (requant.glsl)
+layout(constant_id = 9) const int SHIFT_ONLY = 0;
 
 IVEC4_INPUT(0, a)     // texel.glsl
 IVEC4_INPUT(1, b)
@@ -42,10 +48,18 @@ layout(push_constant) uniform Params {
     int a_zp, b_zp, a_mult, b_mult;
     int bound, lshift, m, rshift;   // vkq.quant.requant_clamp_params
     int out_zp, qmin, qmax;
+    int offset, shift;              // SHIFT_ONLY
 } p;
 
 // four values of a and of b (one word each) -> four outputs (one word)
 int word(int wa, int wb) {
+#ifdef OP_ADD
+    if (SHIFT_ONLY != 0) {   // + 2^(shift-1) - 1 (in offset) + the floor's parity: half to even
+        ivec4 acc = unpack_int8x4(wa) * p.a_mult + unpack_int8x4(wb) * p.b_mult + p.offset;
+        acc += (acc >> p.shift) & TIES;
+        return pack_int8x4(clamp((acc >> p.shift) + p.out_zp, p.qmin, p.qmax));
+    }
+#endif
     ivec4 x = unpack_int8x4(wa) - p.a_zp;
     ivec4 y = unpack_int8x4(wb) - p.b_zp;
 #ifdef OP_ADD

@@ -61,6 +61,7 @@ ADD_CASES = {
     "scale_ratio_1e4": (1.0, 5, 1e-4, -7, 0.9, 0, None),
     "out_finer": (0.5, 0, 0.25, 0, 0.01, 0, None),
     "out_coarser": (0.001, -128, 0.002, 127, 0.05, 0, None),
+    "ratio_over_2^20": (2.0, 3, 1.0, -4, 1e-6, 0, None),   # the 64-bit path (add_shift_only is None)
 }
 MUL_CASES = {
     "typical": (0.05, -3, 0.02, 7, 0.004, -10, None),
@@ -110,11 +111,28 @@ def test_clamp_matches_torch(case):
 
 
 def test_add_params_keep_int32_exact():
-    p = add_q8_params(0.3, 0, 0.1, 0, 0.2, 0)
-    assert p["a_mult"] == 1 << 22 and p["b_mult"] == round((1 << 22) / 3)
-    assert 255 * (p["a_mult"] + p["b_mult"]) < 2 ** 31
-    tiny = add_q8_params(1e-3, 0, 1e-3, 0, 1e6, 0)   # 2^-22 * 1e-9 would underflow the multiplier
-    assert tiny["multiplier"] != 0
+    p = add_q8_params(0.3, 0, 0.1, 0, 0.2, 0)     # ratios 1.5, 0.5: the weights are 1.5 and 0.5 x 2^20
+    assert (p["a_mult"], p["b_mult"], p["multiplier"], p["shift"]) == (3 << 19, 1 << 19, 1 << 30, 50)
+    p = add_q8_params(0.07, 3, 0.013, -9, 0.05, 1)
+    assert p["multiplier"] == 1 << 30 and max(p["a_mult"], p["b_mult"]) <= 1 << 21
+    assert abs(p["a_mult"] / 2.0 ** (p["shift"] - 30) - 0.07 / 0.05) < 2.0 ** -20
+    assert 255 * (p["a_mult"] + p["b_mult"]) + 2 ** 29 < 2 ** 31
+    tiny = add_q8_params(1e-3, 0, 1e-3, 0, 1e6, 0)   # the shift stops at 30; the weights round to 0 or 1
+    assert tiny["multiplier"] == 1 << 30 and tiny["shift"] == 60
+    huge = add_q8_params(3.0, 0, 1.0, 0, 1e-6, 0)    # a ratio above 2^20: the general multiplier
+    assert huge["a_mult"] == 1 << 22 and huge["b_mult"] == round((1 << 22) / 3) and huge["multiplier"] != 1 << 30
+
+
+def test_add_shift_only_finds_ties():
+    """add_shift_only's tie test over all 2^16 pairs: dyadic ratios (0.625, 0.5) reach a tie,
+    generic ones do not; a general multiplier or weights over 2^21 take the 64-bit path."""
+    from vkq.ops.eltwise import add_shift_only
+    shift, offset, ties = add_shift_only(add_q8_params(0.05, 3, 0.04, -5, 0.08, 1))
+    assert ties and shift == 21
+    assert offset == (1 << 20) - 1 - 3 * round(0.625 * 2 ** 21) + 5 * (1 << 20)
+    assert not add_shift_only(add_q8_params(0.0713, 3, 0.0291, -5, 0.0838, 1))[2]
+    assert add_shift_only(add_q8_params(3.0, 0, 1.0, 0, 1e-6, 0)) is None
+    assert add_shift_only(dict(add_q8_params(0.3, 0, 0.1, 0, 0.2, 0), a_mult=(1 << 21) + 1)) is None
 
 
 # -- on the devices -----------------------------------------------------------------------------
@@ -166,15 +184,17 @@ def test_words_equal_to_int_min_are_stored_as_they_are(device):
         np.testing.assert_array_equal(run_exact(device, op, attrs, "4W4C", *arrays), a)
 
 
-@pytest.mark.parametrize("case,ties", [("typical", 0), ("relu6_equal", 1), ("out_finer", 1)])
-def test_add_skips_the_tie_test_only_where_no_sum_can_tie(device, case, ties):
-    """eltwise_binary's TIES: 0 (no round-half-to-even test) where requant_tie_free proves it for
-    the add's multiplier, 1 for dyadic ones (equal scales), whose sums do land half way; the all-
-    pairs tests above run both kinds exactly."""
+@pytest.mark.parametrize("case,ties,shift_only", [("typical", 1, 1), ("zp_extremes", 0, 1), ("ratio_over_2^20", 0, 0)])
+def test_add_skips_the_tie_test_only_where_no_sum_can_tie(device, case, ties, shift_only):
+    """eltwise_binary's TIES and SHIFT_ONLY: a rounding shift where add_q8_params made the
+    multiplier 2^-S, with the round-half-to-even term only where some pair of int8 inputs lands
+    half way (add_shift_only: "typical" does, by chance of its weights' low bits); the 64-bit
+    requantize for a ratio over 2^20, its tie test dropped where requant_tie_free proves it. The
+    all-pairs tests above run each kind exactly."""
     from vkq.executor import VulkanExecutor
     shape = (1, 8, 4, 4)
     prog = oputil.single_op_program("add_q8", [("a", oputil.spec(shape, "int8", "4W4C")),
                                                ("b", oputil.spec(shape, "int8", "4W4C"))],
                                     [("y", oputil.spec(shape, "int8", "4W4C"))], add_q8_params(*ADD_CASES[case]))
     ex = VulkanExecutor(prog, device)
-    assert [st.spec[-1] for seg in ex.segments for st in seg[1].steps] == [ties]
+    assert [tuple(st.spec[-2:]) for seg in ex.segments for st in seg[1].steps] == [(ties, shift_only)]

@@ -20,7 +20,9 @@ from ..registry import register_op
 
 LOCAL = 64
 PER = 4                  # ivec4 blocks per invocation (fewer, longer invocations run faster on CPU drivers)
-ADD_BITS = 22            # the larger input scale becomes 2^22 integer units (see add_q8)
+ADD_WEIGHT_BITS = 21     # add_q8's weights are at most 2^21 (add_q8_params)
+ADD_MAX_SHIFT = 30
+ADD_BITS = 22            # with a general multiplier: the larger input scale is 2^22 units
 IDENTITY = (1 << 30, 30)  # quantize_multiplier(1.0)
 
 
@@ -61,20 +63,47 @@ def _int32(q, zp) -> np.ndarray:
 def add_q8_params(a_scale, a_zp, b_scale, b_zp, out_scale, out_zp, activation=None, bounds=None) -> dict:
     """Attrs of add_q8: a + b with their own qparams, requantized to (out_scale, out_zp).
 
-    Both inputs go onto the common integer scale max(s_a, s_b) / 2^L: the larger gets the
-    weight 2^L, the other round(2^L * s_small / s_large). L = 22 keeps the sum exact in int32
-    (2 * 255 * 2^22 < 2^31) and the weights' rounding below 1e-4 of an output step; L is lowered
-    only when s_large / (2^L s_out) would be too small for quantize_multiplier (< 2^-31)."""
+    The weights carry the whole rescale: a_mult = round(2^S s_a / s_out), b_mult likewise, and
+    the multiplier is 2^-S, so requantize only rounds (the kernel then shifts instead of
+    multiplying, ADD_SHIFT_ONLY). S is the largest (at most 30) that keeps both weights <= 2^21:
+    255 * 2^22 + 2^29 stays in int32, and the weights' rounding is below 2^-20 of an output step
+    wherever the output is not saturated. Only when an input scale exceeds 2^20 output scales
+    (S would be < 1) do the inputs go onto the common scale max(s_a, s_b) / 2^22 with a general
+    multiplier."""
     _check_zp(a_zp, b_zp, out_zp)
     big = max(float(a_scale), float(b_scale))
-    bits = ADD_BITS
-    while bits > 0 and big / (2.0 ** bits * float(out_scale)) < 2.0 ** -31:
-        bits -= 1
-    m, s = quantize_multiplier(big / (2.0 ** bits * float(out_scale)))
+    shift = min(ADD_MAX_SHIFT, ADD_WEIGHT_BITS - int(np.frexp(big / float(out_scale))[1]))
+    if shift >= 1:
+        unit = float(out_scale) / 2.0 ** shift
+        m, s = quantize_multiplier(2.0 ** -shift)
+    else:
+        bits = ADD_BITS
+        while bits > 0 and big / (2.0 ** bits * float(out_scale)) < 2.0 ** -31:
+            bits -= 1
+        unit = big / 2.0 ** bits
+        m, s = quantize_multiplier(unit / float(out_scale))
     return {"a_zp": int(a_zp), "b_zp": int(b_zp),
-            "a_mult": int(round(2 ** bits * float(a_scale) / big)),
-            "b_mult": int(round(2 ** bits * float(b_scale) / big)),
+            "a_mult": int(round(float(a_scale) / unit)), "b_mult": int(round(float(b_scale) / unit)),
             "multiplier": m, "shift": s, **_out_attrs(out_scale, out_zp, activation, bounds)}
+
+
+def add_shift_only(attrs) -> tuple[int, int, bool] | None:
+    """(shift S, offset, ties) where add_q8's requantize is a rounding shift (multiplier 2^-S,
+    weights <= 2^21, as add_q8_params makes them), else None. The kernel then computes
+        acc = a * a_mult + b * b_mult + offset,  offset = 2^(S-1) - 1 - a_zp * a_mult - b_zp * b_mult
+        out = clamp(((acc + ((acc >> S) & ties)) >> S) + out_zp, qmin, qmax)
+    which is requantize's round_half_even((a - a_zp) * a_mult + (b - b_zp) * b_mult, / 2^S), every
+    step in int32. ties is False where no pair of int8 inputs lands exactly half way (all 2^16
+    pairs checked): then the parity term is not needed."""
+    m, s = int(attrs["multiplier"]), int(attrs["shift"])
+    wa, wb, za, zb = (int(attrs[k]) for k in ("a_mult", "b_mult", "a_zp", "b_zp"))
+    shift = s - 30
+    if m != 1 << 30 or not 1 <= shift <= ADD_MAX_SHIFT or max(abs(wa), abs(wb)) > 1 << ADD_WEIGHT_BITS:
+        return None
+    q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int64)
+    v = ((q - za) * wa)[:, None] + ((q - zb) * wb)[None, :]
+    ties = bool(((v & ((1 << shift) - 1)) == 1 << (shift - 1)).any())
+    return shift, (1 << (shift - 1)) - 1 - za * wa - zb * wb, ties
 
 
 def mul_q8_params(a_scale, a_zp, b_scale, b_zp, out_scale, out_zp, activation=None, bounds=None) -> dict:
@@ -102,12 +131,17 @@ def _binary_build(ctx, node, variant, a_mult=0, b_mult=0):
         if st.shape != so.shape or st.layout != so.layout:
             raise ValueError(f"{node.name}: {t!r} is {st.shape} {st.layout}, the output {so.shape} {so.layout}")
     blocks, *geo = block_geometry(so)
-    ties = int(not requant_tie_free(at["multiplier"], at["shift"]))   # 0: the shader skips the tie test
+    fast = add_shift_only(at) if variant == "OP_ADD" else None
+    if fast:
+        shift, offset, ties = fast
+    else:
+        shift, offset = 0, 0
+        ties = not requant_tie_free(at["multiplier"], at["shift"])   # False: the shader skips the tie test
     return [ctx.device.dispatch(
         "eltwise_binary", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], grid_1d(-(-blocks // PER), LOCAL),
-        local=(LOCAL,), spec=(PER, *geo, ties), defines=[variant],
+        local=(LOCAL,), spec=(PER, *geo, int(ties), int(fast is not None)), defines=[variant],
         push=(blocks, at["a_zp"], at["b_zp"], a_mult, b_mult, _requant_consts(at["multiplier"], at["shift"]),
-              at["out_zp"], at.get("qmin", INT8_MIN), at.get("qmax", INT8_MAX)))]
+              at["out_zp"], at.get("qmin", INT8_MIN), at.get("qmax", INT8_MAX), offset, shift))]
 
 
 @register_op
