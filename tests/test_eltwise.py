@@ -133,6 +133,7 @@ def test_add_shift_only_finds_ties():
     assert not add_shift_only(add_q8_params(0.0713, 3, 0.0291, -5, 0.0838, 1))[2]
     assert add_shift_only(add_q8_params(3.0, 0, 1.0, 0, 1e-6, 0)) is None
     assert add_shift_only(dict(add_q8_params(0.3, 0, 0.1, 0, 0.2, 0), a_mult=(1 << 21) + 1)) is None
+    assert add_shift_only(dict(add_q8_params(0.3, 0, 0.1, 0, 0.2, 0), a_zp=5000)) is None
 
 
 # -- on the devices -----------------------------------------------------------------------------

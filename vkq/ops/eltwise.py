@@ -102,8 +102,11 @@ def add_shift_only(attrs) -> tuple[int, int, bool] | None:
         return None
     q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int64)
     v = ((q - za) * wa)[:, None] + ((q - zb) * wb)[None, :]
+    offset = (1 << (shift - 1)) - 1 - za * wa - zb * wb
+    if abs(offset) > 1 << 30:       # zero points outside int8 (a hand-made program): int32 could overflow
+        return None
     ties = bool(((v & ((1 << shift) - 1)) == 1 << (shift - 1)).any())
-    return shift, (1 << (shift - 1)) - 1 - za * wa - zb * wb, ties
+    return shift, offset, ties
 
 
 def mul_q8_params(a_scale, a_zp, b_scale, b_zp, out_scale, out_zp, activation=None, bounds=None) -> dict:
