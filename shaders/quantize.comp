@@ -57,13 +57,14 @@ void main() {
             int n4 = SHAPE.x * SHAPE.y * SHAPE.z * SHAPE.w / 4;
             for (int r = 0; r < 4; ++r)
                 if (4 * blk + r < n4) words[r] = pack_int8x4(quantize4(X4(4 * blk + r)));
-        } else {
-            for (int k = 0; k < 4; ++k) {
-                // 4W4C: channel e.y + k, 4 widths = byte k of the 4 words; 4H4W: row e.z + k = word k
-                ivec4 ek = LAYOUT == LAYOUT_4W4C ? e + ivec4(0, k, 0, 0) : e + ivec4(0, 0, k, 0);
-                if (!in_bounds(ek, SHAPE)) continue;
-                ivec4 v = quantize4(X4(nchw_offset(ek, SHAPE) / 4));
-                if (LAYOUT == LAYOUT_4W4C)
+        } else {   // 4W4C: channel e.y + k, 4 widths = byte k of the 4 words; 4H4W: row e.z + k = word k
+            const bool wc = LAYOUT == LAYOUT_4W4C;   // the rows are `step` vec4s apart (dequantize.comp)
+            const int step = wc ? SHAPE.z * SHAPE.w / 4 : SHAPE.w / 4, left = wc ? SHAPE.y - e.y : SHAPE.z - e.z;
+            int o = nchw_offset(e, SHAPE) / 4;
+            for (int k = 0; k < 4; ++k, o += step) {
+                if (k >= left) continue;
+                ivec4 v = quantize4(X4(o));
+                if (wc)
                     words |= (v & 0xFF) << (8 * k);
                 else
                     words[k] = pack_int8x4(v);
