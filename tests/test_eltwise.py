@@ -61,7 +61,7 @@ ADD_CASES = {
     "scale_ratio_1e4": (1.0, 5, 1e-4, -7, 0.9, 0, None),
     "out_finer": (0.5, 0, 0.25, 0, 0.01, 0, None),
     "out_coarser": (0.001, -128, 0.002, 127, 0.05, 0, None),
-    "ratio_over_2^20": (2.0, 3, 1.0, -4, 1e-6, 0, None),   # the 64-bit path (add_shift_only is None)
+    "ratio_2e7": (2.0, 3, 1.0, -4, 1e-7, 0, None),   # the 64-bit path (add_shift_only is None)
 }
 MUL_CASES = {
     "typical": (0.05, -3, 0.02, 7, 0.004, -10, None),
@@ -111,28 +111,29 @@ def test_clamp_matches_torch(case):
 
 
 def test_add_params_keep_int32_exact():
-    p = add_q8_params(0.3, 0, 0.1, 0, 0.2, 0)     # ratios 1.5, 0.5: the weights are 1.5 and 0.5 x 2^20
-    assert (p["a_mult"], p["b_mult"], p["multiplier"], p["shift"]) == (3 << 19, 1 << 19, 1 << 30, 50)
+    p = add_q8_params(0.3, 0, 0.1, 0, 0.2, 0)     # ratios 1.5, 0.5: S = 22 (255 * 2 * 2^23 would not fit)
+    assert (p["a_mult"], p["b_mult"], p["multiplier"], p["shift"]) == (3 << 21, 1 << 21, 1 << 30, 52)
     p = add_q8_params(0.07, 3, 0.013, -9, 0.05, 1)
-    assert p["multiplier"] == 1 << 30 and max(p["a_mult"], p["b_mult"]) <= 1 << 21
-    assert abs(p["a_mult"] / 2.0 ** (p["shift"] - 30) - 0.07 / 0.05) < 2.0 ** -20
-    assert 255 * (p["a_mult"] + p["b_mult"]) + 2 ** 29 < 2 ** 31
+    shift = p["shift"] - 30
+    assert p["multiplier"] == 1 << 30 and abs(p["a_mult"] / 2.0 ** shift - 0.07 / 0.05) <= 2.0 ** -(shift + 1)
+    assert 255 * (p["a_mult"] + p["b_mult"]) + 2 ** (shift - 1) < 2 ** 31 <= 255 * 2 * (p["a_mult"] + p["b_mult"])
     tiny = add_q8_params(1e-3, 0, 1e-3, 0, 1e6, 0)   # the shift stops at 30; the weights round to 0 or 1
     assert tiny["multiplier"] == 1 << 30 and tiny["shift"] == 60
-    huge = add_q8_params(3.0, 0, 1.0, 0, 1e-6, 0)    # a ratio above 2^20: the general multiplier
+    huge = add_q8_params(3.0, 0, 1.0, 0, 1e-7, 0)    # no shift >= 1 fits: the general multiplier
     assert huge["a_mult"] == 1 << 22 and huge["b_mult"] == round((1 << 22) / 3) and huge["multiplier"] != 1 << 30
 
 
 def test_add_shift_only_finds_ties():
-    """add_shift_only's tie test over all 2^16 pairs: dyadic ratios (0.625, 0.5) reach a tie,
-    generic ones do not; a general multiplier or weights over 2^21 take the 64-bit path."""
+    """add_shift_only's checks over all 2^16 pairs: dyadic ratios (0.625, 0.5) reach a tie,
+    generic ones do not; a general multiplier, sums over int32 or zero points outside int8 (a
+    hand-made program) take the 64-bit path."""
     from vkq.ops.eltwise import add_shift_only
     shift, offset, ties = add_shift_only(add_q8_params(0.05, 3, 0.04, -5, 0.08, 1))
-    assert ties and shift == 21
-    assert offset == (1 << 20) - 1 - 3 * round(0.625 * 2 ** 21) + 5 * (1 << 20)
+    assert ties and shift == 22
+    assert offset == (1 << 21) - 1 - 3 * 5 * (1 << 19) + 5 * (1 << 21)
     assert not add_shift_only(add_q8_params(0.0713, 3, 0.0291, -5, 0.0838, 1))[2]
-    assert add_shift_only(add_q8_params(3.0, 0, 1.0, 0, 1e-6, 0)) is None
-    assert add_shift_only(dict(add_q8_params(0.3, 0, 0.1, 0, 0.2, 0), a_mult=(1 << 21) + 1)) is None
+    assert add_shift_only(add_q8_params(3.0, 0, 1.0, 0, 1e-7, 0)) is None
+    assert add_shift_only(dict(add_q8_params(0.3, 0, 0.1, 0, 0.2, 0), a_mult=1 << 24)) is None
     assert add_shift_only(dict(add_q8_params(0.3, 0, 0.1, 0, 0.2, 0), a_zp=5000)) is None
 
 
@@ -185,12 +186,12 @@ def test_words_equal_to_int_min_are_stored_as_they_are(device):
         np.testing.assert_array_equal(run_exact(device, op, attrs, "4W4C", *arrays), a)
 
 
-@pytest.mark.parametrize("case,ties,shift_only", [("typical", 1, 1), ("zp_extremes", 0, 1), ("ratio_over_2^20", 0, 0)])
+@pytest.mark.parametrize("case,ties,shift_only", [("typical", 1, 1), ("zp_extremes", 0, 1), ("ratio_2e7", 0, 0)])
 def test_add_skips_the_tie_test_only_where_no_sum_can_tie(device, case, ties, shift_only):
     """eltwise_binary's TIES and SHIFT_ONLY: a rounding shift where add_q8_params made the
     multiplier 2^-S, with the round-half-to-even term only where some pair of int8 inputs lands
     half way (add_shift_only: "typical" does, by chance of its weights' low bits); the 64-bit
-    requantize for a ratio over 2^20, its tie test dropped where requant_tie_free proves it. The
+    requantize for a ratio of 2e7, its tie test dropped where requant_tie_free proves it. The
     all-pairs tests above run each kind exactly."""
     from vkq.executor import VulkanExecutor
     shape = (1, 8, 4, 4)

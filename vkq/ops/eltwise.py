@@ -20,8 +20,8 @@ from ..registry import register_op
 
 LOCAL = 64
 PER = 4                  # ivec4 blocks per invocation (fewer, longer invocations run faster on CPU drivers)
-ADD_WEIGHT_BITS = 21     # add_q8's weights are at most 2^21 (add_q8_params)
-ADD_MAX_SHIFT = 30
+ADD_MAX_SHIFT = 30       # add_q8's rounding shift (add_q8_params)
+INT32_MAX = (1 << 31) - 1
 ADD_BITS = 22            # with a general multiplier: the larger input scale is 2^22 units
 IDENTITY = (1 << 30, 30)  # quantize_multiplier(1.0)
 
@@ -64,48 +64,55 @@ def add_q8_params(a_scale, a_zp, b_scale, b_zp, out_scale, out_zp, activation=No
     """Attrs of add_q8: a + b with their own qparams, requantized to (out_scale, out_zp).
 
     The weights carry the whole rescale: a_mult = round(2^S s_a / s_out), b_mult likewise, and
-    the multiplier is 2^-S, so requantize only rounds (the kernel then shifts instead of
-    multiplying, ADD_SHIFT_ONLY). S is the largest (at most 30) that keeps both weights <= 2^21:
-    255 * 2^22 + 2^29 stays in int32, and the weights' rounding is below 2^-20 of an output step
-    wherever the output is not saturated. Only when an input scale exceeds 2^20 output scales
-    (S would be < 1) do the inputs go onto the common scale max(s_a, s_b) / 2^22 with a general
-    multiplier."""
+    the multiplier is 2^-S, so requantize only rounds (the kernel shifts instead of multiplying:
+    add_shift_only). S is the largest (at most 30) that keeps 255 (a_mult + b_mult) + 2^(S-1),
+    the largest sum the kernel forms, in int32: 22 where the scales are alike. The weights'
+    rounding moves a sum by at most 255 * 2^-S of an output step (6e-5 at S = 22; PT2E's float32
+    arithmetic moves it by about as much). Only when an input scale is so far above the output's
+    that no S >= 1 fits (about 2^22 times) do the inputs go onto the common scale
+    max(s_a, s_b) / 2^22 with a general multiplier."""
     _check_zp(a_zp, b_zp, out_zp)
-    big = max(float(a_scale), float(b_scale))
-    shift = min(ADD_MAX_SHIFT, ADD_WEIGHT_BITS - int(np.frexp(big / float(out_scale))[1]))
-    if shift >= 1:
-        unit = float(out_scale) / 2.0 ** shift
-        m, s = quantize_multiplier(2.0 ** -shift)
+    ra, rb = float(a_scale) / float(out_scale), float(b_scale) / float(out_scale)
+    for shift in range(ADD_MAX_SHIFT, 0, -1):
+        wa, wb = round(ra * 2.0 ** shift), round(rb * 2.0 ** shift)
+        if 255 * (wa + wb) + (1 << (shift - 1)) < INT32_MAX:
+            m, s = quantize_multiplier(2.0 ** -shift)
+            break
     else:
+        big = max(float(a_scale), float(b_scale))
         bits = ADD_BITS
         while bits > 0 and big / (2.0 ** bits * float(out_scale)) < 2.0 ** -31:
             bits -= 1
         unit = big / 2.0 ** bits
+        wa, wb = round(float(a_scale) / unit), round(float(b_scale) / unit)
         m, s = quantize_multiplier(unit / float(out_scale))
-    return {"a_zp": int(a_zp), "b_zp": int(b_zp),
-            "a_mult": int(round(float(a_scale) / unit)), "b_mult": int(round(float(b_scale) / unit)),
+    return {"a_zp": int(a_zp), "b_zp": int(b_zp), "a_mult": int(wa), "b_mult": int(wb),
             "multiplier": m, "shift": s, **_out_attrs(out_scale, out_zp, activation, bounds)}
 
 
 def add_shift_only(attrs) -> tuple[int, int, bool] | None:
-    """(shift S, offset, ties) where add_q8's requantize is a rounding shift (multiplier 2^-S,
-    weights <= 2^21, as add_q8_params makes them), else None. The kernel then computes
+    """(shift S, offset, ties) where add_q8's requantize is a rounding shift (multiplier 2^-S, as
+    add_q8_params makes it) whose sums fit int32, else None (the kernel's 64-bit requantize).
+    The kernel then computes
         acc = a * a_mult + b * b_mult + offset,  offset = 2^(S-1) - 1 - a_zp * a_mult - b_zp * b_mult
         out = clamp(((acc + ((acc >> S) & ties)) >> S) + out_zp, qmin, qmax)
-    which is requantize's round_half_even((a - a_zp) * a_mult + (b - b_zp) * b_mult, / 2^S), every
-    step in int32. ties is False where no pair of int8 inputs lands exactly half way (all 2^16
-    pairs checked): then the parity term is not needed."""
+    which is requantize's round_half_even(((a - a_zp) * a_mult + (b - b_zp) * b_mult) / 2^S)
+    (adding the floor's parity turns round-half-down into half to even). Every pair of int8
+    inputs is checked on the host: that acc fits int32 (int32 products and sums wrap, so only
+    the final value matters), and whether some pair lands exactly half way (ties False: the
+    parity term is not needed)."""
     m, s = int(attrs["multiplier"]), int(attrs["shift"])
     wa, wb, za, zb = (int(attrs[k]) for k in ("a_mult", "b_mult", "a_zp", "b_zp"))
     shift = s - 30
-    if m != 1 << 30 or not 1 <= shift <= ADD_MAX_SHIFT or max(abs(wa), abs(wb)) > 1 << ADD_WEIGHT_BITS:
+    if m != 1 << 30 or not 1 <= shift <= ADD_MAX_SHIFT:
         return None
     q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int64)
     v = ((q - za) * wa)[:, None] + ((q - zb) * wb)[None, :]
     offset = (1 << (shift - 1)) - 1 - za * wa - zb * wb
-    if abs(offset) > 1 << 30:       # zero points outside int8 (a hand-made program): int32 could overflow
+    half = 1 << (shift - 1)
+    if abs(offset) >= INT32_MAX or v.max() + half >= INT32_MAX or v.min() + half - 1 < -INT32_MAX:
         return None
-    ties = bool(((v & ((1 << shift) - 1)) == 1 << (shift - 1)).any())
+    ties = bool(((v & ((1 << shift) - 1)) == half).any())
     return shift, offset, ties
 
 
