@@ -125,8 +125,8 @@ def test_add_params_keep_int32_exact():
 
 def test_add_shift_only_finds_ties():
     """add_shift_only's checks over all 2^16 pairs: dyadic ratios (0.625, 0.5) reach a tie,
-    generic ones do not; a general multiplier, sums over int32 or zero points outside int8 (a
-    hand-made program) take the 64-bit path."""
+    generic ones do not; a general multiplier, sums over int32, zero points or output bounds
+    outside int8 (a hand-made program) take the 64-bit path."""
     from vkq.ops.eltwise import add_shift_only
     shift, offset, ties = add_shift_only(add_q8_params(0.05, 3, 0.04, -5, 0.08, 1))
     assert ties and shift == 22
@@ -135,6 +135,7 @@ def test_add_shift_only_finds_ties():
     assert add_shift_only(add_q8_params(3.0, 0, 1.0, 0, 1e-7, 0)) is None
     assert add_shift_only(dict(add_q8_params(0.3, 0, 0.1, 0, 0.2, 0), a_mult=1 << 24)) is None
     assert add_shift_only(dict(add_q8_params(0.3, 0, 0.1, 0, 0.2, 0), a_zp=5000)) is None
+    assert add_shift_only(dict(add_q8_params(0.3, 0, 0.1, 0, 0.2, 0), qmax=70000)) is None
 
 
 # -- on the devices -----------------------------------------------------------------------------

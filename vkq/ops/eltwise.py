@@ -104,8 +104,9 @@ def add_shift_only(attrs) -> tuple[int, int, bool] | None:
     m, s = int(attrs["multiplier"]), int(attrs["shift"])
     wa, wb, za, zb = (int(attrs[k]) for k in ("a_mult", "b_mult", "a_zp", "b_zp"))
     shift = s - 30
-    if m != 1 << 30 or not 1 <= shift <= ADD_MAX_SHIFT:
-        return None
+    qmin, qmax = int(attrs.get("qmin", INT8_MIN)), int(attrs.get("qmax", INT8_MAX))
+    if m != 1 << 30 or not 1 <= shift <= ADD_MAX_SHIFT or not INT8_MIN <= qmin <= qmax <= INT8_MAX:
+        return None        # (outside int8, requantize's saturation at 2^16 could show)
     q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int64)
     v = ((q - za) * wa)[:, None] + ((q - zb) * wb)[None, :]
     offset = (1 << (shift - 1)) - 1 - za * wa - zb * wb
