@@ -504,6 +504,54 @@ def test_one_d_convs_with_dynamic_batch_and_length(device, scheme):
 
 
 @pytest.mark.parametrize("scheme", ["static", "dynamic"])
+@pytest.mark.parametrize("kind", ["text_cnn", "pyramid"])
+def test_adaptive_max_pools_with_dynamic_sizes(device, scheme, kind):
+    """A text CNN's max over time (AdaptiveMaxPool1d(1)) and a 3 x 3 AdaptiveMaxPool2d over a
+    map of free size ran in float through torch on the CPU (the windows depend on the size). They
+    are vkq.adaptive_max_pool2d now (normalize_ops), an int8 kernel under the static scheme, the
+    float one (or a max over H and W) under the dynamic one: one program for every size, equal to
+    the static programs (static scheme: bit for bit)."""
+    import torch
+    from torch.export import Dim
+    torch.manual_seed(0)
+    n = torch.nn
+    one_d = kind == "text_cnn"
+    conv = n.Conv1d if one_d else n.Conv2d
+
+    class Net(n.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = n.Sequential(conv(6, 12, 3, padding=1), n.ReLU())
+            self.pool = n.AdaptiveMaxPool1d(1) if one_d else n.AdaptiveMaxPool2d(3)
+            self.head = n.Linear(12 if one_d else 12 * 9, 5)
+
+        def forward(self, x):
+            return self.head(self.pool(self.conv(x)).flatten(1))
+
+    if one_d:
+        ds, example = ({0: Dim("batch", min=1, max=4), 2: Dim("time", min=4, max=80)},), (2, 6, 40)
+        shapes = [(1, 6, 4), (4, 6, 79), (3, 6, 17)]
+    else:
+        ds, example = ({2: Dim("h", min=3, max=40), 3: Dim("w", min=3, max=40)},), (2, 6, 16, 16)
+        shapes = [(2, 6, 3, 40), (2, 6, 31, 17), (2, 6, 10, 10)]
+    calib = [torch.randn(s) for s in [example, shapes[1]]]
+    dyn, static = _compile_both(Net().eval(), (torch.randn(example),), calib, scheme, ds)
+    prog = vkq_on(dyn, device)
+    assert prog.fallback_ops == [], prog.fallback_ops
+    pool = {"static": "adaptive_max_pool2d_q8", "dynamic": "amax" if one_d else "adaptive_max_pool2d"}[scheme]
+    assert pool in [node.op for node in prog.program.nodes]
+    for shape in shapes:
+        x = torch.randn(shape).numpy()
+        y = prog(x)
+        assert y.shape == (shape[0], 5) and len(np.unique(y)) > 3
+        want = vkq_on(static(torch.from_numpy(x)), device)(x)
+        if scheme == "static":
+            np.testing.assert_array_equal(y, want)
+        else:
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
 def test_transposed_convs_with_dynamic_batch_and_size(device, scheme):
     """conv_transpose_as_conv's pixel shuffle is an index map made for one size: with a dynamic
     batch or map the transposed conv ran in float through torch on the CPU. The phases are now

@@ -443,6 +443,36 @@ def test_float_convs_and_batch_norms_run_on_vulkan(scheme, device):
     assert _agrees_on_device(compiled, HybridFrontEnd, x, device, eager_cosine=0.9999).shape == (2, 4)
 
 
+class FrontEnd1d(nn.Module):
+    """A 1-D front end as the linear-only schemes leave it float: a conv1d with padding="same"
+    over an even kernel (padded one more on the right), MaxPool1d, AvgPool1d without the padding
+    in the divisor, AdaptiveMaxPool1d to 5 (uneven windows) and to 1 (the max over time)."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.conv = nn.Conv1d(6, 8, 4, padding="same")
+            self.pools = nn.Sequential(nn.MaxPool1d(3, 2, 1), nn.AvgPool1d(3, 1, 1, count_include_pad=False))
+            self.bins, self.top = nn.AdaptiveMaxPool1d(5), nn.AdaptiveMaxPool1d(1)
+            self.fc = nn.Linear(8 * 6, 4)
+
+    def forward(self, x):
+        f = self.pools(torch.relu(self.conv(x)))
+        return self.fc(torch.cat([self.bins(f), self.top(f)], -1).flatten(1))
+
+
+@pytest.mark.parametrize("scheme", ["dynamic", "weight_only"])
+def test_float_one_d_pools_run_on_vulkan(scheme, device):
+    """Under the linear-only schemes a 1-D front end's conv (an odd "same" padding), max and
+    average pools and adaptive max pools ran on the CPU through torch; they are the 2-D float
+    kernels on (N, C, L) seen as planes now, the max over time a float amax."""
+    compiled, x = _compiled_whole(FrontEnd1d, (2, 6, 23), 12, scheme)
+    ops = [n.op for n in compiled.program.nodes]
+    assert {"conv2d", "max_pool2d", "avg_pool2d", "adaptive_max_pool2d", "amax"} <= set(ops), ops
+    assert _agrees_on_device(compiled, FrontEnd1d, x, device, eager_cosine=0.9999).shape == (2, 4)
+
+
 class PartlyUnsupported(nn.Module):
     """int8 conv and linear around an op no Vulkan kernel covers: a cumulative sum (through
     torch on the CPU)."""

@@ -787,6 +787,22 @@ def test_adaptive_avg_pool2d_float(device, shape, size):
     check(got, ref, ("bound", 4 * EPS * np.abs(x).max()))
 
 
+@pytest.mark.parametrize("shape,size", [((2, 5, 13, 17), (6, 4)), ((3, 7, 9), (3, 5)), ((1, 3, 5, 4), (7, 4)),
+                                        ((2, 3, 17), (3, 1))])
+def test_adaptive_max_pool2d_float(device, shape, size):
+    """Adaptive max pools on float32 with uneven windows, overlapping ones (output larger than the
+    input), 3-D input and a 1-D pool seen as rows (lower.py: (N, C, L) as (C, L) planes): equal to
+    torch's adaptive_max_pool2d, a NaN in a window included (as ATen: the window's value is NaN)."""
+    import torch
+    x = rnd(*shape)
+    x.reshape(-1)[5] = np.nan
+    got, ref = run_op(device, "adaptive_max_pool2d", [x], {"output_size": list(size)}, shape[:-2] + size)
+    want = torch.nn.functional.adaptive_max_pool2d(torch.from_numpy(x), size).numpy()
+    np.testing.assert_array_equal(ref, want)
+    np.testing.assert_array_equal(got, want)
+    assert np.isnan(want).sum() >= 1 and np.isfinite(want).sum() > want.size // 2
+
+
 @pytest.mark.parametrize("op", ["amax", "amin"])
 @pytest.mark.parametrize("shape,dims,keepdim", [((3, 5, 37), [-1], False), ((2, 3, 31, 29), [2, 3], True),
                                                 ((4, 300), None, False), ((5, 4, 3), [0, 2], False)])

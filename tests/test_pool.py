@@ -1,4 +1,4 @@
-"""max_pool2d_q8, avg_pool2d_q8, adaptive_avg_pool2d_q8, cat_q8: Vulkan == numpy reference
+"""max_pool2d_q8, avg_pool2d_q8, adaptive_avg_pool2d_q8, adaptive_max_pool2d_q8, cat_q8: Vulkan == numpy reference
 bit for bit on every test device (padding bytes included), and the reference within one int8
 step of PyTorch's float reference (dequantize -> float op -> quantize): exactly equal for max
 pool and plain copies, off by one only at rounding ties otherwise."""
@@ -160,6 +160,27 @@ def test_adaptive_avg_pool(loads_device, case, qp):
               q8(np.random.default_rng(7), shape))
 
 
+def spread_q8(rng, shape):
+    """int8 values whose range differs per (n, channel): a large window's max is not always 127."""
+    offsets = rng.integers(-90, 90, shape[:2])[..., None, None]
+    return np.clip(q8(rng, shape) // 4 + offsets, -128, 127).astype(np.int8)
+
+
+@pytest.mark.parametrize("case", ADAPTIVE_CASES)
+def test_adaptive_max_pool_matches_torch(case):
+    shape, size = ADAPTIVE_CASES[case]
+    q = spread_q8(np.random.default_rng(8), shape)
+    ref = reference("adaptive_max_pool2d_q8", {"output_size": list(size)}, q)
+    np.testing.assert_array_equal(ref, qz(F.adaptive_max_pool2d(dq(q, 0.1, 3), size), 0.1, 3))
+
+
+@pytest.mark.parametrize("case", ADAPTIVE_CASES)
+def test_adaptive_max_pool(loads_device, case):
+    shape, size = ADAPTIVE_CASES[case]
+    run_exact(loads_device, "adaptive_max_pool2d_q8", {"output_size": list(size)}, shape[:2] + size,
+              spread_q8(np.random.default_rng(9), shape))
+
+
 @pytest.mark.parametrize("tile", [(2, 1), (3, 2)])
 def test_pool_window_tiles(device, tile, monkeypatch):
     """pool_window with several output rows and blocks per invocation, on every window
@@ -284,26 +305,32 @@ def test_cat_lower_rank(device):
     run_exact(device, "cat_q8", cat_q8_params(CAT_QPARAMS["mixed"][:2], 0.05, 3, 0), (9, 9), *qs, layout="4H4W")
 
 
-@pytest.mark.parametrize("size, shape, on_vulkan", [
-    (1, (1, 24, 28, 28), True),          # a global max pool: one 28 x 28 window
-    ((2, 3), (2, 16, 12, 12), True),     # 6 x 4 windows
-    ((None, 2), (1, 8, 5, 6), True),     # None keeps H: 1 x 3 windows
-    (5, (1, 8, 12, 12), False),          # windows of varying size: stays on the CPU
+@pytest.mark.parametrize("size, shape, op", [
+    (1, (1, 24, 28, 28), "max_pool2d_q8"),            # a global max pool: one 28 x 28 window
+    ((2, 3), (2, 16, 12, 12), "max_pool2d_q8"),       # 6 x 4 windows
+    ((None, 2), (1, 8, 5, 6), "max_pool2d_q8"),       # None keeps H: 1 x 3 windows
+    (5, (1, 8, 12, 12), "adaptive_max_pool2d_q8"),    # windows of 2 and 3, overlapping
+    ((3, 7), (2, 5, 10, 13), "adaptive_max_pool2d_q8"),
+    (1, (2, 8, 17), "adaptive_max_pool2d_q8"),        # AdaptiveMaxPool1d(1): a text CNN's max over time
+    (4, (1, 6, 10), "adaptive_max_pool2d_q8"),        # AdaptiveMaxPool1d(4) over 10
 ])
-def test_adaptive_max_pool_as_max_pool(device, size, shape, on_vulkan):
-    """AdaptiveMaxPool2d whose input is a multiple of its output runs as the int8 max pool
-    (normalize_ops: max_pool_from_adaptive; it ran in float on the CPU), exact against the
-    reference and PT2E's eager output; other sizes still fall back, named."""
+def test_adaptive_max_pool_model(device, size, shape, op):
+    """AdaptiveMaxPool2d / 1d in a static int8 model runs on Vulkan in int8 (it ran in float on
+    the CPU): as the int8 max pool where the input is a multiple of the output (normalize_ops:
+    max_pool_from_adaptive), else adaptive_max_pool2d_q8; exact against the reference and
+    PT2E's eager output."""
     import vkq
     torch.manual_seed(0)
     n = torch.nn
+    one_d = len(shape) == 3
 
     class Net(n.Module):
         def __init__(self):
             super().__init__()
-            self.conv = n.Conv2d(shape[1], shape[1], 3, padding=1)
-            self.pool = n.AdaptiveMaxPool2d(size)
-            self.out = n.Conv2d(shape[1], 5, 1)
+            conv = n.Conv1d if one_d else n.Conv2d
+            self.conv = conv(shape[1], shape[1], 3, padding=1)
+            self.pool = (n.AdaptiveMaxPool1d if one_d else n.AdaptiveMaxPool2d)(size)
+            self.out = conv(shape[1], 5, 1)
 
         def forward(self, x):
             return self.out(self.pool(torch.relu(self.conv(x))))
@@ -312,7 +339,7 @@ def test_adaptive_max_pool_as_max_pool(device, size, shape, on_vulkan):
     gm = vkq.quantize(Net().eval(), (x,), [torch.randn(shape) for _ in range(2)])
     prog = vkq.CompiledProgram(vkq.compile(gm, (x,)).program, device)
     ops = [node.op for node in prog.program.nodes]
-    assert ("max_pool2d_q8" in ops) == on_vulkan and bool(prog.fallback_ops) != on_vulkan, (ops, prog.fallback_ops)
+    assert op in ops and not prog.fallback_ops, (ops, prog.fallback_ops)
     got = prog(x.numpy())
     np.testing.assert_array_equal(got, prog.run_reference(x.numpy()))
     with torch.no_grad():

@@ -37,6 +37,7 @@ from .passes._graph import (DEQUANTIZE, HOST_FLOAT64, PERMUTES, QUANTIZE, SYMBOL
                             const_value, dtype_of, is_call, op_name, pair, q_args, qparams, record_shapes, shape_of,
                             val, vkq_op_of)
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
+from .passes.torch_ops import ADAPTIVE_MAX_POOL2D
 from .program import Node as PNode, Program, TensorSpec
 from .rewrites import rewrite_for_shapes
 from .registry import cpu_reason, get_op
@@ -45,7 +46,7 @@ from .registry import cpu_reason, get_op
 # operands were float (not quantized) or a fold rule said why not.
 HAS_INT8_KERNEL = {aten.conv2d.default, aten.conv1d.default, aten.linear.default, aten.add.Tensor, aten.mul.Tensor,
                    aten.max_pool2d.default, aten.avg_pool2d.default, aten.adaptive_avg_pool2d.default,
-                   aten.cat.default, aten.relu.default, aten.hardtanh.default} | VIEWS
+                   ADAPTIVE_MAX_POOL2D, aten.cat.default, aten.relu.default, aten.hardtanh.default} | VIEWS
 
 
 def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", report: dict | None = None,
@@ -353,6 +354,23 @@ def _avg_pool(n, t):
         arg(n, 5, "count_include_pad", True), arg(n, 6, "divisor_override"))
 
 
+def _pool_1d(n, t):
+    """max_pool1d / avg_pool1d on a float (N, C, L) x (left float by the schemes that quantize
+    linears only): the 2-D pool over a (1, k) window, x seen as (C, H, W) = (N, C, L) planes."""
+    from .ops.pool import avg_pool2d_geometry, max_pool2d_params
+    if len(shape_of(n.args[0])) != 3:
+        return None
+    one = lambda v, default: int(v[0]) if isinstance(v, (list, tuple)) and len(v) else (
+        default if isinstance(v, (list, tuple)) or v is None else int(v))
+    k = one(n.args[1], 1)
+    stride, padding = [1, one(arg(n, 2, "stride"), k)], [0, one(arg(n, 3, "padding", 0), 0)]
+    if n.target == aten.max_pool1d.default:
+        return "max_pool2d", [n.args[0]], max_pool2d_params([1, k], stride, padding, [1, one(arg(n, 4, "dilation", 1), 1)],
+                                                            arg(n, 5, "ceil_mode", False))
+    return "avg_pool2d", [n.args[0]], avg_pool2d_geometry([1, k], stride, padding, arg(n, 4, "ceil_mode", False),
+                                                          arg(n, 5, "count_include_pad", True))
+
+
 def _global_average(n, t):
     """adaptive_avg_pool2d on a float x: to 1x1 the mean over H and W (float_reduce), else the
     adaptive pool (a matmul by an averaging matrix)."""
@@ -380,6 +398,17 @@ def _global_average_1d(n, t):
     if rank != 3:
         return None
     return "adaptive_avg_pool2d", [x], {"output_size": [shape_of(x)[-2], size]}
+
+
+def _adaptive_max(n, t):
+    """vkq.adaptive_max_pool2d on a float x: to 1 x 1 the max over H and W (float_reduce, a
+    parallel reduction, any size), else the adaptive max pool kernel."""
+    x, size = n.args[0], [int(s) for s in n.args[1]]
+    if len(shape_of(x)) < 2:
+        return None
+    if size == [1, 1]:
+        return "amax", [x], {"dims": [-2, -1], "keepdim": True}
+    return "adaptive_max_pool2d", [x], {"output_size": size}
 
 
 def _reshape(n, t):
@@ -768,6 +797,8 @@ _FLOAT_RULES = {
     aten.max.default: _reduce("amax"), aten.min.default: _reduce("amin"),
     aten.adaptive_avg_pool2d.default: _global_average, aten.adaptive_avg_pool1d.default: _global_average_1d,
     aten.max_pool2d.default: _max_pool,
+    aten.max_pool1d.default: _pool_1d, aten.avg_pool1d.default: _pool_1d,
+    ADAPTIVE_MAX_POOL2D: _adaptive_max,
     aten.avg_pool2d.default: _avg_pool,
 }
 

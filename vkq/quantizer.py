@@ -53,6 +53,7 @@ from torchao.quantization.pt2e.quantizer import (
 )
 
 from vkq.observer import HistogramObserver  # torchao's, with its min/max search made fast
+from vkq.passes.torch_ops import ADAPTIVE_MAX_POOL2D
 
 aten = torch.ops.aten
 SCHEMES = ("static", "dynamic", "weight_only")
@@ -67,7 +68,7 @@ ACTIVATIONS = {aten.relu.default, aten.relu_.default, aten.hardtanh.default, ate
                aten.relu6.default}
 # Ops whose int8 output is quantized like their (first) input: no new observer.
 SHARE_INPUT = {
-    aten.max_pool2d.default,
+    aten.max_pool2d.default, ADAPTIVE_MAX_POOL2D,
     aten.flatten.using_ints, aten.view.default, aten.reshape.default, aten._unsafe_view.default,
     aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default,
     aten.permute.default, aten.transpose.int,
@@ -85,7 +86,7 @@ AVERAGES = {aten.avg_pool2d.default, aten.adaptive_avg_pool2d.default, aten.mean
 CAT = {aten.cat.default}
 # Pools are worth quantizing even when their input is float (a pool right after the model
 # input): the input gets its own observer (a max pool's output shares it).
-POOLS = {aten.max_pool2d.default, aten.avg_pool2d.default, aten.adaptive_avg_pool2d.default,
+POOLS = {aten.max_pool2d.default, ADAPTIVE_MAX_POOL2D, aten.avg_pool2d.default, aten.adaptive_avg_pool2d.default,
          aten.mean.dim}
 
 

@@ -77,6 +77,8 @@ def torch_op(*tensors, target, args, kwargs=None, dtypes=None):
     ns, _, rest = target.partition("::")
     if ns == "quantized_decomposed":
         import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers the namespace)
+    elif ns == "vkq":
+        from ..passes import torch_ops  # noqa: F401  (registers vkq's own)
     name, _, overload = rest.partition(".")
     op = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
     with torch.no_grad():

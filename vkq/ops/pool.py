@@ -1,5 +1,6 @@
 """Pooling and concatenation of int8 tensors: max_pool2d_q8, avg_pool2d_q8,
-adaptive_avg_pool2d_q8 (4W4C, (N, C, H, W) as convolutions produce it) and cat_q8.
+adaptive_avg_pool2d_q8, adaptive_max_pool2d_q8 (4W4C, (N, C, H, W) as convolutions produce it)
+and cat_q8; the float pools beside them.
 
 Window geometry follows PyTorch exactly (pooling_output_shape, ceil_mode, the avg pool divisor,
 the adaptive start/end formula); the numpy references below are the specification, and
@@ -9,6 +10,8 @@ the adaptive start/end formula); the numpy references below are the specificatio
                           out = max over the window (qparams unchanged: max commutes with quantization)
   avg_pool2d_q8           attrs kernel, stride, padding [2], ceil_mode, count_include_pad,
                           divisor_override, in_zp, out_zp, qmin, qmax, divisors, multipliers, shifts
+  adaptive_max_pool2d_q8  attrs output_size [2]
+                          out = max over the window (PyTorch's adaptive windows; qparams unchanged)
   adaptive_avg_pool2d_q8  attrs output_size [2], in_zp, out_zp, qmin, qmax, in_scale, out_scale
                           (the windows' divisors follow from the input size, so their multipliers
                           are made when the op runs: one program pools every input size)
@@ -464,6 +467,68 @@ class AdaptiveAvgPool2dQ8:
 
     def build(ctx, node):
         return _avg_build(ctx, node)
+
+
+def adaptive_max(x, output_size):
+    """The max over each adaptive window of x (..., H, W) (PyTorch's windows, never empty;
+    NaN where a float window holds one)."""
+    (h, w), (oh, ow) = x.shape[-2:], output_size
+    hs, he, _ = _adaptive_windows(h, oh)
+    ws, we, _ = _adaptive_windows(w, ow)
+    out = np.empty(x.shape[:-2] + (oh, ow), x.dtype)
+    for i in range(oh):
+        for j in range(ow):
+            out[..., i, j] = x[..., hs[i]:he[i], ws[j]:we[j]].max(axis=(-2, -1))
+    return out
+
+
+def _adaptive_max_dispatch(ctx, node, variant, planes, ins, outs, total):
+    return ctx.device.dispatch("pool_adaptive", [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])],
+                               grid_1d(total, LOCAL), local=(LOCAL,), spec=(*planes, *ins, *outs), defines=[variant])
+
+
+@register_op
+class AdaptiveMaxPool2dQ8:
+    """Adaptive max pool on int8 (attrs output_size [OH, OW]): window o along a dim of n inputs
+    is [floor(o*n/out), ceil((o+1)*n/out)); out = its largest value (the qparams unchanged).
+    The windows follow from the input size when the op runs (one program for every size).
+    pool_adaptive's MAX variant: one invocation per output 4W4C block."""
+    name = "adaptive_max_pool2d_q8"
+    shaders = ("pool_adaptive",)
+
+    def reference(q, *, output_size):
+        return adaptive_max(np.asarray(q).astype(np.int8), output_size)
+
+    def build(ctx, node):
+        _, _, ins, outs = _spatial_specs(ctx, node)
+        _check_out_shape(node, outs, ins[:2] + tuple(node.attrs["output_size"]))
+        return [_adaptive_max_dispatch(ctx, node, "MAX", ins[:2], ins[2:], outs[2:], _blocks(outs))]
+
+
+@register_op
+class AdaptiveMaxPool2d:
+    """Adaptive max pool on float32 (..., H, W) to output_size [OH, OW], windows as PyTorch's:
+    pool_adaptive's FLOAT_MAX variant, one invocation per output value; exact (NaN if the
+    window holds one, as ATen)."""
+    name = "adaptive_max_pool2d"
+    shaders = ("pool_adaptive",)
+
+    def reference(x, *, output_size):
+        return adaptive_max(np.asarray(x, np.float32), output_size)
+
+    def decline(node, tensors):
+        x = tensors[node.inputs[0]]
+        if x.dtype != "float32" or len(x.shape) < 2:
+            return f"{node.op}: {x.dtype} {x.shape} (the kernel takes float32 (..., H, W))"
+        return None
+
+    def build(ctx, node):
+        x_shape = ctx.spec(node.inputs[0]).shape
+        size = tuple(node.attrs["output_size"])
+        _check_out_shape(node, ctx.spec(node.outputs[0]).shape, tuple(x_shape[:-2]) + size)
+        planes = int(np.prod(x_shape[:-2]))
+        return [_adaptive_max_dispatch(ctx, node, "FLOAT_MAX", (planes, 1), x_shape[-2:], size,
+                                       planes * size[0] * size[1])]
 
 
 # -- concatenation -----------------------------------------------------------------------------

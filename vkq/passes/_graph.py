@@ -8,6 +8,7 @@ pass creates also carry node.meta["vkq_qparams"] = (scale, zero_point).
 from __future__ import annotations
 
 import functools
+import operator
 import re
 
 import numpy as np
@@ -148,10 +149,13 @@ SHAPE_OF = "vkq_shape_of"
 SYMBOLIC_SHAPES = "vkq_symbolic_shapes"
 
 
-def dynamic_size(node: Node) -> bool:
-    """node's shape has a dynamic dim, though its recorded value (at the example) looks static."""
+def dynamic_size(node: Node, dims=None) -> bool:
+    """node's shape has a dynamic dim (among `dims`, default all), though its recorded value (at
+    the example) looks static."""
     shape = node.graph.owning_module.meta.get(SYMBOLIC_SHAPES, {}).get(node.name)
-    return isinstance(shape, tuple) and any(isinstance(d, str) for d in shape)
+    if not isinstance(shape, tuple):
+        return False
+    return any(isinstance(shape[d], str) for d in (range(len(shape)) if dims is None else dims))
 
 
 def record_shapes(gm: GraphModule, example_inputs) -> None:
@@ -236,6 +240,19 @@ def add_constant(gm: GraphModule, hint: str, value, before: Node) -> Node:
 def reject(node: Node, reason: str) -> None:
     """Record why node stays as it is (it then runs in float on the CPU); the first reason wins."""
     node.meta.setdefault("vkq_reject", reason)
+
+
+def first_outputs(node: Node) -> list[Node] | None:
+    """The getitem-0 users of a node that returns (values, indices) (max pools), when nothing
+    reads the indices (a getitem 1 with no users of its own, as export leaves it, is dropped);
+    else None."""
+    users = [u for u in node.users if not (u.target is operator.getitem and u.args[1] != 0 and not u.users)]
+    if not users or not all(u.target is operator.getitem and u.args[1] == 0 for u in users):
+        return None
+    for u in list(node.users):
+        if u not in users:
+            node.graph.erase_node(u)
+    return users
 
 
 def replace_each(gm: GraphModule, targets, rewrite) -> bool:

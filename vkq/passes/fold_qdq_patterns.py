@@ -23,6 +23,7 @@ walks its own q/dq neighbours with the helpers below. The patterns:
   elementwise f(x)           dq x, q out, f in UNARY_ELEMENTWISE (hardswish, sigmoid, x * 0.5, ...)
                                                                -> lut_q8 (table = PT2E's q(f(dq(.))))
   max_pool2d                 dq x, q out                       -> max_pool2d_q8 [+ clamp_q8]
+  vkq.adaptive_max_pool2d    dq x (4-D), q out                 -> adaptive_max_pool2d_q8 [+ clamp_q8]
   avg_pool2d                 dq x, q out                       -> avg_pool2d_q8
   adaptive_avg_pool2d        dq x (4-D), q out                 -> adaptive_avg_pool2d_q8
   cat                        dq inputs, q out                  -> cat_q8 [+ clamp_q8]
@@ -43,6 +44,7 @@ from ._graph import (CHOOSE_QPARAMS, DEQUANTIZE, DEQUANTIZE_CHANNEL, DEQUANTIZE_
                      QUANTIZE, QUANTIZE_TENSOR, UNARY_ELEMENTWISE, add_constant, arg, aten, finish, is_call, op_name,
                      pair, q_args, qd, reject, set_val, shape_of, unary_operand, vkq_target)
 from .fold_constants import evaluate_constant
+from .torch_ops import ADAPTIVE_MAX_POOL2D
 
 # ------------------------------------------------------------------ what the rules look at
 
@@ -370,6 +372,18 @@ def fold_max_pool(gm, node: Node):
     return clamp_to(gm, pooled, (x.scale, x.zero_point), q)
 
 
+def fold_adaptive_max_pool(gm, node: Node):
+    operands = _int8_nchw_operands(node)
+    if isinstance(operands, str):
+        return operands
+    x, q = operands
+    attrs = {"output_size": [int(v) for v in node.args[1]]}
+    if not _needs_clamp((x.scale, x.zero_point), q):
+        return emit_for_q(gm, q, "adaptive_max_pool2d_q8", [x.node], {}, attrs)
+    pooled = emit(gm, q, "adaptive_max_pool2d_q8", [x.node], {}, attrs, shape_of(q), qparams=(x.scale, x.zero_point))
+    return clamp_to(gm, pooled, (x.scale, x.zero_point), q)
+
+
 def fold_upsample_bilinear(gm, node: Node):
     from ..ops.resize import bilinear_attrs
     operands = _int8_nchw_operands(node)
@@ -448,6 +462,7 @@ FOLD_RULES = {
     aten.add.Tensor: fold_binary,
     aten.mul.Tensor: fold_binary,
     aten.max_pool2d.default: fold_max_pool,
+    ADAPTIVE_MAX_POOL2D: fold_adaptive_max_pool,
     aten.avg_pool2d.default: fold_avg_pool,
     aten.adaptive_avg_pool2d.default: fold_adaptive_pool,
     aten.cat.default: fold_cat,

@@ -7,12 +7,17 @@ differently; this pass rewrites the second kind into the first:
   aten.conv2d.padding (padding "same"/"valid")  -> aten.conv2d with the padding in numbers; "same"
                                                   with an even window pads one more right/below, as
                                                   PyTorch does: constant_pad_nd first, then padding 0
+  aten.conv1d.padding, float (N, C, L) (the static scheme made it 2-D before)
+                                                -> aten.conv1d, an odd "same" total padded right first
   aten.addcmul(a, b, c, value=v)                -> a + b * c (* v)   (ResMLP's affine layers)
   aten.reshape_as(x, y), y of a static shape    -> aten.reshape(x, y's shape)   (LeViT)
   aten.addmm(b, x, t(w)) / aten.mm(x, t(w))     -> aten.linear(x, w, b)      (t = aten.t or permute [1, 0])
   aten.max_pool2d_with_indices + getitem 0      -> aten.max_pool2d
   aten.adaptive_max_pool2d + getitem 0, H and W static multiples of the output size
-                                                -> aten.max_pool2d (window = stride = H/oh, W/ow)
+                                                -> aten.max_pool2d (window = stride = H/oh, W/ow);
+                                                  other sizes -> vkq.adaptive_max_pool2d (torch_ops.py)
+  aten.adaptive_max_pool1d + getitem 0, float (N, C, L) (static convs made it 2-D before)
+                                                -> vkq.adaptive_max_pool2d(x, [C, L_out]); L_out 1: amax
   aten.mean.dim(x, [2, 3] / [-2, -1], keepdim)  -> aten.adaptive_avg_pool2d(x, [1, 1]) [+ view (N, C)]
   any in-place aten op (hardswish_, silu_, dropout_, add_, ...) -> its functional form
                                                   (export points every later use at the in-place
@@ -59,13 +64,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-import operator
 
 import torch
 from torch.fx import GraphModule, Node
 
 from ._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, add_constant, arg, aten, const_value,
-                     dynamic_size, finish, is_call, set_val, shape_of, val)
+                     dynamic_size, finish, first_outputs, is_call, set_val, shape_of, val)
 
 
 def _new(node: Node, target, args, kwargs=None) -> Node:
@@ -118,6 +122,26 @@ def conv_from_string_padding(node):
     size[2], size[3] = size[2] + total[0], size[3] + total[1]
     padded.meta["val"] = val(x).new_empty(size)
     return _new(node, aten.conv2d.default, (padded, w, b, stride, [0, 0], dilation, groups))
+
+
+def conv1d_from_string_padding(node):
+    """conv1d(x, w, b, stride, "same" / "valid", ...) left float (the schemes that quantize
+    linears only; under the static one one_d_as_two_d made it 2-D) -> conv1d with the padding in
+    numbers, an odd "same" total padded one more on the right first, as PyTorch does."""
+    x, w, b = node.args[:3]
+    stride, padding = arg(node, 3, "stride", 1), arg(node, 4, "padding", "valid")
+    dilation, groups = arg(node, 5, "dilation", 1), arg(node, 6, "groups", 1)
+    if padding not in ("same", "valid") or val(x).dim() != 3:
+        return None
+    stride, dilation = _pair(stride, 1), _pair(dilation, 1)
+    total = dilation[0] * (shape_of(w)[2] - 1) if padding == "same" else 0
+    if total % 2 == 0:
+        return _new(node, aten.conv1d.default, (x, w, b, stride, [total // 2], dilation, groups))
+    padded = _new(node, aten.constant_pad_nd.default, (x, [total // 2, total - total // 2], 0.0))
+    size = list(val(x).shape)
+    size[2] = size[2] + total
+    padded.meta["val"] = val(x).new_empty(size)
+    return _new(node, aten.conv1d.default, (padded, w, b, stride, [0], dilation, groups))
 
 
 def mul_add_from_addcmul(node):
@@ -188,8 +212,8 @@ def linear_from_mm(node):
 
 
 def max_pool_from_with_indices(node):
-    users = list(node.users)
-    if not users or not all(u.target is operator.getitem and u.args[1] == 0 for u in users):
+    users = first_outputs(node)
+    if users is None:
         return None
     new = _new(node, aten.max_pool2d.default, node.args, node.kwargs)
     new.meta["val"] = val(users[0])
@@ -201,20 +225,46 @@ def max_pool_from_with_indices(node):
 def max_pool_from_adaptive(node):
     """adaptive_max_pool2d(x, (oh, ow)) + getitem 0 -> max_pool2d with a (H/oh, W/ow) window and
     stride, where the input's H and W are static multiples of the output's (a global max pool:
-    (1, 1)); other sizes have windows of varying size and stay as they are."""
-    users = list(node.users)
+    (1, 1)); other sizes (windows of varying size, or an H and W known only at run time) ->
+    vkq.adaptive_max_pool2d (torch_ops.py), one output, which has kernels of its own."""
+    from .torch_ops import ADAPTIVE_MAX_POOL2D
     x, size = node.args[0], node.args[1]
     v = val(x)
-    if not users or not all(u.target is operator.getitem and u.args[1] == 0 for u in users) \
-            or not isinstance(v, torch.Tensor) or v.dim() != 4 or dynamic_size(x):
+    if not isinstance(v, torch.Tensor) or v.dim() not in (3, 4) or (users := first_outputs(node)) is None:
         return None
-    hw = [d if isinstance(d, int) else None for d in v.shape[2:]]     # a SymInt (dynamic dim): leave it
+    hw = [d if isinstance(d, int) else None for d in v.shape[-2:]]     # a SymInt (dynamic dim): None
     size = list(size) if isinstance(size, (list, tuple)) else [size, size]
     size = [hw[i] if s is None else s for i, s in enumerate(size)]
-    if None in hw or not all(isinstance(s, int) and s > 0 and d % s == 0 for d, s in zip(hw, size)):
+    if not all(isinstance(s, int) and s > 0 for s in size):
         return None
-    window = [d // s for d, s in zip(hw, size)]
-    new = _new(node, aten.max_pool2d.default, (x, window, window, [0, 0], [1, 1], False))
+    if v.dim() == 4 and not dynamic_size(x) and None not in hw and all(d % s == 0 for d, s in zip(hw, size)):
+        window = [d // s for d, s in zip(hw, size)]
+        new = _new(node, aten.max_pool2d.default, (x, window, window, [0, 0], [1, 1], False))
+    else:
+        new = _new(node, ADAPTIVE_MAX_POOL2D, (x, size))
+    new.meta["val"] = val(users[0])
+    for u in users:
+        u.replace_all_uses_with(new)
+    return new
+
+
+def max_pool_from_adaptive_1d(node):
+    """adaptive_max_pool1d(x, L) + getitem 0 on a float (N, C, L) x, left by the schemes that keep
+    convs float (under the static one one_d_as_two_d made it 2-D first) ->
+    vkq.adaptive_max_pool2d(x, [C, L]): x seen as (H, W) = (C, L) planes, one row a window;
+    to L = 1 (the max over time) amax over the last dim."""
+    from .torch_ops import ADAPTIVE_MAX_POOL2D
+    x = node.args[0]
+    v = val(x)
+    if not isinstance(v, torch.Tensor) or v.dim() != 3 or not isinstance(v.shape[1], int) \
+            or dynamic_size(x, [1]) or (users := first_outputs(node)) is None:
+        return None
+    size = node.args[1]
+    size = int(size[0] if isinstance(size, (list, tuple)) else size)
+    if size == 1:       # the max over time, any length: amax (a parallel reduction)
+        new = _new(node, aten.amax.default, (x, [-1], True))
+    else:
+        new = _new(node, ADAPTIVE_MAX_POOL2D, (x, [v.shape[1], size]))
     new.meta["val"] = val(users[0])
     for u in users:
         u.replace_all_uses_with(new)
@@ -615,6 +665,7 @@ BEFORE_ANNOTATION = {
 
 NORMALIZE = {
     aten.convolution.default: conv_from_convolution,
+    aten.conv1d.padding: conv1d_from_string_padding,
     **{t: moments_from_var for t in (aten.var.dim, aten.std.dim, aten.var.correction, aten.std.correction)},
     aten.index.Tensor: embedding_from_index,
     aten.logsumexp.default: from_logsumexp,
@@ -623,6 +674,7 @@ NORMALIZE = {
     aten.mm.default: linear_from_mm,
     aten.matmul.default: linear_from_mm,
     aten.max_pool2d_with_indices.default: max_pool_from_with_indices,
+    aten.adaptive_max_pool1d.default: max_pool_from_adaptive_1d,
     aten.mean.dim: pool_from_mean,
     aten.relu6.default: hardtanh_from_relu6,
     aten.clamp.default: from_clamp,

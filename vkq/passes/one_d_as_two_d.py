@@ -8,6 +8,8 @@ has already folded each BatchNorm1d into its conv1d):
   conv_transpose1d                       -> conv_transpose2d the same way (stride (1, s)), which
                                             conv_transpose_as_conv then makes a conv
   max_pool1d / avg_pool1d / adaptive_avg_pool1d -> the 2-D pool over a (1, k) window, the same way
+  adaptive_max_pool1d(x, L) + getitem 0  -> vkq.adaptive_max_pool2d(x, [1, L]) the same way (a text
+                                            CNN's max over time: L = 1, any input length)
 
 x (N, C, L) is viewed as (N, C, 1, L): the length runs along W, which the 4W4C blocks pack four
 positions at a time (L along H, as (N, C, L, 1), would leave three of every four words empty).
@@ -21,9 +23,11 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import add_constant, arg, aten, const_value, finish, is_call, replace_each, unary_operand, val
+from ._graph import (add_constant, arg, aten, const_value, finish, first_outputs, is_call, replace_each, unary_operand,
+                     val)
 
-POOLS_1D = {aten.max_pool1d.default, aten.avg_pool1d.default, aten.adaptive_avg_pool1d.default}
+POOLS_1D = {aten.max_pool1d.default, aten.avg_pool1d.default, aten.adaptive_avg_pool1d.default,
+            aten.adaptive_max_pool1d.default}
 CONV_1D = {aten.conv1d.default, aten.conv1d.padding}
 CONV_T_1D = {aten.conv_transpose1d.default}
 # elementwise ops a squeeze moves past (besides unary_operand's): activations, and binary ops
@@ -57,6 +61,8 @@ def _three_d(node) -> bool:
 def _as_two_d(gm: GraphModule, node: Node) -> Node | None:
     """The 2-D op (between an unsqueeze and a squeeze) that replaces 1-D `node`, or None."""
     x = node.args[0]
+    if node.target == aten.adaptive_max_pool1d.default:
+        return _adaptive_max_as_two_d(gm, node)
     if not (_three_d(x) and _three_d(node)):
         return None
     out_val = val(node).unsqueeze(2)
@@ -93,6 +99,23 @@ def _as_two_d(gm: GraphModule, node: Node) -> Node | None:
     two = _call(gm, node, target, args, out_val)
     two.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     return _call(gm, node, aten.squeeze.dim, (two, 2), val(node))
+
+
+def _adaptive_max_as_two_d(gm: GraphModule, node: Node) -> Node | None:
+    """adaptive_max_pool1d(x, L) + getitem 0 (its values; the indices unused) ->
+    squeeze(vkq.adaptive_max_pool2d(unsqueeze(x, 2), [1, L]), 2), the getitems replaced."""
+    from .torch_ops import ADAPTIVE_MAX_POOL2D
+    x = node.args[0]
+    if not _three_d(x) or (users := first_outputs(node)) is None or not _three_d(users[0]):
+        return None
+    x4 = _call(gm, node, aten.unsqueeze.default, (x, 2), val(x).unsqueeze(2))
+    two = _call(gm, node, ADAPTIVE_MAX_POOL2D, (x4, [1, _one(node.args[1], 1)]), val(users[0]).unsqueeze(2))
+    two.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+    out = _call(gm, node, aten.squeeze.dim, (two, 2), val(users[0]))
+    for u in users:
+        u.replace_all_uses_with(out)
+        gm.graph.erase_node(u)
+    return out
 
 
 def _squeezed(node) -> Node | None:
