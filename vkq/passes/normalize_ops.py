@@ -19,6 +19,10 @@ differently; this pass rewrites the second kind into the first:
   aten.adaptive_max_pool1d + getitem 0, float (N, C, L) (static convs made it 2-D before)
                                                 -> vkq.adaptive_max_pool2d(x, [C, L_out]); L_out 1: amax
   aten.mean.dim(x, [2, 3] / [-2, -1], keepdim)  -> aten.adaptive_avg_pool2d(x, [1, 1]) [+ view (N, C)]
+  aten.max.dim / min.dim (values, indices) + getitems -> amax / amin and argmax / argmin
+  aten.one_hot(ids, n)                          -> eq(unsqueeze(ids, -1), arange(n)) as int64
+  aten.scatter(x, dim, index, value), one index along dim (a one-hot of an argmax)
+                                                -> where(index == arange along dim, value, x)
   any in-place aten op (hardswish_, silu_, dropout_, add_, ...) -> its functional form
                                                   (export points every later use at the in-place
                                                   node's output, so nothing reads the old value)
@@ -64,6 +68,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 
 import torch
 from torch.fx import GraphModule, Node
@@ -269,6 +274,69 @@ def max_pool_from_adaptive_1d(node):
     for u in users:
         u.replace_all_uses_with(new)
     return new
+
+
+def reductions_from_max_dim(node):
+    """max.dim / min.dim(x, d, keepdim) -> (values, indices): the values' getitem becomes
+    amax / amin(x, [d], keepdim), the indices' argmax / argmin(x, d, keepdim) (the first extreme,
+    as torch's; a NaN counts as the largest in both), each with a kernel (Hiera's pooling:
+    x.max(dim).values)."""
+    users = list(node.users)
+    if not users or not all(u.target is operator.getitem and u.args[1] in (0, 1) for u in users):
+        return None
+    x, dim = node.args[0], int(node.args[1])
+    keepdim = bool(arg(node, 2, "keepdim", False))
+    is_max = node.target == aten.max.dim
+    for u in users:
+        if u.args[1] == 0:
+            target, args = (aten.amax.default if is_max else aten.amin.default), (x, [dim], keepdim)
+        else:
+            target, args = (aten.argmax.default if is_max else aten.argmin.default), (x, dim, keepdim)
+        new = _new(node, target, args)
+        new.meta["val"] = val(u)
+        u.replace_all_uses_with(new)
+        node.graph.erase_node(u)
+    return new
+
+
+def _iota(node, n, rank, dim):
+    """arange(n) (int64) viewed along `dim` of a rank-`rank` shape, 1 elsewhere."""
+    shape = [1] * rank
+    shape[dim] = n
+    ids = set_val(_new(node, aten.arange.default, (n,), {"dtype": torch.int64}), (n,), torch.int64)
+    return _made(node, aten.view.default, (ids, shape), tuple(shape), torch.int64)
+
+
+def eq_from_one_hot(node):
+    """one_hot(ids, n), n given -> eq(unsqueeze(ids, -1), arange(n)) as int64: kernels for the
+    compare, the arange and the cast (a class count read from the data, n = -1, stays)."""
+    ids, n = node.args[0], int(arg(node, 1, "num_classes", -1))
+    v = val(ids)
+    if n <= 0 or not isinstance(v, torch.Tensor):
+        return None
+    column = _new(node, aten.unsqueeze.default, (ids, -1))
+    column.meta["val"] = v.unsqueeze(-1)
+    hits = _new(node, aten.eq.Tensor, (column, _iota(node, n, v.dim() + 1, v.dim())))
+    hits.meta["val"] = val(node).to(torch.bool)
+    return _new(node, aten._to_copy.default, (hits,), {"dtype": torch.int64})
+
+
+def where_from_scatter(node):
+    """scatter(x, dim, index, value) with one index along dim (index's other sizes x's: a
+    one-hot of an argmax, Gumbel-softmax's hard sample) -> where(index == arange along dim,
+    value, x): each position is written at most once, so the same values as torch's scatter."""
+    x, dim, index, value = node.args[:4]
+    vx, vi = val(x), val(index)
+    if not isinstance(value, (int, float)) or not isinstance(vx, torch.Tensor) or not isinstance(vi, torch.Tensor) \
+            or vx.dim() != vi.dim() or node.kwargs.get("reduce") is not None:
+        return None
+    dim = int(dim) % vx.dim()
+    same = all(str(a) == str(b) for d, (a, b) in enumerate(zip(vx.shape, vi.shape)) if d != dim)
+    if not same or str(vi.shape[dim]) != "1" or not isinstance(vx.shape[dim], int) or dynamic_size(x, [dim]):
+        return None
+    hits = _new(node, aten.eq.Tensor, (index, _iota(node, vx.shape[dim], vx.dim(), dim)))
+    hits.meta["val"] = vx.new_empty(vx.shape, dtype=torch.bool)
+    return _new(node, aten.where.ScalarSelf, (hits, value, x))
 
 
 def pool_from_mean(node):
@@ -675,6 +743,9 @@ NORMALIZE = {
     aten.matmul.default: linear_from_mm,
     aten.max_pool2d_with_indices.default: max_pool_from_with_indices,
     aten.adaptive_max_pool1d.default: max_pool_from_adaptive_1d,
+    aten.max.dim: reductions_from_max_dim, aten.min.dim: reductions_from_max_dim,
+    aten.one_hot.default: eq_from_one_hot,
+    aten.scatter.value: where_from_scatter,
     aten.mean.dim: pool_from_mean,
     aten.relu6.default: hardtanh_from_relu6,
     aten.clamp.default: from_clamp,
