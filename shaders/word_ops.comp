@@ -5,6 +5,9 @@
 // every integer and bool tensor (bool: 0 / 1). Iteration over the output (rank <= 6 merged),
 // operands read through broadcast strides (0: broadcast); mode 1: b is the scalar word.
 //   I_ADD/I_SUB/I_MUL/I_AND/I_OR/I_XOR     int32 a (op) b (wrapping)
+//   I_REM, I_FLOORDIV                      int32 remainder / floor division as Python's (the
+//                                          remainder has the divisor's sign; by 0: 0), from the
+//                                          truncating division (SPIR-V OpSDiv), then corrected
 //   I_EQ ... I_GE, F_EQ ... F_GE           int32 / float32 comparisons -> bool
 //   CAST_I2F, CAST_F2I (toward 0), CAST_I2B, CAST_F2B (x != 0)     unary
 //   NOT                                    bool -> 1 - x
@@ -15,6 +18,8 @@
 //! variant I_AND
 //! variant I_OR
 //! variant I_XOR
+//! variant I_REM
+//! variant I_FLOORDIV
 //! variant I_EQ
 //! variant I_NE
 //! variant I_LT
@@ -79,6 +84,14 @@ void main() {
         r = x | y;
 #elif defined(I_XOR)
         r = x ^ y;
+#elif defined(I_REM) || defined(I_FLOORDIV)
+        int q = yi == 0 ? 0 : xi / yi, m = yi == 0 ? 0 : xi - q * yi;
+        if (m != 0 && (m < 0) != (yi < 0)) { m += yi; q -= 1; }
+#ifdef I_REM
+        r = uint(m);
+#else
+        r = uint(q);
+#endif
 #elif defined(I_EQ)
         r = bool_word(xi == yi);
 #elif defined(I_NE)

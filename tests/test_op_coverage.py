@@ -546,6 +546,33 @@ def test_max_dim_one_hot_and_scatter_run_on_vulkan(device, scheme):
     torch.testing.assert_close(gr(t, k), f(t, k), equal_nan=True, rtol=0, atol=0)
 
 
+class HashedIds(nn.Module):
+    """Ids hashed into buckets as CANINE does (multiply, add, remainder), floor divisions (//,
+    div(rounding_mode="floor")) and a negated id: integer arithmetic before embedding lookups."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.emb = nn.Embedding(16, 8)
+
+    def forward(self, ids):
+        return (self.emb((ids * 7 + 3) % 16) + self.emb(ids // 3) + self.emb(torch.div(ids, 5, rounding_mode="floor"))
+                + self.emb(torch.remainder(-ids, 5)))
+
+
+def test_integer_remainder_and_floor_division_run_on_vulkan(device):
+    """remainder, floor_divide and neg of int64 ids ran on the CPU through torch: word_ops now,
+    Python's rounding (the remainder takes the divisor's sign), equal to torch's output."""
+    ids = torch.randint(0, 40, (2, 9), generator=torch.Generator().manual_seed(3))
+    model = HashedIds().eval()
+    program, _ = lowered(model, (ids,), None, "dynamic")
+    assert {"remainder", "floor_divide", "mul"} <= {n.op for n in program.nodes}
+    got, ref = on_device(program, device, (ids,))
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(got, model(ids).detach().numpy())
+
+
 class RotaryFromPositions(nn.Module):
     """Rotary angles from positions the model is given (or, under dynamic shapes, an arange of
     the length): cos / sin of position x frequency, up to a few thousand radians."""

@@ -594,6 +594,28 @@ def _bitwise(name, bool_only=False):
     return rule
 
 
+def _floored(name):
+    """remainder / floor_divide of integer tensors, or of one and an integer scalar (a float
+    operand, a float result: the CPU)."""
+    rule = _bitwise(name)
+
+    def floored(n, t):
+        if _word_dtype(dtype_of(n)) != "int32" or isinstance(n.args[1], float):
+            return None
+        if n.target in (aten.div.Tensor_mode, aten.div.Scalar_mode) and n.kwargs.get("rounding_mode") != "floor":
+            return None
+        return rule(n, t)
+    return floored
+
+
+def _neg(n, t):
+    """neg of a float tensor (float_unary), or of an integer one: a multiply by -1 (wrapping,
+    as int32 does)."""
+    if _is_float(n):
+        return "neg", [n.args[0]], {}
+    return ("mul", [n.args[0]], {"scalar": -1}) if _word_dtype(dtype_of(n)) == "int32" else None
+
+
 def _logical_not(n, t):
     return ("logical_not", [n.args[0]], {}) if dtype_of(n.args[0]) == torch.bool else None
 
@@ -842,6 +864,10 @@ CPU_RULES = {
     aten.logical_and.default: _bitwise("bitwise_and", bool_only=True),
     aten.logical_or.default: _bitwise("bitwise_or", bool_only=True),
     aten.logical_not.default: _logical_not, aten.bitwise_not.default: _logical_not,
+    aten.neg.default: _neg,
+    **{r: _floored("remainder") for r in (aten.remainder.Tensor, aten.remainder.Scalar)},
+    **{f: _floored("floor_divide") for f in (aten.floor_divide.default, aten.floor_divide.Scalar,
+                                             aten.div.Tensor_mode, aten.div.Scalar_mode)},
     aten.where.self: _where, aten.where.ScalarOther: _where, aten.where.ScalarSelf: _where,
     aten.where.Scalar: _where,
     aten.masked_fill.Scalar: _masked_fill, aten.masked_fill.Tensor: _masked_fill,

@@ -34,8 +34,20 @@ from .float import LOCAL, MAX_RANK, PER, _elementwise, _numel, _pad, broadcast_s
 COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
            "ge": np.greater_equal}
 BITWISE = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor}
+
+
+def _floored(fn):
+    """Python's (torch's) integer floor division / remainder: the remainder takes the divisor's
+    sign; by 0 both give 0 (torch raises; no wrong number either way)."""
+    def f(a, b):
+        with np.errstate(divide="ignore"):
+            return np.where(b == 0, 0, fn(a, np.where(b == 0, 1, b)))
+    return f
+
+
+FLOORED = {"remainder": _floored(np.remainder), "floor_divide": _floored(np.floor_divide)}
 _VARIANT = {"bitwise_and": "I_AND", "bitwise_or": "I_OR", "bitwise_xor": "I_XOR",
-            "add": "I_ADD", "sub": "I_SUB", "mul": "I_MUL"}
+            "add": "I_ADD", "sub": "I_SUB", "mul": "I_MUL", "remainder": "I_REM", "floor_divide": "I_FLOORDIV"}
 CASTS = {("int32", "float32"): "CAST_I2F", ("float32", "int32"): "CAST_F2I", ("int32", "bool"): "CAST_I2B",
          ("float32", "bool"): "CAST_F2B", ("int32", "int32"): None, ("float32", "float32"): None}
 
@@ -286,6 +298,9 @@ for _name, _fn in COMPARE.items():
         f"{_name} of two float32 or two int32 tensors (or a scalar), broadcast -> bool.")
 for _name, _fn in BITWISE.items():
     _op(_name, _bitwise(_fn), int_build, _int_decline, ("word_ops",), f"{_name} of int32/bool tensors, broadcast.")
+for _name, _fn in FLOORED.items():
+    _op(_name, _bitwise(_fn), int_build, _int_decline, ("word_ops",),
+        f"{_name} of int32 tensors (or a scalar), broadcast, as Python's (the divisor's sign; by 0: 0).")
 _op("logical_not", logical_not, _not_build, _int_decline, ("word_ops",), "not of a bool tensor.")
 _op("cast", cast, _cast_build, _cast_decline, ("word_ops", "float_copy"),
     "dtype conversion between float32, int32 and bool (float -> int toward 0).")
