@@ -144,6 +144,41 @@ def test_other_spellings_of_ops_run_on_vulkan(device):
         assert cosine(got, gm(x).detach().numpy()) >= 0.995
 
 
+class PatchesAndBack(nn.Module):
+    """MobileViTV2's unfolding: a map into non-overlapping patches (F.unfold, kernel = stride) and
+    back (F.fold) around a linear over each patch; and an overlapping fold (kernel 3, stride 2),
+    which sums where windows meet."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.conv, self.fc = nn.Conv2d(3, 4, 3, padding=1), nn.Linear(4 * 4, 4 * 4)
+
+    def forward(self, x):                                           # x (2, 3, 10, 6)
+        p = F.unfold(self.conv(x), kernel_size=2, stride=2)         # (2, 16, 15)
+        y = F.fold(self.fc(p.transpose(1, 2)).transpose(1, 2), (10, 6), kernel_size=2, stride=2)
+        return y, F.fold(p[:, :, :12], (6, 4), kernel_size=(2, 1), stride=(2, 1))
+
+
+def test_non_overlapping_fold_runs_on_vulkan(device):
+    """col2im (F.fold) ran on the CPU: where its windows do not overlap (each output one input
+    value, or none) it is a gather now, under both schemes. An overlapping fold still sums on the
+    CPU, named."""
+    x = torch.randn(2, 3, 10, 6, generator=torch.Generator().manual_seed(4))
+    for scheme in ("static", "dynamic"):
+        program, gm = lowered(PatchesAndBack().eval(), (x,), batches((2, 3, 10, 6)), scheme)
+        assert "take" in {n.op for n in program.nodes}
+        got, ref = on_device(program, device, (x,))
+        for a, b, w in zip(got, ref, gm(x)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6 * np.abs(b).max())
+            assert cosine(a, w.detach().numpy()) >= 0.995
+    overlapping = _Lambda(lambda t: F.fold(t, (7, 7), kernel_size=3, stride=2))
+    t = torch.randn(1, 9, 9)
+    program = lower(api.quantize(overlapping, (t,), scheme="dynamic", progress=False), (t,))
+    assert [op for op, _ in program.fallback] == ["aten.col2im"]
+
+
 class FloatActivations(nn.Module):
     """Activations the linear-only schemes leave in float (Mamba's softplus, YOLO's leaky relu,
     Mish, ELU) and float maths on activations (log, erf, rounding)."""

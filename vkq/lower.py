@@ -746,6 +746,19 @@ MOVERS = {aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten._up
           aten.narrow_copy.default, aten.slice_copy.Tensor, aten.select_copy.int, aten.im2col.default}
 
 
+def _col2im(n, t):
+    """col2im (F.fold) whose windows do not overlap (MobileViTV2's patches back to a map:
+    kernel = stride): each output value is one input value, a take. Overlapping windows sum
+    (the CPU)."""
+    args = list(n.args)
+    try:
+        with torch.no_grad():
+            ones = n.target(torch.ones(shape_of(args[0]), dtype=torch.float64), *args[1:])
+    except (RuntimeError, TypeError):
+        return None
+    return _take(n, t) if float(ones.max()) <= 1.0 else None
+
+
 def _take(n, t):
     from .passes.fold_constants import evaluate_constant
     x = n.args[0]
@@ -839,6 +852,7 @@ CPU_RULES = {
     aten.chunk.default: _split, aten.unbind.int: _unbind,
     aten.constant_pad_nd.default: _constant_pad, aten.pad.default: _constant_pad,
     **{m: _take for m in MOVERS},
+    aten.col2im.default: _col2im,
     aten.gather.default: _gather, aten.index.Tensor: _index,
     aten.cumsum.default: _cumsum,
     **{f: _full for f in (*_FILLED, *_FILL_ARG)},
