@@ -1,7 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // float NCHW -> packed int8 per tensor, as quantized_decomposed.quantize_per_tensor:
-//   q = clamp(roundEven(x * inv_scale) + zero_point, qmin, qmax)
+//   q = clamp(roundEven(x * inv_scale) + zero_point, qmin, qmax)   (a NaN x: 0, as torch's cast)
 // One invocation writes one int32 word (four values); padding bytes are 0.
 // VEC (W % 4 == 0; ROW: numel % 4 == 0): one invocation writes one ivec4 block (16 values) from
 // four vec4 loads, so every float is read once as part of a vec4, every block stored whole and
@@ -43,7 +43,7 @@ layout(push_constant) uniform Params {
 #ifdef VEC
 ivec4 quantize4(vec4 v) {
     precise vec4 t = roundEven(v * p.inv_scale) + float(p.zero_point);
-    return ivec4(clamp(t, float(p.qmin), float(p.qmax)));
+    return mix(ivec4(clamp(t, float(p.qmin), float(p.qmax))), ivec4(0), isnan(t));
 }
 
 void main() {
@@ -83,7 +83,7 @@ void main() {
         ivec4 e = int8x4_element(LAYOUT, i, b, SHAPE);
         if (in_bounds(e, SHAPE)) {
             precise float t = roundEven(x[nchw_offset(e, SHAPE)] * p.inv_scale) + float(p.zero_point);
-            v[b] = int(clamp(t, float(p.qmin), float(p.qmax)));
+            v[b] = isnan(t) ? 0 : int(clamp(t, float(p.qmin), float(p.qmax)));
         }
     }
     q[i] = pack_int8x4(v);

@@ -35,11 +35,12 @@ INT8_MIN, INT8_MAX = -128, 127
 
 
 def quantize(x, scale: float, zero_point: int, qmin: int = INT8_MIN, qmax: int = INT8_MAX) -> np.ndarray:
-    """Float -> int8 per tensor, bit-exact with quantized_decomposed.quantize_per_tensor."""
+    """Float -> int8 per tensor, bit-exact with quantized_decomposed.quantize_per_tensor (a NaN
+    gives 0, as torch's float -> int8 cast does; numpy's is platform-defined)."""
     x = np.asarray(x, dtype=np.float32)
     inv = inverse_scale(scale)
     q = np.rint(x * inv) + np.float32(zero_point)
-    return np.clip(q, qmin, qmax).astype(np.int8)
+    return np.where(np.isnan(q), 0, np.clip(q, qmin, qmax)).astype(np.int8)
 
 
 def inverse_scale(scale: float) -> np.float32:
