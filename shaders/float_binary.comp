@@ -1,7 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // Elementwise float32 out = a (op) b with numpy broadcasting, or a (op) scalar / scalar (op) a
-// (vkq/ops/float.py). The iteration runs over the output (rank <= 6 after merging dims that
+// (vkq/ops/float.py); maximum / minimum too. The iteration runs over the output (rank <= 6 after merging dims that
 // are contiguous in every operand); a broadcast dim has stride 0. b is scaled by alpha first
 // (add/sub's alpha), each float op rounded once (`precise`: no fused multiply-add), so add,
 // sub and mul agree with numpy bit for bit; div is within 2.5 ulp (Vulkan's division).
@@ -21,6 +21,12 @@
 //! variant OP_SUB CONTIG TEXEL
 //! variant OP_MUL CONTIG TEXEL
 //! variant OP_DIV CONTIG TEXEL
+//! variant OP_MAXIMUM
+//! variant OP_MINIMUM
+//! variant OP_MAXIMUM CONTIG
+//! variant OP_MINIMUM CONTIG
+//! variant OP_MAXIMUM CONTIG TEXEL
+//! variant OP_MINIMUM CONTIG TEXEL
 #include "common.glsl"
 #include "texel.glsl"
 
@@ -53,6 +59,10 @@ float op(float x, float b_value) {
     precise float r = x - y;
 #elif defined(OP_MUL)
     precise float r = x * y;
+#elif defined(OP_MAXIMUM)             // (a NaN operand gives NaN, as torch.maximum)
+    float r = isnan(x) || isnan(y) ? x + y : max(x, y);
+#elif defined(OP_MINIMUM)
+    float r = isnan(x) || isnan(y) ? x + y : min(x, y);
 #else
     float r = x / y;
 #endif

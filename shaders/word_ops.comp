@@ -5,6 +5,7 @@
 // every integer and bool tensor (bool: 0 / 1). Iteration over the output (rank <= 6 merged),
 // operands read through broadcast strides (0: broadcast); mode 1: b is the scalar word.
 //   I_ADD/I_SUB/I_MUL/I_AND/I_OR/I_XOR     int32 a (op) b (wrapping)
+//   I_MAXIMUM, I_MINIMUM                   int32 max / min
 //   I_REM, I_FLOORDIV                      int32 remainder / floor division as Python's (the
 //                                          remainder has the divisor's sign; by 0: 0), from the
 //                                          truncating division (SPIR-V OpSDiv), then corrected
@@ -20,6 +21,8 @@
 //! variant I_XOR
 //! variant I_REM
 //! variant I_FLOORDIV
+//! variant I_MAXIMUM
+//! variant I_MINIMUM
 //! variant I_EQ
 //! variant I_NE
 //! variant I_LT
@@ -84,6 +87,10 @@ void main() {
         r = x | y;
 #elif defined(I_XOR)
         r = x ^ y;
+#elif defined(I_MAXIMUM)
+        r = uint(max(xi, yi));
+#elif defined(I_MINIMUM)
+        r = uint(min(xi, yi));
 #elif defined(I_REM) || defined(I_FLOORDIV)
         int q = yi == 0 ? 0 : xi / yi, m = yi == 0 ? 0 : xi - q * yi;
         if (m != 0 && (m < 0) != (yi < 0)) { m += yi; q -= 1; }

@@ -127,6 +127,9 @@ BINARY_CASES = [
     ("div", [rnd(2, 3, 1, 5, 7, 3), rnd(3, 4, 1, 7, 1, lo=0.5, hi=2)], {}, ("ulp", 3)),   # rank 6
     ("div", [A], {"scalar": 7.0}, ("ulp", 3)),
     ("div", [A], {"scalar": 2.0, "scalar_first": True}, ("ulp", 3)),
+    ("maximum", [A, np.where(R.random((3, 1, 37)) > 0.8, np.nan, rnd(3, 1, 37)).astype(np.float32)], {}, "exact"),
+    ("minimum", [rnd(2, 1, 9), np.float32([[np.nan], [0.5], [-np.inf]])], {}, "exact"),     # NaN wins
+    ("maximum", [A], {"scalar": 0.25}, "exact"),
 ]
 
 
@@ -137,7 +140,8 @@ def test_binary(device, op, inputs, attrs, tol):
     check(got, ref, tol)
 
 
-@pytest.mark.parametrize("op,tol", [("add", "exact"), ("sub", "exact"), ("mul", "exact"), ("div", ("ulp", 3))])
+@pytest.mark.parametrize("op,tol", [("add", "exact"), ("sub", "exact"), ("mul", "exact"), ("div", ("ulp", 3)),
+                                    ("maximum", "exact"), ("minimum", "exact")])
 @pytest.mark.parametrize("form", ["tensor", "scalar", "scalar_first"])
 def test_binary_contiguous(loads_device, op, tol, form):
     """CONTIG (contiguous operands): blocks of 4 values by vec4 loads and stores, and the last,

@@ -47,6 +47,8 @@ CASES = [
     ("add", [ints(3, 7), ints(7)], {}, (3, 7), "int32"),
     ("sub", [ints(2, 11)], {"scalar": 1}, (2, 11), "int32"),
     ("mul", [ints(2, 1, 5), ints(3, 1)], {}, (2, 3, 5), "int32"),
+    ("maximum", [ints(2, 1, 5), ints(3, 1)], {}, (2, 3, 5), "int32"),
+    ("minimum", [ints(4, 7)], {"scalar": -3}, (4, 7), "int32"),
     ("cast", [bools(2, 1, 1, 11)], {"dtype": "float32"}, (2, 1, 1, 11), "float32"),
     ("cast", [floats(3, 17) * 9], {"dtype": "int32"}, (3, 17), "int32"),
     ("cast", [ints(5, 5, lo=-1, hi=2)], {"dtype": "bool"}, (5, 5), "int32"),

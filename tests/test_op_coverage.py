@@ -608,6 +608,61 @@ def test_integer_remainder_and_floor_division_run_on_vulkan(device):
     np.testing.assert_array_equal(got, model(ids).detach().numpy())
 
 
+ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with kernels of its own
+    "threshold": lambda x, y: F.threshold(x, 0.1, 20.0), "hardshrink": lambda x, y: F.hardshrink(x, 0.3),
+    "softshrink": lambda x, y: F.softshrink(x, 0.3), "selu": lambda x, y: F.selu(x), "celu": lambda x, y: F.celu(x, 0.7),
+    "rrelu": lambda x, y: F.rrelu(x, training=False), "logsigmoid": lambda x, y: F.logsigmoid(x),
+    "heaviside": lambda x, y: torch.heaviside(torch.round(x), y), "frac": lambda x, y: torch.frac(3 * x),
+    "isnan": lambda x, y: torch.isnan(torch.log(x)).float(), "nan_to_num": lambda x, y: torch.nan_to_num(torch.log(x), 0.5),
+    "lerp": lambda x, y: torch.lerp(x, y, 0.3) + torch.lerp(x, y, 0.8) + torch.lerp(x, y, torch.sigmoid(y)),
+    "addcdiv": lambda x, y: torch.addcdiv(x, x, y.abs() + 1, value=0.5), "var_mean": lambda x, y: sum(torch.var_mean(x, -1, keepdim=True)),
+    "diff": lambda x, y: F.pad(torch.diff(x, dim=1), (0, 0, 0, 1)), "reciprocal": lambda x, y: torch.reciprocal(y.abs() + 1),
+    "clamp_tensors": lambda x, y: torch.clamp(x, min=y, max=y + 1), "maximum": lambda x, y: torch.maximum(x, y) - torch.minimum(x, y),
+    "rot90": lambda x, y: torch.rot90(x[:, :, :5], 1, (1, 2)),
+    "channel_shuffle": lambda x, y: F.channel_shuffle(x[:, :4, :, None], 2)[..., 0] * y[:, :4],
+    "expit": lambda x, y: torch.special.expit(x),
+}
+
+
+class Elementwise(nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.a, self.b, self.f = nn.Linear(6, 6), nn.Linear(6, 6), f
+
+    def forward(self, x):
+        return self.f(self.a(x), self.b(x))
+
+
+@pytest.mark.parametrize("name", list(ELEMENTWISE))
+def test_float_elementwise_rewrites_run_on_vulkan(device, name):
+    """Float ops that ran on the CPU through torch, each now the few ops ATen computes it as
+    (normalize_ops: threshold, shrinks, selu / celu through elu, rrelu at inference, log_sigmoid,
+    heaviside, frac, isnan, nan_to_num, lerp, addcdiv, var_mean, diff; lower: maximum / minimum,
+    clamp by tensors, reciprocal, rot90 and channel_shuffle as gathers): on Vulkan under the
+    dynamic scheme, within float rounding of the reference and of the float model. The rewrites
+    alone, on NaN, infinities, zeros and ties: torch's values (exactly where ATen's arithmetic is
+    the same; selu, celu, log_sigmoid, addcdiv, var_mean within a few ulp)."""
+    from vkq.passes.normalize_ops import normalize_ops
+    f = ELEMENTWISE[name]
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(8))
+    model = Elementwise(f).eval()
+    program, gm = lowered(model, (x,), batches((2, 5, 6)), "dynamic")
+    got, ref = on_device(program, device, (x,))
+    np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5, equal_nan=True)
+    if name not in ("heaviside", "frac", "isnan"):      # (steps: the quantized linears' inputs move them)
+        want = model(x).detach().numpy()
+        assert cosine(got, want) > 0.999
+    special = torch.tensor([[[float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 0.5, -0.3, 2.5, 1e-30, -7.0]] * 2])
+    y = torch.tensor([[[1.0, -2.0, 0.0, 0.25, 3.0, -1.0, 0.5, 2.5, 1.0, 0.0]] * 2])
+    g = torch.export.export(_Lambda(f), (special, y)).module()
+    normalize_ops(g)
+    exact = name not in ("selu", "celu", "logsigmoid", "addcdiv", "var_mean", "lerp")
+    torch.testing.assert_close(g(special, y), f(special, y), equal_nan=True, rtol=0 if exact else 1e-6,
+                               atol=0 if exact else 1e-6)
+
+
 class RotaryFromPositions(nn.Module):
     """Rotary angles from positions the model is given (or, under dynamic shapes, an arange of
     the length): cos / sin of position x frequency, up to a few thousand radians."""

@@ -743,7 +743,8 @@ MOVERS = {aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten._up
           aten.index_select.default, aten.gather.default, aten.pixel_shuffle.default,
           aten.pixel_unshuffle.default, aten.unfold.default, aten.tile.default, aten.diagonal.default,
           aten.as_strided.default, aten.movedim.int, aten.swapaxes.default, aten.permute_copy.default,
-          aten.narrow_copy.default, aten.slice_copy.Tensor, aten.select_copy.int, aten.im2col.default}
+          aten.narrow_copy.default, aten.slice_copy.Tensor, aten.select_copy.int, aten.im2col.default,
+          aten.rot90.default, aten.channel_shuffle.default, aten.native_channel_shuffle.default}
 
 
 def _col2im(n, t):
@@ -866,6 +867,9 @@ CPU_RULES = {
     **{c: _cast for c in (aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device,
                           aten.type_as.default)},
     **{getattr(aten, b).Tensor: _binary_any(b) for b in ("add", "sub", "mul")},
+    aten.maximum.default: _binary_any("maximum"), aten.minimum.default: _binary_any("minimum"),
+    aten.reciprocal.default: lambda n, t: ("div", [n.args[0]], {"scalar": 1.0, "scalar_first": True})
+    if _is_float(n) else None,
     **{getattr(aten, b).Scalar: _binary_any(b) for b in ("add", "sub", "mul")},
     aten.rsub.Scalar: _rsub, aten.rsub.Tensor: _rsub,
     **{getattr(aten, c).Tensor: _compare(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},

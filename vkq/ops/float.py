@@ -12,7 +12,8 @@ a build() that runs it as a float32 compute shader, so a float region stays on t
   sigmoid, tanh, relu, silu, exp, neg, abs, sqrt, rsqrt, hardswish, hardsigmoid, mish, log, erf,
   floor, ceil, round, trunc, sign, sin, cos(x), leaky_relu(x; negative_slope), elu(x; alpha),
   softplus(x; beta, threshold)                                                     float_unary
-  add, sub, mul, div(a[, b]; scalar, scalar_first, alpha)      float_binary (numpy broadcasting)
+  add, sub, mul, div, maximum, minimum(a[, b]; scalar, scalar_first, alpha)
+                                                              float_binary (numpy broadcasting)
   matmul, bmm(a, b)                                      float_matmul (batch dims broadcast)
   matmul_strided(a, b; a_view, b_view, out_strides, out_shape)   float_matmul, in place of the
                       reshape/permute copies around an attention matmul (fold_views_into_matmul)
@@ -25,7 +26,8 @@ Inputs and outputs are float32, contiguous row-major (the executor's device layo
 
 How close the device comes to the reference (tests/test_float_ops.py checks each on odd
 shapes on every test device):
-  add, sub, mul, relu, neg, abs, clamp, hardtanh, the copies   bit for bit (one rounding each)
+  add, sub, mul, maximum, minimum, relu, neg, abs, clamp, hardtanh, the copies
+                            bit for bit (one rounding each)
   div                       <= 2.5 ulp (Vulkan's division is not correctly rounded)
   exp, sigmoid, silu, tanh  exp_f32: Cody-Waite + Cephes polynomial, <= 2 ulp relative (the
                             driver's exp may be 3 + 2|x| ulp, so the shaders do not use it)
@@ -262,7 +264,8 @@ def _binary(fn):
     return reference
 
 
-BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+          "maximum": np.maximum, "minimum": np.minimum}    # (NaN-propagating, as torch's)
 
 
 def matmul(a, b):

@@ -47,7 +47,8 @@ def _floored(fn):
 
 FLOORED = {"remainder": _floored(np.remainder), "floor_divide": _floored(np.floor_divide)}
 _VARIANT = {"bitwise_and": "I_AND", "bitwise_or": "I_OR", "bitwise_xor": "I_XOR",
-            "add": "I_ADD", "sub": "I_SUB", "mul": "I_MUL", "remainder": "I_REM", "floor_divide": "I_FLOORDIV"}
+            "add": "I_ADD", "sub": "I_SUB", "mul": "I_MUL", "remainder": "I_REM", "floor_divide": "I_FLOORDIV",
+            "maximum": "I_MAXIMUM", "minimum": "I_MINIMUM"}
 CASTS = {("int32", "float32"): "CAST_I2F", ("float32", "int32"): "CAST_F2I", ("int32", "bool"): "CAST_I2B",
          ("float32", "bool"): "CAST_F2B", ("int32", "int32"): None, ("float32", "float32"): None}
 

@@ -21,6 +21,11 @@ differently; this pass rewrites the second kind into the first:
   aten.mean.dim(x, [2, 3] / [-2, -1], keepdim)  -> aten.adaptive_avg_pool2d(x, [1, 1]) [+ view (N, C)]
   aten.max.dim / min.dim (values, indices) + getitems -> amax / amin and argmax / argmin
   aten.one_hot(ids, n)                          -> eq(unsqueeze(ids, -1), arange(n)) as int64
+  aten.clamp.Tensor(x, min, max) (tensor bounds) -> minimum(maximum(x, min), max)
+  float threshold, hardshrink, softshrink, selu, celu, rrelu (eval), log_sigmoid, heaviside, frac,
+  isnan, nan_to_num, lerp, addcdiv, var_mean, diff (n = 1)
+                                                -> the few ops with kernels ATen computes them as
+                                                  (where, compares, elu, softplus, trunc, ...)
   aten.scatter(x, dim, index, value), one index along dim (a one-hot of an argmax)
                                                 -> where(index == arange along dim, value, x)
   any in-place aten op (hardswish_, silu_, dropout_, add_, ...) -> its functional form
@@ -339,6 +344,183 @@ def where_from_scatter(node):
     return _new(node, aten.where.ScalarSelf, (hits, value, x))
 
 
+def extremes_from_clamp(node):
+    """clamp(x, min, max) with tensor bounds -> minimum(maximum(x, min), max) (either optional),
+    the order torch's clamp applies them in."""
+    x, lo, hi = node.args[0], arg(node, 1, "min"), arg(node, 2, "max")
+    out = x
+    for target, bound in ((aten.maximum.default, lo), (aten.minimum.default, hi)):
+        if isinstance(bound, Node):
+            out = _new(node, target, (out, bound))
+    return out if out is not x else None
+
+
+# -- float elementwise ops that are a few others (each with a kernel), as ATen computes them ---
+
+def _float_in(node) -> bool:
+    v = val(node.args[0])
+    return isinstance(v, torch.Tensor) and v.dtype.is_floating_point
+
+
+def _bool(node, target, args) -> Node:
+    """A comparison of node's shape: its val is bool."""
+    new = _new(node, target, args)
+    new.meta["val"] = val(node).to(torch.bool)
+    return new
+
+
+def where_from_threshold(node):
+    """threshold(x, th, v) -> where(x <= th, v, x) (a NaN stays NaN, as ATen's)."""
+    if not _float_in(node):
+        return None
+    x, th, v = node.args[:3]
+    return _new(node, aten.where.ScalarSelf, (_bool(node, aten.le.Scalar, (x, th)), v, x))
+
+
+def where_from_shrink(node):
+    """hardshrink(x, l) -> where(|x| <= l, 0, x); softshrink(x, l) -> where(x > l, x - l,
+    where(x < -l, x + l, x * 0)): ATen's comparisons, so a NaN stays NaN."""
+    if not _float_in(node):
+        return None
+    x, lam = node.args[0], float(arg(node, 1, "lambd", 0.5))
+    if node.target == aten.hardshrink.default:
+        small = _bool(node, aten.le.Scalar, (_new(node, aten.abs.default, (x,)), lam))
+        return _new(node, aten.where.ScalarSelf, (small, 0.0, x))
+    inner = _new(node, aten.where.self, (_bool(node, aten.lt.Scalar, (x, -lam)), _new(node, aten.add.Tensor, (x, lam)),
+                                         _new(node, aten.mul.Tensor, (x, 0.0))))
+    return _new(node, aten.where.self, (_bool(node, aten.gt.Scalar, (x, lam)), _new(node, aten.sub.Tensor, (x, lam)),
+                                        inner))
+
+
+def elu_from_celu_selu(node):
+    """selu(x) -> elu(x, 1.6732632423543772) * 1.0507009873554805 and celu(x, a) -> where(x > 0,
+    x, elu(x * (1 / a), a)): ATen's elu with its scale / input_scale, on the plain elu kernel."""
+    if not _float_in(node):
+        return None
+    x = node.args[0]
+    if node.target == aten.selu.default:
+        return _new(node, aten.mul.Tensor, (_new(node, aten.elu.default, (x, 1.6732632423543772)), 1.0507009873554805))
+    a = float(arg(node, 1, "alpha", 1.0))
+    if a == 0:
+        return None
+    neg = _new(node, aten.elu.default, (_new(node, aten.mul.Tensor, (x, 1.0 / a)), a))
+    return _new(node, aten.where.self, (_bool(node, aten.gt.Scalar, (x, 0.0)), x, neg))
+
+
+def leaky_relu_from_rrelu(node):
+    """rrelu at inference (training False): leaky_relu with the mean slope (lower + upper) / 2."""
+    if arg(node, 3, "training", False) or not _float_in(node):
+        return None
+    lower, upper = float(arg(node, 1, "lower", 1 / 8)), float(arg(node, 2, "upper", 1 / 3))
+    return _new(node, aten.leaky_relu.default, (node.args[0], (lower + upper) / 2))
+
+
+def softplus_from_log_sigmoid(node):
+    """log_sigmoid(x) -> -softplus(-x) (softplus's threshold 20 keeps x for x < -20)."""
+    if not _float_in(node):
+        return None
+    neg = _new(node, aten.neg.default, (node.args[0],))
+    return _new(node, aten.neg.default, (_new(node, aten.softplus.default, (neg, 1.0, 20.0)),))
+
+
+def where_from_heaviside(node):
+    """heaviside(x, v) -> where(x == 0, v, where(x > 0, 1, 0))."""
+    if not _float_in(node):
+        return None
+    x, v = node.args[:2]
+    step = _new(node, aten.where.Scalar, (_bool(node, aten.gt.Scalar, (x, 0.0)), 1.0, 0.0))
+    return _new(node, aten.where.self, (_bool(node, aten.eq.Scalar, (x, 0.0)), v, step))
+
+
+def sub_from_frac(node):
+    """frac(x) -> x - trunc(x) (exact, as ATen)."""
+    if not _float_in(node):
+        return None
+    return _new(node, aten.sub.Tensor, (node.args[0], _new(node, aten.trunc.default, (node.args[0],))))
+
+
+def ne_from_isnan(node):
+    """isnan(x) -> x != x."""
+    return _new(node, aten.ne.Tensor, (node.args[0], node.args[0])) if _float_in(node) else None
+
+
+def where_from_nan_to_num(node):
+    """nan_to_num(x, nan, posinf, neginf) -> where(x != x, nan, clamp(x, neginf, posinf)), the
+    infinities' defaults float32's extremes."""
+    if not _float_in(node) or val(node).dtype != torch.float32:
+        return None
+    x = node.args[0]
+    big = float(torch.finfo(torch.float32).max)
+    nan, posinf, neginf = (arg(node, i, k) for i, k in ((1, "nan"), (2, "posinf"), (3, "neginf")))
+    clamped = _new(node, aten.clamp.default, (x, -big if neginf is None else neginf, big if posinf is None else posinf))
+    return _new(node, aten.where.ScalarSelf, (_bool(node, aten.ne.Tensor, (x, x)), 0.0 if nan is None else nan, clamped))
+
+
+def from_lerp(node):
+    """lerp(a, b, w) as ATen computes it: w < 0.5 ? a + w (b - a) : b - (b - a)(1 - w); a scalar
+    w picks its branch here, a tensor one by where."""
+    if not _float_in(node):
+        return None
+    a, b, w = node.args[:3]
+    diff = _new(node, aten.sub.Tensor, (b, a))
+    if not isinstance(w, Node):
+        w = float(w)
+        if w < 0.5:
+            return _new(node, aten.add.Tensor, (a, _new(node, aten.mul.Tensor, (diff, w))))
+        return _new(node, aten.sub.Tensor, (b, _new(node, aten.mul.Tensor, (diff, 1.0 - w))))
+    low = _new(node, aten.add.Tensor, (a, _new(node, aten.mul.Tensor, (w, diff))))
+    high = _new(node, aten.sub.Tensor, (b, _new(node, aten.mul.Tensor, (diff, _new(node, aten.rsub.Scalar, (w, 1.0))))))
+    return _new(node, aten.where.self, (_bool(node, aten.lt.Scalar, (w, 0.5)), low, high))
+
+
+def from_addcdiv(node):
+    """addcdiv(x, t1, t2, value) -> x + value * (t1 / t2)."""
+    if not _float_in(node):
+        return None
+    x, t1, t2 = node.args[:3]
+    q = _new(node, aten.div.Tensor, (t1, t2))
+    value = arg(node, 3, "value", 1)
+    return _new(node, aten.add.Tensor, (x, q if value == 1 else _new(node, aten.mul.Tensor, (q, value))))
+
+
+def moments_from_var_mean(node):
+    """var_mean(x, dims, correction, keepdim) + getitems -> var and mean of x (each rewritten on)."""
+    users = list(node.users)
+    if not _float_in(node) or not users or not all(u.target is operator.getitem for u in users):
+        return None
+    x, dims = node.args[0], arg(node, 1, "dim")
+    if node.target == aten.var_mean.dim:
+        correction, keepdim = (1 if arg(node, 2, "unbiased", True) else 0), bool(arg(node, 3, "keepdim", False))
+    else:
+        correction, keepdim = node.kwargs.get("correction"), bool(node.kwargs.get("keepdim", False))
+        correction = 1 if correction is None else correction
+    for u in users:
+        if u.args[1] == 0:
+            new = _new(node, aten.var.correction, (x, dims), {"correction": correction, "keepdim": keepdim})
+            new.meta["val"] = val(u)
+            new = moments_from_var(new) or new      # (made after _apply's walk began: rewritten here)
+        else:
+            new = _new(node, aten.mean.dim, (x, dims, keepdim))
+        new.meta["val"] = val(u)
+        u.replace_all_uses_with(new)
+        node.graph.erase_node(u)
+    return new
+
+
+def sub_from_diff(node):
+    """diff(x, 1, dim) (no prepend / append) -> x[1:] - x[:-1] along dim, static sizes."""
+    x, n, dim = node.args[0], arg(node, 1, "n", 1), arg(node, 2, "dim", -1)
+    v = val(x)
+    if n != 1 or arg(node, 3, "prepend") is not None or arg(node, 4, "append") is not None \
+            or not isinstance(v, torch.Tensor) or dynamic_size(x):
+        return None
+    dim = int(dim) % v.dim()
+    size = int(v.shape[dim])
+    later = _made(node, aten.slice.Tensor, (x, dim, 1, size), val(node).shape, v.dtype)
+    earlier = _made(node, aten.slice.Tensor, (x, dim, 0, size - 1), val(node).shape, v.dtype)
+    return _new(node, aten.sub.Tensor, (later, earlier))
+
+
 def pool_from_mean(node):
     x = node.args[0]
     dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
@@ -552,7 +734,8 @@ ALIASES = {getattr(getattr(aten, a), o): getattr(getattr(aten, b), o) for a, b, 
     ("absolute", "abs", ("default",)), ("negative", "neg", ("default",)), ("clip", "clamp", ("default",)),
     ("greater", "gt", ("Tensor", "Scalar")), ("less", "lt", ("Tensor", "Scalar")),
     ("greater_equal", "ge", ("Tensor", "Scalar")), ("less_equal", "le", ("Tensor", "Scalar")),
-    ("not_equal", "ne", ("Tensor", "Scalar")), ("arctan", "atan", ("default",)), ("fix", "trunc", ("default",)))
+    ("not_equal", "ne", ("Tensor", "Scalar")), ("arctan", "atan", ("default",)), ("fix", "trunc", ("default",)),
+    ("special_expit", "sigmoid", ("default",)), ("clip", "clamp", ("Tensor",)))
     for o in overloads}
 
 
@@ -745,6 +928,20 @@ NORMALIZE = {
     aten.adaptive_max_pool1d.default: max_pool_from_adaptive_1d,
     aten.max.dim: reductions_from_max_dim, aten.min.dim: reductions_from_max_dim,
     aten.one_hot.default: eq_from_one_hot,
+    aten.clamp.Tensor: extremes_from_clamp,
+    aten.threshold.default: where_from_threshold,
+    aten.hardshrink.default: where_from_shrink, aten.softshrink.default: where_from_shrink,
+    aten.selu.default: elu_from_celu_selu, aten.celu.default: elu_from_celu_selu,
+    aten.rrelu.default: leaky_relu_from_rrelu,
+    aten.log_sigmoid.default: softplus_from_log_sigmoid,
+    aten.heaviside.default: where_from_heaviside,
+    aten.frac.default: sub_from_frac,
+    aten.isnan.default: ne_from_isnan,
+    aten.nan_to_num.default: where_from_nan_to_num,
+    aten.lerp.Scalar: from_lerp, aten.lerp.Tensor: from_lerp,
+    aten.addcdiv.default: from_addcdiv,
+    aten.var_mean.correction: moments_from_var_mean, aten.var_mean.dim: moments_from_var_mean,
+    aten.diff.default: sub_from_diff,
     aten.scatter.value: where_from_scatter,
     aten.mean.dim: pool_from_mean,
     aten.relu6.default: hardtanh_from_relu6,
