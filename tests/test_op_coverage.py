@@ -382,12 +382,12 @@ def test_var_and_std_run_on_vulkan(device, scheme):
     got, ref = on_device(program, device, (x,))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(got).max())
     assert cosine(got, gm(x).detach().numpy()) >= 0.9999
-    from vkq.passes.normalize_ops import normalize_ops     # the rewrite alone, on floats: torch's values
+    from vkq.passes.decompose_ops import decompose_ops     # the rewrite alone, on floats: torch's values
     h = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(15))
     for f in (lambda t: t.std(-1, keepdim=True), lambda t: t.var((0, 2)), lambda t: torch.std(t, 1, unbiased=False),
               lambda t: t.std(), lambda t: torch.var(t, dim=1, correction=2, keepdim=True)):
         g = torch.export.export(_Lambda(f), (h,)).module()
-        assert normalize_ops(g) and not any("var" in str(n.target) or "std" in str(n.target) for n in g.graph.nodes)
+        assert decompose_ops(g) and not any("var" in str(n.target) or "std" in str(n.target) for n in g.graph.nodes)
         torch.testing.assert_close(g(h), f(h), rtol=1e-5, atol=1e-6)
 
 
@@ -530,11 +530,11 @@ def test_logsumexp_runs_on_vulkan(device):
     got, ref = on_device(program, device, (x,))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
     assert cosine(got, gm(x).detach().numpy()) >= 0.9999
-    from vkq.passes.normalize_ops import normalize_ops    # the rewrite alone, on floats: torch's values
+    from vkq.passes.decompose_ops import decompose_ops    # the rewrite alone, on floats: torch's values
     t = torch.tensor([[1.0, 2.0, -float("inf")], [-float("inf")] * 3, [100.0, 100.0, 99.0]])
     for f in (lambda a: torch.logsumexp(a, 1), lambda a: torch.logsumexp(a, (0, 1), keepdim=True)):
         g = torch.export.export(_Lambda(f), (t,)).module()
-        assert normalize_ops(g) and not any("logsumexp" in str(n.target) for n in g.graph.nodes)
+        assert decompose_ops(g) and not any("logsumexp" in str(n.target) for n in g.graph.nodes)
         torch.testing.assert_close(g(t), f(t))
 
 
@@ -570,13 +570,13 @@ def test_max_dim_one_hot_and_scatter_run_on_vulkan(device, scheme):
     got, ref = on_device(program, device, (x, ids))
     np.testing.assert_array_equal(got, ref)
     np.testing.assert_allclose(got, gm(x, ids).detach().numpy(), atol=1e-2 if scheme == "dynamic" else 1e-6)
-    from vkq.passes.normalize_ops import normalize_ops
+    from vkq.passes.decompose_ops import decompose_ops
     t = torch.tensor([[1.0, 3.0, 3.0, -1.0], [2.0, float("nan"), 5.0, 5.0], [0.0, 0.0, -2.0, -2.0]])
     k = torch.tensor([[3, 0], [1, 1], [2, 3]])
     f = lambda a, i: (a.max(1), a.min(0, keepdim=True), F.one_hot(i, 5),
                       torch.full_like(a, -1.0).scatter(1, i[:, :1], 7.0))
     gr = torch.export.export(_Lambda(f), (t, k)).module()
-    assert normalize_ops(gr) and not any(str(n.target).split(".")[-2] in ("max", "min", "one_hot", "scatter")
+    assert decompose_ops(gr) and not any(str(n.target).split(".")[-2] in ("max", "min", "one_hot", "scatter")
                                          for n in gr.graph.nodes if n.op == "call_function")
     torch.testing.assert_close(gr(t, k), f(t, k), equal_nan=True, rtol=0, atol=0)
 
@@ -638,12 +638,13 @@ class Elementwise(nn.Module):
 @pytest.mark.parametrize("name", list(ELEMENTWISE))
 def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     """Float ops that ran on the CPU through torch, each now the few ops ATen computes it as
-    (normalize_ops: threshold, shrinks, selu / celu through elu, rrelu at inference, log_sigmoid,
+    (decompose_ops: threshold, shrinks, selu / celu through elu, rrelu at inference, log_sigmoid,
     heaviside, frac, isnan, nan_to_num, lerp, addcdiv, var_mean, diff; lower: maximum / minimum,
     clamp by tensors, reciprocal, rot90 and channel_shuffle as gathers): on Vulkan under the
     dynamic scheme, within float rounding of the reference and of the float model. The rewrites
     alone, on NaN, infinities, zeros and ties: torch's values (exactly where ATen's arithmetic is
     the same; selu, celu, log_sigmoid, addcdiv, var_mean within a few ulp)."""
+    from vkq.passes.decompose_ops import decompose_ops
     from vkq.passes.normalize_ops import normalize_ops
     f = ELEMENTWISE[name]
     x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(8))
@@ -657,7 +658,7 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     special = torch.tensor([[[float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 0.5, -0.3, 2.5, 1e-30, -7.0]] * 2])
     y = torch.tensor([[[1.0, -2.0, 0.0, 0.25, 3.0, -1.0, 0.5, 2.5, 1.0, 0.0]] * 2])
     g = torch.export.export(_Lambda(f), (special, y)).module()
-    normalize_ops(g)
+    normalize_ops(g), decompose_ops(g)
     exact = name not in ("selu", "celu", "logsigmoid", "addcdiv", "var_mean", "lerp")
     torch.testing.assert_close(g(special, y), f(special, y), equal_nan=True, rtol=0 if exact else 1e-6,
                                atol=0 if exact else 1e-6)

@@ -12,6 +12,7 @@ from torch.fx import GraphModule
 from ._graph import lint
 from .assign_layouts import assign_layouts
 from .drop_cancelling_qdq import drop_cancelling_qdq
+from .decompose_ops import decompose_ops
 from .drop_guards import drop_guards
 from .fold_constants import fold_constants
 from .fold_qdq_patterns import fold_qdq_patterns
@@ -29,6 +30,7 @@ PIPELINE = [
     unroll_rnn,             # LSTM / GRU / RNN over a static length -> their cells' ops (a graph
                             #   converted without vkq's quantizer still has them); before normalize_ops
     normalize_ops,          # one spelling per op (convolution -> conv2d, t + addmm -> linear, ...)
+    decompose_ops,          # ops no kernel runs -> the few ATen computes them with (var, lerp, max.dim, ...)
     fuse_activation,        # relu/relu6/hardtanh before quantizes -> their qmin/qmax; before folding,
                             #   so that dq -> conv -> q is adjacent
     lift_quantize,          # quantize above view chains, identical quantizes merged: dq -> pool -> q adjacent

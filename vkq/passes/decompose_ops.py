@@ -1,0 +1,356 @@
+"""decompose_ops: ATen ops that no kernel runs as they are, rewritten into the few ops ATen
+itself computes them with, each of which has a kernel (after normalize_ops, so that every rule
+sees one spelling and functional ops only):
+
+  aten.max.dim / min.dim (values, indices) + getitems -> amax / amin and argmax / argmin
+  aten.one_hot(ids, n)                          -> eq(unsqueeze(ids, -1), arange(n)) as int64
+  aten.scatter(x, dim, index, value), one index along dim (a one-hot of an argmax)
+                                                -> where(index == arange along dim, value, x)
+  aten.clamp.Tensor(x, min, max) (tensor bounds) -> minimum(maximum(x, min), max)
+  float threshold, hardshrink, softshrink, selu, celu, rrelu (eval), log_sigmoid, heaviside, frac,
+  isnan, nan_to_num, lerp, addcdiv, var_mean, diff (n = 1)
+                                                -> where, compares, elu, softplus, trunc, ... as ATen
+                                                  computes them (its comparisons: a NaN stays NaN)
+  aten.logsumexp(x, dims, keepdim), float, static shapes
+                                                -> m + log(sum(exp(x - m))), m = amax (0 where infinite), as ATen
+  aten.var / aten.std (dim or correction form), float, static shapes
+                                                -> sum((x - mean(x))^2) / (n - correction) [sqrt]: float ops
+                                                  with kernels (a hand-written layer norm's x.std(-1))
+
+Rules are the table DECOMPOSE: target -> function(node) returning the replacement node or None
+(the node stays, and runs on the CPU if nothing else takes it).
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+from torch.fx import GraphModule, Node
+
+from ._graph import arg, aten, dynamic_size, finish, set_val, val
+from .normalize_ops import _made, _new
+
+
+def _reduction(v, dims) -> tuple[list, list]:
+    """A reduction's dims of v (None or [] meaning all, negatives wrapped) and its keepdim shape."""
+    dims = [d % v.dim() for d in (dims if isinstance(dims, (list, tuple)) else [dims])] if dims not in (None, []) \
+        else list(range(v.dim()))
+    return dims, [1 if d in dims else n for d, n in enumerate(v.shape)]
+
+
+def reductions_from_max_dim(node):
+    """max.dim / min.dim(x, d, keepdim) -> (values, indices): the values' getitem becomes
+    amax / amin(x, [d], keepdim), the indices' argmax / argmin(x, d, keepdim) (the first extreme,
+    as torch's; a NaN counts as the largest in both), each with a kernel (Hiera's pooling:
+    x.max(dim).values)."""
+    users = list(node.users)
+    if not users or not all(u.target is operator.getitem and u.args[1] in (0, 1) for u in users):
+        return None
+    x, dim = node.args[0], int(node.args[1])
+    keepdim = bool(arg(node, 2, "keepdim", False))
+    is_max = node.target == aten.max.dim
+    for u in users:
+        if u.args[1] == 0:
+            target, args = (aten.amax.default if is_max else aten.amin.default), (x, [dim], keepdim)
+        else:
+            target, args = (aten.argmax.default if is_max else aten.argmin.default), (x, dim, keepdim)
+        new = _new(node, target, args)
+        new.meta["val"] = val(u)
+        u.replace_all_uses_with(new)
+        node.graph.erase_node(u)
+    return new
+
+
+def _iota(node, n, rank, dim):
+    """arange(n) (int64) viewed along `dim` of a rank-`rank` shape, 1 elsewhere."""
+    shape = [1] * rank
+    shape[dim] = n
+    ids = set_val(_new(node, aten.arange.default, (n,), {"dtype": torch.int64}), (n,), torch.int64)
+    return _made(node, aten.view.default, (ids, shape), tuple(shape), torch.int64)
+
+
+def eq_from_one_hot(node):
+    """one_hot(ids, n), n given -> eq(unsqueeze(ids, -1), arange(n)) as int64: kernels for the
+    compare, the arange and the cast (a class count read from the data, n = -1, stays)."""
+    ids, n = node.args[0], int(arg(node, 1, "num_classes", -1))
+    v = val(ids)
+    if n <= 0 or not isinstance(v, torch.Tensor):
+        return None
+    column = _new(node, aten.unsqueeze.default, (ids, -1))
+    column.meta["val"] = v.unsqueeze(-1)
+    hits = _new(node, aten.eq.Tensor, (column, _iota(node, n, v.dim() + 1, v.dim())))
+    hits.meta["val"] = val(node).to(torch.bool)
+    return _new(node, aten._to_copy.default, (hits,), {"dtype": torch.int64})
+
+
+def where_from_scatter(node):
+    """scatter(x, dim, index, value) with one index along dim (index's other sizes x's: a
+    one-hot of an argmax, Gumbel-softmax's hard sample) -> where(index == arange along dim,
+    value, x): each position is written at most once, so the same values as torch's scatter."""
+    x, dim, index, value = node.args[:4]
+    vx, vi = val(x), val(index)
+    if not isinstance(value, (int, float)) or not isinstance(vx, torch.Tensor) or not isinstance(vi, torch.Tensor) \
+            or vx.dim() != vi.dim() or node.kwargs.get("reduce") is not None:
+        return None
+    dim = int(dim) % vx.dim()
+    same = all(str(a) == str(b) for d, (a, b) in enumerate(zip(vx.shape, vi.shape)) if d != dim)
+    if not same or str(vi.shape[dim]) != "1" or not isinstance(vx.shape[dim], int) or dynamic_size(x, [dim]):
+        return None
+    hits = _new(node, aten.eq.Tensor, (index, _iota(node, vx.shape[dim], vx.dim(), dim)))
+    hits.meta["val"] = vx.new_empty(vx.shape, dtype=torch.bool)
+    return _new(node, aten.where.ScalarSelf, (hits, value, x))
+
+
+def extremes_from_clamp(node):
+    """clamp(x, min, max) with tensor bounds -> minimum(maximum(x, min), max) (either optional),
+    the order torch's clamp applies them in."""
+    x, lo, hi = node.args[0], arg(node, 1, "min"), arg(node, 2, "max")
+    out = x
+    for target, bound in ((aten.maximum.default, lo), (aten.minimum.default, hi)):
+        if isinstance(bound, Node):
+            out = _new(node, target, (out, bound))
+    return out if out is not x else None
+
+
+def _float_in(node) -> bool:
+    v = val(node.args[0])
+    return isinstance(v, torch.Tensor) and v.dtype.is_floating_point
+
+
+def _bool(node, target, args) -> Node:
+    """A comparison of node's shape: its val is bool."""
+    new = _new(node, target, args)
+    new.meta["val"] = val(node).to(torch.bool)
+    return new
+
+
+def where_from_threshold(node):
+    """threshold(x, th, v) -> where(x <= th, v, x) (a NaN stays NaN, as ATen's)."""
+    if not _float_in(node):
+        return None
+    x, th, v = node.args[:3]
+    return _new(node, aten.where.ScalarSelf, (_bool(node, aten.le.Scalar, (x, th)), v, x))
+
+
+def where_from_shrink(node):
+    """hardshrink(x, l) -> where(|x| <= l, 0, x); softshrink(x, l) -> where(x > l, x - l,
+    where(x < -l, x + l, x * 0)): ATen's comparisons, so a NaN stays NaN."""
+    if not _float_in(node):
+        return None
+    x, lam = node.args[0], float(arg(node, 1, "lambd", 0.5))
+    if node.target == aten.hardshrink.default:
+        small = _bool(node, aten.le.Scalar, (_new(node, aten.abs.default, (x,)), lam))
+        return _new(node, aten.where.ScalarSelf, (small, 0.0, x))
+    inner = _new(node, aten.where.self, (_bool(node, aten.lt.Scalar, (x, -lam)), _new(node, aten.add.Tensor, (x, lam)),
+                                         _new(node, aten.mul.Tensor, (x, 0.0))))
+    return _new(node, aten.where.self, (_bool(node, aten.gt.Scalar, (x, lam)), _new(node, aten.sub.Tensor, (x, lam)),
+                                        inner))
+
+
+def elu_from_celu_selu(node):
+    """selu(x) -> elu(x, 1.6732632423543772) * 1.0507009873554805 and celu(x, a) -> where(x > 0,
+    x, elu(x * (1 / a), a)): ATen's elu with its scale / input_scale, on the plain elu kernel."""
+    if not _float_in(node):
+        return None
+    x = node.args[0]
+    if node.target == aten.selu.default:
+        return _new(node, aten.mul.Tensor, (_new(node, aten.elu.default, (x, 1.6732632423543772)), 1.0507009873554805))
+    a = float(arg(node, 1, "alpha", 1.0))
+    if a == 0:
+        return None
+    neg = _new(node, aten.elu.default, (_new(node, aten.mul.Tensor, (x, 1.0 / a)), a))
+    return _new(node, aten.where.self, (_bool(node, aten.gt.Scalar, (x, 0.0)), x, neg))
+
+
+def leaky_relu_from_rrelu(node):
+    """rrelu at inference (training False): leaky_relu with the mean slope (lower + upper) / 2."""
+    if arg(node, 3, "training", False) or not _float_in(node):
+        return None
+    lower, upper = float(arg(node, 1, "lower", 1 / 8)), float(arg(node, 2, "upper", 1 / 3))
+    return _new(node, aten.leaky_relu.default, (node.args[0], (lower + upper) / 2))
+
+
+def softplus_from_log_sigmoid(node):
+    """log_sigmoid(x) -> -softplus(-x) (softplus's threshold 20 keeps x for x < -20)."""
+    if not _float_in(node):
+        return None
+    neg = _new(node, aten.neg.default, (node.args[0],))
+    return _new(node, aten.neg.default, (_new(node, aten.softplus.default, (neg, 1.0, 20.0)),))
+
+
+def where_from_heaviside(node):
+    """heaviside(x, v) -> where(x == 0, v, where(x > 0, 1, 0))."""
+    if not _float_in(node):
+        return None
+    x, v = node.args[:2]
+    step = _new(node, aten.where.Scalar, (_bool(node, aten.gt.Scalar, (x, 0.0)), 1.0, 0.0))
+    return _new(node, aten.where.self, (_bool(node, aten.eq.Scalar, (x, 0.0)), v, step))
+
+
+def sub_from_frac(node):
+    """frac(x) -> x - trunc(x) (exact, as ATen)."""
+    if not _float_in(node):
+        return None
+    return _new(node, aten.sub.Tensor, (node.args[0], _new(node, aten.trunc.default, (node.args[0],))))
+
+
+def ne_from_isnan(node):
+    """isnan(x) -> x != x."""
+    return _new(node, aten.ne.Tensor, (node.args[0], node.args[0])) if _float_in(node) else None
+
+
+def where_from_nan_to_num(node):
+    """nan_to_num(x, nan, posinf, neginf) -> where(x != x, nan, clamp(x, neginf, posinf)), the
+    infinities' defaults float32's extremes."""
+    if not _float_in(node) or val(node).dtype != torch.float32:
+        return None
+    x = node.args[0]
+    big = float(torch.finfo(torch.float32).max)
+    nan, posinf, neginf = (arg(node, i, k) for i, k in ((1, "nan"), (2, "posinf"), (3, "neginf")))
+    clamped = _new(node, aten.clamp.default, (x, -big if neginf is None else neginf, big if posinf is None else posinf))
+    return _new(node, aten.where.ScalarSelf, (_bool(node, aten.ne.Tensor, (x, x)), 0.0 if nan is None else nan, clamped))
+
+
+def from_lerp(node):
+    """lerp(a, b, w) as ATen computes it: w < 0.5 ? a + w (b - a) : b - (b - a)(1 - w); a scalar
+    w picks its branch here, a tensor one by where."""
+    if not _float_in(node):
+        return None
+    a, b, w = node.args[:3]
+    diff = _new(node, aten.sub.Tensor, (b, a))
+    if not isinstance(w, Node):
+        w = float(w)
+        if w < 0.5:
+            return _new(node, aten.add.Tensor, (a, _new(node, aten.mul.Tensor, (diff, w))))
+        return _new(node, aten.sub.Tensor, (b, _new(node, aten.mul.Tensor, (diff, 1.0 - w))))
+    low = _new(node, aten.add.Tensor, (a, _new(node, aten.mul.Tensor, (w, diff))))
+    high = _new(node, aten.sub.Tensor, (b, _new(node, aten.mul.Tensor, (diff, _new(node, aten.rsub.Scalar, (w, 1.0))))))
+    return _new(node, aten.where.self, (_bool(node, aten.lt.Scalar, (w, 0.5)), low, high))
+
+
+def from_addcdiv(node):
+    """addcdiv(x, t1, t2, value) -> x + value * (t1 / t2)."""
+    if not _float_in(node):
+        return None
+    x, t1, t2 = node.args[:3]
+    q = _new(node, aten.div.Tensor, (t1, t2))
+    value = arg(node, 3, "value", 1)
+    return _new(node, aten.add.Tensor, (x, q if value == 1 else _new(node, aten.mul.Tensor, (q, value))))
+
+
+def moments_from_var_mean(node):
+    """var_mean(x, dims, correction, keepdim) + getitems -> var and mean of x (each rewritten on)."""
+    users = list(node.users)
+    if not _float_in(node) or not users or not all(u.target is operator.getitem for u in users):
+        return None
+    x, dims = node.args[0], arg(node, 1, "dim")
+    if node.target == aten.var_mean.dim:
+        correction, keepdim = (1 if arg(node, 2, "unbiased", True) else 0), bool(arg(node, 3, "keepdim", False))
+    else:
+        correction, keepdim = node.kwargs.get("correction"), bool(node.kwargs.get("keepdim", False))
+        correction = 1 if correction is None else correction
+    for u in users:
+        if u.args[1] == 0:
+            new = _new(node, aten.var.correction, (x, dims), {"correction": correction, "keepdim": keepdim})
+            new.meta["val"] = val(u)
+            new = moments_from_var(new) or new      # (made after _apply's walk began: rewritten here)
+        else:
+            new = _new(node, aten.mean.dim, (x, dims, keepdim))
+        new.meta["val"] = val(u)
+        u.replace_all_uses_with(new)
+        node.graph.erase_node(u)
+    return new
+
+
+def sub_from_diff(node):
+    """diff(x, 1, dim) (no prepend / append) -> x[1:] - x[:-1] along dim, static sizes."""
+    x, n, dim = node.args[0], arg(node, 1, "n", 1), arg(node, 2, "dim", -1)
+    v = val(x)
+    if n != 1 or arg(node, 3, "prepend") is not None or arg(node, 4, "append") is not None \
+            or not isinstance(v, torch.Tensor) or dynamic_size(x):
+        return None
+    dim = int(dim) % v.dim()
+    size = int(v.shape[dim])
+    later = _made(node, aten.slice.Tensor, (x, dim, 1, size), val(node).shape, v.dtype)
+    earlier = _made(node, aten.slice.Tensor, (x, dim, 0, size - 1), val(node).shape, v.dtype)
+    return _new(node, aten.sub.Tensor, (later, earlier))
+
+
+def from_logsumexp(node):
+    """logsumexp as ATen computes it: m = amax(x, dims) (0 where m is infinite, so that an
+    all -inf row gives -inf, not NaN), log(sum(exp(x - m))) + m. Float ops with kernels."""
+    x, v = node.args[0], val(node.args[0])
+    if not isinstance(v, torch.Tensor) or not v.is_floating_point() or not all(isinstance(d, int) for d in v.shape):
+        return None
+    dims, kept = _reduction(v, arg(node, 1, "dim"))
+    full, f = list(v.shape), v.dtype
+    m = _made(node, aten.amax.default, (x, dims, True), kept, f)
+    inf = _made(node, aten.eq.Scalar, (_made(node, aten.abs.default, (m,), kept, f), float("inf")), kept, torch.bool)
+    m = _made(node, aten.where.ScalarSelf, (inf, 0.0, m), kept, f)
+    e = _made(node, aten.exp.default, (_made(node, aten.sub.Tensor, (x, m), full, f),), full, f)
+    total = _made(node, aten.sum.dim_IntList, (e, dims, True), kept, f)
+    out = _made(node, aten.add.Tensor, (_made(node, aten.log.default, (total,), kept, f), m), kept, f)
+    if arg(node, 2, "keepdim", False):
+        return out
+    dropped = [n for d, n in enumerate(v.shape) if d not in dims]
+    return _made(node, aten.reshape.default, (out, dropped), dropped, f)
+
+
+def moments_from_var(node):
+    """var / std as the two-pass float ops that compute them: mean, subtract, square, sum, divide
+    by n - correction (and sqrt). Not before annotation: those ops must stay float, not int8."""
+    x, v = node.args[0], val(node.args[0])
+    if not isinstance(v, torch.Tensor) or not v.is_floating_point() or not all(isinstance(d, int) for d in v.shape):
+        return None
+    if node.target in (aten.var.dim, aten.std.dim):
+        dims, correction = arg(node, 1, "dim"), 1 if arg(node, 2, "unbiased", True) else 0
+        keepdim = arg(node, 3, "keepdim", False)
+    else:
+        dims, correction, keepdim = arg(node, 1, "dim"), node.kwargs.get("correction"), node.kwargs.get("keepdim", False)
+        correction = 1 if correction is None else correction
+    dims, kept = _reduction(v, dims)
+    n = math.prod(v.shape[d] for d in dims)
+    if n - correction <= 0:
+        return None         # (torch's inf / nan there: left to it)
+    full, f = list(v.shape), v.dtype
+    out = kept if keepdim else [s for d, s in enumerate(v.shape) if d not in dims]
+    d = _made(node, aten.sub.Tensor, (x, _made(node, aten.mean.dim, (x, dims, True), kept, f)), full, f)
+    total = _made(node, aten.sum.dim_IntList, (_made(node, aten.mul.Tensor, (d, d), full, f), dims, keepdim), out, f)
+    var = _made(node, aten.div.Tensor, (total, float(n - correction)), out, f)
+    return _made(node, aten.sqrt.default, (var,), out, f) if node.target in (aten.std.dim, aten.std.correction) else var
+
+
+DECOMPOSE = {
+    **{t: moments_from_var for t in (aten.var.dim, aten.std.dim, aten.var.correction, aten.std.correction)},
+    aten.var_mean.correction: moments_from_var_mean, aten.var_mean.dim: moments_from_var_mean,
+    aten.logsumexp.default: from_logsumexp,
+    aten.max.dim: reductions_from_max_dim, aten.min.dim: reductions_from_max_dim,
+    aten.one_hot.default: eq_from_one_hot,
+    aten.scatter.value: where_from_scatter,
+    aten.clamp.Tensor: extremes_from_clamp,
+    aten.threshold.default: where_from_threshold,
+    aten.hardshrink.default: where_from_shrink, aten.softshrink.default: where_from_shrink,
+    aten.selu.default: elu_from_celu_selu, aten.celu.default: elu_from_celu_selu,
+    aten.rrelu.default: leaky_relu_from_rrelu,
+    aten.log_sigmoid.default: softplus_from_log_sigmoid,
+    aten.heaviside.default: where_from_heaviside,
+    aten.frac.default: sub_from_frac,
+    aten.isnan.default: ne_from_isnan,
+    aten.nan_to_num.default: where_from_nan_to_num,
+    aten.lerp.Scalar: from_lerp, aten.lerp.Tensor: from_lerp,
+    aten.addcdiv.default: from_addcdiv,
+    aten.diff.default: sub_from_diff,
+}
+
+
+def decompose_ops(gm: GraphModule) -> bool:
+    changed = False
+    for node in list(gm.graph.nodes):
+        rule = DECOMPOSE.get(node.target) if node.op == "call_function" else None
+        new = rule(node) if rule is not None else None
+        if new is not None:
+            node.replace_all_uses_with(new)
+            gm.graph.erase_node(node)
+            changed = True
+    return finish(gm, changed)
