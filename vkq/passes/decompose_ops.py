@@ -11,6 +11,10 @@ sees one spelling and functional ops only):
   isnan, nan_to_num, lerp, addcdiv, var_mean, diff (n = 1)
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
                                                   computes them (its comparisons: a NaN stays NaN)
+  cosine_similarity, pairwise_distance (p = 2) -> norms, divisions, a sum (ATen's formulas)
+  any / all (a max / min of 0/1 floats), the sum of a bool tensor (of 0/1 floats, as int64)
+  add / sub / mul / div / maximum / minimum of a float and an integer tensor -> the integer one
+                                                  cast first (torch's type promotion)
   aten.logsumexp(x, dims, keepdim), float, static shapes
                                                 -> m + log(sum(exp(x - m))), m = amax (0 where infinite), as ATen
   aten.var / aten.std (dim or correction form), float, static shapes
@@ -277,6 +281,79 @@ def sub_from_diff(node):
     return _new(node, aten.sub.Tensor, (later, earlier))
 
 
+def from_cosine_similarity(node):
+    """cosine_similarity(x1, x2, dim, eps) as ATen computes it: each operand divided by its 2-norm
+    along dim (clamped to eps), the products summed (operands of one shape; broadcasting ones,
+    whose norms ATen takes after expanding, stay)."""
+    x1, x2 = node.args[:2]
+    dim, eps = int(arg(node, 2, "dim", 1)), float(arg(node, 3, "eps", 1e-8))
+    v1, v2 = val(x1), val(x2)
+    if not _float_in(node) or not isinstance(v2, torch.Tensor) or [str(d) for d in v1.shape] != [str(d) for d in v2.shape]:
+        return None
+    kept = list(v1.shape)
+    kept[dim] = 1
+    unit = []
+    for x in (x1, x2):
+        norm = set_val(_new(node, aten.linalg_vector_norm.default, (x, 2, [dim], True)), kept, v1.dtype)
+        norm = set_val(_new(node, aten.clamp_min.default, (norm, eps)), kept, v1.dtype)
+        unit.append(set_val(_new(node, aten.div.Tensor, (x, norm)), v1.shape, v1.dtype))
+    prod = set_val(_new(node, aten.mul.Tensor, tuple(unit)), v1.shape, v1.dtype)
+    return _new(node, aten.sum.dim_IntList, (prod, [dim]))
+
+
+def norm_from_pairwise_distance(node):
+    """pairwise_distance(x1, x2, p, eps, keepdim) = ||x1 - x2 + eps||_p over the last dim (ATen's
+    formula), p = 2."""
+    x1, x2 = node.args[:2]
+    p, eps, keepdim = float(arg(node, 2, "p", 2.0)), float(arg(node, 3, "eps", 1e-6)), bool(arg(node, 4, "keepdim", False))
+    v = val(x1)
+    if p != 2 or not _float_in(node) or not isinstance(v, torch.Tensor) or v.dim() == 0:
+        return None
+    diff = _new(node, aten.sub.Tensor, (x1, x2))
+    diff.meta["val"] = torch.empty(torch.broadcast_shapes(v.shape, val(x2).shape), dtype=v.dtype, device="meta")
+    shifted = _new(node, aten.add.Tensor, (diff, eps))
+    shifted.meta["val"] = diff.meta["val"]
+    return _new(node, aten.linalg_vector_norm.default, (shifted, 2, [-1], keepdim))
+
+
+def from_any_all_count(node):
+    """any / all of a tensor (over dims or all of it) -> amax / amin of it as 0/1 floats, != 0; a
+    sum of a bool tensor (a count) -> the sum of 0/1 floats as int64 (exact to 2^24)."""
+    x = node.args[0]
+    v = val(x)
+    if not isinstance(v, torch.Tensor) or (node.target == aten.sum.dim_IntList and v.dtype != torch.bool):
+        return None
+    dims = arg(node, 1, "dim") if node.target != aten.all.default and node.target != aten.any.default else None
+    dims = None if dims is None else ([int(dims)] if isinstance(dims, int) else [int(d) for d in dims])
+    keepdim = bool(arg(node, 2, "keepdim", False)) if dims is not None else False
+    out = val(node)
+    nonzero = x if v.dtype == torch.bool else set_val(_new(node, aten.ne.Scalar, (x, 0)), v.shape, torch.bool)
+    ones = set_val(_new(node, aten._to_copy.default, (nonzero,), {"dtype": torch.float32}), v.shape, torch.float32)
+    if node.target == aten.sum.dim_IntList:
+        total = set_val(_new(node, aten.sum.dim_IntList, (ones, dims, keepdim)), out.shape, torch.float32)
+        return _new(node, aten._to_copy.default, (total,), {"dtype": out.dtype})
+    reduce = aten.amax.default if node.target in (aten.any.dim, aten.any.dims, aten.any.default) else aten.amin.default
+    picked = set_val(_new(node, reduce, (ones, dims if dims is not None else list(range(v.dim())), keepdim)),
+                     out.shape, torch.float32)
+    return _new(node, aten.ne.Scalar, (picked, 0.0))
+
+
+def promote_mixed_operands(node):
+    """add / sub / mul / div / maximum / minimum of a float tensor and an integer or bool one:
+    the latter cast to the float dtype first, as torch's type promotion does (a count added to
+    a float score); the kernels take operands of one dtype."""
+    a, b = node.args[:2]
+    va, vb, out = val(a), val(b), val(node)
+    if not all(isinstance(v, torch.Tensor) for v in (va, vb, out)) or not out.dtype.is_floating_point:
+        return None
+    cast = [isinstance(x, Node) and not v.dtype.is_floating_point for x, v in ((a, va), (b, vb))]
+    if not any(cast):
+        return None
+    args = [set_val(_new(node, aten._to_copy.default, (x,), {"dtype": out.dtype}), v.shape, out.dtype) if c else x
+            for x, v, c in ((a, va, cast[0]), (b, vb, cast[1]))]
+    return _new(node, node.target, (*args, *node.args[2:]), dict(node.kwargs))
+
+
 def from_logsumexp(node):
     """logsumexp as ATen computes it: m = amax(x, dims) (0 where m is infinite, so that an
     all -inf row gives -inf, not NaN), log(sum(exp(x - m))) + m. Float ops with kernels."""
@@ -341,6 +418,12 @@ DECOMPOSE = {
     aten.lerp.Scalar: from_lerp, aten.lerp.Tensor: from_lerp,
     aten.addcdiv.default: from_addcdiv,
     aten.diff.default: sub_from_diff,
+    **{getattr(aten, b).Tensor: promote_mixed_operands for b in ("add", "sub", "mul", "div")},
+    aten.maximum.default: promote_mixed_operands, aten.minimum.default: promote_mixed_operands,
+    aten.cosine_similarity.default: from_cosine_similarity,
+    aten.pairwise_distance.default: norm_from_pairwise_distance,
+    **{t: from_any_all_count for t in (aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims,
+                                       aten.all.default, aten.sum.dim_IntList)},
 }
 
 
