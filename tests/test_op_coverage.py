@@ -624,9 +624,42 @@ ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with 
     "cosine_similarity": lambda x, y: (F.cosine_similarity(x, y, dim=-1)[..., None] * x
                                        + F.cosine_similarity(x, 2 * x, dim=1)[:, None]),
     "pairwise_distance": lambda x, y: F.pairwise_distance(x, y, keepdim=True),
+    "topk": lambda x, y: (torch.topk(x, 3, -1)[0].sum(-1, keepdim=True)
+                          + torch.topk(x, 2, 1, largest=False)[1].float().mean(1, keepdim=True)),
     "any_all_count": lambda x, y: ((x > 0).any(-1).float() + (y > -1).all(1, keepdim=True)[..., 0].float()
                                    + (x > y).sum(-1) + torch.any(x > 1.5).float() + torch.all(y < 9).float()),
 }
+
+
+class Router(nn.Module):
+    """A mixture-of-experts router: softmax over 8 experts, the top 2 (weights renormalised, the
+    expert ids), as Mixtral and Qwen-MoE write it."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.gate = nn.Linear(6, 8)
+
+    def forward(self, x):
+        weights, experts = torch.topk(F.softmax(self.gate(x), -1), 2, dim=-1)
+        return weights / weights.sum(-1, keepdim=True), experts
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_topk_routing_runs_on_vulkan(device, scheme):
+    """topk ran on the CPU through torch: k rounds of argmax, gather and a where now (decompose_ops),
+    the expert ids equal to the reference's and PT2E's (distinct scores), the weights within
+    float rounding."""
+    x = torch.randn(3, 7, 6, generator=torch.Generator().manual_seed(9))
+    program, gm = lowered(Router().eval(), (x,), batches((3, 7, 6)), scheme)
+    assert "argmax" in {n.op for n in program.nodes}
+    got, ref = on_device(program, device, (x,))
+    np.testing.assert_array_equal(got[1], ref[1])
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-6)        # (a division: within Vulkan's 2.5 ulp)
+    weights, experts = (t.detach().numpy() for t in gm(x))
+    np.testing.assert_array_equal(got[1], experts)
+    np.testing.assert_allclose(got[0], weights, atol=0.02)
 
 
 class Elementwise(nn.Module):
@@ -657,7 +690,7 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     program, gm = lowered(model, (x,), batches((2, 5, 6)), "dynamic")
     got, ref = on_device(program, device, (x,))
     np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5, equal_nan=True)
-    if name not in ("heaviside", "frac", "isnan", "any_all_count"):   # (steps: quantized linears move them)
+    if name not in ("heaviside", "frac", "isnan", "any_all_count", "topk"):   # (steps: quantized linears move them)
         want = model(x).detach().numpy()
         assert cosine(got, want) > 0.999
     special = torch.tensor([[[float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 0.5, -0.3, 2.5, 1e-30, -7.0]] * 2])

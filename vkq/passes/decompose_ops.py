@@ -11,6 +11,7 @@ sees one spelling and functional ops only):
   isnan, nan_to_num, lerp, addcdiv, var_mean, diff (n = 1)
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
                                                   computes them (its comparisons: a NaN stays NaN)
+  aten.topk(x, k <= 8, dim, largest) + getitems -> k rounds of argmax, gather and a where
   cosine_similarity, pairwise_distance (p = 2) -> norms, divisions, a sum (ATen's formulas)
   any / all (a max / min of 0/1 floats), the sum of a bool tensor (of 0/1 floats, as int64)
   add / sub / mul / div / maximum / minimum of a float and an integer tensor -> the integer one
@@ -354,6 +355,51 @@ def promote_mixed_operands(node):
     return _new(node, node.target, (*args, *node.args[2:]), dict(node.kwargs))
 
 
+TOPK_MAX = 8       # topk as k selections up to this k (4 small dispatches each); a larger k stays
+
+
+def selections_from_topk(node):
+    """topk(x, k, dim, largest) + getitems, k <= TOPK_MAX, float x with a static dim: k rounds of
+    i = argmax(x', dim) (argmin where not largest), v = gather(x, dim, i), x' = where(position
+    == i, -inf, x'), the values and indices concatenated in order (MoE routing: k = 1, 2). A NaN
+    counts as the largest, as in torch's; equal values come lowest index first, where torch's
+    order among them is unspecified; x' starts with -inf as float32's lowest, so that a chosen
+    position is never chosen again."""
+    x, k = node.args[0], int(node.args[1])
+    dim, largest = int(arg(node, 2, "dim", -1)), bool(arg(node, 3, "largest", True))
+    v, users = val(x), list(node.users)
+    if not _float_in(node) or not 1 <= k <= TOPK_MAX or not users \
+            or not all(u.target is operator.getitem for u in users):
+        return None
+    dim %= v.dim()
+    n = v.shape[dim]
+    if not isinstance(n, int) or dynamic_size(x, [dim]) or k > n:
+        return None
+    pick = aten.argmax.default if largest else aten.argmin.default
+    gone = float("-inf") if largest else float("inf")
+    edge = float(torch.finfo(v.dtype).min if largest else torch.finfo(v.dtype).max)
+    one = list(v.shape)
+    one[dim] = 1
+    work = set_val(_new(node, aten.where.ScalarSelf, (set_val(_new(node, aten.eq.Scalar, (x, gone)), v.shape, torch.bool),
+                                                      edge, x)), v.shape, v.dtype)
+    positions = _iota(node, n, v.dim(), dim)
+    values, indices = [], []
+    for j in range(k):
+        i = set_val(_new(node, pick, (work, dim, True)), one, torch.int64)
+        indices.append(i)
+        values.append(set_val(_new(node, aten.gather.default, (x, dim, i)), one, v.dtype))
+        if j + 1 < k:
+            chosen = set_val(_new(node, aten.eq.Tensor, (positions, i)), v.shape, torch.bool)
+            work = set_val(_new(node, aten.where.ScalarSelf, (chosen, gone, work)), v.shape, v.dtype)
+    for u in users:
+        parts = values if u.args[1] == 0 else indices
+        new = parts[0] if k == 1 else _new(node, aten.cat.default, (parts, dim))
+        new.meta["val"] = val(u)
+        u.replace_all_uses_with(new)
+        node.graph.erase_node(u)
+    return new
+
+
 def from_logsumexp(node):
     """logsumexp as ATen computes it: m = amax(x, dims) (0 where m is infinite, so that an
     all -inf row gives -inf, not NaN), log(sum(exp(x - m))) + m. Float ops with kernels."""
@@ -420,6 +466,7 @@ DECOMPOSE = {
     aten.diff.default: sub_from_diff,
     **{getattr(aten, b).Tensor: promote_mixed_operands for b in ("add", "sub", "mul", "div")},
     aten.maximum.default: promote_mixed_operands, aten.minimum.default: promote_mixed_operands,
+    aten.topk.default: selections_from_topk,
     aten.cosine_similarity.default: from_cosine_similarity,
     aten.pairwise_distance.default: norm_from_pairwise_distance,
     **{t: from_any_all_count for t in (aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims,
