@@ -92,8 +92,12 @@ void main() {
 #elif defined(I_MINIMUM)
         r = uint(min(xi, yi));
 #elif defined(I_REM) || defined(I_FLOORDIV)
-        int q = yi == 0 ? 0 : xi / yi, m = yi == 0 ? 0 : xi - q * yi;
+        // no division by 0 or of INT_MIN by -1 reaches the hardware (x86's idiv traps on both,
+        // and a select may evaluate both sides): the divisor is made safe first
+        const int d = yi == 0 || yi == -1 ? 1 : yi;
+        int q = yi == -1 ? -xi : xi / d, m = xi - q * yi;
         if (m != 0 && (m < 0) != (yi < 0)) { m += yi; q -= 1; }
+        if (yi == 0) { q = 0; m = 0; }
 #ifdef I_REM
         r = uint(m);
 #else

@@ -95,6 +95,9 @@ def test_floored_division(device, op):
         np.testing.assert_array_equal(ref, want(a, scalar))
     zero = run(device, op, [a[:1], np.zeros((1, 1), np.int32)], {}, a[:1].shape, "int32")
     np.testing.assert_array_equal(zero, np.zeros_like(a[:1]))
+    extreme = np.int32([[-2 ** 31, 2 ** 31 - 1, -7]])       # INT_MIN by -1 wraps (no trap), as int32 does
+    got = run(device, op, [extreme], {"scalar": -1}, extreme.shape, "int32")
+    np.testing.assert_array_equal(got, np.int32([[0, 0, 0]]) if op == "remainder" else np.int32([[-2 ** 31, 1 - 2 ** 31, 7]]))
 
 
 def test_reference_semantics():

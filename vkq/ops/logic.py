@@ -40,7 +40,7 @@ def _floored(fn):
     """Python's (torch's) integer floor division / remainder: the remainder takes the divisor's
     sign; by 0 both give 0 (torch raises; no wrong number either way)."""
     def f(a, b):
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", over="ignore"):
             return np.where(b == 0, 0, fn(a, np.where(b == 0, 1, b)))
     return f
 
