@@ -1,6 +1,7 @@
 """decompose_ops: ATen ops that no kernel runs as they are, rewritten into the few ops ATen
-itself computes them with, each of which has a kernel (after normalize_ops, so that every rule
-sees one spelling and functional ops only):
+itself computes them with, each of which has a kernel. It runs after fold_qdq_patterns: an op
+between a dequantize and a quantize has become an int8 op there (selu, threshold, frac, ... a
+lookup table), so only what is left in float is rewritten here:
 
   aten.max.dim / min.dim (values, indices) + getitems -> amax / amin and argmax / argmin
   aten.one_hot(ids, n)                          -> eq(unsqueeze(ids, -1), arange(n)) as int64

@@ -30,12 +30,14 @@ PIPELINE = [
     unroll_rnn,             # LSTM / GRU / RNN over a static length -> their cells' ops (a graph
                             #   converted without vkq's quantizer still has them); before normalize_ops
     normalize_ops,          # one spelling per op (convolution -> conv2d, t + addmm -> linear, ...)
-    decompose_ops,          # ops no kernel runs -> the few ATen computes them with (var, lerp, max.dim, ...)
     fuse_activation,        # relu/relu6/hardtanh before quantizes -> their qmin/qmax; before folding,
                             #   so that dq -> conv -> q is adjacent
     lift_quantize,          # quantize above view chains, identical quantizes merged: dq -> pool -> q adjacent
     drop_cancelling_qdq,    # q(dq(x)) with equal params -> x: int8 stays int8 between ops
     fold_qdq_patterns,      # dq -> op -> q -> one vkq integer op (needs the three passes above)
+    decompose_ops,          # float ops no kernel runs -> the few ATen computes them with (var, lerp,
+                            #   max.dim, ...); after folding, so that an int8 selu or threshold stays
+                            #   one lookup table
     fuse_epilogue,          # a residual add_q8 into the conv2d_q8 whose output only it reads; on the
                             #   vkq ops, so after folding, and before assign_layouts (4W4C residual)
     views_to_repack,        # views left on int8 -> repack(shape)
