@@ -624,6 +624,8 @@ ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with 
     "cosine_similarity": lambda x, y: (F.cosine_similarity(x, y, dim=-1)[..., None] * x
                                        + F.cosine_similarity(x, 2 * x, dim=1)[:, None]),
     "pairwise_distance": lambda x, y: F.pairwise_distance(x, y, keepdim=True),
+    "broadcast": lambda x, y: (torch.clamp(x[0], min=y[:1, :1], max=x[:, :, :1] + 1)        # parts of other shapes
+                               + torch.lerp(x[:1, :1], x[:1], torch.sigmoid(y))),        # than the result's
     "topk": lambda x, y: (torch.topk(x, 3, -1)[0].sum(-1, keepdim=True)
                           + torch.topk(x, 2, 1, largest=False)[1].float().mean(1, keepdim=True)),
     "any_all_count": lambda x, y: ((x > 0).any(-1).float() + (y > -1).all(1, keepdim=True)[..., 0].float()
@@ -698,7 +700,7 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     g = torch.export.export(_Lambda(f), (special, y)).module()
     normalize_ops(g), decompose_ops(g)
     exact = name not in ("selu", "celu", "logsigmoid", "addcdiv", "var_mean", "lerp", "cosine_similarity",
-                         "pairwise_distance")
+                         "pairwise_distance", "broadcast")
     torch.testing.assert_close(g(special, y), f(special, y), equal_nan=True, rtol=0 if exact else 1e-6,
                                atol=0 if exact else 1e-6)
 

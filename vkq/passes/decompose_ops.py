@@ -34,8 +34,24 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import arg, aten, dynamic_size, finish, set_val, val
-from .normalize_ops import _made, _new
+from torch.fx.node import map_arg
+
+from ._graph import _meta_like, arg, aten, dynamic_size, finish, set_val, val
+from .normalize_ops import _made, _new as _node_before
+
+
+def _new(node: Node, target, args, kwargs=None) -> Node:
+    """A call of target before `node`, its val the op's own result on meta tensors of its
+    operands' vals (a part of a decomposition may have another shape or dtype than the node it
+    replaces: a compare, a broadcast operand); the node's val where that cannot run."""
+    new = _node_before(node, target, args, kwargs)
+    metas = map_arg((tuple(args), kwargs or {}), lambda a: _meta_like(val(a)))
+    try:
+        with torch.no_grad():
+            new.meta["val"] = _meta_like(target(*metas[0], **metas[1]))
+    except Exception:       # (an op with no meta kernel: keep the replaced node's val)
+        pass
+    return new
 
 
 def _reduction(v, dims) -> tuple[list, list]:
@@ -84,9 +100,7 @@ def eq_from_one_hot(node):
     if n <= 0 or not isinstance(v, torch.Tensor):
         return None
     column = _new(node, aten.unsqueeze.default, (ids, -1))
-    column.meta["val"] = v.unsqueeze(-1)
     hits = _new(node, aten.eq.Tensor, (column, _iota(node, n, v.dim() + 1, v.dim())))
-    hits.meta["val"] = val(node).to(torch.bool)
     return _new(node, aten._to_copy.default, (hits,), {"dtype": torch.int64})
 
 
@@ -104,7 +118,6 @@ def where_from_scatter(node):
     if not same or str(vi.shape[dim]) != "1" or not isinstance(vx.shape[dim], int) or dynamic_size(x, [dim]):
         return None
     hits = _new(node, aten.eq.Tensor, (index, _iota(node, vx.shape[dim], vx.dim(), dim)))
-    hits.meta["val"] = vx.new_empty(vx.shape, dtype=torch.bool)
     return _new(node, aten.where.ScalarSelf, (hits, value, x))
 
 
@@ -124,11 +137,6 @@ def _float_in(node) -> bool:
     return isinstance(v, torch.Tensor) and v.dtype.is_floating_point
 
 
-def _bool(node, target, args) -> Node:
-    """A comparison of node's shape: its val is bool."""
-    new = _new(node, target, args)
-    new.meta["val"] = val(node).to(torch.bool)
-    return new
 
 
 def where_from_threshold(node):
@@ -136,7 +144,7 @@ def where_from_threshold(node):
     if not _float_in(node):
         return None
     x, th, v = node.args[:3]
-    return _new(node, aten.where.ScalarSelf, (_bool(node, aten.le.Scalar, (x, th)), v, x))
+    return _new(node, aten.where.ScalarSelf, (_new(node, aten.le.Scalar, (x, th)), v, x))
 
 
 def where_from_shrink(node):
@@ -146,11 +154,11 @@ def where_from_shrink(node):
         return None
     x, lam = node.args[0], float(arg(node, 1, "lambd", 0.5))
     if node.target == aten.hardshrink.default:
-        small = _bool(node, aten.le.Scalar, (_new(node, aten.abs.default, (x,)), lam))
+        small = _new(node, aten.le.Scalar, (_new(node, aten.abs.default, (x,)), lam))
         return _new(node, aten.where.ScalarSelf, (small, 0.0, x))
-    inner = _new(node, aten.where.self, (_bool(node, aten.lt.Scalar, (x, -lam)), _new(node, aten.add.Tensor, (x, lam)),
+    inner = _new(node, aten.where.self, (_new(node, aten.lt.Scalar, (x, -lam)), _new(node, aten.add.Tensor, (x, lam)),
                                          _new(node, aten.mul.Tensor, (x, 0.0))))
-    return _new(node, aten.where.self, (_bool(node, aten.gt.Scalar, (x, lam)), _new(node, aten.sub.Tensor, (x, lam)),
+    return _new(node, aten.where.self, (_new(node, aten.gt.Scalar, (x, lam)), _new(node, aten.sub.Tensor, (x, lam)),
                                         inner))
 
 
@@ -166,7 +174,7 @@ def elu_from_celu_selu(node):
     if a == 0:
         return None
     neg = _new(node, aten.elu.default, (_new(node, aten.mul.Tensor, (x, 1.0 / a)), a))
-    return _new(node, aten.where.self, (_bool(node, aten.gt.Scalar, (x, 0.0)), x, neg))
+    return _new(node, aten.where.self, (_new(node, aten.gt.Scalar, (x, 0.0)), x, neg))
 
 
 def leaky_relu_from_rrelu(node):
@@ -190,8 +198,8 @@ def where_from_heaviside(node):
     if not _float_in(node):
         return None
     x, v = node.args[:2]
-    step = _new(node, aten.where.Scalar, (_bool(node, aten.gt.Scalar, (x, 0.0)), 1.0, 0.0))
-    return _new(node, aten.where.self, (_bool(node, aten.eq.Scalar, (x, 0.0)), v, step))
+    step = _new(node, aten.where.Scalar, (_new(node, aten.gt.Scalar, (x, 0.0)), 1.0, 0.0))
+    return _new(node, aten.where.self, (_new(node, aten.eq.Scalar, (x, 0.0)), v, step))
 
 
 def sub_from_frac(node):
@@ -215,7 +223,7 @@ def where_from_nan_to_num(node):
     big = float(torch.finfo(torch.float32).max)
     nan, posinf, neginf = (arg(node, i, k) for i, k in ((1, "nan"), (2, "posinf"), (3, "neginf")))
     clamped = _new(node, aten.clamp.default, (x, -big if neginf is None else neginf, big if posinf is None else posinf))
-    return _new(node, aten.where.ScalarSelf, (_bool(node, aten.ne.Tensor, (x, x)), 0.0 if nan is None else nan, clamped))
+    return _new(node, aten.where.ScalarSelf, (_new(node, aten.ne.Tensor, (x, x)), 0.0 if nan is None else nan, clamped))
 
 
 def from_lerp(node):
@@ -232,7 +240,7 @@ def from_lerp(node):
         return _new(node, aten.sub.Tensor, (b, _new(node, aten.mul.Tensor, (diff, 1.0 - w))))
     low = _new(node, aten.add.Tensor, (a, _new(node, aten.mul.Tensor, (w, diff))))
     high = _new(node, aten.sub.Tensor, (b, _new(node, aten.mul.Tensor, (diff, _new(node, aten.rsub.Scalar, (w, 1.0))))))
-    return _new(node, aten.where.self, (_bool(node, aten.lt.Scalar, (w, 0.5)), low, high))
+    return _new(node, aten.where.self, (_new(node, aten.lt.Scalar, (w, 0.5)), low, high))
 
 
 def from_addcdiv(node):
@@ -312,9 +320,7 @@ def norm_from_pairwise_distance(node):
     if p != 2 or not _float_in(node) or not isinstance(v, torch.Tensor) or v.dim() == 0:
         return None
     diff = _new(node, aten.sub.Tensor, (x1, x2))
-    diff.meta["val"] = torch.empty(torch.broadcast_shapes(v.shape, val(x2).shape), dtype=v.dtype, device="meta")
     shifted = _new(node, aten.add.Tensor, (diff, eps))
-    shifted.meta["val"] = diff.meta["val"]
     return _new(node, aten.linalg_vector_norm.default, (shifted, 2, [-1], keepdim))
 
 
