@@ -36,7 +36,7 @@ from torch.fx import GraphModule, Node
 
 from torch.fx.node import map_arg
 
-from ._graph import _meta_like, arg, aten, dynamic_size, finish, set_val, val
+from ._graph import _meta_like, arg, aten, dynamic_size, finish, val
 from .normalize_ops import _made, _new as _node_before
 
 
@@ -88,8 +88,7 @@ def _iota(node, n, rank, dim):
     """arange(n) (int64) viewed along `dim` of a rank-`rank` shape, 1 elsewhere."""
     shape = [1] * rank
     shape[dim] = n
-    ids = set_val(_new(node, aten.arange.default, (n,), {"dtype": torch.int64}), (n,), torch.int64)
-    return _made(node, aten.view.default, (ids, shape), tuple(shape), torch.int64)
+    return _new(node, aten.view.default, (_new(node, aten.arange.default, (n,), {"dtype": torch.int64}), shape))
 
 
 def eq_from_one_hot(node):
@@ -135,8 +134,6 @@ def extremes_from_clamp(node):
 def _float_in(node) -> bool:
     v = val(node.args[0])
     return isinstance(v, torch.Tensor) and v.dtype.is_floating_point
-
-
 
 
 def where_from_threshold(node):
@@ -268,7 +265,7 @@ def moments_from_var_mean(node):
         if u.args[1] == 0:
             new = _new(node, aten.var.correction, (x, dims), {"correction": correction, "keepdim": keepdim})
             new.meta["val"] = val(u)
-            new = moments_from_var(new) or new      # (made after _apply's walk began: rewritten here)
+            new = moments_from_var(new) or new      # (made after this pass's walk began: rewritten here)
         else:
             new = _new(node, aten.mean.dim, (x, dims, keepdim))
         new.meta["val"] = val(u)
@@ -300,14 +297,11 @@ def from_cosine_similarity(node):
     v1, v2 = val(x1), val(x2)
     if not _float_in(node) or not isinstance(v2, torch.Tensor) or [str(d) for d in v1.shape] != [str(d) for d in v2.shape]:
         return None
-    kept = list(v1.shape)
-    kept[dim] = 1
     unit = []
     for x in (x1, x2):
-        norm = set_val(_new(node, aten.linalg_vector_norm.default, (x, 2, [dim], True)), kept, v1.dtype)
-        norm = set_val(_new(node, aten.clamp_min.default, (norm, eps)), kept, v1.dtype)
-        unit.append(set_val(_new(node, aten.div.Tensor, (x, norm)), v1.shape, v1.dtype))
-    prod = set_val(_new(node, aten.mul.Tensor, tuple(unit)), v1.shape, v1.dtype)
+        norm = _new(node, aten.clamp_min.default, (_new(node, aten.linalg_vector_norm.default, (x, 2, [dim], True)), eps))
+        unit.append(_new(node, aten.div.Tensor, (x, norm)))
+    prod = _new(node, aten.mul.Tensor, tuple(unit))
     return _new(node, aten.sum.dim_IntList, (prod, [dim]))
 
 
@@ -334,15 +328,13 @@ def from_any_all_count(node):
     dims = arg(node, 1, "dim") if node.target != aten.all.default and node.target != aten.any.default else None
     dims = None if dims is None else ([int(dims)] if isinstance(dims, int) else [int(d) for d in dims])
     keepdim = bool(arg(node, 2, "keepdim", False)) if dims is not None else False
-    out = val(node)
-    nonzero = x if v.dtype == torch.bool else set_val(_new(node, aten.ne.Scalar, (x, 0)), v.shape, torch.bool)
-    ones = set_val(_new(node, aten._to_copy.default, (nonzero,), {"dtype": torch.float32}), v.shape, torch.float32)
+    nonzero = x if v.dtype == torch.bool else _new(node, aten.ne.Scalar, (x, 0))
+    ones = _new(node, aten._to_copy.default, (nonzero,), {"dtype": torch.float32})
     if node.target == aten.sum.dim_IntList:
-        total = set_val(_new(node, aten.sum.dim_IntList, (ones, dims, keepdim)), out.shape, torch.float32)
-        return _new(node, aten._to_copy.default, (total,), {"dtype": out.dtype})
+        total = _new(node, aten.sum.dim_IntList, (ones, dims, keepdim))
+        return _new(node, aten._to_copy.default, (total,), {"dtype": val(node).dtype})
     reduce = aten.amax.default if node.target in (aten.any.dim, aten.any.dims, aten.any.default) else aten.amin.default
-    picked = set_val(_new(node, reduce, (ones, dims if dims is not None else list(range(v.dim())), keepdim)),
-                     out.shape, torch.float32)
+    picked = _new(node, reduce, (ones, dims if dims is not None else list(range(v.dim())), keepdim))
     return _new(node, aten.ne.Scalar, (picked, 0.0))
 
 
@@ -357,8 +349,7 @@ def promote_mixed_operands(node):
     cast = [isinstance(x, Node) and not v.dtype.is_floating_point for x, v in ((a, va), (b, vb))]
     if not any(cast):
         return None
-    args = [set_val(_new(node, aten._to_copy.default, (x,), {"dtype": out.dtype}), v.shape, out.dtype) if c else x
-            for x, v, c in ((a, va, cast[0]), (b, vb, cast[1]))]
+    args = [_new(node, aten._to_copy.default, (x,), {"dtype": out.dtype}) if c else x for x, c in zip((a, b), cast)]
     return _new(node, node.target, (*args, *node.args[2:]), dict(node.kwargs))
 
 
@@ -385,19 +376,15 @@ def selections_from_topk(node):
     pick = aten.argmax.default if largest else aten.argmin.default
     gone = float("-inf") if largest else float("inf")
     edge = float(torch.finfo(v.dtype).min if largest else torch.finfo(v.dtype).max)
-    one = list(v.shape)
-    one[dim] = 1
-    work = set_val(_new(node, aten.where.ScalarSelf, (set_val(_new(node, aten.eq.Scalar, (x, gone)), v.shape, torch.bool),
-                                                      edge, x)), v.shape, v.dtype)
+    work = _new(node, aten.where.ScalarSelf, (_new(node, aten.eq.Scalar, (x, gone)), edge, x))
     positions = _iota(node, n, v.dim(), dim)
     values, indices = [], []
     for j in range(k):
-        i = set_val(_new(node, pick, (work, dim, True)), one, torch.int64)
+        i = _new(node, pick, (work, dim, True))
         indices.append(i)
-        values.append(set_val(_new(node, aten.gather.default, (x, dim, i)), one, v.dtype))
+        values.append(_new(node, aten.gather.default, (x, dim, i)))
         if j + 1 < k:
-            chosen = set_val(_new(node, aten.eq.Tensor, (positions, i)), v.shape, torch.bool)
-            work = set_val(_new(node, aten.where.ScalarSelf, (chosen, gone, work)), v.shape, v.dtype)
+            work = _new(node, aten.where.ScalarSelf, (_new(node, aten.eq.Tensor, (positions, i)), gone, work))
     for u in users:
         parts = values if u.args[1] == 0 else indices
         new = parts[0] if k == 1 else _new(node, aten.cat.default, (parts, dim))
