@@ -358,17 +358,13 @@ def _pool_1d(n, t):
     """max_pool1d / avg_pool1d on a float (N, C, L) x (left float by the schemes that quantize
     linears only): the 2-D pool over a (1, k) window, x seen as (C, H, W) = (N, C, L) planes."""
     from .ops.pool import avg_pool2d_geometry, max_pool2d_params
+    from .passes.one_d_as_two_d import pool_args_2d
     if len(shape_of(n.args[0])) != 3:
         return None
-    one = lambda v, default: int(v[0]) if isinstance(v, (list, tuple)) and len(v) else (
-        default if isinstance(v, (list, tuple)) or v is None else int(v))
-    k = one(n.args[1], 1)
-    stride, padding = [1, one(arg(n, 2, "stride"), k)], [0, one(arg(n, 3, "padding", 0), 0)]
-    if n.target == aten.max_pool1d.default:
-        return "max_pool2d", [n.args[0]], max_pool2d_params([1, k], stride, padding, [1, one(arg(n, 4, "dilation", 1), 1)],
-                                                            arg(n, 5, "ceil_mode", False))
-    return "avg_pool2d", [n.args[0]], avg_pool2d_geometry([1, k], stride, padding, arg(n, 4, "ceil_mode", False),
-                                                          arg(n, 5, "count_include_pad", True))
+    target, rest = pool_args_2d(n)
+    if target == aten.max_pool2d.default:
+        return "max_pool2d", [n.args[0]], max_pool2d_params(*rest)
+    return "avg_pool2d", [n.args[0]], avg_pool2d_geometry(*rest)
 
 
 def _global_average(n, t):

@@ -58,6 +58,19 @@ def _three_d(node) -> bool:
     return isinstance(v, torch.Tensor) and v.dim() == 3 and v.dtype.is_floating_point
 
 
+def pool_args_2d(node: Node) -> tuple:
+    """(the 2-D pool, its arguments after x) for max_pool1d / avg_pool1d `node`: the window
+    (1, k), stride (1, s), padding (0, p) (and dilation (1, d), ceil_mode / count_include_pad),
+    as the op over (N, C, 1, L) or over (N, C, L) seen as (C, H, W) planes computes it."""
+    k = _one(node.args[1], 1)
+    window = ([1, k], [1, _one(arg(node, 2, "stride", []), k)], [0, _one(arg(node, 3, "padding", 0), 0)])
+    if node.target == aten.max_pool1d.default:
+        return aten.max_pool2d.default, (*window, [1, _one(arg(node, 4, "dilation", 1), 1)],
+                                         bool(arg(node, 5, "ceil_mode", False)))
+    return aten.avg_pool2d.default, (*window, bool(arg(node, 4, "ceil_mode", False)),
+                                     bool(arg(node, 5, "count_include_pad", True)))
+
+
 def _as_two_d(gm: GraphModule, node: Node) -> Node | None:
     """The 2-D op (between an unsqueeze and a squeeze) that replaces 1-D `node`, or None."""
     x = node.args[0]
@@ -84,16 +97,9 @@ def _as_two_d(gm: GraphModule, node: Node) -> Node | None:
         target = aten.conv2d.padding if isinstance(padding, str) else aten.conv2d.default
         args = (x4, w4, arg(node, 2, "bias", None), [1, _one(arg(node, 3, "stride", 1), 1)], padding,
                 [1, _one(arg(node, 5, "dilation", 1), 1)], int(arg(node, 6, "groups", 1)))
-    elif node.target == aten.max_pool1d.default:
-        k = _one(node.args[1], 1)
-        args = (x4, [1, k], [1, _one(arg(node, 2, "stride", []), k)], [0, _one(arg(node, 3, "padding", 0), 0)],
-                [1, _one(arg(node, 4, "dilation", 1), 1)], bool(arg(node, 5, "ceil_mode", False)))
-        target = aten.max_pool2d.default
-    elif node.target == aten.avg_pool1d.default:
-        k = _one(node.args[1], 1)
-        args = (x4, [1, k], [1, _one(arg(node, 2, "stride", []), k)], [0, _one(arg(node, 3, "padding", 0), 0)],
-                bool(arg(node, 4, "ceil_mode", False)), bool(arg(node, 5, "count_include_pad", True)))
-        target = aten.avg_pool2d.default
+    elif node.target in (aten.max_pool1d.default, aten.avg_pool1d.default):
+        target, rest = pool_args_2d(node)
+        args = (x4, *rest)
     else:
         args, target = (x4, [1, _one(node.args[1], 1)]), aten.adaptive_avg_pool2d.default
     two = _call(gm, node, target, args, out_val)
