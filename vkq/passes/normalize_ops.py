@@ -8,7 +8,7 @@ differently; this pass rewrites the second kind into the first:
                                                   with an even window pads one more right/below, as
                                                   PyTorch does: constant_pad_nd first, then padding 0
   aten.conv1d.padding, float (N, C, L) (the static scheme made it 2-D before)
-                                                -> aten.conv1d, an odd "same" total padded right first
+                                                -> aten.conv1d, the same way
   aten.addcmul(a, b, c, value=v)                -> a + b * c (* v)   (ResMLP's affine layers)
   aten.reshape_as(x, y), y of a static shape    -> aten.reshape(x, y's shape)   (LeViT)
   aten.addmm(b, x, t(w)) / aten.mm(x, t(w))     -> aten.linear(x, w, b)      (t = aten.t or permute [1, 0])
@@ -92,44 +92,29 @@ def conv_from_convolution(node):
 
 
 def conv_from_string_padding(node):
+    """conv2d / conv1d with padding "same" or "valid" -> the padding in numbers; a "same" whose
+    total is odd pads one more right / below first (constant_pad_nd), as PyTorch does. (conv1d's
+    only at lowering, under the schemes that leave convs float: under the static one,
+    one_d_as_two_d made it a conv2d before.)"""
     x, w, b = node.args[:3]
     stride, padding = arg(node, 3, "stride", 1), arg(node, 4, "padding", "valid")
     dilation, groups = arg(node, 5, "dilation", 1), arg(node, 6, "groups", 1)
-    if padding not in ("same", "valid") or val(x).dim() != 4:    # (not shape_of: it would fix dynamic dims)
+    r = 2 if node.target == aten.conv2d.padding else 1
+    if padding not in ("same", "valid") or val(x).dim() != r + 2:    # (not shape_of: it would fix dynamic dims)
         return None
-    stride, dilation = _pair(stride), _pair(dilation)
-    if padding == "valid":
-        return _new(node, aten.conv2d.default, (x, w, b, stride, [0, 0], dilation, groups))
-    total = [d * (k - 1) for d, k in zip(dilation, shape_of(w)[2:])]
+    target = aten.conv2d.default if r == 2 else aten.conv1d.default
+    stride, dilation = _pair(stride, r), _pair(dilation, r)
+    total = [d * (k - 1) for d, k in zip(dilation, shape_of(w)[2:])] if padding == "same" else [0] * r
     before = [t // 2 for t in total]
     if all(t == 2 * p for t, p in zip(total, before)):
-        return _new(node, aten.conv2d.default, (x, w, b, stride, before, dilation, groups))
-    pad = [before[1], total[1] - before[1], before[0], total[0] - before[0]]     # left, right, top, bottom
+        return _new(node, target, (x, w, b, stride, before, dilation, groups))
+    pad = [p for d in reversed(range(r)) for p in (before[d], total[d] - before[d])]   # last dim first
     padded = _new(node, aten.constant_pad_nd.default, (x, pad, 0.0))
     size = list(val(x).shape)          # symbolic sizes stay so: no shape_of, no pad on the fake value
-    size[2], size[3] = size[2] + total[0], size[3] + total[1]
+    for d in range(r):
+        size[2 + d] = size[2 + d] + total[d]
     padded.meta["val"] = val(x).new_empty(size)
-    return _new(node, aten.conv2d.default, (padded, w, b, stride, [0, 0], dilation, groups))
-
-
-def conv1d_from_string_padding(node):
-    """conv1d(x, w, b, stride, "same" / "valid", ...) left float (the schemes that quantize
-    linears only; under the static one one_d_as_two_d made it 2-D) -> conv1d with the padding in
-    numbers, an odd "same" total padded one more on the right first, as PyTorch does."""
-    x, w, b = node.args[:3]
-    stride, padding = arg(node, 3, "stride", 1), arg(node, 4, "padding", "valid")
-    dilation, groups = arg(node, 5, "dilation", 1), arg(node, 6, "groups", 1)
-    if padding not in ("same", "valid") or val(x).dim() != 3:
-        return None
-    stride, dilation = _pair(stride, 1), _pair(dilation, 1)
-    total = dilation[0] * (shape_of(w)[2] - 1) if padding == "same" else 0
-    if total % 2 == 0:
-        return _new(node, aten.conv1d.default, (x, w, b, stride, [total // 2], dilation, groups))
-    padded = _new(node, aten.constant_pad_nd.default, (x, [total // 2, total - total // 2], 0.0))
-    size = list(val(x).shape)
-    size[2] = size[2] + total
-    padded.meta["val"] = val(x).new_empty(size)
-    return _new(node, aten.conv1d.default, (padded, w, b, stride, [0], dilation, groups))
+    return _new(node, target, (padded, w, b, stride, [0] * r, dilation, groups))
 
 
 def mul_add_from_addcmul(node):
@@ -610,7 +595,7 @@ BEFORE_ANNOTATION = {
 
 NORMALIZE = {
     aten.convolution.default: conv_from_convolution,
-    aten.conv1d.padding: conv1d_from_string_padding,
+    aten.conv1d.padding: conv_from_string_padding,
     aten.index.Tensor: embedding_from_index,
     **BEFORE_ANNOTATION,
     aten.addmm.default: linear_from_addmm,
