@@ -289,6 +289,24 @@ def test_conv3d_tubelets_run_as_a_linear(device, scheme):
     assert cosine(got, model(x).detach().numpy()) >= 0.99
 
 
+@pytest.mark.parametrize("scheme", ["dynamic", "weight_only"])
+def test_video_network_runs_on_vulkan_under_the_linear_only_schemes(device, scheme):
+    """Under the schemes that quantize linears only, conv3d, the 3-D pools and batch norms run as
+    float 2-D kernels over the frames (three_d_as_two_d; before: float on the CPU), and 1x1x1
+    convs of the squeeze-excitation as linears."""
+    from test_end_to_end import VideoCNN
+    x = torch.randn(2, 3, 5, 17, 20, generator=torch.Generator().manual_seed(11))
+    model = VideoCNN().eval()
+    program, gm = lowered(model, (x,), batches((2, 3, 5, 17, 20)), scheme)
+    ops = [n.op for n in program.nodes]
+    assert ops.count("conv2d") == 5 and ops.count("take") == 4 and ops.count("max_pool2d") == 3, ops
+    got, ref = on_device(program, device, (x,))
+    assert got.shape == (2, 7)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    assert cosine(got, gm(x).detach().numpy()) >= 0.9999
+    assert cosine(got, model(x).detach().numpy()) >= 0.999
+
+
 class EmptyPassThrough(nn.Module):
     """Partial rotary embeddings with the rotary part the whole head (Phi-3): the pass-through
     half x[..., d:] is empty, and is concatenated back."""

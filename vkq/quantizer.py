@@ -228,6 +228,14 @@ def annotate_cat(gm: GraphModule, act: QuantizationSpec) -> None:
         _annotate(node, inputs, shared)
 
 
+def _zero_pad_or_constant_gather(node: Node) -> bool:
+    """A pad with zeros (0.0 is exact on every int8 grid PT2E makes; another value could fall
+    outside x's range) or a gather by constant indices: its output shares x's quantization."""
+    from .passes._graph import picks_by_constant
+    return picks_by_constant(node) and not (node.target == aten.constant_pad_nd.default and len(node.args) > 2
+                                            and node.args[2] != 0)
+
+
 def annotate_single_input(gm: GraphModule, act: QuantizationSpec) -> None:
     """In graph order, so that chains propagate:
       max pool, views, standalone relu/hardtanh: output quantized like the input;
@@ -239,7 +247,7 @@ def annotate_single_input(gm: GraphModule, act: QuantizationSpec) -> None:
     for node in gm.graph.nodes:
         if _annotated(node) or node.op != "call_function":
             continue
-        if _is(node, SHARE_INPUT | AVERAGES):
+        if _is(node, SHARE_INPUT | AVERAGES) or _zero_pad_or_constant_gather(node):
             x = node.args[0]
             if not (_has_output_spec(x) or (_is(node, POOLS) and _is_float_tensor(x))):
                 continue
@@ -371,17 +379,21 @@ class VkqQuantizer(Quantizer):
         from .passes.conv_transpose_as_conv import conv_transpose_as_conv
         from .passes.one_d_as_two_d import CONV_T_1D, one_d_as_two_d
         from .passes.patch_conv_as_linear import patch_conv3d_as_linear, patch_conv_as_linear
+        from .passes.three_d_as_two_d import three_d_as_two_d
         from .passes.unroll_rnn import unroll_rnn
         unroll_rnn(model)                           # (LSTM / GRU / RNN cells: linears and gates)
         normalize_for_annotation(model)
         if self.scheme == "static":
+            patch_conv3d_as_linear(model)           # (a video's tubelet embedding: a linear)
+            three_d = three_d_as_two_d(model)       # (the other 3-D convs, pools, batch norms: over frames)
             batch_norm_as_conv(model)
             one_d = one_d_as_two_d(model)           # (conv_transpose1d -> conv_transpose2d: before the next)
             conv_transpose_as_conv(model)
-            patch_conv3d_as_linear(model)           # (a video's tubelet embedding: a linear)
-            if one_d:
-                normalize_for_annotation(model)     # conv1d's string padding, now conv2d's
+            if one_d or three_d:
+                normalize_for_annotation(model)     # conv1d's and conv3d's string padding, now conv2d's
         else:       # these schemes quantize linears only; a transposed conv's phase conv runs in float
+            patch_conv_as_linear(model)             # (before three_d_as_two_d: a tubelet embedding, a linear)
+            three_d_as_two_d(model)                 # (a float conv2d and pools have kernels; conv3d none)
             batch_norm_as_conv(model)               # (a float conv: spares convert_pt2e's QAT folding)
             one_d_as_two_d(model, CONV_T_1D)        # (a float conv1d has a kernel as it is; a transposed one not)
             conv_transpose_as_conv(model)           # (or, 1x1 where kernel = stride, as a linear)

@@ -14,6 +14,8 @@ import re
 import numpy as np
 import torch
 from torch.fx import GraphModule, Node
+from torch._subclasses import FakeTensor
+from torch.fx.node import map_arg
 
 import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
 
@@ -70,6 +72,16 @@ def unary_operand(node) -> Node | None:
             or not vx.dtype.is_floating_point:
         return None
     return x
+
+
+def picks_by_constant(node) -> bool:
+    """A constant pad, or a gather by constant (get_attr) indices (three_d_as_two_d's taps):
+    each output element is an input element or the pad's value, so quantize(op(x)) is
+    op(quantize(x)) (the lowering quantizes the pad's value with x's parameters)."""
+    if is_call(node, {aten.constant_pad_nd.default}):
+        return True
+    return is_call(node, {aten.index.Tensor}) and isinstance(node.args[1], (list, tuple)) \
+        and all(isinstance(i, Node) and i.op == "get_attr" for i in node.args[1])
 
 
 def op_name(target) -> str:
@@ -236,6 +248,31 @@ def add_constant(gm: GraphModule, hint: str, value, before: Node) -> Node:
 
 
 # ------------------------------------------------------------------ edits
+
+def call_before(node: Node, target, args, kwargs=None) -> Node:
+    """A call of target inserted before `node`, with node's meta (its stack traces, its module)
+    but its val the op's own result on meta tensors of its operands' vals: a part of a rewrite
+    may have another shape or dtype than the node it replaces (a compare, a broadcast operand, a
+    view); node's val where the op cannot run on meta tensors."""
+    with node.graph.inserting_before(node):
+        new = node.graph.call_function(target, tuple(args), kwargs or {})
+    new.meta.update(node.meta)
+    vals = [val(a) for a in new.all_input_nodes]
+    fake = next((v.fake_mode for v in vals if isinstance(v, FakeTensor)), None)
+    if fake is None:
+        like = _meta_like
+    else:       # (before annotation: prepare_pt2e observes only outputs whose val is a FakeTensor)
+        like = lambda v: v if not isinstance(v, torch.Tensor) or isinstance(v, FakeTensor) \
+            else fake.from_tensor(torch.empty(tuple(v.shape), dtype=v.dtype), static_shapes=True)
+    operands = map_arg((tuple(args), kwargs or {}), lambda a: like(val(a)))
+    try:
+        with torch.no_grad():
+            out = target(*operands[0], **operands[1])
+        new.meta["val"] = out if fake is not None else _meta_like(out)
+    except Exception:       # (an op with no meta kernel: keep the replaced node's val)
+        pass
+    return new
+
 
 def reject(node: Node, reason: str) -> None:
     """Record why node stays as it is (it then runs in float on the CPU); the first reason wins."""

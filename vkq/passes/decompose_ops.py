@@ -34,24 +34,8 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
-from torch.fx.node import map_arg
-
-from ._graph import _meta_like, arg, aten, dynamic_size, finish, val
-from .normalize_ops import _made, _new as _node_before
-
-
-def _new(node: Node, target, args, kwargs=None) -> Node:
-    """A call of target before `node`, its val the op's own result on meta tensors of its
-    operands' vals (a part of a decomposition may have another shape or dtype than the node it
-    replaces: a compare, a broadcast operand); the node's val where that cannot run."""
-    new = _node_before(node, target, args, kwargs)
-    metas = map_arg((tuple(args), kwargs or {}), lambda a: _meta_like(val(a)))
-    try:
-        with torch.no_grad():
-            new.meta["val"] = _meta_like(target(*metas[0], **metas[1]))
-    except Exception:       # (an op with no meta kernel: keep the replaced node's val)
-        pass
-    return new
+from ._graph import arg, aten, call_before, dynamic_size, finish, val
+from .normalize_ops import _made
 
 
 def _reduction(v, dims) -> tuple[list, list]:
@@ -77,7 +61,7 @@ def reductions_from_max_dim(node):
             target, args = (aten.amax.default if is_max else aten.amin.default), (x, [dim], keepdim)
         else:
             target, args = (aten.argmax.default if is_max else aten.argmin.default), (x, dim, keepdim)
-        new = _new(node, target, args)
+        new = call_before(node, target, args)
         new.meta["val"] = val(u)
         u.replace_all_uses_with(new)
         node.graph.erase_node(u)
@@ -88,7 +72,7 @@ def _iota(node, n, rank, dim):
     """arange(n) (int64) viewed along `dim` of a rank-`rank` shape, 1 elsewhere."""
     shape = [1] * rank
     shape[dim] = n
-    return _new(node, aten.view.default, (_new(node, aten.arange.default, (n,), {"dtype": torch.int64}), shape))
+    return call_before(node, aten.view.default, (call_before(node, aten.arange.default, (n,), {"dtype": torch.int64}), shape))
 
 
 def eq_from_one_hot(node):
@@ -98,9 +82,9 @@ def eq_from_one_hot(node):
     v = val(ids)
     if n <= 0 or not isinstance(v, torch.Tensor):
         return None
-    column = _new(node, aten.unsqueeze.default, (ids, -1))
-    hits = _new(node, aten.eq.Tensor, (column, _iota(node, n, v.dim() + 1, v.dim())))
-    return _new(node, aten._to_copy.default, (hits,), {"dtype": torch.int64})
+    column = call_before(node, aten.unsqueeze.default, (ids, -1))
+    hits = call_before(node, aten.eq.Tensor, (column, _iota(node, n, v.dim() + 1, v.dim())))
+    return call_before(node, aten._to_copy.default, (hits,), {"dtype": torch.int64})
 
 
 def where_from_scatter(node):
@@ -116,8 +100,8 @@ def where_from_scatter(node):
     same = all(str(a) == str(b) for d, (a, b) in enumerate(zip(vx.shape, vi.shape)) if d != dim)
     if not same or str(vi.shape[dim]) != "1" or not isinstance(vx.shape[dim], int) or dynamic_size(x, [dim]):
         return None
-    hits = _new(node, aten.eq.Tensor, (index, _iota(node, vx.shape[dim], vx.dim(), dim)))
-    return _new(node, aten.where.ScalarSelf, (hits, value, x))
+    hits = call_before(node, aten.eq.Tensor, (index, _iota(node, vx.shape[dim], vx.dim(), dim)))
+    return call_before(node, aten.where.ScalarSelf, (hits, value, x))
 
 
 def extremes_from_clamp(node):
@@ -127,7 +111,7 @@ def extremes_from_clamp(node):
     out = x
     for target, bound in ((aten.maximum.default, lo), (aten.minimum.default, hi)):
         if isinstance(bound, Node):
-            out = _new(node, target, (out, bound))
+            out = call_before(node, target, (out, bound))
     return out if out is not x else None
 
 
@@ -141,7 +125,7 @@ def where_from_threshold(node):
     if not _float_in(node):
         return None
     x, th, v = node.args[:3]
-    return _new(node, aten.where.ScalarSelf, (_new(node, aten.le.Scalar, (x, th)), v, x))
+    return call_before(node, aten.where.ScalarSelf, (call_before(node, aten.le.Scalar, (x, th)), v, x))
 
 
 def where_from_shrink(node):
@@ -151,11 +135,11 @@ def where_from_shrink(node):
         return None
     x, lam = node.args[0], float(arg(node, 1, "lambd", 0.5))
     if node.target == aten.hardshrink.default:
-        small = _new(node, aten.le.Scalar, (_new(node, aten.abs.default, (x,)), lam))
-        return _new(node, aten.where.ScalarSelf, (small, 0.0, x))
-    inner = _new(node, aten.where.self, (_new(node, aten.lt.Scalar, (x, -lam)), _new(node, aten.add.Tensor, (x, lam)),
-                                         _new(node, aten.mul.Tensor, (x, 0.0))))
-    return _new(node, aten.where.self, (_new(node, aten.gt.Scalar, (x, lam)), _new(node, aten.sub.Tensor, (x, lam)),
+        small = call_before(node, aten.le.Scalar, (call_before(node, aten.abs.default, (x,)), lam))
+        return call_before(node, aten.where.ScalarSelf, (small, 0.0, x))
+    inner = call_before(node, aten.where.self, (call_before(node, aten.lt.Scalar, (x, -lam)), call_before(node, aten.add.Tensor, (x, lam)),
+                                         call_before(node, aten.mul.Tensor, (x, 0.0))))
+    return call_before(node, aten.where.self, (call_before(node, aten.gt.Scalar, (x, lam)), call_before(node, aten.sub.Tensor, (x, lam)),
                                         inner))
 
 
@@ -166,12 +150,12 @@ def elu_from_celu_selu(node):
         return None
     x = node.args[0]
     if node.target == aten.selu.default:
-        return _new(node, aten.mul.Tensor, (_new(node, aten.elu.default, (x, 1.6732632423543772)), 1.0507009873554805))
+        return call_before(node, aten.mul.Tensor, (call_before(node, aten.elu.default, (x, 1.6732632423543772)), 1.0507009873554805))
     a = float(arg(node, 1, "alpha", 1.0))
     if a == 0:
         return None
-    neg = _new(node, aten.elu.default, (_new(node, aten.mul.Tensor, (x, 1.0 / a)), a))
-    return _new(node, aten.where.self, (_new(node, aten.gt.Scalar, (x, 0.0)), x, neg))
+    neg = call_before(node, aten.elu.default, (call_before(node, aten.mul.Tensor, (x, 1.0 / a)), a))
+    return call_before(node, aten.where.self, (call_before(node, aten.gt.Scalar, (x, 0.0)), x, neg))
 
 
 def leaky_relu_from_rrelu(node):
@@ -179,15 +163,15 @@ def leaky_relu_from_rrelu(node):
     if arg(node, 3, "training", False) or not _float_in(node):
         return None
     lower, upper = float(arg(node, 1, "lower", 1 / 8)), float(arg(node, 2, "upper", 1 / 3))
-    return _new(node, aten.leaky_relu.default, (node.args[0], (lower + upper) / 2))
+    return call_before(node, aten.leaky_relu.default, (node.args[0], (lower + upper) / 2))
 
 
 def softplus_from_log_sigmoid(node):
     """log_sigmoid(x) -> -softplus(-x) (softplus's threshold 20 keeps x for x < -20)."""
     if not _float_in(node):
         return None
-    neg = _new(node, aten.neg.default, (node.args[0],))
-    return _new(node, aten.neg.default, (_new(node, aten.softplus.default, (neg, 1.0, 20.0)),))
+    neg = call_before(node, aten.neg.default, (node.args[0],))
+    return call_before(node, aten.neg.default, (call_before(node, aten.softplus.default, (neg, 1.0, 20.0)),))
 
 
 def where_from_heaviside(node):
@@ -195,20 +179,20 @@ def where_from_heaviside(node):
     if not _float_in(node):
         return None
     x, v = node.args[:2]
-    step = _new(node, aten.where.Scalar, (_new(node, aten.gt.Scalar, (x, 0.0)), 1.0, 0.0))
-    return _new(node, aten.where.self, (_new(node, aten.eq.Scalar, (x, 0.0)), v, step))
+    step = call_before(node, aten.where.Scalar, (call_before(node, aten.gt.Scalar, (x, 0.0)), 1.0, 0.0))
+    return call_before(node, aten.where.self, (call_before(node, aten.eq.Scalar, (x, 0.0)), v, step))
 
 
 def sub_from_frac(node):
     """frac(x) -> x - trunc(x) (exact, as ATen)."""
     if not _float_in(node):
         return None
-    return _new(node, aten.sub.Tensor, (node.args[0], _new(node, aten.trunc.default, (node.args[0],))))
+    return call_before(node, aten.sub.Tensor, (node.args[0], call_before(node, aten.trunc.default, (node.args[0],))))
 
 
 def ne_from_isnan(node):
     """isnan(x) -> x != x."""
-    return _new(node, aten.ne.Tensor, (node.args[0], node.args[0])) if _float_in(node) else None
+    return call_before(node, aten.ne.Tensor, (node.args[0], node.args[0])) if _float_in(node) else None
 
 
 def where_from_nan_to_num(node):
@@ -219,8 +203,8 @@ def where_from_nan_to_num(node):
     x = node.args[0]
     big = float(torch.finfo(torch.float32).max)
     nan, posinf, neginf = (arg(node, i, k) for i, k in ((1, "nan"), (2, "posinf"), (3, "neginf")))
-    clamped = _new(node, aten.clamp.default, (x, -big if neginf is None else neginf, big if posinf is None else posinf))
-    return _new(node, aten.where.ScalarSelf, (_new(node, aten.ne.Tensor, (x, x)), 0.0 if nan is None else nan, clamped))
+    clamped = call_before(node, aten.clamp.default, (x, -big if neginf is None else neginf, big if posinf is None else posinf))
+    return call_before(node, aten.where.ScalarSelf, (call_before(node, aten.ne.Tensor, (x, x)), 0.0 if nan is None else nan, clamped))
 
 
 def from_lerp(node):
@@ -229,15 +213,15 @@ def from_lerp(node):
     if not _float_in(node):
         return None
     a, b, w = node.args[:3]
-    diff = _new(node, aten.sub.Tensor, (b, a))
+    diff = call_before(node, aten.sub.Tensor, (b, a))
     if not isinstance(w, Node):
         w = float(w)
         if w < 0.5:
-            return _new(node, aten.add.Tensor, (a, _new(node, aten.mul.Tensor, (diff, w))))
-        return _new(node, aten.sub.Tensor, (b, _new(node, aten.mul.Tensor, (diff, 1.0 - w))))
-    low = _new(node, aten.add.Tensor, (a, _new(node, aten.mul.Tensor, (w, diff))))
-    high = _new(node, aten.sub.Tensor, (b, _new(node, aten.mul.Tensor, (diff, _new(node, aten.rsub.Scalar, (w, 1.0))))))
-    return _new(node, aten.where.self, (_new(node, aten.lt.Scalar, (w, 0.5)), low, high))
+            return call_before(node, aten.add.Tensor, (a, call_before(node, aten.mul.Tensor, (diff, w))))
+        return call_before(node, aten.sub.Tensor, (b, call_before(node, aten.mul.Tensor, (diff, 1.0 - w))))
+    low = call_before(node, aten.add.Tensor, (a, call_before(node, aten.mul.Tensor, (w, diff))))
+    high = call_before(node, aten.sub.Tensor, (b, call_before(node, aten.mul.Tensor, (diff, call_before(node, aten.rsub.Scalar, (w, 1.0))))))
+    return call_before(node, aten.where.self, (call_before(node, aten.lt.Scalar, (w, 0.5)), low, high))
 
 
 def from_addcdiv(node):
@@ -245,9 +229,9 @@ def from_addcdiv(node):
     if not _float_in(node):
         return None
     x, t1, t2 = node.args[:3]
-    q = _new(node, aten.div.Tensor, (t1, t2))
+    q = call_before(node, aten.div.Tensor, (t1, t2))
     value = arg(node, 3, "value", 1)
-    return _new(node, aten.add.Tensor, (x, q if value == 1 else _new(node, aten.mul.Tensor, (q, value))))
+    return call_before(node, aten.add.Tensor, (x, q if value == 1 else call_before(node, aten.mul.Tensor, (q, value))))
 
 
 def moments_from_var_mean(node):
@@ -263,11 +247,11 @@ def moments_from_var_mean(node):
         correction = 1 if correction is None else correction
     for u in users:
         if u.args[1] == 0:
-            new = _new(node, aten.var.correction, (x, dims), {"correction": correction, "keepdim": keepdim})
+            new = call_before(node, aten.var.correction, (x, dims), {"correction": correction, "keepdim": keepdim})
             new.meta["val"] = val(u)
             new = moments_from_var(new) or new      # (made after this pass's walk began: rewritten here)
         else:
-            new = _new(node, aten.mean.dim, (x, dims, keepdim))
+            new = call_before(node, aten.mean.dim, (x, dims, keepdim))
         new.meta["val"] = val(u)
         u.replace_all_uses_with(new)
         node.graph.erase_node(u)
@@ -285,7 +269,7 @@ def sub_from_diff(node):
     size = int(v.shape[dim])
     later = _made(node, aten.slice.Tensor, (x, dim, 1, size), val(node).shape, v.dtype)
     earlier = _made(node, aten.slice.Tensor, (x, dim, 0, size - 1), val(node).shape, v.dtype)
-    return _new(node, aten.sub.Tensor, (later, earlier))
+    return call_before(node, aten.sub.Tensor, (later, earlier))
 
 
 def from_cosine_similarity(node):
@@ -299,10 +283,10 @@ def from_cosine_similarity(node):
         return None
     unit = []
     for x in (x1, x2):
-        norm = _new(node, aten.clamp_min.default, (_new(node, aten.linalg_vector_norm.default, (x, 2, [dim], True)), eps))
-        unit.append(_new(node, aten.div.Tensor, (x, norm)))
-    prod = _new(node, aten.mul.Tensor, tuple(unit))
-    return _new(node, aten.sum.dim_IntList, (prod, [dim]))
+        norm = call_before(node, aten.clamp_min.default, (call_before(node, aten.linalg_vector_norm.default, (x, 2, [dim], True)), eps))
+        unit.append(call_before(node, aten.div.Tensor, (x, norm)))
+    prod = call_before(node, aten.mul.Tensor, tuple(unit))
+    return call_before(node, aten.sum.dim_IntList, (prod, [dim]))
 
 
 def norm_from_pairwise_distance(node):
@@ -313,9 +297,9 @@ def norm_from_pairwise_distance(node):
     v = val(x1)
     if p != 2 or not _float_in(node) or not isinstance(v, torch.Tensor) or v.dim() == 0:
         return None
-    diff = _new(node, aten.sub.Tensor, (x1, x2))
-    shifted = _new(node, aten.add.Tensor, (diff, eps))
-    return _new(node, aten.linalg_vector_norm.default, (shifted, 2, [-1], keepdim))
+    diff = call_before(node, aten.sub.Tensor, (x1, x2))
+    shifted = call_before(node, aten.add.Tensor, (diff, eps))
+    return call_before(node, aten.linalg_vector_norm.default, (shifted, 2, [-1], keepdim))
 
 
 def from_any_all_count(node):
@@ -328,14 +312,14 @@ def from_any_all_count(node):
     dims = arg(node, 1, "dim") if node.target != aten.all.default and node.target != aten.any.default else None
     dims = None if dims is None else ([int(dims)] if isinstance(dims, int) else [int(d) for d in dims])
     keepdim = bool(arg(node, 2, "keepdim", False)) if dims is not None else False
-    nonzero = x if v.dtype == torch.bool else _new(node, aten.ne.Scalar, (x, 0))
-    ones = _new(node, aten._to_copy.default, (nonzero,), {"dtype": torch.float32})
+    nonzero = x if v.dtype == torch.bool else call_before(node, aten.ne.Scalar, (x, 0))
+    ones = call_before(node, aten._to_copy.default, (nonzero,), {"dtype": torch.float32})
     if node.target == aten.sum.dim_IntList:
-        total = _new(node, aten.sum.dim_IntList, (ones, dims, keepdim))
-        return _new(node, aten._to_copy.default, (total,), {"dtype": val(node).dtype})
+        total = call_before(node, aten.sum.dim_IntList, (ones, dims, keepdim))
+        return call_before(node, aten._to_copy.default, (total,), {"dtype": val(node).dtype})
     reduce = aten.amax.default if node.target in (aten.any.dim, aten.any.dims, aten.any.default) else aten.amin.default
-    picked = _new(node, reduce, (ones, dims if dims is not None else list(range(v.dim())), keepdim))
-    return _new(node, aten.ne.Scalar, (picked, 0.0))
+    picked = call_before(node, reduce, (ones, dims if dims is not None else list(range(v.dim())), keepdim))
+    return call_before(node, aten.ne.Scalar, (picked, 0.0))
 
 
 def promote_mixed_operands(node):
@@ -349,8 +333,8 @@ def promote_mixed_operands(node):
     cast = [isinstance(x, Node) and not v.dtype.is_floating_point for x, v in ((a, va), (b, vb))]
     if not any(cast):
         return None
-    args = [_new(node, aten._to_copy.default, (x,), {"dtype": out.dtype}) if c else x for x, c in zip((a, b), cast)]
-    return _new(node, node.target, (*args, *node.args[2:]), dict(node.kwargs))
+    args = [call_before(node, aten._to_copy.default, (x,), {"dtype": out.dtype}) if c else x for x, c in zip((a, b), cast)]
+    return call_before(node, node.target, (*args, *node.args[2:]), dict(node.kwargs))
 
 
 TOPK_MAX = 8       # topk as k selections up to this k (4 small dispatches each); a larger k stays
@@ -376,18 +360,18 @@ def selections_from_topk(node):
     pick = aten.argmax.default if largest else aten.argmin.default
     gone = float("-inf") if largest else float("inf")
     edge = float(torch.finfo(v.dtype).min if largest else torch.finfo(v.dtype).max)
-    work = _new(node, aten.where.ScalarSelf, (_new(node, aten.eq.Scalar, (x, gone)), edge, x))
+    work = call_before(node, aten.where.ScalarSelf, (call_before(node, aten.eq.Scalar, (x, gone)), edge, x))
     positions = _iota(node, n, v.dim(), dim)
     values, indices = [], []
     for j in range(k):
-        i = _new(node, pick, (work, dim, True))
+        i = call_before(node, pick, (work, dim, True))
         indices.append(i)
-        values.append(_new(node, aten.gather.default, (x, dim, i)))
+        values.append(call_before(node, aten.gather.default, (x, dim, i)))
         if j + 1 < k:
-            work = _new(node, aten.where.ScalarSelf, (_new(node, aten.eq.Tensor, (positions, i)), gone, work))
+            work = call_before(node, aten.where.ScalarSelf, (call_before(node, aten.eq.Tensor, (positions, i)), gone, work))
     for u in users:
         parts = values if u.args[1] == 0 else indices
-        new = parts[0] if k == 1 else _new(node, aten.cat.default, (parts, dim))
+        new = parts[0] if k == 1 else call_before(node, aten.cat.default, (parts, dim))
         new.meta["val"] = val(u)
         u.replace_all_uses_with(new)
         node.graph.erase_node(u)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import GATHERS, PERMUTES, QUANTIZE, SHAPE_OF, VIEWS, finish, is_call, set_val, shape_of
+from ._graph import GATHERS, PERMUTES, QUANTIZE, SHAPE_OF, VIEWS, finish, is_call, picks_by_constant, set_val, \
+    shape_of
 
 SWAPPABLE = VIEWS | PERMUTES | GATHERS
 
@@ -21,7 +22,7 @@ SWAPPABLE = VIEWS | PERMUTES | GATHERS
 def _chain(q: Node) -> tuple[Node, list[Node]]:
     """(the tensor before the views, the views from nearest to q outwards)."""
     chain, current = [], q.args[0]
-    while is_call(current, SWAPPABLE) and len(current.users) == 1:
+    while (is_call(current, SWAPPABLE) or picks_by_constant(current)) and len(current.users) == 1:
         chain.append(current)
         current = current.args[0]
     return current, chain

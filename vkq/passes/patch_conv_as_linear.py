@@ -86,5 +86,9 @@ def patch_conv_as_linear(gm: GraphModule) -> bool:
 
 
 def patch_conv3d_as_linear(gm: GraphModule) -> bool:
-    """The static scheme's share: conv3d only (its conv2d and conv1d have int8 kernels)."""
-    return finish(gm, replace_each(gm, {aten.conv3d.default}, _rewrite))
+    """The static scheme's share: a conv3d's tubelets (its conv2d and conv1d have int8 kernels;
+    a 1x1x1 conv3d is a pointwise conv2d over frames in three_d_as_two_d, with no reshapes)."""
+    def tubelets(gm, node):
+        w = const_value(gm, node.args[1])
+        return None if w is None or tuple(w.shape[2:]) == (1, 1, 1) else _rewrite(gm, node)
+    return finish(gm, replace_each(gm, {aten.conv3d.default}, tubelets))
