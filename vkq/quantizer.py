@@ -30,6 +30,7 @@ prepare and convert, so the lowering can tell them apart.
 
 Before annotating (transform_for_annotation), recurrent layers (LSTM, GRU, RNN) are unrolled
 into their cells' linears and gates (passes/unroll_rnn.py), standalone batch norms become depthwise convs,
+3-D convs, pools and batch norms 2-D ones over the frames (N*T, C, H, W) (passes/three_d_as_two_d.py),
 1-D convs and pools their 2-D forms on (N, C, 1, L) (passes/one_d_as_two_d.py), transposed
 convs a conv and a pixel shuffle (passes/conv_transpose_as_conv.py, under every scheme); under
 dynamic and weight_only, a conv whose windows do not overlap (patch embedding, 1x1) a linear over patches

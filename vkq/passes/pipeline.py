@@ -2,7 +2,8 @@
 runs them in this order with a graph lint after each. Order matters where a comment says why.
 (Before quantization, VkqQuantizer.transform_for_annotation rewrites the float graph so that
 its annotators see the forms these passes fold: normalize_for_annotation, batch_norm_as_conv,
-unroll_rnn, one_d_as_two_d, conv_transpose_as_conv; under the linear-only schemes patch_conv_as_linear.)"""
+unroll_rnn, three_d_as_two_d, one_d_as_two_d, conv_transpose_as_conv; under the linear-only schemes
+patch_conv_as_linear.)"""
 from __future__ import annotations
 
 import time
