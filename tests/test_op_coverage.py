@@ -307,6 +307,37 @@ def test_video_network_runs_on_vulkan_under_the_linear_only_schemes(device, sche
     assert cosine(got, model(x).detach().numpy()) >= 0.999
 
 
+class VideoResidualOnInput(nn.Module):
+    """3-D layers around 5-D tensors no 3-D layer made: a residual add of the input itself, a
+    temporal conv whose stride skips frames (kt = 1, st = 2) and a 5-D output."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(4, 4, (3, 3, 1), padding=(1, 1, 0))
+        self.skip = nn.Conv3d(4, 6, (1, 2, 2), (2, 1, 1), bias=False)
+
+    def forward(self, x):
+        return self.skip(F.hardswish(x + torch.relu(self.conv(x))))
+
+
+def test_video_layers_on_tensors_made_elsewhere_run_int8_on_vulkan(device):
+    """The add of the (int8) input and a conv3d's frames runs on the frames, one permute bringing
+    the input there (before: add_q8 and the table on 5-D ROW tensors, on the CPU; now both in the
+    conv's epilogue); Vulkan equals the reference bit for bit and PT2E within one step."""
+    x = torch.randn(2, 4, 5, 7, 6, generator=torch.Generator().manual_seed(12))
+    model = VideoResidualOnInput().eval()
+    program, gm = lowered(model, (x,), batches((2, 4, 5, 7, 6)), "static")
+    ops = [n.op for n in program.nodes]
+    assert ops.count("conv2d_q8") == 2 and ops.count("take") == 2, ops     # (the add, the table: in an epilogue)
+    got, ref = on_device(program, device, (x,))
+    assert got.shape == (2, 6, 3, 6, 5)
+    np.testing.assert_array_equal(got, ref)
+    want = gm(x).detach().numpy()
+    step = float(np.abs(np.diff(np.unique(want))).min())
+    assert np.abs(got - want).max() <= step * 1.01
+    assert cosine(got, model(x).detach().numpy()) >= 0.99
+
+
 class EmptyPassThrough(nn.Module):
     """Partial rotary embeddings with the rotary part the whole head (Phi-3): the pass-through
     half x[..., d:] is empty, and is concatenated back."""

@@ -227,7 +227,8 @@ def _gate(e: Node, b: Node, n: int, t: int) -> Node | None:
 
 def _sink(gm: GraphModule, e: Node) -> bool:
     """e(to_video(f), ...) -> to_video(e(f, ...)) for an elementwise e whose tensor operands are
-    videos of one shape made from frames, or (a binary e) one such video and a gate (_gate)."""
+    videos of one shape made from frames, or (a binary e) one such video and a gate (_gate) or
+    another video of its shape (the model's input: one permute to its frames)."""
     tensors = [a for a in list(e.args) + list(e.kwargs.values()) if isinstance(a, Node)]
     if not tensors or not (is_call(e, ACTIVATIONS) or unary_operand(e) is not None or is_call(e, BINARY)):
         return False
@@ -239,10 +240,16 @@ def _sink(gm: GraphModule, e: Node) -> bool:
     _, n, t = next(iter(videos.values()))
     swap = {a: v[0] for a, v in videos.items()}
     for b in tensors:
-        if b not in swap:
-            if not is_call(e, BINARY) or (gate := _gate(e, b, n, t)) is None:
-                return False
+        if b in swap:
+            continue
+        if not is_call(e, BINARY):
+            return False
+        if _static(b) == _static(e):        # a video of e's shape made elsewhere (the input's): its frames
+            swap[b] = to_frames(e, b)
+        elif (gate := _gate(e, b, n, t)) is not None:
             swap[b] = gate
+        else:
+            return False
     e2 = call_before(e, e.target, tuple(swap.get(a, a) for a in e.args), {k: swap.get(v, v) for k, v in e.kwargs.items()})
     e.replace_all_uses_with(to_video(e, e2, n, t))
     gm.graph.erase_node(e)
