@@ -38,8 +38,6 @@ from .one_d_as_two_d import ACTIVATIONS, BINARY
 
 CONV_3D = {aten.conv3d.default, aten.conv3d.padding}
 MAX_POOL_3D = {aten.max_pool3d.default, aten.max_pool3d_with_indices.default}
-TARGETS = CONV_3D | MAX_POOL_3D | {aten.avg_pool3d.default, aten.adaptive_avg_pool3d.default,
-                                   aten.batch_norm.default}
 SWAP = [0, 2, 1, 3, 4]          # (N, C, T, H, W) <-> (N, T, C, H, W)
 MADE = "vkq_frames_view"        # meta key of the views this pass makes (only those are folded)
 
@@ -97,7 +95,6 @@ def _conv(gm: GraphModule, node: Node) -> Node | None:
     w2 = add_constant(gm, f"{node.name}_weight", w.reshape(w.shape[0], -1, kh, kw).contiguous(), node)
     target = aten.conv2d.padding if isinstance(padding2, str) else aten.conv2d.default
     two = call_before(node, target, (taps, w2, bias, [sh, sw], padding2, [dh, dw], groups))
-    two.meta.update({k: v for k, v in node.meta.items() if k != "val"})
     return to_video(node, two, n, to)
 
 
