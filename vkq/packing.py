@@ -71,7 +71,7 @@ def packed_size(shape, layout: str) -> int:
     return n * c * _up4(h) // 4 * _up4(w) // 4 * 4
 
 
-def _positions(flat: np.ndarray, shape, layout: str) -> np.ndarray:
+def byte_positions(flat: np.ndarray, shape, layout: str) -> np.ndarray:
     """Byte offsets in the packed buffer of the elements at these row-major indices."""
     if layout == "ROW":
         return flat
@@ -98,7 +98,7 @@ def same_image(shape_a, layout_a: str, shape_b, layout_b: str, chunk: int = 1 <<
         return True
     for start in range(0, numel, chunk):      # bounded memory on large tensors
         flat = np.arange(start, min(start + chunk, numel), dtype=np.int64)
-        if not np.array_equal(_positions(flat, shape_a, layout_a), _positions(flat, shape_b, layout_b)):
+        if not np.array_equal(byte_positions(flat, shape_a, layout_a), byte_positions(flat, shape_b, layout_b)):
             return False
     return True
 

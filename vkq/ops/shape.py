@@ -301,13 +301,59 @@ def _int8_dispatch(ctx, node, src, dst, view, variant, rank=0, sbase=0, fill=0):
         defines=[variant])
 
 
-def _int8_step(ctx, node, g: Gather, first: bool):
-    dims, lo, size, ss = g.merged()
+def byte_map(source: np.ndarray, inside: np.ndarray | None, src_spec, dst_spec) -> np.ndarray:
+    """repack's MAP: for each byte of the destination's packed words, the byte of the source's
+    packed words it takes (-1: a padding byte; -2: the fill value). source: the row-major source
+    index of each destination element; inside: where that holds (elsewhere the fill), or None
+    for everywhere."""
+    m = np.full(dst_spec.device_words() * 4, -1, np.int32)
+    dst = packing.byte_positions(np.arange(source.size, dtype=np.int64), dst_spec.shape, dst_spec.layout)
+    if inside is None:
+        m[dst] = packing.byte_positions(source, src_spec.shape, src_spec.layout)
+    else:
+        m[dst[inside]] = packing.byte_positions(source[inside], src_spec.shape, src_spec.layout)
+        m[dst[~inside]] = -2
+    return m
+
+
+def _sources(g: Gather) -> tuple[np.ndarray, np.ndarray]:
+    """(the row-major source index of every destination element, whether it lies in the box)."""
+    lo, size = g.box()
+    source, inside = np.int64(g.sbase), np.ones((), bool)
+    for d, (n, lo_d, size_d, st) in enumerate(zip(g.dims, lo, size, g.ss)):
+        c = np.arange(n, dtype=np.int64) - lo_d
+        at = [1] * len(g.dims)
+        at[d] = n
+        source = source + (c * st).reshape(at)
+        inside = inside & ((c >= 0) & (c < size_d)).reshape(at)
+    return np.broadcast_to(source, g.dims).reshape(-1), np.broadcast_to(inside, g.dims).reshape(-1)
+
+
+def _map_dispatch(ctx, node, src, dst, m: np.ndarray, fill: int = 0):
+    """repack by the byte map m (byte_map): WORDS where every destination word is a whole source
+    word, all padding or all fill; else MAP."""
+    m4 = m.reshape(-1, 4)
+    whole = (m4[:, 0] >= 0) & (m4[:, 0] % 4 == 0) & (m4 - m4[:, :1] == np.arange(4)).all(1)
+    padding, filled = (m4 == -1).all(1), (m4 == -2).all(1)
+    if (whole | padding | filled).all():
+        words = np.where(whole, m4[:, 0] // 4, np.where(padding, -1, -2)).astype(np.int32)
+        return _int8_dispatch(ctx, node, src, dst, words, "WORDS", fill=fill)
+    return _int8_dispatch(ctx, node, src, dst, m, "MAP", fill=fill)
+
+
+def _int8_step(ctx, node, g: Gather, first: bool, only: bool):
+    """The repack dispatch of one Gather: by its byte map (WORDS / MAP) where it is its output's
+    only one, else (cat's) FILL for the first and KEEP for the others."""
     fill = 0 if g.fill is None else int(g.fill)
     if not -128 <= fill <= 127:
         raise ValueError(f"{node.name}: int8 fill value {fill} outside [-128, 127]")
-    return _int8_dispatch(ctx, node, node.inputs[g.src], node.outputs[g.dst], dims + lo + size + ss,
-                          "FILL" if first else "KEEP", len(dims), g.sbase, fill)
+    src, dst = node.inputs[g.src], node.outputs[g.dst]
+    if only:
+        source, inside = _sources(g)
+        return _map_dispatch(ctx, node, src, dst, byte_map(source, inside, ctx.spec(src), ctx.spec(dst)), fill)
+    dims, lo, size, ss = g.merged()
+    return _int8_dispatch(ctx, node, src, dst, dims + lo + size + ss, "FILL" if first else "KEEP", len(dims),
+                          g.sbase, fill)
 
 
 def _blocks_step(ctx, node):
@@ -343,10 +389,12 @@ def build(ctx, node):
     ins, outs = _shapes(node, tensors)
     int8 = tensors[node.outputs[0]].dtype == "int8"
     steps, started = [], set()
-    for g in gathers(node.op, node.attrs, ins, outs):
+    every = gathers(node.op, node.attrs, ins, outs)
+    for g in every:
         _check_reach(node, g, _numel(ins[g.src]))
         if int8:
-            steps.append(_int8_step(ctx, node, g, g.dst not in started))
+            only = sum(h.dst == g.dst for h in every) == 1
+            steps.append(_int8_step(ctx, node, g, g.dst not in started, only))
             started.add(g.dst)
         else:
             steps += _float_steps(ctx, node, g)
@@ -363,9 +411,9 @@ def take_steps(ctx, node, x, out, idx):
     n = _numel(ctx.spec(x).shape)
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         raise ValueError(f"{node.name}: take reads indices {idx.min()}..{idx.max()} of {n}")
-    idx_buf = ctx.const_buffer(idx.astype(np.int32))
     if ctx.spec(out).dtype == "int8":
-        return [_int8_dispatch(ctx, node, x, out, idx, "INDEX")]
+        return [_map_dispatch(ctx, node, x, out, byte_map(idx, None, ctx.spec(x), ctx.spec(out)))]
+    idx_buf = ctx.const_buffer(idx.astype(np.int32))
     m = idx.size
     push = (m, 1, 0, 0, _pad([m], MAX_RANK, 1), _pad([1], MAX_RANK), _pad([1], MAX_RANK), 0)
     return [_elementwise(ctx, "float_copy", [ctx.buffer(x), ctx.buffer(out), idx_buf], m, push, ["INDEX"])]

@@ -6,13 +6,14 @@ has already folded each BatchNorm3d that follows a conv3d into it). A video x (N
 seen as its frames f = (N*T, C, H, W): to_frames(x) = reshape(permute(x, 0 2 1 3 4)), and
 to_video(f) the inverse. With (kt, kh, kw) windows, strides (st, sh, sw), padding (pt, ph, pw):
 
-  conv3d(x, w, b)   -> to_video(conv2d(taps, w.reshape(OC, C/g * kt, kh, kw), b, (sh, sw),
-                       (ph, pw), (dh, dw), g)), taps = the kt frames each output frame reads,
-                       stacked after each input channel: frame t of (N*To, C*kt, H, W) holds
-                       channel c of input frame st*t - pt + i*dt at channel c*kt + i (the zero
-                       frames of the padding included). That order is w's own (C/g, kt), so a
-                       group's channels stay together. The same multiply-adds, one int32 sum,
-                       one requantize: exact. kt = 1 needs no taps: the conv runs on f itself.
+  conv3d(x, w, b)   -> to_video(conv2d(taps, w as (OC, kt*C/g, kh, kw), b, (sh, sw), (ph, pw),
+                       (dh, dw), g)), taps = the kt frames each output frame reads, stacked as
+                       channels: frame t of (N*To, C*kt, H, W) holds channel c of input frame
+                       st*t - pt + i*dt (a zero frame where that is padding) at channel i*C + c
+                       (groups = 1: 4W4C words copy whole) or c*kt + i (grouped: w's own
+                       (C/g, kt) order keeps a group's channels together), one gather from f.
+                       The same multiply-adds, one int32 sum, one requantize: exact. kt = st = 1
+                       needs no taps: the conv runs on f itself.
   max_pool3d        -> max_pool2d over (kh, kw) on f, then, for kt > 1, over (kt, 1) on
                        (N, C, T, Ho*Wo) (a max is separable; padding is -inf in both)
   avg_pool3d        -> avg_pool2d on f where kt = st = 1 and pt = 0; a window over the whole
@@ -91,24 +92,35 @@ def _conv(gm: GraphModule, node: Node) -> Node | None:
     if kt == 1 and st == 1 and pads == (0, 0):
         taps = to_frames(node, x)
     else:
-        taps = _taps(gm, node, x, to, kt, st, dt, pads)
-    w2 = add_constant(gm, f"{node.name}_weight", w.reshape(w.shape[0], -1, kh, kw).contiguous(), node)
+        taps = _taps(gm, node, x, to, kt, st, dt, pads, groups)
+    w2 = add_constant(gm, f"{node.name}_weight", _weight(w, groups), node)
     target = aten.conv2d.padding if isinstance(padding2, str) else aten.conv2d.default
     two = call_before(node, target, (taps, w2, bias, [sh, sw], padding2, [dh, dw], groups))
     return to_video(node, two, n, to)
 
 
-def _taps(gm: GraphModule, node: Node, x: Node, to: int, kt: int, st: int, dt: int, pads) -> Node:
-    """(N*To, C*kt, H, W): output frame r's kt input frames after each channel, one gather
-    (x[n, t, c] by constant indices: a take) from (N, T, C, H, W) with its zero frames."""
+def _taps(gm: GraphModule, node: Node, x: Node, to: int, kt: int, st: int, dt: int, pads, groups: int) -> Node:
+    """(N*To, C*kt, H, W): output frame r's kt input frames, one gather (index by constant
+    indices: a take) from the frames (N*T, C, H, W) with one zero frame after them (the
+    padding's: the zero point). Channel c of tap i sits at i*C + c (a 4W4C word is then a whole
+    word of one frame where C % 4 == 0: the take copies words), or, in a grouped conv, at
+    c*kt + i (a group's channels together, as w's own (C/g, kt) order)."""
     n, c, t, h, w = _static(x)
-    xt = _view(node, aten.permute.default, (x, SWAP))
-    if pads != (0, 0):          # (a zero frame is the zero point: the pad shares x's quantization)
-        xt = call_before(node, aten.constant_pad_nd.default, (xt, [0, 0, 0, 0, 0, 0, *pads], 0.0))
+    padded = call_before(node, aten.constant_pad_nd.default, (to_frames(node, x), [0, 0, 0, 0, 0, 0, 0, 1], 0.0))
     r, j = torch.arange(n * to)[:, None], torch.arange(c * kt)[None, :]
-    index = [r // to, (r % to) * st + (j % kt) * dt, j // kt]
-    index = [add_constant(gm, f"{node.name}_taps_{k}", i, node) for k, i in zip("ntc", index)]
-    return call_before(node, aten.index.Tensor, (xt, index))
+    tap, channel = (j // c, j % c) if groups == 1 else (j % kt, j // kt)
+    t_in = (r % to) * st - pads[0] + tap * dt
+    frame = torch.where((t_in >= 0) & (t_in < t), (r // to) * t + t_in, n * t)
+    index = [add_constant(gm, f"{node.name}_taps_{k}", v, node) for k, v in (("frame", frame), ("channel", channel))]
+    return call_before(node, aten.index.Tensor, (padded, index))
+
+
+def _weight(w: torch.Tensor, groups: int) -> torch.Tensor:
+    """w (OC, C/g, kt, kh, kw) as the conv2d over _taps' channels: (OC, kt*C, kh, kw) tap-major, or
+    (OC, C/g*kt, kh, kw) grouped."""
+    if groups == 1:
+        w = w.permute(0, 2, 1, 3, 4)
+    return w.reshape(w.shape[0], -1, *w.shape[3:]).contiguous()
 
 
 def _max_pool(gm: GraphModule, node: Node) -> Node | None:
