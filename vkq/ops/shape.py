@@ -11,7 +11,8 @@ shape) into c, reads
 
 float32 and int32 tensors (row-major words on the device) run a Gather as float_copy
 dispatches (a fill, then the copy of the box); int8 tensors in any packed layout as one
-`repack` dispatch (shaders/repack.comp) from the input's layout straight into the output's, so
+`repack` dispatch (shaders/repack.comp; by a byte or word map made here, byte_map) from the
+input's layout straight into the output's, so
 a permute of a 4W4C tensor into 4H4W costs one pass (a repack between 4W4C and 4H4W of one shape
 takes shaders/repack_blocks.comp instead: whole blocks, not byte by byte). A reshape or repack
 whose output is its input's words (TensorSpec.same_words: float and int32 reshapes, int8 ROW to
