@@ -85,6 +85,12 @@ def _image(size):
     return make
 
 
+def _video(frames, size):
+    def make(batch, seed):
+        return (torch.randn(batch, 3, frames, size, size, generator=torch.Generator().manual_seed(seed)),)
+    return make
+
+
 def _tokens(vocab, length):
     def make(batch, seed):
         return (torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed)),)
@@ -174,7 +180,8 @@ def _gpt2():
 
 
 # name -> (library, constructor, input maker). Inputs: 64x64 images (96 for MobileNetV3, whose
-# squeeze-excitation gates at 2x2 are too sensitive to compare), 12-token sequences.
+# squeeze-excitation gates at 2x2 are too sensitive to compare), 12-token sequences, 4 frames of
+# 32x32 for the video network (R(2+1)D: conv3d (1,3,3) and (3,1,1), all over the frames).
 ZOO = {
     "mobilenet_v3_small": ("torchvision", _tv("mobilenet_v3_small", num_classes=100), _image(96)),
     "mobilenet_v3_large": ("torchvision", _tv("mobilenet_v3_large", num_classes=100), _image(96)),
@@ -190,6 +197,8 @@ ZOO = {
                                      num_classes=10), _image(32)),
     "swin": ("torchvision", _swin, _image(32)),
     "lraspp_mobilenet_v3": ("torchvision", _lraspp, _image(64)),
+    "r2plus1d_18": ("torchvision", _tv_class("torchvision.models.video.resnet", "r2plus1d_18", num_classes=10),
+                    _video(4, 32)),
     "lcnet_050": ("timm", _timm("lcnet_050", num_classes=100), _image(64)),
     "ghostnet_050": ("timm", _timm("ghostnet_050", num_classes=100), _image(64)),
     "mobilevit_xxs": ("timm", _timm("mobilevit_xxs", num_classes=100), _image(64)),
