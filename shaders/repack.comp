@@ -18,10 +18,15 @@
 // WORDS, where every destination word is a whole source word (a frame or channel-block gather
 // in 4W4C, a pad along N or H), all padding or all fill: view holds a source word a destination
 // word (-1: 0; -2: `fill` in all four bytes), 4 bytes a word instead of 16.
+// BLOCKS, where every destination ivec4 is a whole source ivec4 (a word map whose four words
+// run on from an aligned source word; a padding word of the destination may take a source
+// word that is padding too), all padding or all fill: view holds a source ivec4 an ivec4, one
+// invocation an ivec4.
 //! variant FILL
 //! variant KEEP
 //! variant MAP
 //! variant WORDS
+//! variant BLOCKS
 #include "common.glsl"
 #include "int8x4.glsl"
 
@@ -42,9 +47,19 @@ layout(push_constant) uniform Params {
 } p;
 
 layout(std430, binding = 2) readonly buffer View4 { ivec4 view4[]; };   // MAP: the same words by four
+#ifdef BLOCKS
+layout(std430, binding = 0) readonly buffer In4 { ivec4 src4[]; };
+layout(std430, binding = 1) writeonly buffer Out4 { ivec4 dst4[]; };
+#endif
 
 void main() {
     int i = linear_invocation();
+#if defined(BLOCKS)
+    if (4 * i >= packed_words(DST, p.dst_shape)) return;
+    int k = view[i];
+    dst4[i] = k >= 0 ? src4[k] : ivec4(k == -2 ? pack_int8x4(ivec4(p.fill)) : 0);
+    return;
+#endif
     if (i >= packed_words(DST, p.dst_shape)) return;
 #if defined(WORDS)
     int k = view[i];

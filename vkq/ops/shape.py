@@ -295,9 +295,10 @@ def _float_steps(ctx, node, g: Gather):
 
 def _int8_dispatch(ctx, node, src, dst, view, variant, rank=0, sbase=0, fill=0):
     si, so = ctx.spec(src), ctx.spec(dst)
+    invocations = so.device_words() // (4 if variant == "BLOCKS" else 1)
     return ctx.device.dispatch(
         "repack", [ctx.buffer(src), ctx.buffer(dst), ctx.const_buffer(np.asarray(view, np.int32).reshape(-1))],
-        grid_1d(so.device_words(), LOCAL), local=(LOCAL,), spec=(LAYOUT_IDS[si.layout], LAYOUT_IDS[so.layout]),
+        grid_1d(invocations, LOCAL), local=(LOCAL,), spec=(LAYOUT_IDS[si.layout], LAYOUT_IDS[so.layout]),
         push=(packing.shader_nchw(si.shape, si.layout), packing.shader_nchw(so.shape, so.layout), rank, sbase, fill),
         defines=[variant])
 
@@ -330,16 +331,33 @@ def _sources(g: Gather) -> tuple[np.ndarray, np.ndarray]:
     return np.broadcast_to(source, g.dims).reshape(-1), np.broadcast_to(inside, g.dims).reshape(-1)
 
 
-def _map_dispatch(ctx, node, src, dst, m: np.ndarray, fill: int = 0):
-    """repack by the byte map m (byte_map): WORDS where every destination word is a whole source
-    word, all padding or all fill; else MAP."""
-    m4 = m.reshape(-1, 4)
+def _runs(m4: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of a map grouped by four: (whole: the row runs on from an aligned first entry,
+    padding: all -1, filled: all -2)."""
     whole = (m4[:, 0] >= 0) & (m4[:, 0] % 4 == 0) & (m4 - m4[:, :1] == np.arange(4)).all(1)
-    padding, filled = (m4 == -1).all(1), (m4 == -2).all(1)
+    return whole, (m4 == -1).all(1), (m4 == -2).all(1)
+
+
+def _map_dispatch(ctx, node, src, dst, m: np.ndarray, fill: int = 0):
+    """repack by the byte map m (byte_map): BLOCKS where every destination ivec4 is a whole
+    source ivec4 (all padding or all fill), WORDS where every word is, else MAP."""
+    whole, padding, filled = _runs(m.reshape(-1, 4))
+    if not (whole | padding | filled).all():
+        return _int8_dispatch(ctx, node, src, dst, m, "MAP", fill=fill)
+    words = np.where(whole, m.reshape(-1, 4)[:, 0] // 4, np.where(padding, -1, -2)).astype(np.int32)
+    # a destination padding word (-1) may take the source's word at its place where that is padding too
+    si = ctx.spec(src)
+    real = np.zeros(si.device_words(), bool)
+    real[packing.byte_positions(np.arange(_numel(si.shape), dtype=np.int64), si.shape, si.layout) // 4] = True
+    w4 = words.reshape(-1, 4)
+    at = w4[:, :1] + np.arange(4)
+    free = (w4 == -1) & (w4[:, :1] >= 0) & ~real[np.clip(at, 0, real.size - 1)] & (at < real.size)
+    runs = np.where(free, at, w4)
+    whole, padding, filled = _runs(runs)
     if (whole | padding | filled).all():
-        words = np.where(whole, m4[:, 0] // 4, np.where(padding, -1, -2)).astype(np.int32)
-        return _int8_dispatch(ctx, node, src, dst, words, "WORDS", fill=fill)
-    return _int8_dispatch(ctx, node, src, dst, m, "MAP", fill=fill)
+        blocks = np.where(whole, runs[:, 0] // 4, np.where(padding, -1, -2)).astype(np.int32)
+        return _int8_dispatch(ctx, node, src, dst, blocks, "BLOCKS", fill=fill)
+    return _int8_dispatch(ctx, node, src, dst, words, "WORDS", fill=fill)
 
 
 def _int8_step(ctx, node, g: Gather, first: bool, only: bool):
