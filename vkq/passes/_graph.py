@@ -329,7 +329,7 @@ def arg(node: Node, i: int, name: str, default=None):
     return node.kwargs.get(name, default)
 
 
-def pair(v) -> list:
-    """A stride/padding/dilation argument as two ints (one value means both)."""
+def pair(v, n: int = 2) -> list:
+    """A stride/padding/dilation argument as n ints (one value means all n; n = 3 for 3-D ops)."""
     v = list(v) if isinstance(v, (list, tuple)) else [v]
-    return [int(x) for x in (v * 2 if len(v) == 1 else v)]
+    return [int(x) for x in (v * n if len(v) == 1 else v)]

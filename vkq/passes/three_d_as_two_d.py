@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import add_constant, arg, aten, call_before, const_value, finish, first_outputs, is_call, \
+from ._graph import add_constant, arg, aten, call_before, const_value, finish, first_outputs, is_call, pair, \
     replace_each, unary_operand, val
 from .one_d_as_two_d import ACTIVATIONS, BINARY
 
@@ -50,11 +50,6 @@ def _static(node, rank: int = 5) -> tuple | None:
             or not all(isinstance(d, int) for d in v.shape):
         return None
     return tuple(v.shape)
-
-
-def _three(v) -> list[int]:
-    v = list(v) if isinstance(v, (list, tuple)) else [v]
-    return [int(x) for x in (v * 3 if len(v) == 1 else v)]
 
 
 def _view(before: Node, target, args) -> Node:
@@ -80,13 +75,13 @@ def _conv(gm: GraphModule, node: Node) -> Node | None:
         return None
     n, c, t, h, wd = _static(x)
     kt, kh, kw = w.shape[2:]
-    (st, sh, sw), (dt, dh, dw) = _three(arg(node, 3, "stride", 1)), _three(arg(node, 5, "dilation", 1))
+    (st, sh, sw), (dt, dh, dw) = pair(arg(node, 3, "stride", 1), 3), pair(arg(node, 5, "dilation", 1), 3)
     groups, padding = int(arg(node, 6, "groups", 1)), arg(node, 4, "padding", 0)
     if isinstance(padding, str):        # "valid" / "same" (stride 1): T's padding is ours, H, W's conv2d's
         total = dt * (kt - 1) if padding == "same" else 0
         pads, padding2 = (total // 2, total - total // 2), padding
     else:
-        pt, ph, pw = _three(padding)
+        pt, ph, pw = pair(padding, 3)
         pads, padding2 = (pt, pt), [ph, pw]
     to = _static(node)[2]
     if kt == 1 and st == 1 and pads == (0, 0):
@@ -128,11 +123,11 @@ def _max_pool(gm: GraphModule, node: Node) -> Node | None:
     out = users[0] if users else None
     if _static(node.args[0]) is None or out is None or _static(out) is None:
         return None
-    x, (kt, kh, kw) = node.args[0], _three(node.args[1])
+    x, (kt, kh, kw) = node.args[0], pair(node.args[1], 3)
     n, c, t, h, w = _static(x)
     stride = arg(node, 2, "stride", [])
-    (st, sh, sw), (pt, ph, pw) = _three(stride or [kt, kh, kw]), _three(arg(node, 3, "padding", 0))
-    (dt, dh, dw), ceil = _three(arg(node, 4, "dilation", 1)), bool(arg(node, 5, "ceil_mode", False))
+    (st, sh, sw), (pt, ph, pw) = pair(stride or [kt, kh, kw], 3), pair(arg(node, 3, "padding", 0), 3)
+    (dt, dh, dw), ceil = pair(arg(node, 4, "dilation", 1), 3), bool(arg(node, 5, "ceil_mode", False))
     to, ho, wo = _static(out)[2:]
     two = call_before(node, aten.max_pool2d.default, (to_frames(node, x), [kh, kw], [sh, sw], [ph, pw], [dh, dw], ceil))
     if (kt, st, pt) == (1, 1, 0):
@@ -164,8 +159,8 @@ def _avg_pool(gm: GraphModule, node: Node) -> Node | None:
     if _static(x) is None or _static(node) is None:
         return None
     n, c, t, h, w = _static(x)
-    k = _three(node.args[1])
-    stride, padding = _three(arg(node, 2, "stride", []) or k), _three(arg(node, 3, "padding", 0))
+    k = pair(node.args[1], 3)
+    stride, padding = pair(arg(node, 2, "stride", []) or k, 3), pair(arg(node, 3, "padding", 0), 3)
     ceil, count_pad = bool(arg(node, 4, "ceil_mode", False)), bool(arg(node, 5, "count_include_pad", True))
     divisor = arg(node, 6, "divisor_override")
     if k == [t, h, w] and padding == [0, 0, 0] and divisor is None:
