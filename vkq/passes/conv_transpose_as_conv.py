@@ -157,17 +157,21 @@ def conv_transpose_as_conv(gm: GraphModule) -> bool:
     return finish(gm, replace_each(gm, {aten.conv_transpose2d.input}, _rewrite))
 
 
+CONV_TRANSPOSE = {aten.conv_transpose1d.default, aten.conv_transpose2d.input, aten.conv_transpose3d.input}
+
+
 def fold_batch_norm_into_grouped(gm: GraphModule) -> bool:
-    """An eval batch_norm after a grouped conv_transpose2d, folded into its weights and bias.
-    vkq.quantize runs this before prepare_pt2e, whose own conv-bn fusion scales a transposed
-    conv's weights (C, OC/g, kh, kw) by all OC channels at once and fails for groups > 1
-    (torch.nn.utils.fusion.fuse_conv_bn_weights: "The size of tensor a ... must match")."""
+    """An eval batch_norm after a grouped transposed conv (1-, 2- or 3-D), folded into its
+    weights and bias. vkq.quantize runs this before prepare_pt2e, whose own conv-bn fusion
+    scales a transposed conv's weights (C, OC/g, k...) by all OC channels at once and fails for
+    groups > 1 (torch.nn.utils.fusion.fuse_conv_bn_weights: "The size of tensor a ... must
+    match")."""
     changed = False
     for bn in list(gm.graph.nodes):
         if not is_call(bn, {aten.batch_norm.default}) or bn.args[5]:        # training=True: not a fold
             continue
         conv = bn.args[0]
-        groups = int(arg(conv, 6, "groups", 1)) if is_call(conv, {aten.conv_transpose2d.input}) else 1
+        groups = int(arg(conv, 6, "groups", 1)) if is_call(conv, CONV_TRANSPOSE) else 1
         if groups == 1 or len(conv.users) != 1:
             continue
         w, b = const_value(gm, conv.args[1]), const_value(gm, arg(conv, 2, "bias", None))
@@ -181,7 +185,7 @@ def fold_batch_norm_into_grouped(gm: GraphModule) -> bool:
         scale = gamma / torch.sqrt(var.float() + float(bn.args[7]))
         cg = w.shape[0] // groups       # input channel c feeds output channels (c // cg) * OC/g + j
         per_weight = scale.reshape(groups, 1, w.shape[1]).expand(groups, cg, w.shape[1]).reshape(w.shape[0], w.shape[1])
-        new_w = w.float() * per_weight[:, :, None, None]
+        new_w = w.float() * per_weight.reshape(*per_weight.shape, *[1] * (w.dim() - 2))
         new_b = ((torch.zeros(oc) if b is None else b.float()) - mean.float()) * scale + beta
         args = list(conv.args) + [None] * max(0, 3 - len(conv.args))
         args[1] = add_constant(gm, f"{conv.name}_bn_weight", new_w, conv)
