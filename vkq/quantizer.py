@@ -77,6 +77,7 @@ SHARE_INPUT = {
     # element pickers (slicing, a class token, nearest upsampling): int8 passes through as a gather
     aten.slice.Tensor, aten.select.int, aten.expand.default, aten.unflatten.int,
     aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default,
+    aten._upsample_nearest_exact2d.vec, aten._upsample_nearest_exact2d.default,
     aten.pixel_shuffle.default, aten.pixel_unshuffle.default,
     # bilinear resizing stays within its input's range: one quantization, an int8 kernel
     aten.upsample_bilinear2d.vec, aten.upsample_bilinear2d.default,

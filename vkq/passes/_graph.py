@@ -49,6 +49,7 @@ UNARY_ELEMENTWISE = {getattr(aten, name).default for name in (
 # flows through them too (the lowering runs them as gathers, vkq/ops/shape.py).
 GATHERS = {aten.slice.Tensor, aten.select.int, aten.expand.default, aten.unflatten.int,
            aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default,
+           aten._upsample_nearest_exact2d.vec, aten._upsample_nearest_exact2d.default,
            aten.pixel_shuffle.default, aten.pixel_unshuffle.default}
 
 
