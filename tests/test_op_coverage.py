@@ -338,6 +338,136 @@ def test_video_layers_on_tensors_made_elsewhere_run_int8_on_vulkan(device):
     assert cosine(got, model(x).detach().numpy()) >= 0.99
 
 
+class VolumeUNet(nn.Module):
+    """A 3-D U-Net as medical-imaging and video models build one: conv3d + BatchNorm3d, a 2x2x2
+    average pool down, a 2x2x2 stride-2 ConvTranspose3d up and a skip cat, then a 3x3x3 stride-2
+    grouped ConvTranspose3d with output padding and a BatchNorm3d (its taps read frames q and
+    q - 1, its frames are cropped)."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.enc = nn.Sequential(nn.Conv3d(3, 8, 3, padding=1), nn.BatchNorm3d(8), nn.ReLU())
+            self.down = nn.Sequential(nn.AvgPool3d(2), nn.Conv3d(8, 12, 3, padding=1), nn.BatchNorm3d(12), nn.ReLU())
+            self.up = nn.ConvTranspose3d(12, 8, 2, 2)
+            self.fuse = nn.Sequential(nn.Conv3d(16, 8, 3, padding=1), nn.ReLU())
+            self.out = nn.Sequential(nn.ConvTranspose3d(8, 6, 3, 2, 1, output_padding=1, groups=2), nn.BatchNorm3d(6))
+            for m in self.modules():
+                if isinstance(m, nn.BatchNorm3d):
+                    m.running_mean.uniform_(-0.5, 0.5)
+                    m.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        e = self.enc(x)
+        return self.out(self.fuse(torch.cat([self.up(self.down(e)), e], 1)))
+
+
+def test_volume_unet_runs_int8_on_vulkan(device):
+    """ConvTranspose3d, a 2x2x2 AvgPool3d and a skip cat of 5-D tensors run int8 on the frames
+    (before: the transposed convs and the pool in float on the CPU, "no int8 Vulkan kernel", the
+    cat in float; a grouped ConvTranspose3d + BatchNorm3d failed in prepare_pt2e's fusion).
+    Vulkan == reference bit for bit, PT2E within one step, the float model close."""
+    x = torch.randn(2, 3, 4, 10, 12, generator=torch.Generator().manual_seed(13))
+    model = VolumeUNet().eval()
+    program, gm = lowered(model, (x,), batches((2, 3, 4, 10, 12)), "static")
+    assert not program.fallback, program.fallback
+    ops = [n.op for n in program.nodes]
+    # enc, down (+ the pool as a 2x2x2 depthwise conv over its taps), up, fuse, out
+    assert ops.count("conv2d_q8") == 6 and "cat_q8" in ops and "dequantize" not in ops[:-1], ops
+    got, ref = on_device(program, device, (x,))
+    assert got.shape == (2, 6, 8, 20, 24)
+    np.testing.assert_array_equal(got, ref)
+    want = gm(x).detach().numpy()
+    step = float(np.abs(np.diff(np.unique(want))).min())
+    assert np.abs(got - want).max() <= step * 1.01
+    assert cosine(got, model(x).detach().numpy()) >= 0.99
+
+
+class VolumeResizes(nn.Module):
+    """The 3-D resizes and a mean over T, H, W: trilinear (a scale, and a size with
+    align_corners), nearest and nearest-exact."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.conv = nn.Conv3d(4, 8, (1, 3, 3), padding=(0, 1, 1))
+
+    def forward(self, x):
+        h = torch.relu(self.conv(x))
+        tri = F.interpolate(h, scale_factor=(2, 1.5, 2), mode="trilinear")
+        tri2 = F.interpolate(h, size=(5, 8, 9), mode="trilinear", align_corners=True)
+        near = F.interpolate(h, size=(5, 8, 9), mode="nearest")
+        exact = F.interpolate(h, scale_factor=(1.5, 1.5, 1.5), mode="nearest-exact")
+        return tri.mean((2, 3, 4)), tri2 + near, exact
+
+
+def test_volume_resizes_run_int8_on_vulkan(device):
+    """upsample_trilinear3d (before: float on the CPU) is a bilinear resize of each frame, then
+    one down T (two roundings at the one scale bilinear shares with its input); nearest /
+    nearest-exact 3-D (before: a gather in float) the 2-D one on each frame and a take of
+    frames; a mean over T, H, W a global pool (before: float). All int8 on Vulkan, Vulkan ==
+    reference, PT2E within one step."""
+    x = torch.randn(1, 4, 3, 6, 7, generator=torch.Generator().manual_seed(14))
+    model = VolumeResizes().eval()
+    program, gm = lowered(model, (x,), batches((1, 4, 3, 6, 7)), "static")
+    assert not program.fallback, program.fallback
+    ops = [n.op for n in program.nodes]
+    assert ops.count("upsample_bilinear2d") == 4 and ops.count("upsample_nearest2d") == 2, ops
+    assert ops.count("adaptive_avg_pool2d_q8") == 1 and ops.count("dequantize") == 3, ops   # (the outputs')
+    gots, refs = on_device(program, device, (x,))
+    wants = [w.detach().numpy() for w in gm(x)]
+    for got, ref, want, full in zip(gots, refs, wants, model(x)):
+        np.testing.assert_array_equal(got, ref)
+        step = float(np.abs(np.diff(np.unique(want))).min())
+        assert np.abs(got - want).max() <= step * 1.01
+        assert cosine(got, full.detach().numpy()) >= 0.99
+    assert gots[1].shape == (1, 8, 5, 8, 9) and gots[2].shape == (1, 8, 4, 9, 10)
+
+
+class UnevenMean(nn.Module):
+    """An AvgPool3d whose border windows count only the pixels they cover (count_include_pad=False
+    with padding): no one divisor, so no conv."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.conv = nn.Conv3d(4, 8, (1, 3, 3), padding=(0, 1, 1))
+
+    def forward(self, x):
+        return F.avg_pool3d(torch.relu(self.conv(x)), (3, 3, 2), (2, 2, 1), (1, 1, 0), count_include_pad=False)
+
+
+def test_a_mean_of_means_is_not_int8():
+    """In int8 that pool would be a mean of the frames' means, rounded twice at two scales (the
+    first clipped to its own observed range: 25 steps off one-rounding's in a probe): it stays on the CPU,
+    named, under the static scheme (under the float ones it runs on Vulkan: below)."""
+    x = torch.randn(1, 4, 3, 6, 7, generator=torch.Generator().manual_seed(14))
+    gm = api.quantize(UnevenMean().eval(), (x,), calibration=batches((1, 4, 3, 6, 7)), progress=False)
+    program = lower(gm, (x,))
+    assert [op for op, _ in program.fallback] == ["aten.avg_pool3d"], program.fallback
+
+
+@pytest.mark.parametrize("scheme", ["dynamic", "weight_only"])
+@pytest.mark.parametrize("model", ["unet", "resizes", "uneven"])
+def test_volume_layers_run_on_vulkan_under_the_linear_only_schemes(device, scheme, model):
+    """Under the schemes that quantize linears only, the same rewrites give float 2-D kernels
+    (before: the transposed convs, pools and trilinear resizes on the CPU), the uneven mean as a
+    mean of the frames' means (exact in float)."""
+    shape, model = {"unet": ((2, 3, 4, 10, 12), VolumeUNet()), "resizes": ((1, 4, 3, 6, 7), VolumeResizes()),
+                    "uneven": ((1, 4, 3, 6, 7), UnevenMean())}[model]
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(15))
+    program, gm = lowered(model.eval(), (x,), batches(shape), scheme)
+    gots, refs = on_device(program, device, (x,))
+    gots, refs = (gots, refs) if isinstance(gots, (list, tuple)) else ([gots], [refs])
+    wants = gm(x)
+    for got, ref, want in zip(gots, refs, wants if isinstance(wants, (list, tuple)) else [wants]):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+        assert cosine(got, want.detach().numpy()) >= 0.9999
+
+
 class EmptyPassThrough(nn.Module):
     """Partial rotary embeddings with the rotary part the whole head (Phi-3): the pass-through
     half x[..., d:] is empty, and is concatenated back."""

@@ -395,7 +395,7 @@ class VkqQuantizer(Quantizer):
                 normalize_for_annotation(model)     # conv1d's and conv3d's string padding, now conv2d's
         else:       # these schemes quantize linears only; a transposed conv's phase conv runs in float
             patch_conv_as_linear(model)             # (before three_d_as_two_d: a tubelet embedding, a linear)
-            three_d_as_two_d(model)                 # (a float conv2d and pools have kernels; conv3d none)
+            three_d_as_two_d(model, separable=True)     # (a float conv2d and pools have kernels; conv3d none)
             batch_norm_as_conv(model)               # (a float conv: spares convert_pt2e's QAT folding)
             one_d_as_two_d(model, CONV_T_1D)        # (a float conv1d has a kernel as it is; a transposed one not)
             conv_transpose_as_conv(model)           # (or, 1x1 where kernel = stride, as a linear)
