@@ -30,6 +30,15 @@ def lowered(model, inputs, calibration, scheme):
     return program, gm
 
 
+def assert_int8_agrees(got, ref, want, full, min_cos=0.99):
+    """Vulkan's int8 output equals the reference's bit for bit, PT2E's (want) within one output
+    step, and the float model's (full) to cosine >= min_cos."""
+    np.testing.assert_array_equal(got, ref)
+    step = float(np.abs(np.diff(np.unique(want))).min())
+    assert np.abs(got - want).max() <= step * 1.01
+    assert cosine(got, full) >= min_cos
+
+
 def on_device(program, device, inputs):
     """(Vulkan's output, the reference's) of the program on the torch tensors `inputs`."""
     arrays = [t.numpy() for t in inputs]
@@ -331,11 +340,7 @@ def test_video_layers_on_tensors_made_elsewhere_run_int8_on_vulkan(device):
     assert ops.count("conv2d_q8") == 2 and ops.count("take") == 2, ops     # (the add, the table: in an epilogue)
     got, ref = on_device(program, device, (x,))
     assert got.shape == (2, 6, 3, 6, 5)
-    np.testing.assert_array_equal(got, ref)
-    want = gm(x).detach().numpy()
-    step = float(np.abs(np.diff(np.unique(want))).min())
-    assert np.abs(got - want).max() <= step * 1.01
-    assert cosine(got, model(x).detach().numpy()) >= 0.99
+    assert_int8_agrees(got, ref, gm(x).detach().numpy(), model(x).detach().numpy())
 
 
 class VolumeUNet(nn.Module):
@@ -377,11 +382,7 @@ def test_volume_unet_runs_int8_on_vulkan(device):
     assert ops.count("conv2d_q8") == 6 and "cat_q8" in ops and "dequantize" not in ops[:-1], ops
     got, ref = on_device(program, device, (x,))
     assert got.shape == (2, 6, 8, 20, 24)
-    np.testing.assert_array_equal(got, ref)
-    want = gm(x).detach().numpy()
-    step = float(np.abs(np.diff(np.unique(want))).min())
-    assert np.abs(got - want).max() <= step * 1.01
-    assert cosine(got, model(x).detach().numpy()) >= 0.99
+    assert_int8_agrees(got, ref, gm(x).detach().numpy(), model(x).detach().numpy())
 
 
 class VolumeResizes(nn.Module):
@@ -419,10 +420,7 @@ def test_volume_resizes_run_int8_on_vulkan(device):
     gots, refs = on_device(program, device, (x,))
     wants = [w.detach().numpy() for w in gm(x)]
     for got, ref, want, full in zip(gots, refs, wants, model(x)):
-        np.testing.assert_array_equal(got, ref)
-        step = float(np.abs(np.diff(np.unique(want))).min())
-        assert np.abs(got - want).max() <= step * 1.01
-        assert cosine(got, full.detach().numpy()) >= 0.99
+        assert_int8_agrees(got, ref, want, full.detach().numpy())
     assert gots[1].shape == (1, 8, 5, 8, 9) and gots[2].shape == (1, 8, 4, 9, 10)
 
 
