@@ -78,7 +78,9 @@ CLAMP_CASES = {
     "relu6_requant": (0.1, -128, 6 / 255, -128, "relu6", None),
     "hardtanh_requant": (0.02, 127, 0.01, 0, "hardtanh", (-1.0, 1.0)),
 }
-SHAPES = [((1, 3, 5, 17), "4W4C"), ((2, 5, 7, 3), "4H4W"), ((37,), "4W4C"), ((3, 13, 1), "4H4W")]
+SHAPES = [((1, 3, 5, 17), "4W4C"), ((2, 5, 7, 3), "4H4W"), ((37,), "4W4C"), ((3, 13, 1), "4H4W"),
+          # ROW (ranks 5, 6): 210 values end half way into a word, 360 half way into a block
+          ((1, 2, 3, 5, 7), "ROW"), ((2, 3, 1, 4, 5, 3), "ROW")]
 
 
 @pytest.mark.parametrize("case", ADD_CASES)
@@ -161,7 +163,7 @@ def test_binary_odd_shapes(loads_device, shape, layout):
 
 
 @pytest.mark.parametrize("case", CLAMP_CASES)
-@pytest.mark.parametrize("shape,layout", SHAPES[:2])
+@pytest.mark.parametrize("shape,layout", SHAPES[:2] + SHAPES[4:5])
 def test_clamp(device, case, shape, layout):
     q = q8(np.random.default_rng(7), shape)
     ref = run_exact(device, "clamp_q8", clamp_q8_params(*CLAMP_CASES[case]), layout, q)

@@ -2,7 +2,7 @@
 model zoo: in-place aliases, standalone batch_norm, GPT-2's Conv1D (addmm with an (in, out)
 weight), the squeeze-excitation multiply.
 
-lut_q8 on the device equals its reference bit for bit (padding bytes 0, both layouts, odd
+lut_q8 on the device equals its reference bit for bit (padding bytes 0, every layout (ROW too), odd
 shapes); a lowered table equals PT2E's int8 output exactly (not within one step: the table is
 PT2E's own dequantize -> f -> quantize evaluated on all 256 inputs)."""
 import warnings
@@ -43,7 +43,8 @@ def test_device_table_is_indexed_by_unsigned_byte():
 
 
 @pytest.mark.parametrize("shape,layout", [((1, 5, 7, 9), "4W4C"), ((2, 13, 3, 6), "4W4C"),
-                                          ((3, 7, 11), "4H4W"), ((37,), "4H4W"), ((2, 3, 5, 17), "4H4W")])
+                                          ((3, 7, 11), "4H4W"), ((37,), "4H4W"), ((2, 3, 5, 17), "4H4W"),
+                                          ((1, 2, 3, 5, 7), "ROW"), ((2, 1, 3, 2, 2, 3), "ROW")])
 def test_lut_q8_on_device(device, shape, layout):
     rng = np.random.default_rng(sum(shape))
     q = oputil.random_int8(rng, shape)

@@ -448,14 +448,50 @@ def test_a_mean_of_means_is_not_int8():
     assert [op for op, _ in program.fallback] == ["aten.avg_pool3d"], program.fallback
 
 
+class ChannelsLastVolume(nn.Module):
+    """The blocks of Swin3D and SwinUNETR between their attentions: linears, a GELU, a residual
+    add and a sigmoid gate on channels-last volumes (B, D, H, W, C), rank-5 tensors."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.fc1, self.fc2 = nn.Linear(6, 20), nn.Linear(20, 6)
+            self.gate, self.head = nn.Linear(6, 6), nn.Linear(6, 5)
+
+    def forward(self, x):
+        x = x.permute(0, 2, 3, 4, 1)
+        x = x + self.fc2(F.gelu(self.fc1(x)))
+        return self.head(x * torch.sigmoid(self.gate(x)))
+
+
+def test_channels_last_volumes_run_int8_on_vulkan(device):
+    """Linears on rank-5 tensors run int8 on the tensor viewed as (rows, C) (before: "input has
+    rank > 4", in float on the CPU), and the elementwise int8 kernels (add, mul, the GELU and
+    sigmoid tables) read rank-5 tensors in their ROW layout (before: on the CPU, "its kernel
+    takes int8 in 4W4C/4H4W"). 3 x 5 x 7 x 6 = 630 rows: odd, and the tensors end inside a word."""
+    x = torch.randn(1, 6, 3, 5, 7, generator=torch.Generator().manual_seed(16))
+    model = ChannelsLastVolume().eval()
+    program, gm = lowered(model, (x,), batches((1, 6, 3, 5, 7)), "static")
+    assert not program.fallback, program.fallback
+    assert all(cpu_reason(n, program.tensors) is None for n in program.nodes)
+    found = [n.op for n in program.nodes]
+    assert found.count("linear_q8") == 4 and {"add_q8", "mul_q8", "lut_q8"} <= set(found), found
+    assert {program.tensors[n.outputs[0]].layout for n in program.nodes if n.op in ("add_q8", "mul_q8")} == {"ROW"}
+    got, ref = on_device(program, device, (x,))
+    assert got.shape == (1, 3, 5, 7, 5)
+    assert_int8_agrees(got, ref, gm(x).detach().numpy(), model(x).detach().numpy())
+
+
 @pytest.mark.parametrize("scheme", ["dynamic", "weight_only"])
-@pytest.mark.parametrize("model", ["unet", "resizes", "uneven"])
+@pytest.mark.parametrize("model", ["unet", "resizes", "uneven", "channels_last"])
 def test_volume_layers_run_on_vulkan_under_the_linear_only_schemes(device, scheme, model):
     """Under the schemes that quantize linears only, the same rewrites give float 2-D kernels
     (before: the transposed convs, pools and trilinear resizes on the CPU), the uneven mean as a
-    mean of the frames' means (exact in float)."""
+    mean of the frames' means (exact in float), the rank-5 linears over rows."""
     shape, model = {"unet": ((2, 3, 4, 10, 12), VolumeUNet()), "resizes": ((1, 4, 3, 6, 7), VolumeResizes()),
-                    "uneven": ((1, 4, 3, 6, 7), UnevenMean())}[model]
+                    "uneven": ((1, 4, 3, 6, 7), UnevenMean()),
+                    "channels_last": ((1, 6, 3, 5, 7), ChannelsLastVolume())}[model]
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(15))
     program, gm = lowered(model.eval(), (x,), batches(shape), scheme)
     gots, refs = on_device(program, device, (x,))

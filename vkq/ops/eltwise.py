@@ -1,8 +1,9 @@
 """Elementwise int8 ops on packed tensors: add_q8, mul_q8, clamp_q8.
 
 Inputs and output share one shape and one packed layout. The kernels read and write whole
-ivec4 blocks (16 values) and need not know the layout: in both, a block is 4 words x 4 bytes
-and only the block's position says which bytes are padding (block_geometry, block_mask.glsl).
+ivec4 blocks (16 values) and need not know the layout: in every one (4W4C, 4H4W, and ROW for
+ranks 5 and 6), a block is 4 words x 4 bytes and only the block's position says which bytes are
+padding (block_geometry, block_mask.glsl).
 
 Every op is integer-only: an int32 accumulator, then vkq.quant.requantize (the GLSL twin in
 shaders/include/requant.glsl). Each op has a `*_params` helper that turns float scales and zero
@@ -33,7 +34,10 @@ def _requant_consts(multiplier, shift) -> list[int]:
 
 def block_geometry(spec) -> tuple[int, int, int, int, int]:
     """(blocks, byte_dim, byte_blocks, word_dim, word_blocks) of a packed int8 tensor: the
-    number of ivec4 blocks and the dims its bytes and words run along (block_mask.glsl)."""
+    number of ivec4 blocks and the dims its bytes and words run along (block_mask.glsl); for ROW
+    (numel, 0, 0, 0) after the blocks: its padding is at the end only."""
+    if spec.layout == "ROW":
+        return (spec.device_words() // 4, int(np.prod(spec.shape, dtype=np.int64)), 0, 0, 0)
     n, c, h, w = packing.as_nchw(spec.shape)
     byte_dim, word_dim = (c, w) if spec.layout == "4W4C" else (w, h)
     return (spec.device_words() // 4, byte_dim, -(-byte_dim // 4), word_dim, -(-word_dim // 4))
@@ -165,6 +169,7 @@ class AddQ8:
     high 32 bits; requant.glsl's multiply is exact on the 64-bit product)."""
     name = "add_q8"
     shaders = ("eltwise_binary",)
+    layouts = packing.ALL_LAYOUTS
 
     def reference(a, b, *, a_zp, b_zp, a_mult, b_mult, multiplier, shift, out_zp,
                   qmin=INT8_MIN, qmax=INT8_MAX):
@@ -190,6 +195,7 @@ class MulQ8:
     b has a's shape, or is a per-channel (N or 1, C, 1, 1) operand broadcast over H x W."""
     name = "mul_q8"
     shaders = ("eltwise_binary", "eltwise_mul_channel")
+    layouts = packing.ALL_LAYOUTS       # (ROW: rank 5 and 6, so never the channel operand's case)
 
     def reference(a, b, *, a_zp, b_zp, multiplier, shift, out_zp, qmin=INT8_MIN, qmax=INT8_MAX):
         if not channel_operand(np.shape(a), np.shape(b)):
@@ -228,6 +234,7 @@ class ClampQ8:
     multiply (same result, bit for bit)."""
     name = "clamp_q8"
     shaders = ("eltwise_clamp",)
+    layouts = packing.ALL_LAYOUTS
 
     def reference(q, *, in_zp, multiplier, shift, out_zp, qmin=INT8_MIN, qmax=INT8_MAX):
         return requantize(_int32(q, in_zp), multiplier, shift, out_zp, qmin, qmax)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import packing
 from ..device import grid_1d
 from ..registry import register_op
 from .eltwise import LOCAL, PER, block_geometry
@@ -46,6 +47,7 @@ class LutQ8:
     input and output share shape and layout."""
     name = "lut_q8"
     shaders = ("lut_q8",)
+    layouts = packing.ALL_LAYOUTS
 
     def reference(q, table):
         t = _check_table(table)

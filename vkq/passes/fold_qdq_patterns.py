@@ -18,6 +18,8 @@ walks its own q/dq neighbours with the helpers below. The patterns:
                                                                -> linear_q8_fout
                              float x, dq w                     -> linear_dynamic / linear_weight_only
                              dq.tensor(q.tensor(x, choose_qparams(x))) x, dq w -> linear_dynamic
+                             x of rank > 4: each of the above on x viewed as (rows, C), the
+                             output viewed back (_linear_over_rows)
   add, mul                   dq a, dq b (same shape), q out    -> add_q8 / mul_q8
                              mul by a (N, C, 1, 1) gate (squeeze-excitation) -> mul_q8 (broadcast)
   elementwise f(x)           dq x, q out, f in UNARY_ELEMENTWISE (hardswish, sigmoid, x * 0.5, ...)
@@ -32,6 +34,7 @@ walks its own q/dq neighbours with the helpers below. The patterns:
 """
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
 
@@ -42,7 +45,8 @@ from torch.fx import GraphModule, Node
 from ..quant import INT8_MAX, INT8_MIN
 from ._graph import (CHOOSE_QPARAMS, DEQUANTIZE, DEQUANTIZE_CHANNEL, DEQUANTIZE_TENSOR, HOST_FLOAT64, PERMUTES,
                      QUANTIZE, QUANTIZE_TENSOR, UNARY_ELEMENTWISE, add_constant, arg, aten, finish, is_call, op_name,
-                     pair, q_args, qd, reject, set_val, shape_of, unary_operand, vkq_target)
+                     dtype_of, dynamic_size, pair, q_args, qd, reject, set_val, shape_of, unary_operand,
+                     vkq_target)
 from .fold_constants import evaluate_constant
 from .torch_ops import ADAPTIVE_MAX_POOL2D
 
@@ -250,7 +254,7 @@ def fold_linear(gm, lin: Node):
     if isinstance(b, str):
         return b
     if len(shape_of(lin.args[0])) > 4:
-        return "input has rank > 4"
+        return _linear_over_rows(gm, lin)
     x = dq_source(lin.args[0])
     if x is None:
         return _fold_float_linear(gm, lin, wq, ws, b)
@@ -273,6 +277,48 @@ def fold_linear(gm, lin: Node):
     return _exact_bias(emit_for_q(gm, q, "linear_q8", [x.node],
                                   {"weight": wq, "bias": bacc, "multiplier": mult, "shift": shift},
                                   {"x_zp": x.zero_point, **_out(q)}, hint=lin.name))
+
+
+def _linear_over_rows(gm, lin: Node):
+    """linear on x of rank > 4 (Swin3D's and SwinUNETR's channels-last (B, D, H, W, C) MLPs;
+    the linear kernels take rank <= 4): the same linear on x viewed as (rows, C), its output
+    viewed back. A per-tensor dequantize and quantize commute with a view, so x's dequantize and
+    the output's quantize move to the 2-D side as they are; then the 2-D linear folds."""
+    x, shape, out_shape = lin.args[0], shape_of(lin.args[0]), shape_of(lin)
+    if dynamic_size(x) or dynamic_size(lin):
+        return "input has rank > 4 and a dynamic shape"
+    rows, g = math.prod(shape[:-1]), gm.graph
+
+    def call(target, args, shape, dtype, kwargs=None, like=None):
+        node = g.call_function(target, tuple(args), kwargs or {})
+        if like is not None:
+            node.meta.update(like.meta)
+        return set_val(node, shape, dtype)
+
+    with g.inserting_before(lin):
+        if dq_source(x) is not None:      # reshape the int8 tensor, dequantize the view
+            flat = call(aten.reshape.default, (x.args[0], [rows, shape[-1]]), (rows, shape[-1]), torch.int8)
+            x2 = call(x.target, (flat, *x.args[1:]), (rows, shape[-1]), torch.float32, x.kwargs)
+        else:
+            x2 = call(aten.reshape.default, (x, [rows, shape[-1]]), (rows, shape[-1]), dtype_of(x))
+        lin2 = call(lin.target, (x2, *lin.args[1:]), (rows, out_shape[-1]), dtype_of(lin), lin.kwargs, like=lin)
+    q = q_sink(lin)
+    if q is None:
+        with g.inserting_after(lin2):
+            back = call(aten.reshape.default, (lin2, list(out_shape)), out_shape, dtype_of(lin))
+        lin.replace_all_uses_with(back)
+    else:
+        with g.inserting_after(lin2):
+            q2 = call(q.target, (lin2, *q.args[1:]), (rows, out_shape[-1]), torch.int8, q.kwargs, like=q)
+        with g.inserting_after(q2):
+            back = call(aten.reshape.default, (q2, list(out_shape)), out_shape, torch.int8)
+        q.replace_all_uses_with(back)
+        g.erase_node(q)
+    g.erase_node(lin)
+    folded = fold_linear(gm, lin2)
+    if isinstance(folded, str):       # (lin is gone: the 2-D linear carries the reason)
+        reject(lin2, f"{op_name(lin2.target)}: {folded}; runs in float on the CPU")
+    return back
 
 
 def _fold_float_linear(gm, lin, wq, ws, b):
