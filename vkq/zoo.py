@@ -145,6 +145,13 @@ def _swin():
                            num_classes=10)
 
 
+def _swin3d():
+    import_torchvision()
+    from torchvision.models.video.swin_transformer import SwinTransformer3d
+    return SwinTransformer3d(patch_size=[2, 4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 4],
+                             window_size=[2, 4, 4], num_classes=10)
+
+
 def _lraspp():
     tv = import_torchvision()
     return _SegmentationOut(tv.models.segmentation.lraspp_mobilenet_v3_large(weights=None, weights_backbone=None,
@@ -181,7 +188,8 @@ def _gpt2():
 
 # name -> (library, constructor, input maker). Inputs: 64x64 images (96 for MobileNetV3, whose
 # squeeze-excitation gates at 2x2 are too sensitive to compare), 12-token sequences, 4 frames of
-# 32x32 for the video network (R(2+1)D: conv3d (1,3,3) and (3,1,1), all over the frames).
+# 32x32 for the video networks (R(2+1)D: conv3d (1,3,3) and (3,1,1), all over the frames;
+# Swin3D: channels-last (B, D, H, W, C) volumes, rank-5 linears and residual adds).
 ZOO = {
     "mobilenet_v3_small": ("torchvision", _tv("mobilenet_v3_small", num_classes=100), _image(96)),
     "mobilenet_v3_large": ("torchvision", _tv("mobilenet_v3_large", num_classes=100), _image(96)),
@@ -199,6 +207,7 @@ ZOO = {
     "lraspp_mobilenet_v3": ("torchvision", _lraspp, _image(64)),
     "r2plus1d_18": ("torchvision", _tv_class("torchvision.models.video.resnet", "r2plus1d_18", num_classes=10),
                     _video(4, 32)),
+    "swin3d": ("torchvision", _swin3d, _video(4, 32)),
     "lcnet_050": ("timm", _timm("lcnet_050", num_classes=100), _image(64)),
     "ghostnet_050": ("timm", _timm("ghostnet_050", num_classes=100), _image(64)),
     "mobilevit_xxs": ("timm", _timm("mobilevit_xxs", num_classes=100), _image(64)),
