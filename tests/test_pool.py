@@ -284,17 +284,21 @@ def test_cat_channels(device, qp, channels):
     run_exact(device, "cat_q8", a, (2, sum(channels), 5, 7), *qs)
 
 
+@pytest.mark.parametrize("qp", CAT_QPARAMS)
+@pytest.mark.parametrize("sizes", [(2, 5, 3), (4, 8, 3)])
 @pytest.mark.parametrize("layout", packing.LAYOUTS)
 @pytest.mark.parametrize("dim", [0, 1, 2, 3, -1])
-def test_cat_any_dim(device, dim, layout):
+def test_cat_any_dim(device, dim, layout, sizes, qp):
+    """Along a dim the bytes do not run along, and along the one they do where each input starts
+    on a word (4, 8, 3: the last ends inside one), each output word is one input's (cat_generic
+    WORDS); else (2, 5, 3 there) byte by byte. Copies (equal qparams) and requantized."""
     rng = np.random.default_rng(9 + dim)
-    sizes = (2, 5, 3)
     base = [2, 3, 6, 5]
     qs = []
     for n in sizes:
         base[dim] = n
         qs.append(q8(rng, tuple(base)))
-    a = cat_q8_params(CAT_QPARAMS["mixed"], 0.05, 3, dim)
+    a = cat_q8_params(CAT_QPARAMS[qp], 0.05, 3, dim)
     base[dim] = sum(sizes)
     run_exact(device, "cat_q8", a, tuple(base), *qs, layout=layout)
 

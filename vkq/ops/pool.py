@@ -559,9 +559,11 @@ class CatQ8:
         out_shape = packing.as_nchw(so.shape)
         dim4 = a["dim"] % len(so.shape) + 4 - len(so.shape)
         dst, steps, off = ctx.buffer(node.outputs[0]), [], 0
-        for t, zp, m, s in zip(node.inputs, a["in_zps"], a["multipliers"], a["shifts"]):
+        parts = [i for i, t in enumerate(node.inputs) if 0 not in ctx.spec(t).shape]
+        byte_dim = 1 if so.layout == "4W4C" else 3      # the dim a word's four bytes run along
+        for i, (t, zp, m, s) in enumerate(zip(node.inputs, a["in_zps"], a["multipliers"], a["shifts"])):
             si = ctx.spec(t)
-            if 0 in si.shape:
+            if i not in parts:
                 continue        # an empty part (Phi-3's pass-through half of a full rotary) adds nothing
             if si.layout != so.layout:
                 raise ValueError(f"{node.name}: input {t!r} is {si.layout}, the output {so.layout}")
@@ -576,9 +578,12 @@ class CatQ8:
                     local=(LOCAL,), defines=requant,
                     push=(positions, w, c, off, in_shape[1], c4_lo, c4_hi - c4_lo, zp, m, s, a["out_zp"])))
             else:
+                # each output word one input's (cat_generic.comp WORDS): moved whole
+                words = dim4 != byte_dim or (off % 4 == 0 and (in_shape[dim4] % 4 == 0 or i == parts[-1]))
                 steps.append(ctx.device.dispatch(
                     "cat_generic", [ctx.buffer(t), dst], grid_1d(so.device_words(), LOCAL),
-                    local=(LOCAL,), spec=(LAYOUT_IDS[so.layout], dim4), defines=requant,
+                    local=(LOCAL,), spec=(LAYOUT_IDS[so.layout], dim4),
+                    defines=(["WORDS"] if words else []) + (requant or []),
                     push=(out_shape, in_shape, off, zp, m, s, a["out_zp"])))
             off += in_shape[dim4]
         if off != out_shape[dim4]:
