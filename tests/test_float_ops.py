@@ -158,6 +158,22 @@ def test_binary_contiguous(loads_device, op, tol, form):
     assert "CONTIG" in st.defines and ("TEXEL" in st.defines) == device.texel_loads, st.defines
 
 
+@pytest.mark.parametrize("op,tol", [("add", "exact"), ("sub", "exact"), ("mul", "exact"), ("div", ("ulp", 3)),
+                                    ("maximum", "exact"), ("minimum", "exact")])
+@pytest.mark.parametrize("a_shape,b_shape,path", [((5, 3, 7, 9), (1, 3, 7, 9), "ROWS"),   # attention's bias / mask
+                                                  ((2, 3, 5, 11), (2, 3, 5, 1), "ROWS"),  # one value a row
+                                                  ((3, 1, 7), (5, 7), "ROWS"),            # both broadcast
+                                                  ((4, 3, 1), (4, 3, 6), None)])          # a's rows: one value
+def test_binary_rows(loads_device, op, tol, a_shape, b_shape, path):
+    """ROWS (the last dim contiguous in a, in b contiguous or one value a row): blocks of 4 values
+    of a row, the last block of each odd row partial; otherwise (a one value a row) value by value."""
+    steps = []
+    got, ref = run_op(loads_device, op, [rnd(*a_shape), rnd(*b_shape, lo=0.5, hi=2)],
+                      {"alpha": 2} if op == "add" else {}, np.broadcast_shapes(a_shape, b_shape), steps=steps)
+    check(got, ref, tol)
+    assert ("ROWS" in steps[0].defines) == (path == "ROWS") and "CONTIG" not in steps[0].defines, steps[0].defines
+
+
 def test_binary_with_a_constant_operand(device):
     """An operand that is a program constant (a position-embedding table) goes up once."""
     x, table = rnd(1, 11, 29), rnd(1, 11, 29)

@@ -495,8 +495,10 @@ def _binary_build(variant):
         push = (n, len(shape), mode, F32(scalar), F32(at.get("alpha", 1)),
                 _pad(shape, MAX_RANK, 1), _pad(sa, MAX_RANK), _pad(sb, MAX_RANK))
         contig = len(shape) == 1 and sa == [1] and (sb == [1] or mode != 0)
-        return [_elementwise(ctx, "float_binary", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)],
-                             -(-n // 4) if contig else n, push, [variant] + (["CONTIG"] if contig else []))]
+        rows = not contig and sa[-1] == 1 and (sb[-1] in (0, 1) or mode != 0)   # (float_binary.comp ROWS)
+        work = -(-n // 4) if contig else n // shape[-1] * -(-shape[-1] // 4) if rows else n
+        return [_elementwise(ctx, "float_binary", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], work, push,
+                             [variant] + (["CONTIG"] if contig else ["ROWS"] if rows else []))]
     return build
 
 
