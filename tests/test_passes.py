@@ -312,6 +312,28 @@ def test_assign_layouts_inserts_a_repack_only_where_needed():
     assert is_vkq(conv.args[5], "repack") and conv.args[5].args[0] is lin and conv.args[5].meta["vkq_layout"] == "4W4C"
 
 
+def test_moves_of_row_major_tensors_keep_their_rows():
+    """q, k, v selected out of a packed (3, B, heads, N, d) projection (Swin's windows) with no
+    consumer asking a layout (a dequantize): 4H4W, whose bytes run along d as the ROW source's do
+    (a word-moving gather), not the 4-D default 4W4C (bytes along the 3 heads)."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(16, 48)
+
+        def forward(self, x):
+            b, n, _ = x.shape
+            t = self.qkv(x).reshape(b, n, 3, 2, 8).permute(2, 0, 3, 1, 4)
+            q, k, v = t[0], t[1], t[2]          # (as torchvision's Swin picks them)
+            return torch.softmax(q @ k.transpose(-2, -1), -1) @ v
+    x = torch.randn(2, 7, 16)
+    _, work = prepared(M(), x, upto=assign_layouts)
+    assign_layouts(work)
+    picks = [n for n in work.graph.nodes if n.target == aten.select.int]
+    assert len(picks) == 3 and {n.args[0].meta["vkq_layout"] for n in picks} == {"ROW"}
+    assert {n.meta["vkq_layout"] for n in picks} == {"4H4W"}
+
+
 def test_fold_constants_float_weights_for_cpu_ops():
     """A float conv (input not quantized) keeps its dequantized int8 weight: computed once."""
     from vkq.quantizer import VkqQuantizer

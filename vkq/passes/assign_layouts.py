@@ -6,9 +6,10 @@ explicit `repack` only where a producer and a consumer disagree.
   ROW   tensors of rank 5 and 6 (vkq/packing.py): shape ops and quantize/dequantize take it.
 Elementwise ops (add_q8, mul_q8, clamp_q8, cat_q8, lut_q8) write the layout of their first input and
 need every input in it. Free producers (quantize, repack, shape ops, CPU ops, constants) write
-the layout their consumers want (looking through elementwise ops), else 4W4C for 4-D tensors,
-4H4W for lower ranks and ROW for higher. A repack with one consumer just writes what that consumer wants: a flatten between
-the last conv and the first linear becomes one repack, 4W4C (N, C, H, W) -> 4H4W (N, C*H*W).
+the layout their consumers want (looking through elementwise ops), else (a move of a ROW or
+4H4W tensor: 4H4W, _along_rows) 4W4C for 4-D tensors, 4H4W for lower ranks and ROW for higher.
+A repack with one consumer just writes what that consumer wants: a flatten between the last
+conv and the first linear becomes one repack, 4W4C (N, C, H, W) -> 4H4W (N, C*H*W).
 
 The tables OUTPUT_LAYOUT, INPUT_LAYOUT and FOLLOW are the rules.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import dtype_of, finish, is_vkq, qparams, set_val, shape_of, vkq_op_of, vkq_target
+from ._graph import PERMUTES, aten, dtype_of, finish, is_call, is_vkq, qparams, set_val, shape_of, vkq_op_of, vkq_target
 
 OUTPUT_LAYOUT = {"conv2d_q8": "4W4C", "max_pool2d_q8": "4W4C", "avg_pool2d_q8": "4W4C",
                  "adaptive_avg_pool2d_q8": "4W4C", "adaptive_max_pool2d_q8": "4W4C", "linear_q8": "4H4W"}
@@ -102,7 +103,23 @@ def _choose(node: Node, memo: dict) -> str:
     if op in FOLLOW and _activation_inputs(node):     # (an op on constants alone has none)
         first = _activation_inputs(node)[0]
         return first.meta.get(KEY) or default_layout(first)
-    return _wanted(node, memo) or default_layout(node)
+    return _wanted(node, memo) or _along_rows(node) or default_layout(node)
+
+
+MOVES = PERMUTES | {aten.select.int, aten.slice.Tensor}
+
+
+def _along_rows(node: Node) -> str | None:
+    """4H4W for a rank-4 move (select, slice, permute, repack) of a ROW or 4H4W tensor that no
+    consumer asks a layout of: attention's q, k, v picked out of a packed projection (Swin's
+    (3, B, heads, N, d)). Their bytes run along the last dim as the source's do, so the gather
+    moves whole words where the rows start on one, and a dequantize writes float rows as they
+    lie; 4W4C would put the bytes along dim 1 (3 heads padded to 4) and gather byte by byte
+    (Swin-T's q/k/v select on lavapipe: 3.4x the time)."""
+    src = node.args[0] if node.args and isinstance(node.args[0], Node) else None
+    if src is None or dtype_of(src) != torch.int8 or not (is_vkq(node, "repack") or is_call(node, MOVES)):
+        return None
+    return "4H4W" if src.meta.get(KEY) in ("ROW", "4H4W") else None
 
 
 def _repack(gm, src: Node, layout: str, cache: dict) -> Node:
