@@ -238,10 +238,11 @@ def test_conv1d_addmm_and_matmul_with_constant_weight_are_linear_q8():
     assert len(dq_w) == 2 and all(n.args[3] == 1 for n in dq_w)          # per output column
     program = lower(gm, (x,))
     assert program.fallback == []
-    assert ops(program).count("linear_q8") == 2 and "lut_q8" in ops(program)
+    assert ops(program).count("linear_q8") == 2 and "lut_q8" not in ops(program)
     lin = [n for n in program.nodes if n.op == "linear_q8"]
+    assert lin[0].attrs.get("lut") and not lin[1].attrs.get("lut")   # the GELU folded through the view
     assert [program.constants[n.inputs[1]].shape for n in lin] == [(18, 12), (7, 18)]
-    assert assert_matches_pt2e(program, gm, x) >= 3
+    assert assert_matches_pt2e(program, gm, x) >= 2     # x's quantize, the GELU (the addmm's output is fused)
 
 
 @pytest.mark.parametrize("scheme,op", [("dynamic", "linear_dynamic"), ("weight_only", "linear_weight_only")])

@@ -467,17 +467,22 @@ class ChannelsLastVolume(nn.Module):
 
 def test_channels_last_volumes_run_int8_on_vulkan(device):
     """Linears on rank-5 tensors run int8 on the tensor viewed as (rows, C) (before: "input has
-    rank > 4", in float on the CPU), and the elementwise int8 kernels (add, mul, the GELU and
-    sigmoid tables) read rank-5 tensors in their ROW layout (before: on the CPU, "its kernel
-    takes int8 in 4W4C/4H4W"). 3 x 5 x 7 x 6 = 630 rows: odd, and the tensors end inside a word."""
+    rank > 4", in float on the CPU), the elementwise int8 kernels (the residual add, the gate's
+    mul) read rank-5 tensors in their ROW layout (before: on the CPU, "its kernel takes int8 in
+    4W4C/4H4W"), and the GELU and sigmoid tables and the last dequantize fold into the linears
+    through the view back (no dispatch of their own, no repack to ROW and back between fc1 and
+    fc2). 105 rows of 6: the ROW tensors' 630 values end inside a block."""
     x = torch.randn(1, 6, 3, 5, 7, generator=torch.Generator().manual_seed(16))
     model = ChannelsLastVolume().eval()
     program, gm = lowered(model, (x,), batches((1, 6, 3, 5, 7)), "static")
     assert not program.fallback, program.fallback
     assert all(cpu_reason(n, program.tensors) is None for n in program.nodes)
     found = [n.op for n in program.nodes]
-    assert found.count("linear_q8") == 4 and {"add_q8", "mul_q8", "lut_q8"} <= set(found), found
+    assert found.count("linear_q8") == 4 and {"add_q8", "mul_q8"} <= set(found) and "lut_q8" not in found, found
+    assert found.count("repack") == 5, found      # (105, 6) <-> (1, 3, 5, 7, 6) around each block, no more
     assert {program.tensors[n.outputs[0]].layout for n in program.nodes if n.op in ("add_q8", "mul_q8")} == {"ROW"}
+    fused = [(bool(n.attrs.get("lut")), bool(n.attrs.get("dequant"))) for n in program.nodes if n.op == "linear_q8"]
+    assert fused == [(True, False), (False, False), (True, False), (False, True)], fused
     got, ref = on_device(program, device, (x,))
     assert got.shape == (1, 3, 5, 7, 5)
     assert_int8_agrees(got, ref, gm(x).detach().numpy(), model(x).detach().numpy())

@@ -8,7 +8,9 @@ dispatch and one full write and read of the activation fewer per fusion).
 
     c = linear_q8(x, ...);  y = dequantize(c)     ->  y = linear_q8(x, ...; dequant={scale, zp})  (float32)
 
-when c has the add (the table, the dequantize) as its only reader (so nothing else needs c). The fused op
+when c has the add (the table, the dequantize) as its only reader (so nothing else needs c); the
+table and the dequantize also through a view of c (a rank-5 linear's output viewed back: both
+commute with it), y = view(fused). The fused op
 computes exactly what the pair did (vkq/ops/conv.py, linear.py: its reference is the composition),
 so nothing here is approximate. When both operands of an add are such convs, the first gets it.
 A table after a folded add folds too (the epilogue applies the add, then the table): hardswish,
@@ -23,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import DEQUANTIZE, finish, is_call, is_vkq, q_args, vkq_target
+from ._graph import DEQUANTIZE, VIEWS, finish, is_call, is_vkq, q_args, set_val, shape_of, vkq_target
 
 
 def _fusable_conv(node) -> bool:
@@ -51,6 +53,29 @@ def fuse_residual(gm: GraphModule, add: Node) -> bool:
     return False
 
 
+def _viewed_linear(node: Node) -> Node | None:
+    """The linear_q8 of which node is a view with no other reader (a rank-5 linear's output
+    viewed back, fold_qdq_patterns._linear_over_rows), where that view is the linear's only
+    reader: a table or a dequantize commutes with it."""
+    if is_call(node, VIEWS) and len(node.users) == 1 and is_vkq(node.args[0], "linear_q8") \
+            and len(node.args[0].users) == 1:
+        return node.args[0]
+    return None
+
+
+def _fuse_through_view(gm: GraphModule, op_node: Node, view: Node, extra: list, attrs: dict, dtype) -> None:
+    """op(view(linear)) -> view(linear with op fused): the fused linear where op_node stands
+    (its inputs exist there), at the linear's shape and op_node's dtype, then the same view."""
+    lin = view.args[0]
+    with gm.graph.inserting_before(op_node):
+        fused = gm.graph.call_function(vkq_target("linear_q8"), tuple(lin.args) + tuple(extra), {**lin.kwargs, **attrs})
+        again = gm.graph.call_function(view.target, (fused, *view.args[1:]), dict(view.kwargs))
+    fused.meta.update({k: v for k, v in op_node.meta.items() if k != "vkq_source"})   # (the view is PT2E's tensor)
+    set_val(fused, shape_of(lin), dtype)
+    again.meta.update(op_node.meta)
+    op_node.replace_all_uses_with(again)
+
+
 def fuse_table(gm: GraphModule, lut: Node) -> bool:
     src, table = lut.args[:2]
     if _fusable_conv(src):
@@ -59,13 +84,24 @@ def fuse_table(gm: GraphModule, lut: Node) -> bool:
     if is_vkq(src, "linear_q8") and len(src.users) == 1 and not src.kwargs.get("lut"):
         _replace(gm, lut, src, [table], {"lut": True}, "linear_q8")
         return True
+    lin = _viewed_linear(src)
+    if lin is not None and not lin.kwargs.get("lut"):
+        _fuse_through_view(gm, lut, src, [table], {"lut": True}, torch.int8)
+        return True
     return False
 
 
 def fuse_dequantize(gm: GraphModule, deq: Node) -> bool:
     src, a = deq.args[0], q_args(deq)
-    if is_vkq(src, "linear_q8") and len(src.users) == 1 and not src.kwargs.get("dequant") and a["dtype"] == torch.int8:
-        _replace(gm, deq, src, [], {"dequant": {"scale": a["scale"], "zero_point": a["zero_point"]}}, "linear_q8")
+    if a["dtype"] != torch.int8:
+        return False
+    attrs = {"dequant": {"scale": a["scale"], "zero_point": a["zero_point"]}}
+    if is_vkq(src, "linear_q8") and len(src.users) == 1 and not src.kwargs.get("dequant"):
+        _replace(gm, deq, src, [], attrs, "linear_q8")
+        return True
+    lin = _viewed_linear(src)
+    if lin is not None and not lin.kwargs.get("dequant"):
+        _fuse_through_view(gm, deq, src, [], attrs, torch.float32)
         return True
     return False
 
