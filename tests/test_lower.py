@@ -421,8 +421,8 @@ def test_transformer_encoder_lowers():
         program = lower(gm, (ids, mask), float_linear=scheme if scheme == "dynamic" else "dynamic")
         assert ops(program).count(linear) == 12
         assert program.fallback == [], program.fallback      # embedding, mask arithmetic: on Vulkan too
-        float_ops = {"layer_norm"} | ({"gelu", "softmax_masked", "matmul_strided"} if scheme == "dynamic"
-                                      else {"softmax", "matmul"})   # static: q/dq between them
+        float_ops = {"layer_norm", "matmul_strided"} | ({"gelu", "softmax_masked"} if scheme == "dynamic"
+                                                         else {"softmax"})   # static: q/dq between them
         assert float_ops <= {n.op for n in program.nodes}   # float32 shaders
         if scheme == "static":      # GELU: a table in the epilogue of each FFN-up linear
             assert sum(bool(n.attrs.get("lut")) for n in program.nodes if n.op == "linear_q8") == 2

@@ -337,6 +337,40 @@ def test_attention_reads_the_heads_in_place():
         assert cosine(got, prog.run_reference(*[a.numpy() for a in inputs])) >= 0.99999
 
 
+class WindowAttention(nn.Module):
+    """Swin's window attention as torchvision writes it: q, k, v picked by index out of the
+    packed projection, q scaled, q @ k^T, softmax, @ v, the heads merged by transpose and
+    reshape into the output projection. 7 tokens: rows that are not whole vec4s."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(16, 48), nn.Linear(16, 16)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        t = self.qkv(x).reshape(b, n, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        q, k, v = t[0], t[1], t[2]
+        a = torch.softmax((q * 0.35) @ k.transpose(-2, -1), -1) @ v
+        return self.proj(a.transpose(1, 2).reshape(b, n, 16))
+
+
+def test_static_attention_reads_k_and_writes_the_heads_in_place(device):
+    """Static int8: K's transpose (an int8 gather, then its dequantize) and the head merge after
+    P V (a quantize, an int8 transpose and a repack) move to the float side of the matmuls
+    (passes/permute_in_float.py), where they fold into the matmuls' strided reads and writes:
+    neither matmul is a plain one, no transpose is left, and P V's quantize writes the rows the
+    projection reads."""
+    x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(3))
+    gm = vkq.quantize(WindowAttention().eval(), (x,), [(torch.randn(2, 7, 16),) for _ in range(2)])
+    prog = vkq.compile(gm, (x,), device=device)
+    ops = [n.op for n in prog.program.nodes]
+    assert ops.count("matmul_strided") == 2 and "matmul" not in ops and "transpose" not in ops, ops
+    assert ops[-3:] == ["matmul_strided", "quantize", "linear_q8"], ops
+    got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    assert assert_matches_pt2e(prog.program, gm, x, min_cos=0.999) >= 3
+
+
 def test_resizing_and_slicing_stay_int8():
     """Nearest upsampling, slices, a class-token select and bilinear upsampling keep their
     input's quantization (vkq's quantizer): they run on int8, one gather or one int8 kernel,

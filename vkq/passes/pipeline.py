@@ -22,6 +22,7 @@ from .inline_wrappers import inline_wrappers
 from .fuse_epilogue import fuse_epilogue
 from .lift_quantize import lift_quantize
 from .normalize_ops import normalize_ops
+from .permute_in_float import permute_in_float
 from .unroll_rnn import unroll_rnn
 from .views_to_repack import views_to_repack
 
@@ -41,6 +42,8 @@ PIPELINE = [
                             #   one lookup table
     fuse_epilogue,          # a residual add_q8 into the conv2d_q8 whose output only it reads; on the
                             #   vkq ops, so after folding, and before assign_layouts (4W4C residual)
+    permute_in_float,       # int8 permutes / views beside a float matmul (attention's K transpose, head
+                            #   merge) -> float ones, which the lowering folds into its strided reads/writes
     views_to_repack,        # views left on int8 -> repack(shape)
     fold_constants,         # leftover float work on constants (weights of CPU ops) done once
     assign_layouts,         # last: needs the final int8 ops to know who reads what
