@@ -128,6 +128,28 @@ def test_quick_run(device, tmp_path, capfd):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_swin_t_is_an_opt_in_model(device, tmp_path, capfd):
+    """--models swin_t times a windowed-attention transformer beside torch (no ncnn peer: to_ncnn
+    writes CNNs only); the default suite stays the two CNNs of the targets."""
+    from vkq import zoo
+    try:
+        zoo.import_torchvision()
+    except ModuleNotFoundError as e:
+        pytest.skip(f"torchvision is not installed ({e})")
+    assert "swin_t" in bench.model_cases(True) and "swin_t" not in bench.DEFAULT_MODELS
+    out = tmp_path / "bench.json"
+    assert main(["bench", "models", "--quick", "--device", str(device.info.index), "--models", "swin_t",
+                 "--json", str(out), "--no-progress"]) == 0
+    printed, err = capfd.readouterr()
+    sys.stdout.write(printed)      # back into the capture: the validation guard (conftest) reads it too
+    sys.stderr.write(err)
+    rows = [r for r in json.loads(out.read_text()) if r["suite"] == "models"]
+    assert {(r["backend"], r["dtype"]) for r in rows} >= {("vulkan", "int8"), ("torch-cpu", "fp32")}
+    assert not any(r["backend"].startswith("ncnn") for r in rows), rows
+    (vk,) = [r for r in rows if r["backend"] == "vulkan"]
+    assert vk["name"] == "swin_t (tiny)" and positive(vk["median_ms"]) and vk["cosine_vs_fp32"] >= 0.99, vk
+
+
 def test_roofline_model():
     """attainable roof = min(compute roof, intensity x bandwidth); fraction against it."""
     roof = {"int32_gops": 100.0, "fp32_gflops": 50.0, "copy_gbps": 4.0}

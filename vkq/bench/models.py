@@ -114,19 +114,33 @@ def _minilm_case(quick: bool) -> ModelCase:
     raise NotImplementedError("MiniLM is not in the model suite yet (see vkq.bench.models._minilm_case)")
 
 
+def _swin_t(quick: bool):
+    """torchvision's Swin-T (random weights; vkq.zoo imports torchvision's Python models), or
+    the zoo's two-stage one at 32 x 32 (quick): windowed attention with float softmax and
+    matmuls between int8 linears. Opt-in (--models swin_t); to_ncnn writes CNNs only."""
+    from .. import zoo
+    if quick:
+        return zoo.ZOO["swin"][1]().eval()
+    return zoo.import_torchvision().models.swin_t().eval()
+
+
 def model_cases(quick: bool) -> dict:
-    """name -> () -> ModelCase. The default suite is every entry but the hooks."""
+    """name -> () -> ModelCase. The default suite is DEFAULT_MODELS."""
     from .. import models
     if quick:
         return {"mobilenet_v2": lambda: ModelCase("mobilenet_v2 (tiny)", (1, 3, 32, 32), tiny_mobilenet,
                                                   lambda: _images((1, 3, 32, 32), 2)),
                 "resnet18": lambda: ModelCase("resnet18 (tiny)", (1, 3, 32, 32), tiny_resnet,
-                                              lambda: _images((1, 3, 32, 32), 2))}
+                                              lambda: _images((1, 3, 32, 32), 2)),
+                "swin_t": lambda: ModelCase("swin_t (tiny)", (1, 3, 32, 32), lambda: _swin_t(True),
+                                            lambda: _images((1, 3, 32, 32), 2), ncnn=False)}
     return {"mobilenet_v2": lambda: ModelCase("mobilenet_v2", (1, 3, 224, 224),
                                               lambda: models.mobilenet_v2(pretrained=True),
                                               lambda: _images((1, 3, 224, 224), 4)),
             "resnet18": lambda: ModelCase("resnet18", (1, 3, 224, 224), lambda: models.resnet18(),
-                                          lambda: _images((1, 3, 224, 224), 4))}
+                                          lambda: _images((1, 3, 224, 224), 4)),
+            "swin_t": lambda: ModelCase("swin_t", (1, 3, 224, 224), lambda: _swin_t(False),
+                                        lambda: _images((1, 3, 224, 224), 4), ncnn=False)}
 
 
 DEFAULT_MODELS = ("mobilenet_v2", "resnet18")
