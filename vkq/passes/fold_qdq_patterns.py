@@ -298,7 +298,7 @@ def _linear_over_rows(gm, lin: Node):
     with g.inserting_before(lin):
         if dq_source(x) is not None:      # reshape the int8 tensor, dequantize the view
             flat = call(aten.reshape.default, (x.args[0], [rows, shape[-1]]), (rows, shape[-1]), torch.int8)
-            x2 = call(x.target, (flat, *x.args[1:]), (rows, shape[-1]), torch.float32, x.kwargs)
+            x2 = call(x.target, (flat, *x.args[1:]), (rows, shape[-1]), dtype_of(x), x.kwargs)
         else:
             x2 = call(aten.reshape.default, (x, [rows, shape[-1]]), (rows, shape[-1]), dtype_of(x))
         lin2 = call(lin.target, (x2, *lin.args[1:]), (rows, out_shape[-1]), dtype_of(lin), lin.kwargs, like=lin)
@@ -312,6 +312,8 @@ def _linear_over_rows(gm, lin: Node):
             q2 = call(q.target, (lin2, *q.args[1:]), (rows, out_shape[-1]), torch.int8, q.kwargs, like=q)
         with g.inserting_after(q2):
             back = call(aten.reshape.default, (q2, list(out_shape)), out_shape, torch.int8)
+        if "vkq_source" in q2.meta:       # PT2E's tensor is the view back, not the 2-D one
+            back.meta["vkq_source"] = q2.meta.pop("vkq_source")
         q.replace_all_uses_with(back)
         g.erase_node(q)
     g.erase_node(lin)
