@@ -57,6 +57,24 @@ def test_dequantize_on_device(loads_device, shape, layout):
     np.testing.assert_array_equal(got[0], dequantize(q, scale, zp))
 
 
+@pytest.mark.parametrize("shape", [(3,), (17,), (4, 49, 49), (2, 3, 5, 8)])
+@pytest.mark.parametrize("scale,zp,qmin", [(0.05, 3, -128), (0.02, -128, -128), (1 / 3, 0, 0)])
+def test_fake_quantize_on_device_equals_the_pair(loads_device, shape, scale, zp, qmin):
+    """fake_quantize (one float pass) == dequantize(quantize(x)) bit for bit, and == PyTorch's
+    quantize_per_tensor / dequantize_per_tensor pair: ties to even, clamping (a narrowed qmin: a
+    fused ReLU), NaN -> the zero point's value, +-inf clamped; whole vec4 blocks and a tail."""
+    x = _float_input(shape, scale, 7)
+    attrs = dict(scale=scale, zero_point=zp, qmin=qmin, qmax=127)
+    prog = single_op_program("fake_quantize", [("x", spec(shape))], [("y", spec(shape))], attrs)
+    got, ref = run_both(loads_device, prog, x)
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_array_equal(got[0], dequantize(quantize(x, scale, zp, qmin, 127), scale, zp))
+    t = torch.ops.quantized_decomposed.quantize_per_tensor(torch.from_numpy(x), scale, zp, qmin, 127, torch.int8)
+    want = torch.ops.quantized_decomposed.dequantize_per_tensor(t, scale, zp, qmin, 127, torch.int8).numpy()
+    np.testing.assert_array_equal(got[0], want)
+    assert x.size < 9 or len(np.unique(got[0])) > 3        # (the first 8 values are the ties)
+
+
 @pytest.mark.parametrize("grid,rows", [(True, None), (True, 1), (True, 2), (True, 7), (True, 64), (False, None)])
 @pytest.mark.parametrize("shape", [(3, 9, 5, 12), (2, 5, 3, 8), (1, 6, 7, 4), (1, 3, 2, 40)])
 def test_4w4c_quantize_dequantize_with_and_without_the_grid(loads_device, monkeypatch, shape, grid, rows):

@@ -398,8 +398,9 @@ def test_addcmul_reshape_as_and_float_hardswish_run_on_vulkan(device):
     assert not [n for n in gm.graph.nodes if n.target in (aten.addcmul.default, aten.reshape_as.default)]
     program = lower(gm, (x,))
     assert program.fallback == [] and all(cpu_reason(n, program.tensors) is None for n in program.nodes)
-    # the affine: float mul, mul (value), add on Vulkan; the attention and its hardswish in float
-    assert ops(program)[2:5] == ["mul", "mul", "add"] and "hardswish" in ops(program)
+    # the affine: float mul, mul (value), add on Vulkan, after the input's quantize / dequantize
+    # pair (one fake_quantize); the attention and its hardswish in float
+    assert ops(program)[:4] == ["fake_quantize", "mul", "mul", "add"] and "hardswish" in ops(program)
     with torch.no_grad():
         want = model(x).numpy()
     ref = run_reference(program, x.numpy())

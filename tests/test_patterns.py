@@ -354,6 +354,41 @@ class WindowAttention(nn.Module):
         return self.proj(a.transpose(1, 2).reshape(b, n, 16))
 
 
+class BiasedWindowAttention(WindowAttention):
+    """... with Swin's relative-position bias added to the scores: the quantizer takes the add
+    as an int8 one (a constant operand), so PT2E puts quantize / dequantize pairs on the scores
+    before and after it, and the add (broadcast over the batch) stays float."""
+
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(1, 2, 7, 7) * 0.5)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        t = self.qkv(x).reshape(b, n, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        q, k, v = t[0], t[1], t[2]
+        a = torch.softmax((q * 0.35) @ k.transpose(-2, -1) + self.bias, -1) @ v
+        return self.proj(a.transpose(1, 2).reshape(b, n, 16))
+
+
+def test_quantize_dequantize_pairs_between_float_ops_are_one_pass(device):
+    """The scores' PT2E quantize -> dequantize pairs, read by nothing else (passes/fake_quantize.py),
+    are one float fake_quantize each, not a packed int8 tensor written and read back; the
+    program computes what the pairs did (reference == PT2E op by op, Vulkan == reference)."""
+    x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(4))
+    gm = vkq.quantize(BiasedWindowAttention().eval(), (x,), [(torch.randn(2, 7, 16),) for _ in range(2)])
+    pairs = [n for n in gm.graph.nodes if n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
+             and n.args[0].target == torch.ops.aten.add.Tensor]
+    assert pairs, "PT2E quantized the bias add's output (what this test is about)"
+    prog = vkq.compile(gm, (x,), device=device)
+    ops = [n.op for n in prog.program.nodes]
+    between = ops[ops.index("matmul_strided"):ops.index("softmax")]
+    assert between.count("fake_quantize") == 2 and not {"quantize", "dequantize"} & set(between), ops
+    got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    assert assert_matches_pt2e(prog.program, gm, x, min_cos=0.999) >= 3
+
+
 def test_static_attention_reads_k_and_writes_the_heads_in_place(device):
     """Static int8: K's transpose (an int8 gather, then its dequantize) and the head merge after
     P V (a quantize, an int8 transpose and a repack) move to the float side of the matmuls

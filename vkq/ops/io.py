@@ -1,5 +1,5 @@
 """Crossing between float and packed int8 (any packed layout; repack, between layouts, is in
-vkq.ops.shape)."""
+vkq.ops.shape), and the round trip through int8 that stays float (fake_quantize)."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,6 +11,7 @@ from ..registry import register_op
 
 LAYOUT_IDS = {"4W4C": 0, "4H4W": 1, "ROW": 2}   # shaders/include/int8x4.glsl
 LOCAL = 64
+FQ_PER = 4        # fake_quantize: vec4 blocks an invocation (as the float elementwise kernels)
 
 
 def _nchw(spec):
@@ -73,3 +74,27 @@ class Dequantize:
         spec, a = ctx.spec(q), node.attrs
         return [_io_dispatch(ctx, "dequantize", [ctx.buffer(q), ctx.buffer(x)], spec,
                              (np.float32(a["scale"]), a["zero_point"]))]
+
+
+@register_op
+class FakeQuantize:
+    """float32 -> float32: dequantize(quantize(x)) per tensor, PT2E's quantize / dequantize pair
+    where nothing else reads the int8 value (passes/fake_quantize.py), in one pass over float
+    rows (shaders/fake_quantize.comp), bit for bit the two ops'."""
+    name = "fake_quantize"
+    shaders = ("fake_quantize",)
+
+    def reference(x, *, scale, zero_point, qmin=INT8_MIN, qmax=INT8_MAX):
+        return dequantize(quantize(x, scale, zero_point, qmin, qmax), scale, zero_point)
+
+    def build(ctx, node):
+        x, y = node.inputs[0], node.outputs[0]
+        sx, sy, a = ctx.spec(x), ctx.spec(y), node.attrs
+        if sx.dtype != "float32" or sy.dtype != "float32" or sx.shape != sy.shape:
+            raise ValueError(f"{node.name}: fake_quantize takes float32 to float32 of one shape, "
+                             f"got {sx.dtype} {sx.shape} -> {sy.dtype} {sy.shape}")
+        n = int(np.prod(sy.shape, dtype=np.int64))
+        return [ctx.device.dispatch("fake_quantize", [ctx.buffer(x), ctx.buffer(y)],
+                                    grid_1d(-(-n // (4 * FQ_PER)), LOCAL), local=(LOCAL,), spec=(FQ_PER,),
+                                    push=(n, inverse_scale(a["scale"]), np.float32(a["scale"]), a["zero_point"],
+                                          a.get("qmin", INT8_MIN), a.get("qmax", INT8_MAX)))]

@@ -15,6 +15,7 @@ from .assign_layouts import assign_layouts
 from .drop_cancelling_qdq import drop_cancelling_qdq
 from .decompose_ops import decompose_ops
 from .drop_guards import drop_guards
+from .fake_quantize import fake_quantize
 from .fold_constants import fold_constants
 from .fold_qdq_patterns import fold_qdq_patterns
 from .fuse_activation import fuse_activation
@@ -44,6 +45,8 @@ PIPELINE = [
                             #   vkq ops, so after folding, and before assign_layouts (4W4C residual)
     permute_in_float,       # int8 permutes / views beside a float matmul (attention's K transpose, head
                             #   merge) -> float ones, which the lowering folds into its strided reads/writes
+    fake_quantize,          # dq(q(x)) of a float x read by nothing else -> one float pass (attention scores);
+                            #   after permute_in_float, which moves dequantizes
     views_to_repack,        # views left on int8 -> repack(shape)
     fold_constants,         # leftover float work on constants (weights of CPU ops) done once
     assign_layouts,         # last: needs the final int8 ops to know who reads what
