@@ -385,15 +385,19 @@ def test_volume_unet_runs_int8_on_vulkan(device):
     assert_int8_agrees(got, ref, gm(x).detach().numpy(), model(x).detach().numpy())
 
 
-class VolumeResizes(nn.Module):
-    """The 3-D resizes and a mean over T, H, W: trilinear (a scale, and a size with
-    align_corners), nearest and nearest-exact."""
+class FrameConv(nn.Module):
+    """A seeded (1, 3, 3) conv3d 4 -> 8 before the 3-D op a subclass's forward tries."""
 
     def __init__(self):
         super().__init__()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             self.conv = nn.Conv3d(4, 8, (1, 3, 3), padding=(0, 1, 1))
+
+
+class VolumeResizes(FrameConv):
+    """The 3-D resizes and a mean over T, H, W: trilinear (a scale, and a size with
+    align_corners), nearest and nearest-exact."""
 
     def forward(self, x):
         h = torch.relu(self.conv(x))
@@ -424,15 +428,9 @@ def test_volume_resizes_run_int8_on_vulkan(device):
     assert gots[1].shape == (1, 8, 5, 8, 9) and gots[2].shape == (1, 8, 4, 9, 10)
 
 
-class UnevenMean(nn.Module):
+class UnevenMean(FrameConv):
     """An AvgPool3d whose border windows count only the pixels they cover (count_include_pad=False
     with padding): no one divisor, so no conv."""
-
-    def __init__(self):
-        super().__init__()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            self.conv = nn.Conv3d(4, 8, (1, 3, 3), padding=(0, 1, 1))
 
     def forward(self, x):
         return F.avg_pool3d(torch.relu(self.conv(x)), (3, 3, 2), (2, 2, 1), (1, 1, 0), count_include_pad=False)
