@@ -18,7 +18,8 @@ int sdot4x8_acc_sat(int a, int b, int acc, spirv_literal int packed_format);
 //            each accumulator is also one of its own dot product's operands, so that no
 //            compiler can hoist the dot product out of the loop
 //   COPY:    ITERS ivec4 loads and stores per invocation, grid-strided (bandwidth); with TEXEL
-//            the loads are texel fetches, the path the kernels take on such a device (texel.glsl)
+//            the loads are texel fetches and the stores as the kernels' own, the path they take
+//            on such a device (texel.glsl)
 //! variant FMA_F32 NACC=4
 //! variant MAD_I32 NACC=4
 //! variant DOT4_I8 NACC=4
@@ -49,7 +50,7 @@ IVEC4_INPUT(0, src)
 #else
 layout(std430, binding = 0) readonly buffer In { ivec4 src[]; };
 #endif
-layout(std430, binding = 1) writeonly buffer Out { ivec4 dst[]; };
+IVEC4_OUTPUT(1, dst)
 layout(push_constant) uniform Params { int n; } p;
 
 void main() {
@@ -57,7 +58,7 @@ void main() {
 #if defined(COPY)
     int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x * gl_NumWorkGroups.y);
     for (int k = 0; k < ITERS; ++k, i += stride)
-        if (i < p.n) dst[i] = LOAD4(src, i);
+        if (i < p.n) STORE4(dst, i, LOAD4(src, i));
 #else
     if (i >= p.n) return;
 #if defined(FMA_F32)
@@ -80,9 +81,9 @@ void main() {
     T s = a[0];
     [[unroll]] for (int j = 1; j < NACC; ++j) s += a[j];
 #if defined(FMA_F32)
-    dst[i] = floatBitsToInt(s);
+    STORE4(dst, i, floatBitsToInt(s));
 #else
-    dst[i] = s;
+    STORE4(dst, i, s);
 #endif
 #endif
 }

@@ -83,7 +83,7 @@ IVEC4_WORDS_INPUT(0, x4)      // x by block and word by word (texel.glsl)
 // weight block c4 (conv_lane_words.glsl), word kh*KW + kw: byte b = w[4*c4 + b, 0, kh, kw]
 // epilogue block c4: bias_eff, bound, m, shifts (4 each; conv_epilogue.glsl)
 #include "conv_lane_words.glsl"
-layout(std430, binding = 3) writeonly buffer Y { ivec4 y[]; };
+IVEC4_OUTPUT(3, y)    // texel.glsl
 layout(push_constant) uniform Params {
     ivec4 in_shape;    // N, C, H, W
     ivec4 out_shape;   // N, C, OH, OW
@@ -178,7 +178,7 @@ void main() {
                 const int word = out_word(acc[i * TW + 4 * b + e], c, C - 4 * c4, other[e], p.epi);
                 words[e] = 4 * ow4 + e < OW ? word : 0;   // columns past OW: 4W4C padding, 0
             }
-            y[idx] = words;
+            STORE4(y, idx, words);
         }
     }
 }

@@ -125,7 +125,7 @@ IVEC4_WORDS_INPUT(0, x4)      // x by block and word by word (texel.glsl)
 //   byte b = w[t*TOC + o, 4*(c4_start + r) + b, kh, kw]
 // epilogue block t: bias_eff, bound, m, shifts (TOC each; conv_epilogue.glsl)
 #include "conv_lane_words.glsl"
-layout(std430, binding = 3) writeonly buffer Y { ivec4 y[]; };
+IVEC4_OUTPUT(3, y)    // texel.glsl
 layout(push_constant) uniform Params {
     ivec4 in_shape;    // N, C, H, W
     ivec4 out_shape;   // N, OC, OH, OW
@@ -271,7 +271,7 @@ void main() {
                     const int word = out_word(ivec4(acc[k], acc[k + 1], acc[k + 2], acc[k + 3]), c, OC - 4 * oc4, other[j], p.epi);
                     words[j] = ow0 + j < OW ? word : 0;   // columns past OW: 4W4C padding, 0
                 }
-                y[idx] = words;
+                STORE4(y, idx, words);
             }
         }
     }

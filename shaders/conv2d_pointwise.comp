@@ -99,7 +99,7 @@ IVEC4_INPUT(0, x)
 // weight block t*C4 + c4 (conv_lane_words.glsl), word o: byte b = w[t*TOC + o, 4*c4 + b]
 // epilogue block t: bias_eff, bound, m, shifts (TOC each; conv_epilogue.glsl)
 #include "conv_lane_words.glsl"
-layout(std430, binding = 3) writeonly buffer Y { ivec4 y[]; };
+IVEC4_OUTPUT(3, y)    // texel.glsl
 layout(push_constant) uniform Params {
     ivec4 in_shape;    // N, C, H, W
     ivec4 out_shape;   // N, OC, OH, OW
@@ -192,7 +192,7 @@ void main() {
                     const int word = out_word(ivec4(acc[a], acc[a + 1], acc[a + 2], acc[a + 3]), c, OC - 4 * oc4, other[e], p.epi);
                     words[e] = 4 * (blk % OW4) + e < OW ? word : 0;   // columns past OW: 4W4C padding, 0
                 }
-                y[idx] = words;
+                STORE4(y, idx, words);
             }
         }
     }

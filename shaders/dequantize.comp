@@ -22,7 +22,7 @@ layout(constant_id = 4) const int ROWS = 1;   // GRID: rows an invocation runs d
 
 #ifdef VEC
 IVEC4_INPUT(0, q)   // texel.glsl
-layout(std430, binding = 1) writeonly buffer Out { vec4 x[]; };
+VEC4_OUTPUT(1, x)
 #else
 layout(std430, binding = 0) readonly buffer In { int q[]; };
 layout(std430, binding = 1) writeonly buffer Out { float x[]; };
@@ -49,13 +49,13 @@ void main() {
         if (LAYOUT == LAYOUT_ROW) {
             int n4 = SHAPE.x * SHAPE.y * SHAPE.z * SHAPE.w / 4;
             for (int r = 0; r < 4; ++r)
-                if (4 * blk + r < n4) x[4 * blk + r] = dequantize4(unpack_int8x4(words[r]));
+                if (4 * blk + r < n4) STORE_VEC4(x, 4 * blk + r, dequantize4(unpack_int8x4(words[r])));
         } else {   // the block's 4 rows: channels e.y + k (4W4C) or rows e.z + k (4H4W), `step` vec4s apart
             const bool wc = LAYOUT == LAYOUT_4W4C;
             const int step = wc ? SHAPE.z * SHAPE.w / 4 : SHAPE.w / 4, left = wc ? SHAPE.y - e.y : SHAPE.z - e.z;
             int o = nchw_offset(e, SHAPE) / 4;
             for (int k = 0; k < 4; ++k, o += step)    // 4W4C: byte k of each word is channel e.y + k
-                if (k < left) x[o] = dequantize4(wc ? (words << (24 - 8 * k)) >> 24 : unpack_int8x4(words[k]));
+                if (k < left) STORE_VEC4(x, o, dequantize4(wc ? (words << (24 - 8 * k)) >> 24 : unpack_int8x4(words[k])));
         }
     }
 }

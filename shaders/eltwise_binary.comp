@@ -42,7 +42,7 @@ layout(constant_id = 9) const int SHIFT_ONLY = 0;
 
 IVEC4_INPUT(0, a)     // texel.glsl
 IVEC4_INPUT(1, b)
-layout(std430, binding = 2) writeonly buffer Out { ivec4 o[]; };
+IVEC4_OUTPUT(2, o)
 layout(push_constant) uniform Params {
     int blocks;
     int a_zp, b_zp, a_mult, b_mult;
@@ -79,7 +79,7 @@ void main() {
     ivec4 geo = ivec4(BYTE_DIM, BYTE_BLOCKS, WORD_DIM, WORD_BLOCKS);
     for (int k = 0; k < PER && i < p.blocks; ++k, i += stride) {
         ivec4 wa = LOAD4(a, i), wb = LOAD4(b, i);
-        o[i] = before_store(ivec4(word(wa.x, wb.x), word(wa.y, wb.y), word(wa.z, wb.z), word(wa.w, wb.w))
-                            & block_mask(i, geo));   // common.glsl
+        STORE4(o, i, before_store(ivec4(word(wa.x, wb.x), word(wa.y, wb.y), word(wa.z, wb.z), word(wa.w, wb.w))
+                                  & block_mask(i, geo)));   // common.glsl
     }
 }

@@ -19,7 +19,7 @@ layout(constant_id = 3) const int PER = 4;
 
 IVEC4_WORDS_INPUT(0, xb)          // texel.glsl: floats as their bits
 layout(std430, binding = 1) writeonly buffer Y { float y[]; };
-layout(std430, binding = 1) writeonly buffer Y4 { vec4 y4[]; };   // the same words by vec4
+VEC4_OUTPUT(1, y4)   // the same words by vec4 (texel.glsl)
 layout(push_constant) uniform Params {
     int n;
     float inv_scale, scale;         // float32(1 / scale), as PyTorch forms it; the scale
@@ -39,7 +39,7 @@ void main() {
     for (int k = 0; k < PER && 4 * i < p.n; ++k, i += stride) {
         if (4 * i + 4 <= p.n) {
             const vec4 v = intBitsToFloat(LOAD4(xb, i));
-            y4[i] = vec4(fq(v.x), fq(v.y), fq(v.z), fq(v.w));
+            STORE_VEC4(y4, i, vec4(fq(v.x), fq(v.y), fq(v.z), fq(v.w)));
         } else {
             for (int e = 4 * i; e < p.n; ++e) y[e] = fq(intBitsToFloat(WORD(xb, e)));
         }

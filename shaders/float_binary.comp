@@ -47,7 +47,7 @@ layout(constant_id = 3) const int PER = 4;
 #ifdef CONTIG
 IVEC4_WORDS_INPUT(0, ab)          // texel.glsl: floats as their bits
 IVEC4_WORDS_INPUT(1, bb)
-layout(std430, binding = 2) writeonly buffer Out4 { vec4 o4[]; };  // the same words by vec4
+VEC4_OUTPUT(2, o4)   // the same words by vec4 (texel.glsl)
 #else
 layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
@@ -91,7 +91,7 @@ void main() {
         if (4 * i + 4 <= p.n) {
             const vec4 x = intBitsToFloat(LOAD4(ab, i));
             const vec4 y = p.mode == 0 ? intBitsToFloat(LOAD4(bb, i)) : vec4(0.0);
-            o4[i] = vec4(op(x.x, y.x), op(x.y, y.y), op(x.z, y.z), op(x.w, y.w));
+            STORE_VEC4(o4, i, vec4(op(x.x, y.x), op(x.y, y.y), op(x.z, y.z), op(x.w, y.w)));
         } else {
             for (int e = 4 * i; e < p.n; ++e) o[e] = op(A(e), p.mode == 0 ? B(e) : 0.0);
         }

@@ -32,7 +32,7 @@ IVEC4_WORDS_INPUT(2, bb)
 #define BIAS(i) intBitsToFloat(WORD(bb, i))
 #define X4(i) intBitsToFloat(LOAD4(xb, i))
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
-layout(std430, binding = 3) writeonly buffer Y4 { vec4 y4[]; };   // the same words by vec4
+VEC4_OUTPUT(3, y4)   // the same words by vec4 (texel.glsl)
 layout(push_constant) uniform Params {
     int R, D;
     float eps;
@@ -65,10 +65,10 @@ void row_vec4(int r, int l, int n) {
     [[unroll]] for (int i = 0; i < KEEP; ++i) {
         const int j4 = l + i * n;
         if (j4 < D4)
-            y4[base4 + j4] = (v[i] - mean) * rstd * intBitsToFloat(LOAD4(wb, c4 + j4)) + intBitsToFloat(LOAD4(bb, c4 + j4));
+            STORE_VEC4(y4, base4 + j4, (v[i] - mean) * rstd * intBitsToFloat(LOAD4(wb, c4 + j4)) + intBitsToFloat(LOAD4(bb, c4 + j4)));
     }
     for (int j4 = l + KEEP * n; j4 < D4; j4 += n)
-        y4[base4 + j4] = (X4(base4 + j4) - mean) * rstd * intBitsToFloat(LOAD4(wb, c4 + j4)) + intBitsToFloat(LOAD4(bb, c4 + j4));
+        STORE_VEC4(y4, base4 + j4, (X4(base4 + j4) - mean) * rstd * intBitsToFloat(LOAD4(wb, c4 + j4)) + intBitsToFloat(LOAD4(bb, c4 + j4)));
 }
 
 void main() {

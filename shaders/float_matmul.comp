@@ -51,7 +51,7 @@ layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
 #endif
 #ifdef OUT4
-layout(std430, binding = 2) writeonly buffer Out { vec4 o4[]; };
+VEC4_OUTPUT(2, o4)   // texel.glsl
 #else
 layout(std430, binding = 2) writeonly buffer Out { float o[]; };
 #endif
@@ -149,7 +149,7 @@ void main() {
     [[unroll]] for (int r = 0; r < TM; ++r) {
         if (i0 + r >= p.M) break;
 #ifdef OUT4
-        o4[(oo + (i0 + r) * p.som + j0) / 4] = vec4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+        STORE_VEC4(o4, (oo + (i0 + r) * p.som + j0) / 4, vec4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
 #else
         [[unroll]] for (int c = 0; c < TN; ++c)
             if (j0 + c < p.N) o[oo + (i0 + r) * p.som + (j0 + c) * p.son] = acc[r][c];

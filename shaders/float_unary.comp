@@ -72,7 +72,7 @@ layout(constant_id = 3) const int PER = 4;
 
 IVEC4_WORDS_INPUT(0, xb)          // texel.glsl: floats as their bits
 layout(std430, binding = 1) writeonly buffer Y { float y[]; };
-layout(std430, binding = 1) writeonly buffer Y4 { vec4 y4[]; };   // the same words by vec4
+VEC4_OUTPUT(1, y4)   // the same words by vec4 (texel.glsl)
 layout(push_constant) uniform Params {
     int n;
     float lo, hi;    // OP_CLAMP bounds (+-inf when absent); LEAKY_RELU: lo the slope; ELU: lo alpha;
@@ -153,7 +153,7 @@ void main() {
     for (int k = 0; k < PER && 4 * i < p.n; ++k, i += stride) {
         if (4 * i + 4 <= p.n) {
             const vec4 v = intBitsToFloat(LOAD4(xb, i));
-            y4[i] = vec4(f(v.x), f(v.y), f(v.z), f(v.w));
+            STORE_VEC4(y4, i, vec4(f(v.x), f(v.y), f(v.z), f(v.w)));
         } else {
             for (int e = 4 * i; e < p.n; ++e) y[e] = f(intBitsToFloat(WORD(xb, e)));
         }

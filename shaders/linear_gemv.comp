@@ -92,7 +92,7 @@ IVEC4_INPUT(0, x)   // texel.glsl
 IVEC4_INPUT(1, w)
 layout(std430, binding = 2) readonly buffer Chan { ivec4 chan[]; };   // as in linear_q8.comp
 #if defined(OUT_Q8) && !defined(DEQUANT)
-layout(std430, binding = 3) writeonly buffer Out { ivec4 out_q[]; };
+IVEC4_OUTPUT(3, out_q)   // texel.glsl
 #else
 layout(std430, binding = 3) writeonly buffer Out { float out_f[]; };
 #endif

@@ -107,7 +107,7 @@ IVEC4_INPUT(1, w)
 //   OUT_F32 (corr, scale, bias, -);  ROW_QPARAMS (wsum, w_scale, bias, -)
 layout(std430, binding = 2) readonly buffer Chan { ivec4 chan[]; };
 #if defined(OUT_Q8) && !defined(DEQUANT)
-layout(std430, binding = 3) writeonly buffer Out { ivec4 out_q[]; };  // 4H4W, rows as x
+IVEC4_OUTPUT(3, out_q)  // 4H4W, rows as x (texel.glsl)
 #else
 layout(std430, binding = 3) writeonly buffer Out { float out_f[]; };  // (batch * H, N) row-major
 #endif

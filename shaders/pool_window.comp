@@ -62,7 +62,7 @@ layout(constant_id = 17) const int OH = 1;
 layout(constant_id = 18) const int OW = 1;
 
 IVEC4_INPUT(0, src)   // 4W4C blocks: 4 widths x 4 channels (texel.glsl)
-layout(std430, binding = 1) writeonly buffer Out { ivec4 dst[]; };
+IVEC4_OUTPUT(1, dst)
 #if defined(AVG) && !defined(UNIFORM)
 // per (oh, ow): requantize_clamped's (bound, lshift, m, rshift) for that position's divisor
 IVEC4_INPUT(2, table)
@@ -144,6 +144,6 @@ void main() {
 #endif
             }
             int o = ((n * OH + oh) * OW4 + ow4) * C4 + c4;
-            dst[o] = before_store(r & block_mask(o, ivec4(C, C4, OW, OW4)));   // common.glsl
+            STORE4(dst, o, before_store(r & block_mask(o, ivec4(C, C4, OW, OW4))));   // common.glsl
         }
 }

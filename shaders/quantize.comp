@@ -29,7 +29,7 @@ layout(constant_id = 4) const int ROWS = 1;   // GRID: rows an invocation runs d
 #ifdef VEC
 IVEC4_INPUT(0, x)   // floats as their bits (texel.glsl)
 #define X4(i) intBitsToFloat(LOAD4(x, i))
-layout(std430, binding = 1) writeonly buffer Out { ivec4 q[]; };
+IVEC4_OUTPUT(1, q)
 #else
 layout(std430, binding = 0) readonly buffer In { float x[]; };
 layout(std430, binding = 1) writeonly buffer Out { int q[]; };
@@ -70,7 +70,7 @@ void main() {
                     words[k] = pack_int8x4(v);
             }
         }
-        q[blk] = words;
+        STORE4(q, blk, words);
     }
 }
 #else

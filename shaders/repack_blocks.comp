@@ -33,7 +33,7 @@ ivec4 transpose_bytes(ivec4 w) {
     return ivec4((lo.x & LO16) | (lo.y << 16), (hi.x & LO16) | (hi.y << 16),
                  ((lo.x >> 16) & LO16) | (lo.y & HI16), ((hi.x >> 16) & LO16) | (hi.y & HI16));
 }
-layout(std430, binding = 1) writeonly buffer Out { ivec4 dst[]; };
+IVEC4_OUTPUT(1, dst)
 // the shape: specialization constants, so that the index arithmetic divides by constants (a
 // division by a push constant runs lane by lane on CPU drivers)
 layout(constant_id = 3) const int N = 1;
@@ -63,7 +63,7 @@ void main() {
     for (int k = 0; k < 4; ++k) tb[k] = transpose_bytes(a[k]);
     for (int b = 0; b < 4; ++b) {                // 4H4W block of channel 4*c4 + b: word k, byte r
         if (b >= nc) break;
-        dst[((n * C + 4 * c4 + b) * H4 + h4) * W4 + w4] = before_store(ivec4(tb[0][b], tb[1][b], tb[2][b], tb[3][b]));
+        STORE4(dst, ((n * C + 4 * c4 + b) * H4 + h4) * W4 + w4, before_store(ivec4(tb[0][b], tb[1][b], tb[2][b], tb[3][b])));
     }
 #else
     for (int b = 0; b < 4; ++b)                  // a[b] = 4H4W block of channel 4*c4 + b
@@ -72,7 +72,7 @@ void main() {
         if (k >= nh) break;
         // word r, byte b = byte r (width) of channel b's row-k word
         const ivec4 row = ivec4(a[0][k], a[1][k], a[2][k], a[3][k]);
-        dst[((n * H + 4 * h4 + k) * W4 + w4) * C4 + c4] = before_store(transpose_bytes(row));
+        STORE4(dst, ((n * H + 4 * h4 + k) * W4 + w4) * C4 + c4, before_store(transpose_bytes(row)));
     }
 #endif
 }

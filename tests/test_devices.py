@@ -88,8 +88,10 @@ def test_python_dash_m_vkq_and_enabled_features():
     res = subprocess.run([sys.executable, "-m", "vkq", "devices", "--json"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     for d in json.loads(res.stdout)["devices"]:
-        assert set(d["enabled_features"]) <= {"shaderIntegerDotProduct", "subgroupSizeControl", "computeFullSubgroups"}
+        assert set(d["enabled_features"]) <= {"shaderInt64", "shaderIntegerDotProduct", "subgroupSizeControl",
+                                              "computeFullSubgroups"}
         assert all(d["features"][f] for f in d["enabled_features"])
+        assert ("shaderInt64" in d["enabled_features"]) == d["features"]["shaderInt64"]   # a core feature
         if d["api_version"] >= "1.3":      # all three are required by Vulkan 1.3 (as features it may offer)
             assert {"subgroupSizeControl", "computeFullSubgroups"} <= set(d["enabled_features"])
     text = _cli("devices").stdout

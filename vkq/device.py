@@ -136,12 +136,13 @@ _open_devices: dict[tuple, "Device"] = {}
 _open_lock = threading.Lock()
 
 # Optional features vkq's shaders may use; a device enables those it offers, nothing else.
-WANTED_FEATURES = ("shaderIntegerDotProduct", "subgroupSizeControl", "computeFullSubgroups")
+WANTED_FEATURES = ("shaderInt64", "shaderIntegerDotProduct", "subgroupSizeControl", "computeFullSubgroups")
 
 
 def enabled_features(info: DeviceInfo) -> list:
     """The WANTED_FEATURES this device offers (with the extension that carries each)."""
-    return [f for f in WANTED_FEATURES if info.features.get(f) and FEATURE_EXTENSIONS[f] in info.extensions]
+    return [f for f in WANTED_FEATURES if info.features.get(f)
+            and (FEATURE_EXTENSIONS[f] is None or FEATURE_EXTENSIONS[f] in info.extensions)]
 
 
 def default_dot_product(info: DeviceInfo) -> bool:
@@ -440,7 +441,7 @@ class Device:
             raise DeviceNotFound(f"{info.name}: the integer dot product cannot be enabled")
         self.dot_product = bool(dot_product)
         self.texel_loads = bool(texel_loads)
-        extensions = sorted({FEATURE_EXTENSIONS[f] for f in self.features_enabled})
+        extensions = sorted({FEATURE_EXTENSIONS[f] for f in self.features_enabled} - {None})
         self._mgr = kp.Manager(info.index, [], extensions, sorted(self.features_enabled))
         self._spirv: dict = {}
         self.lock = threading.RLock()
@@ -511,10 +512,18 @@ class Device:
         from . import shaders
         key = (shader, tuple(sorted(shaders._normalize(defines).items())))
         if key not in self._spirv:
-            self._spirv[key] = shaders.compile_shader(shader, defines)
+            self._spirv[key] = shaders.compile_shader(shader, self._device_defines(dict(key[1])))
         if log:
             _log_variant(*key)
         return self._spirv[key]
+
+    def _device_defines(self, defines: dict) -> dict:
+        """A variant's defines as this device compiles it: the TEXEL variants (llvmpipe's I/O)
+        also store 64 bits at a time where shaderInt64 is enabled (INT64_STORES, texel.glsl).
+        Not a variant of its own: the same kernel and bytes, the device's way to write them."""
+        if "TEXEL" in defines and "shaderInt64" in self.features_enabled:
+            return {**defines, "INT64_STORES": "1"}
+        return defines
 
     def dispatch(self, shader: str, buffers, groups, *, local=(64, 1, 1), spec=(), push=(),
                  defines=None, pipelines: dict | None = None) -> Dispatch:

@@ -56,7 +56,7 @@ void store_block(int rb, int nb, ivec4 a[4]) {
 #endif
     }
 #ifndef DEQUANT
-    out_q[rb * N4 + nb] = words;
+    STORE4(out_q, rb * N4 + nb, words);
 #endif
 #else
     for (int rr = 0; rr < 4; ++rr) {

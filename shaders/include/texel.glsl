@@ -23,6 +23,18 @@
 // default  a second, int[] view of the same storage buffer (a single word per load is cheaper
 //          than an ivec4 on CPU drivers, ~150 against ~340 instructions per 8 lanes)
 // TEXEL    component i % 4 of texel i / 4 (a texel buffer has one view: one format)
+// Outputs written a whole ivec4 / vec4 at a time:
+//   IVEC4_OUTPUT(b, name)  binding b, a write-only array of ivec4 named `name`
+//   STORE4(name, i, v)     its ivec4 i = v
+//   VEC4_OUTPUT(b, name), STORE_VEC4(name, i, v)   the same for vec4
+// default  an ivec4 / vec4 store
+// TEXEL with INT64_STORES (vkq/device.py:Device.spirv adds it to the TEXEL variants where the
+//          device enabled shaderInt64): two 64-bit stores of the same 16 bytes. Why: llvmpipe
+//          (Mesa 22.3) stores a storage buffer's value one lane and one component at a time
+//          (a loop over the SIMD lanes per component), so 64-bit components halve the loops.
+//          Measured (lavapipe at 512 bits, GPU time, A-B twice): add_q8 on 4 MiB 3.0 -> 2.4 ms,
+//          MobileNetV2's pointwise 16 -> 96 @112 1.36 -> 1.17 ms, its convs 16.98 -> 16.36 ms.
+//          A storage texel buffer (imageStore) loops the same way (bench/README.md): no gain.
 #ifdef TEXEL
 #define IVEC4_INPUT(b, name) layout(binding = b) uniform isamplerBuffer name;
 #define LOAD4(name, i) texelFetch(name, (i))
@@ -34,5 +46,19 @@
 #define IVEC4_WORDS_INPUT(b, name) IVEC4_INPUT(b, name) \
     layout(std430, binding = b) readonly buffer name##_words_ssbo { int name##_words[]; };
 #define WORD(name, i) name##_words[(i)]
+#endif
+
+#if defined(TEXEL) && defined(INT64_STORES)
+#extension GL_ARB_gpu_shader_int64 : require
+#define IVEC4_OUTPUT(b, name) layout(std430, binding = b) writeonly buffer name##_ssbo64 { i64vec2 name##_64[]; };
+i64vec2 as_i64x2(ivec4 w) { return i64vec2(packInt2x32(w.xy), packInt2x32(w.zw)); }
+#define STORE4(name, i, v) name##_64[(i)] = as_i64x2(v)
+#define VEC4_OUTPUT(b, name) IVEC4_OUTPUT(b, name)
+#define STORE_VEC4(name, i, v) STORE4(name, i, floatBitsToInt(v))
+#else
+#define IVEC4_OUTPUT(b, name) layout(std430, binding = b) writeonly buffer name##_ssbo { ivec4 name[]; };
+#define STORE4(name, i, v) name[(i)] = (v)
+#define VEC4_OUTPUT(b, name) layout(std430, binding = b) writeonly buffer name##_ssbo { vec4 name[]; };
+#define STORE_VEC4(name, i, v) name[(i)] = (v)
 #endif
 #endif
