@@ -512,18 +512,11 @@ class Device:
         from . import shaders
         key = (shader, tuple(sorted(shaders._normalize(defines).items())))
         if key not in self._spirv:
-            self._spirv[key] = shaders.compile_shader(shader, self._device_defines(dict(key[1])))
+            self._spirv[key] = shaders.compile_shader(
+                shader, shaders.device_defines(dict(key[1]), "shaderInt64" in self.features_enabled))
         if log:
             _log_variant(*key)
         return self._spirv[key]
-
-    def _device_defines(self, defines: dict) -> dict:
-        """A variant's defines as this device compiles it: the TEXEL variants (llvmpipe's I/O)
-        also store 64 bits at a time where shaderInt64 is enabled (INT64_STORES, texel.glsl).
-        Not a variant of its own: the same kernel and bytes, the device's way to write them."""
-        if "TEXEL" in defines and "shaderInt64" in self.features_enabled:
-            return {**defines, "INT64_STORES": "1"}
-        return defines
 
     def dispatch(self, shader: str, buffers, groups, *, local=(64, 1, 1), spec=(), push=(),
                  defines=None, pipelines: dict | None = None) -> Dispatch:

@@ -165,17 +165,26 @@ def validate_spirv(spirv: bytes, what: str = "shader") -> None:
         raise ShaderCompileError(what, {}, "spirv-val: " + res.stdout + res.stderr)
 
 
+def device_defines(defines: dict, int64: bool) -> dict:
+    """A declared variant's defines as a device compiles it: the TEXEL variants (llvmpipe's I/O,
+    texel.glsl) also write their ivec4 / vec4 outputs as 64-bit stores where the device enabled
+    shaderInt64 (INT64_STORES). Not a variant of its own: the same kernel and the same bytes."""
+    return {**defines, "INT64_STORES": "1"} if int64 and "TEXEL" in defines else defines
+
+
 def compile_all(validate: bool = True, progress=None) -> list[tuple[str, dict]]:
-    """Compile (and spirv-val) every declared variant of every shader; returns what was built."""
+    """Compile (and spirv-val) every declared variant of every shader, each also as a device
+    with shaderInt64 compiles it (device_defines); returns what was built."""
     built = []
     for shader in list_shaders():
-        for defs in variants(shader):
-            spirv = compile_shader(shader, defs)
-            if validate:
-                validate_spirv(spirv, f"{shader} {defs}")
-            built.append((shader, defs))
-            if progress:
-                progress(shader, defs)
+        for declared in variants(shader):
+            for defs in {str(device_defines(declared, i)): device_defines(declared, i) for i in (False, True)}.values():
+                spirv = compile_shader(shader, defs)
+                if validate:
+                    validate_spirv(spirv, f"{shader} {defs}")
+                built.append((shader, defs))
+                if progress:
+                    progress(shader, defs)
     return built
 
 
