@@ -28,7 +28,7 @@
 //   STORE4(name, i, v)     its ivec4 i = v
 //   VEC4_OUTPUT(b, name), STORE_VEC4(name, i, v)   the same for vec4
 // default  an ivec4 / vec4 store
-// TEXEL with INT64_STORES (vkq/device.py:Device.spirv adds it to the TEXEL variants where the
+// TEXEL with INT64_STORES (vkq/shaders.py:device_defines adds it to the TEXEL variants where the
 //          device enabled shaderInt64): two 64-bit stores of the same 16 bytes. Why: llvmpipe
 //          (Mesa 22.3) stores a storage buffer's value one lane and one component at a time
 //          (a loop over the SIMD lanes per component), so 64-bit components halve the loops.
