@@ -178,7 +178,8 @@ def compile_all(validate: bool = True, progress=None) -> list[tuple[str, dict]]:
     built = []
     for shader in list_shaders():
         for declared in variants(shader):
-            for defs in {str(device_defines(declared, i)): device_defines(declared, i) for i in (False, True)}.values():
+            int64 = device_defines(declared, True)
+            for defs in [declared] + ([int64] if int64 != declared else []):
                 spirv = compile_shader(shader, defs)
                 if validate:
                     validate_spirv(spirv, f"{shader} {defs}")

@@ -191,8 +191,8 @@ _ST_SUBGROUP_SIZE_CONTROL, _ST_DOT_PRODUCT = 1000225000, 1000280001
 _ST_SUBGROUP_SIZE_CONTROL_FEATURES, _ST_DOT_PRODUCT_FEATURES = 1000225002, 1000280000
 
 # The device extensions that carry the optional features vkq's shaders may use (kp opens its
-# instance at Vulkan 1.1, so these are enabled as extensions even where 1.3 made them core).
-# the extension that carries each optional feature vkq enables (None: a Vulkan 1.0 core feature)
+# instance at Vulkan 1.1, so these are enabled as extensions even where 1.3 made them core;
+# None: a Vulkan 1.0 core feature, enabled through VkPhysicalDeviceFeatures).
 FEATURE_EXTENSIONS = {"shaderInt64": None,
                       "shaderIntegerDotProduct": "VK_KHR_shader_integer_dot_product",
                       "subgroupSizeControl": "VK_EXT_subgroup_size_control",
