@@ -106,30 +106,20 @@ def test_opened_device_enables_what_it_offers(device):
     assert not get_device(device.info.index, dot_product=False).dot_product
 
 
-def _capabilities(spirv: bytes) -> set:
-    """The OpCapability operands of a SPIR-V module."""
-    import numpy as np
-    words, caps, i = np.frombuffer(spirv, np.uint32), set(), 5
-    while i < len(words):
-        if words[i] & 0xFFFF == 17:            # OpCapability
-            caps.add(int(words[i + 1]))
-        i += int(words[i] >> 16)
-    return caps
-
-
 def test_texel_variants_store_64_bits_where_int64_is_enabled(device):
     """Where the device enabled shaderInt64 (lavapipe), a TEXEL variant is compiled with
     INT64_STORES (texel.glsl: an ivec4 written as two 64-bit stores) and its SPIR-V declares the
     Int64 capability; without the feature (SwiftShader) or without TEXEL, plain ivec4 stores. The
     bytes are the same: the loads_device tests compare both ways with the reference."""
     from vkq.device import get_device
+    from vkq.shaders import reflect
     d = get_device(device.info.index, texel_loads=True)
     int64 = bool(device.info.features.get("shaderInt64"))
     assert ("shaderInt64" in d.features_enabled) == int64
     INT64 = 11
     texel = d.spirv("eltwise_binary", {"OP_ADD": "1", "TEXEL": "1"}, log=False)
-    assert (INT64 in _capabilities(texel)) == int64
-    assert INT64 not in _capabilities(d.spirv("eltwise_binary", {"OP_ADD": "1"}, log=False))
+    assert (INT64 in reflect(texel).capabilities) == int64
+    assert INT64 not in reflect(d.spirv("eltwise_binary", {"OP_ADD": "1"}, log=False)).capabilities
 
 
 @pytest.mark.vulkan

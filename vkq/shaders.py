@@ -203,11 +203,13 @@ class Reflection:
     """reads / writes: the bindings a shader may read / write (a binding without readonly or
     writeonly counts as both); subgroups: it uses subgroup operations, so its lanes depend
     on the pipeline's subgroup size. texels: the bindings that are uniform texel buffers
-    (`uniform isamplerBuffer`, read-only; texel.glsl), bound as ivec4 views of the buffer."""
+    (`uniform isamplerBuffer`, read-only; texel.glsl), bound as ivec4 views of the buffer.
+    capabilities: its OpCapability operands (e.g. 11, Int64: the device must enable shaderInt64)."""
     reads: frozenset
     writes: frozenset
     subgroups: bool
     texels: frozenset = frozenset()
+    capabilities: frozenset = frozenset()
 
 
 @functools.lru_cache(maxsize=None)
@@ -261,4 +263,4 @@ def reflect(spirv: bytes) -> Reflection:
         if not everywhere(_DEC_NON_WRITABLE):
             writes.add(b)
     return Reflection(frozenset(reads), frozenset(writes), any(c in caps for c in _CAP_GROUP_NON_UNIFORM),
-                      frozenset(texels))
+                      frozenset(texels), frozenset(int(c) for c in caps))
