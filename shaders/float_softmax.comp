@@ -55,7 +55,7 @@ IVEC4_WORDS_INPUT(0, xb)                         // texel.glsl: floats as their 
 #define X(i) intBitsToFloat(WORD(xb, i))
 #define X4(i) intBitsToFloat(LOAD4(xb, i))
 layout(std430, binding = 1) buffer Y { float y[]; };
-layout(std430, binding = 1) buffer Y4 { vec4 y4[]; };   // the same words by vec4
+VEC4_INOUT(1, y4)   // the same words by vec4 (texel.glsl: stored and read back through it)
 #ifdef MASKED
 IVEC4_WORDS_INPUT(2, mk)
 #ifdef BOOL_MASK
@@ -131,7 +131,7 @@ vec4 load_block(int base, int mbase, int j4) {
 
 void store_block(int base, int j4, vec4 v) {
     if (VEC != 0) {
-        y4[base / 4 + j4] = v;
+        STORE_VEC4(y4, base / 4 + j4, v);
         return;
     }
     if (4 * j4 + 4 <= p.D) {                   // a whole block (all but a row's last)
@@ -143,7 +143,7 @@ void store_block(int base, int j4, vec4 v) {
 }
 
 vec4 reload_block(int base, int j4) {     // what store_block wrote, in this same invocation
-    if (VEC != 0) return y4[base / 4 + j4];
+    if (VEC != 0) return RELOAD_VEC4(y4, base / 4 + j4);
     vec4 v;
     [[unroll]] for (int k = 0; k < 4; ++k) v[k] = y[base + min(4 * j4 + k, p.D - 1)];
     return v;                                 // past D: not stored

@@ -27,6 +27,8 @@
 //   IVEC4_OUTPUT(b, name)  binding b, a write-only array of ivec4 named `name`
 //   STORE4(name, i, v)     its ivec4 i = v
 //   VEC4_OUTPUT(b, name), STORE_VEC4(name, i, v)   the same for vec4
+//   VEC4_INOUT(b, name)    as VEC4_OUTPUT, for a kernel that also reads back what it stored:
+//   RELOAD_VEC4(name, i)   its vec4 i, read through the same declaration as it was written
 // default  an ivec4 / vec4 store
 // TEXEL with INT64_STORES (vkq/shaders.py:device_defines adds it to the TEXEL variants where the
 //          device enabled shaderInt64): two 64-bit stores of the same 16 bytes. Why: llvmpipe
@@ -55,10 +57,15 @@ i64vec2 as_i64x2(ivec4 w) { return i64vec2(packInt2x32(w.xy), packInt2x32(w.zw))
 #define STORE4(name, i, v) name##_64[(i)] = as_i64x2(v)
 #define VEC4_OUTPUT(b, name) IVEC4_OUTPUT(b, name)
 #define STORE_VEC4(name, i, v) STORE4(name, i, floatBitsToInt(v))
+#define VEC4_INOUT(b, name) layout(std430, binding = b) buffer name##_ssbo64 { i64vec2 name##_64[]; };
+ivec4 as_ivec4(i64vec2 w) { return ivec4(unpackInt2x32(w.x), unpackInt2x32(w.y)); }
+#define RELOAD_VEC4(name, i) intBitsToFloat(as_ivec4(name##_64[(i)]))
 #else
 #define IVEC4_OUTPUT(b, name) layout(std430, binding = b) writeonly buffer name##_ssbo { ivec4 name[]; };
 #define STORE4(name, i, v) name[(i)] = (v)
 #define VEC4_OUTPUT(b, name) layout(std430, binding = b) writeonly buffer name##_ssbo { vec4 name[]; };
 #define STORE_VEC4(name, i, v) name[(i)] = (v)
+#define VEC4_INOUT(b, name) layout(std430, binding = b) buffer name##_ssbo { vec4 name[]; };
+#define RELOAD_VEC4(name, i) name[(i)]
 #endif
 #endif
