@@ -181,6 +181,21 @@ def test_binary_with_a_constant_operand(device):
     check(got, ref, "exact")
 
 
+def test_float_references_give_torchs_special_values_without_warnings():
+    """log(0) = -inf, log / sqrt of a negative NaN, 1/0 inf, exp(100) inf: the references give
+    torch's values and, like torch, no numpy RuntimeWarning (a `vkq compare` of a model taking
+    the log of a ReLU's zeros printed them)."""
+    torch = pytest.importorskip("torch")
+    x = np.array([0.0, -1.0, 2.0, 100.0, -np.inf, np.nan], np.float32)
+    t = torch.from_numpy(x)
+    want = {"log": torch.log(t), "sqrt": torch.sqrt(t), "rsqrt": torch.rsqrt(t), "exp": torch.exp(t)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for op, w in want.items():
+            np.testing.assert_allclose(get_op(op).reference(x), w.numpy(), rtol=1e-6, err_msg=op)
+        np.testing.assert_array_equal(get_op("div").reference(x, np.zeros_like(x)), (t / 0).numpy())
+
+
 # ---------------------------------------------------------------- rows: layer norm, softmax
 
 @pytest.fixture(params=["subgroup", "workgroup"])

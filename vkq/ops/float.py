@@ -49,6 +49,7 @@ turns a chain of these ops into one op whose reference computes the same values:
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -909,7 +910,19 @@ def fold_scale_mask_into_softmax(program, keep=frozenset()) -> int:
 
 # ---------------------------------------------------------------- registration
 
+def _ieee(reference):
+    """A float reference computes IEEE values where torch does, without numpy's warnings: log(0)
+    is -inf, sqrt(-1) NaN, 1/0 inf, exp(100) inf; torch says nothing, and nor should a
+    `vkq compare` of a model that takes a log of a ReLU's zeros."""
+    @functools.wraps(reference)
+    def quiet(*args, **kwargs):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+            return reference(*args, **kwargs)
+    return quiet
+
+
 def _op(name, reference, build, shaders, doc, decline=None):
+    reference = _ieee(reference)
     register_op(type(name, (), {"name": name, "reference": staticmethod(reference), "build": staticmethod(build),
                                 "shaders": shaders, "__doc__": doc, "decline": staticmethod(decline)}))
 
