@@ -36,8 +36,15 @@
 // VEC (a specialization constant the host sets where the row stride RS % 4 == 0 and a mask row
 // is whole vec4s or broadcast): the blocks are vec4 loads and stores (a row's last block past D:
 // -inf in, 0 stored into the row's padding); VEC 2: the same with the mask read word by word
-// (its rows do not start on vec4s: a key mask of an odd length, a causal mask); else value by
-// value. Attention pads its score rows
+// (its rows do not start on vec4s: a key mask of an odd length, a causal mask); VEC 3 (no mask,
+// packed rows of a length not a multiple of 4, x and y whole vec4s: Swin's windows of 49): the
+// blocks are the buffer's vec4s, block j4 of a row starting at word `base` is vec4
+// (base - off) / 4 + j4 with off = base % 4, so its first and last blocks hold words of the rows
+// beside it: read whole (-inf outside the row), written word by word; else value by value.
+// Rows of 49 (64 x 3 x 49 rows, lavapipe at 512 bits, GPU time, machine under a test run):
+// value by value 21.7 ms, VEC 3 16.4 (18.7-19.6 with whole blocks stored as vec4s: see
+// store_block); rows of 52 on VEC 1 9.2-10.0. A lane-by-lane store loop is most of a short row's
+// time here: a subgroup owning 4 rows of 49 (49 whole vec4s, no word stores) is the next step. Attention pads its score rows
 // to a multiple of 4 for this (vkq/ops/attention.py). On lavapipe the old
 // per-value path's seven buffer accesses per value (x and mask twice, y written, read and
 // written) cost more than its exp: MiniLM's attention softmax (12 x 128 x 128, CPU time) 2.94 ->
@@ -115,10 +122,11 @@ float max4(vec4 v) { return max(max(v.x, v.y), max(v.z, v.w)); }
 // Block j4 of a row along the last dim (inner = 1; the row starts at word `base`): values
 // 4*j4 .. 4*j4 + 3, -inf past D. vec: one vec4 load; else value by value, so that a row gives
 // the same bits at any padded length (see above).
-vec4 load_block(int base, int mbase, int j4) {
-    if (VEC != 0) {      // a row's last block may pass D (rows padded to RS, a multiple of 4)
-        const vec4 v = value4(base / 4, mbase, j4);
-        return 4 * j4 + 4 <= p.D ? v : mix(vec4(NEG_INF), v, lessThan(4 * j4 + ivec4(0, 1, 2, 3), ivec4(p.D)));
+vec4 load_block(int base, int off, int mbase, int j4) {
+    if (VEC != 0) {      // a row's last block may pass D (rows padded to RS, a multiple of 4); VEC 3: its first may start before it
+        const vec4 v = value4((base - off) / 4, mbase, j4);
+        const int w0 = 4 * j4 - off;                      // the block's first value's place in the row
+        return w0 >= 0 && w0 + 4 <= p.D ? v : mix(vec4(NEG_INF), v, lessThan(uvec4(w0 + ivec4(0, 1, 2, 3)), uvec4(p.D)));
     }
     vec4 v;
     [[unroll]] for (int k = 0; k < 4; ++k) {   // clamped load and a select: no branch per value
@@ -129,9 +137,16 @@ vec4 load_block(int base, int mbase, int j4) {
     return v;
 }
 
-void store_block(int base, int j4, vec4 v) {
+void store_block(int base, int off, int j4, vec4 v) {
+    const int w0 = 4 * j4 - off;
+    if (VEC == 3) {     // word by word, every block: a vec4 store where the block is whole made the
+                        // lanes take both paths (6 store loops a block on llvmpipe, not 4): slower
+        [[unroll]] for (int k = 0; k < 4; ++k)
+            if (uint(w0 + k) < uint(p.D)) y[base + w0 + k] = v[k];
+        return;
+    }
     if (VEC != 0) {
-        STORE_VEC4(y4, base / 4 + j4, v);
+        STORE_VEC4(y4, (base - off) / 4 + j4, v);
         return;
     }
     if (4 * j4 + 4 <= p.D) {                   // a whole block (all but a row's last)
@@ -142,15 +157,21 @@ void store_block(int base, int j4, vec4 v) {
     }
 }
 
-vec4 reload_block(int base, int j4) {     // what store_block wrote, in this same invocation
-    if (VEC != 0) return RELOAD_VEC4(y4, base / 4 + j4);
+vec4 reload_block(int base, int off, int j4) {     // what store_block wrote, in this same invocation
+    const int w0 = 4 * j4 - off;
+    if (VEC == 3) {     // this row's words of the block (as stored), the others not used
+        vec4 v;
+        [[unroll]] for (int k = 0; k < 4; ++k) v[k] = y[base + clamp(w0 + k, max(w0, 0), min(w0 + 3, p.D - 1))];
+        return v;
+    }
+    if (VEC != 0) return RELOAD_VEC4(y4, (base - off) / 4 + j4);
     vec4 v;
     [[unroll]] for (int k = 0; k < 4; ++k) v[k] = y[base + min(4 * j4 + k, p.D - 1)];
     return v;                                 // past D: not stored
 }
 
 void row_blocks(int r, int l, int n) {
-    const int D4 = (p.D + 3) / 4, base = r * p.rs;
+    const int base = r * p.rs, off = VEC == 3 ? base & 3 : 0, D4 = (off + p.D + 3) / 4;
 #ifdef MASKED
     const int mbase = mask_row(r);
 #else
@@ -160,10 +181,10 @@ void row_blocks(int r, int l, int n) {
     float m = NEG_INF;
     [[unroll]] for (int i = 0; i < KEEP; ++i) {
         const int j4 = l + i * n;
-        v[i] = j4 < D4 ? load_block(base, mbase, j4) : vec4(NEG_INF);
+        v[i] = j4 < D4 ? load_block(base, off, mbase, j4) : vec4(NEG_INF);
         m = max(m, max4(v[i]));
     }
-    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) m = max(m, max4(load_block(base, mbase, j4)));
+    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) m = max(m, max4(load_block(base, off, mbase, j4)));
     m = row_max(m);
 
     float s = 0.0;                           // blocks in the order j4 = l, l + n, ...
@@ -177,9 +198,9 @@ void row_blocks(int r, int l, int n) {
         }
     }
     for (int j4 = l + KEEP * n; j4 < D4; j4 += n) {
-        const vec4 e = safe_exp4(load_block(base, mbase, j4) - m);
+        const vec4 e = safe_exp4(load_block(base, off, mbase, j4) - m);
 #ifndef LOG
-        store_block(base, j4, e);            // read back below by this same invocation
+        store_block(base, off, j4, e);            // read back below by this same invocation
 #endif
         s += sum4(e);
     }
@@ -188,12 +209,12 @@ void row_blocks(int r, int l, int n) {
 #ifdef LOG
     const float ls = log(s);
     [[unroll]] for (int i = 0; i < KEEP; ++i)
-        if (l + i * n < D4) store_block(base, l + i * n, v[i] - m - ls);
-    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) store_block(base, j4, load_block(base, mbase, j4) - m - ls);
+        if (l + i * n < D4) store_block(base, off, l + i * n, v[i] - m - ls);
+    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) store_block(base, off, j4, load_block(base, off, mbase, j4) - m - ls);
 #else
     [[unroll]] for (int i = 0; i < KEEP; ++i)
-        if (l + i * n < D4) store_block(base, l + i * n, v[i] / s);
-    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) store_block(base, j4, reload_block(base, j4) / s);
+        if (l + i * n < D4) store_block(base, off, l + i * n, v[i] / s);
+    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) store_block(base, off, j4, reload_block(base, off, j4) / s);
 #endif
 }
 

@@ -240,17 +240,22 @@ def test_rms_norm(loads_device, rows, shape, norm):
 
 
 def softmax_path(steps, device):
-    """(vec4 loads?, texel loads?) of a float_softmax dispatch (specialization: LOCAL, KEEP, VEC)."""
+    """(VEC, texel loads?) of a float_softmax dispatch (specialization: LOCAL, KEEP, VEC)."""
     (st,) = steps
     assert st.name == "float_softmax" and ("TEXEL" in st.defines) <= device.texel_loads
-    return bool(st.spec[2]), "TEXEL" in st.defines
+    return st.spec[2], "TEXEL" in st.defines
 
 
-# vec4 path where rows are contiguous and D % 4 == 0: (3, 5, 128) all in registers; (2, 300) and
-# (2, 2052) also past the KEEP vec4s a lane keeps (at 8 and at 64 lanes a row)
+# vec4 path where rows are contiguous and D % 4 == 0 (VEC 1): (3, 5, 128) all in registers;
+# (2, 300) and (2, 2052) also past the KEEP vec4s a lane keeps (at 8 and at 64 lanes a row).
+# Rows of other lengths through the tensor's own vec4s where it is whole vec4s (VEC 3): rows of
+# 49 (Swin's windows; each row at another offset in its first vec4), 113 (two vec4s a lane at 16
+# lanes), 50, 3 (a row inside one or two vec4s) and 2053 (past KEEP: re-read and read back)
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 @pytest.mark.parametrize("shape,dim", [((3, 7, 113), -1), ((3, 7, 11), 1), ((2, 300), 1), ((5,), 0),
-                                       ((3, 5, 128), -1), ((2, 2052), -1), ((3, 8, 5), 1)])
+                                       ((3, 5, 128), -1), ((2, 2052), -1), ((3, 8, 5), 1),
+                                       ((2, 6, 49), -1), ((8, 3, 113), -1), ((2, 50), -1), ((4, 3), -1),
+                                       ((4, 2053), -1)])
 def test_softmax(loads_device, rows, op, shape, dim):
     device, steps = loads_device, []
     x = rnd(*shape, lo=-12, hi=12)
@@ -258,8 +263,9 @@ def test_softmax(loads_device, rows, op, shape, dim):
     check(got, ref, ("fn", 1e-7, 2e-6) if op == "softmax" else ("fn", 3e-6, 1e-6))
     if op == "softmax":
         np.testing.assert_allclose(got.sum(axis=dim), 1.0, atol=2e-6)
-    vec, _ = softmax_path(steps, device)
-    assert vec == (dim % len(shape) == len(shape) - 1 and shape[-1] % 4 == 0)
+    last = dim % len(shape) == len(shape) - 1
+    assert softmax_path(steps, device)[0] == (0 if not last else 1 if shape[-1] % 4 == 0 else
+                                              3 if x.size % 4 == 0 else 0)
 
 
 @pytest.mark.parametrize("length", [9, 13, 16])
@@ -307,7 +313,7 @@ def test_softmax_masked(loads_device, rows, x_shape, mask_shape):
     mask = np.where(R.random(mask_shape) < 0.3, np.finfo(np.float32).min, 0).astype(np.float32)
     mask.reshape(-1)[0] = 0.0
     got, ref = run_op(device, "softmax_masked", [x, mask], {"scale": 0.17677669}, x_shape, steps=steps)
-    assert softmax_path(steps, device)[0] == (x_shape[-1] % 4 == 0)
+    assert bool(softmax_path(steps, device)[0]) == (x_shape[-1] % 4 == 0)
     want = get_op("softmax").reference(get_op("add").reference(get_op("mul").reference(x, scalar=0.17677669), mask), dim=-1)
     np.testing.assert_array_equal(ref, want)
     check(got, ref, ("fn", 1e-7, 2e-6))

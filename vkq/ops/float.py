@@ -557,9 +557,12 @@ def _softmax_build(defines):
         dim = node.attrs.get("dim", -1) % len(shape)
         d, inner = shape[dim], _numel(shape[dim + 1:])
         rows = _numel(shape) // max(d, 1)
-        vec = inner == 1 and d % 4 == 0
-        return [_row_dispatch(ctx, "float_softmax", [ctx.buffer(x), ctx.buffer(y)], rows, d,
-                              (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:], d), defines, -(-d // 4), vec)]
+        bufs = [ctx.buffer(x), ctx.buffer(y)]
+        # float_softmax.comp: rows on vec4s (VEC 1); packed rows of other lengths through the
+        # buffers' own vec4s where both are whole vec4s (VEC 3); else value by value
+        vec = 0 if inner != 1 else 1 if d % 4 == 0 else 3 if all(b.size % 4 == 0 for b in bufs) else 0
+        return [_row_dispatch(ctx, "float_softmax", bufs, rows, d, (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:], d),
+                              defines, -(-(d + 3 * (vec == 3)) // 4), vec)]
     return build
 
 
