@@ -37,6 +37,7 @@
 //          Measured (lavapipe at 512 bits, GPU time, A-B twice): add_q8 on 4 MiB 3.0 -> 2.4 ms,
 //          MobileNetV2's pointwise 16 -> 96 @112 1.36 -> 1.17 ms, its convs 16.98 -> 16.36 ms.
 //          A storage texel buffer (imageStore) loops the same way (bench/README.md): no gain.
+//          Wider vectors do not help: 32 bytes as one i64vec4 store cost as two i64vec2.
 #ifdef TEXEL
 #define IVEC4_INPUT(b, name) layout(binding = b) uniform isamplerBuffer name;
 #define LOAD4(name, i) texelFetch(name, (i))
