@@ -44,8 +44,8 @@
 // Rows of 49 (64 x 3 x 49 rows, lavapipe at 512 bits, GPU time, machine under a test run):
 // value by value 21.7 ms, VEC 3 16.4 (18.7-19.6 with whole blocks stored as vec4s: see
 // store_block); rows of 52 on VEC 1 9.2-10.0. A lane-by-lane store loop is most of a short row's
-// time here: a subgroup owning 4 rows of 49 (49 whole vec4s, no word stores) is the next step. Attention pads its score rows
-// to a multiple of 4 for this (vkq/ops/attention.py). On lavapipe the old
+// time here: a subgroup owning 4 rows of 49 (49 whole vec4s, no word stores) is the next step.
+// Attention pads its score rows to a multiple of 4 for this (vkq/ops/attention.py). On lavapipe the old
 // per-value path's seven buffer accesses per value (x and mask twice, y written, read and
 // written) cost more than its exp: MiniLM's attention softmax (12 x 128 x 128, CPU time) 2.94 ->
 // 1.75 ms, with KEEP what a row needs (8 for 4 needed: 2.45).

@@ -561,8 +561,9 @@ def _softmax_build(defines):
         # float_softmax.comp: rows on vec4s (VEC 1); packed rows of other lengths through the
         # buffers' own vec4s where both are whole vec4s (VEC 3); else value by value
         vec = 0 if inner != 1 else 1 if d % 4 == 0 else 3 if all(b.size % 4 == 0 for b in bufs) else 0
-        return [_row_dispatch(ctx, "float_softmax", bufs, rows, d, (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:], d),
-                              defines, -(-(d + 3 * (vec == 3)) // 4), vec)]
+        span = d + 3 * (vec == 3)      # VEC 3: a row's vec4s may start 3 words before it (the loop budget)
+        return [_row_dispatch(ctx, "float_softmax", bufs, rows, span, (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:], d),
+                              defines, -(-span // 4), vec)]
     return build
 
 
