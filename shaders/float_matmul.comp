@@ -15,10 +15,14 @@
 //   GENERAL  any strides, a float load per value
 //   VEC_K    a and b contiguous along k (sak = sbk = 1; K, sam, sbn and batch strides multiples
 //            of 4): vec4 loads along k, TM x TN dot products (a @ b^T: attention scores Q K^T)
-//   VEC_KN   a contiguous along k, b along n (sak = sbn = 1; N, sam, sbk and batch strides
-//            multiples of 4; K any, a's rows readable to K rounded up to 4): per 4 k, TM vec4 of a
-//            and 4 vec4 of b feed TM x 16 multiply-adds (P V, with attention's score rows
-//            padded to a multiple of 4; plain row-major matmuls)
+//   VEC_KN   a contiguous along k, b along n (sak = sbn = 1; N, sbk and b's batch strides
+//            multiples of 4; K any, the vec4 holding a's last word whole in its buffer): per 4 k,
+//            TM vec4 of a and 4 vec4 of b feed TM x 16 multiply-adds (P V; plain row-major
+//            matmuls). A_SHIFT (specialization constant): a's rows not on vec4s (sam, a's batch
+//            strides or offset not multiples of 4: Swin's P, rows of 49): a's 4 values come from
+//            the two vec4s that hold them, shifted by the row's offset % 4 (selects; 4 word
+//            fetches instead: 2x slower). (64, 3, 49, 49) @ (.., 49, 32) on llvmpipe: GENERAL
+//            (b gathered value by value) 6.9-7.1 ms, A_SHIFT 3.6, the rows padded to 52: 2.2-2.4
 // OUT4: out contiguous along n (son = 1; N, som and batch strides multiples of 4): a lane
 // stores its 4 columns of a row as one vec4.
 //! variant GENERAL
@@ -46,6 +50,15 @@ IVEC4_INPUT(0, a4i)     // texel.glsl: floats as their bits
 IVEC4_INPUT(1, b4i)
 #define A4(i) intBitsToFloat(LOAD4(a4i, i))
 #define B4(i) intBitsToFloat(LOAD4(b4i, i))
+layout(constant_id = 3) const int A_SHIFT = 0;  // VEC_KN: a's rows may start anywhere in a vec4
+
+vec4 a_words(int w) {     // a's words w .. w + 3 (VEC_KN; w % 4 is uniform: a row's offset)
+    const vec4 t0 = A4(w >> 2);
+    if (A_SHIFT == 0) return t0;
+    const vec4 t1 = A4((w + 3) >> 2);     // = t0 where w % 4 == 0: no vec4 past the last word
+    const int o = w & 3;
+    return o == 0 ? t0 : o == 1 ? vec4(t0.yzw, t1.x) : o == 2 ? vec4(t0.zw, t1.xy) : vec4(t0.w, t1.xyz);
+}
 #else
 layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
@@ -99,14 +112,14 @@ void main() {
         vec4 bv[4];
         [[unroll]] for (int kk = 0; kk < 4; ++kk) bv[kk] = B4(bcol + (4 * k4 + kk) * bstep);
         [[unroll]] for (int r = 0; r < TM; ++r) {
-            vec4 av = A4(ra[r] / 4 + k4);
+            vec4 av = a_words(ra[r] + 4 * k4);
             precise vec4 s = av.x * bv[0] + av.y * bv[1] + av.z * bv[2] + av.w * bv[3];
             [[unroll]] for (int c = 0; c < TN; ++c) acc[r][c] += s[c];
         }
     }
     if (p.K % 4 != 0) {
-        // the last 1-3 k (the host checked a's rows are readable to K rounded up to 4): b's row
-        // K - 1 loaded, 0 selected for both past K, so the group sums as GENERAL's does
+        // the last 1-3 k: a's words and b's rows past K - 1 load K - 1 (nothing past a row is
+        // read), 0 selected for both past K, so the group sums as GENERAL's does
         const int k4 = p.K / 4;
         const bvec4 in_k = lessThan(4 * k4 + ivec4(0, 1, 2, 3), ivec4(p.K));
         vec4 bv[4];
@@ -115,7 +128,11 @@ void main() {
             bv[kk] = in_k[kk] ? v : vec4(0.0);
         }
         [[unroll]] for (int r = 0; r < TM; ++r) {
-            vec4 av = mix(vec4(0.0), A4(ra[r] / 4 + k4), in_k);
+            vec4 av;
+            [[unroll]] for (int kk = 0; kk < 4; ++kk) {
+                const int w = ra[r] + min(4 * k4 + kk, p.K - 1);
+                av[kk] = in_k[kk] ? A4(w >> 2)[w & 3] : 0.0;
+            }
             precise vec4 s = av.x * bv[0] + av.y * bv[1] + av.z * bv[2] + av.w * bv[3];
             [[unroll]] for (int c = 0; c < TN; ++c) acc[r][c] += s[c];
         }

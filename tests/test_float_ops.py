@@ -363,6 +363,30 @@ def test_matmul_is_the_same_with_zero_padding_along_k(loads_device):
     np.testing.assert_array_equal(small, padded)
 
 
+@pytest.mark.parametrize("l", [3, 5, 17, 49, 50])
+def test_matmul_rows_off_vec4s_take_the_vec4_path(loads_device, l):
+    """P V with P's rows of l values (Swin's windows: 49), packed, so that a row starts anywhere
+    in a vec4: read by the vec4s that hold it (VEC_KN, A_SHIFT 1) wherever P's buffer is whole
+    vec4s (here: one word more, a view), and the same bits as GENERAL, which reads P value by
+    value (the same P in a buffer that ends inside a vec4)."""
+    device, used = loads_device, []
+    h, d = 3, 8
+    p, v = rnd(2, h, l, l, lo=0, hi=1), rnd(2, h, l, d)
+    rows = [[2, h, l, l], [h * l * l, l * l, l, 1]]
+    attrs = {"a_view": rows, "b_view": [[2, h, l, d], [h * l * d, l * d, d, 1]],
+             "out_strides": [l * h * d, d, h * d, 1], "out_shape": [2, l, h * d]}    # heads merged
+    flat = np.concatenate([p.reshape(-1), np.float32([np.nan] * (-p.size % 4 or 4))])   # whole vec4s
+    got, ref = run_op(device, "matmul_strided", [flat, v], attrs, (2, l, h * d), steps=used)
+    want = (p @ v).transpose(0, 2, 1, 3).reshape(2, l, h * d)
+    np.testing.assert_allclose(ref, want, rtol=1e-5, atol=1e-5)
+    check(got, ref, ("dot", l), (np.abs(p) @ np.abs(v)).transpose(0, 2, 1, 3).reshape(2, l, h * d))
+    assert "VEC_KN" in used[0].defines and tuple(used[0].spec) == (int(l % 4 != 0),), (used[0].defines, used[0].spec)
+    if p.size % 4:
+        general, _ = run_op(device, "matmul_strided", [p.reshape(-1), v], attrs, (2, l, h * d), steps=used)
+        assert "GENERAL" in used[1].defines, used[1].defines
+        np.testing.assert_array_equal(got, general)
+
+
 def heads(x, h):
     """(B, L, h*d) -> (B, h, L, d), as a transformer splits heads."""
     b, l, hd = x.shape

@@ -647,13 +647,15 @@ def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel, buffers
     a_off, b_off, o_off = (int(v) for v in offsets)
     if buffers is None:
         buffers = [ctx.buffer(node.inputs[0]), ctx.buffer(node.inputs[1]), ctx.buffer(node.outputs[0])]
-    # VEC_KN reads a's rows to k rounded up to 4: inside a's buffer where its rows are padded
-    a_end = a_off + sum((d - 1) * s_ for d, s_ in zip(bshape, sab)) + (m - 1) * sam + -(-k // 4) * 4
+    # VEC_KN reads a by the vec4s that hold its rows' words: its last row's last vec4 must be
+    # whole in a's buffer (a planned buffer is: vkq.executor); a's rows anywhere in a vec4: A_SHIFT
+    a_end = a_off + sum((d - 1) * s_ for d, s_ in zip(bshape, sab)) + (m - 1) * sam + k
+    a_shift = 0 if x4(sam, *sab, a_off) else 1
+    spec = ()
     if sak == 1 and sbk == 1 and x4(k, sam, sbn, *sab, *sbb, a_off, b_off):
         variant = "VEC_K"
-    elif sak == 1 and sbn == 1 and x4(n, sam, sbk, *sab, *sbb, a_off, b_off) \
-            and (k % 4 == 0 or a_end <= buffers[0].size):
-        variant = "VEC_KN"
+    elif sak == 1 and sbn == 1 and x4(n, sbk, *sbb, b_off) and -(-a_end // 4) * 4 <= buffers[0].size:
+        variant, spec = "VEC_KN", (a_shift,)
     else:
         variant = "GENERAL"
     out4 = ["OUT4"] if son == 1 and x4(n, som, *sob, o_off) else []
@@ -667,7 +669,8 @@ def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel, buffers
     push = (m, n, k, *inner, len(bshape), _pad(bshape, MAX_BATCH_RANK, 1), _pad(sab, MAX_BATCH_RANK),
             _pad(sbb, MAX_BATCH_RANK), _pad(sob, MAX_BATCH_RANK), a_off, b_off, o_off)
     return ctx.device.dispatch("float_matmul", list(buffers), groups,
-                               local=(width,), push=push, defines={variant: 1, **dict.fromkeys(out4, 1), "TM": tm})
+                               local=(width,), spec=spec, push=push,
+                               defines={variant: 1, **dict.fromkeys(out4, 1), "TM": tm})
 
 
 def _matmul_build(ctx, node):
