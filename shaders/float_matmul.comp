@@ -23,6 +23,8 @@
 //            the two vec4s that hold them, shifted by the row's offset % 4 (selects; 4 word
 //            fetches instead: 2x slower). (64, 3, 49, 49) @ (.., 49, 32) on llvmpipe: GENERAL
 //            (b gathered value by value) 6.9-7.1 ms, A_SHIFT 3.6, the rows padded to 52: 2.2-2.4
+// ZB (specialization constant): batches a workgroup, its lanes in ZB groups of width / ZB, one
+// batch each (the host fills a subgroup where N needs fewer lanes: Swin's P V, N = 32).
 // OUT4: out contiguous along n (son = 1; N, som and batch strides multiples of 4): a lane
 // stores its 4 columns of a row as one vec4.
 //! variant GENERAL
@@ -44,13 +46,14 @@
 #define TM 16       // rows per workgroup (vkq/ops/float.py MATMUL_TILE passes it)
 #endif
 const int TN = 4;   // columns per lane
+layout(constant_id = 3) const int A_SHIFT = 0;  // VEC_KN: a's rows may start anywhere in a vec4
+layout(constant_id = 4) const int ZB = 1;       // batches a workgroup, its lanes in ZB groups
 
 #if defined(VEC_K) || defined(VEC_KN)
 IVEC4_INPUT(0, a4i)     // texel.glsl: floats as their bits
 IVEC4_INPUT(1, b4i)
 #define A4(i) intBitsToFloat(LOAD4(a4i, i))
 #define B4(i) intBitsToFloat(LOAD4(b4i, i))
-layout(constant_id = 3) const int A_SHIFT = 0;  // VEC_KN: a's rows may start anywhere in a vec4
 
 vec4 a_words(int w) {     // a's words w .. w + 3 (VEC_KN; w % 4 is uniform: a row's offset)
     const vec4 t0 = A4(w >> 2);
@@ -77,7 +80,10 @@ layout(push_constant) uniform Params {
 } p;
 
 void main() {
-    int z = int(gl_WorkGroupID.z);
+    const int wz = int(gl_WorkGroupSize.x) / ZB, lx = int(gl_LocalInvocationID.x);
+    int z = int(gl_WorkGroupID.z) * ZB + lx / wz, nz = 1;
+    for (int d = 0; d < p.nb; ++d) nz *= p.bshape[d];
+    if (z >= nz) return;
     int oa = p.a_off, ob = p.b_off, oo = p.o_off, t = z;
     for (int d = p.nb - 1; d >= 0; --d) {
         int j = t % p.bshape[d];
@@ -87,7 +93,7 @@ void main() {
         oo += j * p.sob[d];
     }
     int i0 = int(gl_WorkGroupID.y) * TM;            // uniform over the workgroup
-    int j0 = int(gl_GlobalInvocationID.x) * TN;
+    int j0 = (int(gl_WorkGroupID.x) * wz + lx % wz) * TN;
     if (j0 >= p.N) return;
 
     int ra[TM], cb[TN];   // rows past M / columns past N re-read the last one (not stored)
