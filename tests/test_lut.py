@@ -38,14 +38,18 @@ def test_reference_indexes_by_value():
 def test_device_table_is_indexed_by_unsigned_byte():
     table = np.arange(-128, 128).astype(np.int8)[::-1].copy()
     t = device_table(table)
-    for q in (-128, -1, 0, 1, 127):
-        assert t[q & 0xFF] == int(table[q + 128]) & 0xFF
+    assert t.shape == (256, 4) and t.dtype == np.int32
+    for q in (-128, -1, 0, 1, 127):      # row u = q & 0xFF: the output's byte at each byte position
+        want = int(table[q + 128]) & 0xFF
+        assert [int(v) & 0xFFFFFFFF for v in t[q & 0xFF]] == [want, want << 8, want << 16, want << 24]
 
 
 @pytest.mark.parametrize("shape,layout", [((1, 5, 7, 9), "4W4C"), ((2, 13, 3, 6), "4W4C"),
                                           ((3, 7, 11), "4H4W"), ((37,), "4H4W"), ((2, 3, 5, 17), "4H4W"),
                                           ((1, 2, 3, 5, 7), "ROW"), ((2, 1, 3, 2, 2, 3), "ROW")])
-def test_lut_q8_on_device(device, shape, layout):
+def test_lut_q8_on_device(loads_device, shape, layout):
+    """Both variants: the table in shared memory (storage buffers) and read as texels (TEXEL)."""
+    device = loads_device
     rng = np.random.default_rng(sum(shape))
     q = oputil.random_int8(rng, shape)
     table = (rng.permutation(256) - 128).astype(np.int8)        # a bijection: every entry shows
@@ -54,6 +58,8 @@ def test_lut_q8_on_device(device, shape, layout):
                                     constants={"t": (oputil.spec((256,), "int8", "4H4W"), table)})
     ex = VulkanExecutor(prog, device)
     got = ex(q)
+    (step,) = [st for seg in ex.segments if seg[0] == "vulkan" for st in seg[1].steps]
+    assert ("TEXEL" in step.defines) == device.texel_loads, step.defines
     ref = run_reference(prog, q)
     oputil.assert_same((got,), (ref,))
     np.testing.assert_array_equal(ref, table[q.astype(np.int16) + 128])

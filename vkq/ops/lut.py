@@ -34,11 +34,12 @@ def epilogue_table(table) -> np.ndarray:
 
 
 def device_table(table) -> np.ndarray:
-    """The shader's form: indexed by the input's unsigned byte, holding the output's unsigned
-    byte (so a word is four lookups OR-ed at their byte positions)."""
+    """The shader's form, (256, 4) int32: row u (the input's unsigned byte) holds the output's
+    unsigned byte at each byte position, (t, t << 8, t << 16, t << 24), so a word is four
+    lookups OR-ed (shaders/lut_q8.comp)."""
     t = _check_table(table)
-    by_byte = np.roll(t, -128)                 # index u = q & 0xFF: q = 0..127, then -128..-1
-    return by_byte.view(np.uint8).astype(np.int32)
+    by_byte = np.roll(t, -128).view(np.uint8).astype(np.uint32)   # index u = q & 0xFF: q = 0..127, then -128..-1
+    return (by_byte[:, None] << np.uint32([0, 8, 16, 24])).view(np.int32)
 
 
 @register_op
