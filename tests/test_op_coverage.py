@@ -153,6 +153,29 @@ def test_other_spellings_of_ops_run_on_vulkan(device):
         assert cosine(got, gm(x).detach().numpy()) >= 0.995
 
 
+class PadByNothing(nn.Module):
+    """Swin pads its windows up to a multiple of the window size: by 0 on every side at 224."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 6), nn.Linear(6, 4)
+
+    def forward(self, x):                                           # x (2, 5, 6)
+        return self.b(F.pad(self.a(x), (0, 0, 0, 0))) + F.pad(x, (0, 0), value=1.0).sum(-1, keepdim=True)
+
+
+def test_a_pad_by_nothing_is_no_copy(device):
+    """A constant pad by zeros is its input: no constant_pad_nd (a copy of the tensor) in the
+    program under either scheme, and the program agrees with the reference and with PT2E."""
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(3))
+    for scheme in ("static", "dynamic"):
+        program, gm = lowered(PadByNothing().eval(), (x,), batches((2, 5, 6)), scheme)
+        assert "constant_pad_nd" not in {n.op for n in program.nodes}, [n.op for n in program.nodes]
+        got, ref = on_device(program, device, (x,))
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
+        assert cosine(got, gm(x).detach().numpy()) >= 0.995
+
+
 class PatchesAndBack(nn.Module):
     """MobileViTV2's unfolding: a map into non-overlapping patches (F.unfold, kernel = stride) and
     back (F.fold) around a linear over each patch; and an overlapping fold (kernel 3, stride 2),

@@ -39,7 +39,8 @@ differently; this pass rewrites the second kind into the first:
   aten.square(x)                                -> aten.pow(x, 2)
   aten.constant_pad_nd / pad (constant) with negative amounts, static shapes
                                                 -> slices (the crops), then the pad of the rest
-                                                  (RWKV's time shift: ZeroPad2d((0, 0, 1, -1)))
+                                                  (RWKV's time shift: ZeroPad2d((0, 0, 1, -1)));
+                                                  by nothing -> removed (Swin's windows at 224)
   aten.im2col(x, k, d, padding, s) (nn.Unfold)  -> im2col(constant_pad_nd(x, padding), k, d, 0, s): the pad
                                                   a kernel, the rest a gather (ConvBERT)
   aten.index.Tensor(x, [i0, .., ik-1]), an index computed in the graph, float x, static shapes
@@ -472,10 +473,13 @@ def pow_from_square(node):
 
 def crop_from_negative_pad(node):
     """A constant pad by negative amounts crops: each cropped dim a slice, then a pad by the
-    positive amounts (none: the slices alone). The kernels pad only outward."""
+    positive amounts (none: the slices alone). The kernels pad only outward. A pad by nothing
+    (Swin pads its windows to a multiple of 7, by 0 at 224) is its input: no copy."""
     x, pad = node.args[0], list(node.args[1])
     if node.target == aten.pad.default and arg(node, 2, "mode", "constant") != "constant":
         return None
+    if all(isinstance(p, int) and p == 0 for p in pad) and isinstance(x, Node):
+        return x
     if not all(isinstance(p, int) for p in pad) or min(pad, default=0) >= 0 or not isinstance(val(x), torch.Tensor):
         return None
     shape = list(val(x).shape)
