@@ -77,16 +77,38 @@ IDS = [f"{c[0]}{i}" for i, c in enumerate(CASES)]
 
 @pytest.mark.parametrize("dtype", ["float32", "int32", "int8"])
 @pytest.mark.parametrize("op,shapes,attrs", CASES, ids=IDS)
-def test_shape_op(device, op, shapes, attrs, dtype):
-    run(device, op, [values(s, dtype) for s in shapes], attrs, dtype)
+def test_shape_op(loads_device, op, shapes, attrs, dtype):
+    run(loads_device, op, [values(s, dtype) for s in shapes], attrs, dtype)
 
 
 @pytest.mark.parametrize("src,dst", [("4W4C", "4H4W"), ("4H4W", "4W4C"), ("4H4W", "ROW"), ("ROW", "4W4C"),
                                      ("ROW", "ROW")])
 @pytest.mark.parametrize("op,shapes,attrs", [CASES[2], CASES[9], CASES[11], CASES[18], CASES[15]],
                          ids=["permute", "cat", "slice", "pad", "split"])
-def test_int8_between_layouts(device, op, shapes, attrs, src, dst):
-    run(device, op, [values(s, "int8") for s in shapes], attrs, "int8", (src, dst))
+def test_int8_between_layouts(loads_device, op, shapes, attrs, src, dst):
+    run(loads_device, op, [values(s, "int8") for s in shapes], attrs, "int8", (src, dst))
+
+
+@pytest.mark.parametrize("op,shape,attrs,layouts,variant", [
+    ("permute", (2, 3, 5, 7), {"dims": [0, 2, 3, 1]}, ("4W4C", "4W4C"), "MAP"),        # bytes from many words
+    ("select", (3, 2, 4, 7, 8), {"dim": 0, "index": 1}, ("ROW", "4H4W"), "WORDS"),      # q of a packed qkv
+    ("permute", (1, 3, 2, 5, 2, 16), {"dims": [0, 1, 3, 2, 4, 5]}, ("ROW", "ROW"), "BLOCKS"),   # window partition
+    ("constant_pad_nd", (1, 2, 5, 8), {"pad": [0, 0, 1, 0], "value": -7}, ("4H4W", "4H4W"), "WORDS"),   # fill words
+    ("constant_pad_nd", (1, 8, 3, 8), {"pad": [0, 0, 1, 2], "value": 5}, ("4W4C", "4W4C"), "BLOCKS"),   # fill blocks
+])
+def test_int8_gathers_by_map_words_and_blocks(loads_device, op, shape, attrs, layouts, variant):
+    """The three map variants of shaders/repack.comp, each a destination ivec4 an invocation,
+    from storage buffers or texels (TEXEL, the destination by 64-bit stores there)."""
+    x = values(shape, "int8")
+    ref = get_op(op).reference(x, **attrs)
+    prog = single_op_program(op, [("x", spec(x.shape, "int8", layouts[0], 0.1, 3))],
+                             [("y", spec(ref.shape, "int8", layouts[1], 0.1, 3))], attrs)
+    ex = VulkanExecutor(prog, loads_device)
+    got = ex(x)
+    (step,) = [st for seg in ex.segments if seg[0] == "vulkan" for st in seg[1].steps]
+    assert variant in step.defines and ("TEXEL" in step.defines) == loads_device.texel_loads, step.defines
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, layouts[1]))    # padding 0
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])

@@ -295,9 +295,13 @@ def _float_steps(ctx, node, g: Gather):
 
 def _int8_dispatch(ctx, node, src, dst, view, variant, rank=0, sbase=0, fill=0):
     si, so = ctx.spec(src), ctx.spec(dst)
-    invocations = so.device_words() // (4 if variant == "BLOCKS" else 1)
+    view = np.asarray(view, np.int32).reshape(-1)
+    invocations = so.device_words()
+    if variant in ("MAP", "WORDS", "BLOCKS"):       # a destination ivec4 an invocation (repack.comp)
+        invocations //= 4
+        view = np.concatenate([view, np.full(-view.size % 4, -1, np.int32)])   # whole ivec4s (TEXEL)
     return ctx.device.dispatch(
-        "repack", [ctx.buffer(src), ctx.buffer(dst), ctx.const_buffer(np.asarray(view, np.int32).reshape(-1))],
+        "repack", [ctx.buffer(src), ctx.buffer(dst), ctx.const_buffer(view)],
         grid_1d(invocations, LOCAL), local=(LOCAL,), spec=(LAYOUT_IDS[si.layout], LAYOUT_IDS[so.layout]),
         push=(packing.shader_nchw(si.shape, si.layout), packing.shader_nchw(so.shape, so.layout), rank, sbase, fill),
         defines=[variant])
