@@ -1,5 +1,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 // Elementwise float32 out = a (op) b with numpy broadcasting, or a (op) scalar / scalar (op) a
 // (vkq/ops/float.py); maximum / minimum too. The iteration runs over the output (rank <= 6 after merging dims that
 // are contiguous in every operand); a broadcast dim has stride 0. b is scaled by alpha first
@@ -15,6 +16,15 @@
 // value. lavapipe (Xeon, 2 cores): (64, 3, 49, 49) + (1, 3, 49, 49) 6.2 -> 4.0 ms, + (64, 1, 49,
 // 49) 7.1 -> 4.2. Tried, no better: an invocation taking PER consecutive blocks of its row (4.0);
 // a's and the output's values by vec4 where a has the output's shape, b's value by value (5.1).
+// FLAT (ROWS where a has the output's shape, its rows of >= 4 values: Swin's attention + its
+// relative-position bias, (64, 3, 49, 49) + (3, 49, 49), merged to rows of 7203): blocks of 4
+// consecutive output values across rows, a by one vec4 load, the output by one vec4 store (the
+// last, partial block value by value), b value by value (a row may end inside a block: the
+// values past it are the next row's). TEXEL: a through texel fetches (b stays a storage buffer:
+// a constant such as the bias is not whole texels), the output by 64-bit stores. lavapipe at
+// 512 bits, GPU time (machine under a test run), Swin-T's (64, 3, 49, 49) + (3, 49, 49): ROWS
+// 8.05 ms, FLAT TEXEL 5.0; its shifted windows' mask, (4, 16, 3, 49, 49) + (1, 16, 1, 49, 49):
+// 8.8 -> 5.6. What is left is b's four loads a block (storage-buffer loops on llvmpipe).
 //! variant OP_ADD
 //! variant OP_SUB
 //! variant OP_MUL
@@ -39,6 +49,18 @@
 //! variant OP_MINIMUM CONTIG
 //! variant OP_MAXIMUM CONTIG TEXEL
 //! variant OP_MINIMUM CONTIG TEXEL
+//! variant OP_ADD FLAT
+//! variant OP_SUB FLAT
+//! variant OP_MUL FLAT
+//! variant OP_DIV FLAT
+//! variant OP_MAXIMUM FLAT
+//! variant OP_MINIMUM FLAT
+//! variant OP_ADD FLAT TEXEL
+//! variant OP_SUB FLAT TEXEL
+//! variant OP_MUL FLAT TEXEL
+//! variant OP_DIV FLAT TEXEL
+//! variant OP_MAXIMUM FLAT TEXEL
+//! variant OP_MINIMUM FLAT TEXEL
 #include "common.glsl"
 #include "texel.glsl"
 
@@ -48,6 +70,10 @@ layout(constant_id = 3) const int PER = 4;
 IVEC4_WORDS_INPUT(0, ab)          // texel.glsl: floats as their bits
 IVEC4_WORDS_INPUT(1, bb)
 VEC4_OUTPUT(2, o4)   // the same words by vec4 (texel.glsl)
+#elif defined(FLAT)
+IVEC4_WORDS_INPUT(0, ab)
+layout(std430, binding = 1) readonly buffer B { float b[]; };
+VEC4_OUTPUT(2, o4)
 #else
 layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
@@ -94,6 +120,37 @@ void main() {
             STORE_VEC4(o4, i, vec4(op(x.x, y.x), op(x.y, y.y), op(x.z, y.z), op(x.w, y.w)));
         } else {
             for (int e = 4 * i; e < p.n; ++e) o[e] = op(A(e), p.mode == 0 ? B(e) : 0.0);
+        }
+    }
+}
+#elif defined(FLAT)
+int b_row(int r) {          // b's offset of row r (the output's row-major rows of L values)
+    int ob = 0;
+    for (int d = p.rank - 2; d >= 0; --d) {
+        int s = p.shape[d], q = r % s;
+        r /= s;
+        ob += q * p.sb[d];
+    }
+    return ob;
+}
+
+void main() {
+    const int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x * gl_NumWorkGroups.y);
+    const int L = p.shape[p.rank - 1], sbl = p.sb[p.rank - 1];
+    int i = linear_invocation();                  // block i: output values 4i .. 4i + 3
+    for (int k = 0; k < PER && 4 * i < p.n; ++k, i += stride) {
+        const int e0 = 4 * i, r = e0 / L, j0 = e0 - r * L;
+        const int b0 = b_row(r), b1 = j0 + 3 >= L ? b_row(r + 1) : b0;   // L >= 4: at most two rows
+        vec4 y;
+        [[unroll]] for (int c = 0; c < 4; ++c) {   // past n: the last value again (not stored)
+            const int j = min(j0 + c, j0 + p.n - 1 - e0);
+            y[c] = b[j < L ? b0 + j * sbl : b1 + (j - L) * sbl];
+        }
+        if (e0 + 4 <= p.n) {
+            const vec4 x = intBitsToFloat(LOAD4(ab, i));
+            STORE_VEC4(o4, i, vec4(op(x.x, y.x), op(x.y, y.y), op(x.z, y.z), op(x.w, y.w)));
+        } else {
+            for (int e = e0; e < p.n; ++e) o[e] = op(intBitsToFloat(WORD(ab, e)), y[e - e0]);
         }
     }
 }

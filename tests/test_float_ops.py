@@ -160,18 +160,25 @@ def test_binary_contiguous(loads_device, op, tol, form):
 
 @pytest.mark.parametrize("op,tol", [("add", "exact"), ("sub", "exact"), ("mul", "exact"), ("div", ("ulp", 3)),
                                     ("maximum", "exact"), ("minimum", "exact")])
-@pytest.mark.parametrize("a_shape,b_shape,path", [((5, 3, 7, 9), (1, 3, 7, 9), "ROWS"),   # attention's bias / mask
-                                                  ((2, 3, 5, 11), (2, 3, 5, 1), "ROWS"),  # one value a row
+@pytest.mark.parametrize("a_shape,b_shape,path", [((5, 3, 7, 9), (1, 3, 7, 9), "FLAT"),   # attention's bias / mask
+                                                  ((4, 3, 7, 9), (1, 3, 7, 9), "FLAT"),   # (whole texels)
+                                                  ((2, 3, 5, 11), (2, 3, 5, 1), "FLAT"),  # one value a row
+                                                  ((4, 3, 5, 11), (4, 3, 5, 1), "FLAT"),
+                                                  ((2, 3, 5, 3), (1, 1, 1, 3), "ROWS"),   # rows of 3
                                                   ((3, 1, 7), (5, 7), "ROWS"),            # both broadcast
                                                   ((4, 3, 1), (4, 3, 6), None)])          # a's rows: one value
 def test_binary_rows(loads_device, op, tol, a_shape, b_shape, path):
     """ROWS (the last dim contiguous in a, in b contiguous or one value a row): blocks of 4 values
-    of a row, the last block of each odd row partial; otherwise (a one value a row) value by value."""
+    of a row, the last block of each odd row partial; FLAT (a has the output's shape, rows of >= 4):
+    blocks of 4 across rows, the last partial, a as texels where the device takes texel loads and
+    a is whole texels; otherwise (a one value a row) value by value."""
     steps = []
     got, ref = run_op(loads_device, op, [rnd(*a_shape), rnd(*b_shape, lo=0.5, hi=2)],
                       {"alpha": 2} if op == "add" else {}, np.broadcast_shapes(a_shape, b_shape), steps=steps)
     check(got, ref, tol)
-    assert ("ROWS" in steps[0].defines) == (path == "ROWS") and "CONTIG" not in steps[0].defines, steps[0].defines
+    d = steps[0].defines
+    assert ("ROWS" in d) == (path == "ROWS") and ("FLAT" in d) == (path == "FLAT") and "CONTIG" not in d, d
+    assert ("TEXEL" in d) == (path == "FLAT" and loads_device.texel_loads and np.prod(a_shape) % 4 == 0), d
 
 
 def test_binary_with_a_constant_operand(device):

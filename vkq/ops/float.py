@@ -497,9 +497,10 @@ def _binary_build(variant):
                 _pad(shape, MAX_RANK, 1), _pad(sa, MAX_RANK), _pad(sb, MAX_RANK))
         contig = len(shape) == 1 and sa == [1] and (sb == [1] or mode != 0)
         rows = not contig and sa[-1] == 1 and (sb[-1] in (0, 1) or mode != 0)   # (float_binary.comp ROWS)
-        work = -(-n // 4) if contig else n // shape[-1] * -(-shape[-1] // 4) if rows else n
+        flat = rows and mode == 0 and sa == strides_of(shape) and shape[-1] >= 4   # a the output's shape: FLAT
+        work = -(-n // 4) if contig or flat else n // shape[-1] * -(-shape[-1] // 4) if rows else n
         return [_elementwise(ctx, "float_binary", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], work, push,
-                             [variant] + (["CONTIG"] if contig else ["ROWS"] if rows else []))]
+                             [variant] + (["CONTIG"] if contig else ["FLAT"] if flat else ["ROWS"] if rows else []))]
     return build
 
 
