@@ -111,6 +111,37 @@ def test_int8_gathers_by_map_words_and_blocks(loads_device, op, shape, attrs, la
     np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, layouts[1]))    # padding 0
 
 
+@pytest.mark.parametrize("op,shape,attrs,variant", [
+    ("permute", (1, 3, 2, 5, 2, 7), {"dims": [0, 1, 3, 2, 4, 5]}, "GATHER"),   # Swin's window partition
+    ("permute", (2, 3, 5, 7), {"dims": [0, 2, 3, 1]}, "GATHER"),               # 210 words: a partial block
+    ("transpose", (3, 2, 1), {"dim0": 0, "dim1": 2}, "GATHER"),                # rows of 1: every step unravels
+    ("cat", (3, 5, 7), {"dim": 1}, "GENERAL"),                                 # into a slice of dst
+])
+def test_float_gathers_by_blocks(loads_device, op, shape, attrs, variant):
+    """float32 gathers whose destination is the iteration itself (GATHER), and take by an index
+    map (INDEX): blocks of 4 words, src (and the map) as texels where the device takes texel
+    loads and src is whole texels; a copy into part of the destination stays GENERAL."""
+    x = values(shape, "float32")
+    arrays = [x, values(shape, "float32")] if op == "cat" else [x]
+    ref = get_op(op).reference(*arrays, **attrs)
+    prog = single_op_program(op, [(f"x{i}", spec(a.shape)) for i, a in enumerate(arrays)], [("y", spec(ref.shape))],
+                             attrs)
+    ex = VulkanExecutor(prog, loads_device)
+    got = ex(*arrays)
+    steps = [st for seg in ex.segments if seg[0] == "vulkan" for st in seg[1].steps]
+    assert all(variant in st.defines for st in steps), [st.defines for st in steps]
+    texel = variant == "GATHER" and loads_device.texel_loads and x.size % 4 == 0
+    assert all(("TEXEL" in st.defines) == texel for st in steps), [st.defines for st in steps]
+    np.testing.assert_array_equal(got, ref)
+    index = np.roll(np.arange(x.size).reshape(x.shape), 1, -1).astype(np.int32)       # torch.roll
+    prog = single_op_program("take", [("x", spec(x.shape))], [("y", spec(x.shape))], {},
+                             {"i": (spec(index.shape, "int32"), index)})
+    ex = VulkanExecutor(prog, loads_device)
+    np.testing.assert_array_equal(ex(x), np.roll(x, 1, -1))
+    (st,) = [st for seg in ex.segments if seg[0] == "vulkan" for st in seg[1].steps]
+    assert "INDEX" in st.defines and ("TEXEL" in st.defines) == (loads_device.texel_loads and x.size % 4 == 0)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
 def test_take_by_an_index_map(device, dtype):
     """torch.roll (Swin's shifted windows) as a gather by a constant index map."""

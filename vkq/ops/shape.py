@@ -288,8 +288,9 @@ def _float_steps(ctx, node, g: Gather):
     dbase = sum(l * s for l, s in zip(lo, ds))
     push = (n, len(shape), g.sbase, dbase, _pad(shape, MAX_RANK, 1), _pad(ss, MAX_RANK), _pad(dss, MAX_RANK), 0)
     contig = len(shape) == 1 and ss == dss == [1]
-    steps.append(_elementwise(ctx, "float_copy", [ctx.buffer(src), ctx.buffer(dst)], n, push,
-                              ["CONTIG" if contig else "GENERAL"]))
+    gather = not contig and dss == strides_of(shape) and dbase % 4 == 0   # dst the iteration: vec4 blocks
+    steps.append(_elementwise(ctx, "float_copy", [ctx.buffer(src), ctx.buffer(dst)], -(-n // 4) if gather else n,
+                              push, ["CONTIG" if contig else "GATHER" if gather else "GENERAL"]))
     return steps
 
 
@@ -436,10 +437,11 @@ def take_steps(ctx, node, x, out, idx):
         raise ValueError(f"{node.name}: take reads indices {idx.min()}..{idx.max()} of {n}")
     if ctx.spec(out).dtype == "int8":
         return [_map_dispatch(ctx, node, x, out, byte_map(idx, None, ctx.spec(x), ctx.spec(out)))]
-    idx_buf = ctx.const_buffer(idx.astype(np.int32))
     m = idx.size
+    # whole ivec4s (the TEXEL variant's texel view), padded with index 0: blocks of 4 an invocation
+    idx_buf = ctx.const_buffer(np.concatenate([idx.astype(np.int32), np.zeros(-m % 4, np.int32)]))
     push = (m, 1, 0, 0, _pad([m], MAX_RANK, 1), _pad([1], MAX_RANK), _pad([1], MAX_RANK), 0)
-    return [_elementwise(ctx, "float_copy", [ctx.buffer(x), ctx.buffer(out), idx_buf], m, push, ["INDEX"])]
+    return [_elementwise(ctx, "float_copy", [ctx.buffer(x), ctx.buffer(out), idx_buf], -(-m // 4), push, ["INDEX"])]
 
 
 # ---------------------------------------------------------------- registration
