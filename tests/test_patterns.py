@@ -389,6 +389,37 @@ def test_quantize_dequantize_pairs_between_float_ops_are_one_pass(device):
     assert assert_matches_pt2e(prog.program, gm, x, min_cos=0.999) >= 3
 
 
+class ShiftedWindowAttention(BiasedWindowAttention):
+    """... and Swin's shifted windows: the scores viewed to (batch, windows, heads, N, N) to add
+    each window's mask (a constant built from zeros, as torchvision builds it), then back."""
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        t = self.qkv(x).reshape(b, n, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        q, k, v = t[0], t[1], t[2]
+        mask = x.new_zeros(2, n, n)
+        mask[1, :, 4:] = -100.0
+        a = (q * 0.35) @ k.transpose(-2, -1) + self.bias
+        a = (a.view(b // 2, 2, 2, n, n) + mask.unsqueeze(1).unsqueeze(0)).view(-1, 2, n, n)
+        return self.proj((torch.softmax(a, -1) @ v).transpose(1, 2).reshape(b, n, 16))
+
+
+def test_scores_viewed_between_their_quantize_pairs_stay_float(device):
+    """PT2E's quantize -> view -> dequantize on the scores (the shifted windows' view for the mask)
+    is a fake_quantize and a float view (an alias), not a quantize, an int8 repack and a
+    dequantize; the mask's own pair, on a constant, is computed once at lowering. Exact: the
+    reference still equals PT2E op by op, Vulkan the reference."""
+    x = torch.randn(4, 7, 16, generator=torch.Generator().manual_seed(5))
+    gm = vkq.quantize(ShiftedWindowAttention().eval(), (x,), [(torch.randn(4, 7, 16),) for _ in range(2)])
+    prog = vkq.compile(gm, (x,), device=device)
+    ops = [n.op for n in prog.program.nodes]
+    between = ops[ops.index("matmul_strided"):ops.index("softmax")]
+    assert between.count("fake_quantize") == 3 and not {"quantize", "dequantize", "repack"} & set(between), ops
+    got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    assert assert_matches_pt2e(prog.program, gm, x, min_cos=0.999) >= 3
+
+
 def test_static_attention_reads_k_and_writes_the_heads_in_place(device):
     """Static int8: K's transpose (an int8 gather, then its dequantize) and the head merge after
     P V (a quantize, an int8 transpose and a repack) move to the float side of the matmuls
