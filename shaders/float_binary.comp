@@ -15,7 +15,8 @@
 // an invocation takes 4 consecutive values of a row, its position divided out once, not once a
 // value. lavapipe (Xeon, 2 cores): (64, 3, 49, 49) + (1, 3, 49, 49) 6.2 -> 4.0 ms, + (64, 1, 49,
 // 49) 7.1 -> 4.2. Tried, no better: an invocation taking PER consecutive blocks of its row (4.0);
-// a's and the output's values by vec4 where a has the output's shape, b's value by value (5.1).
+// a's and the output's values by vec4 where a has the output's shape, b's value by value (5.1,
+// as storage buffers: FLAT below is that with a as texels and the output by 64-bit stores).
 // FLAT (ROWS where a has the output's shape, its rows of >= 4 values: Swin's attention + its
 // relative-position bias, (64, 3, 49, 49) + (3, 49, 49), merged to rows of 7203): blocks of 4
 // consecutive output values across rows, a by one vec4 load, the output by one vec4 store (the
