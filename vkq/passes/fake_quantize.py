@@ -14,7 +14,6 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule
 
-from ..quant import dequantize, quantize
 from ._graph import DEQUANTIZE, PERMUTES, QUANTIZE, VIEWS, add_constant, dtype_of, finish, is_call, q_args, \
     set_val, shape_of, val, vkq_target
 from .fold_constants import evaluate_constant
@@ -45,10 +44,8 @@ def fake_quantize(gm: GraphModule) -> bool:
         params = {"scale": float(a["scale"]), "zero_point": int(a["zero_point"]), "qmin": int(a["qmin"]),
                   "qmax": int(a["qmax"])}
         c = evaluate_constant(gm, q.args[0])      # (a constant subgraph: Swin's mask from new_zeros)
-        if c is not None:     # the fake_quantize op's own reference: the same bits, computed once
-            s_, zp = params["scale"], params["zero_point"]
-            fq = add_constant(gm, "fake_quantized", dequantize(quantize(c.numpy(), s_, zp, params["qmin"],
-                                                                         params["qmax"]), s_, zp), before=q)
+        if c is not None:     # the op's own reference (vkq_target runs it): the same bits, computed once
+            fq = add_constant(gm, "fake_quantized", vkq_target("fake_quantize")(c, **params), before=q)
         else:
             with gm.graph.inserting_before(q):
                 fq = gm.graph.call_function(vkq_target("fake_quantize"), (q.args[0],), params)
