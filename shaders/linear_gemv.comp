@@ -90,7 +90,7 @@ IVEC4_INPUT(0, x)   // texel.glsl
 //    blocks, zeros; ivec4 ((nt*K4w + kb)*TN4 + j) = k 4kb..+3 x n nt*TN + 4j..+3
 //    (int32 i = k, byte b = n; DOT: int32 b = n, byte i = k)
 IVEC4_INPUT(1, w)
-layout(std430, binding = 2) readonly buffer Chan { ivec4 chan[]; };   // as in linear_q8.comp
+IVEC4_INPUT(2, chan)   // as in linear_q8.comp
 #if defined(OUT_Q8) && !defined(DEQUANT)
 IVEC4_OUTPUT(3, out_q)   // texel.glsl
 #else
@@ -158,7 +158,7 @@ void main() {
     ivec4 blk[4] = ivec4[4](ivec4(0), ivec4(0), ivec4(0), ivec4(0));
     for (int r = 0; r < MR; ++r)
         for (int l = 0; l < L; ++l) blk[r] += part[r * TN4 + lane][l];
-    store_block(rb, nb, blk);
+    store_block(rb, nb, blk, chan_block(nb));
 #else
     [[unroll]] for (int r = 0; r < MR; ++r)
         [[unroll]] for (int j = 0; j < TN4; ++j) acc[r][j] = subgroupAdd(acc[r][j]);
@@ -167,7 +167,7 @@ void main() {
         if (lane != j % L || nb >= up4(p.N) / 4) continue;
         ivec4 blk[4] = ivec4[4](ivec4(0), ivec4(0), ivec4(0), ivec4(0));
         [[unroll]] for (int r = 0; r < MR; ++r) blk[r] = acc[r][j];
-        store_block(rb, nb, blk);
+        store_block(rb, nb, blk, chan_block(nb));
     }
 #endif
 }

@@ -15,35 +15,41 @@
 // The including shader declares the buffers chan (4 ivec4 per column block), out_q / out_f,
 // rowq, and the push constants p.H (rows of each batch matrix), p.N, p.out_zp, p.qmin, p.qmax,
 // p.deq_scale, p.deq_zp.
-// Requantization runs in rolled loops: one copy of its code (SwiftShader compiles an unrolled
-// TM x TN epilogue for seconds).
+// store_block is straight-line code (16 requantizations; rolled loops over rr and b index the
+// vectors by a variable: 3% slower on lavapipe); the callers call it from rolled loops, one copy
+// of its code (SwiftShader compiles an unrolled TM x TN epilogue for seconds). cw: the column
+// block's 4 chan ivec4 (chan_block), loaded once per column block, not once per row block.
 
 #ifdef LUT
 layout(std430, binding = 4) readonly buffer Lut { int lut[]; };   // vkq/ops/lut.py:epilogue_table
 #endif
 
+ivec4[4] chan_block(int nb) {
+    return ivec4[4](LOAD4(chan, 4 * nb), LOAD4(chan, 4 * nb + 1), LOAD4(chan, 4 * nb + 2), LOAD4(chan, 4 * nb + 3));
+}
+
 // a[rr][b]: the accumulator of packed row 4rb + rr (batch rows at b*Hp + h), column 4nb + b.
 // Padding rows and columns are written 0 (OUT_Q8) or not at all (OUT_F32, DEQUANT).
-void store_block(int rb, int nb, ivec4 a[4]) {
+void store_block(int rb, int nb, ivec4 a[4], ivec4 cw[4]) {
     int Hp = up4(p.H), N4 = up4(p.N) / 4;
-    ivec4 c0 = chan[4 * nb], c1 = chan[4 * nb + 1], c2 = chan[4 * nb + 2], c3 = chan[4 * nb + 3];
+    ivec4 c0 = cw[0], c1 = cw[1], c2 = cw[2], c3 = cw[3];
     bvec4 col_ok = lessThan(4 * nb + ivec4(0, 1, 2, 3), ivec4(p.N));
 #ifdef OUT_Q8
     ivec4 bias = ivec4(c0.x, c1.x, c2.x, c3.x), bound = ivec4(c0.y, c1.y, c2.y, c3.y);
     ivec4 m = ivec4(c0.z, c1.z, c2.z, c3.z), sh = ivec4(c0.w, c1.w, c2.w, c3.w);
     ivec4 lsh = sh & 31, rsh = (sh >> 5) & 31, frac = sh & ~1023, words;   // vkq/quant.py:shift_word
-    for (int rr = 0; rr < 4; ++rr) {
-        ivec4 acc = a[rr] + bias, q = ivec4(0);
-        bool row_ok = (4 * rb + rr) % Hp < p.H;
-        for (int b = 0; b < 4; ++b) {
-            if (row_ok && col_ok[b]) {
-                q[b] = requantize_clamped(acc[b], bound[b], lsh[b], m[b], rsh[b], frac[b], p.out_zp, p.qmin, p.qmax,
-                                          true, true);
+    const int h0 = (4 * rb) % Hp;
+    [[unroll]] for (int rr = 0; rr < 4; ++rr) {
+        ivec4 acc = a[rr] + bias, q;
+        [[unroll]] for (int b = 0; b < 4; ++b) {
+            q[b] = requantize_clamped(acc[b], bound[b], lsh[b], m[b], rsh[b], frac[b], p.out_zp, p.qmin, p.qmax,
+                                      true, true);
 #ifdef LUT
-                q[b] = int8_at(lut[(q[b] + 128) >> 2], (q[b] + 128) & 3);
+            q[b] = int8_at(lut[(q[b] + 128) >> 2], (q[b] + 128) & 3);
 #endif
-            }
         }
+        bool row_ok = h0 + rr < p.H;
+        q = row_ok ? mix(ivec4(0), q, col_ok) : ivec4(0);
 #ifdef DEQUANT
         if (row_ok) {
             int row = (4 * rb + rr) / Hp * p.H + (4 * rb + rr) % Hp;   // row in the (batch * H, N) output
