@@ -11,8 +11,8 @@
 //             shaders/eltwise_binary.comp computes it:
 //               acc2 = (q - conv_zp) * conv_mult + (r - other_zp) * other_mult   (exact in int32)
 //               q    = requantize_clamped(acc2, the add's constants, its out_zp, qmin, qmax)
-//   LUT       q = table[q + 128]: an int8 -> int8 lookup table (256 entries, 4 to a word, entry
-//             i in byte i % 4 of word i / 4), e.g. an activation applied after requantization
+//   LUT       q = table[q + 128]: an int8 -> int8 lookup table (lut_lookup.glsl), e.g. an
+//             activation applied after requantization
 // Bytes past `valid` channels are 0 (the 4W4C padding).
 #include "texel.glsl"
 
@@ -33,10 +33,11 @@ IVEC4_INPUT(4, res)   // 4W4C, the output's shape (texel.glsl)
 #endif
 #ifdef LUT
 #ifdef RESIDUAL
-layout(std430, binding = 5) readonly buffer Lut { int lut[]; };     // 64 words
+#define LUT_BINDING 5
 #else
-layout(std430, binding = 4) readonly buffer Lut { int lut[]; };
+#define LUT_BINDING 4
 #endif
+#include "lut_lookup.glsl"
 #endif
 
 // the residual operand's block at the output's ivec4 index (zeros without RESIDUAL)
@@ -77,9 +78,7 @@ int out_word(ivec4 acc, Chan4 c, int valid, int other, Epilogue e) {
               requantize_clamped(a.w, e.bound, e.lshift, e.m, e.rshift, e.add_zp, e.add_qmin, e.add_qmax, RES_TIES != 0));
 #endif
 #ifdef LUT
-    ivec4 i = q + 128;
-    q = ivec4(int8_at(lut[i.x >> 2], i.x & 3), int8_at(lut[i.y >> 2], i.y & 3),
-              int8_at(lut[i.z >> 2], i.z & 3), int8_at(lut[i.w >> 2], i.w & 3));
+    q = lut_lookup(q);
 #endif
     return pack_int8x4(mix(ivec4(0), q, lessThan(ivec4(0, 1, 2, 3), ivec4(valid))));
 }

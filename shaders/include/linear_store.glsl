@@ -8,7 +8,7 @@
 //   OUT_F32              out = f32(acc + corr[n]) * scale[n] + bias[n]                    (row-major)
 //   OUT_F32 ROW_QPARAMS  out = f32(acc - zp[r] * wsum[n]) * (row_scale[r] * w_scale[n]) + bias[n]
 //   OUT_Q8 LUT           out = table[out + 128] after the requantization (a fused lut_q8:
-//                        vkq/passes/fuse_epilogue.py), the table at binding 4 (4 entries a word)
+//                        vkq/passes/fuse_epilogue.py), the table at binding 4 (lut_lookup.glsl)
 //   OUT_Q8 DEQUANT       out = f32(q - p.deq_zp) * p.deq_scale (row-major), q the int8 result
 //                        above: a network's final dequantize folded in (fuse_epilogue.py), as
 //                        shaders/dequantize.comp computes it
@@ -21,7 +21,8 @@
 // block's 4 chan ivec4 (chan_block), loaded once per column block, not once per row block.
 
 #ifdef LUT
-layout(std430, binding = 4) readonly buffer Lut { int lut[]; };   // vkq/ops/lut.py:epilogue_table
+#define LUT_BINDING 4
+#include "lut_lookup.glsl"
 #endif
 
 ivec4[4] chan_block(int nb) {
@@ -45,7 +46,7 @@ void store_block(int rb, int nb, ivec4 a[4], ivec4 cw[4]) {
             q[b] = requantize_clamped(acc[b], bound[b], lsh[b], m[b], rsh[b], frac[b], p.out_zp, p.qmin, p.qmax,
                                       true, true);
 #ifdef LUT
-            q[b] = int8_at(lut[(q[b] + 128) >> 2], (q[b] + 128) & 3);
+            q[b] = lut_lookup(q[b]);
 #endif
         }
         bool row_ok = h0 + rr < p.H;

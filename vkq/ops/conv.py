@@ -55,7 +55,7 @@ from ..device import CPU_WORKGROUPS_PER_THREAD, cpu_rounds, cpu_threads, grid_1d
 from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multipliers, requant_clamp_frac,
                      requant_clamp_params, requant_tie_free, requantize, shift_word, split_bias)
 from ..registry import register_op
-from .lut import epilogue_table
+from .lut import device_table
 
 PRODUCT_BITS = 14          # |x * w| <= 128 * 128
 EXACT_PRODUCTS = 1 << 10   # products per exact fp32 partial sum: 2^10 * 2^14 = 2^24
@@ -492,7 +492,7 @@ class Conv2dQ8:
             epilogue_bufs.append(ctx.buffer(other))
             epilogue_defines["RESIDUAL"] = "1"
         if a.get("lut"):
-            epilogue_bufs.append(ctx.const_buffer(epilogue_table(ctx.constant(extra.pop(0)))))
+            epilogue_bufs.append(ctx.const_buffer(device_table(ctx.constant(extra.pop(0)), "a fused epilogue")))
             epilogue_defines["LUT"] = "1"
         x_zp = int(a["x_zp"])
         if not INT8_MIN <= x_zp <= INT8_MAX:

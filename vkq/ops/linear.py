@@ -31,7 +31,7 @@ from ..packing import as_nchw
 from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, dequantize, quantize_multipliers, requant_clamp_frac,
                      requant_clamp_params, requantize, shift_word, split_bias)
 from ..registry import register_op
-from .lut import epilogue_table
+from .lut import device_table
 
 # Share x across a subgroup with subgroupShuffle (off: the PLAIN variants, no subgroup operations).
 SUBGROUP_SHARING = True
@@ -324,7 +324,7 @@ class LinearQ8:
         # requantize_clamped's constants (requant.glsl): (bias_eff, bound, m, lshift | rshift << 5 | frac)
         bound, lshift, m, rshift = requant_clamp_params(mult, shift)
         cols = [bias_eff, bound, m, shift_word(lshift, rshift, requant_clamp_frac(mult, shift, frac))]
-        lut = ctx.const_buffer(epilogue_table(ctx.constant(table[0]))) if table else None
+        lut = ctx.const_buffer(device_table(ctx.constant(table[0]), "a fused epilogue")) if table else None
         return [_gemm_q8(ctx, ("OUT_Q8", "LUT") if table else ("OUT_Q8",), ctx.buffer(x), rows4, h, k, w, cols,
                          ctx.buffer(node.outputs[0]),
                          fill=(0, 0, 0, 1 << 5),   # padding columns: m = 0 with a valid shift

@@ -27,17 +27,13 @@ def _check_table(table, who: str = "lut_q8") -> np.ndarray:
     return t
 
 
-def epilogue_table(table) -> np.ndarray:
-    """A table as the fused epilogues read it (conv_epilogue.glsl, linear_store.glsl): 64 int32
-    words, 4 entries a word, entry i (for the input i - 128) in byte i % 4 of word i // 4."""
-    return _check_table(table, "a fused epilogue").reshape(64, 4).copy().view("<i4").reshape(-1).astype(np.int32)
-
-
-def device_table(table) -> np.ndarray:
-    """The shader's form, (256, 4) int32: row u (the input's unsigned byte) holds the output's
+def device_table(table, who: str = "lut_q8") -> np.ndarray:
+    """The shaders' form, (256, 4) int32: row u (the input's unsigned byte) holds the output's
     unsigned byte at each byte position, (t, t << 8, t << 16, t << 24), so a word is four
-    lookups OR-ed (shaders/lut_q8.comp)."""
-    t = _check_table(table)
+    lookups OR-ed (shaders/lut_q8.comp); the fused epilogues read component 0
+    (shaders/include/lut_lookup.glsl). One form for both: each kernel's texel variant takes the
+    table as whole texels."""
+    t = _check_table(table, who)
     by_byte = np.roll(t, -128).view(np.uint8).astype(np.uint32)   # index u = q & 0xFF: q = 0..127, then -128..-1
     return (by_byte[:, None] << np.uint32([0, 8, 16, 24])).view(np.int32)
 
