@@ -1,8 +1,9 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // Layer norm over the trailing D values of each row (vkq/ops/float.py layer_norm), a row per
-// subgroup (ROW_SUBGROUP) or per workgroup, two passes over the row (mean, then the mean of
-// squared deviations):
+// invocation (ROW_LANE: CPU drivers, rows of at most 512 values), per subgroup (ROW_SUBGROUP)
+// or per workgroup (include/float_workgroup.glsl), two passes over the row (mean, then the mean
+// of squared deviations):
 //   y[r, j] = (x[r, j] - mean_r) * inversesqrt(var_r + eps) * w[c] + b[c],  c = (r % G) * CG + j / HW
 // layer_norm: G = 1, CG = D, HW = 1 (c = j); group_norm: a row is one group of one image
 // (CG channels of HW values), c its channel.
@@ -13,6 +14,8 @@
 // TEXEL: x, w and bias through texel fetches (texel.glsl).
 // CENTER = 0 (specialization constant 6): rms_norm, mean taken as 0 (its bias is zeros).
 //! variant ROW_SUBGROUP
+//! variant ROW_LANE
+//! variant ROW_LANE TEXEL
 //! variant ROW_WORKGROUP
 //! variant ROW_SUBGROUP TEXEL
 //! variant ROW_WORKGROUP TEXEL

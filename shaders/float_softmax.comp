@@ -4,7 +4,8 @@
 // Softmax (or log-softmax, LOG) along one dim, numerically stable (vkq/ops/float.py).
 // x is viewed as (outer, D, inner): row r = (r / inner, r % inner), element j at
 //   (r / inner) * D * inner + j * inner + r % inner.
-// A row per subgroup (ROW_SUBGROUP) or per workgroup:
+// A row per invocation (ROW_LANE: CPU drivers, short rows, not MASKED), per subgroup
+// (ROW_SUBGROUP) or per workgroup (include/float_workgroup.glsl):
 //   m = max_j x;  e_j = exp(x_j - m);  y_j = e_j / sum_j e_j      (LOG: y_j = x_j - m - log(sum_j e_j))
 // exp is exp_f32 (include/float_math.glsl); a difference below -87.3 (a masked score, e.g.
 // -3.4e38 added) gives exactly 0, as float32 numpy does.
@@ -12,6 +13,10 @@
 // each rounded once as the separate mul and add would; the mask is read through broadcast
 // strides (row dims merged, rank <= 3, and one stride along the row: 1, or 0 if broadcast).
 //! variant ROW_SUBGROUP
+//! variant ROW_LANE
+//! variant ROW_LANE TEXEL
+//! variant ROW_LANE LOG
+//! variant ROW_LANE LOG TEXEL
 //! variant ROW_WORKGROUP
 //! variant ROW_SUBGROUP LOG
 //! variant ROW_WORKGROUP LOG
@@ -43,8 +48,12 @@
 // beside it: read whole (-inf outside the row), written word by word; else value by value.
 // Rows of 49 (64 x 3 x 49 rows, lavapipe at 512 bits, GPU time, machine under a test run):
 // value by value 21.7 ms, VEC 3 16.4 (18.7-19.6 with whole blocks stored as vec4s: see
-// store_block); rows of 52 on VEC 1 9.2-10.0. A lane-by-lane store loop is most of a short row's
-// time here: a subgroup owning 4 rows of 49 (49 whole vec4s, no word stores) is the next step.
+// store_block); rows of 52 on VEC 1 9.2-10.0. ROW_LANE (a lane a row, 13 vec4s kept), same
+// conditions: rows of 49 15.7 -> 5.7-6.7 ms, rows of 52 9.3 -> 2.0-2.4; VEC 3 stayed ~2.5x VEC 1
+// there: each block's word-store loops run whether or not a lane stores (a vec4 store where the
+// block is whole, tried: no gain, the word path still ran beside it). So under ROW_LANE a lane
+// owns 4 rows of an odd length, whole vec4s (row_group). Idle machine, A-B twice: rows of 49
+// 7.7 (ROW_SUBGROUP) -> 2.0 ms, rows of 52 4.8 -> 1.4.
 // Attention pads its score rows to a multiple of 4 for this (vkq/ops/attention.py). On lavapipe the old
 // per-value path's seven buffer accesses per value (x and mask twice, y written, read and
 // written) cost more than its exp: MiniLM's attention softmax (12 x 128 x 128, CPU time) 2.94 ->
@@ -170,15 +179,12 @@ vec4 reload_block(int base, int off, int j4) {     // what store_block wrote, in
     return v;                                 // past D: not stored
 }
 
-void row_blocks(int r, int l, int n) {
-    const int base = r * p.rs, off = VEC == 3 ? base & 3 : 0, D4 = (off + p.D + 3) / 4;
-#ifdef MASKED
-    const int mbase = mask_row(r);
-#else
-    const int mbase = 0;
-#endif
-    vec4 v[KEEP];
-    float m = NEG_INF;
+// Passes 1 and 2 of a row along the last dim: its max m and sum of exp s; v: the lane's first
+// KEEP blocks (exp'd unless LOG). stash: blocks past KEEP store their exp for pass 3 to read back
+// (row_blocks; row_group computes them again instead).
+void row_stats(int base, int off, int mbase, int D4, int l, int n, bool stash, out vec4 v[KEEP], out float m,
+               out float s) {
+    m = NEG_INF;
     [[unroll]] for (int i = 0; i < KEEP; ++i) {
         const int j4 = l + i * n;
         v[i] = j4 < D4 ? load_block(base, off, mbase, j4) : vec4(NEG_INF);
@@ -187,7 +193,7 @@ void row_blocks(int r, int l, int n) {
     for (int j4 = l + KEEP * n; j4 < D4; j4 += n) m = max(m, max4(load_block(base, off, mbase, j4)));
     m = row_max(m);
 
-    float s = 0.0;                           // blocks in the order j4 = l, l + n, ...
+    s = 0.0;                                 // blocks in the order j4 = l, l + n, ...
     [[unroll]] for (int i = 0; i < KEEP; ++i) {
         if (l + i * n < D4) {
             const vec4 e = safe_exp4(v[i] - m);
@@ -200,12 +206,23 @@ void row_blocks(int r, int l, int n) {
     for (int j4 = l + KEEP * n; j4 < D4; j4 += n) {
         const vec4 e = safe_exp4(load_block(base, off, mbase, j4) - m);
 #ifndef LOG
-        store_block(base, off, j4, e);            // read back below by this same invocation
+        if (stash) store_block(base, off, j4, e);   // read back in pass 3 by this same invocation
 #endif
         s += sum4(e);
     }
     s = row_sum(s);
+}
 
+void row_blocks(int r, int l, int n) {
+    const int base = r * p.rs, off = VEC == 3 ? base & 3 : 0, D4 = (off + p.D + 3) / 4;
+#ifdef MASKED
+    const int mbase = mask_row(r);
+#else
+    const int mbase = 0;
+#endif
+    vec4 v[KEEP];
+    float m, s;
+    row_stats(base, off, mbase, D4, l, n, true, v, m, s);
 #ifdef LOG
     const float ls = log(s);
     [[unroll]] for (int i = 0; i < KEEP; ++i)
@@ -217,6 +234,50 @@ void row_blocks(int r, int l, int n) {
     for (int j4 = l + KEEP * n; j4 < D4; j4 += n) store_block(base, off, j4, reload_block(base, off, j4) / s);
 #endif
 }
+
+#if defined(ROW_LANE) && !defined(MASKED)
+float pick(vec4 a, int i) { return i == 0 ? a.x : i == 1 ? a.y : i == 2 ? a.z : a.w; }
+
+// ROW_LANE, VEC 3, D odd (packed rows): a lane owns the 4 rows from r0 (a multiple of 4), whose
+// 4 * D words are whole vec4s from a vec4 boundary. Their max and sum row by row (row_stats),
+// then each of those vec4s computed again, as row_blocks computes its values, and stored whole:
+// no word-by-word stores (a lane-by-lane loop each on llvmpipe, run whether or not a lane
+// stores). A vec4 holds words of at most two rows (D >= 5). lavapipe at 512 bits, GPU time,
+// (64, 3, 49, 49) under a test run: 5.7 (row by row) -> 3.8 ms; rows of 51 6.05 -> 3.96. Pairs of
+// rows where D % 4 == 2 (2 * D words whole vec4s) gave nothing (rows of 50: 6.1 both ways).
+void row_group(int r0) {
+    const int RG = 4;
+    vec4 m, s;                               // per row of the group
+    [[unroll]] for (int g = 0; g < RG; ++g) {
+        const int base = (r0 + g) * p.D, off = base & 3;
+        vec4 v[KEEP];
+        float mg, sg;
+        row_stats(base, off, 0, (off + p.D + 3) / 4, 0, 1, false, v, mg, sg);
+        m[g] = mg;
+        s[g] = sg;
+    }
+#ifdef LOG
+    const vec4 ls = log(s);
+#endif
+    const int base4 = r0 * p.D / 4;
+    int lo = 0, next = p.D;                  // the row of a vec4's first word; the word where the next row starts
+    for (int j4 = 0; j4 < RG * p.D / 4; ++j4) {
+        const vec4 x = X4(base4 + j4);
+        const int hi = min(lo + 1, 3);
+        const bvec4 upper = greaterThanEqual(4 * j4 + ivec4(0, 1, 2, 3), ivec4(next));
+        const vec4 mr = mix(vec4(pick(m, lo)), vec4(pick(m, hi)), upper);
+#ifdef LOG
+        STORE_VEC4(y4, base4 + j4, x - mr - mix(vec4(pick(ls, lo)), vec4(pick(ls, hi)), upper));
+#else
+        STORE_VEC4(y4, base4 + j4, safe_exp4(x - mr) / mix(vec4(pick(s, lo)), vec4(pick(s, hi)), upper));
+#endif
+        if (4 * j4 + 4 >= next) {
+            lo += 1;
+            next += p.D;
+        }
+    }
+}
+#endif
 
 void row_scalar(int r, int l, int n) {    // along a dim with inner > 1
     const int step = p.inner, base = (r / p.inner) * p.D * p.inner + r % p.inner;
@@ -249,6 +310,17 @@ void row_scalar(int r, int l, int n) {    // along a dim with inner > 1
 
 void main() {
     const int l = lane(), n = lanes();
+#if defined(ROW_LANE) && !defined(MASKED)
+    if (VEC == 3 && (p.D & 1) != 0 && p.D >= 5) {   // a lane 4 rows (the host dispatches rows / 4 lanes)
+        for (int t = first_row(); 4 * t < p.rows; t += row_stride()) {
+            if (4 * t + 4 <= p.rows)
+                row_group(4 * t);
+            else                             // the last rows, fewer than 4: one by one
+                for (int r = 4 * t; r < p.rows; ++r) row_blocks(r, 0, 1);
+        }
+        return;
+    }
+#endif
     for (int r = first_row(); r < p.rows; r += row_stride()) {
         if (p.inner == 1)
             row_blocks(r, l, n);

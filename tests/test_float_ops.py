@@ -208,15 +208,40 @@ def test_float_references_give_torchs_special_values_without_warnings():
 @pytest.fixture(params=["subgroup", "workgroup"])
 def rows(request, monkeypatch):
     """Row shaders both ways: a subgroup a row (the default where subgroup arithmetic exists)
-    and a workgroup a row (shared-memory reductions)."""
+    and a workgroup a row (shared-memory reductions). Returns which."""
+    monkeypatch.setattr(fops, "ROW_LANE", False)
     monkeypatch.setattr(fops, "ROW_SUBGROUP", request.param == "subgroup")
+    return request.param
+
+
+@pytest.fixture(params=["lane", "subgroup", "workgroup"])
+def lane_rows(request, monkeypatch):
+    """The same for the shaders that also have a lane a row (ROW_LANE: the default on CPU
+    drivers where rows are short): softmax, layer norm, group norm."""
+    monkeypatch.setattr(fops, "ROW_LANE", request.param == "lane")
+    monkeypatch.setattr(fops, "ROW_SUBGROUP", request.param != "workgroup")
+    return request.param
+
+
+def row_owner(steps, device, rows, span, lane_max):
+    """Assert that a row shader's one dispatch took the owner `rows` asks for, and return it:
+    a lane a row only on CPU drivers and up to lane_max values (span: the row's values, VEC 3's
+    3 words before it included)."""
+    (st,) = steps
+    want = "ROW_LANE" if rows == "lane" and device.info.type == "cpu" and span <= lane_max else None
+    got = next(d for d in st.defines if d.startswith("ROW_"))
+    if want:
+        assert got == want, st.defines
+    else:
+        assert got != "ROW_LANE", st.defines
+    return got
 
 
 # vec4 path where D % 4 == 0: (13, 384) past the vec4s a lane keeps at 8 lanes a row, (2, 2056)
 # at 64 lanes too
 @pytest.mark.parametrize("shape,norm", [((3, 5, 37), [37]), ((13, 384), [384]), ((2, 5, 7, 3), [7, 3]), ((4, 1), [1]),
                                         ((2, 2056), [2056]), ((3, 2, 4), [2, 4])])
-def test_layer_norm(loads_device, rows, shape, norm):
+def test_layer_norm(loads_device, lane_rows, shape, norm):
     device, steps = loads_device, []
     x = rnd(*shape) * 4 + 1.5
     w, b = rnd(*norm), rnd(*norm)
@@ -225,12 +250,13 @@ def test_layer_norm(loads_device, rows, shape, norm):
     check(got, ref, ("fn", 4e-6, 4e-6))
     (st,) = steps
     d = int(np.prod(norm))
+    row_owner(steps, device, lane_rows, d, fops.ROW_LANE_NORM)
     assert st.spec[2] == (d % 4 == 0)             # VEC (spec: LOCAL, KEEP, VEC)
     assert ("TEXEL" in st.defines) == (device.texel_loads and d % 4 == 0 and x.size % 4 == 0), st.defines
 
 
 @pytest.mark.parametrize("shape,norm", [((3, 5, 37), [37]), ((13, 384), [384]), ((2, 5, 7, 3), [7, 3])])
-def test_rms_norm(loads_device, rows, shape, norm):
+def test_rms_norm(loads_device, lane_rows, shape, norm):
     """rms_norm is layer_norm's shader with the centring compiled out: an offset input (whose
     mean a centred norm would remove) gives torch's values, at eps large enough to matter."""
     import torch
@@ -263,7 +289,7 @@ def softmax_path(steps, device):
                                        ((3, 5, 128), -1), ((2, 2052), -1), ((3, 8, 5), 1),
                                        ((2, 6, 49), -1), ((8, 3, 113), -1), ((2, 50), -1), ((4, 3), -1),
                                        ((4, 2053), -1)])
-def test_softmax(loads_device, rows, op, shape, dim):
+def test_softmax(loads_device, lane_rows, op, shape, dim):
     device, steps = loads_device, []
     x = rnd(*shape, lo=-12, hi=12)
     got, ref = run_op(device, op, [x], {"dim": dim}, shape, steps=steps)
@@ -271,8 +297,33 @@ def test_softmax(loads_device, rows, op, shape, dim):
     if op == "softmax":
         np.testing.assert_allclose(got.sum(axis=dim), 1.0, atol=2e-6)
     last = dim % len(shape) == len(shape) - 1
-    assert softmax_path(steps, device)[0] == (0 if not last else 1 if shape[-1] % 4 == 0 else
-                                              3 if x.size % 4 == 0 else 0)
+    vec = 0 if not last else 1 if shape[-1] % 4 == 0 else 3 if x.size % 4 == 0 else 0
+    assert softmax_path(steps, device)[0] == vec
+    row_owner(steps, device, lane_rows, shape[dim] + 3 * (vec == 3), fops.ROW_LANE_SOFTMAX)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape", [(7, 49), (2, 3, 5, 51), (9, 3, 7), (6, 5)])
+def test_softmax_row_groups(loads_device, lane_rows, op, shape):
+    """Packed rows of an odd length (VEC 3) between two planned intermediates (whole vec4s, so
+    the row count need not make the tensor whole vec4s): under ROW_LANE a lane owns 4 rows and
+    stores their vec4s whole (float_softmax.comp row_group), the last rows (fewer than 4: 7 and
+    9 rows) one by one; rows of 5 and 7 put a vec4 across two rows at every offset."""
+    from vkq.program import Node, Program
+    device = loads_device
+    x = rnd(*shape, lo=-12, hi=12)
+    tensors = {"x": spec(shape), "t": spec(shape), "u": spec(shape), "y": spec(shape)}
+    prog = Program(tensors, [Node("neg", ["x"], ["t"], {}), Node(op, ["t"], ["u"], {"dim": -1}),
+                             Node("neg", ["u"], ["y"], {})], ["x"], ["y"], {})
+    prog.validate()
+    ex = VulkanExecutor(prog, device)
+    got = ex(x)
+    ref = run_reference(prog, x)
+    check(got, ref, ("fn", 1e-7, 2e-6) if op == "softmax" else ("fn", 3e-6, 1e-6))
+    (seg,) = [seg for seg in ex.segments if seg[0] == "vulkan"]
+    st = seg[1].steps[1]
+    assert st.name == "float_softmax" and st.spec[2] == 3, (st.name, st.spec)     # VEC 3
+    row_owner([st], device, lane_rows, shape[-1] + 3, fops.ROW_LANE_SOFTMAX)
 
 
 @pytest.mark.parametrize("length", [9, 13, 16])
@@ -758,12 +809,14 @@ def test_merge_dims():
 
 @pytest.mark.parametrize("shape,groups", [((2, 6, 5, 7), 3), ((1, 8, 3, 3), 8), ((3, 4, 11), 1),
                                           ((3, 16), 2)])       # one value a channel: the vec4 path
-def test_group_norm(loads_device, rows, shape, groups):
-    device = loads_device
+def test_group_norm(loads_device, lane_rows, shape, groups):
+    device, steps = loads_device, []
     x = rnd(*shape) * 3 + 0.5
     c = shape[1]
     w, b = rnd(c), rnd(c)
-    got, ref = run_op(device, "group_norm", [x], {"groups": groups, "eps": 1e-5}, shape, constants=[w, b])
+    got, ref = run_op(device, "group_norm", [x], {"groups": groups, "eps": 1e-5}, shape, constants=[w, b],
+                      steps=steps)
+    row_owner(steps, device, lane_rows, int(np.prod(shape[1:])) // groups, fops.ROW_LANE_NORM)
     check(got, ref, ("fn", 4e-6, 4e-6))
     import torch
     want = torch.nn.functional.group_norm(torch.from_numpy(x), groups, torch.from_numpy(w), torch.from_numpy(b), 1e-5)

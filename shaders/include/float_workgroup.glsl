@@ -1,6 +1,9 @@
 #ifndef VKQ_FLOAT_WORKGROUP_GLSL
 #define VKQ_FLOAT_WORKGROUP_GLSL
 // Rows of a row-wise shader (layer norm, softmax): who owns a row and how its lanes reduce.
+//   ROW_LANE      an invocation owns a row: nothing to reduce, no subgroup operations (CPU
+//                 drivers, short rows: vkq/ops/float.py ROW_LANE; a row a subgroup there leaves
+//                 lanes idle and pays two cross-lane reductions a row)
 //   ROW_SUBGROUP  a subgroup owns a row: subgroupAdd / subgroupMax, no barriers (on CPU drivers
 //                 a barrier switches every SIMD group of the workgroup; a subgroup is one of them)
 //   otherwise     the workgroup owns a row: a shared-memory tree, log2(LOCAL) barriers
@@ -16,7 +19,14 @@ layout(constant_id = 5) const int VEC = 0;
 
 float sum4(vec4 v) { return (v.x + v.y) + (v.z + v.w); }   // one order on every path
 
-#ifdef ROW_SUBGROUP
+#if defined(ROW_LANE)
+int first_row() { return int(gl_GlobalInvocationID.x); }
+int row_stride() { return int(gl_NumWorkGroups.x * gl_WorkGroupSize.x); }
+int lane() { return 0; }
+int lanes() { return 1; }
+float row_sum(float v) { return v; }
+float row_max(float v) { return v; }
+#elif defined(ROW_SUBGROUP)
 #extension GL_KHR_shader_subgroup_arithmetic : require
 int first_row() { return int(gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID); }
 int row_stride() { return int(gl_NumWorkGroups.x * gl_NumSubgroups); }

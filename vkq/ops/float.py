@@ -68,6 +68,19 @@ MATMUL_ROWS = (8, 16, 32)   # rows a workgroup owns: the first >= M (more rows, 
 MATMUL_TN = 4               # columns a lane owns (TN in shaders/float_matmul.comp)
 ROW_SUBGROUP = True    # row shaders: a subgroup a row where subgroup arithmetic exists (tests force False)
 ROW_KEEP = 8           # vec4s a lane of a row shader's vec4 path keeps in registers, at most
+# Row shaders on CPU drivers: a lane a row (ROW_LANE, no cross-lane reductions, no idle lanes)
+# where rows are at most lane_max values (the caller's), keeping up to ROW_LANE_KEEP vec4s
+# (spilled to the stack past the registers: cheaper than reading them back from the buffer).
+# lavapipe at 512 bits, GPU time, idle machine, A-B twice, against a subgroup a row: softmax rows
+# of 49 (9408 rows, Swin's windows) / 52 / 96 / 128 / 256: 3.9x / 3.4x / 1.9x / 1.3x / 1.0x; layer
+# norm rows of 96 / 192 / 384 / 768 (49 rows): 2.0x / 1.7x / 1.4-2.2x / 0.9-1.0x (SwiftShader,
+# under a test run: softmax 2.1x / - / 1.6x / 1.6x / 2.0x, layer norm 1.1x / - / 1.3x / 1.2x).
+# GPUs keep a subgroup a row (its lanes on consecutive words: coalesced).
+ROW_LANE = True        # (tests force False)
+ROW_LANE_KEEP = 16
+ROW_LANE_SOFTMAX = 128         # lane_max of softmax (not the masked one: attention's rows must give the
+                               # same bits at any padded length, so one path for every length)
+ROW_LANE_NORM = 512            # lane_max of layer / group norm
 REDUCE_ROW = 64        # float_reduce: from this many values an output, its lanes share them
 
 
@@ -389,9 +402,12 @@ def _elementwise(ctx, shader, buffers, n, push, defines=None):
 
 
 def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec4s=None, vec=False, center=None,
-                  passes: int = 3, per_step: int = 1):
-    """A row shader: a subgroup a row where the device has subgroup arithmetic (ROW_SUBGROUP,
-    no barriers), else a workgroup a row (a power of two <= LOCAL, <= the row length rounded up).
+                  passes: int = 3, per_step: int = 1, lane_max: int = 0, lane_group: int = 1):
+    """A row shader: a lane a row on CPU drivers where a row is at most lane_max values
+    (ROW_LANE; 0: the shader has no such variant), else a subgroup a row where the device has
+    subgroup arithmetic (ROW_SUBGROUP, no barriers), else a workgroup a row (a power of two <=
+    LOCAL, <= the row length rounded up). lane_group: under ROW_LANE a lane owns that many
+    consecutive rows (float_softmax's VEC 3 row groups).
     Rows are grid-strided in the shader, so the workgroup count only has to be <= the limit.
     vec4s: a row's vec4s, for a shader that keeps a lane's share of them in registers
     (specialization constant 4: that share, at most ROW_KEEP; 5: vec, its vec4 loads and stores;
@@ -405,17 +421,22 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
     limit = info.loop_budget or math.inf
     widest = min(info.max_workgroup_invocations, info.max_workgroup_size[0])
 
-    def owner(width, per_group):    # (width, rows a workgroup, workgroups, a lane's loop iterations)
-        groups = min(max(1, -(-rows // per_group)), info.max_workgroup_count[0])
+    def owner(width, per_group, owners=rows, values=d):   # (width, rows a workgroup, workgroups, a lane's loop iterations)
+        groups = min(max(1, -(-owners // per_group)), info.max_workgroup_count[0])
         lanes = width // per_group
-        return width, per_group, groups, passes * -(-d // (lanes * step)) + -(-rows // (groups * per_group))
+        return width, per_group, groups, passes * -(-values // (lanes * step)) + -(-owners // (groups * per_group))
 
     # a row a subgroup needs every lane of it: full subgroups (vkinfo.fixed_subgroups)
     by_subgroup = ROW_SUBGROUP and "arithmetic" in info.subgroup_operations and info.fixed_subgroups \
         and 1 < sg <= LOCAL
-    if by_subgroup:
+    by_lane = ROW_LANE and info.type == "cpu" and d <= lane_max
+    if by_lane:
+        variant, (width, per_group, groups, loops) = "ROW_LANE", owner(LOCAL, LOCAL, -(-rows // lane_group),
+                                                                          d * lane_group)
+        by_lane = loops <= limit
+    if by_subgroup and not by_lane:
         variant, (width, per_group, groups, loops) = "ROW_SUBGROUP", owner(LOCAL, LOCAL // sg)
-    if not by_subgroup or loops > limit:
+    if not (by_subgroup or by_lane) or loops > limit:
         width = 1
         while width < min(LOCAL, d) and width * 2 <= widest:
             width *= 2
@@ -427,7 +448,8 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
                           f"(in {width}-lane workgroups, its widest), past its limit of {limit} "
                           "(Mesa's loop limiter would leave values out silently)")
     lanes = width // per_group                       # a row's lanes
-    keep = () if vec4s is None else (min(ROW_KEEP, max(1, -(-vec4s // lanes))), int(vec))
+    kept = ROW_LANE_KEEP if variant == "ROW_LANE" else ROW_KEEP
+    keep = () if vec4s is None else (min(kept, max(1, -(-vec4s // lanes))), int(vec))
     keep += () if center is None else (int(center),)
     return ctx.device.dispatch(shader, buffers, (groups, 1, 1), local=(width,), spec=(width, *keep), push=push,
                                defines=[variant, *defines])
@@ -518,7 +540,7 @@ def _layer_norm_build(ctx, node):
     bias = ctx.buffer(b[0]) if b else ctx.const_buffer(np.zeros(d, F32), F32)
     return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), bias, ctx.buffer(y)],
                           rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), 1, d, 1),
-                          vec4s=d // 4, vec=d % 4 == 0, center=not not b)]
+                          vec4s=d // 4, vec=d % 4 == 0, center=not not b, lane_max=ROW_LANE_NORM)]
 
 
 def group_norm(x, weight, bias, *, groups, eps=1e-5):
@@ -544,7 +566,7 @@ def _group_norm_build(ctx, node):
     return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b),
                                                     ctx.buffer(node.outputs[0])],
                           rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), groups, c // groups, hw),
-                          vec4s=d // 4, vec=hw == 1 and d % 4 == 0)]
+                          vec4s=d // 4, vec=hw == 1 and d % 4 == 0, lane_max=ROW_LANE_NORM)]
 
 
 _NO_MASK = (1.0, 0, 0, [1, 1, 1], [0, 0, 0])   # scale, mrank, mj, mshape, mstride
@@ -563,8 +585,9 @@ def _softmax_build(defines):
         # buffers' own vec4s where both are whole vec4s (VEC 3); else value by value
         vec = 0 if inner != 1 else 1 if d % 4 == 0 else 3 if all(b.size % 4 == 0 for b in bufs) else 0
         span = d + 3 * (vec == 3)      # VEC 3: a row's vec4s may start 3 words before it (the loop budget)
+        group = 4 if vec == 3 and d % 2 and d >= 5 else 1     # ROW_LANE: float_softmax.comp row_group
         return [_row_dispatch(ctx, "float_softmax", bufs, rows, span, (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:], d),
-                              defines, -(-span // 4), vec)]
+                              defines, -(-span // 4), vec, lane_max=ROW_LANE_SOFTMAX, lane_group=group)]
     return build
 
 
