@@ -12,9 +12,9 @@
 //   OUT_Q8 DEQUANT       out = f32(q - p.deq_zp) * p.deq_scale (row-major), q the int8 result
 //                        above: a network's final dequantize folded in (fuse_epilogue.py), as
 //                        shaders/dequantize.comp computes it
-// The including shader declares the buffers chan (4 ivec4 per column block), out_q / out_f,
-// rowq, and the push constants p.H (rows of each batch matrix), p.N, p.out_zp, p.qmin, p.qmax,
-// p.deq_scale, p.deq_zp.
+// The including shader declares the buffers chan (an IVEC4_INPUT: 4 ivec4 per column block),
+// out_q / out_f, rowq, and the push constants p.H (rows of each batch matrix), p.N, p.out_zp,
+// p.qmin, p.qmax, p.deq_scale, p.deq_zp.
 // store_block is straight-line code (16 requantizations; rolled loops over rr and b index the
 // vectors by a variable: 3% slower on lavapipe); the callers call it from rolled loops, one copy
 // of its code (SwiftShader compiles an unrolled TM x TN epilogue for seconds). cw: the column

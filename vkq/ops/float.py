@@ -410,12 +410,13 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
     consecutive rows (float_softmax's VEC 3 row groups).
     Rows are grid-strided in the shader, so the workgroup count only has to be <= the limit.
     vec4s: a row's vec4s, for a shader that keeps a lane's share of them in registers
-    (specialization constant 4: that share, at most ROW_KEEP; 5: vec, its vec4 loads and stores;
-    shaders/include/float_workgroup.glsl); center: float_layer_norm's mean subtraction (6; off:
-    rms_norm). passes, per_step: a lane reads its share of a row `passes` times, `per_step`
-    values a loop iteration (vec: 4). Where that passes the device's loop budget (llvmpipe:
-    vkinfo.DeviceInfo.loop_budget, past which values are left out silently), a workgroup owns
-    each row, as wide as the device allows; past even that, DeviceLimit (the node runs on the CPU)."""
+    (specialization constant 4: that share, at most ROW_KEEP, ROW_LANE_KEEP under ROW_LANE;
+    5: vec, its vec4 loads and stores; shaders/include/float_workgroup.glsl); center:
+    float_layer_norm's mean subtraction (6; off: rms_norm). passes, per_step: a lane reads its
+    share of a row `passes` times, `per_step` values a loop iteration (vec: 4). Where that passes
+    the device's loop budget (llvmpipe: vkinfo.DeviceInfo.loop_budget, past which values are
+    left out silently), a workgroup owns each row, as wide as the device allows; past even that,
+    DeviceLimit (the node runs on the CPU)."""
     info = ctx.device.info
     sg, step = int(info.subgroup_size), 4 if vec else per_step
     limit = info.loop_budget or math.inf
@@ -585,7 +586,8 @@ def _softmax_build(defines):
         # buffers' own vec4s where both are whole vec4s (VEC 3); else value by value
         vec = 0 if inner != 1 else 1 if d % 4 == 0 else 3 if all(b.size % 4 == 0 for b in bufs) else 0
         span = d + 3 * (vec == 3)      # VEC 3: a row's vec4s may start 3 words before it (the loop budget)
-        group = 4 if vec == 3 and d % 2 and d >= 5 else 1     # ROW_LANE: float_softmax.comp row_group
+        # ROW_LANE: 4 rows a lane where float_softmax.comp's main() takes row_group (the same test)
+        group = 4 if vec == 3 and d % 2 and d >= 5 else 1
         return [_row_dispatch(ctx, "float_softmax", bufs, rows, span, (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:], d),
                               defines, -(-span // 4), vec, lane_max=ROW_LANE_SOFTMAX, lane_group=group)]
     return build
