@@ -21,11 +21,13 @@
 // relative-position bias, (64, 3, 49, 49) + (3, 49, 49), merged to rows of 7203): blocks of 4
 // consecutive output values across rows, a by one vec4 load, the output by one vec4 store (the
 // last, partial block value by value), b value by value (a row may end inside a block: the
-// values past it are the next row's). TEXEL: a through texel fetches (b stays a storage buffer:
-// a constant such as the bias is not whole texels), the output by 64-bit stores. lavapipe at
-// 512 bits, GPU time (machine under a test run), Swin-T's (64, 3, 49, 49) + (3, 49, 49): ROWS
-// 8.05 ms, FLAT TEXEL 5.0; its shifted windows' mask, (4, 16, 3, 49, 49) + (1, 16, 1, 49, 49):
-// 8.8 -> 5.6. What is left is b's four loads a block (storage-buffer loops on llvmpipe).
+// values past it are the next row's). TEXEL: a and b through texel fetches (constants go up as
+// whole texels), the output by 64-bit stores. lavapipe at 512 bits, GPU time (machine under a
+// test run), Swin-T's (64, 3, 49, 49) + (3, 49, 49): ROWS 8.05 ms, FLAT TEXEL 5.0; its shifted
+// windows' mask, (4, 16, 3, 49, 49) + (1, 16, 1, 49, 49): 8.8 -> 5.6. Then (idle, Xeon), b as
+// texels too: bias 2.7 -> 2.0 ms, and the row and broadcast indices by div_exact (common.glsl)
+// instead of integer divisions 2.0 -> 1.75-2.0 (a contiguous add of the same size: 1.1 ms;
+// FLAT without b's loads: 1.46).
 //! variant OP_ADD
 //! variant OP_SUB
 //! variant OP_MUL
@@ -73,7 +75,7 @@ IVEC4_WORDS_INPUT(1, bb)
 VEC4_OUTPUT(2, o4)   // the same words by vec4 (texel.glsl)
 #elif defined(FLAT)
 IVEC4_WORDS_INPUT(0, ab)
-layout(std430, binding = 1) readonly buffer B { float b[]; };
+IVEC4_WORDS_INPUT(1, bb)
 VEC4_OUTPUT(2, o4)
 #else
 layout(std430, binding = 0) readonly buffer A { float a[]; };
@@ -128,9 +130,9 @@ void main() {
 int b_row(int r) {          // b's offset of row r (the output's row-major rows of L values)
     int ob = 0;
     for (int d = p.rank - 2; d >= 0; --d) {
-        int s = p.shape[d], q = r % s;
-        r /= s;
-        ob += q * p.sb[d];
+        const int s = p.shape[d], t = div_exact(r, s);
+        ob += (r - t * s) * p.sb[d];
+        r = t;
     }
     return ob;
 }
@@ -140,12 +142,12 @@ void main() {
     const int L = p.shape[p.rank - 1], sbl = p.sb[p.rank - 1];
     int i = linear_invocation();                  // block i: output values 4i .. 4i + 3
     for (int k = 0; k < PER && 4 * i < p.n; ++k, i += stride) {
-        const int e0 = 4 * i, r = e0 / L, j0 = e0 - r * L;
+        const int e0 = 4 * i, r = div_exact(e0, L), j0 = e0 - r * L;
         const int b0 = b_row(r), b1 = j0 + 3 >= L ? b_row(r + 1) : b0;   // L >= 4: at most two rows
         vec4 y;
         [[unroll]] for (int c = 0; c < 4; ++c) {   // past n: the last value again (not stored)
             const int j = min(j0 + c, j0 + p.n - 1 - e0);
-            y[c] = b[j < L ? b0 + j * sbl : b1 + (j - L) * sbl];
+            y[c] = intBitsToFloat(WORD(bb, j < L ? b0 + j * sbl : b1 + (j - L) * sbl));
         }
         if (e0 + 4 <= p.n) {
             const vec4 x = intBitsToFloat(LOAD4(ab, i));

@@ -161,7 +161,7 @@ def test_binary_contiguous(loads_device, op, tol, form):
 @pytest.mark.parametrize("op,tol", [("add", "exact"), ("sub", "exact"), ("mul", "exact"), ("div", ("ulp", 3)),
                                     ("maximum", "exact"), ("minimum", "exact")])
 @pytest.mark.parametrize("a_shape,b_shape,path", [((5, 3, 7, 9), (1, 3, 7, 9), "FLAT"),   # attention's bias / mask
-                                                  ((4, 3, 7, 9), (1, 3, 7, 9), "FLAT"),   # (whole texels)
+                                                  ((4, 3, 4, 9), (1, 3, 4, 9), "FLAT"),   # (whole texels)
                                                   ((2, 3, 5, 11), (2, 3, 5, 1), "FLAT"),  # one value a row
                                                   ((4, 3, 5, 11), (4, 3, 5, 1), "FLAT"),
                                                   ((2, 3, 5, 3), (1, 1, 1, 3), "ROWS"),   # rows of 3
@@ -170,15 +170,17 @@ def test_binary_contiguous(loads_device, op, tol, form):
 def test_binary_rows(loads_device, op, tol, a_shape, b_shape, path):
     """ROWS (the last dim contiguous in a, in b contiguous or one value a row): blocks of 4 values
     of a row, the last block of each odd row partial; FLAT (a has the output's shape, rows of >= 4):
-    blocks of 4 across rows, the last partial, a as texels where the device takes texel loads and
-    a is whole texels; otherwise (a one value a row) value by value."""
+    blocks of 4 across rows, the last partial, a and b as texels where the device takes texel
+    loads and both are whole texels (here program inputs, sized exactly; intermediates and constants
+    always are); otherwise (a one value a row) value by value."""
     steps = []
     got, ref = run_op(loads_device, op, [rnd(*a_shape), rnd(*b_shape, lo=0.5, hi=2)],
                       {"alpha": 2} if op == "add" else {}, np.broadcast_shapes(a_shape, b_shape), steps=steps)
     check(got, ref, tol)
     d = steps[0].defines
     assert ("ROWS" in d) == (path == "ROWS") and ("FLAT" in d) == (path == "FLAT") and "CONTIG" not in d, d
-    assert ("TEXEL" in d) == (path == "FLAT" and loads_device.texel_loads and np.prod(a_shape) % 4 == 0), d
+    whole = np.prod(a_shape) % 4 == 0 and np.prod(b_shape) % 4 == 0
+    assert ("TEXEL" in d) == (path == "FLAT" and loads_device.texel_loads and whole), d
 
 
 def test_binary_with_a_constant_operand(device):
@@ -186,6 +188,42 @@ def test_binary_with_a_constant_operand(device):
     x, table = rnd(1, 11, 29), rnd(1, 11, 29)
     got, ref = run_op(device, "add", [x], {}, x.shape, constants=[table])
     check(got, ref, "exact")
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((6, 3, 7, 9), (3, 7, 9)),          # attention's bias: 189 values
+                                             ((2, 4, 3, 5, 7), (1, 4, 1, 5, 7))])  # a shifted window's mask
+def test_binary_flat_with_a_constant_operand(loads_device, a_shape, b_shape):
+    """FLAT with b a constant of a size that is not whole texels (Swin's relative-position bias,
+    (3, 49, 49)): constants go up as whole ivec4s (BuildContext.const_buffer), so b too is read
+    as texels where the device takes them; rows end inside blocks, the values across are b's
+    next row."""
+    steps = []
+    x, table = rnd(*a_shape), rnd(*b_shape)
+    got, ref = run_op(loads_device, "add", [x], {}, a_shape, constants=[table], steps=steps)
+    check(got, ref, "exact")
+    d = steps[0].defines
+    assert "FLAT" in d and ("TEXEL" in d) == (loads_device.texel_loads and x.size % 4 == 0), d
+
+
+def test_div_exact(device):
+    """common.glsl's div_exact (FLAT's row and broadcast index: no integer division) against
+    numpy's floor division: quotients next to an integer on either side, n up to 2^30 - 1, d from
+    1 to past n."""
+    from vkq.device import grid_1d
+    rng = np.random.default_rng(3)
+    d = np.concatenate([[1, 2, 3, 4, 7, 49, 2401, 7203, 65535, 65536, (1 << 20) + 1, (1 << 29) + 3, (1 << 30) - 1],
+                        rng.integers(1, 1 << 12, 40), rng.integers(1, 1 << 30, 40)]).astype(np.int64)
+    q = np.concatenate([rng.integers(0, (1 << 30) // d), ((1 << 30) - 1) // d])    # and the largest n's
+    d = np.concatenate([d, d])
+    n = np.stack([q * d + off for off in (-1, 0, 1, 2)], 1)           # around each multiple of d
+    n = np.concatenate([n.reshape(-1), rng.integers(0, 1 << 30, 4000), [0, (1 << 30) - 1]])
+    dd = np.concatenate([np.repeat(d, 4), rng.integers(1, 1 << 16, 4000), [5, 1]])
+    keep = (n >= 0) & (n < (1 << 30))
+    n, dd = n[keep].astype(np.int32), dd[keep].astype(np.int32)
+    bufs = [device.buffer(n), device.buffer(dd), device.buffer(size=n.size)]
+    step = device.dispatch("selftest_div", bufs, grid_1d(n.size, 64), local=(64,), push=(n.size,))
+    device.run([step], upload=bufs[:2], download=bufs[2:])
+    np.testing.assert_array_equal(bufs[2].read(), n // dd)
 
 
 def test_float_references_give_torchs_special_values_without_warnings():
@@ -252,7 +290,8 @@ def test_layer_norm(loads_device, lane_rows, shape, norm):
     d = int(np.prod(norm))
     row_owner(steps, device, lane_rows, d, fops.ROW_LANE_NORM)
     assert st.spec[2] == (d % 4 == 0)             # VEC (spec: LOCAL, KEEP, VEC)
-    assert ("TEXEL" in st.defines) == (device.texel_loads and d % 4 == 0 and x.size % 4 == 0), st.defines
+    # (x as texels where it is whole texels: the weight and bias, constants, always are)
+    assert ("TEXEL" in st.defines) == (device.texel_loads and x.size % 4 == 0), st.defines
 
 
 @pytest.mark.parametrize("shape,norm", [((3, 5, 37), [37]), ((13, 384), [384]), ((2, 5, 7, 3), [7, 3])])

@@ -188,12 +188,15 @@ class BuildContext:
 
     def const_buffer(self, array, dtype=None) -> Buffer:
         """Upload an op-prepared array (packed weights, bias, multipliers) once: the same
-        words are the same buffer, whichever build asks."""
+        words are the same buffer, whichever build asks. The buffer is whole ivec4s (zeros
+        after the array's words), so that a kernel may read it as texels (texel.glsl: a
+        partial texel is not readable): a float constant operand such as attention's bias."""
         a = np.ascontiguousarray(array, dtype=dtype)
         key = (a.dtype.str, a.shape, hashlib.sha1(a.view(np.uint8).reshape(-1)).hexdigest())
         ex = self._ex
         if key not in ex._consts:
-            ex._consts[key] = self.device.buffer(a)
+            words = a.reshape(-1)
+            ex._consts[key] = self.device.buffer(np.concatenate([words, np.zeros(-words.size % 4, words.dtype)]))
             ex._pending_uploads.append(ex._consts[key])
         return ex._consts[key]
 

@@ -19,4 +19,18 @@ int linear_invocation() {
 // Used where it measured faster (eltwise, max pool, repack); the conv, linear, quantize and
 // dequantize stores took the same time with it (A-B-A-B), so they go without.
 ivec4 before_store(ivec4 v) { return max(v, ivec4(int(0x80000000u) | (int(gl_NumWorkGroups.x) >> 31))); }
+
+// n / d for 0 <= n < 2^30, 0 < d (int32), exactly, without an integer division: a CPU driver
+// runs a division by a value it cannot know (a push constant) lane by lane, 16 scalar divisions
+// for one vector instruction. A float quotient is within 2^-21 n/d + 1 of the true one (n, d
+// and the division each rounded, the division within Vulkan's 2.5 ulp), so the remainder it
+// leaves, n - q d, is within d + 512 of [0, d); a float quotient of that remainder, within one
+// of the rest, and a last step of one make q exact (shaders/selftest_div.comp tests it).
+int div_exact(int n, int d) {
+    const float fd = float(d);
+    int q = int(float(n) / fd);
+    q += int(floor(float(n - q * d) / fd));
+    const int r = n - q * d;
+    return q + (r >= d ? 1 : 0) - (r < 0 ? 1 : 0);
+}
 #endif
