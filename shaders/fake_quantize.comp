@@ -3,10 +3,9 @@
 // float32 y = dequantize(quantize(x)) per tensor over n contiguous values (vkq/ops/io.py
 // fake_quantize): PT2E's quantize / dequantize pair where nothing else reads the int8 value
 // (the scores between a static attention's float ops), one pass of float in and float out by
-// vec4s, as float_unary's blocks (the last, partial block value by value). Each step as
-// quantize.comp and dequantize.comp compute it, so the result is theirs bit for bit:
-//   q = clamp(roundEven(x * inv_scale) + zero_point, qmin, qmax)   (a NaN x: 0)
-//   y = float(q - zero_point) * scale
+// vec4s, as float_unary's blocks (the last, partial block value by value); each value as
+// fake_quant.glsl computes it. Where the float op that produces x has no other reader, the pair
+// folds into it instead (vkq/ops/float.py fold_fake_quantize).
 // The pair took two passes through a packed int8 tensor, value by value where its rows are not
 // whole vec4s: Swin-T's (64, 3, 49, 49) scores, quantize 3.1 + dequantize 2.4 ms -> 1.4 ms on lavapipe.
 // TEXEL: x through texel fetches (texel.glsl).
@@ -14,6 +13,7 @@
 //! variant TEXEL
 #include "common.glsl"
 #include "texel.glsl"
+#include "fake_quant.glsl"
 
 layout(constant_id = 3) const int PER = 4;
 
@@ -22,16 +22,10 @@ layout(std430, binding = 1) writeonly buffer Y { float y[]; };
 VEC4_OUTPUT(1, y4)   // the same words by vec4 (texel.glsl)
 layout(push_constant) uniform Params {
     int n;
-    float inv_scale, scale;         // float32(1 / scale), as PyTorch forms it; the scale
-    int zero_point, qmin, qmax;
+    FakeQuant fq;
 } p;
 
-float fq(float v) {
-    precise float t = roundEven(v * p.inv_scale) + float(p.zero_point);
-    const int q = isnan(t) ? 0 : int(clamp(t, float(p.qmin), float(p.qmax)));
-    precise float r = float(q - p.zero_point) * p.scale;
-    return r;
-}
+float fq(float v) { return fake_quantize(v, p.fq); }
 
 void main() {
     const int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x * gl_NumWorkGroups.y);

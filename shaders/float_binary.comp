@@ -10,6 +10,9 @@
 // arithmetic (integer division is scalarised on CPU drivers), and an invocation does blocks of
 // 4 values by vec4 loads and stores (the last, partial block value by value; see float_unary).
 // TEXEL (CONTIG): a and b through texel fetches (texel.glsl).
+// FQ (specialization constant): a fake_quantize of the result folded in (vkq/ops/float.py
+// fold_fake_quantize), each value through fake_quant.glsl before its store: Swin's attention
+// bias and mask adds, whose sums PT2E quantizes and dequantizes.
 // ROWS: the last (merged) dim contiguous in a (stride 1) and in b (1, or 0: one value a row),
 // the others broadcast as they may (attention's bias and mask, (B, heads, N, N) + (1, heads, N, N)):
 // an invocation takes 4 consecutive values of a row, its position divided out once, not once a
@@ -66,8 +69,10 @@
 //! variant OP_MINIMUM FLAT TEXEL
 #include "common.glsl"
 #include "texel.glsl"
+#include "fake_quant.glsl"
 
 layout(constant_id = 3) const int PER = 4;
+layout(constant_id = 4) const int FQ = 0;   // 1: a fake_quantize folded in, applied to every value (p.fq)
 
 #ifdef CONTIG
 IVEC4_WORDS_INPUT(0, ab)          // texel.glsl: floats as their bits
@@ -88,6 +93,7 @@ layout(push_constant) uniform Params {
     float scalar, alpha;
     int shape[6];       // the output's, merged
     int sa[6], sb[6];   // element strides of a and b along those dims (0: broadcast)
+    FakeQuant fq;       // (FQ) fake_quant.glsl
 } p;
 
 // x (op) y for one value of a and of b (the scalar in modes 1 and 2), each op rounded once
@@ -107,7 +113,7 @@ float op(float x, float b_value) {
 #else
     float r = x / y;
 #endif
-    return r;
+    return FQ != 0 ? fake_quantize(r, p.fq) : r;
 }
 
 #ifdef CONTIG

@@ -25,6 +25,8 @@
 //            (b gathered value by value) 6.9-7.1 ms, A_SHIFT 3.6, the rows padded to 52: 2.2-2.4
 // ZB (specialization constant): batches a workgroup, its lanes in ZB groups of width / ZB, one
 // batch each (the host fills a subgroup where N needs fewer lanes: Swin's P V, N = 32).
+// FQ (specialization constant): a fake_quantize of the product folded in (vkq/ops/float.py
+// fold_fake_quantize), each value through fake_quant.glsl before its store: attention's scores.
 // OUT4: out contiguous along n (son = 1; N, som and batch strides multiples of 4): a lane
 // stores its 4 columns of a row as one vec4.
 //! variant GENERAL
@@ -41,6 +43,7 @@
 // On lavapipe a lane's 4 vec4 loads of b per step cost more than its 64 multiply-adds.
 #include "common.glsl"
 #include "texel.glsl"
+#include "fake_quant.glsl"
 
 #ifndef TM
 #define TM 16       // rows per workgroup (vkq/ops/float.py MATMUL_TILE passes it)
@@ -48,6 +51,7 @@
 const int TN = 4;   // columns per lane
 layout(constant_id = 3) const int A_SHIFT = 0;  // VEC_KN: a's rows may start anywhere in a vec4
 layout(constant_id = 4) const int ZB = 1;       // batches a workgroup, its lanes in ZB groups
+layout(constant_id = 5) const int FQ = 0;       // 1: a fake_quantize folded in (p.fq), each value before its store
 
 #if defined(VEC_K) || defined(VEC_KN)
 IVEC4_INPUT(0, a4i)     // texel.glsl: floats as their bits
@@ -77,6 +81,7 @@ layout(push_constant) uniform Params {
     int nb;                                    // batch rank after merging (<= 3)
     int bshape[3], sab[3], sbb[3], sob[3];     // batch shape; a's, b's and out's batch strides
     int a_off, b_off, o_off;
+    FakeQuant fq;                              // (FQ) fake_quant.glsl
 } p;
 
 void main() {
@@ -169,6 +174,10 @@ void main() {
     }
 #endif
 
+    if (FQ != 0) {
+        [[unroll]] for (int r = 0; r < TM; ++r)
+            [[unroll]] for (int c = 0; c < TN; ++c) acc[r][c] = fake_quantize(acc[r][c], p.fq);
+    }
     [[unroll]] for (int r = 0; r < TM; ++r) {
         if (i0 + r >= p.M) break;
 #ifdef OUT4

@@ -16,6 +16,7 @@ import pytest
 from oputil import single_op_program, spec
 from vkq.executor import VulkanExecutor, run_reference
 from vkq.ops import float as fops
+from vkq.quant import fake_quantize
 from vkq.registry import get_op
 
 EPS = float(np.finfo(np.float32).eps)
@@ -835,6 +836,74 @@ def test_fold_scale_mask_into_softmax():
     assert [(n.op, n.inputs, n.attrs) for n in prog.nodes] == [("softmax_masked", ["s", "m"], {"scale": 0.5})]
     assert set(prog.tensors) == {"s", "m", "p"}
     np.testing.assert_array_equal(run_reference(prog, *xs), want)
+
+
+FQ = {"scale": 0.0625, "zero_point": -3, "qmin": -128, "qmax": 127}   # a fake_quantize's attrs
+
+
+def test_fold_fake_quantize():
+    """fake_quantize folds into the float op before it (attr fq) where that op's result has no
+    other reader and its kernel has the epilogue: the bias add's pair folds; the matmul's does
+    not (its scores are also read by the mul), nor the pair after the softmax, nor one whose
+    input is a program output. The reference is the same bits."""
+    from vkq.executor import run_reference
+    from vkq.program import Node, Program
+    shp = (1, 3, 5, 5)
+    names = ["q", "k", "s", "bias", "s1", "s2", "s3", "p", "p2", "o", "o2", "t"]
+    t = {n: spec(shp) for n in names}
+    fq = lambda x, y, name: Node("fake_quantize", [x], [y], dict(FQ), name=name)
+    nodes = [Node("matmul", ["q", "k"], ["s"], {}, name="mm"), fq("s", "s1", "fq0"),
+             Node("mul", ["s"], ["t"], {"scalar": 2.0}, name="mul"),
+             Node("add", ["s1", "bias"], ["s2"], {"alpha": 1}, name="add"), fq("s2", "s3", "fq1"),
+             Node("softmax", ["s3"], ["p"], {"dim": -1}, name="sm"), fq("p", "p2", "fq2"),
+             Node("sub", ["p2", "q"], ["o"], {"alpha": 1}, name="sub"), fq("o", "o2", "fq3")]
+    prog = Program(t, nodes, ["q", "k", "bias"], ["o", "o2", "t"])
+    xs = [rnd(*shp), rnd(*shp), rnd(*shp)]
+    want = run_reference(prog, *xs)
+    assert fops.fold_fake_quantize(prog) == 1
+    assert [(n.name, n.op, n.outputs, n.attrs.get("fq")) for n in prog.nodes if n.op != "fake_quantize"] == \
+        [("mm", "matmul", ["s"], None), ("mul", "mul", ["t"], None), ("add", "add", ["s3"], FQ),
+         ("sm", "softmax", ["p"], None), ("sub", "sub", ["o"], None)]
+    assert "s2" not in prog.tensors
+    prog.validate()
+    for got, w in zip(run_reference(prog, *xs), want):
+        np.testing.assert_array_equal(got, w)
+
+
+@pytest.mark.parametrize("a_shape,b_shape,path", [((37,), (37,), "CONTIG"), ((5, 3, 7, 9), (3, 7, 9), "FLAT"),
+                                                  ((2, 3, 5, 3), (1, 1, 1, 3), "ROWS"), ((4, 3, 1), (4, 3, 6), None)])
+def test_binary_with_a_fake_quantize(loads_device, a_shape, b_shape, path):
+    """A folded fake_quantize (attr fq) on each path of float_binary: the sum quantized and
+    dequantized before its store, the same bits as the reference (an exact add, then the pair);
+    values past the int8 range clamp, so some saturate."""
+    steps = []
+    a, b = rnd(*a_shape, lo=-6, hi=6), rnd(*b_shape, lo=-6, hi=6)
+    got, ref = run_op(loads_device, "add", [a, b], {"alpha": 1, "fq": FQ}, np.broadcast_shapes(a_shape, b_shape),
+                      steps=steps)
+    np.testing.assert_array_equal(ref, fake_quantize(a + b, **FQ))
+    np.testing.assert_array_equal(got, ref)
+    assert tuple(steps[0].spec)[1] == 1 and (path is None or path in steps[0].defines), (steps[0].defines, steps[0].spec)
+    ends = np.float32([(-128 + 3) * 0.0625, (127 + 3) * 0.0625])
+    assert np.any(np.isin(ref, ends)) and len(np.unique(ref)) > min(100, ref.size // 4)   # (of 256 levels)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((2, 3, 17, 32), (2, 3, 32, 17)),     # VEC_K (scores)
+                                             ((2, 3, 17, 17), (2, 3, 17, 8)),      # VEC_KN, rows off vec4s
+                                             ((3, 5, 9), (9, 6))])                 # GENERAL
+def test_matmul_with_a_fake_quantize(loads_device, a_shape, b_shape):
+    """A folded fake_quantize on float_matmul: the kernel's own float sums, quantized and
+    dequantized before the store, are the same bits as the pair applied to its output without
+    the fold (the reference sums in another order: a sum near a rounding step may round to the
+    other side, so the device is checked against itself)."""
+    device, steps = loads_device, []
+    a, b = rnd(*a_shape), rnd(*b_shape)
+    out = np.matmul(a, b).shape
+    fq = {**FQ, "scale": 0.0234}
+    plain, _ = run_op(device, "matmul", [a, b], {}, out, steps=steps)
+    got, ref = run_op(device, "matmul", [a, b], {"fq": fq}, out, steps=steps)
+    np.testing.assert_array_equal(got, fake_quantize(plain, **fq))
+    assert np.mean(got == ref) > 0.99 and np.all(np.abs(got - ref) <= np.float32(fq["scale"]) * 1.0001)
+    assert [tuple(st.spec)[2] for st in steps] == [0, 1] and steps[0].defines == steps[1].defines, steps
 
 
 def test_merge_dims():

@@ -373,8 +373,10 @@ class BiasedWindowAttention(WindowAttention):
 
 def test_quantize_dequantize_pairs_between_float_ops_are_one_pass(device):
     """The scores' PT2E quantize -> dequantize pairs, read by nothing else (passes/fake_quantize.py),
-    are one float fake_quantize each, not a packed int8 tensor written and read back; the
-    program computes what the pairs did (reference == PT2E op by op, Vulkan == reference)."""
+    are one float fake_quantize each, not a packed int8 tensor written and read back, and each
+    folds into the float kernel that produces its input (ops/float.py fold_fake_quantize: attr
+    fq on the scores' matmul and the bias add): no pass of its own. The program computes what
+    the pairs did (reference == PT2E op by op, Vulkan == reference)."""
     x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(4))
     gm = vkq.quantize(BiasedWindowAttention().eval(), (x,), [(torch.randn(2, 7, 16),) for _ in range(2)])
     pairs = [n for n in gm.graph.nodes if n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
@@ -382,11 +384,14 @@ def test_quantize_dequantize_pairs_between_float_ops_are_one_pass(device):
     assert pairs, "PT2E quantized the bias add's output (what this test is about)"
     prog = vkq.compile(gm, (x,), device=device)
     ops = [n.op for n in prog.program.nodes]
-    between = ops[ops.index("matmul_strided"):ops.index("softmax")]
-    assert between.count("fake_quantize") == 2 and not {"quantize", "dequantize"} & set(between), ops
+    between = prog.program.nodes[ops.index("matmul_strided"):ops.index("softmax")]
+    assert [(n.op, sorted(n.attrs["fq"])) for n in between] == [("matmul_strided", FQ_ATTRS), ("add", FQ_ATTRS)], ops
     got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
     assert assert_matches_pt2e(prog.program, gm, x, min_cos=0.999) >= 3
+
+
+FQ_ATTRS = ["qmax", "qmin", "scale", "zero_point"]     # a folded fake_quantize's attr fq
 
 
 class ShiftedWindowAttention(BiasedWindowAttention):
@@ -407,14 +412,16 @@ class ShiftedWindowAttention(BiasedWindowAttention):
 def test_scores_viewed_between_their_quantize_pairs_stay_float(device):
     """PT2E's quantize -> view -> dequantize on the scores (the shifted windows' view for the mask)
     is a fake_quantize and a float view (an alias), not a quantize, an int8 repack and a
-    dequantize; the mask's own pair, on a constant, is computed once at lowering. Exact: the
-    reference still equals PT2E op by op, Vulkan the reference."""
+    dequantize; the mask's own pair, on a constant, is computed once at lowering. The three
+    pairs fold into the matmul and the two adds (fold_fake_quantize). Exact: the reference still
+    equals PT2E op by op, Vulkan the reference."""
     x = torch.randn(4, 7, 16, generator=torch.Generator().manual_seed(5))
     gm = vkq.quantize(ShiftedWindowAttention().eval(), (x,), [(torch.randn(4, 7, 16),) for _ in range(2)])
     prog = vkq.compile(gm, (x,), device=device)
     ops = [n.op for n in prog.program.nodes]
-    between = ops[ops.index("matmul_strided"):ops.index("softmax")]
-    assert between.count("fake_quantize") == 3 and not {"quantize", "dequantize", "repack"} & set(between), ops
+    between = [n for n in prog.program.nodes[ops.index("matmul_strided"):ops.index("softmax")] if n.op != "reshape"]
+    assert [(n.op, sorted(n.attrs["fq"])) for n in between] == \
+        [("matmul_strided", FQ_ATTRS), ("add", FQ_ATTRS), ("add", FQ_ATTRS)], ops
     got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
     assert assert_matches_pt2e(prog.program, gm, x, min_cos=0.999) >= 3

@@ -54,6 +54,22 @@ def dequantize(q, scale: float, zero_point: int) -> np.ndarray:
             * np.float32(scale))
 
 
+def fake_quantize(x, scale: float, zero_point: int, qmin: int = INT8_MIN, qmax: int = INT8_MAX) -> np.ndarray:
+    """dequantize(quantize(x)): PT2E's pair on a float tensor whose int8 value nothing else
+    reads, bit for bit (shaders/include/fake_quant.glsl)."""
+    return dequantize(quantize(x, scale, zero_point, qmin, qmax), scale, zero_point)
+
+
+def fake_quant_push(fq: dict | None) -> tuple:
+    """The push-constant values of shaders/include/fake_quant.glsl's FakeQuant for the attrs
+    {scale, zero_point, qmin, qmax} (None: unused words), to splat into a push tuple (a tuple
+    as one value would become one float array)."""
+    if not fq:
+        return (np.float32(1.0), np.float32(1.0), 0, INT8_MIN, INT8_MAX)
+    return (inverse_scale(fq["scale"]), np.float32(fq["scale"]), int(fq["zero_point"]),
+            int(fq.get("qmin", INT8_MIN)), int(fq.get("qmax", INT8_MAX)))
+
+
 def quantize_multiplier(real: float) -> tuple[int, int]:
     """Real multiplier M > 0  ->  (m, s) with M ~= m * 2^-s, m in [2^30, 2^31), s in [1, 62]."""
     real = float(real)

@@ -4,17 +4,21 @@ Attention's head split and merge are reshape/permute copies around its matmuls; 
 let the kernels read and write through strides instead, and drop the copies. The strides follow
 from the shapes, so the rewrites run where shapes are concrete: lower() on a static program,
 the executor on each shape of a dynamic one (the program file keeps the copies, and the
-reference runs them — the same values). Each rewrite takes (program, keep): the names of nodes
-it must leave in place."""
+reference runs them — the same values). The folds of the float ops around attention's scores
+(its scale and mask into the softmax, a q/dq pair into the kernel that produces the value) run
+here with them, as they read what the view folds leave. Each rewrite takes (program, keep): the
+names of nodes it must leave in place."""
 from __future__ import annotations
 
 from .ops.attention import fold_views_into_attention
-from .ops.float import fold_scale_mask_into_softmax, fold_views_into_matmul
+from .ops.float import fold_fake_quantize, fold_scale_mask_into_softmax, fold_views_into_matmul
 
 SHAPE_REWRITES = [
     fold_views_into_matmul,          # attention's head split/merge copies -> strided matmuls
     fold_scale_mask_into_softmax,    # softmax(scores * s + mask) in one pass
     fold_views_into_attention,       # q, k, v read from the projection, the result written merged
+    fold_fake_quantize,              # a float result's q/dq pair in its kernel's stores; last: the
+                                     #   folds above take only ops without one
 ]
 
 

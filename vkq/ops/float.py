@@ -55,6 +55,7 @@ import math
 import numpy as np
 
 from ..device import grid_1d
+from ..quant import fake_quant_push, fake_quantize
 from ..registry import register_op
 from ..vkinfo import DeviceLimit
 
@@ -261,8 +262,13 @@ def _pow_decline(node, tensors):
     return None
 
 
+def _fq(y, fq):
+    """A float op's result through its folded fake_quantize (attr fq: fold_fake_quantize)."""
+    return y if not fq else fake_quantize(y, **fq)
+
+
 def _binary(fn):
-    def reference(a, b=None, *, scalar=None, scalar_first=False, alpha=1):
+    def reference(a, b=None, *, scalar=None, scalar_first=False, alpha=1, fq=None):
         if fn is not np.divide and np.asarray(a).dtype.kind in "iub" and _integral(alpha) and (
                 np.asarray(b).dtype.kind in "iub" if b is not None else _integral(scalar)):
             a64 = np.asarray(a, np.int64)       # int32 tensors (ids, masks): integer arithmetic, wrapping
@@ -274,7 +280,7 @@ def _binary(fn):
         other = F32(scalar) if b is None else _f(b)
         if alpha != 1:
             other = other * F32(alpha)
-        return fn(other, a) if (b is None and scalar_first) else fn(a, other)
+        return _fq(fn(other, a) if (b is None and scalar_first) else fn(a, other), fq)
     return reference
 
 
@@ -282,8 +288,8 @@ BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divid
           "maximum": np.maximum, "minimum": np.minimum}    # (NaN-propagating, as torch's)
 
 
-def matmul(a, b):
-    return np.matmul(_f(a), _f(b))
+def matmul(a, b, *, fq=None):
+    return _fq(np.matmul(_f(a), _f(b)), fq)
 
 
 def _view(x, shape, strides, offset=0):
@@ -292,7 +298,7 @@ def _view(x, shape, strides, offset=0):
     return np.lib.stride_tricks.as_strided(flat, tuple(shape), tuple(s * flat.itemsize for s in strides))
 
 
-def matmul_strided(a, b, *, a_view, b_view, out_strides, out_shape):
+def matmul_strided(a, b, *, a_view, b_view, out_strides, out_shape, fq=None):
     """np.matmul of strided views of a's and b's values, written into out (shape out_shape)
     through out_strides:  views are [shape, strides] in elements, offset 0, e.g. the heads of
     a (1, L, 384) projection as (1, 12, L, 32) with strides (L*384, 32, 384, 1). What a chain
@@ -300,7 +306,7 @@ def matmul_strided(a, b, *, a_view, b_view, out_strides, out_shape):
     r = np.matmul(_view(_f(a), *a_view), _view(_f(b), *b_view))
     out = np.zeros(int(np.prod(out_shape, dtype=np.int64)), F32)
     _view(out, r.shape, out_strides)[...] = r   # a view of out's own buffer: writes land in out
-    return out.reshape(out_shape)
+    return _fq(out.reshape(out_shape), fq)
 
 
 def _axes(dims):
@@ -396,9 +402,10 @@ def _check(ctx, node, dtypes=("float32",)):
                              f"{t!r} is {spec.dtype}")
 
 
-def _elementwise(ctx, shader, buffers, n, push, defines=None):
+def _elementwise(ctx, shader, buffers, n, push, defines=None, spec=()):
+    """spec: specialization constants after PER (ids 4, ...)."""
     return ctx.device.dispatch(shader, buffers, grid_1d(-(-n // PER), LOCAL), local=(LOCAL,),
-                               spec=(PER,), push=push, defines=defines)
+                               spec=(PER, *spec), push=push, defines=defines)
 
 
 def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec4s=None, vec=False, center=None,
@@ -517,13 +524,14 @@ def _binary_build(variant):
             raise ValueError(f"{node.name}: broadcasting over {len(shape)} dims (the shader takes {MAX_RANK})")
         n = _numel(oshape)
         push = (n, len(shape), mode, F32(scalar), F32(at.get("alpha", 1)),
-                _pad(shape, MAX_RANK, 1), _pad(sa, MAX_RANK), _pad(sb, MAX_RANK))
+                _pad(shape, MAX_RANK, 1), _pad(sa, MAX_RANK), _pad(sb, MAX_RANK), *fake_quant_push(at.get("fq")))
         contig = len(shape) == 1 and sa == [1] and (sb == [1] or mode != 0)
         rows = not contig and sa[-1] == 1 and (sb[-1] in (0, 1) or mode != 0)   # (float_binary.comp ROWS)
         flat = rows and mode == 0 and sa == strides_of(shape) and shape[-1] >= 4   # a the output's shape: FLAT
         work = -(-n // 4) if contig or flat else n // shape[-1] * -(-shape[-1] // 4) if rows else n
         return [_elementwise(ctx, "float_binary", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], work, push,
-                             [variant] + (["CONTIG"] if contig else ["FLAT"] if flat else ["ROWS"] if rows else []))]
+                             [variant] + (["CONTIG"] if contig else ["FLAT"] if flat else ["ROWS"] if rows else []),
+                             spec=(1 if at.get("fq") else 0,))]
     return build
 
 
@@ -656,9 +664,10 @@ def matmul_shape(a_shape, b_shape) -> tuple:
     return batch + ((a_shape[-2],) if len(a_shape) > 1 else ()) + ((b_shape[-1],) if len(b_shape) > 1 else ())
 
 
-def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel, buffers=None, offsets=(0, 0, 0)):
+def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel, buffers=None, offsets=(0, 0, 0),
+                     fq=None):
     """One float_matmul dispatch of strided views from base offsets (a, b, out); buffers
-    (a, b, out) default to the node's."""
+    (a, b, out) default to the node's; fq: a folded fake_quantize's attrs (fold_fake_quantize)."""
     m, n, k, inner, batch, (sab, sbb, sob), rshape = _batch_geometry(a_view, b_view, out_strides)
     if _numel(rshape) != want_numel:
         raise ValueError(f"{node.name}: the product has {_numel(rshape)} values, the output {want_numel}")
@@ -695,9 +704,10 @@ def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel, buffers
     zb = max(1, min(int(ctx.device.info.subgroup_size or 1) // width, _numel(batch)))
     groups = (-(-lanes // width), -(-m // tm), -(-_numel(batch) // zb))
     push = (m, n, k, *inner, len(bshape), _pad(bshape, MAX_BATCH_RANK, 1), _pad(sab, MAX_BATCH_RANK),
-            _pad(sbb, MAX_BATCH_RANK), _pad(sob, MAX_BATCH_RANK), a_off, b_off, o_off)
+            _pad(sbb, MAX_BATCH_RANK), _pad(sob, MAX_BATCH_RANK), a_off, b_off, o_off, *fake_quant_push(fq))
     return ctx.device.dispatch("float_matmul", list(buffers), groups,
-                               local=(width * zb,), spec=(a_shift if variant == "VEC_KN" else 0, zb), push=push,
+                               local=(width * zb,), spec=(a_shift if variant == "VEC_KN" else 0, zb, 1 if fq else 0),
+                               push=push,
                                defines={variant: 1, **dict.fromkeys(out4, 1), "TM": tm})
 
 
@@ -708,7 +718,7 @@ def _matmul_build(ctx, node):
     want = matmul_shape(ctx.spec(a).shape, ctx.spec(b).shape)
     if tuple(want) != ctx.spec(node.outputs[0]).shape:
         raise ValueError(f"{node.name}: output shape {ctx.spec(node.outputs[0]).shape}, expected {tuple(want)}")
-    return [_matmul_dispatch(ctx, node, a_view, b_view, out_strides, _numel(want))]
+    return [_matmul_dispatch(ctx, node, a_view, b_view, out_strides, _numel(want), fq=node.attrs.get("fq"))]
 
 
 def _matmul_strided_build(ctx, node):
@@ -721,7 +731,7 @@ def _matmul_strided_build(ctx, node):
         top = sum((d - 1) * s for d, s in zip(shape, strides))
         if top >= _numel(ctx.spec(t).shape) or min(strides, default=0) < 0:
             raise ValueError(f"{node.name}: the view {shape}/{strides} reaches past {t!r}")
-    return [_matmul_dispatch(ctx, node, at["a_view"], at["b_view"], at["out_strides"], _numel(out))]
+    return [_matmul_dispatch(ctx, node, at["a_view"], at["b_view"], at["out_strides"], _numel(out), fq=at.get("fq"))]
 
 
 def _reduce_build(variant):
@@ -941,6 +951,35 @@ def fold_scale_mask_into_softmax(program, keep=frozenset()) -> int:
         folded += 1
     program.nodes = [n for n in program.nodes if n.name not in gone]
     return folded
+
+
+FQ_EPILOGUE = frozenset(BINARY) | {"matmul", "bmm", "matmul_strided"}   # kernels with the FQ epilogue
+
+
+def fold_fake_quantize(program, keep=frozenset()) -> int:
+    """fake_quantize(y) -> y's op with attr fq, where y is a float32 result of an op in
+    FQ_EPILOGUE that nothing else reads: its kernel quantizes and dequantizes each value before
+    storing it (fake_quant.glsl, as the fake_quantize shader does: the same bits), one dispatch
+    and one pass over the values fewer. A static attention's scores (Swin: matmul -> fq -> bias
+    add -> fq [-> mask add -> fq] -> softmax) keep only their matmul and adds. Runs after
+    fold_scale_mask_into_softmax, which folds only adds without one. Returns the pairs folded."""
+    producer = {t: (i, n) for i, n in enumerate(program.nodes) for t in n.outputs}
+    readers = readers_of(program)
+    gone = set()
+    for node in program.nodes:
+        t = node.inputs[0] if node.op == "fake_quantize" and node.name not in keep else None
+        idx, src = producer.get(t, (None, None))
+        if (src is None or src.op not in FQ_EPILOGUE or src.attrs.get("fq") or len(readers.get(t, [])) != 1
+                or t in program.outputs or program.tensors[t].dtype != "float32"
+                or program.tensors[node.outputs[0]].shape != program.tensors[t].shape):
+            continue
+        fq = {k: node.attrs[k] for k in ("scale", "zero_point", "qmin", "qmax") if k in node.attrs}
+        program.nodes[idx] = type(src)(src.op, list(src.inputs), list(node.outputs), {**src.attrs, "fq": fq},
+                                       name=src.name)
+        program.tensors.pop(t, None)
+        gone.add(node.name)
+    program.nodes = [n for n in program.nodes if n.name not in gone]
+    return len(gone)
 
 
 # ---------------------------------------------------------------- registration

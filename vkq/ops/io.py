@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import packing
 from ..device import MAX_GROUPS, grid_1d, invocation_rows
-from ..quant import INT8_MAX, INT8_MIN, dequantize, inverse_scale, quantize
+from ..quant import INT8_MAX, INT8_MIN, dequantize, fake_quant_push, fake_quantize, inverse_scale, quantize
 from ..registry import register_op
 
 LAYOUT_IDS = {"4W4C": 0, "4H4W": 1, "ROW": 2}   # shaders/include/int8x4.glsl
@@ -85,7 +85,7 @@ class FakeQuantize:
     shaders = ("fake_quantize",)
 
     def reference(x, *, scale, zero_point, qmin=INT8_MIN, qmax=INT8_MAX):
-        return dequantize(quantize(x, scale, zero_point, qmin, qmax), scale, zero_point)
+        return fake_quantize(x, scale, zero_point, qmin, qmax)
 
     def build(ctx, node):
         x, y = node.inputs[0], node.outputs[0]
@@ -96,5 +96,4 @@ class FakeQuantize:
         n = int(np.prod(sy.shape, dtype=np.int64))
         return [ctx.device.dispatch("fake_quantize", [ctx.buffer(x), ctx.buffer(y)],
                                     grid_1d(-(-n // (4 * FQ_PER)), LOCAL), local=(LOCAL,), spec=(FQ_PER,),
-                                    push=(n, inverse_scale(a["scale"]), np.float32(a["scale"]), a["zero_point"],
-                                          a.get("qmin", INT8_MIN), a.get("qmax", INT8_MAX)))]
+                                    push=(n, *fake_quant_push(a)))]
