@@ -291,7 +291,8 @@ def test_cat_channels(device, qp, channels):
 def test_cat_any_dim(device, dim, layout, sizes, qp):
     """Along a dim the bytes do not run along, and along the one they do where each input starts
     on a word (4, 8, 3: the last ends inside one), each output word is one input's (cat_generic
-    WORDS); else (2, 5, 3 there) byte by byte. Copies (equal qparams) and requantized."""
+    WORDS; along a dim that is not blocked, INPUT); else (2, 5, 3 there) byte by byte. Copies
+    (equal qparams) and requantized."""
     rng = np.random.default_rng(9 + dim)
     base = [2, 3, 6, 5]
     qs = []
@@ -301,6 +302,34 @@ def test_cat_any_dim(device, dim, layout, sizes, qp):
     a = cat_q8_params(CAT_QPARAMS[qp], 0.05, 3, dim)
     base[dim] = sum(sizes)
     run_exact(device, "cat_q8", a, tuple(base), *qs, layout=layout)
+
+
+@pytest.mark.parametrize("qp", CAT_QPARAMS)
+@pytest.mark.parametrize("layout,dim,base", [("4W4C", 3, (1, 5, 3, None)),     # Swin's patch merging (C odd)
+                                             ("4H4W", 2, (2, 3, None, 5)),     # 4H4W's blocked dims
+                                             ("4H4W", 3, (1, 2, 7, None)),
+                                             ("4W4C", 2, (2, 6, None, 5))])    # an unblocked dim
+def test_cat_by_input_words(loads_device, layout, dim, base, qp):
+    """Where every input's extent along dim is whole blocks (4, 8, 4 along a blocked dim; any
+    along another), each dispatch moves its own input's words, padding included, to their
+    place (cat_generic INPUT), not a pass over all the output's words per input; padding bytes
+    stay 0 when requantized (run_exact reads the raw words); as texels where the device takes
+    texel loads."""
+    device = loads_device
+    from vkq.executor import VulkanExecutor
+    from oputil import single_op_program, spec
+    rng = np.random.default_rng(11 + dim)
+    qs = [q8(rng, tuple(n if b is None else b for b in base)) for n in (4, 8, 4)]
+    a = cat_q8_params(CAT_QPARAMS[qp], 0.05, 3, dim)
+    out = tuple(16 if b is None else b for b in base)
+    run_exact(device, "cat_q8", a, out, *qs, layout=layout)
+    prog = single_op_program("cat_q8", [(f"x{i}", spec(q.shape, "int8", layout)) for i, q in enumerate(qs)],
+                             [("y", spec(out, "int8", layout))], a)
+    ex = VulkanExecutor(prog, device)
+    ex(*qs)
+    steps = [st for seg in ex.segments if seg[0] == "vulkan" for st in seg[1].steps]
+    assert len(steps) == 3 and all("INPUT" in st.defines and ("TEXEL" in st.defines) == device.texel_loads
+                                   for st in steps), [st.defines for st in steps]
 
 
 def test_cat_lower_rank(device):

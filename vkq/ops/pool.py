@@ -561,6 +561,10 @@ class CatQ8:
         dst, steps, off = ctx.buffer(node.outputs[0]), [], 0
         parts = [i for i, t in enumerate(node.inputs) if 0 not in ctx.spec(t).shape]
         byte_dim = 1 if so.layout == "4W4C" else 3      # the dim a word's four bytes run along
+        # cat_generic.comp INPUT: each input's words (padding included) are whole output words
+        blocked = {"4W4C": (1, 3), "4H4W": (2, 3)}.get(so.layout)
+        by_input = blocked is not None and all(
+            packing.as_nchw(ctx.spec(node.inputs[i]).shape)[dim4] % (4 if dim4 in blocked else 1) == 0 for i in parts)
         for i, (t, zp, m, s) in enumerate(zip(node.inputs, a["in_zps"], a["multipliers"], a["shifts"])):
             si = ctx.spec(t)
             if i not in parts:
@@ -577,6 +581,11 @@ class CatQ8:
                     "cat_channels", [ctx.buffer(t), dst], grid_1d(positions * (c4_hi - c4_lo), LOCAL),
                     local=(LOCAL,), defines=requant,
                     push=(positions, w, c, off, in_shape[1], c4_lo, c4_hi - c4_lo, zp, m, s, a["out_zp"])))
+            elif by_input:
+                steps.append(ctx.device.dispatch(
+                    "cat_generic", [ctx.buffer(t), dst], grid_1d(si.device_words() // 4, LOCAL),
+                    local=(LOCAL,), spec=(LAYOUT_IDS[so.layout], dim4), defines=["INPUT"] + (requant or []),
+                    push=(out_shape, in_shape, off, zp, m, s, a["out_zp"])))
             else:
                 # each output word one input's (cat_generic.comp WORDS): moved whole
                 words = dim4 != byte_dim or (off % 4 == 0 and (in_shape[dim4] % 4 == 0 or i == parts[-1]))
