@@ -274,16 +274,27 @@ def test_conv1d_addmm_and_matmul_under_linear_only_schemes(scheme, op):
 
 @pytest.mark.parametrize("layout", ["4W4C", "4H4W"])
 @pytest.mark.parametrize("shape,gate", [((2, 13, 5, 7), (2, 13, 1, 1)), ((3, 6, 9, 3), (1, 6, 1, 1))])
-def test_mul_q8_per_channel_gate_on_device(device, shape, gate, layout):
+@pytest.mark.parametrize("qparams", [(0.05, -3, 1 / 255, -128, 0.04, 5),     # a sigmoid gate: no product ties
+                                     (0.05, 3, 0.25, -128, 3.2, -2)])       # M = 1/256: products tie
+def test_mul_q8_per_channel_gate_on_device(loads_device, shape, gate, layout, qparams):
+    """eltwise_mul_channel: the gate's block read once per x block, the shape's divisions by
+    specialization constants, requantize_clamped with its tie test only where a product can
+    tie (requant_tie_free), as texels where the device takes texel loads."""
     from vkq.ops.eltwise import mul_q8_params
+    from vkq.quant import requant_tie_free
+    device = loads_device
     rng = np.random.default_rng(shape[1])
     x, s = oputil.random_int8(rng, shape), oputil.random_int8(rng, gate)
-    attrs = mul_q8_params(0.05, -3, 1 / 256, -128, 0.04, 5)
+    attrs = mul_q8_params(*qparams)
     prog = oputil.single_op_program("mul_q8", [("x", oputil.spec(shape, "int8", layout)),
                                                ("s", oputil.spec(gate, "int8", layout))],
                                     [("y", oputil.spec(shape, "int8", layout))], attrs)
     ex = VulkanExecutor(prog, device)
     got, ref = ex(x, s), run_reference(prog, x, s)
+    (st,) = [st for seg in ex.segments if seg[0] == "vulkan" for st in seg[1].steps]
+    ties = not requant_tie_free(attrs["multiplier"], attrs["shift"])
+    assert ties == (qparams[4] == 3.2) and tuple(st.spec)[-1] == ties, st.spec
+    assert ("TEXEL" in st.defines) == device.texel_loads, st.defines
     oputil.assert_same((got,), (ref,))
     np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, layout))
     want = get_op("mul_q8").reference(x, np.broadcast_to(s, shape), **attrs)   # the same-shape op

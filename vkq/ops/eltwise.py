@@ -219,11 +219,13 @@ def _mul_channel_build(ctx, node):
     n, c, h, w = sa.shape
     per_n = blocks // n
     per_s = -(-c // 4) if so.layout == "4W4C" else per_n // c
+    ties = not requant_tie_free(at["multiplier"], at["shift"])
     return [ctx.device.dispatch(
         "eltwise_mul_channel", [ctx.buffer(a), ctx.buffer(b), ctx.buffer(out)], grid_1d(-(-blocks // PER), LOCAL),
-        local=(LOCAL,), spec=(PER,), defines=["GATE_" + so.layout],
-        push=(geo, blocks, per_n, per_s, int(sb.shape[0] == n), at["a_zp"], at["b_zp"], at["multiplier"],
-              at["shift"], at["out_zp"], at.get("qmin", INT8_MIN), at.get("qmax", INT8_MAX)))]
+        local=(LOCAL,), spec=(PER, *geo, per_n, per_s, int(sb.shape[0] == n), int(ties)),
+        defines=["GATE_" + so.layout],
+        push=(blocks, at["a_zp"], at["b_zp"], _requant_consts(at["multiplier"], at["shift"]),
+              at["out_zp"], at.get("qmin", INT8_MIN), at.get("qmax", INT8_MAX)))]
 
 
 @register_op
