@@ -279,9 +279,12 @@ def test_cat_matches_torch(qp):
 
 @pytest.mark.parametrize("channels", [(5, 3, 17), (4, 8, 3), (1, 1, 1), (3, 6, 2)])
 @pytest.mark.parametrize("qp", CAT_QPARAMS)
-def test_cat_channels(device, qp, channels):
+def test_cat_channels(loads_device, qp, channels):
+    """cat_channels: inputs starting on a word (4, 8, 3) and inside one (5, 3, 17: a funnel of
+    two input words and the earlier input's bytes read back), through texels and 64-bit stores
+    where the device takes texel loads."""
     qs, a = cat_case(qp, channels, np.random.default_rng(sum(channels)))
-    run_exact(device, "cat_q8", a, (2, sum(channels), 5, 7), *qs)
+    run_exact(loads_device, "cat_q8", a, (2, sum(channels), 5, 7), *qs)
 
 
 @pytest.mark.parametrize("qp", CAT_QPARAMS)

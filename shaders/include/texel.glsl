@@ -29,6 +29,8 @@
 //   VEC4_OUTPUT(b, name), STORE_VEC4(name, i, v)   the same for vec4
 //   VEC4_INOUT(b, name)    as VEC4_OUTPUT, for a kernel that also reads back what it stored:
 //   RELOAD_VEC4(name, i)   its vec4 i, read through the same declaration as it was written
+//   IVEC4_INOUT(b, name), RELOAD4(name, i)   the same for ivec4 (a read-modify-write of bytes
+//                          other dispatches wrote: cat_channels)
 // default  an ivec4 / vec4 store
 // TEXEL with INT64_STORES (vkq/shaders.py:device_defines adds it to the TEXEL variants where the
 //          device enabled shaderInt64): two 64-bit stores of the same 16 bytes. Why: llvmpipe
@@ -61,6 +63,8 @@ i64vec2 as_i64x2(ivec4 w) { return i64vec2(packInt2x32(w.xy), packInt2x32(w.zw))
 #define VEC4_INOUT(b, name) layout(std430, binding = b) buffer name##_ssbo64 { i64vec2 name##_64[]; };
 ivec4 as_ivec4(i64vec2 w) { return ivec4(unpackInt2x32(w.x), unpackInt2x32(w.y)); }
 #define RELOAD_VEC4(name, i) intBitsToFloat(as_ivec4(name##_64[(i)]))
+#define IVEC4_INOUT(b, name) VEC4_INOUT(b, name)
+#define RELOAD4(name, i) as_ivec4(name##_64[(i)])
 #else
 #define IVEC4_OUTPUT(b, name) layout(std430, binding = b) writeonly buffer name##_ssbo { ivec4 name[]; };
 #define STORE4(name, i, v) name[(i)] = (v)
@@ -68,5 +72,7 @@ ivec4 as_ivec4(i64vec2 w) { return ivec4(unpackInt2x32(w.x), unpackInt2x32(w.y))
 #define STORE_VEC4(name, i, v) name[(i)] = (v)
 #define VEC4_INOUT(b, name) layout(std430, binding = b) buffer name##_ssbo { vec4 name[]; };
 #define RELOAD_VEC4(name, i) name[(i)]
+#define IVEC4_INOUT(b, name) layout(std430, binding = b) buffer name##_ssbo { ivec4 name[]; };
+#define RELOAD4(name, i) name[(i)]
 #endif
 #endif

@@ -28,7 +28,7 @@ import numpy as np
 from .. import packing
 from ..device import grid_1d
 from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multiplier, requant_clamp_params,
-                     requantize)
+                     requant_tie_free, requantize)
 from ..registry import register_op
 from .eltwise import IDENTITY, _check_zp
 
@@ -577,10 +577,12 @@ class CatQ8:
                 n, c, h, w = out_shape
                 c4_lo, c4_hi = off // 4, -(-(off + in_shape[1]) // 4)
                 positions = n * h * -(-w // 4)
+                ties = requant is not None and not requant_tie_free(m, s)
                 steps.append(ctx.device.dispatch(
                     "cat_channels", [ctx.buffer(t), dst], grid_1d(positions * (c4_hi - c4_lo), LOCAL),
-                    local=(LOCAL,), defines=requant,
-                    push=(positions, w, c, off, in_shape[1], c4_lo, c4_hi - c4_lo, zp, m, s, a["out_zp"])))
+                    local=(LOCAL,), spec=(off % 4, int(ties)), defines=requant,
+                    push=(positions, w, c, off, in_shape[1], c4_lo, c4_hi - c4_lo, zp,
+                          [int(v[0]) for v in requant_clamp_params(m, s)], a["out_zp"])))
             elif by_input:
                 steps.append(ctx.device.dispatch(
                     "cat_generic", [ctx.buffer(t), dst], grid_1d(si.device_words() // 4, LOCAL),
