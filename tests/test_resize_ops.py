@@ -41,7 +41,11 @@ def test_float(device, shape, size, ac, scales):
 
 @pytest.mark.parametrize("layouts", [("4W4C", "4W4C"), ("4W4C", "4H4W")])
 @pytest.mark.parametrize("shape,size,ac,scales", CASES)
-def test_int8(device, shape, size, ac, scales, layouts):
+def test_int8(loads_device, shape, size, ac, scales, layouts):
+    """4W4C to 4W4C: a block an invocation (BLOCKS; channel padding and widths past the output's
+    stay 0: the raw words are compared), through texels where the device takes texel loads;
+    to another layout, a word an invocation byte by byte."""
+    device = loads_device
     q = random_int8(R, shape)
     scale, zp = 0.05, -7
     out = shape[:2] + size
@@ -53,6 +57,9 @@ def test_int8(device, shape, size, ac, scales, layouts):
     ref = run_reference(prog, q)
     np.testing.assert_array_equal(got, ref)
     np.testing.assert_array_equal(ex.buffers["y"].read(), packing.pack(ref, layouts[1]))
+    (st,) = [st for seg in ex.segments if seg[0] == "vulkan" for st in seg[1].steps]
+    blocks = layouts == ("4W4C", "4W4C")
+    assert ("BLOCKS" in st.defines) == blocks and ("TEXEL" in st.defines) == (blocks and device.texel_loads), st.defines
     pt2e = torch_quantize(_torch(torch_dequantize(q, scale, zp), size, ac, scales), scale, zp)
     assert np.abs(got.astype(int) - pt2e.astype(int)).max() <= 1
     # equal wherever the exact value is not near a half step (halves are common with weights 1/4,

@@ -33,4 +33,11 @@ int div_exact(int n, int d) {
     const int r = n - q * d;
     return q + (r >= d ? 1 : 0) - (r < 0 ? 1 : 0);
 }
+
+// f % d, leaving f / d in f (div_exact's bounds): an index peeled dim by dim, innermost first
+int peel(inout int f, int d) {
+    const int q = div_exact(f, d), r = f - q * d;
+    f = q;
+    return r;
+}
 #endif

@@ -185,11 +185,14 @@ def _build(ctx, node):
     else:
         wy0, wy1, wx0, wx1 = (np.asarray(w, F32).view(np.int32) for w in (wy0, wy1, wx0, wx1))
     taps = np.concatenate([np.asarray(a).astype(np.int32) for a in (y0, y1, wy0, wy1, x0, x1, wx0, wx1)])
-    n = sy.device_words() if int8 else int(np.prod(sy.shape))
+    # upsample_bilinear.comp BLOCKS: 4W4C to 4W4C a block an invocation, a word's 4 channels at once
+    blocks = int8 and sx.layout == sy.layout == "4W4C"
+    n = sy.device_words() // 4 if blocks else sy.device_words() if int8 else int(np.prod(sy.shape))
     return [ctx.device.dispatch(
         "upsample_bilinear", [ctx.buffer(x), ctx.buffer(y), ctx.const_buffer(taps)], grid_1d(n, LOCAL),
         local=(LOCAL,), spec=(LAYOUT_IDS.get(sx.layout, 0), LAYOUT_IDS.get(sy.layout, 0)),
-        push=(packing.as_nchw(sx.shape), packing.as_nchw(sy.shape)), defines=["INT8" if int8 else "FLOAT"])]
+        push=(packing.as_nchw(sx.shape), packing.as_nchw(sy.shape)),
+        defines=["INT8", "BLOCKS"] if blocks else ["INT8" if int8 else "FLOAT"])]
 
 
 @register_op
