@@ -31,6 +31,8 @@ differently; this pass rewrites the second kind into the first:
   aten.glu(x, dim)                              -> slices, sigmoid, mul
   aten.repeat_interleave(x, r int, dim)         -> unsqueeze, expand, flatten
   aten.stack(tensors, dim)                      -> cat of the tensors unsqueezed at dim   (GPT-J)
+  aten.split / split_with_sizes / chunk, read by getitems, the dim static
+                                                -> a slice per part (int8 stays int8: ShuffleNetV2)
   aten.outer(a, b) / aten.ger(a, b)            -> unsqueeze(a, 1) * b   (rotary frequencies: outer(positions,
                                                   inverse frequencies), a broadcast mul with kernels)
   aten.baddbmm(c, a, b, beta, alpha)            -> beta * c + alpha * bmm(a, b)   (BLOOM, WavLM)
@@ -60,6 +62,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 
 import torch
 from torch.fx import GraphModule, Node
@@ -345,6 +348,32 @@ def mul_sigmoid_from_glu(node):
     return _new(node, aten.mul.Tensor, (a, gate))
 
 
+def slices_from_split(node):
+    """split(x, size | sizes, dim) / chunk(x, chunks, dim), read through getitems, the split dim
+    static -> one slice of x per part (ShuffleNetV2's channel halves): slices share their input's
+    quantization (the quantizer's SHARE_INPUT), so an int8 x stays int8, each part an int8
+    gather, where a split had no annotation and cost a dequantize, a float split and a quantize
+    per part."""
+    x, dim = node.args[0], arg(node, 2, "dim", 0)
+    v, parts = val(x), val(node)
+    if not isinstance(v, torch.Tensor) or not isinstance(parts, (list, tuple)) or not node.users \
+            or not all(u.op == "call_function" and u.target is operator.getitem for u in node.users):
+        return None
+    dim = dim % v.dim()
+    if not isinstance(v.shape[dim], int) or dynamic_size(x, [dim]):
+        return None
+    starts = [0]
+    for p in parts:
+        starts.append(starts[-1] + int(p.shape[dim]))
+    for u in list(node.users):
+        i = u.args[1]
+        piece = _new(u, aten.slice.Tensor, (x, dim, starts[i], starts[i + 1]))
+        piece.meta["val"] = val(u)
+        u.replace_all_uses_with(piece)
+        node.graph.erase_node(u)
+    return x          # (nothing reads the split now: it goes)
+
+
 def expand_from_repeat_interleave(node):
     """repeat_interleave(x, r, dim), r an int (grouped-query attention's key/value heads):
     unsqueeze(dim + 1), expand it to r, flatten dims dim and dim + 1: views and a broadcast
@@ -587,6 +616,8 @@ BEFORE_ANNOTATION = {
     aten.glu.default: mul_sigmoid_from_glu,
     aten.repeat_interleave.self_int: expand_from_repeat_interleave,
     aten.stack.default: cat_from_stack,
+    aten.split.Tensor: slices_from_split, aten.split_with_sizes.default: slices_from_split,
+    aten.chunk.default: slices_from_split,
     aten.baddbmm.default: bmm_add_from_baddbmm,
     aten.outer.default: mul_from_outer, aten.ger.default: mul_from_outer,
     aten.einsum.default: from_einsum,
