@@ -155,6 +155,47 @@ def test_take_by_an_index_map(device, dtype):
     np.testing.assert_array_equal(run_reference(prog, x), got)
 
 
+def test_int8_gathers_in_a_row_are_one(loads_device):
+    """fold_view_chains: Swin's window partition (4W4C -> a ROW view -> permute -> 4H4W windows)
+    and a select and a slice after it, each read by the next alone, become one view_chain node
+    (one repack dispatch by the composed byte map; the raw words, padding 0, compared); a tensor
+    read twice (t2) or a program output ends a chain; float views are left alone. The reference
+    of the folded program is the same bits."""
+    from vkq.program import Program
+    from vkq.rewrites import rewrite_for_shapes
+    x = values((1, 6, 6, 10), "int8")          # (B, H, W, C), windows of 3 x 3
+    sp = lambda shape, layout: spec(shape, "int8", layout, 0.1, 3)
+    t = {"x": sp((1, 6, 6, 10), "4W4C"), "t0": sp((1, 2, 3, 2, 3, 10), "ROW"), "t1": sp((1, 2, 2, 3, 3, 10), "ROW"),
+         "t2": sp((4, 9, 10), "4H4W"), "t3": sp((9, 10), "4H4W"), "y": sp((9, 6), "4W4C"),
+         "z": sp((2, 9, 10), "4H4W"), "f": spec((1, 6, 6, 10)), "g": spec((6, 60))}
+    nodes = [Node("repack", ["x"], ["t0"], {"shape": [1, 2, 3, 2, 3, 10]}, name="view"),
+             Node("permute", ["t0"], ["t1"], {"dims": [0, 1, 3, 2, 4, 5]}, name="perm"),
+             Node("repack", ["t1"], ["t2"], {"shape": [4, 9, 10]}, name="windows"),
+             Node("select", ["t2"], ["t3"], {"dim": 0, "index": 2}, name="sel"),
+             Node("slice", ["t3"], ["y"], {"dim": 1, "start": 2, "end": 8}, name="sl"),
+             Node("slice", ["t2"], ["z"], {"dim": 0, "start": 1, "end": 3}, name="other"),
+             Node("reshape", ["f"], ["g"], {"shape": [6, 60]}, name="float_view")]
+    prog = Program(t, nodes, ["x", "f"], ["y", "z", "t2", "g"])
+    f = values((1, 6, 6, 10), "float32")
+    want = run_reference(prog, x, f)
+    rewrite_for_shapes(prog)
+    assert [(n.name, n.op) for n in prog.nodes] == [("windows", "view_chain"), ("sl", "view_chain"),
+                                                    ("other", "slice"), ("float_view", "reshape")]
+    assert [s[0] for s in prog.nodes[0].attrs["steps"]] == ["repack", "permute", "repack"]
+    assert prog.nodes[1].inputs == ["t2"] and [s[0] for s in prog.nodes[1].attrs["steps"]] == ["select", "slice"]
+    prog.validate()
+    for a, b in zip(run_reference(prog, x, f), want):
+        np.testing.assert_array_equal(a, b)
+    ex = VulkanExecutor(prog, loads_device)
+    for name, a, b in zip(["y", "z", "t2", "g"], ex(x, f), want):
+        np.testing.assert_array_equal(a, b)
+        if name != "g":
+            np.testing.assert_array_equal(ex.buffers[name].read(), packing.pack(b, prog.tensors[name].layout))
+    windows = x.reshape(1, 2, 3, 2, 3, 10).transpose(0, 1, 3, 2, 4, 5).reshape(4, 9, 10)
+    np.testing.assert_array_equal(want[2], windows)
+    np.testing.assert_array_equal(want[0], windows[2][:, 2:8])
+
+
 # ---------------------------------------------------------------- without a device
 
 def test_row_layout_packs_any_rank():

@@ -444,6 +444,86 @@ def take_steps(ctx, node, x, out, idx):
     return [_elementwise(ctx, "float_copy", [ctx.buffer(x), ctx.buffer(out), idx_buf], -(-m // 4), push, ["INDEX"])]
 
 
+# ---------------------------------------------------------------- chains of int8 gathers
+
+CHAIN_OPS = frozenset({"reshape", "repack", "permute", "transpose", "expand", "slice", "select"})
+
+
+def view_chain(x, *, steps):
+    """The gathers of `steps` ([op, attrs, in shape, out shape] each) applied in order."""
+    from ..registry import get_op
+    for op, attrs, _, _ in steps:
+        x = get_op(op).reference(x, **attrs)
+    return x
+
+
+def chain_sources(steps) -> np.ndarray:
+    """For each element of the last step's output, the row-major index of the first step's input
+    element it is: each step's source map (its one Gather) composed, last step first."""
+    src = None
+    for op, attrs, ins, outs in reversed(steps):
+        (g,) = gathers(op, attrs, [tuple(ins)], [tuple(outs)])
+        s, _ = _sources(g)
+        src = s if src is None else s[src]
+    return src
+
+
+def _chain_build(ctx, node):
+    x, out = node.inputs[0], node.outputs[0]
+    steps = node.attrs["steps"]
+    if tuple(steps[0][2]) != tuple(ctx.spec(x).shape) or tuple(steps[-1][3]) != tuple(ctx.spec(out).shape):
+        raise ValueError(f"{node.name}: steps from {steps[0][2]} to {steps[-1][3]}, tensors "
+                         f"{ctx.spec(x).shape} -> {ctx.spec(out).shape}")
+    return [_map_dispatch(ctx, node, x, out, byte_map(chain_sources(steps), None, ctx.spec(x), ctx.spec(out)))]
+
+
+def _chain_decline(node, tensors):
+    if tensors[node.inputs[0]].dtype != "int8" or tensors[node.outputs[0]].dtype != "int8":
+        return "view_chain: int8 only (float views are strided copies of their own)"
+    return None
+
+
+def fold_view_chains(program, keep=frozenset()) -> int:
+    """A chain of int8 gathers (reshape, repack, permute, transpose, expand, slice, select), each
+    intermediate read by the next alone -> one view_chain node: one repack dispatch by the
+    composed byte map instead of one a gather (Swin's window partition, repack -> permute ->
+    repack; ShuffleNet's channel shuffle, the same). The last node's name stays. Returns the
+    nodes folded away."""
+    producer = {t: n for n in program.nodes for t in n.outputs}
+    readers: dict = {}
+    for n in program.nodes:
+        for t in n.inputs:
+            readers.setdefault(t, []).append(n)
+    int8 = lambda t: program.tensors[t].dtype == "int8"
+    link = lambda n: (n.op in CHAIN_OPS and len(n.inputs) == 1 and len(n.outputs) == 1 and int8(n.inputs[0])
+                      and int8(n.outputs[0]) and n.inputs[0] not in program.constants)
+    shape = lambda t: [int(v) for v in program.tensors[t].shape]
+    gone = set()
+    for idx, node in enumerate(program.nodes):
+        if node.name in gone or not link(node):
+            continue
+        nxt = readers.get(node.outputs[0], [])
+        if len(nxt) == 1 and link(nxt[0]) and node.outputs[0] not in program.outputs:
+            continue                        # not the chain's last: its reader folds it in
+        chain = [node]
+        while True:
+            t = chain[0].inputs[0]
+            up = producer.get(t)
+            if up is None or not link(up) or len(readers.get(t, [])) != 1 or t in program.outputs or up.name in keep:
+                break
+            chain.insert(0, up)
+        if len(chain) < 2:
+            continue
+        steps = [[n.op, dict(n.attrs), shape(n.inputs[0]), shape(n.outputs[0])] for n in chain]
+        program.nodes[idx] = producer[node.outputs[0]] = type(node)(
+            "view_chain", [chain[0].inputs[0]], [node.outputs[0]], {"steps": steps}, name=node.name)
+        for n in chain[:-1]:
+            gone.add(n.name)
+            program.tensors.pop(n.outputs[0], None)
+    program.nodes = [n for n in program.nodes if n.name not in gone]
+    return len(gone)
+
+
 # ---------------------------------------------------------------- registration
 
 def _op(name, reference, doc, shaders=("float_copy", "repack"), build_fn=build, decline=_decline):
@@ -466,3 +546,5 @@ _op("unbind", unbind, "Every index along dim as its own output (the dim dropped)
 _op("constant_pad_nd", constant_pad_nd, "Pad with a constant (torch's pad order, last dim first); any dtype.")
 _op("take", take, "x.flat[index] for a constant int32 index map of the output's shape; any dtype.",
     build_fn=_take_build)
+_op("view_chain", view_chain, "int8 gathers in a row (fold_view_chains: steps [op, attrs, in shape, out shape]) "
+                              "as one gather by their composed map.", ("repack",), _chain_build, _chain_decline)
