@@ -481,6 +481,42 @@ def test_split_and_chunk_stay_int8(device):
     assert assert_matches_pt2e(prog.program, gm, x, min_cos=0.999) >= 5
 
 
+class LayerScaleBlock(nn.Module):
+    """ConvNeXt's block tail: a per-channel layer scale ((C, 1, 1) parameter, either operand
+    order) on a conv's output, then the residual add."""
+
+    def __init__(self, c=6):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, c, 3, padding=1), nn.Conv2d(c, c, 1)
+        self.gamma = nn.Parameter(torch.linspace(-0.5, 1.5, c).reshape(c, 1, 1))
+        self.delta = nn.Parameter(torch.linspace(1e-3, 0.3, c).reshape(1, c, 1, 1))
+
+    def forward(self, x):
+        y = self.a(x)
+        y = y + self.gamma * self.b(y)
+        return self.b(y) * self.delta + y
+
+
+def test_layer_scale_is_an_int8_depthwise_conv(device):
+    """x * s, s one constant per channel (quantizer.channel_scale_as_conv, before annotation):
+    a depthwise 1x1 conv with s as its weight, which per-channel symmetric int8 holds exactly,
+    and the residual add after it in its epilogue, not a dequantize, a float mul and a quantize
+    (ConvNeXt-tiny on lavapipe: 205 -> 158 ms)."""
+    x = torch.randn(2, 3, 7, 5, generator=torch.Generator().manual_seed(8))
+    model = LayerScaleBlock().eval()
+    gm = vkq.quantize(model, (x,), [(torch.randn(2, 3, 7, 5),) for _ in range(2)])
+    prog = vkq.compile(gm, (x,), device=device)
+    ops = [n.op for n in prog.program.nodes]
+    assert ops == ["quantize"] + ["conv2d_q8"] * 5 + ["dequantize"], ops
+    scales = [n for n in prog.program.nodes if n.op == "conv2d_q8" and n.attrs.get("residual")]
+    assert len(scales) == 2 and all(n.attrs["groups"] == 6 for n in scales), [n.attrs for n in scales]
+    got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
+    np.testing.assert_array_equal(got, ref)
+    with torch.no_grad():
+        assert cosine(ref, model(x).numpy()) > 0.99
+    assert assert_matches_pt2e(prog.program, gm, x, min_cos=0.999) >= 5
+
+
 def test_resizing_and_slicing_stay_int8():
     """Nearest upsampling, slices, a class-token select and bilinear upsampling keep their
     input's quantization (vkq's quantizer): they run on int8, one gather or one int8 kernel,

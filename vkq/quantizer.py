@@ -308,39 +308,73 @@ def batch_norm_as_conv(gm: GraphModule) -> bool:
         b = torch.zeros(c) if b is None else b.float()
         scale = w / torch.sqrt(var.float() + float(node.args[7]))
         shift = b - mean.float() * scale
-        names = []
-        for suffix, value in (("weight", scale.reshape(c, 1, 1, 1)), ("bias", shift)):
-            name, i = f"_vkq_bn_conv_{suffix}", 0
-            while hasattr(gm, f"{name}_{i}"):
-                i += 1
-            gm.register_parameter(f"{name}_{i}", torch.nn.Parameter(value.contiguous(), requires_grad=False))
-            names.append(f"{name}_{i}")
-        with gm.graph.inserting_before(node):
-            consts = []
-            for n, value in zip(names, (scale.reshape(c, 1, 1, 1), shift)):
-                g = gm.graph.get_attr(n)
-                g.meta["val"] = value
-                consts.append(g)
-            if val.dim() == 3:     # (N, C, L) as (N, C, 1, L), as one_d_as_two_d views it
-                x4 = gm.graph.call_function(aten.unsqueeze.default, (x, 2))
-                val4 = val.unsqueeze(2)
-            else:
-                shape4 = tuple(val.shape) + (1,) * (4 - val.dim())
-                x4 = x if val.dim() == 4 else gm.graph.call_function(aten.view.default, (x, list(shape4)))
-                val4 = val.reshape(shape4)
-            if x4 is not x:
-                x4.meta["val"] = val4
-            conv = gm.graph.call_function(aten.conv2d.default, (x4, *consts, [1, 1], [0, 0], [1, 1], c))
-            conv.meta.update(node.meta)
-            conv.meta["val"] = val4
-            if val.dim() == 3:
-                out = gm.graph.call_function(aten.squeeze.dim, (conv, 2))
-            else:
-                out = conv if val.dim() == 4 else gm.graph.call_function(aten.view.default, (conv, list(val.shape)))
-        out.meta.update(node.meta)
-        node.replace_all_uses_with(out)
-        gm.graph.erase_node(node)
+        _as_depthwise_1x1(gm, node, x, val, scale, shift)
         changed = True
+    if changed:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return changed
+
+
+def _as_depthwise_1x1(gm: GraphModule, node: Node, x: Node, val, scale, shift, hint: str = "bn") -> None:
+    """Replace node by conv2d(x, scale as a (C, 1, 1, 1) weight, shift, groups=C): a per-channel
+    affine of x (N, C[, L[, W]]), viewed as 4-D around the conv."""
+    c = val.shape[1]
+    names = []
+    for suffix, value in (("weight", scale.reshape(c, 1, 1, 1)), ("bias", shift)):
+        name, i = f"_vkq_{hint}_conv_{suffix}", 0
+        while hasattr(gm, f"{name}_{i}"):
+            i += 1
+        gm.register_parameter(f"{name}_{i}", torch.nn.Parameter(value.contiguous(), requires_grad=False))
+        names.append(f"{name}_{i}")
+    with gm.graph.inserting_before(node):
+        consts = []
+        for n, value in zip(names, (scale.reshape(c, 1, 1, 1), shift)):
+            g = gm.graph.get_attr(n)
+            g.meta["val"] = value
+            consts.append(g)
+        if val.dim() == 3:     # (N, C, L) as (N, C, 1, L), as one_d_as_two_d views it
+            x4 = gm.graph.call_function(aten.unsqueeze.default, (x, 2))
+            val4 = val.unsqueeze(2)
+        else:
+            shape4 = tuple(val.shape) + (1,) * (4 - val.dim())
+            x4 = x if val.dim() == 4 else gm.graph.call_function(aten.view.default, (x, list(shape4)))
+            val4 = val.reshape(shape4)
+        if x4 is not x:
+            x4.meta["val"] = val4
+        conv = gm.graph.call_function(aten.conv2d.default, (x4, *consts, [1, 1], [0, 0], [1, 1], c))
+        conv.meta.update(node.meta)
+        conv.meta["val"] = val4
+        if val.dim() == 3:
+            out = gm.graph.call_function(aten.squeeze.dim, (conv, 2))
+        else:
+            out = conv if val.dim() == 4 else gm.graph.call_function(aten.view.default, (conv, list(val.shape)))
+    out.meta.update(node.meta)
+    node.replace_all_uses_with(out)
+    gm.graph.erase_node(node)
+
+
+def channel_scale_as_conv(gm: GraphModule) -> bool:
+    """x * s, s a constant of one value per channel of a 4-D x (ConvNeXt's layer scale, a
+    (C, 1, 1) parameter) -> the depthwise 1x1 conv batch_norm_as_conv makes (no bias): quantized
+    as a conv, an exact per-channel multiplier, where a float mul between a dequantize and a
+    quantize cost three passes over the activation; and the residual add after it folds into
+    the conv's epilogue (fuse_epilogue)."""
+    from .passes._graph import const_value
+    changed = False
+    for node in list(gm.graph.nodes):
+        if not _is(node, MUL) or len(node.args) != 2:
+            continue
+        for x, s in (node.args, node.args[::-1]):
+            val, scale = (x.meta.get("val") if isinstance(x, Node) else None), const_value(gm, s)
+            if isinstance(val, torch.Tensor) and scale is not None and val.dim() == 4 and val.is_floating_point() \
+                    and isinstance(val.shape[1], int) and scale.numel() == val.shape[1] > 1 \
+                    and tuple(scale.shape) in ((val.shape[1], 1, 1), (1, val.shape[1], 1, 1)) \
+                    and tuple(node.meta["val"].shape) == tuple(val.shape):
+                c = val.shape[1]
+                _as_depthwise_1x1(gm, node, x, val, scale.float().reshape(c), torch.zeros(c), "scale")
+                changed = True
+                break
     if changed:
         gm.graph.eliminate_dead_code()
         gm.recompile()
@@ -389,6 +423,7 @@ class VkqQuantizer(Quantizer):
             patch_conv3d_as_linear(model)           # (a video's tubelet embedding: a linear)
             three_d = three_d_as_two_d(model)       # (the other 3-D convs, pools, batch norms: over frames)
             batch_norm_as_conv(model)
+            channel_scale_as_conv(model)            # (a layer scale: the same depthwise 1x1 conv)
             one_d = one_d_as_two_d(model)           # (conv_transpose1d -> conv_transpose2d: before the next)
             conv_transpose_as_conv(model)
             if one_d or three_d:
