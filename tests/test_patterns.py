@@ -517,6 +517,39 @@ def test_layer_scale_is_an_int8_depthwise_conv(device):
     assert assert_matches_pt2e(prog.program, gm, x, min_cos=0.999) >= 5
 
 
+class DenseBlock(nn.Module):
+    """DenseNet's block: each layer reads the cat of every feature map before it (growth 3, odd
+    channel counts so that parts start inside words) and adds its own."""
+
+    def __init__(self, c=5, growth=3, layers=4):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, padding=1)
+        self.layers = nn.ModuleList(nn.Sequential(nn.Conv2d(c + i * growth, growth, 3, padding=1), nn.ReLU())
+                                    for i in range(layers))
+
+    def forward(self, x):
+        features = [self.stem(x)]
+        for layer in self.layers:
+            features.append(layer(torch.cat(features, 1)))
+        return torch.cat(features, 1)
+
+
+def test_dense_block_cats_reuse_the_cat_before(device):
+    """fold_cat_prefixes: each copying cat of the feature maps reads the previous cat's output
+    and the new map (2 parts, not one more each layer: DenseNet-121 597 -> 120 dispatches), the
+    same bytes; equal to the reference and PT2E's."""
+    x = torch.randn(2, 3, 6, 7, generator=torch.Generator().manual_seed(9))
+    gm = vkq.quantize(DenseBlock().eval(), (x,), [(torch.randn(2, 3, 6, 7),) for _ in range(2)])
+    prog = vkq.compile(gm, (x,), device=device)
+    cats = [n for n in prog.program.nodes if n.op == "cat_q8"]
+    # (the first layer's cat of one map, then each cat of the one before and the new map)
+    assert [len(n.inputs) for n in cats] == [1, 2, 2, 2, 2], [n.inputs for n in cats]
+    assert all(n.inputs[0] == prev.outputs[0] for prev, n in zip(cats[1:], cats[2:])), [n.inputs for n in cats]
+    got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
+    np.testing.assert_array_equal(got, ref)
+    assert assert_matches_pt2e(prog.program, gm, x, min_cos=0.999) >= 5
+
+
 def test_resizing_and_slicing_stay_int8():
     """Nearest upsampling, slices, a class-token select and bilinear upsampling keep their
     input's quantization (vkq's quantizer): they run on int8, one gather or one int8 kernel,

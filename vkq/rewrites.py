@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .ops.attention import fold_views_into_attention
 from .ops.float import fold_fake_quantize, fold_scale_mask_into_softmax, fold_views_into_matmul
+from .ops.pool import fold_cat_prefixes
 from .ops.shape import fold_view_chains
 
 SHAPE_REWRITES = [
@@ -21,6 +22,7 @@ SHAPE_REWRITES = [
     fold_fake_quantize,              # a float result's q/dq pair in its kernel's stores; last: the
                                      #   folds above take only ops without one
     fold_view_chains,                # int8 gathers in a row -> one gather by the composed map
+    fold_cat_prefixes,               # a copying cat of an earlier cat's inputs and more: that cat's output and the rest
 ]
 
 

@@ -541,6 +541,39 @@ def cat_q8_params(inputs, out_scale, out_zp, dim=1) -> dict:
             "multipliers": [m for m, _ in pairs], "shifts": [s for _, s in pairs], "out_zp": int(out_zp)}
 
 
+def _copies(node) -> bool:
+    """A cat_q8 whose every input is copied (the output's qparams: no requantization)."""
+    a = node.attrs
+    return all((m, s) == IDENTITY and zp == a["out_zp"] for zp, m, s in zip(a["in_zps"], a["multipliers"], a["shifts"]))
+
+
+def fold_cat_prefixes(program, keep=frozenset()) -> int:
+    """cat_q8(a0, .., ak) where an earlier copying cat_q8 along the same dim made cat(a0, ..,
+    a_{j-1}) -> cat_q8(that, a_j, .., ak), the longest such prefix: DenseNet's layers each
+    concatenate every feature map before them (the quantizer shares one qparams across a cat,
+    so they are copies), k + 1 dispatches a cat, 597 for DenseNet-121; now 2 a cat. The same
+    bytes move; what goes is the dispatches (and the block of the earlier cat is read whole).
+    Returns the cats rewritten."""
+    made, rewritten = {}, 0
+    for idx, node in enumerate(program.nodes):
+        if node.op != "cat_q8" or not _copies(node):
+            continue
+        ins, rank = tuple(node.inputs), len(program.tensors[node.outputs[0]].shape)
+        dim = node.attrs["dim"] % rank
+        for j in range(len(ins) - 1, 1, -1):
+            prev = made.get((dim, ins[:j]))
+            if prev is not None:
+                parts = [prev, *ins[j:]]
+                out_zp = node.attrs["out_zp"]
+                attrs = {**node.attrs, "in_zps": [out_zp] * len(parts), "multipliers": [IDENTITY[0]] * len(parts),
+                         "shifts": [IDENTITY[1]] * len(parts)}
+                program.nodes[idx] = type(node)("cat_q8", parts, list(node.outputs), attrs, name=node.name)
+                rewritten += 1
+                break
+        made[(dim, ins)] = node.outputs[0]
+    return rewritten
+
+
 @register_op
 class CatQ8:
     """Concatenation of int8 tensors along `dim`, each requantized to the output's qparams
