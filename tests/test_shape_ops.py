@@ -196,6 +196,21 @@ def test_int8_gathers_in_a_row_are_one(loads_device):
     np.testing.assert_array_equal(want[0], windows[2][:, 2:8])
 
 
+@pytest.mark.parametrize("steps,match", [
+    ([["permute", {"dims": [1, 0]}, [4, 6], [6, 4]]], "from \\(4, 6\\)"),           # not the input's shape
+    ([["cat", {"dim": 0}, [6, 4], [6, 4]]], "step cat"),                              # not a gather op
+    ([["slice", {"dim": 0, "start": 0, "end": 6}, [6, 4], [9, 4]]], "reads source elements"),
+    ([["select", {"dim": 0, "index": 1}, [6, 4], [4]]], "end at \\(4,\\)"),       # not the output's shape
+    ([], "no steps")])
+def test_malformed_view_chains_are_refused(device, steps, match):
+    """A view_chain from a program file whose steps do not run from its input to its output,
+    or read past a tensor, is refused with a message naming it, not run."""
+    prog = single_op_program("view_chain", [("x", spec((6, 4), "int8", "4W4C", 0.1, 3))],
+                             [("y", spec((6, 4), "int8", "4W4C", 0.1, 3))], {"steps": steps})
+    with pytest.raises(ValueError, match=match):
+        VulkanExecutor(prog, device)(values((6, 4), "int8"))
+
+
 # ---------------------------------------------------------------- without a device
 
 def test_row_layout_packs_any_rank():

@@ -370,7 +370,7 @@ def channel_scale_as_conv(gm: GraphModule) -> bool:
             if isinstance(val, torch.Tensor) and scale is not None and val.dim() == 4 and val.is_floating_point() \
                     and isinstance(val.shape[1], int) and scale.numel() == val.shape[1] > 1 \
                     and tuple(scale.shape) in ((val.shape[1], 1, 1), (1, val.shape[1], 1, 1)) \
-                    and tuple(node.meta["val"].shape) == tuple(val.shape):
+                    and tuple(getattr(node.meta.get("val"), "shape", ())) == tuple(val.shape):
                 c = val.shape[1]
                 _as_depthwise_1x1(gm, node, x, val, scale.float().reshape(c), torch.zeros(c), "scale")
                 changed = True

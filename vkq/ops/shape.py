@@ -450,10 +450,15 @@ CHAIN_OPS = frozenset({"reshape", "repack", "permute", "transpose", "expand", "s
 
 
 def view_chain(x, *, steps):
-    """The gathers of `steps` ([op, attrs, in shape, out shape] each) applied in order."""
+    """The gathers of `steps` ([op, attrs, in shape, out shape] each) applied in order (each
+    step's op one of CHAIN_OPS, its shapes the ones it reads and makes: else a ValueError)."""
     from ..registry import get_op
-    for op, attrs, _, _ in steps:
+    for op, attrs, ins, outs in steps:
+        if op not in CHAIN_OPS or tuple(np.shape(x)) != tuple(ins):
+            raise ValueError(f"view_chain: step {op} from {tuple(ins)} given {tuple(np.shape(x))}")
         x = get_op(op).reference(x, **attrs)
+        if tuple(np.shape(x)) != tuple(outs):
+            raise ValueError(f"view_chain: step {op} made {tuple(np.shape(x))}, not {tuple(outs)}")
     return x
 
 
@@ -468,12 +473,31 @@ def chain_sources(steps) -> np.ndarray:
     return src
 
 
+def _check_steps(node, in_shape, out_shape):
+    """A view_chain's steps (from a program file too) run from the input's shape to the
+    output's, each a gather op whose output the next reads and whose reads stay in its input:
+    else a ValueError that names the node, never a map that reads elsewhere."""
+    steps = node.attrs["steps"]
+    if not steps:
+        raise ValueError(f"{node.name}: a view_chain of no steps")
+    shapes = [tuple(in_shape)]
+    for op, attrs, ins, outs in steps:
+        if op not in CHAIN_OPS or tuple(ins) != shapes[-1]:
+            raise ValueError(f"{node.name}: step {op} from {tuple(ins)} (the chain gives {shapes[-1]}; steps: "
+                             f"{sorted(CHAIN_OPS)})")
+        if _numel(outs) and op in ("reshape", "repack") and _numel(outs) != _numel(ins):
+            raise ValueError(f"{node.name}: {op} from {tuple(ins)} to {tuple(outs)}")
+        for g in gathers(op, attrs, [tuple(ins)], [tuple(outs)]):
+            _check_reach(node, g, _numel(ins))
+        shapes.append(tuple(outs))
+    if shapes[-1] != tuple(out_shape):
+        raise ValueError(f"{node.name}: the steps end at {shapes[-1]}, the output is {tuple(out_shape)}")
+
+
 def _chain_build(ctx, node):
     x, out = node.inputs[0], node.outputs[0]
+    _check_steps(node, ctx.spec(x).shape, ctx.spec(out).shape)
     steps = node.attrs["steps"]
-    if tuple(steps[0][2]) != tuple(ctx.spec(x).shape) or tuple(steps[-1][3]) != tuple(ctx.spec(out).shape):
-        raise ValueError(f"{node.name}: steps from {steps[0][2]} to {steps[-1][3]}, tensors "
-                         f"{ctx.spec(x).shape} -> {ctx.spec(out).shape}")
     return [_map_dispatch(ctx, node, x, out, byte_map(chain_sources(steps), None, ctx.spec(x), ctx.spec(out)))]
 
 
