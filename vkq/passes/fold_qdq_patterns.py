@@ -253,7 +253,7 @@ def fold_linear(gm, lin: Node):
     b = bias(gm, arg(lin, 2, "bias", None), wq.shape[0])
     if isinstance(b, str):
         return b
-    if len(shape_of(lin.args[0])) > 4:
+    if len(shape_of(lin.args[0])) > 4 or _mostly_padding_rows(lin.args[0]):
         return _linear_over_rows(gm, lin)
     x = dq_source(lin.args[0])
     if x is None:
@@ -279,9 +279,22 @@ def fold_linear(gm, lin: Node):
                                   {"x_zp": x.zero_point, **_out(q)}, hint=lin.name))
 
 
+def _mostly_padding_rows(x: Node) -> bool:
+    """x (..., h, K), static, of several (...) matrices whose h rows are mostly padding in 4H4W
+    (blocks of 4 rows a matrix: at least a fifth of them padding, e.g. h = 1, 2, 3, 5, 6, 9):
+    nn.MultiheadAttention's (L, 1, E) projections are L matrices of one row, 4 packed rows each,
+    3 of them padding. Viewed as (rows, K) they are one matrix (a repack each way)."""
+    shape = shape_of(x)
+    if len(shape) < 3 or dynamic_size(x) or not all(isinstance(d, int) for d in shape):
+        return False
+    h = shape[-2]
+    return math.prod(shape[:-2]) > 1 and 4 * -(-h // 4) * 4 >= 5 * h
+
+
 def _linear_over_rows(gm, lin: Node):
     """linear on x of rank > 4 (Swin3D's and SwinUNETR's channels-last (B, D, H, W, C) MLPs;
-    the linear kernels take rank <= 4): the same linear on x viewed as (rows, C), its output
+    the linear kernels take rank <= 4), or of mostly padding rows (_mostly_padding_rows: ViT's
+    (L, 1, E) attention projections): the same linear on x viewed as (rows, C), its output
     viewed back. A per-tensor dequantize and quantize commute with a view, so x's dequantize and
     the output's quantize move to the 2-D side as they are; then the 2-D linear folds."""
     x, shape, out_shape = lin.args[0], shape_of(lin.args[0]), shape_of(lin)
