@@ -357,7 +357,8 @@ def slices_from_split(node):
     x, dim = node.args[0], arg(node, 2, "dim", 0)
     v, parts = val(x), val(node)
     if not isinstance(v, torch.Tensor) or not isinstance(parts, (list, tuple)) or not node.users \
-            or not all(u.op == "call_function" and u.target is operator.getitem for u in node.users):
+            or not all(u.op == "call_function" and u.target is operator.getitem and isinstance(u.args[1], int)
+                       and -len(parts) <= u.args[1] < len(parts) for u in node.users):
         return None
     dim = dim % v.dim()
     if not isinstance(v.shape[dim], int) or dynamic_size(x, [dim]):
@@ -366,7 +367,7 @@ def slices_from_split(node):
     for p in parts:
         starts.append(starts[-1] + int(p.shape[dim]))
     for u in list(node.users):
-        i = u.args[1]
+        i = u.args[1] % len(parts)
         piece = _new(u, aten.slice.Tensor, (x, dim, starts[i], starts[i + 1]))
         piece.meta["val"] = val(u)
         u.replace_all_uses_with(piece)
