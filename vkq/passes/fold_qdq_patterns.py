@@ -281,14 +281,14 @@ def fold_linear(gm, lin: Node):
 
 def _mostly_padding_rows(x: Node) -> bool:
     """x (..., h, K), static, of several (...) matrices whose h rows are mostly padding in 4H4W
-    (blocks of 4 rows a matrix: at least a fifth of them padding, e.g. h = 1, 2, 3, 5, 6, 9):
-    nn.MultiheadAttention's (L, 1, E) projections are L matrices of one row, 4 packed rows each,
-    3 of them padding. Viewed as (rows, K) they are one matrix (a repack each way)."""
+    (blocks of 4 rows a matrix: h = 1 or 2, half or more of them padding): nn.MultiheadAttention's
+    (L, 1, E) projections are L matrices of one row, 4 packed rows each, 3 of them padding.
+    Viewed as (rows, K) they are one matrix, for a repack each way (which a GEMM with a quarter
+    of its rows padding, h = 3, 5, 6, does not repay on small inputs)."""
     shape = shape_of(x)
     if len(shape) < 3 or dynamic_size(x) or not all(isinstance(d, int) for d in shape):
         return False
-    h = shape[-2]
-    return math.prod(shape[:-2]) > 1 and 4 * -(-h // 4) * 4 >= 5 * h
+    return math.prod(shape[:-2]) > 1 and shape[-2] <= 2
 
 
 def _linear_over_rows(gm, lin: Node):
