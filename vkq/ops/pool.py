@@ -30,7 +30,7 @@ from ..device import grid_1d
 from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multiplier, requant_clamp_params,
                      requant_tie_free, requantize)
 from ..registry import register_op
-from .eltwise import IDENTITY, _check_zp
+from .eltwise import IDENTITY, _check_zp, _requant_consts
 
 LOCAL = 64
 WINDOW_TILE = (2, 1)     # pool_window: output rows x output blocks (4 widths) per invocation
@@ -435,7 +435,7 @@ def _global_dispatch(ctx, ins, src, dst, m, s, zps):
     in_zp, out_zp, qmin, qmax = zps
     return ctx.device.dispatch(
         "pool_global", [src, dst], (-(-c4 // lx), n, 1), local=(lx, ly), spec=(c, spatial),
-        push=(h * w, in_zp, [int(v[0]) for v in requant_clamp_params(m, s)], out_zp, qmin, qmax))
+        push=(h * w, in_zp, _requant_consts(m, s), out_zp, qmin, qmax))
 
 
 @register_op
@@ -615,7 +615,7 @@ class CatQ8:
                     "cat_channels", [ctx.buffer(t), dst], grid_1d(positions * (c4_hi - c4_lo), LOCAL),
                     local=(LOCAL,), spec=(off % 4, int(ties)), defines=requant,
                     push=(positions, w, c, off, in_shape[1], c4_lo, c4_hi - c4_lo, zp,
-                          [int(v[0]) for v in requant_clamp_params(m, s)], a["out_zp"])))
+                          _requant_consts(m, s), a["out_zp"])))
             elif by_input:
                 steps.append(ctx.device.dispatch(
                     "cat_generic", [ctx.buffer(t), dst], grid_1d(si.device_words() // 4, LOCAL),

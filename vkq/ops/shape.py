@@ -41,7 +41,8 @@ import numpy as np
 from .. import packing
 from ..device import grid_1d
 from ..registry import register_op
-from .float import MAX_RANK, _elementwise, _numel, _pad, broadcast_strides, merge_dims, permute_dims, strides_of
+from .float import (MAX_RANK, _elementwise, _numel, _pad, broadcast_strides, merge_dims, permute_dims,
+                    readers_of, strides_of)
 
 LOCAL = 64
 LAYOUT_IDS = {"4W4C": 0, "4H4W": 1, "ROW": 2}   # shaders/include/int8x4.glsl
@@ -514,10 +515,7 @@ def fold_view_chains(program, keep=frozenset()) -> int:
     repack; ShuffleNet's channel shuffle, the same). The last node's name stays. Returns the
     nodes folded away."""
     producer = {t: n for n in program.nodes for t in n.outputs}
-    readers: dict = {}
-    for n in program.nodes:
-        for t in n.inputs:
-            readers.setdefault(t, []).append(n)
+    readers = readers_of(program)
     int8 = lambda t: program.tensors[t].dtype == "int8"
     link = lambda n: (n.op in CHAIN_OPS and len(n.inputs) == 1 and len(n.outputs) == 1 and int8(n.inputs[0])
                       and int8(n.outputs[0]) and n.inputs[0] not in program.constants)
