@@ -70,6 +70,20 @@ def test_save_load_roundtrip(tmp_path):
     assert m["version"] == 2 and m["digest"] == progfile.digest(m)
 
 
+
+@pytest.mark.parametrize("shape, first, second", [((2, 3, 4, 5, 6), "ROW", "ROW"), ((3, 5, 7), "ROW", "4H4W"),
+                                                  ((1, 6, 3, 5), "4W4C", "ROW")])
+def test_row_layout_tensors_save_and_load(device, tmp_path, shape, first, second):
+    """int8 tensors in the ROW layout (every rank-5+ int8 tensor: Swin's windows, video) were
+    written by save but refused by load ("layout must be ... 4W4C, 4H4W")."""
+    p = roundtrip_program(shape, 0.05, -3, first, second)
+    q = load_program(save_program(p, tmp_path / "row.vkq"))
+    assert (q.tensors["q"].layout, q.tensors["r"].layout) == (first, second)
+    x = np.random.default_rng(3).normal(0, 2, shape).astype(np.float32)
+    want = run_reference(p, x)
+    np.testing.assert_array_equal(run_reference(q, x), want)
+    np.testing.assert_array_equal(CompiledProgram(q, device)(x), want)
+
 # -- editing files ----------------------------------------------------------------------------
 
 def _entries(path):

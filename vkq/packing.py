@@ -24,6 +24,7 @@ import numpy as np
 
 LAYOUTS = ("4W4C", "4H4W")            # the blocked layouts, read as (N, C, H, W): rank <= 4
 ALL_LAYOUTS = LAYOUTS + ("ROW",)
+LAYOUT_IDS = {"4W4C": 0, "4H4W": 1, "ROW": 2}   # the LAYOUT spec constant of shaders/include/int8x4.glsl
 
 
 def _up4(n: int) -> int:

@@ -199,9 +199,9 @@ def _tensor_spec(name, entry) -> TensorSpec:
     shape = check_shape(entry["shape"], f"{where}: shape")
     dtype, layout = entry["dtype"], entry.get("layout")
     _require(isinstance(dtype, str) and dtype in DTYPES, f"{where}: dtype must be one of {DTYPES}, got {_kind(dtype)}")
-    _require(layout is None or (isinstance(layout, str) and layout in packing.LAYOUTS),
-             f"{where}: layout must be null or one of {packing.LAYOUTS}, got {_kind(layout)}")
-    _require(dtype != "int8" or layout is not None, f"{where}: an int8 tensor needs a layout {packing.LAYOUTS}")
+    _require(layout is None or (isinstance(layout, str) and layout in packing.ALL_LAYOUTS),
+             f"{where}: layout must be null or one of {packing.ALL_LAYOUTS}, got {_kind(layout)}")
+    _require(dtype != "int8" or layout is not None, f"{where}: an int8 tensor needs a layout {packing.ALL_LAYOUTS}")
     scale, zp = entry.get("scale"), entry.get("zero_point")
     _require(scale is None or (isinstance(scale, (int, float)) and not isinstance(scale, bool)
                                and math.isfinite(scale) and scale > 0),

@@ -9,7 +9,6 @@ from ..device import MAX_GROUPS, grid_1d, invocation_rows
 from ..quant import INT8_MAX, INT8_MIN, dequantize, fake_quant_push, fake_quantize, inverse_scale, quantize
 from ..registry import register_op
 
-LAYOUT_IDS = {"4W4C": 0, "4H4W": 1, "ROW": 2}   # shaders/include/int8x4.glsl
 LOCAL = 64
 FQ_PER = 4        # fake_quantize: vec4 blocks an invocation (as the float elementwise kernels)
 
@@ -37,7 +36,7 @@ def _io_dispatch(ctx, shader, buffers, spec, push):
         gx = -(-w4 // local)
         rows = max(invocation_rows(ctx.device.info, gx * c4, n * h), -(-n * h // MAX_GROUPS))   # z within the limit
         defines, groups = ["VEC", "GRID"], (gx, c4, -(-n * h // rows))
-    return ctx.device.dispatch(shader, buffers, groups, local=(local,), spec=(LAYOUT_IDS[spec.layout], rows),
+    return ctx.device.dispatch(shader, buffers, groups, local=(local,), spec=(packing.LAYOUT_IDS[spec.layout], rows),
                                push=((n, c, h, w), *push), defines=defines)
 
 

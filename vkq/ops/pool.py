@@ -36,7 +36,6 @@ LOCAL = 64
 WINDOW_TILE = (2, 1)     # pool_window: output rows x output blocks (4 widths) per invocation
 WINDOW_TILE_MIN = 1024   # ... when the output has at least this many such tiles
 GLOBAL_CPU_SPLIT = 256   # pool_global on CPU drivers: 4 channel blocks a workgroup from this many spatial blocks
-LAYOUT_IDS = {"4W4C": 0, "4H4W": 1}   # shaders/include/int8x4.glsl
 
 
 def _pair(v) -> tuple[int, int]:
@@ -619,14 +618,14 @@ class CatQ8:
             elif by_input:
                 steps.append(ctx.device.dispatch(
                     "cat_generic", [ctx.buffer(t), dst], grid_1d(si.device_words() // 4, LOCAL),
-                    local=(LOCAL,), spec=(LAYOUT_IDS[so.layout], dim4), defines=["INPUT"] + (requant or []),
+                    local=(LOCAL,), spec=(packing.LAYOUT_IDS[so.layout], dim4), defines=["INPUT"] + (requant or []),
                     push=(out_shape, in_shape, off, zp, m, s, a["out_zp"])))
             else:
                 # each output word one input's (cat_generic.comp WORDS): moved whole
                 words = dim4 != byte_dim or (off % 4 == 0 and (in_shape[dim4] % 4 == 0 or i == parts[-1]))
                 steps.append(ctx.device.dispatch(
                     "cat_generic", [ctx.buffer(t), dst], grid_1d(so.device_words(), LOCAL),
-                    local=(LOCAL,), spec=(LAYOUT_IDS[so.layout], dim4),
+                    local=(LOCAL,), spec=(packing.LAYOUT_IDS[so.layout], dim4),
                     defines=(["WORDS"] if words else []) + (requant or []),
                     push=(out_shape, in_shape, off, zp, m, s, a["out_zp"])))
             off += in_shape[dim4]

@@ -27,7 +27,6 @@ from ..registry import register_op
 F32 = np.float32
 Q = 11                    # weight bits of the int8 kernel
 LOCAL = 64
-LAYOUT_IDS = {"4W4C": 0, "4H4W": 1, "ROW": 2}
 
 
 def linear_taps(in_size: int, out_size: int, align_corners: bool, scale=None):
@@ -190,7 +189,7 @@ def _build(ctx, node):
     n = sy.device_words() // 4 if blocks else sy.device_words() if int8 else int(np.prod(sy.shape))
     return [ctx.device.dispatch(
         "upsample_bilinear", [ctx.buffer(x), ctx.buffer(y), ctx.const_buffer(taps)], grid_1d(n, LOCAL),
-        local=(LOCAL,), spec=(LAYOUT_IDS.get(sx.layout, 0), LAYOUT_IDS.get(sy.layout, 0)),
+        local=(LOCAL,), spec=(packing.LAYOUT_IDS.get(sx.layout, 0), packing.LAYOUT_IDS.get(sy.layout, 0)),
         push=(packing.as_nchw(sx.shape), packing.as_nchw(sy.shape)),
         defines=["INT8", "BLOCKS"] if blocks else ["INT8" if int8 else "FLOAT"])]
 

@@ -45,7 +45,6 @@ from .float import (MAX_RANK, _elementwise, _numel, _pad, broadcast_strides, mer
                     readers_of, strides_of)
 
 LOCAL = 64
-LAYOUT_IDS = {"4W4C": 0, "4H4W": 1, "ROW": 2}   # shaders/include/int8x4.glsl
 ANY = ("4W4C", "4H4W", "ROW")
 
 
@@ -304,7 +303,7 @@ def _int8_dispatch(ctx, node, src, dst, view, variant, rank=0, sbase=0, fill=0):
         view = np.concatenate([view, np.full(-view.size % 4, -1, np.int32)])   # whole ivec4s (TEXEL)
     return ctx.device.dispatch(
         "repack", [ctx.buffer(src), ctx.buffer(dst), ctx.const_buffer(view)],
-        grid_1d(invocations, LOCAL), local=(LOCAL,), spec=(LAYOUT_IDS[si.layout], LAYOUT_IDS[so.layout]),
+        grid_1d(invocations, LOCAL), local=(LOCAL,), spec=(packing.LAYOUT_IDS[si.layout], packing.LAYOUT_IDS[so.layout]),
         push=(packing.shader_nchw(si.shape, si.layout), packing.shader_nchw(so.shape, so.layout), rank, sbase, fill),
         defines=[variant])
 
