@@ -1,7 +1,8 @@
 """Random small models through vkq: quantize -> compile -> Vulkan, against the CPU reference
 (bit for bit where the output is int8-derived, else float rounding) and PT2E's eager output
-(cosine >= 0.99). The sweep that found the grouped ConvTranspose2d + BatchNorm crash and the
-dynamic-shape refusals of 2026-11-23; run it after changing a pass or a kernel choice:
+(cosine >= 0.99), each program run as loaded from its saved .vkq file. The sweep that found
+the grouped ConvTranspose2d + BatchNorm crash and the dynamic-shape refusals of 2026-11-23;
+run it after changing a pass or a kernel choice:
 
     .venv/bin/python tools/sweep_models.py --device llvmpipe --family cnn --count 100 --seed 1
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 
@@ -452,7 +454,8 @@ def check(net, shape, kind, device, scheme="static", dynamic=None, rng=None) -> 
         except Exception as e:      # torch.export's own failure or constraint violation: the model's
             raise NotExported(f"{type(e).__name__}: {e}") from e
     gm = quantize(net, (x,), calib, scheme=scheme, progress=False, dynamic_shapes=dims)
-    prog = vkq.CompiledProgram(vkq.compile(gm, (x,), dynamic_shapes=dims).program, device)
+    with tempfile.TemporaryDirectory() as tmp:     # every model also goes through its .vkq file
+        prog = vkq.load(vkq.compile(gm, (x,), dynamic_shapes=dims).save(Path(tmp) / "m.vkq"), device)
     # float ops on the device (layer norm, softmax, ...) round in the last bit unlike the
     # reference (vkq/ops/float.py), and a quantize after one may then land a step away
     floats = any(prog.program.tensors[o].dtype == "float32" for n in prog.program.nodes if n.op != "dequantize"
