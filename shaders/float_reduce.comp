@@ -17,6 +17,13 @@
 // Each sum is compensated (Kahan), `precise` so that the compiler keeps the compensation: the
 // error stays ~2 eps of sum |x| (+ the tree's log2(lanes) roundings) however many values are
 // reduced (the reference sums in float64).
+// CONTIG: the reduced dims are one contiguous run of a multiple of 4 values starting at a
+// multiple of 4 (a reduction over the last dims: F.normalize's norm, a mean over features, a
+// global pool): a lane reads 4 values a load, as vec4s (TEXEL: texel fetches, texel.glsl) with
+// four compensated sums, where the default reads value by value with the index arithmetic of
+// every reduced dim. lavapipe (Xeon, 2 cores), GPU time, (64, 3, 64, 32) -> norm over the last
+// dim (Swin-V2's cosine attention, one lane a row), A-B twice: 2.9 -> 0.31 ms; Swin-V2-T at 256,
+// its 24 norms: 28.8 -> 4.6 ms of GPU time.
 //! variant SUM
 //! variant MEAN
 //! variant NORM2
@@ -32,6 +39,36 @@
 //! variant AMIN ROW_SUBGROUP
 //! variant AMAX ROW_WORKGROUP
 //! variant AMIN ROW_WORKGROUP
+//! variant SUM CONTIG
+//! variant MEAN CONTIG
+//! variant NORM2 CONTIG
+//! variant SUM ROW_SUBGROUP CONTIG
+//! variant MEAN ROW_SUBGROUP CONTIG
+//! variant NORM2 ROW_SUBGROUP CONTIG
+//! variant SUM ROW_WORKGROUP CONTIG
+//! variant MEAN ROW_WORKGROUP CONTIG
+//! variant NORM2 ROW_WORKGROUP CONTIG
+//! variant AMAX CONTIG
+//! variant AMIN CONTIG
+//! variant AMAX ROW_SUBGROUP CONTIG
+//! variant AMIN ROW_SUBGROUP CONTIG
+//! variant AMAX ROW_WORKGROUP CONTIG
+//! variant AMIN ROW_WORKGROUP CONTIG
+//! variant SUM CONTIG TEXEL
+//! variant MEAN CONTIG TEXEL
+//! variant NORM2 CONTIG TEXEL
+//! variant SUM ROW_SUBGROUP CONTIG TEXEL
+//! variant MEAN ROW_SUBGROUP CONTIG TEXEL
+//! variant NORM2 ROW_SUBGROUP CONTIG TEXEL
+//! variant SUM ROW_WORKGROUP CONTIG TEXEL
+//! variant MEAN ROW_WORKGROUP CONTIG TEXEL
+//! variant NORM2 ROW_WORKGROUP CONTIG TEXEL
+//! variant AMAX CONTIG TEXEL
+//! variant AMIN CONTIG TEXEL
+//! variant AMAX ROW_SUBGROUP CONTIG TEXEL
+//! variant AMIN ROW_SUBGROUP CONTIG TEXEL
+//! variant AMAX ROW_WORKGROUP CONTIG TEXEL
+//! variant AMIN ROW_WORKGROUP CONTIG TEXEL
 #include "common.glsl"
 
 #if defined(ROW_SUBGROUP) || defined(ROW_WORKGROUP)
@@ -40,7 +77,12 @@ layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of
 #include "float_workgroup.glsl"
 #endif
 
+#ifdef CONTIG
+#include "texel.glsl"
+IVEC4_INPUT(0, x4)
+#else
 layout(std430, binding = 0) readonly buffer X { float x[]; };
+#endif
 layout(std430, binding = 1) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform Params {
     int n_out, count;            // outputs, values reduced into each
@@ -58,6 +100,37 @@ int base_of(int i) {
     return base;
 }
 
+#ifdef CONTIG
+vec4 value4(int base, int c4) {          // values 4 c4 .. 4 c4 + 3 of the run at base
+    vec4 v = intBitsToFloat(LOAD4(x4, (base >> 2) + c4));
+#ifdef NORM2
+    return v * v;
+#else
+    return v;
+#endif
+}
+
+// The compensated sum of this lane's vec4s: c4 = first, first + step, ... (four running sums,
+// then theirs)
+float lane_sum(int base, int first, int step) {
+    precise vec4 s = vec4(0.0), comp = vec4(0.0);
+    for (int c4 = first; c4 < p.count / 4; c4 += step) {
+        precise vec4 term = value4(base, c4) - comp;
+        precise vec4 next = s + term;
+        comp = (next - s) - term;
+        s = next;
+    }
+    precise float t = 0.0, c = 0.0;
+    [[unroll]] for (int k = 0; k < 4; ++k) {
+        precise float term = s[k] - c;
+        precise float next = t + term;
+        c = (next - t) - term;
+        t = next;
+    }
+    precise float lost = (comp.x + comp.y) + (comp.z + comp.w);
+    return t - (c + lost);
+}
+#else
 float value(int base, int c) {
     int off = base;
     [[unroll]] for (int d = 3; d >= 0; --d) {
@@ -89,6 +162,7 @@ float lane_sum(int base, int first, int step) {
     }
     return s;
 }
+#endif
 
 #if defined(AMAX) || defined(AMIN)
 #define EXTREME
@@ -100,6 +174,13 @@ const float SIGN = -1.0;     // amin = -amax(-x)
 // (the largest SIGN * x of this lane's values, 1 if one was NaN else 0)
 vec2 lane_extreme(int base, int first, int step) {
     float m = uintBitsToFloat(0xff800000u), nan = 0.0;
+#ifdef CONTIG
+    for (int c4 = first; c4 < p.count / 4; c4 += step) {
+        const vec4 v = SIGN * value4(base, c4);
+        if (any(isnan(v))) nan = 1.0;
+        else m = max(m, max(max(v.x, v.y), max(v.z, v.w)));
+    }
+#else
     for (int c0 = first; c0 < p.count; c0 += 4 * step) {
         [[unroll]] for (int k = 0; k < 4; ++k) {
             const int c = c0 + k * step;
@@ -109,6 +190,7 @@ vec2 lane_extreme(int base, int first, int step) {
             }
         }
     }
+#endif
     return vec2(m, nan);
 }
 

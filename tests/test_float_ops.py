@@ -572,6 +572,50 @@ def test_reduce(device, op, shape, attrs):
         check(got, ref, ("dot", count + 1), scale)
 
 
+@pytest.mark.parametrize("op", ["sum", "mean", "vector_norm", "amax", "amin"])
+@pytest.mark.parametrize("owner", ["lane", "subgroup", "workgroup"])
+def test_contiguous_reductions_read_vec4s(loads_device, monkeypatch, op, owner):
+    """Reductions over one contiguous run of a multiple of 4 values (the last dims: a norm over
+    features, a global pool) take float_reduce's CONTIG path, 4 values a load (TEXEL where the
+    device reads texels), short rows a lane each, long ones a subgroup or a workgroup; rows whose
+    values are not such a run take the value-by-value path. Against numpy in float64."""
+    monkeypatch.setattr(fops, "ROW_SUBGROUP", owner == "subgroup")
+    cases = [((3, 5, 7, 32), [-1], True, True), ((2, 3, 17, 24), [2, 3], False, True),
+             ((2, 3, 17, 24), [1, 2, 3], False, True), ((3, 5, 30), [-1], True, False),
+             ((3, 6, 4, 12), [2], False, False), ((5, 3, 6), [-1], False, False)]
+    if owner == "lane":      # (a lane an output below REDUCE_ROW values)
+        cases = [c for c in cases if math.prod(c[0][d] for d in c[1]) < fops.REDUCE_ROW]
+    else:
+        cases = [c for c in cases if math.prod(c[0][d] for d in c[1]) >= fops.REDUCE_ROW]
+    assert len(cases) >= 2
+    for shape, dims, keepdim, contig in cases:
+        x = rnd(*shape, lo=-4, hi=4)
+        x.reshape(-1)[-3] = 7.5          # (an extreme in the last vec4)
+        x64 = x.astype(np.float64)
+        axis = tuple(dims)
+        want = {"sum": lambda: x64.sum(axis, keepdims=keepdim), "mean": lambda: x64.mean(axis, keepdims=keepdim),
+                "vector_norm": lambda: np.sqrt((x64 ** 2).sum(axis, keepdims=keepdim)),
+                "amax": lambda: x.max(axis, keepdims=keepdim), "amin": lambda: x.min(axis, keepdims=keepdim)}[op]()
+        steps = []
+        got, _ = run_op(loads_device, op, [x], {"dims": dims, "keepdim": keepdim}, want.shape, steps=steps)
+        (st,) = steps
+        assert ("CONTIG" in st.defines) == contig, (shape, dims, st.defines)
+        assert ("TEXEL" in st.defines) == (contig and loads_device.texel_loads), st.defines
+        assert (owner == "lane") == (not {"ROW_SUBGROUP", "ROW_WORKGROUP"} & set(st.defines)), st.defines
+        if op in ("amax", "amin"):
+            np.testing.assert_array_equal(got, want)
+            x.reshape(-1)[5] = np.nan                    # NaN where a reduced value is (torch's amax)
+            got, _ = run_op(loads_device, op, [x], {"dims": dims, "keepdim": keepdim}, want.shape)
+            np.testing.assert_array_equal(got, getattr(np, op)(x, axis, keepdims=keepdim))
+            assert np.isnan(got).sum() == 1
+            continue
+        count = x.size // want.size
+        mag = np.abs(x64) ** (2 if op == "vector_norm" else 1)
+        scale = mag.sum(axis, keepdims=keepdim) / (count if op == "mean" else 1)
+        err = np.abs(got - want) * (2 * want if op == "vector_norm" else 1)     # (of the sum of squares)
+        assert np.all(err <= 8 * EPS * scale + 1e-30), (shape, dims, (err / scale).max() / EPS)
+
+
 @pytest.mark.parametrize("op,shape,attrs", [("mean", (1, 3, 426, 342), {"dims": [2, 3], "keepdim": True}),
                                             ("sum", (150001,), {"dims": None, "keepdim": False}),
                                             ("vector_norm", (2, 70001), {"dims": [1], "keepdim": False}),

@@ -751,11 +751,14 @@ def _reduce_build(variant):
         push = (n_out, count, len(kshape), len(rshape), _pad(kshape, 4, 1), _pad(kst, 4),
                 _pad(rshape, 4, 1), _pad(rst, 4))
         bufs = [ctx.buffer(x), ctx.buffer(y)]
+        # one contiguous run a row, in whole vec4s (float_reduce.comp CONTIG)
+        contig = rst == [1] and count % 4 == 0 and all(s % 4 == 0 for s in kst)
+        defines = [variant] + (["CONTIG"] if contig else [])
         if count >= REDUCE_ROW:     # a subgroup / workgroup an output (float_reduce.comp says why)
-            return [_row_dispatch(ctx, "float_reduce", bufs, n_out, count, push, defines=[variant],
+            return [_row_dispatch(ctx, "float_reduce", bufs, n_out, count, push, defines=defines,
                                   passes=1, per_step=4)]
         return [ctx.device.dispatch("float_reduce", bufs, grid_1d(n_out, LOCAL), local=(LOCAL,), push=push,
-                                    defines=[variant])]
+                                    defines=defines)]
     return build
 
 
