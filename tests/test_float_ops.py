@@ -914,6 +914,37 @@ def test_fold_fake_quantize():
         np.testing.assert_array_equal(got, w)
 
 
+def test_fold_broadcast_expands():
+    """An expand read only by float binary ops folds into them (they broadcast its input) where
+    each op's output keeps its shape: F.normalize's x / n.expand_as(x) folds, and a row's expand
+    into an add and a mul; the column's expand into that add does not (with the row's folded, the
+    add's inputs would broadcast to (4, 1, 8), less than its output), nor an expand read by a
+    softmax, nor one that is a program output. The same values."""
+    from vkq.program import Node, Program
+    t = {"x": spec((4, 3, 8)), "n": spec((4, 3, 1)), "r": spec((1, 8)), "c": spec((4, 1, 1)),
+         "ne": spec((4, 3, 8)), "y": spec((4, 3, 8)), "re": spec((4, 3, 8)), "ce": spec((4, 3, 8)),
+         "z": spec((4, 3, 8)), "w": spec((4, 3, 8)), "se": spec((4, 3, 8)), "sm": spec((4, 3, 8)),
+         "oe": spec((4, 3, 8)), "u": spec((4, 3, 8))}
+    ex = lambda a, b, name: Node("expand", [a], [b], {"shape": [4, 3, 8]}, name=name)
+    nodes = [ex("n", "ne", "e_norm"), Node("div", ["x", "ne"], ["y"], {"alpha": 1}, name="div"),
+             ex("r", "re", "e_row"), ex("c", "ce", "e_col"),
+             Node("add", ["re", "ce"], ["z"], {"alpha": 1}, name="add"),        # (1, 8) + (4, 1, 1): (4, 1, 8)
+             Node("mul", ["y", "re"], ["w"], {"alpha": 1}, name="mul"),
+             ex("c", "se", "e_sm"), Node("softmax", ["se"], ["sm"], {"dim": -1}, name="softmax"),
+             ex("n", "oe", "e_out"), Node("sub", ["x", "oe"], ["u"], {"alpha": 1}, name="sub")]
+    prog = Program(t, nodes, ["x", "n", "r", "c"], ["y", "z", "w", "sm", "oe", "u"])
+    xs = [rnd(4, 3, 8), rnd(4, 3, 1, lo=0.5), rnd(1, 8), rnd(4, 1, 1)]
+    want = run_reference(prog, *xs)
+    assert fops.fold_broadcast_expands(prog) == 2
+    assert {n.name: n.inputs for n in prog.nodes if n.op != "expand"} == {
+        "div": ["x", "n"], "add": ["r", "ce"], "mul": ["y", "r"], "softmax": ["se"], "sub": ["x", "oe"]}
+    assert [n.name for n in prog.nodes if n.op == "expand"] == ["e_col", "e_sm", "e_out"]
+    assert "ne" not in prog.tensors and "re" not in prog.tensors
+    prog.validate()
+    for got, w in zip(run_reference(prog, *xs), want):
+        np.testing.assert_array_equal(got, w)
+
+
 @pytest.mark.parametrize("a_shape,b_shape,path", [((37,), (37,), "CONTIG"), ((5, 3, 7, 9), (3, 7, 9), "FLAT"),
                                                   ((2, 3, 5, 3), (1, 1, 1, 3), "ROWS"), ((4, 3, 1), (4, 3, 6), None)])
 def test_binary_with_a_fake_quantize(loads_device, a_shape, b_shape, path):

@@ -427,6 +427,39 @@ def test_scores_viewed_between_their_quantize_pairs_stay_float(device):
     assert assert_matches_pt2e(prog.program, gm, x, min_cos=0.999) >= 3
 
 
+
+class CosineAttention(nn.Module):
+    """Swin-V2's scaled cosine attention: q and k through F.normalize (x / max(|x|, eps),
+    the norm expanded to x's shape), a per-head logit scale."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(16, 48), nn.Linear(16, 16)
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.rand(2, 1, 1) + 1))
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        a = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+        a = torch.softmax(a * torch.clamp(self.logit_scale, max=4.6).exp(), -1)
+        return self.proj((a @ v).transpose(1, 2).reshape(b, n, 16))
+
+
+def test_normalize_divides_by_the_norm_it_broadcasts(device):
+    """F.normalize's x / norm.expand_as(x): the expand folds into the division, which broadcasts
+    the norm (ops/float.py fold_broadcast_expands); no (.., 8)-wide copy of the norms is made.
+    The reference equals PT2E op by op, Vulkan the reference."""
+    x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(6))
+    gm = vkq.quantize(CosineAttention().eval(), (x,), [(torch.randn(2, 7, 16),) for _ in range(2)])
+    prog = vkq.compile(gm, (x,), device=device)
+    nodes = prog.program.nodes
+    assert "expand" not in [n.op for n in nodes]
+    divs = [[tuple(prog.program.tensors[t].shape) for t in n.inputs] for n in nodes if n.op == "div"]
+    assert divs == [[(2, 2, 7, 8), (2, 2, 7, 1)]] * 2, divs
+    got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert assert_matches_pt2e(prog.program, gm, x, min_cos=0.999) >= 3
+
 def test_static_attention_reads_k_and_writes_the_heads_in_place(device):
     """Static int8: K's transpose (an int8 gather, then its dequantize) and the head merge after
     P V (a quantize, an int8 transpose and a repack) move to the float side of the matmuls

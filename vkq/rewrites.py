@@ -11,11 +11,12 @@ names of nodes it must leave in place."""
 from __future__ import annotations
 
 from .ops.attention import fold_views_into_attention
-from .ops.float import fold_fake_quantize, fold_scale_mask_into_softmax, fold_views_into_matmul
+from .ops.float import fold_broadcast_expands, fold_fake_quantize, fold_scale_mask_into_softmax, fold_views_into_matmul
 from .ops.pool import fold_cat_prefixes
 from .ops.shape import fold_view_chains
 
 SHAPE_REWRITES = [
+    fold_broadcast_expands,          # x / n.expand_as(x): the division broadcasts n itself
     fold_views_into_matmul,          # attention's head split/merge copies -> strided matmuls
     fold_scale_mask_into_softmax,    # softmax(scores * s + mask) in one pass
     fold_views_into_attention,       # q, k, v read from the projection, the result written merged

@@ -985,6 +985,43 @@ def fold_fake_quantize(program, keep=frozenset()) -> int:
     return len(gone)
 
 
+
+def fold_broadcast_expands(program, keep=frozenset()) -> int:
+    """expand(x) read only by float elementwise binary ops -> they read x (their kernel
+    broadcasts it: a stride of 0), where the op's output shape stays the same. F.normalize's
+    x / norm.expand_as(x) (Swin-V2's cosine attention: 24 of them, (64, 3, 64, 32) floats
+    written and read back, 1.5 ms each on lavapipe) becomes one broadcasting division. Returns
+    the expands folded."""
+    readers = readers_of(program)
+    T, rename = program.tensors, {}          # an expand's output -> its input, as readers will read
+
+    def takes(r, t, src):
+        if r.op not in BINARY or len(r.inputs) != 2 or r.name in keep:
+            return False
+        if any(T[u].dtype != "float32" for u in r.inputs + r.outputs):
+            return False
+        shapes = [T[src if u == t else rename.get(u, u)].shape for u in r.inputs]   # (both may be folds)
+        try:
+            return tuple(np.broadcast_shapes(*shapes)) == tuple(T[r.outputs[0]].shape)
+        except ValueError:
+            return False
+    gone = set()
+    for node in program.nodes:
+        t = node.outputs[0]
+        if node.op != "expand" or node.name in keep or t in program.outputs or T[t].dtype != "float32":
+            continue
+        users = readers.get(t, [])
+        if users and all(takes(r, t, node.inputs[0]) for r in users):
+            rename[t] = node.inputs[0]
+            gone.add(node.name)
+    program.nodes = [n if not set(n.inputs) & rename.keys() else
+                     type(n)(n.op, [rename.get(u, u) for u in n.inputs], list(n.outputs), dict(n.attrs), name=n.name)
+                     for n in program.nodes if n.name not in gone]
+    for t in rename:
+        T.pop(t, None)
+    return len(gone)
+
+
 # ---------------------------------------------------------------- registration
 
 def _ieee(reference):
