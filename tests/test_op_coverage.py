@@ -153,6 +153,33 @@ def test_other_spellings_of_ops_run_on_vulkan(device):
         assert cosine(got, gm(x).detach().numpy()) >= 0.995
 
 
+class MovedAxes(nn.Module):
+    """MaxViT's grid attention moves axes with swapaxes; movedim / moveaxis / swapdims the same."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 6), nn.Linear(5, 4)
+
+    def forward(self, x):                                           # x (2, 3, 5, 6)
+        h = self.a(x)
+        y = torch.swapaxes(h, 1, 2) + torch.movedim(h, 2, 1)       # (2, 5, 3, 6)
+        z = torch.moveaxis(y, (0, 3), (3, 1)).swapdims(-1, 1)       # (5, 6, 3, 2) -> (5, 2, 3, 6)
+        return self.b(torch.movedim(z, 0, -1))                      # (2, 3, 6, 5) -> (2, 3, 6, 4)
+
+
+def test_moved_axes_are_int8_permutes(device):
+    """swapaxes / swapdims / movedim / moveaxis are the transposes and permutes they name: int8
+    permutes where the values are int8, no gather by an index map (they ran as dequantize, a
+    float gather with an index constant the tensor's size, quantize); the program agrees with
+    the reference and with PT2E op by op."""
+    x = torch.randn(2, 3, 5, 6, generator=torch.Generator().manual_seed(4))
+    program, gm = lowered(MovedAxes().eval(), (x,), batches((2, 3, 5, 6)), "static")
+    names = ops(program)
+    assert "take" not in names and not program.fallback, names
+    got, ref = on_device(program, device, (x,))
+    np.testing.assert_array_equal(got, ref)
+    assert assert_matches_pt2e(program, gm, x, min_cos=0.999) >= 3
+
 class PadByNothing(nn.Module):
     """Swin pads its windows up to a multiple of the window size: by 0 on every side at 224."""
 

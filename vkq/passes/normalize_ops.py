@@ -39,6 +39,9 @@ differently; this pass rewrites the second kind into the first:
   aliases (multiply, divide, true_divide, subtract, absolute, negative, clip, greater, less, ...)
                                                 -> the op they name (mul, div, sub, abs, neg, clamp, gt, lt, ...)
   aten.square(x)                                -> aten.pow(x, 2)
+  aten.swapaxes / swapdims(x, a, b)             -> aten.transpose(x, a, b);  movedim / moveaxis -> the
+                                                  permute (int8 permutes; they ran as a float gather by
+                                                  an index map, MaxViT's grid attention)
   aten.constant_pad_nd / pad (constant) with negative amounts, static shapes
                                                 -> slices (the crops), then the pad of the rest
                                                   (RWKV's time shift: ZeroPad2d((0, 0, 1, -1)));
@@ -497,6 +500,27 @@ def from_alias(node):
     return _new(node, ALIASES[node.target], node.args, dict(node.kwargs))
 
 
+def transpose_from_swapaxes(node):
+    return _new(node, aten.transpose.int, (node.args[0], node.args[1], node.args[2]))
+
+
+def permute_from_movedim(node):
+    """movedim(x, source, destination): the permute that puts each source dim at its destination,
+    the other dims in their order (MaxViT's grid attention moves its axes this way)."""
+    v = node.args[0].meta.get("val")
+    if v is None:
+        return None
+    rank = v.dim()
+    src, dst = node.args[1], node.args[2]
+    src, dst = ([src], [dst]) if isinstance(src, int) else (list(src), list(dst))
+    src, dst = [d % rank for d in src], [d % rank for d in dst]
+    dims = [None] * rank
+    for s_, d_ in zip(src, dst):
+        dims[d_] = s_
+    rest = iter(d for d in range(rank) if d not in src)
+    return _new(node, aten.permute.default, (node.args[0], [d if d is not None else next(rest) for d in dims]))
+
+
 def pow_from_square(node):
     return _new(node, aten.pow.Tensor_Scalar, (node.args[0], 2))
 
@@ -626,6 +650,8 @@ BEFORE_ANNOTATION = {
     aten.pad.default: crop_from_negative_pad,
     **{a: from_alias for a in ALIASES},
     aten.square.default: pow_from_square,
+    aten.swapaxes.default: transpose_from_swapaxes, aten.swapdims.default: transpose_from_swapaxes,
+    **{getattr(getattr(aten, f), o): permute_from_movedim for f in ("movedim", "moveaxis") for o in ("int", "intlist")},
     aten.im2col.default: im2col_after_pad,
 }
 
