@@ -7,6 +7,7 @@ on every test device. Tolerances say why they are not zero:
   dot     a float32 sum of K products in another order than the reference's:
           |error| <= 2 K eps sum_k |a b|  (the usual bound for recursive summation)
 """
+import copy
 import math
 import warnings
 
@@ -935,6 +936,11 @@ def test_fold_broadcast_expands():
     prog = Program(t, nodes, ["x", "n", "r", "c"], ["y", "z", "w", "sm", "oe", "u"])
     xs = [rnd(4, 3, 8), rnd(4, 3, 1, lo=0.5), rnd(1, 8), rnd(4, 1, 1)]
     want = run_reference(prog, *xs)
+    # (a dynamic program's other shapes: `keep` names what stayed at the upper bounds, the
+    # readers among them, which stay too; a kept expand is not folded, so the column's can be)
+    kept = copy.deepcopy(prog)
+    assert fops.fold_broadcast_expands(kept, keep={"e_row", "div", "add", "mul"}) == 2
+    assert [n.name for n in kept.nodes if n.op == "expand"] == ["e_row", "e_sm", "e_out"]
     assert fops.fold_broadcast_expands(prog) == 2
     assert {n.name: n.inputs for n in prog.nodes if n.op != "expand"} == {
         "div": ["x", "n"], "add": ["r", "ce"], "mul": ["y", "r"], "softmax": ["se"], "sub": ["x", "oe"]}

@@ -996,7 +996,7 @@ def fold_broadcast_expands(program, keep=frozenset()) -> int:
     T, rename = program.tensors, {}          # an expand's output -> its input, as readers will read
 
     def takes(r, t, src):
-        if r.op not in BINARY or len(r.inputs) != 2 or r.name in keep:
+        if r.op not in BINARY or len(r.inputs) != 2:      # (a reader stays, reading the input instead)
             return False
         if any(T[u].dtype != "float32" for u in r.inputs + r.outputs):
             return False
