@@ -468,15 +468,24 @@ class ConstantTableMLP(nn.Module):
         return torch.relu(x + self.mlp(self.table))
 
 
-def test_linear_on_a_constant_table_reads_it_in_its_layout(device):
-    """A linear_q8 whose input is an int8 constant (the quantized table, rank 4): the constant is
-    packed 4H4W as the linear reads it (before: left 4W4C, the rank-4 default, and building the
-    program failed with "linear kernels read int8 4H4W activations")."""
+@pytest.mark.parametrize("folded", [True, False], ids=["folded", "as_ops"])
+def test_linear_on_a_constant_table_reads_it_in_its_layout(device, monkeypatch, folded):
+    """The MLP over the constant table is computed once (fold_constant_computations): no linear
+    is left. Without that pass, a linear_q8 whose input is an int8 constant (the quantized table,
+    rank 4): the constant is packed 4H4W as the linear reads it (before: left 4W4C, the rank-4
+    default, and building the program failed with "linear kernels read int8 4H4W activations")."""
+    from vkq.passes import pipeline
+    if not folded:
+        monkeypatch.setattr(pipeline, "PIPELINE", [p for p in pipeline.PIPELINE
+                                                   if p is not pipeline.fold_constant_computations])
     x = torch.randn(1, 5, 7, 3, generator=torch.Generator().manual_seed(0))
     gm = api.quantize(ConstantTableMLP().eval(), (x,), calibration=batches((1, 5, 7, 3)), progress=False)
     program = lower(gm, (x,))
-    first = next(n for n in program.nodes if n.op == "linear_q8")
-    assert first.inputs[0] in program.constants and program.tensors[first.inputs[0]].layout == "4H4W"
+    if folded:
+        assert "linear_q8" not in ops(program), ops(program)
+    else:
+        first = next(n for n in program.nodes if n.op == "linear_q8")
+        assert first.inputs[0] in program.constants and program.tensors[first.inputs[0]].layout == "4H4W"
     assert program.fallback == []
     oputil.assert_program_on_device(program, device, x.numpy())
     assert assert_matches_pt2e(program, gm, x) >= 1

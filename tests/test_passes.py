@@ -17,7 +17,7 @@ from vkq.passes._graph import HOST_FLOAT64, QUANTIZE, DEQUANTIZE, is_vkq, op_nam
 from vkq.passes.assign_layouts import assign_layouts
 from vkq.passes.drop_cancelling_qdq import drop_cancelling_qdq
 from vkq.passes.drop_guards import drop_guards
-from vkq.passes.fold_constants import fold_constants
+from vkq.passes.fold_constants import fold_constant_computations, fold_constants
 from vkq.passes.fold_qdq_patterns import fold_qdq_patterns
 from vkq.passes.fuse_activation import fuse_activation
 from vkq.passes.fuse_epilogue import fuse_epilogue
@@ -93,7 +93,8 @@ def convnet():
 
 def test_pipeline_is_an_ordered_list_linted_after_each_pass(convnet):
     names = [p.__name__ for p in PIPELINE]
-    assert names == ["inline_wrappers", "drop_guards", "unroll_rnn", "normalize_ops", "fuse_activation",
+    assert names == ["inline_wrappers", "drop_guards", "unroll_rnn", "normalize_ops", "fold_constant_computations",
+                     "fuse_activation",
                      "lift_quantize", "drop_cancelling_qdq", "fold_qdq_patterns", "decompose_ops", "fuse_epilogue",
                      "permute_in_float", "fake_quantize", "views_to_repack", "fold_constants", "assign_layouts"]
     _, gm = prepared(convnet, X, upto=PIPELINE[0])
@@ -393,6 +394,52 @@ def test_fold_constants_tensor_factories(device):
     from vkq.executor import VulkanExecutor, run_reference
     np.testing.assert_array_equal(VulkanExecutor(program, device)(x.numpy()), run_reference(program, x.numpy()))
 
+
+
+class PositionBias(nn.Module):
+    """Swin-V2's continuous position bias: an MLP over a constant table of coordinates, gathered
+    to (heads, n, n) and squashed, added to scores that depend on the input; and a conv whose
+    weight is standardized on every call (BiT's StdConv) from its parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 2))
+        self.register_buffer("coords", torch.stack(torch.meshgrid(torch.linspace(-1, 1, 7), torch.linspace(-1, 1, 7),
+                                                                  indexing="ij"), -1))
+        self.register_buffer("index", torch.randint(0, 49, (16, 16), generator=torch.Generator().manual_seed(1)))
+        self.conv = nn.Conv2d(2, 2, 3, padding=1)
+        self.q = nn.Linear(16, 16)
+
+    def forward(self, x):
+        bias = self.mlp(self.coords).view(-1, 2)[self.index.view(-1)].view(16, 16, 2).permute(2, 0, 1)
+        s = self.q(x) @ x.transpose(-2, -1) + 16 * torch.sigmoid(bias)
+        w = self.conv.weight
+        w = (w - w.mean((1, 2, 3), keepdim=True)) / (w.var((1, 2, 3), keepdim=True) + 1e-5).sqrt()
+        return torch.nn.functional.conv2d(s.unsqueeze(0), w, self.conv.bias, padding=1)
+
+
+def test_fold_constant_computations_runs_constant_work_once(device):
+    """What follows from constants only is a constant before the q/dq patterns fold: the bias
+    MLP, its gather and sigmoid are no ops of the program (they ran as int8 linears and tables
+    on every call); the standardized weight is a constant that the conv still takes as int8
+    (conv2d_q8). The reference equals PT2E op by op, Vulkan the reference."""
+    from vkq.lower import lower
+    from vkq.executor import VulkanExecutor, run_reference
+    from test_lower import assert_matches_pt2e
+    x = torch.randn(2, 16, 16)
+    gm, work = prepared(PositionBias().eval(), x, upto=fold_constant_computations)
+    assert {"aten.linear", "aten.var", "aten.sigmoid", "aten.index"} <= {op_name(t) for t in targets(work)}
+    assert fold_constant_computations(work)
+    left = {op_name(t) for t in targets(work)}
+    assert not left & {"aten.sigmoid", "aten.relu", "aten.var", "aten.index"}, left
+    assert len([n for n in work.graph.nodes if n.target == aten.linear.default]) == 1       # q(x) only
+    same_numbers(gm, work, x)
+    gm = converted(PositionBias().eval(), x)
+    program = lower(gm, (x,))
+    ops = [n.op for n in program.nodes]
+    assert ops.count("linear_q8") == 1 and "conv2d_q8" in ops and "lut_q8" not in ops and "take" not in ops, ops
+    np.testing.assert_array_equal(VulkanExecutor(program, device)(x.numpy()), run_reference(program, x.numpy()))
+    assert assert_matches_pt2e(program, gm, x, min_cos=0.999) >= 3
 
 def test_inline_wrappers_splices_no_grad_and_autocast_blocks():
     """export keeps `with torch.no_grad()` / `torch.autocast(enabled=False)` blocks as higher-order

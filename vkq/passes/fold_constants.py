@@ -1,5 +1,13 @@
 """fold_constants: what is computed from constants only is computed now, once.
 
+fold_constant_computations, before the q/dq patterns are folded: a computation on constants
+only (Swin-V2's position-bias MLP over its constant coordinate table, the table's gather and
+sigmoid; a weight standardized on the fly; a position embedding resized) is its value, as PT2E
+computes it (its quantize / dequantize pairs run as they do in PT2E's graph): without it each
+call ran the MLP as int8 vkq ops, 96 of Swin-V2-T's 614 dispatches. The quantize and dequantize
+nodes themselves, and views and gathers, are not folded on their own: dq(weight) -> view -> linear
+is what fold_qdq_patterns takes as an int8 weight, so a constant stays int8 up to its op.
+
 After fold_qdq_patterns has taken the int8 weights it can use, what is left on constants is
 float work for CPU ops: a dequantize_per_channel of a weight feeding a float conv, a permute
 of a parameter, ... Each such node becomes one get_attr buffer holding its value, so the
@@ -15,7 +23,8 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import add_constant, const_value, dynamic_size, finish, is_vkq, op_name, set_val
+from ._graph import GATHERS, PERMUTES, VIEWS, add_constant, const_value, dynamic_size, finish, is_vkq, op_name, \
+    set_val
 
 # value from the arguments alone; a tensor argument gives only dtype, device or shape
 FACTORIES = {"aten.new_zeros", "aten.new_ones", "aten.new_full", "aten.zeros_like", "aten.ones_like",
@@ -39,9 +48,42 @@ def _is_factory(node: Node) -> bool:
             and all(_static(a) for a in node.all_input_nodes))
 
 
+def _random(node: Node) -> bool:
+    """rand / randn / dropout in training mode...: no constant however constant its inputs."""
+    return isinstance(node.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in node.target.tags
+
+
 def _is_foldable(node: Node) -> bool:
-    return (node.op == "call_function" and not is_vkq(node) and node.users and _static(node)
+    return (node.op == "call_function" and not is_vkq(node) and node.users and _static(node) and not _random(node)
             and (_is_factory(node) or all(a.op == "get_attr" for a in node.all_input_nodes)))
+
+
+_NOT_ALONE = VIEWS | PERMUTES | GATHERS      # (and the quantized_decomposed ops): see the docstring
+
+
+def fold_constant_computations(gm: GraphModule) -> bool:
+    constant = set()                         # nodes whose value follows from constants only
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op == "get_attr":
+            constant.add(node)
+            continue
+        if node.op != "call_function" or _random(node) or is_vkq(node) \
+                or not all(a in constant for a in node.all_input_nodes):
+            continue
+        constant.add(node)
+        if (not node.all_input_nodes or node.target in _NOT_ALONE or not _static(node) or not node.users
+                or getattr(node.target, "namespace", None) == "quantized_decomposed"):
+            continue
+        value = evaluate_constant(gm, node)
+        if value is None:
+            continue
+        const = add_constant(gm, node.name, value, node)
+        set_val(const, value.shape, value.dtype)
+        node.replace_all_uses_with(const)
+        constant.add(const)
+        changed = True
+    return finish(gm, changed)
 
 
 def evaluate_constant(gm: GraphModule, node):

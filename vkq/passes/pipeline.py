@@ -16,7 +16,7 @@ from .drop_cancelling_qdq import drop_cancelling_qdq
 from .decompose_ops import decompose_ops
 from .drop_guards import drop_guards
 from .fake_quantize import fake_quantize
-from .fold_constants import fold_constants
+from .fold_constants import fold_constant_computations, fold_constants
 from .fold_qdq_patterns import fold_qdq_patterns
 from .fuse_activation import fuse_activation
 from .inline_wrappers import inline_wrappers
@@ -33,6 +33,8 @@ PIPELINE = [
     unroll_rnn,             # LSTM / GRU / RNN over a static length -> their cells' ops (a graph
                             #   converted without vkq's quantizer still has them); before normalize_ops
     normalize_ops,          # one spelling per op (convolution -> conv2d, t + addmm -> linear, ...)
+    fold_constant_computations,  # computations on constants only (a position-bias MLP) -> their values,
+                            #   as PT2E computes them; their q/dq and a weight's views stay for folding
     fuse_activation,        # relu/relu6/hardtanh before quantizes -> their qmin/qmax; before folding,
                             #   so that dq -> conv -> q is adjacent
     lift_quantize,          # quantize above view chains, identical quantizes merged: dq -> pool -> q adjacent
