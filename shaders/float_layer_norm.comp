@@ -13,15 +13,27 @@
 // registers over the three passes (x read once), with no division j / HW; stores are vec4s.
 // TEXEL: x, w and bias through texel fetches (texel.glsl).
 // CENTER = 0 (specialization constant 6): rms_norm, mean taken as 0 (its bias is zeros).
+// Q8 (layer_norm_q8, VEC only): x an int8 tensor in 4H4W, dequantized as it is read, and y one
+// too, quantized as it is written (rows of the trailing dim: 4 values a word, a block's 4 rows
+// in consecutive words; the rows that pad H to a multiple of 4 written 0, as quantize does): the
+// dequantize -> layer_norm -> quantize of a transformer's static int8 graph in one pass that
+// moves int8, not two float tensors. The floats in between are the float path's.
 //! variant ROW_SUBGROUP
 //! variant ROW_LANE
 //! variant ROW_LANE TEXEL
 //! variant ROW_WORKGROUP
 //! variant ROW_SUBGROUP TEXEL
 //! variant ROW_WORKGROUP TEXEL
+//! variant Q8 ROW_SUBGROUP
+//! variant Q8 ROW_LANE
+//! variant Q8 ROW_LANE TEXEL
+//! variant Q8 ROW_WORKGROUP
+//! variant Q8 ROW_SUBGROUP TEXEL
+//! variant Q8 ROW_WORKGROUP TEXEL
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "texel.glsl"
+#include "int8x4.glsl"
 
 layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of two
 #include "float_workgroup.glsl"
@@ -33,25 +45,49 @@ IVEC4_WORDS_INPUT(2, bb)
 #define X(i) intBitsToFloat(WORD(xb, i))
 #define W(i) intBitsToFloat(WORD(wb, i))
 #define BIAS(i) intBitsToFloat(WORD(bb, i))
-#define X4(i) intBitsToFloat(LOAD4(xb, i))
-layout(std430, binding = 3) writeonly buffer Y { float y[]; };
-VEC4_OUTPUT(3, y4)   // the same words by vec4 (texel.glsl)
 layout(push_constant) uniform Params {
     int R, D;
     float eps;
     int G, CG, HW;
+    int H;                         // Q8: the rows of an image (N, C, H, D), for the 4H4W words
+    float x_scale;
+    int x_zp;
+    float out_inv_scale;
+    int out_zp, qmin, qmax;
 } p;
+#ifdef Q8
+layout(std430, binding = 3) writeonly buffer Y { int yq[]; };
+// row r's j4-th word (4 values) is word first + 4 j4 (4H4W: a block holds 4 rows' words in turn)
+int row_word(int r) {
+    const int nc = r / p.H, h = r - nc * p.H;
+    return ((nc * ((p.H + 3) / 4) + h / 4) * (p.D / 4)) * 4 + (h & 3);
+}
+#define X4(i) (vec4(unpack_int8x4(WORD(xb, i)) - p.x_zp) * p.x_scale)
+int quantize4(vec4 v) {
+    precise vec4 t = roundEven(v * p.out_inv_scale) + float(p.out_zp);
+    return pack_int8x4(mix(ivec4(clamp(t, float(p.qmin), float(p.qmax))), ivec4(0), isnan(t)));
+}
+#define STORE_Y4(i, v) yq[(i)] = quantize4(v)
+#define STEP 4
+#else
+#define X4(i) intBitsToFloat(LOAD4(xb, i))
+layout(std430, binding = 3) writeonly buffer Y { float y[]; };
+VEC4_OUTPUT(3, y4)   // the same words by vec4 (texel.glsl)
+int row_word(int r) { return r * (p.D / 4); }
+#define STORE_Y4(i, v) STORE_VEC4(y4, i, v)
+#define STEP 1
+#endif
 
 void row_vec4(int r, int l, int n) {
-    const int D4 = p.D / 4, base4 = r * D4, c4 = (r % p.G) * p.CG / 4;
+    const int D4 = p.D / 4, base4 = row_word(r), c4 = (r % p.G) * p.CG / 4;
     vec4 v[KEEP];
     float s = 0.0;
     [[unroll]] for (int i = 0; i < KEEP; ++i) {
         const int j4 = l + i * n;
-        v[i] = j4 < D4 ? X4(base4 + j4) : vec4(0.0);
+        v[i] = j4 < D4 ? X4(base4 + STEP * j4) : vec4(0.0);
         s += sum4(v[i]);
     }
-    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) s += sum4(X4(base4 + j4));
+    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) s += sum4(X4(base4 + STEP * j4));
     const float mean = CENTER != 0 ? row_sum(s) / float(p.D) : 0.0;
 
     float ss = 0.0;
@@ -60,7 +96,7 @@ void row_vec4(int r, int l, int n) {
         if (l + i * n < D4) ss += sum4(d * d);
     }
     for (int j4 = l + KEEP * n; j4 < D4; j4 += n) {
-        const vec4 d = X4(base4 + j4) - mean;
+        const vec4 d = X4(base4 + STEP * j4) - mean;
         ss += sum4(d * d);
     }
     const float rstd = inversesqrt(row_sum(ss) / float(p.D) + p.eps);
@@ -68,15 +104,24 @@ void row_vec4(int r, int l, int n) {
     [[unroll]] for (int i = 0; i < KEEP; ++i) {
         const int j4 = l + i * n;
         if (j4 < D4)
-            STORE_VEC4(y4, base4 + j4, (v[i] - mean) * rstd * intBitsToFloat(LOAD4(wb, c4 + j4)) + intBitsToFloat(LOAD4(bb, c4 + j4)));
+            STORE_Y4(base4 + STEP * j4, (v[i] - mean) * rstd * intBitsToFloat(LOAD4(wb, c4 + j4)) + intBitsToFloat(LOAD4(bb, c4 + j4)));
     }
     for (int j4 = l + KEEP * n; j4 < D4; j4 += n)
-        STORE_VEC4(y4, base4 + j4, (X4(base4 + j4) - mean) * rstd * intBitsToFloat(LOAD4(wb, c4 + j4)) + intBitsToFloat(LOAD4(bb, c4 + j4)));
+        STORE_Y4(base4 + STEP * j4, (X4(base4 + STEP * j4) - mean) * rstd * intBitsToFloat(LOAD4(wb, c4 + j4)) + intBitsToFloat(LOAD4(bb, c4 + j4)));
+#ifdef Q8
+    const int h = r - r / p.H * p.H;          // the last row of an image: the padding rows after it
+    if (h == p.H - 1)
+        for (int k = 1; k < 4 - (h & 3); ++k)
+            for (int j4 = l; j4 < D4; j4 += n) yq[base4 + k + 4 * j4] = 0;
+#endif
 }
 
 void main() {
     int l = lane(), n = lanes();
     for (int r = first_row(); r < p.R; r += row_stride()) {   // uniform over a row's owner
+#ifdef Q8
+        row_vec4(r, l, n);
+#else
         if (VEC != 0) {
             row_vec4(r, l, n);
             continue;
@@ -101,5 +146,6 @@ void main() {
             int c = c0 + j / p.HW;
             y[base + j] = (X(base + j) - mean) * rstd * W(c) + BIAS(c);
         }
+#endif
     }
 }

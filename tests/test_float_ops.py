@@ -296,6 +296,40 @@ def test_layer_norm(loads_device, lane_rows, shape, norm):
     assert ("TEXEL" in st.defines) == (device.texel_loads and x.size % 4 == 0), st.defines
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 5, 64), (7, 20), (1, 9, 768), (3, 4)])
+def test_layer_norm_q8(loads_device, lane_rows, shape):
+    """layer_norm_q8: an int8 4H4W tensor normalised over its last dim into an int8 one, read
+    and written as int8 words. Equal to the reference but where the float32 row statistics round
+    a value across a quantization boundary (one step, rarely), on rows a lane, a subgroup or a
+    workgroup each; the rows padding H to a multiple of 4 are written 0 over what the output
+    buffer held (4 bytes of 0x7f each)."""
+    from vkq import packing
+    from vkq.program import TensorSpec
+    device, d = loads_device, shape[-1]
+    rng = np.random.default_rng(11)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    x[..., : d // 2] //= 4                        # rows of unequal spread
+    w, b = rnd(d) + 0.5, rnd(d) * 0.2
+    attrs = dict(normalized_shape=[d], eps=1e-5, x_scale=0.05, x_zp=3, out_scale=0.02, out_zp=-5, qmin=-128, qmax=127)
+    prog = single_op_program("layer_norm_q8", [("x", TensorSpec(shape, "int8", "4H4W"))],
+                             [("y", TensorSpec(shape, "int8", "4H4W"))], attrs,
+                             {"w": (spec((d,)), w), "b": (spec((d,)), b)})
+    ex = VulkanExecutor(prog, device)
+    out = ex.buffers["y"]
+    out.write(np.full(out.read().size, 0x7F7F7F7F, np.int32))
+    got, ref = ex(x), run_reference(prog, x)
+    want = fops.quantize(fops.layer_norm(fops.dequantize(x, 0.05, 3), w, b, normalized_shape=[d], eps=1e-5),
+                         0.02, -5)
+    np.testing.assert_array_equal(ref, want)
+    diff = np.abs(got.astype(int) - ref.astype(int))
+    assert diff.max() <= 1 and diff.mean() < 0.01, (diff.max(), diff.mean())
+    assert len(np.unique(ref)) > 50 and (ref == 127).any() or d < 32         # (saturates: out_scale 0.02)
+    np.testing.assert_array_equal(out.read(), packing.pack(got, "4H4W"))      # padding bytes 0
+    steps = [st for seg in ex.segments if seg[0] == "vulkan" for st in seg[1].steps]
+    row_owner(steps, device, lane_rows, d, fops.ROW_LANE_NORM)
+    assert "Q8" in steps[0].defines and ("TEXEL" in steps[0].defines) == device.texel_loads, steps[0].defines
+
+
 @pytest.mark.parametrize("shape,norm", [((3, 5, 37), [37]), ((13, 384), [384]), ((2, 5, 7, 3), [7, 3])])
 def test_rms_norm(loads_device, lane_rows, shape, norm):
     """rms_norm is layer_norm's shader with the centring compiled out: an offset input (whose

@@ -180,17 +180,18 @@ def test_mlp_static():
 
 
 def test_ops_without_int8_kernels_run_in_float():
-    """layer_norm and softmax have no int8 kernels: they run on float32 shaders (vkq.ops.float),
-    with a dequantize before and a quantize after; nothing on the CPU. sigmoid between two
-    quantized linears is an int8 table, applied in the first linear's epilogue."""
+    """softmax has no int8 kernel: it runs on a float32 shader (vkq.ops.float) after a
+    dequantize; layer_norm between a dequantize and a quantize is one layer_norm_q8 (int8 in and
+    out, float inside); nothing on the CPU. sigmoid between two quantized linears is an int8
+    table, applied in the first linear's epilogue."""
     x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     gm = api.quantize(models.unsupported_ops_model(), (x,), calibration=batches((2, 3, 16, 16)), progress=False)
     program = lower(gm, (x,))
     assert program.fallback == []
     assert all(cpu_reason(n, program.tensors) is None for n in program.nodes)
-    assert ops(program) == ["quantize", "conv2d_q8", "adaptive_avg_pool2d_q8", "repack", "dequantize", "layer_norm",
-                            "quantize", "linear_q8", "linear_q8", "softmax"]
-    assert program.nodes[7].attrs["lut"]
+    assert ops(program) == ["quantize", "conv2d_q8", "adaptive_avg_pool2d_q8", "repack", "layer_norm_q8",
+                            "linear_q8", "linear_q8", "softmax"]
+    assert program.nodes[5].attrs["lut"]
     assert_matches_pt2e(program, gm, x)
 
 
@@ -429,7 +430,8 @@ def test_transformer_encoder_lowers():
             assert sum(bool(n.attrs.get("lut")) for n in program.nodes if n.op == "linear_q8") == 2
         assert all(n.attrs.get("target") != "aten::_assert_tensor_metadata" for n in program.nodes)
         if scheme == "static":
-            assert assert_matches_pt2e(program, gm, (ids, mask)) > 50
+            assert "layer_norm_q8" in ops(program)       # (the embeddings' norm reads floats)
+            assert assert_matches_pt2e(program, gm, (ids, mask)) > 40
         else:
             out = run_reference(program, ids.numpy(), mask.numpy())
             assert cosine(out, gm(ids, mask).detach().numpy()) >= 0.999

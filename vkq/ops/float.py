@@ -55,7 +55,8 @@ import math
 import numpy as np
 
 from ..device import grid_1d
-from ..quant import fake_quant_push, fake_quantize
+from .. import packing
+from ..quant import dequantize, fake_quant_push, fake_quantize, inverse_scale, quantize
 from ..registry import register_op
 from ..vkinfo import DeviceLimit
 
@@ -548,8 +549,54 @@ def _layer_norm_build(ctx, node):
     rows = n // d
     bias = ctx.buffer(b[0]) if b else ctx.const_buffer(np.zeros(d, F32), F32)
     return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), bias, ctx.buffer(y)],
-                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), 1, d, 1),
+                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), 1, d, 1, *_NOT_Q8),
                           vec4s=d // 4, vec=d % 4 == 0, center=not not b, lane_max=ROW_LANE_NORM)]
+
+
+_NOT_Q8 = (1, F32(1.0), 0, F32(1.0), 0, -128, 127)     # float_layer_norm's Q8 push constants, unused
+
+
+def layer_norm_q8(x, weight, bias, *, normalized_shape, eps, x_scale, x_zp, out_scale, out_zp, qmin, qmax):
+    """dequantize -> layer_norm -> quantize (the static int8 graph's float island) as one op."""
+    y = layer_norm(dequantize(x, x_scale, x_zp), weight, bias, normalized_shape=normalized_shape, eps=eps)
+    return quantize(y, out_scale, out_zp, qmin, qmax)
+
+
+def _layer_norm_q8_decline(node, tensors):
+    shape, d = tensors[node.inputs[0]].shape, _numel(node.attrs["normalized_shape"])
+    if len(shape) > 4 or len(node.attrs["normalized_shape"]) != 1 or d % 4:
+        return f"{node.op}: rank <= 4 and one normalized dim of a multiple of 4 values, got {shape} over {d}"
+    return None
+
+
+def _layer_norm_q8_build(ctx, node):
+    x, w, b = node.inputs
+    a = node.attrs
+    n, c, h, d = packing.as_nchw(ctx.spec(x).shape)
+    if _numel(ctx.spec(w).shape) != d or _numel(ctx.spec(b).shape) != d:
+        raise ValueError(f"{node.name}: layer_norm_q8 weight/bias must have {d} values")
+    rows = n * c * h
+    push = (rows, d, F32(a["eps"]), 1, d, 1, h, F32(a["x_scale"]), a["x_zp"], inverse_scale(a["out_scale"]),
+            a["out_zp"], a["qmin"], a["qmax"])
+    return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b),
+                                                    ctx.buffer(node.outputs[0])],
+                          rows, d, push, defines=["Q8"], vec4s=d // 4, vec=True, center=True,
+                          lane_max=ROW_LANE_NORM)]
+
+
+@register_op
+class LayerNormQ8:
+    """Layer norm of an int8 tensor to an int8 tensor over its last dim (4H4W rows): the
+    dequantize, the float layer norm and the quantize of PT2E's graph in one pass
+    (float_layer_norm Q8; fold_qdq_patterns makes it). Its floats are the float path's: the
+    quantized result may differ from the reference by one step where a value rounds at a
+    boundary."""
+    name = "layer_norm_q8"
+    shaders = ("float_layer_norm",)
+    layouts = ("4H4W",)
+    reference = staticmethod(layer_norm_q8)
+    build = staticmethod(_layer_norm_q8_build)
+    decline = staticmethod(_layer_norm_q8_decline)
 
 
 def group_norm(x, weight, bias, *, groups, eps=1e-5):
@@ -574,7 +621,7 @@ def _group_norm_build(ctx, node):
     rows, d = n * groups, c // groups * hw
     return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b),
                                                     ctx.buffer(node.outputs[0])],
-                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), groups, c // groups, hw),
+                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), groups, c // groups, hw, *_NOT_Q8),
                           vec4s=d // 4, vec=hw == 1 and d % 4 == 0, lane_max=ROW_LANE_NORM)]
 
 

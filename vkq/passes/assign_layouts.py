@@ -2,7 +2,7 @@
 explicit `repack` only where a producer and a consumer disagree.
 
   4W4C  convolutions and pools read and write it: a conv chain stays 4W4C throughout;
-  4H4W  linear_q8 reads and writes it.
+  4H4W  linear_q8 and layer_norm_q8 read and write it.
   ROW   tensors of rank 5 and 6 (vkq/packing.py): shape ops and quantize/dequantize take it.
 Elementwise ops (add_q8, mul_q8, clamp_q8, cat_q8, lut_q8) write the layout of their first input and
 need every input in it. Free producers (quantize, repack, shape ops, CPU ops, constants) write
@@ -21,10 +21,11 @@ from torch.fx import GraphModule, Node
 from ._graph import PERMUTES, aten, dtype_of, finish, is_call, is_vkq, qparams, set_val, shape_of, vkq_op_of, vkq_target
 
 OUTPUT_LAYOUT = {"conv2d_q8": "4W4C", "max_pool2d_q8": "4W4C", "avg_pool2d_q8": "4W4C",
-                 "adaptive_avg_pool2d_q8": "4W4C", "adaptive_max_pool2d_q8": "4W4C", "linear_q8": "4H4W"}
+                 "adaptive_avg_pool2d_q8": "4W4C", "adaptive_max_pool2d_q8": "4W4C", "linear_q8": "4H4W",
+                 "layer_norm_q8": "4H4W"}
 INPUT_LAYOUT = {"conv2d_q8": "4W4C", "max_pool2d_q8": "4W4C", "avg_pool2d_q8": "4W4C",
                 "adaptive_avg_pool2d_q8": "4W4C", "adaptive_max_pool2d_q8": "4W4C", "linear_q8": "4H4W",
-                "linear_q8_fout": "4H4W"}
+                "linear_q8_fout": "4H4W", "layer_norm_q8": "4H4W"}
 FOLLOW = {"add_q8", "mul_q8", "clamp_q8", "cat_q8", "lut_q8"}
 KEY = "vkq_layout"
 

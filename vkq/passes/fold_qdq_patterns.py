@@ -29,6 +29,7 @@ walks its own q/dq neighbours with the helpers below. The patterns:
   avg_pool2d                 dq x, q out                       -> avg_pool2d_q8
   adaptive_avg_pool2d        dq x (4-D), q out                 -> adaptive_avg_pool2d_q8
   cat                        dq inputs, q out                  -> cat_q8 [+ clamp_q8]
+  layer_norm                 dq x, q out, over the last dim (a multiple of 4) -> layer_norm_q8
   upsample_bilinear2d        dq x (4-D), q out                 -> upsample_bilinear2d (int8) [+ clamp_q8]
   quantize(dequantize(x))    (what drop_cancelling_qdq left: a rescale or a narrower range) -> clamp_q8
 """
@@ -509,6 +510,30 @@ def fold_cat(gm, node: Node):
     return clamp_to(gm, joined, (out["scale"], out["zero_point"]), q)
 
 
+def fold_layer_norm(gm, node: Node):
+    """dq x -> layer_norm over the last dim (a multiple of 4 values, rank <= 4) -> q: layer_norm_q8.
+    Any other layer norm stays the float op on the device (None: nothing to reject)."""
+    x, q = dq_source(node.args[0]), q_sink(node)
+    normalized = list(arg(node, 1, "normalized_shape", []))
+    if x is None or q is None or len(shape_of(node)) > 4 or len(normalized) != 1 \
+            or not isinstance(normalized[0], int) or normalized[0] % 4:
+        return None
+    d = normalized[0]
+    w, b = arg(node, 2, "weight", None), arg(node, 3, "bias", None)
+    if not all(v is None or (isinstance(v, Node) and v.op == "get_attr") for v in (w, b)):
+        return None
+    constants = {**({"weight": np.ones(d, np.float32)} if w is None else {}),
+                 **({"bias": np.zeros(d, np.float32)} if b is None else {})}
+    out = q_args(q)
+    attrs = dict(normalized_shape=[d], eps=float(arg(node, 4, "eps", 1e-5)), x_scale=x.scale, x_zp=x.zero_point,
+                 out_scale=out["scale"], out_zp=out["zero_point"], qmin=out["qmin"], qmax=out["qmax"])
+    if w is not None and b is not None:
+        return emit_for_q(gm, q, "layer_norm_q8", [x.node, w, b], {}, attrs)
+    if w is None and b is None:
+        return emit_for_q(gm, q, "layer_norm_q8", [x.node], constants, attrs)
+    return None       # (one of the two: rare; the float op takes it)
+
+
 def fold_requantize(gm, q: Node):
     """quantize(dequantize(x)) that did not cancel: rescale and/or clamp on int8."""
     x = dq_source(q.args[0])
@@ -527,6 +552,7 @@ FOLD_RULES = {
     aten.avg_pool2d.default: fold_avg_pool,
     aten.adaptive_avg_pool2d.default: fold_adaptive_pool,
     aten.cat.default: fold_cat,
+    aten.layer_norm.default: fold_layer_norm,
     aten.upsample_bilinear2d.vec: fold_upsample_bilinear,
     aten.upsample_bilinear2d.default: fold_upsample_bilinear,
     **{t: fold_unary for t in UNARY_ELEMENTWISE - {aten.add.Tensor, aten.mul.Tensor}},
