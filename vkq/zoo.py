@@ -13,7 +13,7 @@ outside the environment's site-packages, in ZOO_SITE (tools/setup.sh installs th
 --no-deps): transformers imports any torchvision it can find, and a plain `import torchvision`
 fails, so only the zoo puts that folder on sys.path, after declaring the schemas. Large
 architectures are built from the libraries' own classes with small configurations (DenseNet,
-ConvNeXt, ViT, Swin, BERT, GPT-2) so that the whole zoo runs in minutes on lavapipe.
+ConvNeXt, ViT, Swin, Swin-V2, MaxViT, BERT, GPT-2) so that the whole zoo runs in minutes on lavapipe.
 """
 from __future__ import annotations
 
@@ -145,6 +145,24 @@ def _swin():
                            num_classes=10)
 
 
+def _swin_v2():
+    """Swin-V2: cosine attention (F.normalize of q and k, a per-head logit scale) and a position
+    bias from an MLP over a constant coordinate table."""
+    import_torchvision()
+    from torchvision.models.swin_transformer import PatchMergingV2, SwinTransformer, SwinTransformerBlockV2
+    return SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=[4, 4],
+                           num_classes=10, block=SwinTransformerBlockV2, downsample_layer=PatchMergingV2)
+
+
+def _maxvit():
+    """MaxViT: MBConv (depthwise, squeeze-excitation) then block and grid attention, whose
+    partitions move axes with swapaxes, and a relative position bias gathered from a table."""
+    import_torchvision()
+    from torchvision.models.maxvit import MaxVit
+    return MaxVit(input_size=(64, 64), stem_channels=16, partition_size=4, block_channels=[16, 32],
+                  block_layers=[1, 1], head_dim=8, stochastic_depth_prob=0.0, num_classes=10)
+
+
 def _swin3d():
     import_torchvision()
     from torchvision.models.video.swin_transformer import SwinTransformer3d
@@ -204,6 +222,8 @@ ZOO = {
                                      patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
                                      num_classes=10), _image(32)),
     "swin": ("torchvision", _swin, _image(32)),
+    "swin_v2": ("torchvision", _swin_v2, _image(32)),
+    "maxvit": ("torchvision", _maxvit, _image(64)),
     "lraspp_mobilenet_v3": ("torchvision", _lraspp, _image(64)),
     "r2plus1d_18": ("torchvision", _tv_class("torchvision.models.video.resnet", "r2plus1d_18", num_classes=10),
                     _video(4, 32)),
