@@ -222,8 +222,7 @@ class PatchesAndBack(nn.Module):
 
 def test_non_overlapping_fold_runs_on_vulkan(device):
     """col2im (F.fold) ran on the CPU: where its windows do not overlap (each output one input
-    value, or none) it is a gather now, under both schemes. An overlapping fold still sums on the
-    CPU, named."""
+    value, or none) it is a gather now, under both schemes."""
     x = torch.randn(2, 3, 10, 6, generator=torch.Generator().manual_seed(4))
     for scheme in ("static", "dynamic"):
         program, gm = lowered(PatchesAndBack().eval(), (x,), batches((2, 3, 10, 6)), scheme)
@@ -232,10 +231,42 @@ def test_non_overlapping_fold_runs_on_vulkan(device):
         for a, b, w in zip(got, ref, gm(x)):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6 * np.abs(b).max())
             assert cosine(a, w.detach().numpy()) >= 0.995
+
+
+class OutlookFold(nn.Module):
+    """VOLO's outlook attention folds its weighted windows back with overlap (kernel 3, stride
+    2, padding 1, an output size one past the windows' reach: output padding 1)."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(1)
+            self.a, self.b = nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 6, 1)
+
+    def forward(self, x):                                           # x (2, 4, 9, 11)
+        cols = F.unfold(self.a(x), 3, padding=1, stride=2)          # (2, 36, 30)
+        return self.b(F.fold(cols * 0.5 + 0.1, (9, 11), kernel_size=3, padding=1, stride=2))
+
+
+def test_overlapping_fold_sums_on_vulkan(device):
+    """An overlapping col2im sums each output over the windows that cover it: it ran on the CPU;
+    now it is a transposed conv by a one-hot weight, a group a channel (normalize_ops), which
+    runs as a conv (int8 under the static scheme: the one-hot weight is exact). The program
+    agrees with the reference and with PT2E, and a bare fold equals torch's."""
+    x = torch.randn(2, 4, 9, 11, generator=torch.Generator().manual_seed(5))
+    for scheme in ("static", "dynamic"):
+        program, gm = lowered(OutlookFold().eval(), (x,), batches((2, 4, 9, 11)), scheme)
+        assert "col2im" not in str([n.attrs.get("target") for n in program.nodes])
+        got, ref = on_device(program, device, (x,))
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+        assert cosine(got, gm(x).detach().numpy()) >= 0.999
+        assert cosine(got, OutlookFold().eval()(x).detach().numpy()) >= 0.99
     overlapping = _Lambda(lambda t: F.fold(t, (7, 7), kernel_size=3, stride=2))
-    t = torch.randn(1, 9, 9)
-    program = lower(api.quantize(overlapping, (t,), scheme="dynamic", progress=False), (t,))
-    assert [op for op, _ in program.fallback] == ["aten.col2im"]
+    t = torch.randn(1, 9, 9, generator=torch.Generator().manual_seed(6))
+    program, gm = lowered(overlapping, (t,), [(torch.randn(1, 9, 9),)], "dynamic")
+    got, ref = on_device(program, device, (t,))
+    np.testing.assert_allclose(got, overlapping(t).numpy(), rtol=1e-5, atol=1e-5)
+    assert (overlapping(torch.ones(1, 9, 9)) > 1).any()                 # (windows do overlap)
 
 
 class FloatActivations(nn.Module):

@@ -48,6 +48,8 @@ differently; this pass rewrites the second kind into the first:
                                                   by nothing -> removed (Swin's windows at 224)
   aten.im2col(x, k, d, padding, s) (nn.Unfold)  -> im2col(constant_pad_nd(x, padding), k, d, 0, s): the pad
                                                   a kernel, the rest a gather (ConvBERT)
+  aten.col2im (nn.Fold), windows that overlap   -> conv_transpose2d of the columns by a one-hot weight, a
+                                                  group a channel: the sums over windows (VOLO)
   aten.index.Tensor(x, [i0, .., ik-1]), an index computed in the graph, float x, static shapes
                                                 -> embedding(reshape(x, (rows, rest)), i0 s0 + .. + ik-1 sk-1)
                                                   (CLIP's pooled text output: x[arange(B), ids.argmax(-1)])
@@ -333,6 +335,36 @@ def from_prelu(node):
         return out
     out.meta["val"] = v4
     return _new(node, aten.reshape.default, (out, list(v.shape) if isinstance(v.shape[0], int) else [-1, *v.shape[1:]]))
+
+
+def conv_transpose_from_col2im(node):
+    """col2im (F.fold) with overlapping windows (VOLO's outlook attention: kernel 3, stride 2)
+    sums each output value over the windows that cover it: that is conv_transpose2d of the
+    columns viewed as (N, C k_h k_w, L_h, L_w) by a one-hot weight, a group a channel (input
+    channel (c, i, j) -> output channel c at kernel position (i, j)), which conv_transpose_as_conv
+    then makes a conv with kernels (int8 where quantized: a one-hot weight is exact). Windows that
+    do not overlap stay col2im, a gather (lower.py _col2im)."""
+    gm = node.graph.owning_module
+    x = node.args[0]
+    v, out = val(x), val(node)
+    output_size, kernel, dilation, padding, stride = (list(a) if isinstance(a, (list, tuple)) else [a, a]
+                                                      for a in node.args[1:6])
+    sizes = [*output_size, *kernel, *dilation, *padding, *stride]
+    if not isinstance(v, torch.Tensor) or v.dim() != 3 or not all(isinstance(d, int) for d in [*v.shape, *sizes]) \
+            or dilation != [1, 1] or all(k <= st for k, st in zip(kernel, stride)):
+        return None
+    n, ckk, length = v.shape
+    (h, w), (kh, kw), (ph, pw), (sh, sw) = output_size, kernel, padding, stride
+    lh, lw = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    oph, opw = h - ((lh - 1) * sh - 2 * ph + kh), w - ((lw - 1) * sw - 2 * pw + kw)
+    if ckk % (kh * kw) or lh * lw != length or not (0 <= oph < sh and 0 <= opw < sw):
+        return None
+    c = ckk // (kh * kw)
+    onehot = torch.zeros(ckk, 1, kh, kw)
+    onehot.view(c, kh * kw, kh * kw)[:, torch.arange(kh * kw), torch.arange(kh * kw)] = 1.0
+    weight = add_constant(gm, f"{node.name}_windows", onehot, node)
+    x4 = _made(node, aten.reshape.default, (x, [n, ckk, lh, lw]), (n, ckk, lh, lw), v.dtype)
+    return _new(node, aten.conv_transpose2d.input, (x4, weight, None, [sh, sw], [ph, pw], [oph, opw], c, [1, 1]))
 
 
 def mul_sigmoid_from_glu(node):
@@ -650,6 +682,7 @@ BEFORE_ANNOTATION = {
     aten.pad.default: crop_from_negative_pad,
     **{a: from_alias for a in ALIASES},
     aten.square.default: pow_from_square,
+    aten.col2im.default: conv_transpose_from_col2im,
     aten.swapaxes.default: transpose_from_swapaxes, aten.swapdims.default: transpose_from_swapaxes,
     **{getattr(getattr(aten, f), o): permute_from_movedim for f in ("movedim", "moveaxis") for o in ("int", "intlist")},
     aten.im2col.default: im2col_after_pad,
