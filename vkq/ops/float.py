@@ -1032,7 +1032,6 @@ def fold_fake_quantize(program, keep=frozenset()) -> int:
     return len(gone)
 
 
-
 def fold_broadcast_expands(program, keep=frozenset()) -> int:
     """expand(x) read only by float elementwise binary ops -> they read x (their kernel
     broadcasts it: a stride of 0), where the op's output shape stays the same. F.normalize's

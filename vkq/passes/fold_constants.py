@@ -62,6 +62,8 @@ _NOT_ALONE = VIEWS | PERMUTES | GATHERS      # (and the quantized_decomposed ops
 
 
 def fold_constant_computations(gm: GraphModule) -> bool:
+    """Each computation on constants only (not a q/dq, view or gather on its own) -> a constant
+    holding its value (the module docstring says why). One walk in graph order."""
     constant = set()                         # nodes whose value follows from constants only
     changed = False
     for node in list(gm.graph.nodes):
