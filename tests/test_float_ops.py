@@ -617,7 +617,7 @@ def test_contiguous_reductions_read_vec4s(loads_device, monkeypatch, op, owner):
     monkeypatch.setattr(fops, "ROW_SUBGROUP", owner == "subgroup")
     cases = [((3, 5, 7, 32), [-1], True, True), ((2, 3, 17, 24), [2, 3], False, True),
              ((2, 3, 17, 24), [1, 2, 3], False, True), ((3, 5, 30), [-1], True, False),
-             ((3, 6, 4, 12), [2], False, False), ((5, 3, 6), [-1], False, False)]
+             ((3, 6, 4, 12), [2], False, False), ((5, 3, 6), [-1], False, False), ((2, 70, 3), [1], False, False)]
     if owner == "lane":      # (a lane an output below REDUCE_ROW values)
         cases = [c for c in cases if math.prod(c[0][d] for d in c[1]) < fops.REDUCE_ROW]
     else:
@@ -993,6 +993,7 @@ def test_binary_with_a_fake_quantize(loads_device, a_shape, b_shape, path):
     values past the int8 range clamp, so some saturate."""
     steps = []
     a, b = rnd(*a_shape, lo=-6, hi=6), rnd(*b_shape, lo=-6, hi=6)
+    a.reshape(-1)[:2], b.reshape(-1)[:2] = (6, -6), (6, -6)     # (output 0 is 12: saturates, whatever the draw)
     got, ref = run_op(loads_device, "add", [a, b], {"alpha": 1, "fq": FQ}, np.broadcast_shapes(a_shape, b_shape),
                       steps=steps)
     np.testing.assert_array_equal(ref, fake_quantize(a + b, **FQ))
