@@ -77,15 +77,22 @@ def fold_constant_computations(gm: GraphModule) -> bool:
         if (not node.all_input_nodes or node.target in _NOT_ALONE or not _static(node) or not node.users
                 or getattr(node.target, "namespace", None) == "quantized_decomposed"):
             continue
-        value = evaluate_constant(gm, node)
-        if value is None:
-            continue
-        const = add_constant(gm, node.name, value, node)
-        set_val(const, value.shape, value.dtype)
-        node.replace_all_uses_with(const)
-        constant.add(const)
-        changed = True
+        const = _replace_by_value(gm, node)
+        if const is not None:
+            constant.add(const)
+            changed = True
     return finish(gm, changed)
+
+
+def _replace_by_value(gm: GraphModule, node) -> Node | None:
+    """node's uses -> a get_attr of its value (returned), or None where it has no constant value."""
+    value = evaluate_constant(gm, node)
+    if value is None:
+        return None
+    const = add_constant(gm, node.name, value, node)
+    set_val(const, value.shape, value.dtype)
+    node.replace_all_uses_with(const)
+    return const
 
 
 def evaluate_constant(gm: GraphModule, node):
@@ -125,13 +132,6 @@ def _evaluate(gm: GraphModule, node, depth: int):
 def fold_constants(gm: GraphModule) -> bool:
     changed = False
     for node in list(gm.graph.nodes):
-        if not _is_foldable(node):
-            continue
-        value = evaluate_constant(gm, node)
-        if value is None:
-            continue
-        const = add_constant(gm, node.name, value, node)
-        set_val(const, value.shape, value.dtype)
-        node.replace_all_uses_with(const)
-        changed = True
+        if _is_foldable(node) and _replace_by_value(gm, node) is not None:
+            changed = True
     return finish(gm, changed)
