@@ -34,6 +34,7 @@
 #include "common.glsl"
 #include "texel.glsl"
 #include "int8x4.glsl"
+#include "fake_quant.glsl"
 
 layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of two
 #include "float_workgroup.glsl"
@@ -63,11 +64,7 @@ int row_word(int r) {
     return ((nc * ((p.H + 3) / 4) + h / 4) * (p.D / 4)) * 4 + (h & 3);
 }
 #define X4(i) (vec4(unpack_int8x4(WORD(xb, i)) - p.x_zp) * p.x_scale)
-int quantize4(vec4 v) {
-    precise vec4 t = roundEven(v * p.out_inv_scale) + float(p.out_zp);
-    return pack_int8x4(mix(ivec4(clamp(t, float(p.qmin), float(p.qmax))), ivec4(0), isnan(t)));
-}
-#define STORE_Y4(i, v) yq[(i)] = quantize4(v)
+#define STORE_Y4(i, v) yq[(i)] = pack_int8x4(quantize_vec4(v, p.out_inv_scale, p.out_zp, p.qmin, p.qmax))
 #define STEP 4
 #else
 #define X4(i) intBitsToFloat(LOAD4(xb, i))

@@ -22,6 +22,7 @@
 #include "common.glsl"
 #include "int8x4.glsl"
 #include "texel.glsl"
+#include "fake_quant.glsl"
 
 layout(constant_id = 3) const int LAYOUT = LAYOUT_4W4C;
 layout(constant_id = 4) const int ROWS = 1;   // GRID: rows an invocation runs down (int8x4.glsl: io_blocks)
@@ -41,10 +42,7 @@ layout(push_constant) uniform Params {
 } p;
 
 #ifdef VEC
-ivec4 quantize4(vec4 v) {
-    precise vec4 t = roundEven(v * p.inv_scale) + float(p.zero_point);
-    return mix(ivec4(clamp(t, float(p.qmin), float(p.qmax))), ivec4(0), isnan(t));
-}
+ivec4 quantize4(vec4 v) { return quantize_vec4(v, p.inv_scale, p.zero_point, p.qmin, p.qmax); }
 
 void main() {
     ivec4 SHAPE = p.shape;
