@@ -200,6 +200,47 @@ def test_conv_small_exact(dev, case):
     assert_spread(run_exact(dev, prog, x))
 
 
+DEPTHWISE_CASES = [
+    # (n, c, h, w, k, stride, padding, dilation): groups == c == oc
+    (1, 5, 9, 10, 3, 1, 1, 1),            # C4 = 2: two channel blocks an invocation, padding bytes
+    (2, 17, 11, 13, 3, 2, 1, 1),          # C4 = 5 (odd): one block an invocation; 2 images
+    (1, 8, 12, 7, 3, (2, 1), (0, 1), 1),  # mixed strides, no vertical padding
+    (1, 12, 10, 9, 3, 1, 2, 2),           # dilation 2
+    (1, 16, 13, 14, 5, 2, 2, 1),          # 5x5 s2 (EfficientNet)
+    (1, 8, 12, 11, 5, 1, 2, 1),           # 5x5 s1
+    (1, 4, 15, 16, 7, 1, 3, 1),           # 7x7: a window over three input blocks
+    (1, 8, 6, 7, 3, 1, 5, 1),             # padding wider than a block
+    (1, 12, 1, 1, 3, 1, 1, 1),            # a 1x1 image: every tap but the centre is padding
+    (1, 24, 3, 3, 3, 1, 0, 1),            # no padding: a 1x1 output
+    (1, 20, 5, 2, 3, 1, 1, 1),            # width 2: half of a 4W4C block is padding
+]
+
+
+@pytest.fixture(params=["rows", "lanes"])
+def depthwise_kernel(request, monkeypatch):
+    """Both depthwise kernels whatever the device would take: conv2d_depthwise_rows (CPU
+    drivers) and conv2d_depthwise (GPUs, whose lanes share their loads by shuffles)."""
+    monkeypatch.setattr(conv, "DEPTHWISE_ROWS_FORCE", request.param == "rows")
+    return {"rows": "conv2d_depthwise_rows", "lanes": "conv2d_depthwise"}[request.param]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE_CASES, ids=lambda c: "n{}c{}h{}w{}k{}s{}p{}d{}".format(*c))
+def test_depthwise_kernels(dev, depthwise_kernel, case):
+    """Both depthwise kernels on strides, dilations, 3x3 to 7x7 windows, padding past a block,
+    odd and even channel-block counts (conv2d_depthwise_rows takes two blocks an invocation
+    where C4 is even) and tiny images: the device equals the reference bit for bit."""
+    n, c, h, w, k, stride, padding, dilation = case
+    rng = np.random.default_rng(sum(map(int, np.ravel([n, c, h, w, k]))))
+    x_zp = int(rng.integers(-128, 128))
+    x, wt, b = random_case(rng, n, c, h, w, c, k, c, x_zp)
+    m, s = spread_multipliers(rng, wt)
+    prog, _ = conv_program(x.shape, wt, b, m, s, stride=stride, padding=padding, dilation=dilation,
+                           groups=c, x_zp=x_zp, out_zp=int(rng.integers(-20, 20)))
+    step, = VulkanExecutor(prog, dev).segments[0][1].steps
+    assert step.name == depthwise_kernel
+    assert_spread(run_exact(dev, prog, x), 8)
+
+
 FRAC_CASES = [
     # (n, c, h, w, oc, k, stride, padding, groups): general, depthwise, pointwise, general 5x5 groups
     (1, 7, 9, 11, 13, 3, 1, 1, 1),
@@ -317,6 +358,7 @@ def test_texel_variant_where_every_input_fits(device, monkeypatch):
 def test_no_subgroup_variant(dev, monkeypatch):
     """The NO_SUBGROUP variants (G = 1, for devices without subgroup shuffles) of all kernels."""
     monkeypatch.setattr(conv, "_lane_group", lambda dev: (1, {"NO_SUBGROUP": "1"}, 64))
+    monkeypatch.setattr(conv, "DEPTHWISE_ROWS_FORCE", False)    # conv2d_depthwise_rows has no subgroups
     rng = np.random.default_rng(7)
     for shape, oc, k, stride, groups in (((1, 6, 9, 7), 10, 3, 1, 2), ((1, 8, 7, 9), 8, 3, 2, 8),
                                          ((1, 10, 5, 7), 6, 1, 1, 1)):
@@ -519,21 +561,25 @@ def _epilogue_program(x_shape, wt, b, m, s, conv_attrs, residual=None, table=Non
     return fused, split
 
 
-EPILOGUE_CASES = [
-    # (x shape, oc, k, stride, padding, groups): one per kernel
-    ((1, 13, 9, 11), 13, 3, 1, 1, 13),      # depthwise
-    ((2, 21, 7, 6), 18, 1, 1, 0, 1),        # pointwise
-    ((1, 6, 11, 9), 10, 3, 2, 1, 2),        # general
-]
+EPILOGUE_CASES = {
+    # id: ((x shape, oc, k, stride, padding, groups), DEPTHWISE_ROWS_FORCE): one per kernel
+    "depthwise": (((1, 13, 9, 11), 13, 3, 1, 1, 13), False),
+    "depthwise_rows": (((1, 13, 9, 11), 13, 3, 1, 1, 13), True),      # two channel blocks an invocation
+    "depthwise_rows_odd": (((1, 10, 11, 9), 10, 3, 2, 1, 10), True),  # C4 = 3: one
+    "pointwise": (((2, 21, 7, 6), 18, 1, 1, 0, 1), None),
+    "general": (((1, 6, 11, 9), 10, 3, 2, 1, 2), None),
+}
 
 
-@pytest.mark.parametrize("case", EPILOGUE_CASES, ids=["depthwise", "pointwise", "general"])
+@pytest.mark.parametrize("kernel", list(EPILOGUE_CASES))
 @pytest.mark.parametrize("conv_input", ["a", "b"])
-def test_fused_residual_add_equals_conv_then_add(epi_dev, case, conv_input):
+def test_fused_residual_add_equals_conv_then_add(epi_dev, kernel, conv_input, monkeypatch):
     """conv2d_q8 with a residual add_q8 in its epilogue: the device equals the reference, which
     is conv2d_q8 followed by add_q8, on the device too (zero points at both ends, a relu-like
     floor on the add)."""
     from vkq.ops.eltwise import add_q8_params
+    case, rows = EPILOGUE_CASES[kernel]
+    monkeypatch.setattr(conv, "DEPTHWISE_ROWS_FORCE", rows)
     x_shape, oc, k, stride, padding, groups = case
     rng = np.random.default_rng(11 + len(conv_input) + oc)
     x_zp = -128 if conv_input == "a" else 127
@@ -554,12 +600,14 @@ def test_fused_residual_add_equals_conv_then_add(epi_dev, case, conv_input):
     assert ref.min() == 3
 
 
-@pytest.mark.parametrize("case", EPILOGUE_CASES, ids=["depthwise", "pointwise", "general"])
+@pytest.mark.parametrize("kernel", list(EPILOGUE_CASES))
 @pytest.mark.parametrize("with_residual", [False, True])
-def test_fused_lookup_table(epi_dev, case, with_residual):
+def test_fused_lookup_table(epi_dev, kernel, with_residual, monkeypatch):
     """A 256-entry int8 table applied after requantization (and after a fused residual add):
     device == reference == table[conv2d_q8 (-> add_q8) + 128]."""
     from vkq.ops.eltwise import add_q8_params
+    case, rows = EPILOGUE_CASES[kernel]
+    monkeypatch.setattr(conv, "DEPTHWISE_ROWS_FORCE", rows)
     x_shape, oc, k, stride, padding, groups = case
     rng = np.random.default_rng(23 + oc)
     x, wt, b = random_case(rng, *x_shape, oc, k, groups, 9)

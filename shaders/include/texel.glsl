@@ -29,6 +29,8 @@
 //   VEC4_OUTPUT(b, name), STORE_VEC4(name, i, v)   the same for vec4
 //   VEC4_INOUT(b, name)    as VEC4_OUTPUT, for a kernel that also reads back what it stored:
 //   RELOAD_VEC4(name, i)   its vec4 i, read through the same declaration as it was written
+//   IVEC4_PAIR_OUTPUT(b, name)  as IVEC4_OUTPUT, also written two ivec4s at a time:
+//   STORE4_PAIR(name, i, v, w)  ivec4s i and i + 1 (i even) = v, w
 //   IVEC4_INOUT(b, name), RELOAD4(name, i)   the same for ivec4 (a read-modify-write of bytes
 //                          other dispatches wrote: cat_channels)
 // default  an ivec4 / vec4 store
@@ -39,7 +41,7 @@
 //          Measured (lavapipe at 512 bits, GPU time, A-B twice): add_q8 on 4 MiB 3.0 -> 2.4 ms,
 //          MobileNetV2's pointwise 16 -> 96 @112 1.36 -> 1.17 ms, its convs 16.98 -> 16.36 ms.
 //          A storage texel buffer (imageStore) loops the same way (bench/README.md): no gain.
-//          Wider vectors do not help: 32 bytes as one i64vec4 store cost as two i64vec2.
+//          STORE4_PAIR: 32 bytes as one i64vec4, one loop over the lanes for both ivec4s.
 #ifdef TEXEL
 #define IVEC4_INPUT(b, name) layout(binding = b) uniform isamplerBuffer name;
 #define LOAD4(name, i) texelFetch(name, (i))
@@ -58,6 +60,9 @@
 #define IVEC4_OUTPUT(b, name) layout(std430, binding = b) writeonly buffer name##_ssbo64 { i64vec2 name##_64[]; };
 i64vec2 as_i64x2(ivec4 w) { return i64vec2(packInt2x32(w.xy), packInt2x32(w.zw)); }
 #define STORE4(name, i, v) name##_64[(i)] = as_i64x2(v)
+#define IVEC4_PAIR_OUTPUT(b, name) IVEC4_OUTPUT(b, name) \
+    layout(std430, binding = b) writeonly buffer name##_ssbo256 { i64vec4 name##_256[]; };
+#define STORE4_PAIR(name, i, v, w) name##_256[(i) >> 1] = i64vec4(as_i64x2(v), as_i64x2(w))
 #define VEC4_OUTPUT(b, name) IVEC4_OUTPUT(b, name)
 #define STORE_VEC4(name, i, v) STORE4(name, i, floatBitsToInt(v))
 #define VEC4_INOUT(b, name) layout(std430, binding = b) buffer name##_ssbo64 { i64vec2 name##_64[]; };
@@ -68,6 +73,8 @@ ivec4 as_ivec4(i64vec2 w) { return ivec4(unpackInt2x32(w.x), unpackInt2x32(w.y))
 #else
 #define IVEC4_OUTPUT(b, name) layout(std430, binding = b) writeonly buffer name##_ssbo { ivec4 name[]; };
 #define STORE4(name, i, v) name[(i)] = (v)
+#define IVEC4_PAIR_OUTPUT(b, name) IVEC4_OUTPUT(b, name)
+#define STORE4_PAIR(name, i, v, w) (name[(i)] = (v), name[(i) + 1] = (w))
 #define VEC4_OUTPUT(b, name) layout(std430, binding = b) writeonly buffer name##_ssbo { vec4 name[]; };
 #define STORE_VEC4(name, i, v) name[(i)] = (v)
 #define VEC4_INOUT(b, name) layout(std430, binding = b) buffer name##_ssbo { vec4 name[]; };

@@ -408,6 +408,24 @@ def _depthwise_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
     return th, tb
 
 
+DEPTHWISE_ROWS_TC = 2        # channel blocks a conv2d_depthwise_rows invocation takes where C4 is even
+DEPTHWISE_ROWS_FORCE = None   # experiments / tests: force conv2d_depthwise_rows on (True) or off (False)
+
+
+def _depthwise_rows(g: ConvGeometry, info) -> bool:
+    """Whether a depthwise conv takes conv2d_depthwise_rows (its header says why) instead of
+    conv2d_depthwise. llvmpipe does where the window (WH rows of NB blocks) stays within
+    MAX_WINDOW_WORDS and the walk along a row within the loop budget: GPU time, interleaved in
+    one process (bench/README.md, "Depthwise along rows"), 32 @112 0.65x, 96 @112 s2 0.79x, 960
+    @7 0.91x. Elsewhere conv2d_depthwise, whose lanes share their loads: SwiftShader ran the
+    rows kernel 1.8-2.7x slower, and GPUs want lanes on neighbouring addresses."""
+    wh = (g.kh - 1) * g.dh + 1
+    nb = cdiv((4 * cdiv(g.pw, 4) - g.pw) + 3 * g.sw + (g.kw - 1) * g.dw + 1, 4)
+    fits = 4 * wh * nb <= MAX_WINDOW_WORDS and cdiv(g.ow, 4) <= (info.loop_budget or cdiv(g.ow, 4))
+    use = info.driver == "llvmpipe" if DEPTHWISE_ROWS_FORCE is None else DEPTHWISE_ROWS_FORCE
+    return use and fits
+
+
 def _pointwise_tiles(g: ConvGeometry, G: int, info, local: int) -> tuple[int, int]:
     """(TB 4-column output blocks, TOC output channels) for conv2d_pointwise. Per position and
     c4 block a tile of TOC channels costs TOC*4 multiply-adds (~0.2 cycles each per lane on
@@ -450,7 +468,7 @@ class Conv2dQ8:
       lut       attrs lut=True, input `table` (int8 (256,)): y = table[y + 128]
     Inputs: x, weight, bias, multiplier, shift[, other][, table]."""
     name = "conv2d_q8"
-    shaders = ("conv2d_general", "conv2d_depthwise", "conv2d_pointwise")
+    shaders = ("conv2d_general", "conv2d_depthwise", "conv2d_depthwise_rows", "conv2d_pointwise")
 
     def reference(x, weight, bias, multiplier, shift, *extra, stride, padding, dilation, groups,
                   x_zp, out_zp, qmin=INT8_MIN, qmax=INT8_MAX, residual=None, lut=False):
@@ -525,6 +543,15 @@ class Conv2dQ8:
             tiles = cdiv(g.ow, 4) * cdiv(g.oh, th)          # one column block x th rows each
             lane_groups = g.n * cdiv(g.oc, toc) * cdiv(tiles, G)
             table = pack_channels(*chan, toc, frac)
+        elif kernel == "conv2d_depthwise" and _depthwise_rows(g, ctx.device.info):
+            kernel, G, defines = "conv2d_depthwise_rows", 1, epilogue_defines   # no lane sharing
+            wwords = pack_depthwise(weight, g)
+            tc = DEPTHWISE_ROWS_TC if g.c4 % 2 == 0 else 1
+            spec = (tc, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw)
+            wblock, cblock = g.kh * g.kw, 16              # per c4 block
+            push = (*shapes, zp_word, *outq)
+            lane_groups = g.n * (g.c4 // tc) * g.oh       # an invocation a row of tc channel blocks
+            table = pack_channels(*chan, 4, frac)
         elif kernel == "conv2d_depthwise":
             th, tb = _depthwise_tiles(g, G)
             wwords = pack_depthwise(weight, g)
