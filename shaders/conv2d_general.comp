@@ -100,6 +100,7 @@ layout(constant_id = 17) const int ROW_LOOP = 0;  // 1: a rolled loop over the k
 layout(constant_id = 18) const int TIES = 1;      // 0: no accumulator can tie (conv_epilogue.glsl)
 layout(constant_id = 19) const int RES_TIES = 1;  // the same for the fused residual add
 layout(constant_id = 20) const int FRAC = 0;      // 1: some channel's bias has a fraction (conv_epilogue.glsl)
+layout(constant_id = 21) const int PAIR = 0;      // 1: channel blocks stored two at a time (TOC % 8 == 0, OC4 even)
 #include "conv_epilogue.glsl"
 
 const int TW = 4;                                   // output columns per invocation: one block
@@ -125,7 +126,7 @@ IVEC4_WORDS_INPUT(0, x4)      // x by block and word by word (texel.glsl)
 //   byte b = w[t*TOC + o, 4*(c4_start + r) + b, kh, kw]
 // epilogue block t: bias_eff, bound, m, shifts (TOC each; conv_epilogue.glsl)
 #include "conv_lane_words.glsl"
-IVEC4_OUTPUT(3, y)    // texel.glsl
+IVEC4_PAIR_OUTPUT(3, y)    // texel.glsl (PAIR: STORE4_PAIR)
 layout(push_constant) uniform Params {
     ivec4 in_shape;    // N, C, H, W
     ivec4 out_shape;   // N, OC, OH, OW
@@ -258,20 +259,27 @@ void main() {
     // epilogue: the tile's channel constants, then one ivec4 per 4x4 block (conv_epilogue.glsl)
     int pr[PREGS];
     load_chan(pr, t);
-    [[unroll]] for (int b = 0; b < TOC / 4; ++b) {
-        const Chan4 c = CHAN4(pr, TOC, 4 * b);
-        const int oc4 = t * (TOC / 4) + b;
+    [[unroll]] for (int bp = 0; bp < TOC / 4 / (1 + PAIR); ++bp) {
+        const int b = bp * (1 + PAIR), oc4 = t * (TOC / 4) + b;
+        // shuffled from the group's lanes, so outside the branch below (every lane takes part)
+        const Chan4 chans[2] = Chan4[2](CHAN4(pr, TOC, 4 * b), CHAN4(pr, TOC, 4 * min(b + PAIR, TOC / 4 - 1)));
         [[unroll]] for (int i = 0; i < TH; ++i) {
             const int oh = oh0 + i, idx = ((n * OH + oh) * OW4 + ow0 / 4) * OC4 + oc4;
             if (live && oh < OH && oc4 < OC4) {
-                const ivec4 other = residual_block(idx);
-                ivec4 words;
-                [[unroll]] for (int j = 0; j < TW; ++j) {
-                    const int k = (i * TW + j) * TOC + 4 * b;
-                    const int word = out_word(ivec4(acc[k], acc[k + 1], acc[k + 2], acc[k + 3]), c, OC - 4 * oc4, other[j], p.epi);
-                    words[j] = ow0 + j < OW ? word : 0;   // columns past OW: 4W4C padding, 0
+                ivec4 words[2];      // channel blocks oc4 (and oc4 + 1 under PAIR), consecutive ivec4s
+                [[unroll]] for (int s = 0; s <= PAIR; ++s) {
+                    const Chan4 c = chans[s];
+                    const ivec4 other = residual_block(idx + s);
+                    [[unroll]] for (int j = 0; j < TW; ++j) {
+                        const int k = (i * TW + j) * TOC + 4 * (b + s);
+                        const int word = out_word(ivec4(acc[k], acc[k + 1], acc[k + 2], acc[k + 3]), c, OC - 4 * (oc4 + s), other[j], p.epi);
+                        words[s][j] = ow0 + j < OW ? word : 0;   // columns past OW: 4W4C padding, 0
+                    }
                 }
-                STORE4(y, idx, words);
+                if (PAIR != 0)
+                    STORE4_PAIR(y, idx, words[0], words[PAIR]);
+                else
+                    STORE4(y, idx, words[0]);
             }
         }
     }

@@ -89,6 +89,7 @@ layout(constant_id = 9) const int ONE_CHUNK = 0; // 1: all C4 blocks in one exac
 layout(constant_id = 10) const int TIES = 1;      // 0: no accumulator can tie (conv_epilogue.glsl)
 layout(constant_id = 11) const int RES_TIES = 1;  // the same for the fused residual add
 layout(constant_id = 12) const int FRAC = 0;      // 1: some channel's bias has a fraction (conv_epilogue.glsl)
+layout(constant_id = 13) const int PAIR = 0;      // 1: channel blocks stored two at a time (TOC % 8 == 0, OC4 even)
 #include "conv_epilogue.glsl"
 
 const int TP = 4 * TB;                          // positions per invocation
@@ -99,7 +100,7 @@ IVEC4_INPUT(0, x)
 // weight block t*C4 + c4 (conv_lane_words.glsl), word o: byte b = w[t*TOC + o, 4*c4 + b]
 // epilogue block t: bias_eff, bound, m, shifts (TOC each; conv_epilogue.glsl)
 #include "conv_lane_words.glsl"
-IVEC4_OUTPUT(3, y)    // texel.glsl
+IVEC4_PAIR_OUTPUT(3, y)    // texel.glsl (PAIR: STORE4_PAIR)
 layout(push_constant) uniform Params {
     ivec4 in_shape;    // N, C, H, W
     ivec4 out_shape;   // N, OC, OH, OW
@@ -179,20 +180,27 @@ void main() {
 
     int pr[PREGS];
     load_chan(pr, t);
-    [[unroll]] for (int b = 0; b < TOC / 4; ++b) {
-        const Chan4 c = CHAN4(pr, TOC, 4 * b);
-        const int oc4 = t * (TOC / 4) + b;
+    [[unroll]] for (int bp = 0; bp < TOC / 4 / (1 + PAIR); ++bp) {
+        const int b = bp * (1 + PAIR), oc4 = t * (TOC / 4) + b;
+        // shuffled from the group's lanes, so outside the branch below (every lane takes part)
+        const Chan4 chans[2] = Chan4[2](CHAN4(pr, TOC, 4 * b), CHAN4(pr, TOC, 4 * min(b + PAIR, TOC / 4 - 1)));
         [[unroll]] for (int k = 0; k < TB; ++k) {
             const int blk = blk0 + k, idx = (n * HB + blk) * OC4 + oc4;
             if (live_n && blk < HB && oc4 < OC4) {
-                const ivec4 other = residual_block(idx);
-                ivec4 words;
-                [[unroll]] for (int e = 0; e < 4; ++e) {
-                    const int a = (4 * k + e) * TOC + 4 * b;
-                    const int word = out_word(ivec4(acc[a], acc[a + 1], acc[a + 2], acc[a + 3]), c, OC - 4 * oc4, other[e], p.epi);
-                    words[e] = 4 * (blk % OW4) + e < OW ? word : 0;   // columns past OW: 4W4C padding, 0
+                ivec4 words[2];      // channel blocks oc4 (and oc4 + 1 under PAIR), consecutive ivec4s
+                [[unroll]] for (int s = 0; s <= PAIR; ++s) {
+                    const Chan4 c = chans[s];
+                    const ivec4 other = residual_block(idx + s);
+                    [[unroll]] for (int e = 0; e < 4; ++e) {
+                        const int a = (4 * k + e) * TOC + 4 * (b + s);
+                        const int word = out_word(ivec4(acc[a], acc[a + 1], acc[a + 2], acc[a + 3]), c, OC - 4 * (oc4 + s), other[e], p.epi);
+                        words[s][e] = 4 * (blk % OW4) + e < OW ? word : 0;   // columns past OW: 4W4C padding, 0
+                    }
                 }
-                STORE4(y, idx, words);
+                if (PAIR != 0)
+                    STORE4_PAIR(y, idx, words[0], words[PAIR]);
+                else
+                    STORE4(y, idx, words[0]);
             }
         }
     }

@@ -241,6 +241,30 @@ def test_depthwise_kernels(dev, depthwise_kernel, case):
     assert_spread(run_exact(dev, prog, x), 8)
 
 
+@pytest.mark.parametrize("paired", [False, True], ids=["single", "paired"])
+def test_paired_stores(dev, paired, monkeypatch):
+    """conv2d_pointwise and conv2d_general storing two channel blocks at a time (STORE4_PAIR:
+    one 32-byte store under TEXEL with 64-bit stores, two ivec4 stores otherwise) where every
+    pair lies inside the output (TOC % 8 == 0, OC4 even), one at a time elsewhere; the same
+    bits either way, a residual read at each block of the pair."""
+    from vkq.ops.eltwise import add_q8_params
+    monkeypatch.setattr(conv, "PAIR_STORES_FORCE", paired)
+    rng = np.random.default_rng(14)
+    for shape, oc, k, stride, groups in (((1, 16, 9, 11), 40, 1, 1, 1), ((2, 9, 7, 6), 24, 1, 2, 1),
+                                         ((1, 5, 10, 9), 16, 3, 1, 1), ((1, 12, 9, 7), 24, 3, 2, 3),
+                                         ((1, 7, 6, 5), 20, 1, 1, 1), ((1, 6, 7, 8), 12, 3, 1, 1)):
+        x, wt, b = random_case(rng, *shape, oc, k, groups, 6)
+        m, s = spread_multipliers(rng, wt)
+        attrs = dict(stride=[stride] * 2, padding=[k // 2] * 2, dilation=[1, 1], groups=groups, x_zp=6,
+                     out_zp=-2, qmin=-128, qmax=127)
+        fused, _ = _epilogue_program(x.shape, wt, b, m, s, attrs, residual=add_q8_params(0.05, -2, 0.04, 3, 0.07, 1))
+        step, = VulkanExecutor(fused, dev).segments[0][1].steps
+        toc = step.spec[1]
+        assert step.spec[-1] == int(paired and toc % 8 == 0 and conv.cdiv(oc, 4) % 2 == 0)
+        r = rng.integers(-128, 128, fused.tensors["y"].shape).astype(np.int8)
+        assert_spread(run_exact(dev, fused, x, r))
+
+
 FRAC_CASES = [
     # (n, c, h, w, oc, k, stride, padding, groups): general, depthwise, pointwise, general 5x5 groups
     (1, 7, 9, 11, 13, 3, 1, 1, 1),

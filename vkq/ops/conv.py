@@ -408,6 +408,21 @@ def _depthwise_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
     return th, tb
 
 
+PAIR_STORES_FORCE = None   # experiments: force the paired stores on (True) or off (False)
+
+
+def _pair_stores(device, toc: int, oc4: int) -> bool:
+    """Whether a conv kernel stores its output's channel blocks two at a time (STORE4_PAIR,
+    texel.glsl): where the device writes them as one 32-byte store (its TEXEL variants with
+    shaderInt64, llvmpipe) and every tile's pairs lie inside the tensor (TOC a multiple of 8,
+    OC4 even)."""
+    if toc % 8 or oc4 % 2:
+        return False
+    if PAIR_STORES_FORCE is not None:
+        return PAIR_STORES_FORCE
+    return device.texel_loads and "shaderInt64" in device.features_enabled
+
+
 DEPTHWISE_ROWS_TC = 2        # channel blocks a conv2d_depthwise_rows invocation takes where C4 is even
 DEPTHWISE_ROWS_FORCE = None   # experiments / tests: force conv2d_depthwise_rows on (True) or off (False)
 
@@ -578,6 +593,8 @@ class Conv2dQ8:
         ties = (int(not requant_tie_free(mult, shift, frac)),
                 int(res is None or not requant_tie_free(res["multiplier"], res["shift"])),
                 int(bool(np.any(frac))))     # FRAC: the fraction's add only where there is one
+        if kernel in ("conv2d_general", "conv2d_pointwise"):
+            ties = (*ties, int(_pair_stores(ctx.device, toc, cdiv(g.oc, 4))))
         return [ctx.device.dispatch(kernel, bufs, grid_1d(lane_groups * G, local), local=(local,),
                                     spec=(*spec, *ties), push=push, defines=defines)]
 
