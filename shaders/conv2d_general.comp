@@ -101,6 +101,7 @@ layout(constant_id = 18) const int TIES = 1;      // 0: no accumulator can tie (
 layout(constant_id = 19) const int RES_TIES = 1;  // the same for the fused residual add
 layout(constant_id = 20) const int FRAC = 0;      // 1: some channel's bias has a fraction (conv_epilogue.glsl)
 layout(constant_id = 21) const int PAIR = 0;      // 1: channel blocks stored two at a time (TOC % 8 == 0, OC4 even)
+layout(constant_id = 22) const int CH = 4;        // channels an x word holds: 4, or C < 4 (a stem's one block)
 #include "conv_epilogue.glsl"
 
 const int TW = 4;                                   // output columns per invocation: one block
@@ -239,7 +240,12 @@ void main() {
                 [[unroll]] for (int j = 0; j < TW; ++j) {
                     const vec4 xx = xv[ROW_LOOP != 0 ? i : i * SH + kh * DH][j * SW + kw * DW];
                     const int k = (i * TW + j) * TOC + o;
-                    part[k] = fma(xx.x, wv.x, fma(xx.y, wv.y, fma(xx.z, wv.z, fma(xx.w, wv.w, part[k]))));
+                    // a stem's 3 channels (CH < 4): the padding channel's products are 0, skipped
+                    float sum = part[k];
+                    if (CH > 3) sum = fma(xx.w, wv.w, sum);
+                    if (CH > 2) sum = fma(xx.z, wv.z, sum);
+                    if (CH > 1) sum = fma(xx.y, wv.y, sum);
+                    part[k] = fma(xx.x, wv.x, sum);
                 }
             }
             if (ROW_FLUSH != 0) {

@@ -265,6 +265,23 @@ def test_paired_stores(dev, paired, monkeypatch):
         assert_spread(run_exact(dev, fused, x, r))
 
 
+@pytest.mark.parametrize("skip", [False, True], ids=["all4", "skip"])
+def test_stem_skips_the_padding_channel(dev, skip, monkeypatch):
+    """conv2d_general on an input of C < 4 channels (a stem) multiplies only the C channels its x
+    words hold (CH), not the 4W4C padding channel (whose weights are 0); the same bits either way,
+    padding rows and columns (x_zp in every byte) included."""
+    monkeypatch.setattr(conv, "STEM_CHANNELS", skip)
+    rng = np.random.default_rng(15)
+    for shape, oc, k, stride, groups in (((1, 3, 17, 19), 16, 7, 2, 1), ((2, 2, 9, 7), 8, 3, 1, 1),
+                                         ((1, 1, 6, 9), 5, 5, 1, 1), ((1, 3, 8, 8), 6, 3, 2, 3), ((1, 6, 7, 5), 8, 3, 1, 1)):
+        x, wt, b = random_case(rng, *shape, oc, k, groups, -11)
+        m, s = spread_multipliers(rng, wt)
+        prog, g = conv_program(x.shape, wt, b, m, s, stride=stride, padding=k // 2, groups=groups, x_zp=-11)
+        step, = VulkanExecutor(prog, dev).segments[0][1].steps
+        assert step.name == "conv2d_general" and step.spec[-1] == (min(g.c, 4) if skip else 4)
+        assert_spread(run_exact(dev, prog, x))
+
+
 FRAC_CASES = [
     # (n, c, h, w, oc, k, stride, padding, groups): general, depthwise, pointwise, general 5x5 groups
     (1, 7, 9, 11, 13, 3, 1, 1, 1),

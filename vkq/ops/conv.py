@@ -408,6 +408,7 @@ def _depthwise_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
     return th, tb
 
 
+STEM_CHANNELS = True       # conv2d_general skips the padding channel of a C < 4 input (experiments: False)
 PAIR_STORES_FORCE = None   # experiments: force the paired stores on (True) or off (False)
 
 
@@ -595,6 +596,8 @@ class Conv2dQ8:
                 int(bool(np.any(frac))))     # FRAC: the fraction's add only where there is one
         if kernel in ("conv2d_general", "conv2d_pointwise"):
             ties = (*ties, int(_pair_stores(ctx.device, toc, cdiv(g.oc, 4))))
+        if kernel == "conv2d_general":
+            ties = (*ties, min(g.c, 4) if STEM_CHANNELS else 4)   # CH: x's words hold C < 4 channels (stems)
         return [ctx.device.dispatch(kernel, bufs, grid_1d(lane_groups * G, local), local=(local,),
                                     spec=(*spec, *ties), push=push, defines=defines)]
 
