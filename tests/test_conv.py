@@ -474,14 +474,19 @@ def test_workgroup_sizes_follow_the_cpu_threads(monkeypatch):
 
 def test_general_rows_per_invocation():
     """conv2d_general takes 2 output rows an invocation, 1 on CPU drivers for unrolled windows
-    on maps of CPU_ONE_ROW_MIN_OH rows or more (not 7x7 maps, not the ROW_LOOP stems)."""
+    on maps of CPU_ONE_ROW_MIN_OH rows or more (not 7x7 maps, not the ROW_LOOP stems, but those
+    too on llvmpipe, where they multiply their C < 4 channels only)."""
     from types import SimpleNamespace
-    cpu, gpu = SimpleNamespace(type="cpu"), SimpleNamespace(type="discrete-gpu")
+    gpu = SimpleNamespace(type="discrete-gpu", driver="nvidia")
+    swiftshader, llvmpipe = SimpleNamespace(type="cpu", driver="swiftshader"), SimpleNamespace(type="cpu", driver="llvmpipe")
     geo = lambda c, h, oc, k, s, p: conv.ConvGeometry.of((1, c, h, h), (oc, c, k, k), (s, s), (p, p), (1, 1), 1)
-    for g, want_cpu in [(geo(64, 56, 64, 3, 1, 1), 1), (geo(64, 56, 128, 3, 2, 1), 1), (geo(256, 14, 256, 3, 1, 1), 1),
-                        (geo(512, 7, 512, 3, 1, 1), 2), (geo(3, 224, 64, 7, 2, 3), 2), (geo(3, 224, 32, 3, 2, 1), 2)]:
+    for g, want_cpu, want_llvmpipe in [
+            (geo(64, 56, 64, 3, 1, 1), 1, 1), (geo(64, 56, 128, 3, 2, 1), 1, 1), (geo(256, 14, 256, 3, 1, 1), 1, 1),
+            (geo(512, 7, 512, 3, 1, 1), 2, 2), (geo(3, 224, 64, 7, 2, 3), 2, 1), (geo(3, 224, 32, 3, 2, 1), 2, 1),
+            (geo(3, 12, 16, 3, 1, 1), 2, 2)]:          # a stem's map below CPU_ONE_ROW_MIN_OH rows: 2
         assert conv._general_tiles(g, 8, gpu)[1] == 2
-        assert conv._general_tiles(g, 8, cpu)[1] == want_cpu, g
+        assert conv._general_tiles(g, 8, swiftshader)[1] == want_cpu, g
+        assert conv._general_tiles(g, 8, llvmpipe)[1] == want_llvmpipe, g
 
 
 @pytest.mark.parametrize("threads", [1, 3, 16])

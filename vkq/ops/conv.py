@@ -363,11 +363,13 @@ def _general_tiles(g: ConvGeometry, G: int, info) -> tuple[int, int]:
     and the map has CPU_ONE_ROW_MIN_OH rows or more: lavapipe at 512 bits, GPU time, A-B-A-B
     with the new choice both first and second, 3x3 64->64 @56 0.97x, 128 @28 0.98x, 256 @14
     0.89x, 64->128 s2 @56 0.93x, ResNet-18 0.94x; but 512 @7 1.27x and the ROW_LOOP stems
-    1.1-1.5x."""
+    1.1-1.5x. Those stems since multiply 3 channels, not 4 (CH): on llvmpipe 1 row then took
+    0.91x (7x7 s2 3->64 @224, 3x3 s2 3->32 @224), on SwiftShader 1.7x (3x3 3->16 @56)."""
     work = {toc: cdiv(g.oc, toc) * toc * c4_window(g, toc)[0] for toc in (16, 8, 4)}
     toc = next(t for t in (16, 8, 4) if work[t] * 8 <= min(work.values()) * 9)
     window = (g.sh + (g.kh - 1) * g.dh + 1) * (3 * g.sw + (g.kw - 1) * g.dw + 1)
-    cpu_one_row = info.type == "cpu" and not _row_loop(g) and g.oh >= CPU_ONE_ROW_MIN_OH
+    stem = g.c < 4 and getattr(info, "driver", "") == "llvmpipe"    # CH < 4: fewer live values
+    cpu_one_row = info.type == "cpu" and (not _row_loop(g) or stem) and g.oh >= CPU_ONE_ROW_MIN_OH
     two = (not cpu_one_row and g.oh > 1 and window <= 4 * MAX_WINDOW_WORDS // 3
            and cdiv(g.ow, 4) * cdiv(g.oh, 2) >= G)   # stem: 117
     return toc, 2 if two else 1
