@@ -90,6 +90,7 @@ layout(constant_id = 10) const int TIES = 1;      // 0: no accumulator can tie (
 layout(constant_id = 11) const int RES_TIES = 1;  // the same for the fused residual add
 layout(constant_id = 12) const int FRAC = 0;      // 1: some channel's bias has a fraction (conv_epilogue.glsl)
 layout(constant_id = 13) const int PAIR = 0;      // 1: channel blocks stored two at a time (TOC % 8 == 0, OC4 even)
+layout(constant_id = 14) const int KC4 = 0;       // > 0: C4 (<= CHUNK), its blocks unrolled (fp32 path)
 #include "conv_epilogue.glsl"
 
 const int TP = 4 * TB;                          // positions per invocation
@@ -106,6 +107,27 @@ layout(push_constant) uniform Params {
     ivec4 out_shape;   // N, OC, OH, OW
     Epilogue epi;
 } p;
+
+// one c4 block of the fp32 path: its weights converted by each lane and shared, its TP x words,
+// the TP x TOC partial sums (KC4 > 0: C4 blocks unrolled, no loop to carry them through)
+#define PW_STEP(c4) \
+            int wr[WREGS]; \
+            load_weights(wr, t * C4 + (c4)); \
+            vec4 wf[WREGS]; \
+            [[unroll]] for (int i = 0; i < WREGS; ++i) wf[i] = vec4(unpack_int8x4(wr[i])); \
+            vec4 xv[TP]; \
+            [[unroll]] for (int k = 0; k < TB; ++k) \
+            [[unroll]] for (int j = 0; j < SW; ++j) { \
+                const ivec4 v = LOAD4(x, xbase[k * SW + j] + (c4)); \
+                [[unroll]] for (int e = 0; e < 4; ++e) \
+                    if (e * SW / 4 == j) xv[4 * k + e] = vec4(unpack_int8x4(v[e * SW % 4])); \
+            } \
+            [[unroll]] for (int o = 0; o < TOC; ++o) { \
+                const vec4 wv = SHARE(wf, o); \
+                [[unroll]] for (int k = 0; k < TP; ++k) \
+                    part[k * TOC + o] = fma(xv[k].x, wv.x, fma(xv[k].y, wv.y, fma(xv[k].z, wv.z, \
+                                        fma(xv[k].w, wv.w, part[k * TOC + o])))); \
+            }
 
 void main() {
     const int N = p.in_shape.x, C4 = up4(p.in_shape.y) / 4, H = p.in_shape.z, W4 = up4(p.in_shape.w) / 4;
@@ -148,35 +170,22 @@ void main() {
 #else
     float part[TP * TOC];
     [[unroll]] for (int k = 0; k < TP * TOC; ++k) part[k] = 0.0;
-    for (int c0 = 0; c0 < C4; c0 += CHUNK) {
-        const int c_end = min(c0 + CHUNK, C4);
-        for (int c4 = c0; c4 < c_end; ++c4) {
-            int wr[WREGS];
-            load_weights(wr, t * C4 + c4);
-            vec4 wf[WREGS];
-            [[unroll]] for (int i = 0; i < WREGS; ++i) wf[i] = vec4(unpack_int8x4(wr[i]));
-            vec4 xv[TP];
-            [[unroll]] for (int k = 0; k < TB; ++k)
-            [[unroll]] for (int j = 0; j < SW; ++j) {
-                const ivec4 v = LOAD4(x, xbase[k * SW + j] + c4);
-                [[unroll]] for (int e = 0; e < 4; ++e)
-                    if (e * SW / 4 == j) xv[4 * k + e] = vec4(unpack_int8x4(v[e * SW % 4]));
+    if (KC4 > 0) {              // small C4 (ONE_CHUNK): its blocks unrolled, no loop
+        [[unroll]] for (int c4 = 0; c4 < KC4; ++c4) { PW_STEP(c4) }
+    } else {
+        for (int c0 = 0; c0 < C4; c0 += CHUNK) {
+            const int c_end = min(c0 + CHUNK, C4);
+            for (int c4 = c0; c4 < c_end; ++c4) { PW_STEP(c4) }
+            if (ONE_CHUNK == 0) {
+                [[unroll]] for (int k = 0; k < TP * TOC; ++k) { acc[k] += int(part[k]); part[k] = 0.0; }
             }
-            [[unroll]] for (int o = 0; o < TOC; ++o) {
-                const vec4 wv = SHARE(wf, o);
-                [[unroll]] for (int k = 0; k < TP; ++k)
-                    part[k * TOC + o] = fma(xv[k].x, wv.x, fma(xv[k].y, wv.y, fma(xv[k].z, wv.z,
-                                        fma(xv[k].w, wv.w, part[k * TOC + o]))));
-            }
-        }
-        if (ONE_CHUNK == 0) {
-            [[unroll]] for (int k = 0; k < TP * TOC; ++k) { acc[k] += int(part[k]); part[k] = 0.0; }
         }
     }
     if (ONE_CHUNK != 0) {       // then acc is not live in the loop (half the registers / stack)
         [[unroll]] for (int k = 0; k < TP * TOC; ++k) acc[k] = int(part[k]);
     }
 #endif
+
 
     int pr[PREGS];
     load_chan(pr, t);

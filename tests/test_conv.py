@@ -259,8 +259,8 @@ def test_paired_stores(dev, paired, monkeypatch):
                      out_zp=-2, qmin=-128, qmax=127)
         fused, _ = _epilogue_program(x.shape, wt, b, m, s, attrs, residual=add_q8_params(0.05, -2, 0.04, 3, 0.07, 1))
         step, = VulkanExecutor(fused, dev).segments[0][1].steps
-        toc = step.spec[1]
-        assert step.spec[-1] == int(paired and toc % 8 == 0 and conv.cdiv(oc, 4) % 2 == 0)
+        toc, pair_id = step.spec[1], {"conv2d_pointwise": 13, "conv2d_general": 21}[step.name]
+        assert step.spec[pair_id - 3] == int(paired and toc % 8 == 0 and conv.cdiv(oc, 4) % 2 == 0)
         r = rng.integers(-128, 128, fused.tensors["y"].shape).astype(np.int8)
         assert_spread(run_exact(dev, fused, x, r))
 
@@ -280,6 +280,29 @@ def test_stem_skips_the_padding_channel(dev, skip, monkeypatch):
         step, = VulkanExecutor(prog, dev).segments[0][1].steps
         assert step.name == "conv2d_general" and step.spec[-1] == (min(g.c, 4) if skip else 4)
         assert_spread(run_exact(dev, prog, x))
+
+
+@pytest.mark.parametrize("unroll", [0, 16], ids=["loop", "unrolled"])
+def test_pointwise_unrolled_blocks(dev, unroll, monkeypatch):
+    """conv2d_pointwise's fp32 path with its loop over C4 blocks and unrolled (KC4, up to
+    POINTWISE_UNROLL_C4 blocks on CPU drivers): the same bits, C4 of 1 to 17 (17: the loop
+    again), strides, a fused residual."""
+    from vkq.ops.eltwise import add_q8_params
+    monkeypatch.setattr(conv, "POINTWISE_UNROLL_C4", unroll)
+    rng = np.random.default_rng(16)
+    for shape, oc, stride in (((1, 3, 9, 10), 16, 1), ((2, 16, 7, 6), 40, 1), ((1, 19, 9, 11), 12, 2),
+                              ((1, 64, 5, 7), 24, 1), ((1, 67, 6, 5), 20, 1)):
+        x, wt, b = random_case(rng, *shape, oc, 1, 1, 4)
+        m, s = spread_multipliers(rng, wt)
+        attrs = dict(stride=[stride] * 2, padding=[0, 0], dilation=[1, 1], groups=1, x_zp=4, out_zp=1,
+                     qmin=-128, qmax=127)
+        fused, _ = _epilogue_program(x.shape, wt, b, m, s, attrs, residual=add_q8_params(0.05, 1, 0.04, -3, 0.06, 2))
+        step, = VulkanExecutor(fused, dev).segments[0][1].steps
+        c4 = conv.cdiv(shape[1], 4)
+        want = c4 if c4 <= unroll and dev.info.type == "cpu" and not conv.use_dot_product(dev) else 0
+        assert step.name == "conv2d_pointwise" and step.spec[14 - 3] == want
+        r = rng.integers(-128, 128, fused.tensors["y"].shape).astype(np.int8)
+        assert_spread(run_exact(dev, fused, x, r))
 
 
 FRAC_CASES = [

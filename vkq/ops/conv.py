@@ -410,6 +410,18 @@ def _depthwise_tiles(g: ConvGeometry, G: int) -> tuple[int, int]:
     return th, tb
 
 
+POINTWISE_UNROLL_C4 = 16   # CPU drivers: conv2d_pointwise unrolls its loop over up to this many C4 blocks
+
+
+def _pointwise_unroll(device) -> int:
+    """C4 blocks up to which conv2d_pointwise's fp32 path unrolls its loop over them (KC4): on
+    CPU drivers, where a loop keeps its TP x TOC partial sums in memory and blends each with the
+    loop's lane mask every block (llvmpipe: 261 blends and ~1180 vector moves against 2048
+    multiply-adds a block, 16 -> 96). GPU time, interleaved, lavapipe at 512 bits: 16 -> 96
+    @112 0.83x, 24 -> 144 @56 0.58-0.89x, 32 -> 16 @112 0.81x, 32 -> 192 @28 0.93x, 64 -> 384
+    @14 0.94x (16 blocks); 96 -> 24 (24 blocks) within noise, so not past 16. SwiftShader: within
+    its noise. GPUs keep the loop (their compilers choose)."""
+    return POINTWISE_UNROLL_C4 if device.info.type == "cpu" else 0
 STEM_CHANNELS = True       # conv2d_general skips the padding channel of a C < 4 input (experiments: False)
 PAIR_STORES_FORCE = None   # experiments: force the paired stores on (True) or off (False)
 
@@ -583,6 +595,7 @@ class Conv2dQ8:
             tb, toc = _pointwise_tiles(g, G, ctx.device.info, local)
             wwords, _ = pack_general(weight, g, toc)
             chunk = _chunk(1, 1)[0]
+            kc4 = g.c4 if g.c4 <= _pointwise_unroll(ctx.device) and not defines.get("DOT") else 0
             spec = (G, toc, tb, chunk, g.sh, g.sw, int(g.c4 <= chunk))
             wblock, cblock = toc, 4 * toc                 # per (channel tile, c4 block); per channel tile
             push = (*shapes, *outq)
@@ -598,6 +611,8 @@ class Conv2dQ8:
                 int(bool(np.any(frac))))     # FRAC: the fraction's add only where there is one
         if kernel in ("conv2d_general", "conv2d_pointwise"):
             ties = (*ties, int(_pair_stores(ctx.device, toc, cdiv(g.oc, 4))))
+        if kernel == "conv2d_pointwise":
+            ties = (*ties, kc4)
         if kernel == "conv2d_general":
             ties = (*ties, min(g.c, 4) if STEM_CHANNELS else 4)   # CH: x's words hold C < 4 channels (stems)
         return [ctx.device.dispatch(kernel, bufs, grid_1d(lane_groups * G, local), local=(local,),
