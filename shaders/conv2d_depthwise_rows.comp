@@ -14,7 +14,7 @@
 // blocks, so every lane runs the same weights and epilogue constants. No subgroup operations:
 // no lane needs another's words.
 //
-// Why, on llvmpipe (Mesa 22.3 at 16 lanes; bench/README.md, "Depthwise along rows"): its store
+// Why, on llvmpipe (Mesa 22.3 at 16 lanes; bench/README.md, "Stores on llvmpipe"): its store
 // to a storage buffer is a loop over the lanes in which LLVM spills the exec mask, the address
 // and each 64-bit component (16 lanes: two 64-byte vectors) to the stack and reads one lane's
 // element back, a read that waits on the spill (perf: the three such reads of an i64vec2 store

@@ -422,6 +422,8 @@ def _pointwise_unroll(device) -> int:
     @14 0.94x (16 blocks); 96 -> 24 (24 blocks) within noise, so not past 16. SwiftShader: within
     its noise. GPUs keep the loop (their compilers choose)."""
     return POINTWISE_UNROLL_C4 if device.info.type == "cpu" else 0
+
+
 STEM_CHANNELS = True       # conv2d_general skips the padding channel of a C < 4 input (experiments: False)
 PAIR_STORES_FORCE = None   # experiments: force the paired stores on (True) or off (False)
 
@@ -446,7 +448,7 @@ def _depthwise_rows(g: ConvGeometry, info) -> bool:
     """Whether a depthwise conv takes conv2d_depthwise_rows (its header says why) instead of
     conv2d_depthwise. llvmpipe does where the window (WH rows of NB blocks) stays within
     MAX_WINDOW_WORDS and the walk along a row within the loop budget: GPU time, interleaved in
-    one process (bench/README.md, "Depthwise along rows"), 32 @112 0.65x, 96 @112 s2 0.79x, 960
+    one process (bench/README.md, "Stores on llvmpipe"), 32 @112 0.65x, 96 @112 s2 0.79x, 960
     @7 0.91x. Elsewhere conv2d_depthwise, whose lanes share their loads: SwiftShader ran the
     rows kernel 1.8-2.7x slower, and GPUs want lanes on neighbouring addresses."""
     wh = (g.kh - 1) * g.dh + 1
@@ -573,6 +575,8 @@ class Conv2dQ8:
             tiles = cdiv(g.ow, 4) * cdiv(g.oh, th)          # one column block x th rows each
             lane_groups = g.n * cdiv(g.oc, toc) * cdiv(tiles, G)
             table = pack_channels(*chan, toc, frac)
+            # after TIES, RES_TIES, FRAC: paired stores, the channels x's words hold (stems)
+            tail = (int(_pair_stores(ctx.device, toc, cdiv(g.oc, 4))), min(g.c, 4) if STEM_CHANNELS else 4)
         elif kernel == "conv2d_depthwise" and _depthwise_rows(g, ctx.device.info):
             kernel, G, defines = "conv2d_depthwise_rows", 1, epilogue_defines   # no lane sharing
             wwords = pack_depthwise(weight, g)
@@ -582,6 +586,7 @@ class Conv2dQ8:
             push = (*shapes, zp_word, *outq)
             lane_groups = g.n * (g.c4 // tc) * g.oh       # an invocation a row of tc channel blocks
             table = pack_channels(*chan, 4, frac)
+            tail = ()
         elif kernel == "conv2d_depthwise":
             th, tb = _depthwise_tiles(g, G)
             wwords = pack_depthwise(weight, g)
@@ -591,12 +596,14 @@ class Conv2dQ8:
             tiles = cdiv(cdiv(g.ow, 4), tb) * cdiv(g.oh, th)  # tb column blocks x th rows each
             lane_groups = g.n * g.c4 * cdiv(tiles, G)
             table = pack_channels(*chan, 4, frac)
+            tail = ()
         else:
             tb, toc = _pointwise_tiles(g, G, ctx.device.info, local)
             wwords, _ = pack_general(weight, g, toc)
             chunk = _chunk(1, 1)[0]
             kc4 = g.c4 if g.c4 <= _pointwise_unroll(ctx.device) and not defines.get("DOT") else 0
             spec = (G, toc, tb, chunk, g.sh, g.sw, int(g.c4 <= chunk))
+            tail = (int(_pair_stores(ctx.device, toc, cdiv(g.oc, 4))), kc4)   # after TIES, RES_TIES, FRAC
             wblock, cblock = toc, 4 * toc                 # per (channel tile, c4 block); per channel tile
             push = (*shapes, *outq)
             lane_groups = g.n * cdiv(g.oc, toc) * cdiv(g.oh * cdiv(g.ow, 4), tb * G)
@@ -609,14 +616,8 @@ class Conv2dQ8:
         ties = (int(not requant_tie_free(mult, shift, frac)),
                 int(res is None or not requant_tie_free(res["multiplier"], res["shift"])),
                 int(bool(np.any(frac))))     # FRAC: the fraction's add only where there is one
-        if kernel in ("conv2d_general", "conv2d_pointwise"):
-            ties = (*ties, int(_pair_stores(ctx.device, toc, cdiv(g.oc, 4))))
-        if kernel == "conv2d_pointwise":
-            ties = (*ties, kc4)
-        if kernel == "conv2d_general":
-            ties = (*ties, min(g.c, 4) if STEM_CHANNELS else 4)   # CH: x's words hold C < 4 channels (stems)
         return [ctx.device.dispatch(kernel, bufs, grid_1d(lane_groups * G, local), local=(local,),
-                                    spec=(*spec, *ties), push=push, defines=defines)]
+                                    spec=(*spec, *ties, *tail), push=push, defines=defines)]
 
 
 
