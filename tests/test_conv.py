@@ -510,6 +510,7 @@ def test_general_rows_per_invocation():
         assert conv._general_tiles(g, 8, gpu)[1] == 2
         assert conv._general_tiles(g, 8, swiftshader)[1] == want_cpu, g
         assert conv._general_tiles(g, 8, llvmpipe)[1] == want_llvmpipe, g
+        assert conv._general_tiles(g, 8, llvmpipe, dot=True)[1] == want_cpu, g    # DOT: no CH
 
 
 @pytest.mark.parametrize("threads", [1, 3, 16])

@@ -355,7 +355,7 @@ def _chunk(kh, kw) -> tuple[int, int]:
 CPU_ONE_ROW_MIN_OH = 14   # conv2d_general on CPU drivers: 1 output row an invocation from this map height
 
 
-def _general_tiles(g: ConvGeometry, G: int, info) -> tuple[int, int]:
+def _general_tiles(g: ConvGeometry, G: int, info, dot: bool = False) -> tuple[int, int]:
     """(TOC, TH) for conv2d_general (its TW is one 4-column block): the widest channel tile
     whose work (padded channels times input blocks read) is within 1/8 of the least; 2 rows
     (measured best on llvmpipe at 256 bits with TOC 16: 16 x 8 accumulators), 1 if the window
@@ -364,11 +364,12 @@ def _general_tiles(g: ConvGeometry, G: int, info) -> tuple[int, int]:
     with the new choice both first and second, 3x3 64->64 @56 0.97x, 128 @28 0.98x, 256 @14
     0.89x, 64->128 s2 @56 0.93x, ResNet-18 0.94x; but 512 @7 1.27x and the ROW_LOOP stems
     1.1-1.5x. Those stems since multiply 3 channels, not 4 (CH): on llvmpipe 1 row then took
-    0.91x (7x7 s2 3->64 @224, 3x3 s2 3->32 @224), on SwiftShader 1.7x (3x3 3->16 @56)."""
+    0.91x (7x7 s2 3->64 @224, 3x3 s2 3->32 @224), on SwiftShader 1.7x (3x3 3->16 @56); the DOT
+    path (dot: no CH, packed words) keeps 2 (7x7 stem on 1 row 1.03-1.15x)."""
     work = {toc: cdiv(g.oc, toc) * toc * c4_window(g, toc)[0] for toc in (16, 8, 4)}
     toc = next(t for t in (16, 8, 4) if work[t] * 8 <= min(work.values()) * 9)
     window = (g.sh + (g.kh - 1) * g.dh + 1) * (3 * g.sw + (g.kw - 1) * g.dw + 1)
-    stem = g.c < 4 and getattr(info, "driver", "") == "llvmpipe"    # CH < 4: fewer live values
+    stem = g.c < 4 and not dot and getattr(info, "driver", "") == "llvmpipe"   # CH < 4: fewer live values
     cpu_one_row = info.type == "cpu" and (not _row_loop(g) or stem) and g.oh >= CPU_ONE_ROW_MIN_OH
     two = (not cpu_one_row and g.oh > 1 and window <= 4 * MAX_WINDOW_WORDS // 3
            and cdiv(g.ow, 4) * cdiv(g.oh, 2) >= G)   # stem: 117
@@ -563,7 +564,7 @@ class Conv2dQ8:
         shapes = (np.array([g.n, g.c, g.h, g.w]), np.array([g.n, g.oc, g.oh, g.ow]))
 
         if kernel == "conv2d_general":
-            toc, th = _general_tiles(g, G, ctx.device.info)
+            toc, th = _general_tiles(g, G, ctx.device.info, "DOT" in defines)
             row_loop = _row_loop(g)
             wwords, c4_count = pack_general(weight, g, toc)
             chunk, row_flush = _chunk(g.kh, g.kw)
