@@ -184,6 +184,16 @@ def test_paired_calls_settle_before_each_vulkan_call(monkeypatch):
     assert log == ["a", "b"] * 4
 
 
+def test_compiled_models_are_keyed_by_their_weights():
+    """The model suite compiles a case once per process: a case rebuilt with other weights is
+    another program (else its outputs were compared with the new model's)."""
+    from vkq.bench.models import _weights_digest
+    a, b, c = bench.tiny_mobilenet(), bench.tiny_mobilenet(), bench.tiny_mobilenet()
+    with torch.no_grad():
+        c.classifier.bias[3] += 2.0 ** -20       # one weight, one step of its mantissa
+    assert _weights_digest(a) == _weights_digest(b) != _weights_digest(c)
+
+
 def test_to_ncnn_writes_splits_and_fuses():
     """The ncnn writer folds BN and fuses ReLU6 into the conv, gives a blob read twice a Split,
     and counts layers and blobs right (no ncnn needed)."""

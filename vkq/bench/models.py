@@ -12,6 +12,7 @@ what remains of the call on the host (Python, packing the input, unpacking the o
 ops), with the number of dispatches and of barriers."""
 from __future__ import annotations
 
+import hashlib
 import tempfile
 import time
 from dataclasses import dataclass
@@ -216,6 +217,7 @@ def run_models(s: Settings, names=DEFAULT_MODELS, show_progress: bool = True) ->
 
 def bench_model(s: Settings, case: ModelCase) -> list[Record]:
     torch = torch_threads()
+    torch.manual_seed(0)       # the random-weight models (ResNet-18, Swin-T) the same in every run
     model = case.build()
     calib = case.inputs()
     x = calib[0]
@@ -239,7 +241,19 @@ def bench_model(s: Settings, case: ModelCase) -> list[Record]:
     return out
 
 
-_COMPILED: dict = {}   # model case name -> (Program, fallback, compile seconds), for this process
+_COMPILED: dict = {}   # (case name, weights digest) -> (Program, fallback, compile seconds), for this process
+
+
+def _weights_digest(model) -> str:
+    """A digest of the model's parameters and buffers: a case rebuilt with other weights (in
+    another test, on another device) is another program, not the cached one (whose outputs
+    were then compared with the new model's: Swin-T's cosine read 0.22)."""
+    import torch
+    h = hashlib.sha1()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())   # any dtype
+    return h.hexdigest()
 
 
 def _vkq_model(s, case, model, calib, shape, ops, want, peer) -> tuple[Record, list]:
@@ -251,12 +265,13 @@ def _vkq_model(s, case, model, calib, shape, ops, want, peer) -> tuple[Record, l
 
     from ..api import compile as vkq_compile, quantize
     from ..runtime import CompiledProgram
-    if case.name not in _COMPILED:    # the Program does not depend on the device
+    key = case.name, _weights_digest(model)
+    if key not in _COMPILED:    # the Program does not depend on the device
         t0 = time.perf_counter()
         converted = quantize(model, (calib[0],), [(c,) for c in calib], progress=s.progress)
         program, fallback = vkq_compile(converted, (calib[0],))
-        _COMPILED[case.name] = program, fallback, time.perf_counter() - t0
-    program, fallback, compile_s = _COMPILED[case.name]
+        _COMPILED[key] = program, fallback, time.perf_counter() - t0
+    program, fallback, compile_s = _COMPILED[key]
     prog = CompiledProgram(program, s.device)
     xn = calib[0].numpy()
     with _BufferTally(s.device) as tally:
