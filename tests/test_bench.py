@@ -184,6 +184,47 @@ def test_paired_calls_settle_before_each_vulkan_call(monkeypatch):
     assert log == ["a", "b"] * 4
 
 
+def test_roofs_are_sampled_beside_each_repeat(monkeypatch):
+    """beside() runs the kernel twice (the first untimed: caches warm again after the roofs'
+    copy) and then each roof once, repeat by repeat, warm-up included; the kernel's times are
+    the timed runs' and each roof is the median of its samples (amount / ns)."""
+    from vkq.bench import roofline, timing
+    log = []
+    monkeypatch.setattr(timing, "settle", lambda: log.append("pause"))
+    monkeypatch.setattr(roofline, "settle", lambda: log.append("pause"))
+
+    class Rec:
+        def __init__(self, name, times):
+            self.name, self.times, self.runs = name, list(times), 0
+
+        def run(self):
+            log.append(self.name)
+            self.runs += 1
+
+        def dispatch_times_ns(self):
+            return [self.times[(self.runs - 1) % len(self.times)]]
+
+    kernel = Rec("k", [5.0, 7.0])                       # untimed runs read 5, timed 7
+    roofs = {"int32_gops": (Rec("int32", [10.0, 20.0, 40.0]), 100.0), "copy_gbps": (Rec("copy", [4.0]), 8.0)}
+
+    class Device:
+        def record(self, steps, timestamps):
+            assert steps == ["step"] and timestamps
+            return kernel
+
+    class Probe:
+        shaders = dict.fromkeys(roofs)
+
+        def recording(self, key):
+            return roofs[key]
+    times, local = roofline.beside(Probe(), ("copy_gbps", "int32_gops", "fp32_gflops"), Device(), ["step"],
+                                   repeats=3, warmup=1, budget_s=None)
+    assert times == [7.0] * 3
+    assert log == ["pause"] + ["k", "k", "copy", "int32"] * 4
+    # int32's samples (warm-up first): 10, 20, 40, 10 ns -> 5, 2.5, 10 GOP/s after the warm-up
+    assert local == {"copy_gbps": 2.0, "int32_gops": 5.0}      # fp32 is not in the probe: not sampled
+
+
 def test_compiled_models_are_keyed_by_their_weights():
     """The model suite compiles a case once per process: a case rebuilt with other weights is
     another program (else its outputs were compared with the new model's)."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..device import Device
 from .roofline import attainable, beside, judge
-from .timing import gpu_times, stats_ms, wall_times
+from .timing import stats_ms, wall_times
 
 FIELDS = ("suite", "name", "shape", "dtype", "backend", "device", "median_ms", "p90_ms", "gops", "intensity",
           "roof_gops", "roofline_fraction")
@@ -80,7 +80,7 @@ def gpu_record(s: Settings, suite, name, shape, dtype, steps, ops, nbytes, compu
     dot4_gops) and `nbytes` moved."""
     dev = device or s.device
     keys = ("copy_gbps", attainable(s.roof, 1.0, compute)[2])     # the compute roof judge() will use
-    times, local = beside(s.roof.get("probe"), keys, lambda: gpu_times(dev, steps, s.repeats, s.warmup, s.budget_s))
+    times, local = beside(s.roof.get("probe"), keys, dev, steps, s.repeats, s.warmup, s.budget_s)
     med, p90 = stats_ms(times)
     extra = {"timing": "gpu", "min_ms": min(times) / 1e6, "dispatches": len(steps),
              "kernel": "+".join(dict.fromkeys(st.name for st in steps)),   # the shaders dispatched

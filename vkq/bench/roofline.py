@@ -21,11 +21,14 @@ arithmetic intensity I = ops / bytes (ops a byte), and can reach at best
     attainable roof = min(compute roof, I x copy bandwidth)   GOP/s
 
 The roofs a kernel record is judged by are sampled beside it: RoofProbe runs the copy and the
-compute-roof shaders right before and right after the kernel's repeats and takes the best
-of those samples. Why: on a shared machine the speed of everything drifts within a run (2x
-within minutes on the 2-core machine of bench/README.md), so a roof measured at the start
-misjudges a kernel timed minutes later, in either direction; the same-moment ratio is the
-one that means something. The run-start roof stays in the record too (roof_gops_at_start,
+compute-roof shaders once right after each of the kernel's repeats, and the record takes the
+median of those samples, as it takes the median of the kernel's times. Why: on a shared
+machine the speed of everything drifts within a run (2x within minutes on the 2-core machine
+of bench/README.md), so a roof measured at the start misjudges a kernel timed minutes later,
+in either direction; the same-moment ratio is the one that means something. (Before, the
+best of 3 samples before and 3 after the repeats: a peak against the kernel's median, so a
+slow phase during the repeats read as a slow kernel: the same depthwise kernel 0.12 and 0.19
+of the roof in two records of one run, conv 3x3 64->64 0.45 in one run and 0.82 in the next.) The run-start roof stays in the record too (roof_gops_at_start,
 roofline_fraction_at_start), and in the roofline records.
 
 Its roofline_fraction is its GOP/s over that roof: a memory-bound add is judged against the
@@ -40,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..device import Device, grid_1d
-from .timing import gpu_times, stats_ms, wall_times
+from .timing import gpu_times, repeated, settle, stats_ms, wall_times
 
 CHAIN = 64          # dispatches in the chain_dispatch_ms sequence
 COMPUTE_ROOFS = {"int32_gops": "int32 MAD", "fp32_gflops": "fp32 FMA", "dot4_gops": "int8 dot4"}
@@ -73,32 +76,50 @@ ACCUMULATORS = (4, 8, 16)
 
 class RoofProbe:
     """The roofline shaders, built once, to sample a roof again at any moment of the run:
-    {key: (device, dispatch, amount)} with roof = amount / best time in ns (GOP/s or GB/s)."""
+    {key: (device, dispatch, amount)} with roof = amount / time in ns (GOP/s or GB/s)."""
 
     def __init__(self):
         self.shaders = {}
+        self._recorded = {}
 
     def add(self, key: str, device: Device, dispatch, amount: float) -> None:
         self.shaders[key] = (device, dispatch, amount)
 
-    def sample(self, keys, repeats: int = 3) -> dict:
-        out = {}
-        for key in keys:
-            if key in self.shaders:
-                device, d, amount = self.shaders[key]
-                out[key] = amount / min(gpu_times(device, [d], repeats, warmup=1))
-        return out
+    def recording(self, key: str):
+        """(the roof's dispatch recorded once with timestamps, its amount)."""
+        if key not in self._recorded:
+            device, d, amount = self.shaders[key]
+            self._recorded[key] = device.record([d], timestamps=True), amount
+        return self._recorded[key]
 
 
-def beside(probe: "RoofProbe | None", keys, timed):
-    """Run timed() between two samples of the roofs `keys`; returns (timed()'s result, the
-    best sample of each roof: {} without a probe)."""
+def beside(probe: "RoofProbe | None", keys, device: Device, steps, repeats: int, warmup: int,
+           budget_s: float | None) -> tuple[list, dict]:
+    """GPU times (ns) of `steps`, each repeat followed by one sample of each roof in `keys`:
+    (times, {key: the median of its samples}; {} without a probe). The kernel and its roofs
+    are timed in the same moments, so their ratio holds while the machine drifts. Each timed
+    run of the kernel follows an untimed one, so it finds its data in the caches as in
+    back-to-back repeats."""
     if probe is None:
-        return timed(), {}
-    before = probe.sample(keys)
-    result = timed()
-    after = probe.sample(keys)
-    return result, {k: max(before[k], after[k]) for k in before}
+        return gpu_times(device, steps, repeats, warmup, budget_s), {}
+    rec = device.record(steps, timestamps=True)
+    roofs = {k: probe.recording(k) for k in keys if k in probe.shaders}
+
+    def one():     # (ns of the kernel and its roofs, (the kernel's ns, {key: the roof now}))
+        rec.run()      # untimed: the roofs' 64 MiB copy before it left the caches cold
+        rec.run()
+        t, got, spent = sum(rec.dispatch_times_ns()), {}, 0.0
+        for k, (r, amount) in roofs.items():
+            r.run()
+            ns = sum(r.dispatch_times_ns())
+            got[k], spent = amount / ns, spent + ns
+        return t + spent, (t, got)
+
+    settle()
+    runs = repeated(one, repeats, warmup, budget_s)
+    times = [t for t, _ in runs]
+    samples = {k: [got[k] for _, got in runs] for k in roofs}
+    return times, {k: float(np.median(v)) for k, v in samples.items()}
 
 
 def measure(device: Device, quick: bool = False, dot_device: Device | None = None) -> dict:

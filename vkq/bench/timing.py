@@ -40,22 +40,29 @@ def _warm(last_ns: float, budget_s: float | None) -> bool:
     return budget_s is None or last_ns < budget_s * 1e9 / 4
 
 
+def repeated(once, repeats: int = 10, warmup: int = 2, budget_s: float | None = None) -> list:
+    """once() -> (ns it took, what to keep): up to `warmup` runs discarded, then repeats runs
+    (fewer, at least 3, where repeats runs of the last warm-up's time would exceed budget_s);
+    what they kept."""
+    last = 0.0
+    for i in range(max(1, warmup)):
+        if i and not _warm(last, budget_s):
+            break
+        last = once()[0]
+    return [once()[1] for _ in range(fit_repeats(last, repeats, budget_s))]
+
+
 def gpu_times(device: Device, steps, repeats: int = 10, warmup: int = 2, budget_s: float | None = None) -> list[float]:
     """Per-repeat GPU time (ns) of `steps` recorded once with timestamps: the sum of the
     dispatches' times. budget_s caps the repeats (at least 3) by the last warm-up's time."""
     rec = device.record(steps, timestamps=True)
     settle()
-    last = 0.0
-    for i in range(max(1, warmup)):
-        if i and not _warm(last, budget_s):
-            break
+
+    def once():
         rec.run()
-        last = sum(rec.dispatch_times_ns())
-    out = []
-    for _ in range(fit_repeats(last, repeats, budget_s)):
-        rec.run()
-        out.append(sum(rec.dispatch_times_ns()))
-    return out
+        ns = sum(rec.dispatch_times_ns())
+        return ns, ns
+    return repeated(once, repeats, warmup, budget_s)
 
 
 def _wall_ns(fn) -> int:
@@ -67,12 +74,11 @@ def _wall_ns(fn) -> int:
 def wall_times(fn, repeats: int = 10, warmup: int = 2, budget_s: float | None = None) -> list[float]:
     """Per-call wall-clock time (ns) of fn(), after settle(); budget_s caps the repeats as in gpu_times."""
     settle()
-    last = 0.0
-    for i in range(max(1, warmup)):
-        if i and not _warm(last, budget_s):
-            break
-        last = _wall_ns(fn)
-    return [_wall_ns(fn) for _ in range(fit_repeats(last, repeats, budget_s))]
+
+    def once():
+        ns = _wall_ns(fn)
+        return ns, ns
+    return repeated(once, repeats, warmup, budget_s)
 
 
 def paired_wall_times(fn_a, fn_b, repeats: int = 10, warmup: int = 2, budget_s: float | None = None,
@@ -83,16 +89,12 @@ def paired_wall_times(fn_a, fn_b, repeats: int = 10, warmup: int = 2, budget_s: 
     call and fn_b a CPU peer; each fn_a starts after settle(), so the peer's spinning threads do
     not slow it (not wanted where both are Vulkan work: a pause would leave only fn_a to wake the
     driver's threads)."""
-    def pair():
+    def once():
         if settled:
             settle()
-        return _wall_ns(fn_a), _wall_ns(fn_b)
-    last = 0.0
-    for i in range(max(1, warmup)):
-        if i and not _warm(last, budget_s):
-            break
-        last = sum(pair())
-    a, b = zip(*[pair() for _ in range(fit_repeats(last, repeats, budget_s))])
+        ab = _wall_ns(fn_a), _wall_ns(fn_b)
+        return sum(ab), ab
+    a, b = zip(*repeated(once, repeats, warmup, budget_s))
     return list(a), list(b)
 
 
