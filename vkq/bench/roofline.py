@@ -28,8 +28,9 @@ of bench/README.md), so a roof measured at the start misjudges a kernel timed mi
 in either direction; the same-moment ratio is the one that means something. (Before, the
 best of 3 samples before and 3 after the repeats: a peak against the kernel's median, so a
 slow phase during the repeats read as a slow kernel: the same depthwise kernel 0.12 and 0.19
-of the roof in two records of one run, conv 3x3 64->64 0.45 in one run and 0.82 in the next.) The run-start roof stays in the record too (roof_gops_at_start,
-roofline_fraction_at_start), and in the roofline records.
+of the roof in two records of one run, conv 3x3 64->64 0.45 in one run and 0.82 in the next.)
+The run-start roof stays in the record too (roof_gops_at_start, roofline_fraction_at_start),
+and in the roofline records.
 
 Its roofline_fraction is its GOP/s over that roof: a memory-bound add is judged against the
 bandwidth, a GEMM against the compute roof. Which compute roof: int32_gops for vkq's int8
