@@ -29,7 +29,7 @@
 // slower, the shared loads are what pays here. fp32 multiply-adds instead of int32: no gain
 // (llvmpipe emits fmul + fadd, not FMA, for GLSL fma). Other TH x TB tiles: within noise.
 // llvmpipe now takes conv2d_depthwise_rows instead (its header says why); SwiftShader and GPUs
-// this kernel.
+// keep this kernel.
 //! variant
 //! variant NO_SUBGROUP
 //! variant RESIDUAL

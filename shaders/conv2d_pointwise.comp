@@ -31,9 +31,10 @@
 // Tried on lavapipe (bench/README.md): weights as shared floats (12% fewer instructions) and
 // loaded lane-major as ivec4s, one partial sum without int32 accumulators live (ONE_CHUNK),
 // 32/16-invocation workgroups on small maps, requantize_clamped: kept. Not kept: the rolled loop
-// (C4 > 16) taking 4 or 8 blocks an iteration, 0.81-2.2x; lane groups of 16, 0.77-1.5x. Larger tiles (TB 4 or
-// TOC 64: 256+ fp32 accumulators a lane spill past the L1 cache): 1.3-2x slower. DOT: 0.7x
-// (llvmpipe expands OpSDotAccSat into byte extracts, multiplies and a saturating add). int32
+// (C4 > 16) taking 4 or 8 blocks an iteration, 0.81-2.2x; lane groups of 16, 0.77-1.5x. Larger
+// tiles (TB 4 or TOC 64: 256+ fp32 accumulators a lane spill past the L1 cache): 1.3-2x
+// slower. DOT: 0.7x (llvmpipe expands OpSDotAccSat into byte extracts, multiplies and a
+// saturating add). int32
 // multiply-adds instead of fp32 (exact without chunks; also with x as unsigned bytes, which LLVM
 // could turn into vpmaddwd): within noise on MobileNetV2's 34 pointwise layers (two interleaved
 // runs: median GPU time 0.96x and 0.86x, best 0.95x and 1.13x of fp32), so fp32 stays, the rate
@@ -186,7 +187,6 @@ void main() {
         [[unroll]] for (int k = 0; k < TP * TOC; ++k) acc[k] = int(part[k]);
     }
 #endif
-
 
     int pr[PREGS];
     load_chan(pr, t);
