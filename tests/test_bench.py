@@ -184,6 +184,50 @@ def test_paired_calls_settle_before_each_vulkan_call(monkeypatch):
     assert log == ["a", "b"] * 4
 
 
+def test_settle_waits_until_the_other_threads_are_idle(monkeypatch):
+    """settle() polls the other threads until none runs (not a fixed pause: an idle machine
+    wakes slowly), gives up after its limit, and sleeps the limit where threads cannot be read."""
+    from vkq.bench import timing
+    monkeypatch.setattr(timing, "_POLL_S", 0.0)
+    reads = iter([2, 1, 1, 0, 7])
+    monkeypatch.setattr(timing, "busy_threads", lambda: next(reads))
+    assert timing.settle(5.0) < 1.0
+    assert next(reads) == 7                             # stopped at the first read of 0
+    monkeypatch.setattr(timing, "busy_threads", lambda: 1)
+    assert 0.05 <= timing.settle(0.05) < 1.0            # spinning forever: the limit
+    monkeypatch.setattr(timing, "busy_threads", lambda: None)
+    assert 0.05 <= timing.settle(0.05) < 1.0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
+def test_busy_threads_sees_a_thread_running_outside_the_gil():
+    """A thread hashing (C code that releases the GIL, as a BLAS or OpenMP thread runs) reads as
+    running while it works; once it and the process's other threads are idle, none does."""
+    import hashlib
+    import threading
+    import time
+
+    from vkq.bench import timing
+    stop, data = threading.Event(), b"x" * (8 << 20)
+
+    def spin():
+        while not stop.is_set():
+            hashlib.sha256(data).digest()
+    worker = threading.Thread(target=spin)
+    worker.start()
+    try:
+        seen = []
+        for _ in range(40):
+            seen.append(timing.busy_threads())
+            time.sleep(0.002)
+    finally:
+        stop.set()
+        worker.join()
+    assert max(seen) >= 1
+    timing.settle(5.0)
+    assert timing.busy_threads() == 0
+
+
 def test_roofs_are_sampled_beside_each_repeat(monkeypatch):
     """beside() runs the kernel twice (the first untimed: caches warm again after the roofs'
     copy) and then each roof once, repeat by repeat, warm-up included; the kernel's times are

@@ -2,6 +2,7 @@
 repeats fitted to a time budget, the CPU peers' threads, and a quiet terminal."""
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -12,14 +13,51 @@ CPU_THREADS = 2      # torch and ncnn on the CPU: the machine's cores, shared wi
 # After each parallel region torch's OpenMP threads spin for a while (libgomp's default wait
 # policy) on the cores a CPU Vulkan driver's threads then need. Measured (lavapipe, 2 cores,
 # MobileNetV2 call): 20.5 ms right after a torch call, 16.4 after 1 ms, 12.3 after 5 ms, 11.4
-# after 10 ms, 11.7 alone. Timed Vulkan work starts after this pause (a peer's repeated calls
-# keep their threads spinning, as a caller's loop would).
-SETTLE_S = 0.02
+# after 10 ms, 11.7 alone. Timed Vulkan work starts once those threads have gone idle (a peer's
+# repeated calls keep their threads spinning, as a caller's loop would). Not a fixed pause: on a
+# later machine (KVM, 2 vCPUs) torch's thread spun 4.5-6 ms, and a 20 ms pause then sometimes
+# slowed the Vulkan call itself (MobileNetV2 alone, medians of 18: 20.4 ms after no pause, 20.0
+# after 5 ms, 32.7 after 20 ms, 34.4 after 100 ms; torch alone 21.9 and 22.9): an idle machine
+# wakes slowly (bench/README.md, "Timing beside torch").
+SETTLE_S = 0.05      # the longest wait for them
+_POLL_S = 0.0002
 
 
-def settle() -> None:
-    """Let the CPU peers' spinning threads go idle (SETTLE_S) before a timed call."""
-    time.sleep(SETTLE_S)
+def busy_threads() -> int | None:
+    """How many of this process's other threads are running (Linux: /proc/self/task/*/stat,
+    state R); None where that cannot be read."""
+    import threading
+    me = str(threading.get_native_id())
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    busy = 0
+    for t in tasks:
+        if t == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{t}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue        # the thread ended
+        busy += stat[stat.rfind(")") + 2:][:1] == "R"
+    return busy
+
+
+def settle(limit_s: float = SETTLE_S) -> float:
+    """Wait until the process's other threads (the CPU peers' spinning ones) are idle, at most
+    limit_s (all of it where threads cannot be read); the seconds waited."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < limit_s:
+        busy = busy_threads()
+        if busy is None:
+            time.sleep(max(0.0, limit_s - (time.perf_counter() - t0)))
+        elif busy == 0:
+            break
+        else:
+            time.sleep(_POLL_S)
+    return time.perf_counter() - t0
 
 
 def stats_ms(times_ns) -> tuple[float, float]:
@@ -86,9 +124,8 @@ def paired_wall_times(fn_a, fn_b, repeats: int = 10, warmup: int = 2, budget_s: 
     """Wall-clock times (ns) of fn_a() and fn_b() run alternately, pair by pair: their
     difference is then taken within one phase of the machine (on a shared machine the speed
     drifts between two measurements taken one after the other). settled: fn_a is the Vulkan
-    call and fn_b a CPU peer; each fn_a starts after settle(), so the peer's spinning threads do
-    not slow it (not wanted where both are Vulkan work: a pause would leave only fn_a to wake the
-    driver's threads)."""
+    call and fn_b a CPU peer; each fn_a starts after settle(), once the peer's spinning threads
+    have gone idle (not wanted where both are Vulkan work: nothing to wait for)."""
     def once():
         if settled:
             settle()
