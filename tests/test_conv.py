@@ -248,7 +248,7 @@ def test_paired_stores(dev, paired, monkeypatch):
     pair lies inside the output (TOC % 8 == 0, OC4 even), one at a time elsewhere; the same
     bits either way, a residual read at each block of the pair."""
     from vkq.ops.eltwise import add_q8_params
-    monkeypatch.setattr(conv, "PAIR_STORES_FORCE", paired)
+    monkeypatch.setattr(type(dev), "wide_stores", property(lambda self: paired))
     rng = np.random.default_rng(14)
     for shape, oc, k, stride, groups in (((1, 16, 9, 11), 40, 1, 1, 1), ((2, 9, 7, 6), 24, 1, 2, 1),
                                          ((1, 5, 10, 9), 16, 3, 1, 1), ((1, 12, 9, 7), 24, 3, 2, 3),

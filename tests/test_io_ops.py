@@ -130,6 +130,26 @@ def test_repack_layouts(loads_device, shape, src, dst):
     np.testing.assert_array_equal(ex.buffers["b"].read(), pack(q, dst))
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["single", "paired"])
+@pytest.mark.parametrize("src,dst", [("4W4C", "4H4W"), ("4H4W", "4W4C")])
+def test_repack_blocks_in_pairs(loads_device, src, dst, wide, monkeypatch):
+    """repack_blocks.comp with two cubes an invocation (PAIR) where the device stores 32 bytes at
+    once and the output's paired blocks are whole (4H4W: an even count of width blocks, 4W4C: of
+    channel blocks), one cube elsewhere: the same bytes, partial tiles, rows and channels
+    included. (Without 64-bit stores STORE4_PAIR is two stores, so both drivers run both.)"""
+    monkeypatch.setattr(type(loads_device), "wide_stores", property(lambda self: wide))
+    rng = np.random.default_rng(16)
+    for shape in ((1, 8, 5, 8), (2, 37, 6, 21), (1, 64, 9, 64), (1, 30, 3, 36), (2, 6, 13, 40), (1, 20, 4, 4)):
+        q = rng.integers(-128, 128, shape).astype(np.int8)
+        prog = single_op_program("repack", [("a", spec(shape, "int8", src))], [("b", spec(shape, "int8", dst))])
+        ex = VulkanExecutor(prog, loads_device)
+        step, = ex.segments[0][1].steps
+        blocks = -(-shape[3 if dst == "4H4W" else 1] // 4)      # the output's adjacent blocks
+        assert step.name == "repack_blocks" and step.spec[-1] == int(wide and blocks % 2 == 0)
+        np.testing.assert_array_equal(ex(q), q)
+        np.testing.assert_array_equal(ex.buffers["b"].read(), pack(q, dst))
+
+
 @pytest.mark.parametrize("src,dst", [("4W4C", "4H4W"), ("4H4W", "4W4C")])
 def test_repack_keeps_words_equal_to_int_min(device, src, dst):
     """before_store (common.glsl) is a max with INT_MIN: words 0x80000000 on both sides (4W4C:

@@ -452,6 +452,14 @@ class Device:
         return {"subgroupSizeControl", "computeFullSubgroups"} <= self.features_enabled \
             and self.info.subgroup_size_control_compute
 
+    @property
+    def wide_stores(self) -> bool:
+        """STORE4_PAIR (texel.glsl) writes its two ivec4s as one 32-byte store here: the TEXEL
+        variants where shaderInt64 is enabled (llvmpipe, where a storage-buffer store is a loop
+        over the lanes whose passes cost the time, not the bytes: bench/README.md, "Stores on
+        llvmpipe"). Elsewhere it is two ivec4 stores, and kernels keep one block an invocation."""
+        return self.texel_loads and "shaderInt64" in self.features_enabled
+
     def __repr__(self):
         return f"Device([{self.info.index}] {self.info.name})"
 

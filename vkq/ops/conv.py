@@ -426,19 +426,11 @@ def _pointwise_unroll(device) -> int:
 
 
 STEM_CHANNELS = True       # conv2d_general skips the padding channel of a C < 4 input (experiments: False)
-PAIR_STORES_FORCE = None   # experiments: force the paired stores on (True) or off (False)
-
-
 def _pair_stores(device, toc: int, oc4: int) -> bool:
     """Whether a conv kernel stores its output's channel blocks two at a time (STORE4_PAIR,
-    texel.glsl): where the device writes them as one 32-byte store (its TEXEL variants with
-    shaderInt64, llvmpipe) and every tile's pairs lie inside the tensor (TOC a multiple of 8,
-    OC4 even)."""
-    if toc % 8 or oc4 % 2:
-        return False
-    if PAIR_STORES_FORCE is not None:
-        return PAIR_STORES_FORCE
-    return device.texel_loads and "shaderInt64" in device.features_enabled
+    texel.glsl): where the device writes them as one 32-byte store (Device.wide_stores) and
+    every tile's pairs lie inside the tensor (TOC a multiple of 8, OC4 even)."""
+    return toc % 8 == 0 and oc4 % 2 == 0 and device.wide_stores
 
 
 DEPTHWISE_ROWS_TC = 2        # channel blocks a conv2d_depthwise_rows invocation takes where C4 is even

@@ -389,9 +389,15 @@ def _blocks_step(ctx, node):
     if {si.layout, so.layout} != {"4W4C", "4H4W"} or si.dtype != "int8" or tuple(si.shape) != tuple(so.shape):
         return None
     n, c, h, w = packing.as_nchw(so.shape)
-    blocks = n * -(-h // 4) * 16 * -(-c // 16) * -(-w // 16)   # 4x4 tiles of cubes (the shader)
+    c4, w4 = -(-c // 4), -(-w // 4)
+    # two cubes an invocation where the output's adjacent blocks then make whole 32-byte pairs
+    # (4H4W: width blocks, 4W4C: channel blocks) and the device stores those as one
+    pc, pw = (1, 2) if so.layout == "4H4W" else (2, 1)
+    pair = ctx.device.wide_stores and (w4 if pw == 2 else c4) % 2 == 0
+    pc, pw = (pc, pw) if pair else (1, 1)
+    blocks = n * -(-h // 4) * 16 * -(-c4 // (4 * pc)) * -(-w4 // (4 * pw))   # 4x4 tiles of cubes (the shader)
     return ctx.device.dispatch("repack_blocks", [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])],
-                               grid_1d(blocks, LOCAL), local=(LOCAL,), spec=(n, c, h, w),
+                               grid_1d(blocks, LOCAL), local=(LOCAL,), spec=(n, c, h, w, int(pair)),
                                defines=["TO_" + so.layout])
 
 
