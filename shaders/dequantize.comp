@@ -19,10 +19,15 @@
 
 layout(constant_id = 3) const int LAYOUT = LAYOUT_4W4C;
 layout(constant_id = 4) const int ROWS = 1;   // GRID: rows an invocation runs down (int8x4.glsl: io_blocks)
+// GRID, 4W4C, W % 8 == 0 (vkq/ops/io.py: from 16 columns): two width blocks an invocation, each
+// channel's 8 floats one STORE_VEC4_PAIR (Device.wide_stores: one 32-byte store, where a store
+// costs its passes over the lanes, not its bytes). A-B on lavapipe, GPU time, 2026-11-27: 4 MiB
+// 0.86x / 0.82x in two runs, 64 @56 0.83x, 32 @112 0.86x, W = 32 0.83x, W = 16 1.00x, W = 8 1.11-1.21x.
+layout(constant_id = 5) const int PAIR = 0;
 
 #ifdef VEC
 IVEC4_INPUT(0, q)   // texel.glsl
-VEC4_OUTPUT(1, x)
+VEC4_PAIR_OUTPUT(1, x)
 #else
 layout(std430, binding = 0) readonly buffer In { int q[]; };
 layout(std430, binding = 1) writeonly buffer Out { float x[]; };
@@ -43,9 +48,19 @@ void main() {
     ivec4 SHAPE = p.shape;
     int blk, stride;
     ivec4 e;                                  // the block's first element (4W4C, 4H4W)
-    const int count = io_blocks(LAYOUT, SHAPE, ROWS, blk, stride, e);
+    const int count = io_blocks(LAYOUT, SHAPE, ROWS, PAIR, blk, stride, e);
+    const int C4 = up4(SHAPE.y) / 4;
     for (int i = 0; i < count; ++i, blk += stride, e = io_next(e, SHAPE)) {
         ivec4 words = LOAD4(q, blk);
+        if (PAIR != 0) {           // 4W4C: blocks blk and blk + C4, width blocks 2x and 2x + 1
+            const ivec4 next = LOAD4(q, blk + C4);
+            const int step = SHAPE.z * SHAPE.w / 4, left = SHAPE.y - e.y;
+            int o = nchw_offset(e, SHAPE) / 4;     // even: W / 4 and the first width block are
+            for (int k = 0; k < 4; ++k, o += step)
+                if (k < left) STORE_VEC4_PAIR(x, o, dequantize4((words << (24 - 8 * k)) >> 24),
+                                              dequantize4((next << (24 - 8 * k)) >> 24));
+            continue;
+        }
         if (LAYOUT == LAYOUT_ROW) {
             int n4 = SHAPE.x * SHAPE.y * SHAPE.z * SHAPE.w / 4;
             for (int r = 0; r < 4; ++r)

@@ -48,7 +48,7 @@ void main() {
     ivec4 SHAPE = p.shape;
     int blk, stride;
     ivec4 e;                                  // the block's first element (4W4C, 4H4W)
-    const int count = io_blocks(LAYOUT, SHAPE, ROWS, blk, stride, e);
+    const int count = io_blocks(LAYOUT, SHAPE, ROWS, 0, blk, stride, e);
     for (int i = 0; i < count; ++i, blk += stride, e = io_next(e, SHAPE)) {
         ivec4 words = ivec4(0);
         if (LAYOUT == LAYOUT_ROW) {               // words 4blk..4blk+3 hold floats 16blk..16blk+15

@@ -75,14 +75,17 @@ def test_fake_quantize_on_device_equals_the_pair(loads_device, shape, scale, zp,
     assert x.size < 9 or len(np.unique(got[0])) > 3        # (the first 8 values are the ties)
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["single", "paired"])
 @pytest.mark.parametrize("grid,rows", [(True, None), (True, 1), (True, 2), (True, 7), (True, 64), (False, None)])
-@pytest.mark.parametrize("shape", [(3, 9, 5, 12), (2, 5, 3, 8), (1, 6, 7, 4), (1, 3, 2, 40)])
-def test_4w4c_quantize_dequantize_with_and_without_the_grid(loads_device, monkeypatch, shape, grid, rows):
+@pytest.mark.parametrize("shape", [(3, 9, 5, 12), (2, 5, 3, 8), (1, 6, 7, 4), (1, 3, 2, 40), (1, 7, 3, 16)])
+def test_4w4c_quantize_dequantize_with_and_without_the_grid(loads_device, monkeypatch, shape, grid, rows, wide):
     """4W4C with W % 4 == 0 runs on a (width blocks, channel blocks, N*H / rows) grid, each
     invocation down `rows` of the (image, row) pairs (the device's choice, or forced here: a
     last invocation with fewer rows, runs that cross into the next image, more rows than there
     are); where a count does not fit a grid dimension, on the linear index (forced here): the
-    same words either way, padding channels 0."""
+    same words either way, padding channels 0. Where the device stores 32 bytes at once (wide,
+    forced here), W % 8 == 0 and W >= 16, dequantize's invocations take two width blocks (PAIR)."""
+    monkeypatch.setattr(type(loads_device), "wide_stores", property(lambda self: wide))
     if not grid:
         monkeypatch.setattr(io_ops, "MAX_GROUPS", 0)
     if rows is not None:
@@ -96,6 +99,7 @@ def test_4w4c_quantize_dequantize_with_and_without_the_grid(loads_device, monkey
     y = ex(x)
     steps = [st for seg in ex.segments for st in seg[1].steps]
     assert [("GRID" in st.defines) for st in steps] == [grid, grid]
+    assert steps[1].spec[2] == int(grid and wide and shape[3] % 8 == 0 and shape[3] >= 16)
     if rows is not None:
         n_rows = shape[0] * shape[2]
         assert [(st.spec[1], st.groups[2]) for st in steps] == [(min(rows, n_rows), -(-n_rows // min(rows, n_rows)))] * 2

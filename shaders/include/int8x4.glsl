@@ -86,7 +86,8 @@ ivec4 int8x4_element(int lay, int i, int b, ivec4 shape) {
 // lane (a fifth of a 4 MiB quantize on lavapipe). rows > 1 spreads an invocation's fixed cost
 // (its coordinates, bounds, constants) over several blocks: on lavapipe a 4 MiB quantize took
 // 11.1 ms at 1 row, 4.0 at 16 and 3.9 at 32 (vkq/device.py: invocation_rows chooses per device).
-int io_blocks(int lay, ivec4 shape, int rows, out int blk, out int stride, out ivec4 e) {
+// pair (GRID only): the invocation takes width blocks 2x and 2x + 1 (blk is the first).
+int io_blocks(int lay, ivec4 shape, int rows, int pair, out int blk, out int stride, out ivec4 e) {
     e = ivec4(0);
     stride = 0;
     if (lay != LAYOUT_4W4C) {
@@ -96,7 +97,7 @@ int io_blocks(int lay, ivec4 shape, int rows, out int blk, out int stride, out i
     }
     const int C4 = up4(shape.y) / 4, W4 = up4(shape.w) / 4;
 #ifdef GRID
-    const int w4 = int(gl_GlobalInvocationID.x), c4 = int(gl_WorkGroupID.y), r = int(gl_WorkGroupID.z) * rows;
+    const int w4 = int(gl_GlobalInvocationID.x) << pair, c4 = int(gl_WorkGroupID.y), r = int(gl_WorkGroupID.z) * rows;
     e = ivec4(r / shape.z, 4 * c4, r % shape.z, 4 * w4);   // r = n*H + h
     blk = (r * W4 + w4) * C4 + c4;
     stride = W4 * C4;

@@ -31,6 +31,7 @@
 //   RELOAD_VEC4(name, i)   its vec4 i, read through the same declaration as it was written
 //   IVEC4_PAIR_OUTPUT(b, name)  as IVEC4_OUTPUT, also written two ivec4s at a time:
 //   STORE4_PAIR(name, i, v, w)  ivec4s i and i + 1 (i even) = v, w
+//   VEC4_PAIR_OUTPUT(b, name), STORE_VEC4_PAIR(name, i, v, w)   the same for vec4
 //   IVEC4_INOUT(b, name), RELOAD4(name, i)   the same for ivec4 (a read-modify-write of bytes
 //                          other dispatches wrote: cat_channels)
 // default  an ivec4 / vec4 store
@@ -65,6 +66,8 @@ i64vec2 as_i64x2(ivec4 w) { return i64vec2(packInt2x32(w.xy), packInt2x32(w.zw))
 #define STORE4_PAIR(name, i, v, w) name##_256[(i) >> 1] = i64vec4(as_i64x2(v), as_i64x2(w))
 #define VEC4_OUTPUT(b, name) IVEC4_OUTPUT(b, name)
 #define STORE_VEC4(name, i, v) STORE4(name, i, floatBitsToInt(v))
+#define VEC4_PAIR_OUTPUT(b, name) IVEC4_PAIR_OUTPUT(b, name)
+#define STORE_VEC4_PAIR(name, i, v, w) STORE4_PAIR(name, i, floatBitsToInt(v), floatBitsToInt(w))
 #define VEC4_INOUT(b, name) layout(std430, binding = b) buffer name##_ssbo64 { i64vec2 name##_64[]; };
 ivec4 as_ivec4(i64vec2 w) { return ivec4(unpackInt2x32(w.x), unpackInt2x32(w.y)); }
 #define RELOAD_VEC4(name, i) intBitsToFloat(as_ivec4(name##_64[(i)]))
@@ -77,6 +80,8 @@ ivec4 as_ivec4(i64vec2 w) { return ivec4(unpackInt2x32(w.x), unpackInt2x32(w.y))
 #define STORE4_PAIR(name, i, v, w) (name[(i)] = (v), name[(i) + 1] = (w))
 #define VEC4_OUTPUT(b, name) layout(std430, binding = b) writeonly buffer name##_ssbo { vec4 name[]; };
 #define STORE_VEC4(name, i, v) name[(i)] = (v)
+#define VEC4_PAIR_OUTPUT(b, name) VEC4_OUTPUT(b, name)
+#define STORE_VEC4_PAIR(name, i, v, w) (name[(i)] = (v), name[(i) + 1] = (w))
 #define VEC4_INOUT(b, name) layout(std430, binding = b) buffer name##_ssbo { vec4 name[]; };
 #define RELOAD_VEC4(name, i) name[(i)]
 #define IVEC4_INOUT(b, name) layout(std430, binding = b) buffer name##_ssbo { ivec4 name[]; };

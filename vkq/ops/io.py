@@ -17,26 +17,32 @@ def _nchw(spec):
     return packing.shader_nchw(spec.shape, spec.layout)
 
 
-def _io_dispatch(ctx, shader, buffers, spec, push):
+def _io_dispatch(ctx, shader, buffers, spec, push, pairs: bool = False):
     """One quantize/dequantize dispatch. VEC (an ivec4 block an invocation, float vec4s) where
     every vec4 of the float side lies within one row:
     W % 4 == 0 for the blocked layouts, numel % 4 == 0 for ROW. A 4W4C VEC dispatch is a GRID
     of (width blocks, channel blocks, N*H / rows), each invocation running down `rows` of the
-    (image, row) pairs (device.invocation_rows), which gives it its blocks without a division (int8x4.glsl:
-    io_blocks), where those counts fit a grid's dimensions."""
+    (image, row) pairs (device.invocation_rows), which gives it its blocks without a division
+    (int8x4.glsl: io_blocks), where those counts fit a grid's dimensions. pairs (dequantize): a
+    GRID invocation takes two width blocks where W % 8 == 0, W >= 16 and the device stores 32
+    bytes at once (Device.wide_stores), each channel's 8 floats one store (PAIR)."""
     n, c, h, w = _nchw(spec)
     vec = (n * c * h * w if spec.layout == "ROW" else w) % 4 == 0
     words = spec.device_words()
     defines, groups, local = ["VEC"] if vec else [], grid_1d(words // 4 if vec else words, LOCAL), LOCAL
     w4, c4 = -(-w // 4), -(-c // 4)
-    rows = 1    # (unused by the other variants)
+    rows, pair = 1, 0    # (unused by the other variants)
     if vec and spec.layout == "4W4C" and c4 <= MAX_GROUPS:
-        # a power of two >= the width blocks, at least 8 and a whole subgroup (a GPU warp is never split)
-        local = min(LOCAL, max(1 << max(3, (w4 - 1).bit_length()), ctx.device.info.subgroup_size))
-        gx = -(-w4 // local)
+        # (from 16 columns: at 8 the one lane left a row took 1.1-1.2x the time on lavapipe)
+        pair = int(pairs and w % 8 == 0 and w >= 16 and ctx.device.wide_stores)
+        lanes = w4 >> pair              # invocations along the width
+        # a power of two >= those, at least 8 and a whole subgroup (a GPU warp is never split)
+        local = min(LOCAL, max(1 << max(3, (lanes - 1).bit_length()), ctx.device.info.subgroup_size))
+        gx = -(-lanes // local)
         rows = max(invocation_rows(ctx.device.info, gx * c4, n * h), -(-n * h // MAX_GROUPS))   # z within the limit
         defines, groups = ["VEC", "GRID"], (gx, c4, -(-n * h // rows))
-    return ctx.device.dispatch(shader, buffers, groups, local=(local,), spec=(packing.LAYOUT_IDS[spec.layout], rows),
+    return ctx.device.dispatch(shader, buffers, groups, local=(local,),
+                               spec=(packing.LAYOUT_IDS[spec.layout], rows) + ((pair,) if pairs else ()),
                                push=((n, c, h, w), *push), defines=defines)
 
 
@@ -72,7 +78,7 @@ class Dequantize:
         q, x = node.inputs[0], node.outputs[0]
         spec, a = ctx.spec(q), node.attrs
         return [_io_dispatch(ctx, "dequantize", [ctx.buffer(q), ctx.buffer(x)], spec,
-                             (np.float32(a["scale"]), a["zero_point"]))]
+                             (np.float32(a["scale"]), a["zero_point"]), pairs=True)]
 
 
 @register_op
