@@ -426,6 +426,8 @@ def _pointwise_unroll(device) -> int:
 
 
 STEM_CHANNELS = True       # conv2d_general skips the padding channel of a C < 4 input (experiments: False)
+
+
 def _pair_stores(device, toc: int, oc4: int) -> bool:
     """Whether a conv kernel stores its output's channel blocks two at a time (STORE4_PAIR,
     texel.glsl): where the device writes them as one 32-byte store (Device.wide_stores) and
