@@ -392,9 +392,9 @@ def _blocks_step(ctx, node):
     c4, w4 = -(-c // 4), -(-w // 4)
     # two cubes an invocation where the output's adjacent blocks then make whole 32-byte pairs
     # (4H4W: width blocks, 4W4C: channel blocks) and the device stores those as one
-    pc, pw = (1, 2) if so.layout == "4H4W" else (2, 1)
-    pair = ctx.device.wide_stores and (w4 if pw == 2 else c4) % 2 == 0
-    pc, pw = (pc, pw) if pair else (1, 1)
+    along_w = so.layout == "4H4W"
+    pair = ctx.device.wide_stores and (w4 if along_w else c4) % 2 == 0
+    pc, pw = ((1, 2) if along_w else (2, 1)) if pair else (1, 1)     # cubes an invocation along c4, w4
     blocks = n * -(-h // 4) * 16 * -(-c4 // (4 * pc)) * -(-w4 // (4 * pw))   # 4x4 tiles of cubes (the shader)
     return ctx.device.dispatch("repack_blocks", [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])],
                                grid_1d(blocks, LOCAL), local=(LOCAL,), spec=(n, c, h, w, int(pair)),
