@@ -24,7 +24,9 @@
 // texel fetches under a branch, which llvmpipe runs for every lane whichever lanes take it.
 // Here a lane holds WH x 4*NB window words and 4 accumulators a channel block, and fetches each
 // input block once a row. Not kept: 2 output rows an invocation (fewer fetches, more live
-// registers: 1.03-1.05x the time).
+// registers: 1.03-1.05x the time); on short rows, several rows walked one after another (the
+// weights loaded once for more steps): as a loop the loop's masks cost 1.09x, unrolled 0.99-
+// 1.09x (bench/README.md).
 //! variant
 //! variant RESIDUAL
 //! variant LUT
