@@ -161,7 +161,7 @@ def test_inplace_aliases_become_functional():
 
 
 def test_normalize_ops_functionalizes_any_inplace_op():
-    from vkq.passes.normalize_ops import functional_target
+    from vkq.passes.functionalize import functional_target
     assert functional_target(aten.hardswish_.default) is aten.hardswish.default
     assert functional_target(aten.add_.Tensor) is aten.add.Tensor
     assert functional_target(aten.leaky_relu_.default) is aten.leaky_relu.default

@@ -19,9 +19,11 @@ differently; this pass rewrites the second kind into the first:
   aten.adaptive_max_pool1d + getitem 0, float (N, C, L) (static convs made it 2-D before)
                                                 -> vkq.adaptive_max_pool2d(x, [C, L_out]); L_out 1: amax
   aten.mean.dim(x, [2, 3] / [-2, -1], keepdim)  -> aten.adaptive_avg_pool2d(x, [1, 1]) [+ view (N, C)]
-  any in-place aten op (hardswish_, silu_, dropout_, add_, ...) -> its functional form
-                                                  (export points every later use at the in-place
-                                                  node's output, so nothing reads the old value)
+  any in-place aten op (hardswish_, silu_, dropout_, add_, copy_, ...) -> its functional form,
+                                                  a write through a view written back into its
+                                                  base (functionalize.py)
+  aten.copy(view, src), aten.fill(view, value)  -> src / value expanded to the view's shape (what
+                                                  y[:, 1:] = v and y[..., 0] = 0 write)
   aten.addmm(b, x, w) / mm / matmul(x, w), w a 2-D constant (GPT-2's Conv1D keeps w as (in, out))
                                                 -> aten.linear(x, t(w), b)
   aten.relu6(x), aten.clamp(x, lo, hi)          -> aten.hardtanh(x, lo, hi);  clamp(x, 0) -> relu
@@ -60,8 +62,8 @@ differently; this pass rewrites the second kind into the first:
   quantize / dequantize per tensor to uint8     -> int8 with zero point - 128 (X86 quantizer):
                                                    q_u8 - 128 = q_i8, the floats are the same
 Rules are the table NORMALIZE: target -> function(node) returning the replacement node or None;
-in-place ops are found by their schema (functional_target), before the table is consulted, so
-that every rule sees functional ops only.
+in-place ops are found by their schema (functionalize.functional_target), before the table is
+consulted, so that every rule sees functional ops only.
 """
 from __future__ import annotations
 
@@ -72,8 +74,9 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
+from .functionalize import functionalize_inplace
 from ._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, add_constant, arg, aten, const_value,
-                     dynamic_size, finish, first_outputs, is_call, set_val, shape_of, val)
+                     dtype_of, dynamic_size, finish, first_outputs, is_call, set_val, shape_of, val)
 
 
 def _new(node: Node, target, args, kwargs=None) -> Node:
@@ -143,6 +146,19 @@ def reshape_from_reshape_as(node):
     if not all(isinstance(d, int) for d in shape):
         return None
     return _new(node, aten.reshape.default, (node.args[0], shape))
+
+
+def value_from_copy(node):
+    """copy(view, src), fill(view, value) (a write into a slice, functional now): the value
+    written, src or value expanded to the view's shape; where its dtype differs, None (it stays,
+    and runs on the CPU)."""
+    dst, src = node.args[:2]
+    shape = list(val(dst).shape)
+    if not isinstance(src, Node):                   # fill.Scalar
+        return _new(node, aten.full_like.default, (dst, src))
+    if dtype_of(src) != dtype_of(dst) or not all(isinstance(d, int) for d in shape):
+        return None
+    return src if list(val(src).shape) == shape else _new(node, aten.expand.default, (src, shape))
 
 
 def _transposed_weight(node):
@@ -267,39 +283,6 @@ def pool_from_mean(node):
     if keepdim:
         return pool
     return _new(node, aten.view.default, (pool, [n, c]))
-
-
-def functional_target(target):
-    """The functional twin of an in-place aten op (hardswish_ -> hardswish, add_.Tensor ->
-    add.Tensor), or None: any op whose schema writes its first argument and whose name without
-    the trailing underscore has the same overload."""
-    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
-        return None
-    name = target._opname
-    first = target._schema.arguments[0] if target._schema.arguments else None
-    if not name.endswith("_") or name.startswith("_") or first is None or first.alias_info is None \
-            or not first.alias_info.is_write:
-        return None
-    packet = getattr(aten, name[:-1], None)
-    return getattr(packet, target._overloadname, None) if packet is not None else None
-
-
-def functionalize_inplace(gm: GraphModule) -> bool:
-    """Every in-place aten op -> its functional form. Sound on an exported graph: export points
-    every later use of the mutated tensor at the in-place node's output. Also run by the
-    quantizer before annotating, so that PT2E's reference graph has no in-place ops either."""
-    changed = False
-    for node in list(gm.graph.nodes):
-        target = functional_target(node.target) if node.op == "call_function" else None
-        if target is None:
-            continue
-        new = _new(node, target, node.args, node.kwargs)
-        node.replace_all_uses_with(new)
-        gm.graph.erase_node(node)
-        changed = True
-    if changed:
-        gm.recompile()
-    return changed
 
 
 def from_prelu(node):
@@ -670,6 +653,7 @@ BEFORE_ANNOTATION = {
     aten.adaptive_max_pool2d.default: max_pool_from_adaptive,
     aten.addcmul.default: mul_add_from_addcmul,
     aten.reshape_as.default: reshape_from_reshape_as,
+    aten.copy.default: value_from_copy, aten.fill.Tensor: value_from_copy, aten.fill.Scalar: value_from_copy,
     aten.glu.default: mul_sigmoid_from_glu,
     aten.repeat_interleave.self_int: expand_from_repeat_interleave,
     aten.stack.default: cat_from_stack,
