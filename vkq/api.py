@@ -38,10 +38,7 @@ def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: s
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     example_inputs = _as_tuple(example_inputs)
-    model = model.eval()
-    gm = torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes).module()
-    inline_wrappers(gm)     # PT2E then sees (and quantizes) what no_grad / autocast blocks hold
-    fold_batch_norm_into_grouped(gm)     # prepare_pt2e's own fusion fails on these
+    gm = exported_for_quantization(model, example_inputs, dynamic_shapes)
     prepared = prepare_pt2e(gm, quantizer or VkqQuantizer(scheme))
     batches = [example_inputs] if calibration is None else calibration
     with torch.no_grad():
@@ -50,6 +47,15 @@ def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: s
             for chunk in ([batch] if dynamic_shapes is not None else _fit_batch(batch, example_inputs)):
                 prepared(*chunk)
     return convert_pt2e(prepared)
+
+
+def exported_for_quantization(model: torch.nn.Module, example_inputs, dynamic_shapes=None) -> GraphModule:
+    """The exported graph quantize() hands to prepare_pt2e (whose quantizer then rewrites it
+    before annotating: VkqQuantizer.transform_for_annotation)."""
+    gm = torch.export.export(model.eval(), _as_tuple(example_inputs), dynamic_shapes=dynamic_shapes).module()
+    inline_wrappers(gm)     # PT2E then sees (and quantizes) what no_grad / autocast blocks hold
+    fold_batch_norm_into_grouped(gm)     # prepare_pt2e's own fusion fails on these
+    return gm
 
 
 def _fit_batch(batch: tuple, example: tuple):
