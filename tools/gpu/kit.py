@@ -43,6 +43,7 @@ HOST_ONLY_TESTS = {
     "test_dynamic_models.py": "models exported with dynamic shapes and quantized with PT2E (torchao, torch 2.13)",
     "test_zoo.py": "torchvision, timm and transformers models quantized with PT2E (torchao, torch 2.13)",
     "test_lut.py": "lookup tables built from PT2E-quantized models (torchao, torch 2.13)",
+    "test_functionalize.py": "writes through views in models quantized with PT2E (torchao, torch 2.13)",
     "test_gpu_kit.py": "the kit itself: packs on the development machine",
     "test_sweep.py": "random models quantized with PT2E (torchao, torch 2.13)",
 }
