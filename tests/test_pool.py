@@ -8,7 +8,7 @@ import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
 import torch.nn.functional as F
 
-from oputil import run_exact
+from oputil import run_exact, spec
 from oputil import random_int8 as q8, torch_dequantize as dq, torch_quantize as qz
 from vkq import packing
 from vkq.ops.pool import (adaptive_avg_pool2d_params, avg_pool2d_params, cat_q8_params,
@@ -382,3 +382,123 @@ def test_adaptive_max_pool_model(device, size, shape, op):
         want = gm(x).numpy()
     np.testing.assert_allclose(got, want, atol=1e-5)
     assert len(np.unique(got)) >= min(10, got.size)
+
+
+# -- max unpooling ------------------------------------------------------------------------------
+
+UNPOOL_CASES = {   # (x shape, kwargs of F.max_pool2d, output_size or None: the pool's input size)
+    "enet_2x2": ((1, 5, 16, 12), dict(kernel_size=2, stride=2), None),
+    "odd_sizes": ((2, 7, 15, 13), dict(kernel_size=2, stride=2), None),
+    "ceil_odd": ((1, 6, 9, 11), dict(kernel_size=2, stride=2, ceil_mode=True), None),
+    "gaps_padded": ((1, 4, 17, 11), dict(kernel_size=(2, 3), stride=3, padding=1), None),
+    "gaps_both": ((1, 5, 18, 19), dict(kernel_size=(3, 2), stride=(4, 3), padding=1), None),
+    "wider_output": ((1, 9, 16, 10), dict(kernel_size=2, stride=2), (17, 11)),   # indices read in an 11-wide plane
+    "overlapping": ((1, 4, 13, 9), dict(kernel_size=3, stride=2, padding=1), None),   # CPU: two windows, one index
+}
+
+
+def unpool_attrs(kw, x_shape, size, zero_point):
+    a = max_attrs(kw)
+    return {**a, "output_size": list(size or x_shape[-2:]), "zero_point": zero_point}
+
+
+def unpool_inputs(rng, x_shape, kw, ties):
+    """x with many ties (values of three levels) or spread values, and v shaped as the pool's output."""
+    x = rng.integers(-1, 2, x_shape).astype(np.int8) if ties else q8(rng, x_shape)
+    v = q8(rng, max_out_shape(x_shape, max_attrs(kw)))
+    return v, x
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("case", UNPOOL_CASES)
+def test_max_unpool_matches_torch(case, ties):
+    """PT2E's max_unpool2d(dq v, max_pool2d_with_indices(dq x)[1]), quantized with v's qparams,
+    equals the reference bit for bit (first maximum of a window on ties; the later value where
+    overlapping windows name one position)."""
+    from vkq.ops.pool import max_pool_indices
+    shape, kw, size = UNPOOL_CASES[case]
+    v, x = unpool_inputs(np.random.default_rng(4), shape, kw, ties)
+    _, idx = F.max_pool2d(dq(x, 0.1, 3), return_indices=True, **kw)
+    a = max_attrs(kw)
+    np.testing.assert_array_equal(max_pool_indices(x, a["kernel"], a["stride"], a["padding"], a["dilation"],
+                                                   a["ceil_mode"]), idx.numpy())
+    out_size = size or shape[-2:]
+    want = qz(F.max_unpool2d(dq(v, 0.05, -7), idx, kw["kernel_size"], kw.get("stride"), kw.get("padding", 0),
+                             output_size=out_size), 0.05, -7)
+    np.testing.assert_array_equal(reference("max_unpool2d_q8", unpool_attrs(kw, shape, size, -7), v, x), want)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("case", [c for c in UNPOOL_CASES if c != "overlapping"])
+def test_max_unpool(loads_device, case, ties):
+    shape, kw, size = UNPOOL_CASES[case]
+    v, x = unpool_inputs(np.random.default_rng(5), shape, kw, ties)
+    a = unpool_attrs(kw, shape, size, -7)
+    ref = run_exact(loads_device, "max_unpool2d_q8", a, (*v.shape[:2], *a["output_size"]), v, x)
+    assert np.count_nonzero(ref == -7) >= ref.size // 2    # the positions no window's maximum took
+
+
+def test_max_unpool_declines_what_its_kernel_cannot_place():
+    """Overlapping windows (two can name one position) and an output smaller than the pool's
+    input (an index could fall outside) run on the CPU, and say why."""
+    from oputil import single_op_program
+    from vkq.registry import cpu_reason
+
+    def reason(kw, x_shape, size):
+        a = unpool_attrs(kw, x_shape, size, 0)
+        v_shape = max_out_shape(x_shape, max_attrs(kw))
+        prog = single_op_program("max_unpool2d_q8", [("v", spec(v_shape, "int8", "4W4C")), ("x", spec(x_shape, "int8", "4W4C"))],
+                                 [("y", spec((*v_shape[:2], *a["output_size"]), "int8", "4W4C"))], a)
+        return cpu_reason(prog.nodes[0], prog.tensors)
+
+    assert reason(dict(kernel_size=2, stride=2), (1, 4, 8, 8), None) is None
+    assert "overlap" in reason(dict(kernel_size=3, stride=2, padding=1), (1, 4, 8, 8), None)
+    assert "overlap" in reason(dict(kernel_size=2, stride=2, dilation=2), (1, 4, 9, 9), None)
+    assert "cannot hold" in reason(dict(kernel_size=2, stride=2), (1, 4, 9, 9), (8, 8))
+
+
+class _UnpoolNet(torch.nn.Module):
+    """ENet's / SegNet's pattern: pools that keep their indices, and the decoder placing its
+    values where the encoder's maxima were (output_size: the pool's input, odd sizes included)."""
+
+    def __init__(self, k2=2):
+        super().__init__()
+        n = torch.nn
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.a, self.b = n.Conv2d(3, 8, 3, padding=1), n.Conv2d(8, 12, 3, padding=1)
+            self.c, self.d, self.e = n.Conv2d(12, 12, 3, padding=1), n.Conv2d(12, 8, 1), n.Conv2d(8, 4, 3, padding=1)
+        self.k2 = k2
+
+    def forward(self, x):
+        x1 = torch.relu(self.a(x))
+        y1, i1 = F.max_pool2d(x1, 2, return_indices=True)
+        x2 = torch.relu(self.b(y1))
+        y2, i2 = F.max_pool2d(x2, self.k2, 2, self.k2 // 2, return_indices=True)
+        u2 = F.max_unpool2d(self.c(y2), i2, self.k2, 2, self.k2 // 2, output_size=x2.shape[-2:])
+        u1 = F.max_unpool2d(self.d(torch.relu(u2 + x2)), i1, 2, output_size=x1.shape[-2:])
+        return self.e(u1)
+
+
+@pytest.mark.parametrize("k2, on_cpu", [(2, 0), (3, 1)])
+def test_max_unpool_model(device, k2, on_cpu):
+    """max_pool2d(return_indices=True) + max_unpool2d in a static int8 model: int8 on Vulkan (both
+    ran in float on the CPU: the int64 indices had no int8 form), the indices recomputed from the
+    pool's int8 input; exact against the reference, which equals PT2E's eager output. An
+    overlapping pool's unpool (3x3 s2) stays on the CPU, named, and still exact."""
+    import vkq
+    x = torch.randn(1, 3, 30, 22)
+    gm = vkq.quantize(_UnpoolNet(k2).eval(), (x,), [torch.randn(1, 3, 30, 22) for _ in range(3)])
+    prog = vkq.CompiledProgram(vkq.compile(gm, (x,)).program, device)
+    ops = [node.op for node in prog.program.nodes]
+    assert ops.count("max_unpool2d_q8") == 2 and "torch_op" not in ops, ops
+    assert [r for _, r in prog.program.fallback] == (
+        ["max_unpool2d_q8: kernel [3, 3] stride [2, 2] dilation [1, 1]: windows that overlap can place two values "
+         "in one position (the kernel takes kernel <= stride, no dilation); runs on the CPU"] if on_cpu else []), \
+        prog.program.fallback
+    got = prog(x.numpy())
+    np.testing.assert_array_equal(got, prog.run_reference(x.numpy()))
+    with torch.no_grad():
+        want = gm(x).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert np.count_nonzero(np.abs(got) > 0.05) > got.size // 4

@@ -37,7 +37,7 @@ from .passes._graph import (DEQUANTIZE, HOST_FLOAT64, PERMUTES, QUANTIZE, SYMBOL
                             const_value, dtype_of, is_call, op_name, pair, q_args, qparams, record_shapes, shape_of,
                             val, vkq_op_of)
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
-from .passes.torch_ops import ADAPTIVE_MAX_POOL2D
+from .passes.torch_ops import ADAPTIVE_MAX_POOL2D, MAX_UNPOOL2D
 from .program import Node as PNode, Program, TensorSpec
 from .rewrites import rewrite_for_shapes
 from .registry import cpu_reason, get_op
@@ -46,7 +46,7 @@ from .registry import cpu_reason, get_op
 # operands were float (not quantized) or a fold rule said why not.
 HAS_INT8_KERNEL = {aten.conv2d.default, aten.conv1d.default, aten.linear.default, aten.add.Tensor, aten.mul.Tensor,
                    aten.max_pool2d.default, aten.avg_pool2d.default, aten.adaptive_avg_pool2d.default,
-                   ADAPTIVE_MAX_POOL2D, aten.cat.default, aten.relu.default, aten.hardtanh.default} | VIEWS
+                   ADAPTIVE_MAX_POOL2D, MAX_UNPOOL2D, aten.cat.default, aten.relu.default, aten.hardtanh.default} | VIEWS
 
 
 def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", report: dict | None = None,
@@ -405,6 +405,14 @@ def _adaptive_max(n, t):
     if size == [1, 1]:
         return "amax", [x], {"dims": [-2, -1], "keepdim": True}
     return "adaptive_max_pool2d", [x], {"output_size": size}
+
+
+def _max_unpool(n, t):
+    """vkq.max_unpool2d on float v and x (normalize_ops made it): the op of that name (the CPU)."""
+    v, x, kernel, stride, padding, dilation, ceil_mode, size = n.args
+    return "max_unpool2d", [v, x], {"kernel": pair(kernel), "stride": pair(stride), "padding": pair(padding),
+                                    "dilation": pair(dilation), "ceil_mode": int(bool(ceil_mode)),
+                                    "output_size": [int(s) for s in size]}
 
 
 def _reshape(n, t):
@@ -831,6 +839,7 @@ _FLOAT_RULES = {
     aten.max_pool2d.default: _max_pool,
     aten.max_pool1d.default: _pool_1d, aten.avg_pool1d.default: _pool_1d,
     ADAPTIVE_MAX_POOL2D: _adaptive_max,
+    MAX_UNPOOL2D: _max_unpool,
     aten.avg_pool2d.default: _avg_pool,
 }
 

@@ -54,7 +54,7 @@ from torchao.quantization.pt2e.quantizer import (
 )
 
 from vkq.observer import HistogramObserver  # torchao's, with its min/max search made fast
-from vkq.passes.torch_ops import ADAPTIVE_MAX_POOL2D
+from vkq.passes.torch_ops import ADAPTIVE_MAX_POOL2D, MAX_UNPOOL2D
 
 aten = torch.ops.aten
 SCHEMES = ("static", "dynamic", "weight_only")
@@ -241,6 +241,7 @@ def _zero_pad_or_constant_gather(node: Node) -> bool:
 def annotate_single_input(gm: GraphModule, act: QuantizationSpec) -> None:
     """In graph order, so that chains propagate:
       max pool, views, standalone relu/hardtanh: output quantized like the input;
+      vkq.max_unpool2d(v, x): output quantized like v, where v and x are quantized;
       averages (pools, mean): the input observed as it is, the output observed anew;
       elementwise functions of one tensor: the same, where the input is quantized.
     Where the input is not quantized, only pools are (input observed); views, activations
@@ -248,6 +249,12 @@ def annotate_single_input(gm: GraphModule, act: QuantizationSpec) -> None:
     from .passes._graph import unary_operand
     for node in gm.graph.nodes:
         if _annotated(node) or node.op != "call_function":
+            continue
+        if _is(node, {MAX_UNPOOL2D}):
+            # v's values placed where x's window maxima were: v's quantization out, x's read as it is
+            v, x = node.args[:2]
+            if _has_output_spec(v) and _has_output_spec(x):
+                _annotate(node, {v: SharedQuantizationSpec(v), x: SharedQuantizationSpec(x)}, SharedQuantizationSpec(v))
             continue
         if _is(node, SHARE_INPUT | AVERAGES) or _zero_pad_or_constant_gather(node):
             x = node.args[0]

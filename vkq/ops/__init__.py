@@ -35,7 +35,7 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
                       spatial padding contributes 0 to acc (the padded value is x_zp)
   add_q8, mul_q8      a int8, b int8 (same shape and layout) -> int8; attrs from the op module's params helper
   clamp_q8            q int8 -> int8 (standalone relu/relu6/hardtanh)
-  max_pool2d_q8, avg_pool2d_q8, adaptive_avg_pool2d_q8, adaptive_max_pool2d_q8, cat_q8   (see their modules)
+  max_pool2d_q8, avg_pool2d_q8, adaptive_avg_pool2d_q8, adaptive_max_pool2d_q8, max_unpool2d_q8, cat_q8   (see their modules)
 
 Each op module also exports a `*_params` helper that turns float scales (and a float bias) into
 the integer constants/attrs above, used by the lowering and by tests alike.

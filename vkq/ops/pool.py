@@ -12,6 +12,9 @@ the adaptive start/end formula); the numpy references below are the specificatio
                           divisor_override, in_zp, out_zp, qmin, qmax, divisors, multipliers, shifts
   adaptive_max_pool2d_q8  attrs output_size [2]
                           out = max over the window (PyTorch's adaptive windows; qparams unchanged)
+  max_unpool2d_q8(v, x)   attrs kernel, stride, padding, dilation [2], ceil_mode (the pool's),
+                          output_size [2], zero_point (v's)
+                          out = v at each window's first maximum in x, zero_point elsewhere
   adaptive_avg_pool2d_q8  attrs output_size [2], in_zp, out_zp, qmin, qmax, in_scale, out_scale
                           (the windows' divisors follow from the input size, so their multipliers
                           are made when the op runs: one program pools every input size)
@@ -528,6 +531,99 @@ class AdaptiveMaxPool2d:
         planes = int(np.prod(x_shape[:-2]))
         return [_adaptive_max_dispatch(ctx, node, "FLOAT_MAX", (planes, 1), x_shape[-2:], size,
                                        planes * size[0] * size[1])]
+
+
+# -- max unpooling ------------------------------------------------------------------------------
+
+def max_pool_indices(x, kernel, stride, padding, dilation, ceil_mode):
+    """PyTorch's max_pool2d_with_indices indices of x (..., H, W): each window's first maximum
+    (taps in row-major order, padding skipped; a NaN wins, as in ATen) as the flat position
+    ih * W + iw in x's plane."""
+    x = np.asarray(x)
+    lead, (h, w) = x.shape[:-2], x.shape[-2:]
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    oh = pool_output_size(h, kh, sh, ph, dh, ceil_mode)
+    ow = pool_output_size(w, kw, sw, pw, dw, ceil_mode)
+    best = np.full(lead + (oh, ow), -np.inf)
+    index = np.zeros(lead + (oh, ow), np.int64)
+    for i in range(kh):
+        rows = np.arange(oh) * sh - ph + i * dh
+        for j in range(kw):
+            cols = np.arange(ow) * sw - pw + j * dw
+            valid = ((rows >= 0) & (rows < h))[:, None] & ((cols >= 0) & (cols < w))[None, :]
+            tap = x[..., np.clip(rows, 0, h - 1), :][..., np.clip(cols, 0, w - 1)].astype(np.float64)
+            take = valid & ((tap > best) | np.isnan(tap))
+            best = np.where(take, tap, best)
+            index = np.where(take, rows[:, None] * w + cols[None, :], index)
+    return index
+
+
+def max_unpool(v, indices, output_size, fill):
+    """PyTorch's max_unpool2d: v (..., VH, VW) placed at the flat positions `indices` of each
+    (OH, OW) plane, `fill` elsewhere; where two values land on one position the later one (in
+    v's order) stays, as ATen's CPU kernel leaves it. An index outside the plane raises, as ATen."""
+    v, indices = np.asarray(v), np.asarray(indices)
+    lead, size = v.shape[:-2], int(output_size[0]) * int(output_size[1])
+    planes = int(np.prod(lead, dtype=np.int64))
+    flat, idx = v.reshape(planes, -1), indices.reshape(planes, -1)
+    if idx.size and (idx.min() < 0 or idx.max() >= size):
+        raise ValueError(f"max_unpool2d: index {int(idx.max() if idx.max() >= size else idx.min())} is outside "
+                         f"the output plane of {tuple(output_size)}")
+    out = np.full((planes, size), fill, v.dtype)
+    key = (np.arange(planes)[:, None] * size + idx).reshape(-1)[::-1]     # the last write first
+    where, first = np.unique(key, return_index=True)
+    out.reshape(-1)[where] = flat.reshape(-1)[::-1][first]
+    return out.reshape(lead + tuple(int(s) for s in output_size))
+
+
+def _unpool_reference(v, x, fill, *, kernel, stride, padding, dilation, ceil_mode, output_size):
+    return max_unpool(v, max_pool_indices(x, kernel, stride, padding, dilation, ceil_mode), output_size, fill)
+
+
+@register_op
+class MaxUnpool2dQ8:
+    """vkq.max_unpool2d on int8 (ENet's and SegNet's decoders): v placed where the max pool of x
+    (attrs kernel, stride, padding, dilation, ceil_mode: the pool's) found each window's first
+    maximum, v's zero point (0.0) elsewhere, in an output of output_size [OH, OW]; qparams
+    v's. x's int8 values order as its floats do, so the positions are PyTorch's indices of the
+    dequantized x. Vulkan (max_unpool): windows that do not overlap (kernel <= stride, no
+    dilation: every pool that unpooling is used with) into at least H x W positions; otherwise
+    two windows can name one position, and the reference's order decides (CPU)."""
+    name = "max_unpool2d_q8"
+    shaders = ("max_unpool",)
+    layouts = ("4W4C",)
+
+    def reference(v, x, *, zero_point, **geometry):
+        return _unpool_reference(np.asarray(v, np.int8), np.asarray(x, np.int8), zero_point, **geometry)
+
+    def decline(node, tensors):
+        a = node.attrs
+        if any(k > s for k, s in zip(a["kernel"], a["stride"])) or any(d != 1 for d in a["dilation"]):
+            return (f"{node.op}: kernel {a['kernel']} stride {a['stride']} dilation {a['dilation']}: windows that "
+                    f"overlap can place two values in one position (the kernel takes kernel <= stride, no dilation)")
+        h, w = tensors[node.inputs[1]].shape[-2:]
+        if a["output_size"][0] * a["output_size"][1] < h * w:
+            return f"{node.op}: an output of {a['output_size']} cannot hold every index into {h} x {w}"
+        return None
+
+    def build(ctx, node):
+        _, _, vs, outs = _spatial_specs(ctx, node)
+        xs = packing.as_nchw(ctx.spec(node.inputs[1]).shape)
+        a = node.attrs
+        _check_out_shape(node, outs, vs[:2] + tuple(a["output_size"]))
+        geo = [*a["kernel"], *a["stride"], *a["padding"], *xs, *vs[2:], *outs[2:]]
+        return [ctx.device.dispatch("max_unpool", [ctx.buffer(t) for t in (*node.inputs, *node.outputs)],
+                                    grid_1d(_blocks(outs), LOCAL), local=(LOCAL,), spec=geo,
+                                    push=(int(np.full(4, a["zero_point"], np.int8).view("<i4")[0]),))]
+
+
+@register_op
+class MaxUnpool2d:
+    """vkq.max_unpool2d on float32 (attrs as max_unpool2d_q8's, 0.0 elsewhere): on the CPU."""
+    name = "max_unpool2d"
+
+    def reference(v, x, **geometry):
+        return _unpool_reference(np.asarray(v, np.float32), np.asarray(x, np.float32), 0.0, **geometry)
 
 
 # -- concatenation -----------------------------------------------------------------------------

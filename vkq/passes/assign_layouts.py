@@ -21,11 +21,12 @@ from torch.fx import GraphModule, Node
 from ._graph import PERMUTES, aten, dtype_of, finish, is_call, is_vkq, qparams, set_val, shape_of, vkq_op_of, vkq_target
 
 OUTPUT_LAYOUT = {"conv2d_q8": "4W4C", "max_pool2d_q8": "4W4C", "avg_pool2d_q8": "4W4C",
-                 "adaptive_avg_pool2d_q8": "4W4C", "adaptive_max_pool2d_q8": "4W4C", "linear_q8": "4H4W",
+                 "adaptive_avg_pool2d_q8": "4W4C", "adaptive_max_pool2d_q8": "4W4C", "max_unpool2d_q8": "4W4C",
+                 "linear_q8": "4H4W",
                  "layer_norm_q8": "4H4W"}
 INPUT_LAYOUT = {"conv2d_q8": "4W4C", "max_pool2d_q8": "4W4C", "avg_pool2d_q8": "4W4C",
-                "adaptive_avg_pool2d_q8": "4W4C", "adaptive_max_pool2d_q8": "4W4C", "linear_q8": "4H4W",
-                "linear_q8_fout": "4H4W", "layer_norm_q8": "4H4W"}
+                "adaptive_avg_pool2d_q8": "4W4C", "adaptive_max_pool2d_q8": "4W4C", "max_unpool2d_q8": "4W4C",
+                "linear_q8": "4H4W", "linear_q8_fout": "4H4W", "layer_norm_q8": "4H4W"}
 FOLLOW = {"add_q8", "mul_q8", "clamp_q8", "cat_q8", "lut_q8"}
 KEY = "vkq_layout"
 

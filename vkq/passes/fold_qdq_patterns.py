@@ -26,6 +26,7 @@ walks its own q/dq neighbours with the helpers below. The patterns:
                                                                -> lut_q8 (table = PT2E's q(f(dq(.))))
   max_pool2d                 dq x, q out                       -> max_pool2d_q8 [+ clamp_q8]
   vkq.adaptive_max_pool2d    dq x (4-D), q out                 -> adaptive_max_pool2d_q8 [+ clamp_q8]
+  vkq.max_unpool2d           dq v, dq x (4-D), q out           -> max_unpool2d_q8 [+ clamp_q8]
   avg_pool2d                 dq x, q out                       -> avg_pool2d_q8
   adaptive_avg_pool2d        dq x (4-D), q out                 -> adaptive_avg_pool2d_q8
   cat                        dq inputs, q out                  -> cat_q8 [+ clamp_q8]
@@ -49,7 +50,7 @@ from ._graph import (CHOOSE_QPARAMS, DEQUANTIZE, DEQUANTIZE_CHANNEL, DEQUANTIZE_
                      dtype_of, dynamic_size, pair, q_args, qd, reject, set_val, shape_of, unary_operand,
                      vkq_target)
 from .fold_constants import evaluate_constant
-from .torch_ops import ADAPTIVE_MAX_POOL2D
+from .torch_ops import ADAPTIVE_MAX_POOL2D, MAX_UNPOOL2D
 
 # ------------------------------------------------------------------ what the rules look at
 
@@ -446,6 +447,24 @@ def fold_adaptive_max_pool(gm, node: Node):
     return clamp_to(gm, pooled, (x.scale, x.zero_point), q)
 
 
+def fold_max_unpool(gm, node: Node):
+    operands = _int8_nchw_operands(node)
+    if isinstance(operands, str):
+        return operands
+    v, q = operands
+    x = dq_source(node.args[1])
+    if x is None:
+        return "the pool's input is not int8"
+    kernel, stride, padding, dilation, ceil_mode = node.args[2:7]
+    attrs = {"kernel": pair(kernel), "stride": pair(stride), "padding": pair(padding), "dilation": pair(dilation),
+             "ceil_mode": int(bool(ceil_mode)), "output_size": [int(s) for s in node.args[7]],
+             "zero_point": v.zero_point}
+    if not _needs_clamp((v.scale, v.zero_point), q):
+        return emit_for_q(gm, q, "max_unpool2d_q8", [v.node, x.node], {}, attrs)
+    placed = emit(gm, q, "max_unpool2d_q8", [v.node, x.node], {}, attrs, shape_of(q), qparams=(v.scale, v.zero_point))
+    return clamp_to(gm, placed, (v.scale, v.zero_point), q)
+
+
 def fold_upsample_bilinear(gm, node: Node):
     from ..ops.resize import bilinear_attrs
     operands = _int8_nchw_operands(node)
@@ -549,6 +568,7 @@ FOLD_RULES = {
     aten.mul.Tensor: fold_binary,
     aten.max_pool2d.default: fold_max_pool,
     ADAPTIVE_MAX_POOL2D: fold_adaptive_max_pool,
+    MAX_UNPOOL2D: fold_max_unpool,
     aten.avg_pool2d.default: fold_avg_pool,
     aten.adaptive_avg_pool2d.default: fold_adaptive_pool,
     aten.cat.default: fold_cat,

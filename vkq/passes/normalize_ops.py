@@ -12,6 +12,9 @@ differently; this pass rewrites the second kind into the first:
   aten.addcmul(a, b, c, value=v)                -> a + b * c (* v)   (ResMLP's affine layers)
   aten.reshape_as(x, y), y of a static shape    -> aten.reshape(x, y's shape)   (LeViT)
   aten.addmm(b, x, t(w)) / aten.mm(x, t(w))     -> aten.linear(x, w, b)      (t = aten.t or permute [1, 0])
+  aten.max_unpool2d(v, getitem(aten.max_pool2d_with_indices(x, ...), 1), size)
+                                                -> vkq.max_unpool2d(v, x, ..., size): the indices
+                                                  recomputed from the pool's (int8) input (ENet, SegNet)
   aten.max_pool2d_with_indices + getitem 0      -> aten.max_pool2d
   aten.adaptive_max_pool2d + getitem 0, H and W static multiples of the output size
                                                 -> aten.max_pool2d (window = stride = H/oh, W/ow);
@@ -76,7 +79,7 @@ from torch.fx import GraphModule, Node
 
 from .functionalize import functionalize_inplace
 from ._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, add_constant, arg, aten, const_value,
-                     dtype_of, dynamic_size, finish, first_outputs, is_call, set_val, shape_of, val)
+                     dtype_of, dynamic_size, finish, first_outputs, is_call, pair, set_val, shape_of, val)
 
 
 def _new(node: Node, target, args, kwargs=None) -> Node:
@@ -210,6 +213,20 @@ def linear_from_mm(node):
 
 
 def max_pool_from_with_indices(node):
+    """Each max_unpool2d of the indices -> vkq.max_unpool2d of the pool's input (torch_ops.py);
+    then, where nothing else reads the indices, the values alone: aten.max_pool2d."""
+    from .torch_ops import MAX_UNPOOL2D
+    kernel = pair(arg(node, 1, "kernel_size"))
+    geometry = [kernel, pair(arg(node, 2, "stride", None) or kernel), pair(arg(node, 3, "padding", 0)),
+                pair(arg(node, 4, "dilation", 1)), bool(arg(node, 5, "ceil_mode", False))]
+    for indices in [u for u in node.users if u.target is operator.getitem and u.args[1] == 1]:
+        for unpool in list(indices.users):
+            size = arg(unpool, 2, "output_size")
+            if (unpool.target is aten.max_unpool2d.default and unpool.args[1] is indices
+                    and unpool.args[0] is not indices and all(isinstance(s, int) for s in size)):
+                new = _new(unpool, MAX_UNPOOL2D, (unpool.args[0], node.args[0], *geometry, [int(s) for s in size]))
+                unpool.replace_all_uses_with(new)
+                unpool.graph.erase_node(unpool)
     users = first_outputs(node)
     if users is None:
         return None
@@ -651,6 +668,7 @@ BEFORE_ANNOTATION = {
     aten.conv2d.padding: conv_from_string_padding,
     aten.prelu.default: from_prelu,
     aten.adaptive_max_pool2d.default: max_pool_from_adaptive,
+    aten.max_pool2d_with_indices.default: max_pool_from_with_indices,
     aten.addcmul.default: mul_add_from_addcmul,
     aten.reshape_as.default: reshape_from_reshape_as,
     aten.copy.default: value_from_copy, aten.fill.Tensor: value_from_copy, aten.fill.Scalar: value_from_copy,
@@ -680,7 +698,6 @@ NORMALIZE = {
     aten.addmm.default: linear_from_addmm,
     aten.mm.default: linear_from_mm,
     aten.matmul.default: linear_from_mm,
-    aten.max_pool2d_with_indices.default: max_pool_from_with_indices,
     aten.adaptive_max_pool1d.default: max_pool_from_adaptive_1d,
     aten.mean.dim: pool_from_mean,
     aten.relu6.default: hardtanh_from_relu6,

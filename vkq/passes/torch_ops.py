@@ -4,6 +4,11 @@ tuple, so that the quantizer annotates them and the folding rules match them lik
   vkq.adaptive_max_pool2d(x, output_size) = aten.adaptive_max_pool2d(x, output_size)[0]
       (normalize_ops makes it from adaptive_max_pool2d + getitem 0 where the windows are not one
       regular max pool: uneven, or sizes only known at run time)
+  vkq.max_unpool2d(v, x, kernel_size, stride, padding, dilation, ceil_mode, output_size)
+      = aten.max_unpool2d(v, aten.max_pool2d_with_indices(x, kernel_size, ..., ceil_mode)[1], output_size)
+      (normalize_ops makes it from a max_unpool2d whose indices a max_pool2d_with_indices gave,
+      ENet's and SegNet's decoders: the indices are then a function of the pool's input x, which
+      is int8, where the int64 indices have no int8 form)
 
 They run through torch like aten ops (the converted GraphModule stays runnable eagerly, and a
 program's CPU fallback can call them); importing this module registers them.
@@ -24,3 +29,18 @@ def _(x, output_size):
 
 
 ADAPTIVE_MAX_POOL2D = torch.ops.vkq.adaptive_max_pool2d.default
+
+
+@torch.library.custom_op("vkq::max_unpool2d", mutates_args=())
+def max_unpool2d(v: torch.Tensor, x: torch.Tensor, kernel_size: list[int], stride: list[int], padding: list[int],
+                 dilation: list[int], ceil_mode: bool, output_size: list[int]) -> torch.Tensor:
+    _, indices = torch.ops.aten.max_pool2d_with_indices.default(x, kernel_size, stride, padding, dilation, ceil_mode)
+    return torch.ops.aten.max_unpool2d.default(v, indices, output_size)
+
+
+@max_unpool2d.register_fake
+def _(v, x, kernel_size, stride, padding, dilation, ceil_mode, output_size):
+    return v.new_empty((*v.shape[:-2], *output_size))
+
+
+MAX_UNPOOL2D = torch.ops.vkq.max_unpool2d.default
