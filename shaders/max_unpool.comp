@@ -11,8 +11,11 @@
 // twice. One invocation per output ivec4 block (4 widths x 4 channels): for each of its positions
 // o = oh * OW + ow, (ih, iw) = (o / W, o % W), the window holding it is found by division, its
 // taps' first maxima per channel are taken, and v's byte goes where that maximum is this tap.
+// FLOAT: the same on float32 (planes, H, W) row-major tensors, one output value an invocation
+// (N = planes, C = 1), 0.0 elsewhere; a NaN tap is taken as ATen takes it (the window's last).
 //! variant
 //! variant TEXEL
+//! variant FLOAT
 #include "common.glsl"
 #include "int8x4.glsl"
 #include "texel.glsl"
@@ -34,6 +37,35 @@ layout(constant_id = 14) const int VW = 1;
 layout(constant_id = 15) const int OH = 1;    // out
 layout(constant_id = 16) const int OW = 1;
 
+#ifdef FLOAT
+layout(std430, binding = 0) readonly buffer v_ssbo { float vf[]; };
+layout(std430, binding = 1) readonly buffer x_ssbo { float xf[]; };
+layout(std430, binding = 2) writeonly buffer dst_ssbo { float dstf[]; };
+
+void main() {
+    int i = linear_invocation();
+    if (i >= N * OH * OW) return;
+    int plane = i / (OH * OW), o = i % (OH * OW);
+    int ih = o / W, iw = o % W;
+    int ph = (ih + PH) / SH, pw = (iw + PW) / SW;
+    int th = ih + PH - ph * SH, tw = iw + PW - pw * SW;
+    bool inside = tw < KW && ph < VH && pw < VW;     // (as below)
+    ph = min(ph, VH - 1);
+    pw = min(pw, VW - 1);
+    float best = 0.0;
+    int at = -1;
+    [[unroll]] for (int kh = 0; kh < KH; ++kh)
+        [[unroll]] for (int kw = 0; kw < KW; ++kw) {
+            int h = ph * SH - PH + kh, w = pw * SW - PW + kw;
+            float t = xf[(plane * H + clamp(h, 0, H - 1)) * W + clamp(w, 0, W - 1)];
+            if (h >= 0 && h < H && w >= 0 && w < W && (at < 0 || t > best || isnan(t))) {
+                best = t;
+                at = kh * KW + kw;
+            }
+        }
+    dstf[i] = inside && at == th * KW + tw ? vf[(plane * VH + ph) * VW + pw] : 0.0;
+}
+#else
 IVEC4_WORDS_INPUT(0, v)
 IVEC4_WORDS_INPUT(1, x)
 IVEC4_OUTPUT(2, dst)
@@ -82,3 +114,4 @@ void main() {
     int o = ((n * OH + oh) * OW4 + ow4) * C4 + c4;
     STORE4(dst, o, before_store(r & block_mask(o, ivec4(C, C4, OW, OW4))));   // common.glsl
 }
+#endif

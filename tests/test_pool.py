@@ -502,3 +502,48 @@ def test_max_unpool_model(device, k2, on_cpu):
         want = gm(x).numpy()
     np.testing.assert_allclose(got, want, atol=1e-5)
     assert np.count_nonzero(np.abs(got) > 0.05) > got.size // 4
+
+
+@pytest.mark.parametrize("case", [c for c in UNPOOL_CASES if c != "overlapping"])
+def test_max_unpool_float(device, case):
+    """The float op (what the linear-only schemes leave of a CNN's unpooling) on Vulkan equals
+    torch's max_unpool2d of max_pool2d_with_indices' indices exactly; ties (first maximum), -inf
+    and NaN taps (ATen takes a window's last NaN) included."""
+    from oputil import run_both, single_op_program
+    shape, kw, size = UNPOOL_CASES[case]
+    rng = np.random.default_rng(6)
+    x = rng.integers(-2, 3, shape).astype(np.float32)
+    x.reshape(-1)[rng.choice(x.size, 9, replace=False)] = [np.nan] * 3 + [-np.inf] * 6
+    xt = torch.from_numpy(x)
+    _, idx = F.max_pool2d(xt, return_indices=True, **kw)
+    v = rng.standard_normal(idx.shape).astype(np.float32)
+    out_size = size or shape[-2:]
+    want = F.max_unpool2d(torch.from_numpy(v), idx, kw["kernel_size"], kw.get("stride"), kw.get("padding", 0),
+                          output_size=out_size).numpy()
+    attrs = {k: a for k, a in unpool_attrs(kw, shape, size, 0).items() if k != "zero_point"}
+    prog = single_op_program("max_unpool2d", [("v", spec(v.shape)), ("x", spec(shape))],
+                             [("y", spec(want.shape))], attrs)
+    np.testing.assert_array_equal(get_op("max_unpool2d").reference(v, x, **attrs), want)
+    (got,), _ = run_both(device, prog, v, x)
+    np.testing.assert_array_equal(got, want)
+    assert np.count_nonzero(got) == v.size     # every value placed, once
+
+
+@pytest.mark.parametrize("scheme", ["dynamic", "weight_only"])
+def test_max_unpool_model_in_float(device, scheme):
+    """Under the linear-only schemes the convs, pools and unpools stay float: the unpools run
+    max_unpool's FLOAT variant on Vulkan (no CPU node); the program equals its reference up to float
+    rounding, and PT2E's eager output within 1% of its range (the dynamic scheme's 1x1 conv, a
+    linear over patches, quantizes x per row where PT2E takes one scale)."""
+    import vkq
+    x = torch.randn(1, 3, 30, 22)
+    gm = vkq.quantize(_UnpoolNet().eval(), (x,), [torch.randn(1, 3, 30, 22) for _ in range(2)], scheme)
+    prog = vkq.CompiledProgram(vkq.compile(gm, (x,)).program, device)
+    ops = [node.op for node in prog.program.nodes]
+    assert ops.count("max_unpool2d") == 2 and not prog.fallback_ops, (ops, prog.fallback_ops)
+    got = prog(x.numpy())
+    with torch.no_grad():
+        want = gm(x).numpy()
+    np.testing.assert_allclose(got, prog.run_reference(x.numpy()), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=0, atol=0.01 * np.abs(want).max())
+    assert np.count_nonzero(np.abs(got) > 0.05) > got.size // 4

@@ -546,13 +546,15 @@ def max_pool_indices(x, kernel, stride, padding, dilation, ceil_mode):
     ow = pool_output_size(w, kw, sw, pw, dw, ceil_mode)
     best = np.full(lead + (oh, ow), -np.inf)
     index = np.zeros(lead + (oh, ow), np.int64)
+    taken = np.zeros(lead + (oh, ow), bool)       # the window's first tap is taken, -inf too
     for i in range(kh):
         rows = np.arange(oh) * sh - ph + i * dh
         for j in range(kw):
             cols = np.arange(ow) * sw - pw + j * dw
             valid = ((rows >= 0) & (rows < h))[:, None] & ((cols >= 0) & (cols < w))[None, :]
             tap = x[..., np.clip(rows, 0, h - 1), :][..., np.clip(cols, 0, w - 1)].astype(np.float64)
-            take = valid & ((tap > best) | np.isnan(tap))
+            take = valid & (~taken | (tap > best) | np.isnan(tap))
+            taken |= take
             best = np.where(take, tap, best)
             index = np.where(take, rows[:, None] * w + cols[None, :], index)
     return index
@@ -597,33 +599,59 @@ class MaxUnpool2dQ8:
         return _unpool_reference(np.asarray(v, np.int8), np.asarray(x, np.int8), zero_point, **geometry)
 
     def decline(node, tensors):
-        a = node.attrs
-        if any(k > s for k, s in zip(a["kernel"], a["stride"])) or any(d != 1 for d in a["dilation"]):
-            return (f"{node.op}: kernel {a['kernel']} stride {a['stride']} dilation {a['dilation']}: windows that "
-                    f"overlap can place two values in one position (the kernel takes kernel <= stride, no dilation)")
-        h, w = tensors[node.inputs[1]].shape[-2:]
-        if a["output_size"][0] * a["output_size"][1] < h * w:
-            return f"{node.op}: an output of {a['output_size']} cannot hold every index into {h} x {w}"
-        return None
+        return _unpool_decline(node, tensors)
 
     def build(ctx, node):
         _, _, vs, outs = _spatial_specs(ctx, node)
         xs = packing.as_nchw(ctx.spec(node.inputs[1]).shape)
-        a = node.attrs
-        _check_out_shape(node, outs, vs[:2] + tuple(a["output_size"]))
-        geo = [*a["kernel"], *a["stride"], *a["padding"], *xs, *vs[2:], *outs[2:]]
-        return [ctx.device.dispatch("max_unpool", [ctx.buffer(t) for t in (*node.inputs, *node.outputs)],
-                                    grid_1d(_blocks(outs), LOCAL), local=(LOCAL,), spec=geo,
-                                    push=(int(np.full(4, a["zero_point"], np.int8).view("<i4")[0]),))]
+        _check_out_shape(node, outs, vs[:2] + tuple(node.attrs["output_size"]))
+        zp_word = int(np.full(4, node.attrs["zero_point"], np.int8).view("<i4")[0])
+        return [_unpool_dispatch(ctx, node, [], xs, vs, outs, _blocks(outs), (zp_word,))]
+
+
+def _unpool_decline(node, tensors):
+    a = node.attrs
+    if any(k > s for k, s in zip(a["kernel"], a["stride"])) or any(d != 1 for d in a["dilation"]):
+        return (f"{node.op}: kernel {a['kernel']} stride {a['stride']} dilation {a['dilation']}: windows that "
+                f"overlap can place two values in one position (the kernel takes kernel <= stride, no dilation)")
+    h, w = tensors[node.inputs[1]].shape[-2:]
+    if a["output_size"][0] * a["output_size"][1] < h * w:
+        return f"{node.op}: an output of {a['output_size']} cannot hold every index into {h} x {w}"
+    return None
+
+
+def _unpool_dispatch(ctx, node, defines, xs, vs, outs, invocations, push=()):
+    """max_unpool with the pool's geometry and the shapes (N, C, H, W of x; v's and the
+    output's H, W) as specialization constants."""
+    a = node.attrs
+    geo = [*a["kernel"], *a["stride"], *a["padding"], *xs, *vs[2:], *outs[2:]]
+    return ctx.device.dispatch("max_unpool", [ctx.buffer(t) for t in (*node.inputs, *node.outputs)],
+                               grid_1d(invocations, LOCAL), local=(LOCAL,), spec=geo, defines=defines, push=push)
 
 
 @register_op
 class MaxUnpool2d:
-    """vkq.max_unpool2d on float32 (attrs as max_unpool2d_q8's, 0.0 elsewhere): on the CPU."""
+    """vkq.max_unpool2d on float32 (..., H, W) (attrs as max_unpool2d_q8's, 0.0 elsewhere; the
+    linear-only schemes leave a CNN's pools float): max_unpool's FLOAT variant, one output value
+    an invocation; exact (values are moved, not computed)."""
     name = "max_unpool2d"
+    shaders = ("max_unpool",)
 
     def reference(v, x, **geometry):
         return _unpool_reference(np.asarray(v, np.float32), np.asarray(x, np.float32), 0.0, **geometry)
+
+    def decline(node, tensors):
+        v, x = (tensors[t] for t in node.inputs[:2])
+        if v.dtype != "float32" or x.dtype != "float32" or len(v.shape) < 3:
+            return f"{node.op}: {v.dtype} {v.shape} (the kernel takes float32 (..., H, W))"
+        return _unpool_decline(node, tensors)
+
+    def build(ctx, node):
+        vs, xs, outs = (tuple(ctx.spec(t).shape) for t in (*node.inputs[:2], node.outputs[0]))
+        _check_out_shape(node, outs, vs[:-2] + tuple(node.attrs["output_size"]))
+        planes = int(np.prod(vs[:-2]))
+        return [_unpool_dispatch(ctx, node, ["FLOAT"], (planes, 1, *xs[-2:]), (planes, 1, *vs[-2:]),
+                                 (planes, 1, *outs[-2:]), planes * outs[-2] * outs[-1])]
 
 
 # -- concatenation -----------------------------------------------------------------------------
