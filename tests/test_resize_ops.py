@@ -89,6 +89,77 @@ def test_int8_reference_is_the_float_formula_rounded():
     np.testing.assert_array_equal(got, want.astype(np.int8))
 
 
+# -- bicubic: float32 (PT2E leaves it float) ------------------------------------------------------
+
+BICUBIC = CASES + [
+    ((2, 3, 7, 5), (3, 17), True, None),          # down along H, up along W
+    ((1, 2, 6, 10), (9, 15), False, [1.5, 1.5]),  # fractional scale factors
+    ((3, 1, 2, 2), (8, 8), False, None),          # every tap clamped at a border somewhere
+]
+
+
+@pytest.mark.parametrize("shape,size,ac,scales", BICUBIC)
+def test_bicubic_reference_is_atens(shape, size, ac, scales):
+    """The taps and the order of the sums are ATen's: equal to F.interpolate(mode="bicubic") to
+    float rounding (a few ulp of the largest value)."""
+    from vkq.ops.resize import upsample_bicubic2d
+    x = R.standard_normal(shape).astype(np.float32)
+    want = _torch_mode(torch.from_numpy(x), size, ac, scales, "bicubic").numpy()
+    got = upsample_bicubic2d(x, out_size=None if scales else list(size), align_corners=ac, scales=scales)
+    assert got.shape == want.shape == shape[:2] + tuple(size)
+    np.testing.assert_allclose(got, want, rtol=0, atol=4e-6)
+
+
+@pytest.mark.parametrize("shape,size,ac,scales", BICUBIC)
+def test_bicubic(device, shape, size, ac, scales):
+    x = R.standard_normal(shape).astype(np.float32)
+    out = shape[:2] + size
+    attrs = {"out_size": None if scales else list(size), "align_corners": ac, "scales": scales}
+    prog = single_op_program("upsample_bicubic2d", [("x", spec(shape))], [("y", spec(out))], attrs)
+    got = VulkanExecutor(prog, device)(x)
+    np.testing.assert_allclose(got, run_reference(prog, x), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got, _torch_mode(torch.from_numpy(x), size, ac, scales, "bicubic").numpy(),
+                               rtol=0, atol=4e-6)
+
+
+def _torch_mode(x, size, ac, scales, mode):
+    kw = {"scale_factor": scales} if scales else {"size": size}
+    return F.interpolate(x, mode=mode, align_corners=ac, **kw)
+
+
+def test_bicubic_model_runs_on_vulkan(device):
+    """A super-resolution net that upsamples its input bicubically (VDSR, SRCNN) and a decoder that
+    resizes features that way: the bicubic resizes run on Vulkan (they ran through torch on the
+    CPU), in float between the int8 convs, and the program agrees with PT2E's eager output."""
+    import vkq
+    n = torch.nn
+
+    class SR(n.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.body = n.Sequential(n.Conv2d(3, 16, 3, padding=1), n.ReLU(), n.Conv2d(16, 3, 3, padding=1))
+                self.skip = n.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x):
+            up = F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=False)
+            y = up + self.body(up)
+            z = F.interpolate(torch.relu(self.skip(x)), size=(27, 19), mode="bicubic", align_corners=True)
+            return y, z
+
+    x = torch.randn(1, 3, 13, 10)
+    gm = vkq.quantize(SR().eval(), (x,), [torch.randn(1, 3, 13, 10) for _ in range(2)])
+    prog = vkq.CompiledProgram(vkq.compile(gm, (x,)).program, device)
+    ops = [node.op for node in prog.program.nodes]
+    assert ops.count("upsample_bicubic2d") == 2 and not prog.fallback_ops, (ops, prog.fallback_ops)
+    got = prog(x.numpy())
+    with torch.no_grad():
+        want = gm(x)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=0, atol=1e-4 * np.abs(w.numpy()).max())
+
+
 # -- nearest: a gather whose index map is made for the shape at hand --------------------------------
 
 NEAREST = [   # in shape, mode, scales or out size

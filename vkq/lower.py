@@ -804,6 +804,12 @@ def _upsample_nearest(n, t):
     return "upsample_nearest2d", [n.args[0]], nearest_attrs(n, shape_of(n))
 
 
+def _upsample_bicubic(n, t):
+    """upsample_bicubic2d (arguments as bilinear's): float only (PT2E leaves it float)."""
+    from .ops.resize import bilinear_attrs
+    return "upsample_bicubic2d", [n.args[0]], bilinear_attrs(n, shape_of(n))
+
+
 def _upsample_bilinear(n, t):
     from .ops.resize import bilinear_attrs
     return "upsample_bilinear2d", [n.args[0]], bilinear_attrs(n, shape_of(n))
@@ -869,6 +875,7 @@ CPU_RULES = {
                                       aten._upsample_nearest_exact2d.vec, aten._upsample_nearest_exact2d.default)},
     aten.scaled_dot_product_attention.default: _sdpa,
     aten.upsample_bilinear2d.vec: _upsample_bilinear, aten.upsample_bilinear2d.default: _upsample_bilinear,
+    aten.upsample_bicubic2d.vec: _upsample_bicubic, aten.upsample_bicubic2d.default: _upsample_bicubic,
     **{c: _cast for c in (aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device,
                           aten.type_as.default)},
     **{getattr(aten, b).Tensor: _binary_any(b) for b in ("add", "sub", "mul")},

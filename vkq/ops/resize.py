@@ -7,6 +7,11 @@
       int8 (one quantization in and out): the same taps with weights in Q11 (2048ths), integer
       arithmetic, round half to even: within one step of PT2E's dequantize -> float bilinear ->
       quantize (each weight is off by at most 2^-12).
+  upsample_bicubic2d(x; align_corners, scales, out_size)   shaders/upsample_bicubic.comp
+      float32 only (PT2E leaves it float: no int8 form): ATen's taps (four source rows/columns,
+      clamped at the borders, and their cubic-convolution weights, A = -0.75) computed on the
+      host in float32 as ATen computes them; the device sums in ATen's order (the rows' sums over
+      the columns first), each op rounded once: it agrees to float rounding.
   upsample_nearest2d(x; scales, exact, out_size)     shaders/repack.comp, float_copy.comp (INDEX)
       a pure gather, any dtype: the source row/column of each output one as ATen computes it
       (nearest_idx / nearest_exact_idx, float32), the index map made when the op is built for
@@ -92,6 +97,76 @@ def bilinear_attrs(fx_node, out_shape) -> dict:
     whole = scales is not None and None not in scales      # the output size follows from the input's
     return {"out_size": None if whole else [int(d) for d in out_shape[2:]], "align_corners": bool(a[2]),
             "scales": scales}
+
+
+CUBIC_A = F32(-0.75)
+
+
+def cubic_taps(in_size: int, out_size: int, align_corners: bool, scale=None):
+    """(index (4, out), weight (4, out)) per output index, as ATen's upsample_bicubic2d
+    (HelperInterpCubic: area_pixel_compute_source_index with cubic=True, guard_index_and_lambda,
+    get_cubic_upsample_coefficients; all in float32; indices clamped to the input)."""
+    if align_corners:
+        s = F32(in_size - 1) / F32(out_size - 1) if out_size > 1 else F32(0)
+    else:
+        s = F32(1.0 / scale) if scale is not None and scale > 0 else F32(in_size) / F32(out_size)
+    dst = np.arange(out_size, dtype=F32)
+    src = (s * dst if align_corners else s * (dst + F32(0.5)) - F32(0.5)).astype(F32)
+    i0 = np.minimum(np.floor(src).astype(np.int64), in_size - 1)
+    t = np.clip(src - i0.astype(F32), F32(0), F32(1)).astype(F32)
+    a = CUBIC_A
+
+    def near(x):       # |x| <= 1
+        return (((a + F32(2)) * x - (a + F32(3))) * x * x + F32(1)).astype(F32)
+
+    def far(x):        # 1 < |x| < 2
+        return (((a * x - F32(5) * a) * x + F32(8) * a) * x - F32(4) * a).astype(F32)
+
+    weights = np.stack([far(t + F32(1)), near(t), near(F32(1) - t), far(F32(1) - t + F32(1))])
+    index = np.clip(i0[None, :] + np.arange(-1, 3)[:, None], 0, in_size - 1)
+    return index, weights.astype(F32)
+
+
+def _cubic_out_size(x_shape, out_size, scales):
+    return list(out_size) if out_size is not None else [int(x_shape[-2 + i] * float(scales[i])) for i in range(2)]
+
+
+def upsample_bicubic2d(x, *, out_size=None, align_corners=False, scales=None):
+    """ATen's bicubic upsampling of float32 (..., H, W); out_size None: from the scales."""
+    x = np.asarray(x, F32)
+    oh, ow = _cubic_out_size(x.shape, out_size, scales)
+    scales = scales or [None, None]
+    (yi, wy), (xi, wx) = (cubic_taps(x.shape[-2 + d], size, align_corners, scales[d]) for d, size in enumerate((oh, ow)))
+    out = None
+    for i in range(4):
+        rows = x[..., yi[i], :]
+        t = rows[..., xi[0]] * wx[0]
+        for j in range(1, 4):
+            t = (t + rows[..., xi[j]] * wx[j]).astype(F32)
+        term = (t * wy[i][:, None]).astype(F32)
+        out = term if out is None else (out + term).astype(F32)
+    return out
+
+
+def _bicubic_decline(node, tensors):
+    x, y = tensors[node.inputs[0]], tensors[node.outputs[0]]
+    if len(x.shape) < 2 or x.dtype != "float32" or y.dtype != "float32":
+        return f"upsample_bicubic2d: {x.dtype} {x.shape} -> {y.dtype} (the kernel takes float32 (..., H, W))"
+    return None
+
+
+def _bicubic_build(ctx, node):
+    x, y = node.inputs[0], node.outputs[0]
+    sx, sy = ctx.spec(x).shape, ctx.spec(y).shape
+    scales = node.attrs.get("scales") or [None, None]
+    align = node.attrs.get("align_corners", False)
+    (yi, wy), (xi, wx) = (cubic_taps(sx[-2 + d], sy[-2 + d], align, scales[d]) for d in range(2))
+    taps = np.concatenate([yi.astype(np.int32).ravel(), wy.view(np.int32).ravel(),
+                           xi.astype(np.int32).ravel(), wx.view(np.int32).ravel()])
+    planes = int(np.prod(sx[:-2], dtype=np.int64))
+    return [ctx.device.dispatch("upsample_bicubic", [ctx.buffer(x), ctx.buffer(y), ctx.const_buffer(taps)],
+                                grid_1d(planes * sy[-2] * sy[-1], LOCAL), local=(LOCAL,),
+                                push=(np.array([planes, sx[-2], sx[-1], 0]), np.array([planes, sy[-2], sy[-1], 0])))]
 
 
 def nearest_source(in_size: int, out_size: int, scale=None, exact: bool = False) -> np.ndarray:
@@ -215,3 +290,13 @@ class UpsampleNearest2d:
     reference = staticmethod(upsample_nearest2d)
     build = staticmethod(_nearest_build)
     decline = staticmethod(_nearest_decline)
+
+
+@register_op
+class UpsampleBicubic2d:
+    """Bicubic upsampling of float32 (..., H, W), align_corners either way (ATen's taps, A = -0.75)."""
+    name = "upsample_bicubic2d"
+    shaders = ("upsample_bicubic",)
+    reference = staticmethod(upsample_bicubic2d)
+    build = staticmethod(_bicubic_build)
+    decline = staticmethod(_bicubic_decline)
