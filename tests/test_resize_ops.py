@@ -208,3 +208,73 @@ def test_nearest(device, shape, mode, how, dtype):
     want = F.interpolate(t, mode=mode, **kw).numpy().reshape(out).astype(x.dtype)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got, run_reference(prog, x))
+
+
+# -- grid_sample: float32 sampling at a grid of normalized coordinates -------------------------------
+
+GRID_CASES = [   # x shape, (Ho, Wo)
+    ((1, 3, 7, 9), (5, 11)), ((2, 5, 4, 6), (8, 3)), ((1, 1, 1, 5), (2, 4)), ((2, 2, 13, 1), (3, 3)),
+]
+
+
+def _grid_inputs(shape, out, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    grid = rng.uniform(-1.4, 1.4, (shape[0], *out, 2)).astype(np.float32)    # beyond the image too
+    grid.reshape(-1, 2)[:4] = [[-1, -1], [1, 1], [0, 0], [-1, 1]]              # its corners and centre
+    return x, grid
+
+
+@pytest.mark.parametrize("align", [False, True])
+@pytest.mark.parametrize("padding", [0, 1, 2])
+@pytest.mark.parametrize("mode", [0, 1])
+@pytest.mark.parametrize("shape,out", GRID_CASES)
+def test_grid_sample(device, shape, out, mode, padding, align):
+    """Every mode (bilinear, nearest) and padding (zeros, border, reflection), align_corners both
+    ways, points beyond the image: the reference equals torch's grid_sample to float rounding and
+    the device the reference."""
+    from vkq.ops.resize import GRID_MODES, GRID_PADDING, grid_sample
+    x, grid = _grid_inputs(shape, out, seed=len(shape) + mode + 3 * padding)
+    want = F.grid_sample(torch.from_numpy(x), torch.from_numpy(grid), mode=GRID_MODES[mode],
+                         padding_mode=GRID_PADDING[padding], align_corners=align).numpy()
+    attrs = {"mode": mode, "padding_mode": padding, "align_corners": align}
+    ref = grid_sample(x, grid, **attrs)
+    np.testing.assert_allclose(ref, want, rtol=0, atol=2e-6)
+    prog = single_op_program("grid_sample", [("x", spec(shape)), ("grid", spec(grid.shape))],
+                             [("y", spec(want.shape))], attrs)
+    np.testing.assert_allclose(VulkanExecutor(prog, device)(x, grid), ref, rtol=0, atol=2e-6)
+    assert np.count_nonzero(want) > want.size // 2
+
+
+def test_spatial_transformer_runs_on_vulkan(device):
+    """A spatial transformer (a localisation net's theta -> affine_grid -> grid_sample, then a
+    classifier): affine_grid becomes ATen's bmm by a constant base grid (decompose_ops) and
+    grid_sample a kernel, so nothing runs on the CPU (both ran through torch there); the program
+    agrees with PT2E's eager output."""
+    import vkq
+    n = torch.nn
+
+    class STN(n.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.loc = n.Sequential(n.Conv2d(1, 8, 5), n.MaxPool2d(2), n.ReLU(), n.Conv2d(8, 10, 5), n.MaxPool2d(2),
+                                        n.ReLU())
+                self.fc = n.Sequential(n.Linear(160, 32), n.ReLU(), n.Linear(32, 6))
+                self.cls = n.Sequential(n.Conv2d(1, 8, 3), n.ReLU(), n.AdaptiveAvgPool2d(1), n.Flatten(), n.Linear(8, 10))
+
+        def forward(self, x):
+            theta = self.fc(self.loc(x).flatten(1)).view(-1, 2, 3) * 0.2 + torch.tensor([[1.0, 0, 0], [0, 1, 0]])
+            grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+            return self.cls(F.grid_sample(x, grid, align_corners=False))
+
+    x = torch.randn(2, 1, 28, 28)
+    gm = vkq.quantize(STN().eval(), (x,), [torch.randn(2, 1, 28, 28) for _ in range(2)])
+    prog = vkq.CompiledProgram(vkq.compile(gm, (x,)).program, device)
+    ops = [node.op for node in prog.program.nodes]
+    assert "grid_sample" in ops and "torch_op" not in ops and not prog.fallback_ops, (ops, prog.fallback_ops)
+    got = prog(x.numpy())
+    with torch.no_grad():
+        want = gm(x).numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-3 * np.abs(want).max())

@@ -804,6 +804,16 @@ def _upsample_nearest(n, t):
     return "upsample_nearest2d", [n.args[0]], nearest_attrs(n, shape_of(n))
 
 
+def _grid_sample(n, t):
+    """aten.grid_sampler(x, grid, mode, padding_mode, align_corners): bilinear and nearest on a
+    4-D float x (grid_sample); bicubic and 5-D: torch_op."""
+    from .ops.resize import GRID_MODES
+    x, grid, mode, padding, align = n.args[:5]
+    if mode not in GRID_MODES or len(shape_of(x)) != 4:
+        return None
+    return "grid_sample", [x, grid], {"mode": int(mode), "padding_mode": int(padding), "align_corners": bool(align)}
+
+
 def _upsample_bicubic(n, t):
     """upsample_bicubic2d (arguments as bilinear's): float only (PT2E leaves it float)."""
     from .ops.resize import bilinear_attrs
@@ -875,6 +885,7 @@ CPU_RULES = {
                                       aten._upsample_nearest_exact2d.vec, aten._upsample_nearest_exact2d.default)},
     aten.scaled_dot_product_attention.default: _sdpa,
     aten.upsample_bilinear2d.vec: _upsample_bilinear, aten.upsample_bilinear2d.default: _upsample_bilinear,
+    aten.grid_sampler.default: _grid_sample, aten.grid_sampler_2d.default: _grid_sample,
     aten.upsample_bicubic2d.vec: _upsample_bicubic, aten.upsample_bicubic2d.default: _upsample_bicubic,
     **{c: _cast for c in (aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device,
                           aten.type_as.default)},

@@ -12,6 +12,10 @@
       clamped at the borders, and their cubic-convolution weights, A = -0.75) computed on the
       host in float32 as ATen computes them; the device sums in ATen's order (the rows' sums over
       the columns first), each op rounded once: it agrees to float rounding.
+  grid_sample(x, grid; mode, padding_mode, align_corners)   shaders/grid_sample.comp
+      float32 x (N, C, H, W) read at grid (N, Ho, Wo, 2)'s normalized (x, y): torch's
+      grid_sample, bilinear or nearest, padding zeros / border / reflection (ATen's
+      grid_sampler_compute_source_index and corner weights); it agrees to float rounding.
   upsample_nearest2d(x; scales, exact, out_size)     shaders/repack.comp, float_copy.comp (INDEX)
       a pure gather, any dtype: the source row/column of each output one as ATen computes it
       (nearest_idx / nearest_exact_idx, float32), the index map made when the op is built for
@@ -300,3 +304,88 @@ class UpsampleBicubic2d:
     reference = staticmethod(upsample_bicubic2d)
     build = staticmethod(_bicubic_build)
     decline = staticmethod(_bicubic_decline)
+
+
+GRID_MODES = {0: "bilinear", 1: "nearest"}           # ATen's interpolation_mode codes with a kernel
+GRID_PADDING = {0: "zeros", 1: "border", 2: "reflection"}
+
+
+def _reflect(coord, twice_low, twice_high):
+    """ATen's reflect_coordinates: coord reflected into [twice_low / 2, twice_high / 2]."""
+    if twice_low == twice_high:
+        return np.zeros_like(coord)
+    low, span = F32(twice_low / 2), F32((twice_high - twice_low) / 2)
+    coord = np.abs(coord - low)
+    extra, flips = np.fmod(coord, span), np.floor(coord / span)
+    return np.where(flips % 2 == 0, extra + low, span - extra + low).astype(F32)
+
+
+def grid_source(coord, size, padding_mode, align_corners):
+    """A normalized coordinate in [-1, 1] to a pixel coordinate, then border / reflection
+    padding, in float32 as ATen's CPU kernel computes it (GridSamplerKernel.cpp,
+    ComputeLocationBase: (c + 1) * ((size - 1) / 2), or (c + 1) * (size / 2) - 0.5)."""
+    coord = np.asarray(coord, F32)
+    if align_corners:
+        coord = ((coord + F32(1)) * (F32(size - 1) / F32(2))).astype(F32)
+    else:
+        coord = ((coord + F32(1)) * (F32(size) / F32(2)) - F32(0.5)).astype(F32)
+    if padding_mode == 2:
+        coord = _reflect(coord, 0, 2 * (size - 1)) if align_corners else _reflect(coord, -1, 2 * size - 1)
+    if padding_mode in (1, 2):
+        coord = np.clip(coord, F32(0), F32(size - 1))
+    return coord
+
+
+def grid_sample(x, grid, *, mode=0, padding_mode=0, align_corners=False):
+    """torch.nn.functional.grid_sample on float32 x (N, C, H, W), grid (N, Ho, Wo, 2): bilinear
+    (mode 0) or nearest (1, round half to even) with padding 0 zeros, 1 border, 2 reflection."""
+    x, grid = np.asarray(x, F32), np.asarray(grid, F32)
+    n, c, h, w = x.shape
+    ix = grid_source(grid[..., 0], w, padding_mode, align_corners)    # (N, Ho, Wo)
+    iy = grid_source(grid[..., 1], h, padding_mode, align_corners)
+    batch = np.arange(n)[:, None, None]
+
+    def tap(yy, xx):     # x at integer (yy, xx) per output, 0 outside: (N, C, Ho, Wo)
+        inside = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+        vals = x[batch, :, np.clip(yy, 0, h - 1), np.clip(xx, 0, w - 1)]      # (N, Ho, Wo, C)
+        return np.where(inside[..., None], vals, F32(0)).transpose(0, 3, 1, 2)
+
+    if mode == 1:
+        return tap(np.rint(iy).astype(np.int64), np.rint(ix).astype(np.int64)).astype(F32)
+    x0, y0 = np.floor(ix), np.floor(iy)
+    we, wn = (ix - x0).astype(F32), (iy - y0).astype(F32)         # toward the east / south corner
+    ww, ws = (F32(1) - we).astype(F32), (F32(1) - wn).astype(F32)
+    x0, y0 = x0.astype(np.int64), y0.astype(np.int64)
+    out = tap(y0, x0) * (ws * ww)[:, None]
+    out = (out + tap(y0, x0 + 1) * (ws * we)[:, None]).astype(F32)
+    out = (out + tap(y0 + 1, x0) * (wn * ww)[:, None]).astype(F32)
+    return (out + tap(y0 + 1, x0 + 1) * (wn * we)[:, None]).astype(F32)
+
+
+def _grid_decline(node, tensors):
+    x, grid = (tensors[t] for t in node.inputs[:2])
+    if x.dtype != "float32" or grid.dtype != "float32" or len(x.shape) != 4:
+        return f"grid_sample: {x.dtype} {x.shape} by {grid.dtype} (the kernel takes float32 (N, C, H, W))"
+    return None
+
+
+def _grid_build(ctx, node):
+    x, grid, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    shape, out = ctx.spec(x).shape, ctx.spec(y).shape
+    a = node.attrs
+    return [ctx.device.dispatch("grid_sample", [ctx.buffer(x), ctx.buffer(grid), ctx.buffer(y)],
+                                grid_1d(int(np.prod(out)), LOCAL), local=(LOCAL,),
+                                spec=(int(a["mode"]), int(a["padding_mode"]), int(bool(a["align_corners"]))),
+                                push=(np.array(shape), np.array(out)))]
+
+
+@register_op
+class GridSample:
+    """torch's grid_sample on float32 (N, C, H, W) (attrs mode 0 bilinear / 1 nearest,
+    padding_mode 0 zeros / 1 border / 2 reflection, align_corners): spatial transformers,
+    flow warping, deformable attention's sampling."""
+    name = "grid_sample"
+    shaders = ("grid_sample",)
+    reference = staticmethod(grid_sample)
+    build = staticmethod(_grid_build)
+    decline = staticmethod(_grid_decline)

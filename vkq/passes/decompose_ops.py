@@ -19,6 +19,9 @@ lookup table), so only what is left in float is rewritten here:
                                                   cast first (torch's type promotion)
   aten.logsumexp(x, dims, keepdim), float, static shapes
                                                 -> m + log(sum(exp(x - m))), m = amax (0 where infinite), as ATen
+  aten.affine_grid_generator(theta, [N, C, H, W], align_corners), static size (a spatial transformer)
+                                                -> bmm(base grid (N, H*W, 3), theta^T) viewed (N, H, W, 2):
+                                                  ATen's own computation, the base grid a constant
   aten.var / aten.std (dim or correction form), float, static shapes
                                                 -> sum((x - mean(x))^2) / (n - correction) [sqrt]: float ops
                                                   with kernels (a hand-written layer norm's x.std(-1))
@@ -398,6 +401,27 @@ def from_logsumexp(node):
     return _made(node, aten.reshape.default, (out, dropped), dropped, f)
 
 
+def bmm_from_affine_grid(node):
+    """affine_grid_generator(theta (N, 2, 3), size (N, C, H, W), align_corners) as ATen computes
+    it (AffineGridGenerator.cpp): its base grid (x, y, 1 at every position: linspace(-1, 1) per
+    dim, scaled by (n - 1) / n without align_corners) times theta^T, a bmm; the base grid made
+    here by ATen itself, a constant."""
+    from ._graph import add_constant
+    theta, size, align = node.args[0], node.args[1], bool(node.args[2])
+    v = val(theta)
+    if len(size) != 4 or not all(isinstance(d, int) for d in size) or not isinstance(v, torch.Tensor) \
+            or not v.is_floating_point():
+        return None
+    n, _, h, w = size
+    theta1 = torch.tensor([[[1.0, 0, 0], [0, 1, 0]]], dtype=v.dtype)   # ATen's base grid, read back
+    base = torch.ops.aten.affine_grid_generator.default(theta1, [1, 1, h, w], align).reshape(1, h * w, 2)
+    base = torch.cat([base, torch.ones(1, h * w, 1, dtype=v.dtype)], 2).expand(n, h * w, 3).contiguous()
+    grid = add_constant(node.graph.owning_module, f"{node.name}_base", base, node)
+    t = _made(node, aten.transpose.int, (theta, 1, 2), (n, 3, 2), v.dtype)
+    out = _made(node, aten.bmm.default, (grid, t), (n, h * w, 2), v.dtype)
+    return _made(node, aten.view.default, (out, [n, h, w, 2]), (n, h, w, 2), v.dtype)
+
+
 def moments_from_var(node):
     """var / std as the two-pass float ops that compute them: mean, subtract, square, sum, divide
     by n - correction (and sqrt). Not before annotation: those ops must stay float, not int8."""
@@ -426,6 +450,7 @@ DECOMPOSE = {
     **{t: moments_from_var for t in (aten.var.dim, aten.std.dim, aten.var.correction, aten.std.correction)},
     aten.var_mean.correction: moments_from_var_mean, aten.var_mean.dim: moments_from_var_mean,
     aten.logsumexp.default: from_logsumexp,
+    aten.affine_grid_generator.default: bmm_from_affine_grid,
     aten.max.dim: reductions_from_max_dim, aten.min.dim: reductions_from_max_dim,
     aten.one_hot.default: eq_from_one_hot,
     aten.scatter.value: where_from_scatter,
