@@ -1153,3 +1153,37 @@ def test_a_long_chain_of_steps_builds(device):
     program, _ = lowered(Chain().eval(), (x,), [(x,)], "static")
     assert len(program.nodes) >= 1600
     oputil.assert_program_on_device(program, device, x.numpy())
+
+
+class ClampedIds(nn.Module):
+    """ids computed from the input and clamped into a table (clamp both ways, clamp_min,
+    clamp_max, relu of an integer tensor), then embedded: a learned-position or bucket lookup."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.proj = nn.Linear(6, 4)
+            self.table = nn.Embedding(10, 3)
+
+    def forward(self, x):
+        ids = (self.proj(x) * 12).long()                    # beyond the table both ways
+        both = ids.clamp(0, 9)
+        low, high = torch.clamp_min(ids, 2).clamp(max=9), torch.clamp_max(ids, 7).clamp(min=0)
+        return self.table(both) + self.table(low) + self.table(high) + self.table(torch.relu(ids).clamp(max=9))
+
+
+def test_integer_clamps_run_on_vulkan(device):
+    """A clamp of an integer tensor (normalize_ops spells clamp(0, hi) hardtanh, clamp(min=0)
+    relu) ran in torch on the CPU ("works on int64 tensors"): now maximum / minimum by int32
+    constants; equal to torch's result exactly under both schemes."""
+    x = torch.randn(3, 5, 6, generator=torch.Generator().manual_seed(5))
+    model = ClampedIds().eval()
+    ids = (model.proj(x) * 12).long()
+    assert ids.min() < 0 and ids.max() > 9, "the ids do not reach past the table"
+    for scheme in ("static", "dynamic"):
+        program, gm = lowered(model, (x,), batches((3, 5, 6)), scheme)
+        assert {"maximum", "minimum"} <= set(ops(program)), ops(program)
+        got, ref = on_device(program, device, (x,))
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, gm(x).detach().numpy(), rtol=1e-5, atol=1e-5)

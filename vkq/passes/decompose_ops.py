@@ -8,6 +8,8 @@ lookup table), so only what is left in float is rewritten here:
   aten.scatter(x, dim, index, value), one index along dim (a one-hot of an argmax)
                                                 -> where(index == arange along dim, value, x)
   aten.clamp.Tensor(x, min, max) (tensor bounds) -> minimum(maximum(x, min), max)
+  clamp / hardtanh / relu of an integer tensor (ids clamped into a table) -> maximum / minimum
+                                                  by 0-d constants (int32 word ops)
   float threshold, hardshrink, softshrink, selu, celu, rrelu (eval), log_sigmoid, heaviside, frac,
   isnan, nan_to_num, lerp, addcdiv, var_mean, diff (n = 1)
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
@@ -401,6 +403,34 @@ def from_logsumexp(node):
     return _made(node, aten.reshape.default, (out, dropped), dropped, f)
 
 
+def extremes_from_int_clamp(node):
+    """clamp(ids, lo, hi) (normalize_ops spells it hardtanh, or relu for clamp(min=0)), clamp_min,
+    clamp_max of an integer tensor -> maximum / minimum by 0-d constants of its dtype: int32 word
+    ops on Vulkan, where the float clamp's kernel cannot take it."""
+    from ._graph import add_constant
+    x, v = node.args[0], val(node)
+    if not isinstance(v, torch.Tensor) or v.dtype not in (torch.int64, torch.int32) or val(x).dtype != v.dtype:
+        return None
+    if node.target == aten.relu.default:
+        lo, hi = 0, None
+    elif node.target == aten.clamp_max.default:
+        lo, hi = None, arg(node, 1, "max")
+    elif node.target == aten.clamp_min.default:
+        lo, hi = arg(node, 1, "min"), None
+    else:
+        lo, hi = (arg(node, 1, "min_val", -1), arg(node, 2, "max_val", 1)) if node.target == aten.hardtanh.default \
+            else (arg(node, 1, "min"), arg(node, 2, "max"))
+    if any(b is not None and (isinstance(b, Node) or float(b) != int(b) or not -2 ** 31 <= int(b) < 2 ** 31)
+           for b in (lo, hi)):
+        return None     # a tensor bound, a fractional one (a float result), one beyond int32's words
+    out = x
+    for bound, op in ((lo, aten.maximum.default), (hi, aten.minimum.default)):
+        if bound is not None:
+            c = add_constant(node.graph.owning_module, f"{node.name}_bound", torch.tensor(int(bound), dtype=v.dtype), node)
+            out = _made(node, op, (out, c), tuple(v.shape), v.dtype)
+    return out
+
+
 def bmm_from_affine_grid(node):
     """affine_grid_generator(theta (N, 2, 3), size (N, C, H, W), align_corners) as ATen computes
     it (AffineGridGenerator.cpp): its base grid (x, y, 1 at every position: linspace(-1, 1) per
@@ -455,6 +485,8 @@ DECOMPOSE = {
     aten.one_hot.default: eq_from_one_hot,
     aten.scatter.value: where_from_scatter,
     aten.clamp.Tensor: extremes_from_clamp,
+    **{t: extremes_from_int_clamp for t in (aten.hardtanh.default, aten.clamp.default, aten.clamp_min.default,
+                                            aten.clamp_max.default, aten.relu.default)},
     aten.threshold.default: where_from_threshold,
     aten.hardshrink.default: where_from_shrink, aten.softshrink.default: where_from_shrink,
     aten.selu.default: elu_from_celu_selu, aten.celu.default: elu_from_celu_selu,
