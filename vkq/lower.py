@@ -33,7 +33,8 @@ from . import dynamic
 from .ops import cpu as _cpu_ops, creation as _creation_ops, float as _float_ops  # noqa: F401  (the ops CPU_RULES emit)
 from .ops.attention import default_scale
 from .passes import run_pipeline
-from .passes._graph import (DEQUANTIZE, HOST_FLOAT64, PERMUTES, QUANTIZE, SYMBOLIC_SHAPES, VIEWS, arg, aten,
+from .passes._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, HOST_FLOAT64, PERMUTES, QUANTIZE, QUANTIZE_CHANNEL,
+                            SYMBOLIC_SHAPES, VIEWS, arg, aten,
                             const_value, dtype_of, is_call, op_name, pair, q_args, qparams, record_shapes, shape_of,
                             val, vkq_op_of)
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
@@ -931,8 +932,12 @@ def fallback_reason(node: Node) -> str:
         return f"{name}: {SPECIFIC_REASONS[node.target]}"
     ints = sorted({str(dtype_of(a)).split(".")[-1] for a in [node, *node.all_input_nodes]
                    if dtype_of(a) is not None and not dtype_of(a).is_floating_point and dtype_of(a) != torch.int8})
+    if node.target in (QUANTIZE_CHANNEL | DEQUANTIZE_CHANNEL):
+        return (f"{name}: a tensor computed in the graph quantized per channel when the model runs (a weight "
+                f"made from the input); no Vulkan kernel; runs on the CPU")
     if ints:
-        return f"{name}: works on {'/'.join(ints)} tensors (ids, masks), which have no Vulkan kernels; runs on the CPU"
+        return (f"{name}: no Vulkan kernel for this op on {'/'.join(ints)} tensors (ids and masks have the "
+                f"kernels of vkq/ops/logic.py); runs on the CPU")
     int8_in = any(dtype_of(a) == torch.int8 for a in node.all_input_nodes)
     if int8_in or dtype_of(node) == torch.int8:
         return f"{name}: no Vulkan kernel for this op on int8 tensors; runs on the CPU"
