@@ -606,3 +606,42 @@ def test_transposed_convs_with_dynamic_batch_and_size(device, scheme):
             np.testing.assert_array_equal(got, want)
         else:
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_bicubic_and_grid_sample_with_dynamic_height_and_width(device, scheme):
+    """A bicubic upsampling by 2 (its taps made per shape, as bilinear's) and a grid_sample at a
+    grid the network predicts, on a map of free height and width: one program for every size,
+    equal to the static programs (the static scheme bit for bit)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.export import Dim
+    n = torch.nn
+
+    class Warp(n.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.c, self.d = n.Conv2d(3, 8, 3, padding=1), n.Conv2d(8, 2, 3, padding=1)
+
+        def forward(self, x):
+            f = torch.relu(self.c(F.interpolate(x, scale_factor=2, mode="bicubic")))
+            grid = self.d(f).permute(0, 2, 3, 1).tanh()
+            return F.grid_sample(f, grid, padding_mode="border", align_corners=False).mean((2, 3))
+
+    ds = ({2: Dim("h", min=4, max=40), 3: Dim("w", min=4, max=40)},)
+    calib = [torch.randn(s) for s in [(1, 3, 12, 10), (1, 3, 17, 9)]]
+    dyn, static = _compile_both(Warp().eval(), (torch.randn(1, 3, 12, 10),), calib, scheme, ds)
+    prog = vkq_on(dyn, device)
+    assert not prog.program.fallback, prog.program.fallback
+    assert {"upsample_bicubic2d", "grid_sample"} <= {nd.op for nd in prog.program.nodes}
+    for shape in [(1, 3, 12, 10), (1, 3, 5, 31), (1, 3, 23, 4)]:
+        x = torch.randn(shape).numpy()
+        y = prog(x)
+        want = vkq_on(static(torch.from_numpy(x)), device)(x)
+        assert y.shape == (1, 8) and np.abs(y).max() > 0.01
+        if scheme == "static":
+            np.testing.assert_array_equal(y, want)
+        else:
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)

@@ -112,7 +112,8 @@ def symbolic_shapes(gm: GraphModule, fakes: list) -> tuple[dict, dict]:
     return shapes, bounds
 
 
-RESIZES = {"aten.upsample_nearest2d.vec", "aten._upsample_nearest_exact2d.vec", "aten.upsample_bilinear2d.vec"}
+RESIZES = {"aten.upsample_nearest2d.vec", "aten._upsample_nearest_exact2d.vec", "aten.upsample_bilinear2d.vec",
+           "aten.upsample_bicubic2d.vec"}
 
 
 def _resize_by_integer_scales(interp, n):
