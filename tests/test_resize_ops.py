@@ -210,6 +210,61 @@ def test_nearest(device, shape, mode, how, dtype):
     np.testing.assert_array_equal(got, run_reference(prog, x))
 
 
+# -- antialiased resizing: interpolate(antialias=True), torchvision's Resize on tensors -----------------
+
+AA_CASES = [   # in shape, out size, align_corners, scales
+    ((1, 3, 37, 29), (9, 7), False, None),          # down by ~4: wide filters
+    ((2, 2, 20, 20), (7, 13), True, None),
+    ((1, 1, 8, 9), (16, 20), False, None),          # up: the plain filters
+    ((1, 2, 64, 50), (21, 50), False, None),        # one dim kept
+    ((1, 2, 30, 24), (10, 8), False, [1 / 3, 1 / 3]),
+]
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("shape,size,ac,scales", AA_CASES)
+def test_antialias(device, shape, size, ac, scales, mode):
+    """ATen's antialias taps (filters widened by the downscale, normalized) and order of the sums:
+    the reference equals F.interpolate(antialias=True) to float rounding, the device the reference."""
+    x = R.standard_normal(shape).astype(np.float32)
+    kw = {"scale_factor": scales} if scales else {"size": size}
+    want = F.interpolate(torch.from_numpy(x), mode=mode, antialias=True, align_corners=ac, **kw).numpy()
+    attrs = {"mode": mode, "out_size": None if scales else list(size), "align_corners": ac, "scales": scales}
+    prog = single_op_program("upsample_antialias2d", [("x", spec(shape))], [("y", spec(want.shape))], attrs)
+    ref = run_reference(prog, x)
+    assert ref.shape == want.shape == shape[:2] + tuple(size)
+    np.testing.assert_allclose(ref, want, rtol=0, atol=2e-6)
+    np.testing.assert_allclose(VulkanExecutor(prog, device)(x), ref, rtol=0, atol=1e-6)
+
+
+def test_preprocessing_resize_runs_on_vulkan(device):
+    """A model that resizes its input itself (antialiased, as torchvision's Resize does on tensors)
+    and normalizes it before a CNN: the resize runs on Vulkan (it ran through torch on the CPU)."""
+    import vkq
+    n = torch.nn
+
+    class Preprocessed(n.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.net = n.Sequential(n.Conv2d(3, 8, 3, 2, 1), n.ReLU(), n.AdaptiveAvgPool2d(1), n.Flatten(),
+                                        n.Linear(8, 5))
+
+        def forward(self, x):
+            x = F.interpolate(x, size=(32, 32), mode="bilinear", antialias=True, align_corners=False)
+            return self.net((x - 0.45) / 0.225)
+
+    x = torch.rand(1, 3, 75, 61)
+    gm = vkq.quantize(Preprocessed().eval(), (x,), [torch.rand(1, 3, 75, 61) for _ in range(2)])
+    prog = vkq.CompiledProgram(vkq.compile(gm, (x,)).program, device)
+    assert "upsample_antialias2d" in [node.op for node in prog.program.nodes] and not prog.fallback_ops, \
+        prog.fallback_ops
+    with torch.no_grad():
+        want = gm(x).numpy()
+    np.testing.assert_allclose(prog(x.numpy()), want, rtol=0, atol=1e-3 * np.abs(want).max())
+
+
 # -- grid_sample: float32 sampling at a grid of normalized coordinates -------------------------------
 
 GRID_CASES = [   # x shape, (Ho, Wo)

@@ -815,6 +815,14 @@ def _grid_sample(n, t):
     return "grid_sample", [x, grid], {"mode": int(mode), "padding_mode": int(padding), "align_corners": bool(align)}
 
 
+def _upsample_antialias(n, t):
+    """_upsample_bilinear2d_aa / _upsample_bicubic2d_aa (interpolate(antialias=True); arguments as
+    bilinear's): float only."""
+    from .ops.resize import bilinear_attrs
+    mode = "bicubic" if "bicubic" in str(n.target) else "bilinear"
+    return "upsample_antialias2d", [n.args[0]], {"mode": mode, **bilinear_attrs(n, shape_of(n))}
+
+
 def _upsample_bicubic(n, t):
     """upsample_bicubic2d (arguments as bilinear's): float only (PT2E leaves it float)."""
     from .ops.resize import bilinear_attrs
@@ -887,6 +895,8 @@ CPU_RULES = {
     aten.scaled_dot_product_attention.default: _sdpa,
     aten.upsample_bilinear2d.vec: _upsample_bilinear, aten.upsample_bilinear2d.default: _upsample_bilinear,
     aten.grid_sampler.default: _grid_sample, aten.grid_sampler_2d.default: _grid_sample,
+    **{getattr(aten, f"_upsample_{m}2d_aa").vec: _upsample_antialias for m in ("bilinear", "bicubic")},
+    **{getattr(aten, f"_upsample_{m}2d_aa").default: _upsample_antialias for m in ("bilinear", "bicubic")},
     aten.upsample_bicubic2d.vec: _upsample_bicubic, aten.upsample_bicubic2d.default: _upsample_bicubic,
     **{c: _cast for c in (aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device,
                           aten.type_as.default)},

@@ -7,7 +7,7 @@
       int8 (one quantization in and out): the same taps with weights in Q11 (2048ths), integer
       arithmetic, round half to even: within one step of PT2E's dequantize -> float bilinear ->
       quantize (each weight is off by at most 2^-12).
-  upsample_bicubic2d(x; align_corners, scales, out_size)   shaders/upsample_bicubic.comp
+  upsample_bicubic2d(x; align_corners, scales, out_size)   shaders/resample.comp
       float32 only (PT2E leaves it float: no int8 form): ATen's taps (four source rows/columns,
       clamped at the borders, and their cubic-convolution weights, A = -0.75) computed on the
       host in float32 as ATen computes them; the device sums in ATen's order (the rows' sums over
@@ -131,46 +131,108 @@ def cubic_taps(in_size: int, out_size: int, align_corners: bool, scale=None):
     return index, weights.astype(F32)
 
 
-def _cubic_out_size(x_shape, out_size, scales):
+def aa_taps(in_size: int, out_size: int, align_corners: bool, scale=None, cubic=False):
+    """(count (out,), index (K, out), weight (K, out)) of interpolate(antialias=True), as ATen's
+    _compute_indices_min_size_weights_aa computes them (float32 where ATen's are, double where
+    its expressions promote): a triangle (bilinear) or Keys cubic (a = -0.5) filter widened by
+    the scale when downsampling, over the input indices [xmin, xmin + count), normalized to
+    sum 1."""
+    if align_corners:
+        s = F32(in_size - 1) / F32(out_size - 1) if out_size > 1 else F32(0)
+    else:
+        s = F32(1.0 / scale) if scale is not None and scale > 0 else F32(in_size) / F32(out_size)
+    interp = 4 if cubic else 2
+    support = F32(interp * 0.5 * float(s)) if s >= 1 else F32(interp * 0.5)
+    invscale = F32(1.0 / float(s)) if s >= 1 else F32(1)
+    a = F32(-0.5)
+
+    def filt(x):
+        x = np.abs(x.astype(F32))
+        if not cubic:
+            return np.where(x < 1, F32(1) - x, F32(0)).astype(F32)
+        near = ((a + F32(2)) * x - (a + F32(3))) * x * x + F32(1)
+        far = ((a * x - F32(5) * a) * x + F32(8) * a) * x - F32(4) * a
+        return np.where(x < 1, near, np.where(x < 2, far, F32(0))).astype(F32)
+
+    k = int(np.ceil(float(support))) * 2 + 1          # ATen's max_interp_size
+    center = (float(s) * (np.arange(out_size) + 0.5)).astype(F32)
+    xmin = np.maximum((center.astype(np.float64) - float(support) + 0.5).astype(np.int64), 0)
+    count = np.clip(np.minimum((center.astype(np.float64) + float(support) + 0.5).astype(np.int64), in_size) - xmin,
+                    0, k)
+    j = np.arange(k)[:, None]
+    w = filt(((j + xmin[None, :]) - center.astype(np.float64)[None, :] + 0.5) * float(invscale))
+    w = np.where(j < count[None, :], w, F32(0)).astype(F32)
+    total = np.zeros(out_size, F32)
+    for jj in range(k):              # one at a time in float32, as ATen's total_w
+        total = (total + w[jj]).astype(F32)
+    w = np.where(total != 0, w / np.where(total != 0, total, F32(1)), w).astype(F32)
+    index = np.clip(xmin[None, :] + j, 0, in_size - 1)
+    return count, index, w
+
+
+def _out_size(x_shape, out_size, scales):
     return list(out_size) if out_size is not None else [int(x_shape[-2 + i] * float(scales[i])) for i in range(2)]
 
 
-def upsample_bicubic2d(x, *, out_size=None, align_corners=False, scales=None):
-    """ATen's bicubic upsampling of float32 (..., H, W); out_size None: from the scales."""
-    x = np.asarray(x, F32)
-    oh, ow = _cubic_out_size(x.shape, out_size, scales)
-    scales = scales or [None, None]
-    (yi, wy), (xi, wx) = (cubic_taps(x.shape[-2 + d], size, align_corners, scales[d]) for d, size in enumerate((oh, ow)))
-    out = None
-    for i in range(4):
+def _separable(x, taps_y, taps_x):
+    """out = sum_i wy_i * t_i, t_i = sum_j x[yi_i, xi_j] * wx_j, float32, left to right over the
+    taps in use (ATen's separable passes: the columns, then the rows)."""
+    (ny, yi, wy), (nx, xi, wx) = taps_y, taps_x
+    out = np.zeros(x.shape[:-2] + (len(ny), len(nx)), F32)
+    for i in range(yi.shape[0]):
         rows = x[..., yi[i], :]
         t = rows[..., xi[0]] * wx[0]
-        for j in range(1, 4):
-            t = (t + rows[..., xi[j]] * wx[j]).astype(F32)
+        for j in range(1, xi.shape[0]):
+            t = np.where(j < nx, (t + rows[..., xi[j]] * wx[j]).astype(F32), t)
         term = (t * wy[i][:, None]).astype(F32)
-        out = term if out is None else (out + term).astype(F32)
+        out = np.where((i < ny)[:, None], term if i == 0 else (out + term).astype(F32), out)
     return out
 
 
-def _bicubic_decline(node, tensors):
+def _resample_taps(kind, in_hw, out_hw, align_corners, scales):
+    scales = scales or [None, None]
+    taps = []
+    for d in range(2):
+        if kind == "bicubic":
+            index, weight = cubic_taps(in_hw[d], out_hw[d], align_corners, scales[d])
+            taps.append((np.full(out_hw[d], 4), index, weight))
+        else:
+            taps.append(aa_taps(in_hw[d], out_hw[d], align_corners, scales[d], cubic=kind == "bicubic_aa"))
+    return taps
+
+
+def _resample_reference(kind):
+    def reference(x, *, out_size=None, align_corners=False, scales=None):
+        x = np.asarray(x, F32)
+        out_hw = _out_size(x.shape, out_size, scales)
+        return _separable(x, *_resample_taps(kind, x.shape[-2:], out_hw, align_corners, scales))
+    return reference
+
+
+upsample_bicubic2d = _resample_reference("bicubic")
+
+
+def _resample_decline(node, tensors):
     x, y = tensors[node.inputs[0]], tensors[node.outputs[0]]
     if len(x.shape) < 2 or x.dtype != "float32" or y.dtype != "float32":
-        return f"upsample_bicubic2d: {x.dtype} {x.shape} -> {y.dtype} (the kernel takes float32 (..., H, W))"
+        return f"{node.op}: {x.dtype} {x.shape} -> {y.dtype} (the kernel takes float32 (..., H, W))"
     return None
 
 
-def _bicubic_build(ctx, node):
-    x, y = node.inputs[0], node.outputs[0]
-    sx, sy = ctx.spec(x).shape, ctx.spec(y).shape
-    scales = node.attrs.get("scales") or [None, None]
-    align = node.attrs.get("align_corners", False)
-    (yi, wy), (xi, wx) = (cubic_taps(sx[-2 + d], sy[-2 + d], align, scales[d]) for d in range(2))
-    taps = np.concatenate([yi.astype(np.int32).ravel(), wy.view(np.int32).ravel(),
-                           xi.astype(np.int32).ravel(), wx.view(np.int32).ravel()])
-    planes = int(np.prod(sx[:-2], dtype=np.int64))
-    return [ctx.device.dispatch("upsample_bicubic", [ctx.buffer(x), ctx.buffer(y), ctx.const_buffer(taps)],
-                                grid_1d(planes * sy[-2] * sy[-1], LOCAL), local=(LOCAL,),
-                                push=(np.array([planes, sx[-2], sx[-1], 0]), np.array([planes, sy[-2], sy[-1], 0])))]
+def _resample_build(kind):
+    def build(ctx, node):
+        x, y = node.inputs[0], node.outputs[0]
+        sx, sy = ctx.spec(x).shape, ctx.spec(y).shape
+        k = kind if kind == "bicubic" else f"{node.attrs['mode']}_aa"
+        taps = _resample_taps(k, sx[-2:], sy[-2:], node.attrs.get("align_corners", False), node.attrs.get("scales"))
+        words = np.concatenate([np.concatenate([n.astype(np.int32), i.astype(np.int32).ravel(), w.view(np.int32).ravel()])
+                                for n, i, w in taps])
+        planes = int(np.prod(sx[:-2], dtype=np.int64))
+        return [ctx.device.dispatch("resample", [ctx.buffer(x), ctx.buffer(y), ctx.const_buffer(words)],
+                                    grid_1d(planes * sy[-2] * sy[-1], LOCAL), local=(LOCAL,),
+                                    spec=(taps[0][1].shape[0], taps[1][1].shape[0]),
+                                    push=(np.array([planes, sx[-2], sx[-1], 0]), np.array([planes, sy[-2], sy[-1], 0])))]
+    return build
 
 
 def nearest_source(in_size: int, out_size: int, scale=None, exact: bool = False) -> np.ndarray:
@@ -300,10 +362,24 @@ class UpsampleNearest2d:
 class UpsampleBicubic2d:
     """Bicubic upsampling of float32 (..., H, W), align_corners either way (ATen's taps, A = -0.75)."""
     name = "upsample_bicubic2d"
-    shaders = ("upsample_bicubic",)
+    shaders = ("resample",)
     reference = staticmethod(upsample_bicubic2d)
-    build = staticmethod(_bicubic_build)
-    decline = staticmethod(_bicubic_decline)
+    build = staticmethod(_resample_build("bicubic"))
+    decline = staticmethod(_resample_decline)
+
+
+@register_op
+class UpsampleAntialias2d:
+    """interpolate(mode="bilinear" / "bicubic", antialias=True) of float32 (..., H, W) (attrs mode,
+    out_size, align_corners, scales): the resize torchvision's Resize does on tensors, baked into
+    a model's preprocessing. ATen's antialias taps (aa_taps), ATen's order of the sums."""
+    name = "upsample_antialias2d"
+    shaders = ("resample",)
+    build = staticmethod(_resample_build("antialias"))
+    decline = staticmethod(_resample_decline)
+
+    def reference(x, *, mode, **attrs):
+        return _resample_reference(f"{mode}_aa")(x, **attrs)
 
 
 GRID_MODES = {0: "bilinear", 1: "nearest"}           # ATen's interpolation_mode codes with a kernel
