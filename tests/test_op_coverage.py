@@ -1187,3 +1187,35 @@ def test_integer_clamps_run_on_vulkan(device):
         got, ref = on_device(program, device, (x,))
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got, gm(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+class BilinearFusion(nn.Module):
+    """nn.Bilinear fusing two projections (bilinear pooling, multimodal fusion heads), with and
+    without a bias, on (N, F) rows and on (N, T, F) sequences."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(1)
+            self.a, self.b = nn.Linear(6, 5), nn.Linear(6, 3)
+            self.rows, self.seq = nn.Bilinear(5, 3, 4), nn.Bilinear(5, 3, 7, bias=False)
+
+    def forward(self, x):
+        a, b = self.a(x), self.b(x)
+        return self.rows(a[:, 0], b[:, -1]), self.seq(a, b)
+
+
+def test_bilinear_runs_on_vulkan(device):
+    """aten.bilinear (nn.Bilinear) ran through torch on the CPU: now the outer product of its two
+    inputs times its weight viewed (O, I*J), float kernels; equal to PT2E's eager output to float
+    rounding under both schemes."""
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(6))
+    for scheme in ("static", "dynamic"):
+        program, gm = lowered(BilinearFusion().eval(), (x,), batches((2, 5, 6)), scheme)
+        assert any(o.startswith("matmul") for o in ops(program)), ops(program)
+        arrays = [x.numpy()]
+        got = oputil.VulkanExecutor(program, device)(*arrays)
+        want = [t.detach().numpy() for t in gm(x)]
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * np.abs(w).max())

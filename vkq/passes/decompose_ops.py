@@ -21,6 +21,7 @@ lookup table), so only what is left in float is rewritten here:
                                                   cast first (torch's type promotion)
   aten.logsumexp(x, dims, keepdim), float, static shapes
                                                 -> m + log(sum(exp(x - m))), m = amax (0 where infinite), as ATen
+  aten.bilinear(x1, x2, w, b) (nn.Bilinear), float -> x1 (outer) x2 flattened @ (w as (O, I*J))^T + b
   aten.affine_grid_generator(theta, [N, C, H, W], align_corners), static size (a spatial transformer)
                                                 -> bmm(base grid (N, H*W, 3), theta^T) viewed (N, H, W, 2):
                                                   ATen's own computation, the base grid a constant
@@ -431,6 +432,27 @@ def extremes_from_int_clamp(node):
     return out
 
 
+def linear_from_bilinear(node):
+    """nn.Bilinear: y[..., o] = sum_ij x1[..., i] w[o, i, j] x2[..., j] + b[o]: the outer product
+    x1 (x) x2 flattened, times w viewed (O, I*J) transposed, plus b: a mul, a matmul and an add
+    with kernels (ATen sums it through _trilinear; the same terms, another order)."""
+    x1, x2, w = node.args[:3]
+    b = arg(node, 3, "bias")
+    v1, v2, vw = val(x1), val(x2), val(w)
+    if not all(isinstance(v, torch.Tensor) and v.is_floating_point() for v in (v1, v2, vw)) \
+            or not all(isinstance(d, int) for d in (*v1.shape, *v2.shape)) or v1.shape[:-1] != v2.shape[:-1]:
+        return None
+    lead, (o, i, j), f = list(v1.shape[:-1]), vw.shape, v1.dtype
+    a = _made(node, aten.unsqueeze.default, (x1, -1), (*lead, i, 1), f)
+    c = _made(node, aten.unsqueeze.default, (x2, -2), (*lead, 1, j), f)
+    outer = _made(node, aten.reshape.default, (_made(node, aten.mul.Tensor, (a, c), (*lead, i, j), f), [*lead, i * j]),
+                  (*lead, i * j), f)
+    flat_w = _made(node, aten.reshape.default, (w, [o, i * j]), (o, i * j), vw.dtype)
+    out = _made(node, aten.matmul.default, (outer, _made(node, aten.t.default, (flat_w,), (i * j, o), vw.dtype)),
+                (*lead, o), f)      # (a matmul: the float linear has no kernel for float weights)
+    return out if b is None else _made(node, aten.add.Tensor, (out, b), (*lead, o), f)
+
+
 def bmm_from_affine_grid(node):
     """affine_grid_generator(theta (N, 2, 3), size (N, C, H, W), align_corners) as ATen computes
     it (AffineGridGenerator.cpp): its base grid (x, y, 1 at every position: linspace(-1, 1) per
@@ -481,6 +503,7 @@ DECOMPOSE = {
     aten.var_mean.correction: moments_from_var_mean, aten.var_mean.dim: moments_from_var_mean,
     aten.logsumexp.default: from_logsumexp,
     aten.affine_grid_generator.default: bmm_from_affine_grid,
+    aten.bilinear.default: linear_from_bilinear,
     aten.max.dim: reductions_from_max_dim, aten.min.dim: reductions_from_max_dim,
     aten.one_hot.default: eq_from_one_hot,
     aten.scatter.value: where_from_scatter,
