@@ -22,9 +22,9 @@ CASES = [   # in shape, out size, align_corners, scales
 ]
 
 
-def _torch(x, size, ac, scales):
+def _torch(x, size, ac, scales, mode="bilinear"):
     kw = {"scale_factor": scales} if scales else {"size": size}
-    return F.interpolate(x, mode="bilinear", align_corners=ac, **kw)
+    return F.interpolate(x, mode=mode, align_corners=ac, **kw)
 
 
 @pytest.mark.parametrize("shape,size,ac,scales", CASES)
@@ -104,7 +104,7 @@ def test_bicubic_reference_is_atens(shape, size, ac, scales):
     float rounding (a few ulp of the largest value)."""
     from vkq.ops.resize import upsample_bicubic2d
     x = R.standard_normal(shape).astype(np.float32)
-    want = _torch_mode(torch.from_numpy(x), size, ac, scales, "bicubic").numpy()
+    want = _torch(torch.from_numpy(x), size, ac, scales, "bicubic").numpy()
     got = upsample_bicubic2d(x, out_size=None if scales else list(size), align_corners=ac, scales=scales)
     assert got.shape == want.shape == shape[:2] + tuple(size)
     np.testing.assert_allclose(got, want, rtol=0, atol=4e-6)
@@ -118,13 +118,8 @@ def test_bicubic(device, shape, size, ac, scales):
     prog = single_op_program("upsample_bicubic2d", [("x", spec(shape))], [("y", spec(out))], attrs)
     got = VulkanExecutor(prog, device)(x)
     np.testing.assert_allclose(got, run_reference(prog, x), rtol=0, atol=1e-6)
-    np.testing.assert_allclose(got, _torch_mode(torch.from_numpy(x), size, ac, scales, "bicubic").numpy(),
+    np.testing.assert_allclose(got, _torch(torch.from_numpy(x), size, ac, scales, "bicubic").numpy(),
                                rtol=0, atol=4e-6)
-
-
-def _torch_mode(x, size, ac, scales, mode):
-    kw = {"scale_factor": scales} if scales else {"size": size}
-    return F.interpolate(x, mode=mode, align_corners=ac, **kw)
 
 
 def test_bicubic_model_runs_on_vulkan(device):

@@ -605,7 +605,7 @@ class MaxUnpool2dQ8:
         _, _, vs, outs = _spatial_specs(ctx, node)
         xs = packing.as_nchw(ctx.spec(node.inputs[1]).shape)
         _check_out_shape(node, outs, vs[:2] + tuple(node.attrs["output_size"]))
-        zp_word = int(np.full(4, node.attrs["zero_point"], np.int8).view("<i4")[0])
+        zp_word = (node.attrs["zero_point"] & 0xFF) * 0x01010101    # v's zero point in every byte
         return [_unpool_dispatch(ctx, node, [], xs, vs, outs, _blocks(outs), (zp_word,))]
 
 
