@@ -38,12 +38,16 @@ Q = 11                    # weight bits of the int8 kernel
 LOCAL = 64
 
 
+def area_scale(in_size: int, out_size: int, align_corners: bool, scale=None):
+    """ATen's area_pixel_compute_scale in float32: input steps per output step."""
+    if align_corners:
+        return F32(in_size - 1) / F32(out_size - 1) if out_size > 1 else F32(0)
+    return F32(1.0 / scale) if scale is not None and scale > 0 else F32(in_size) / F32(out_size)
+
+
 def linear_taps(in_size: int, out_size: int, align_corners: bool, scale=None):
     """(i0, i1, w0, w1) per output index, float32 weights, as ATen's upsample_bilinear2d."""
-    if align_corners:
-        s = F32(in_size - 1) / F32(out_size - 1) if out_size > 1 else F32(0)
-    else:
-        s = F32(1.0 / scale) if scale is not None and scale > 0 else F32(in_size) / F32(out_size)
+    s = area_scale(in_size, out_size, align_corners, scale)
     dst = np.arange(out_size, dtype=F32)
     if align_corners:
         src = s * dst
@@ -110,10 +114,7 @@ def cubic_taps(in_size: int, out_size: int, align_corners: bool, scale=None):
     """(index (4, out), weight (4, out)) per output index, as ATen's upsample_bicubic2d
     (HelperInterpCubic: area_pixel_compute_source_index with cubic=True, guard_index_and_lambda,
     get_cubic_upsample_coefficients; all in float32; indices clamped to the input)."""
-    if align_corners:
-        s = F32(in_size - 1) / F32(out_size - 1) if out_size > 1 else F32(0)
-    else:
-        s = F32(1.0 / scale) if scale is not None and scale > 0 else F32(in_size) / F32(out_size)
+    s = area_scale(in_size, out_size, align_corners, scale)
     dst = np.arange(out_size, dtype=F32)
     src = (s * dst if align_corners else s * (dst + F32(0.5)) - F32(0.5)).astype(F32)
     i0 = np.minimum(np.floor(src).astype(np.int64), in_size - 1)
@@ -137,10 +138,7 @@ def aa_taps(in_size: int, out_size: int, align_corners: bool, scale=None, cubic=
     its expressions promote): a triangle (bilinear) or Keys cubic (a = -0.5) filter widened by
     the scale when downsampling, over the input indices [xmin, xmin + count), normalized to
     sum 1."""
-    if align_corners:
-        s = F32(in_size - 1) / F32(out_size - 1) if out_size > 1 else F32(0)
-    else:
-        s = F32(1.0 / scale) if scale is not None and scale > 0 else F32(in_size) / F32(out_size)
+    s = area_scale(in_size, out_size, align_corners, scale)
     interp = 4 if cubic else 2
     support = F32(interp * 0.5 * float(s)) if s >= 1 else F32(interp * 0.5)
     invscale = F32(1.0 / float(s)) if s >= 1 else F32(1)
