@@ -310,3 +310,80 @@ def test_creation_refuses_malformed_attrs_by_name(device, op, attrs, shape, mess
     prog = single_op_program(op, [], [("y", spec(shape, "float32" if attrs["dtype"] == "float32" else "int32"))], attrs)
     with pytest.raises(ValueError, match=message):
         VulkanExecutor(prog, device)()
+
+
+def torch_scatter(x, index, src, dim, reduce, include_self, along):
+    """torch's own CPU kernels, the definition the op follows."""
+    import torch
+    x_t, i_t = torch.from_numpy(x.copy()), torch.from_numpy(index.astype(np.int64))
+    s_t = torch.from_numpy(np.asarray(src)) if np.ndim(src) else np.asarray(src).item()
+    if along:
+        if not np.ndim(src):
+            return x_t.index_fill(dim, i_t, s_t).numpy()
+        return (x_t.index_copy(dim, i_t, s_t) if reduce == "none" else x_t.index_add(dim, i_t, s_t)).numpy()
+    if reduce == "none":
+        return x_t.scatter(dim, i_t, s_t).numpy()
+    return x_t.scatter_reduce(dim, i_t, s_t, reduce, include_self=include_self).numpy()
+
+
+SCATTER_CASES = [   # x shape, index shape, src shape (None: a scalar), dim, along
+    ((3, 17), (3, 5), (3, 6), 1, False),             # MoE: top-k weights into the experts' row
+    ((5, 4, 7), (2, 9, 7), (3, 9, 7), 1, False),      # index past x's size on dim 1: repeats
+    ((6, 3, 5), (4, 3, 2), (5, 3, 2), 0, False),
+    ((2, 3, 13), (2, 2, 29), (2, 3, 29), -1, False),  # more index elements than positions
+    ((2, 11, 6), (19,), (2, 19, 6), 1, True),         # index_add: a graph's edges into its nodes
+    ((9, 5), (4,), None, 0, True),                    # index_fill
+    ((4, 10), (4, 3), None, 1, False),                # scatter of a value
+]
+
+
+SCATTER_RUNS = [(dtype, reduce, *case) for case in SCATTER_CASES for dtype in ("float32", "int32")
+                for reduce in ("none", "sum", "prod", "mean", "amax", "amin")
+                if not (reduce == "mean" and dtype == "int32")                # declines: floor division
+                and (reduce in ("none", "sum") or not case[4]) and (case[2] is not None or reduce == "none")]
+
+
+@pytest.mark.parametrize("dtype,reduce,xs,ishape,sshape,dim,along", SCATTER_RUNS,
+                         ids=[f"{r[0]}-{r[1]}-{'x'.join(map(str, r[2]))}" for r in SCATTER_RUNS])
+def test_scatter(device, dtype, reduce, xs, ishape, sshape, dim, along):
+    """scatter / scatter_add / scatter_reduce / index_add / index_copy / index_fill by an index
+    the device computes: equal to torch's CPU result, with repeated indices (their order decides
+    the last write, and a float sum's rounding), negative ones, and both include_self."""
+    d = dim % len(xs)
+    size = xs[d]
+    x = floats(*xs) if dtype == "float32" else ints(*xs, lo=-9, hi=9)
+    src = np.asarray(1.5 if dtype == "float32" else 7, dtype) if sshape is None else (
+        floats(*sshape) * 3 if dtype == "float32" else ints(*sshape, lo=-9, hi=9))
+    index = R.integers(-size, size, ishape).astype(np.int32)
+    if along:
+        index = R.integers(0, size, ishape).astype(np.int32)
+    assert len(np.unique(index % size)) < index.size or index.size <= 4          # repeats
+    for include_self in ([True, False] if reduce not in ("none",) and not along else [True]):
+        attrs = {"dim": dim, "reduce": reduce, "include_self": include_self, "along": along}
+        inputs = [x, index] + ([src] if sshape is not None else [])
+        consts = [] if sshape is not None else [src]
+        prog = single_op_program("scatter", [(f"x{i}", spec(a.shape, str(a.dtype))) for i, a in enumerate(inputs)],
+                                 [("y", spec(xs, dtype))], attrs,
+                                 {f"c{i}": (spec(a.shape, str(a.dtype)), a) for i, a in enumerate(consts)})
+        assert cpu_reason(prog.nodes[0], prog.tensors) is None
+        got = VulkanExecutor(prog, device)(*inputs)
+        ref = run_reference(prog, *inputs)
+        want = torch_scatter(x, np.where(index < 0, index + size, index), src, dim, reduce, include_self, along)
+        if reduce == "mean":           # one division, within Vulkan's 2.5 ulp
+            np.testing.assert_allclose(got, ref, rtol=3e-7, atol=0)
+            np.testing.assert_allclose(ref, want, rtol=3e-7, atol=0)
+        else:
+            np.testing.assert_array_equal(got, ref)
+            np.testing.assert_array_equal(ref, want)
+        assert not np.array_equal(ref, x)                                  # something was written
+
+
+def test_scatter_ignores_indices_out_of_range_and_declines_int_mean():
+    x, index = np.zeros((2, 4), np.float32), np.array([[5, -5], [1, 1]], np.int32)
+    src = np.ones((2, 2), np.float32)
+    out = get_op("scatter").reference(x, index, src, dim=1, reduce="sum")
+    np.testing.assert_array_equal(out, [[0, 0, 0, 0], [0, 2, 0, 0]])
+    prog = single_op_program("scatter", [("x", spec((2, 4), "int32")), ("i", spec((2, 2), "int32")),
+                                         ("s", spec((2, 2), "int32"))], [("y", spec((2, 4), "int32"))],
+                             {"dim": 1, "reduce": "mean"})
+    assert "mean" in cpu_reason(prog.nodes[0], prog.tensors)

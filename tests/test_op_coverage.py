@@ -961,6 +961,54 @@ def test_topk_routing_runs_on_vulkan(device, scheme):
     np.testing.assert_allclose(got[0], weights, atol=0.02)
 
 
+class ScatterHeads(nn.Module):
+    """Scatters as models write them: a mixture of experts' top-2 weights scattered into a dense
+    (tokens, experts) gate (Switch/Mixtral written densely), a graph layer's messages summed into
+    nodes over a constant edge list (index_add, PyG's scatter-sum) and max-pooled per graph
+    segment (scatter_reduce amax), and an index_copy of rows."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.router, self.msg = nn.Linear(6, 4), nn.Linear(6, 6)
+            self.experts = nn.ModuleList(nn.Linear(6, 6) for _ in range(4))
+        self.register_buffer("src", torch.tensor([0, 1, 2, 3, 4, 5, 6, 0, 3, 3]))
+        self.register_buffer("dst", torch.tensor([1, 2, 3, 4, 5, 6, 0, 5, 1, 1]))
+        self.register_buffer("seg", torch.tensor([0, 0, 0, 1, 1, 2, 2]))
+
+    def forward(self, x):                                           # (B, 7 nodes, 6)
+        logits = self.router(x)
+        top, idx = logits.topk(2, -1)
+        gate = torch.zeros_like(logits).scatter(-1, idx, top.softmax(-1))
+        moe = sum(gate[..., i:i + 1] * e(x) for i, e in enumerate(self.experts))
+        m = self.msg(x)
+        agg = torch.zeros_like(m).index_add(1, self.dst, m[:, self.src])
+        seg = self.seg[None, :, None].expand_as(m)
+        pooled = torch.full_like(m[:, :3], -1e4).scatter_reduce(1, seg, agg, "amax", include_self=False)
+        rows = x.index_copy(1, torch.tensor([6, 2]), pooled[:, :2])
+        return moe + agg, pooled, rows
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_scatter_family_runs_on_vulkan(device, scheme):
+    """scatter (MoE gates), index_add over edges, scatter_reduce and index_copy ran on the CPU
+    through torch: the scatter kernel now, equal to the reference bit for bit where the linears
+    before it are int8 (static: sums in the index's order), within float rounding where they
+    are float (dynamic: the device's dot products sum in another order), and to PT2E's eager
+    outputs."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 7, 6, generator=g)
+    program, gm = lowered(ScatterHeads().eval(), (x,), [(torch.randn(2, 7, 6, generator=g),)], scheme)
+    assert sum(n.op == "scatter" for n in program.nodes) == 4, ops(program)
+    got, ref = on_device(program, device, (x,))
+    for gv, r, w in zip(got, ref, (t.detach().numpy() for t in gm(x))):
+        if scheme == "static":
+            np.testing.assert_array_equal(gv, r)
+        np.testing.assert_allclose(gv, r, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(gv, w, rtol=1e-5, atol=1e-5 if scheme == "static" else 0.05)
+
+
 class Elementwise(nn.Module):
     def __init__(self, f):
         super().__init__()

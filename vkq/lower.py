@@ -659,6 +659,38 @@ def _gather(n, t):
     return "gather", [n.args[0], n.args[2]], {"dim": int(n.args[1])}
 
 
+# the scatter family -> (reduce, along): its reduction (None: from its arguments) and whether a
+# 1-D index names whole slices (index_add's form)
+_SCATTERS = {aten.scatter.src: ("none", False), aten.scatter.value: ("none", False),
+             aten.scatter.reduce: (None, False), aten.scatter.value_reduce: (None, False),
+             aten.scatter_add.default: ("sum", False), aten.scatter_reduce.two: (None, False),
+             aten.index_add.default: ("sum", True), aten.index_copy.default: ("none", True),
+             aten.index_fill.int_Scalar: ("none", True), aten.index_fill.int_Tensor: ("none", True)}
+
+
+def _scatter(n, t):
+    """scatter / scatter_add / scatter_reduce / index_add / index_copy / index_fill of float or
+    integer values by an index (computed or constant) -> the scatter op; a scalar value, a 0-d
+    constant. index_add with alpha != 1: the CPU."""
+    reduce, along = _SCATTERS[n.target]
+    x, dim, index, src = n.args[:4]
+    dtype = _word_dtype(dtype_of(n))
+    if dtype not in ("float32", "int32") or _word_dtype(dtype_of(x)) != dtype or not isinstance(index, Node):
+        return None
+    if isinstance(src, Node) and _word_dtype(dtype_of(src)) != dtype:
+        return None
+    if n.target in (aten.scatter.reduce, aten.scatter.value_reduce):
+        reduce = {"add": "sum", "multiply": "prod"}.get(arg(n, 4, "reduce", None))
+    elif n.target == aten.scatter_reduce.two:
+        reduce = arg(n, 4, "reduce", None)
+    if n.target == aten.index_add.default and arg(n, 4, "alpha", 1) != 1:
+        return None
+    if not isinstance(src, Node):
+        src = _value_tensor(t, src, n)
+    return "scatter", [x, index, src], {"dim": int(dim), "reduce": reduce, "along": along,
+                                        "include_self": bool(arg(n, 5, "include_self", True))}
+
+
 def _index(n, t):
     """x[i0, ...] by indices: all constant, a take; computed ones, each an integer tensor on a
     leading dim (transformers' padding mask at arange indices), the index op."""
@@ -884,7 +916,7 @@ CPU_RULES = {
     aten.constant_pad_nd.default: _constant_pad, aten.pad.default: _constant_pad,
     **{m: _take for m in MOVERS},
     aten.col2im.default: _col2im,
-    aten.gather.default: _gather, aten.index.Tensor: _index,
+    aten.gather.default: _gather, aten.index.Tensor: _index, **{s: _scatter for s in _SCATTERS},
     aten.cumsum.default: _cumsum,
     **{f: _full for f in (*_FILLED, *_FILL_ARG)},
     **{a: _arange for a in (aten.arange.default, aten.arange.start, aten.arange.start_step)},

@@ -21,7 +21,18 @@ of on the host. The int32 add/sub/mul share their names with the float ops (vkq/
                             tensors computed on the device, broadcast together (transformers'
                             padding mask gathered at arange indices); negative indices count
                             from the end, as torch's; out of range reads the nearest
-Exact on every device (word operations; float comparisons and int -> float are exact).
+  scatter(x, index, src; dim, reduce, include_self, along)
+                            torch.scatter / scatter_add / scatter_reduce (reduce "none": the
+                            last write wins; "sum", "prod", "mean", "amax", "amin"), and with
+                            along=True (a 1-D index naming the x slice of each src slice)
+                            index_add / index_copy / index_fill; src of shape () is a scalar
+                            (scatter's and index_fill's value). The index's elements apply in
+                            their order, as ATen's CPU kernels apply them (MoE's top-k routing
+                            weights, a graph net's message sums); an index outside
+                            [-size, size) writes nothing (PyTorch raises)
+Exact on every device (word operations; float comparisons and int -> float are exact; scatter's
+float sums and products are single IEEE operations in the reference's order, its mean one
+division, within Vulkan's 2.5 ulp).
 """
 from __future__ import annotations
 
@@ -109,6 +120,47 @@ def index(x, *indices):
         i, size = np.asarray(i, np.int64), x.shape[j]
         picked.append(np.clip(np.where(i < 0, i + size, i), 0, size - 1))
     return x[tuple(picked)]
+
+
+SCATTER_REDUCE = ("none", "sum", "prod", "mean", "amax", "amin")   # shaders/scatter.comp's MODE
+
+
+def scatter(x, index, src, *, dim, reduce="none", include_self=True, along=False):
+    x, index, src = np.asarray(x), np.asarray(index, np.int64), np.asarray(src)
+    dim %= max(x.ndim, 1)
+    size = x.shape[dim]
+    if along:                       # index_add's form: src slice j goes to x slice index[j]
+        k, other = index.shape[0], x.shape[:dim] + x.shape[dim + 1:]
+    else:
+        k, other = index.shape[dim], index.shape[:dim] + index.shape[dim + 1:]
+    out, count = x.copy(), np.zeros(x.shape, np.int64)
+    grid = np.indices(other).reshape(len(other), -1)
+    for j in range(k):              # in the index's order: the last write wins, sums run from the first
+        at = np.full(grid.shape[1], index[j]) if along else np.take(index, j, axis=dim).reshape(-1)
+        if src.ndim:
+            v = np.take(src[tuple(slice(0, e) for e in np.insert(np.array(other), dim, src.shape[dim]))]
+                        if not along else src, j, axis=dim).reshape(-1)
+        else:
+            v = np.full(grid.shape[1], src, x.dtype)
+        at = np.where(at < 0, at + size, at)
+        ok = (at >= 0) & (at < size)
+        target = tuple(np.insert(grid[:, ok], dim, at[ok], axis=0))
+        a, v = out[target], v[ok].astype(x.dtype)
+        first = (count[target] == 0) & (not include_self)
+        if reduce in ("sum", "mean"):
+            a = a + v
+        elif reduce == "prod":
+            a = a * v
+        elif reduce == "amax":
+            a = np.where(np.isnan(v) | (v > a), v, a) if x.dtype.kind == "f" else np.maximum(a, v)
+        elif reduce == "amin":
+            a = np.where(np.isnan(v) | (v < a), v, a) if x.dtype.kind == "f" else np.minimum(a, v)
+        out[target] = np.where(first | (reduce == "none"), v, a)
+        count[target] += 1
+    if reduce == "mean":
+        seen = count > 0
+        out[seen] = (out[seen] / (count[seen] + bool(include_self)).astype(x.dtype)).astype(x.dtype)
+    return out
 
 
 # ---------------------------------------------------------------- builds
@@ -287,6 +339,44 @@ def _index_build(ctx, node):
                                 push=push)]
 
 
+def _scatter_decline(node, tensors):
+    x, index, src = (tensors[t] for t in node.inputs)
+    a = node.attrs
+    if x.dtype not in ("float32", "int32") or src.dtype != x.dtype or index.dtype != "int32":
+        return f"scatter: {src.dtype} values into {x.dtype} by {index.dtype} indices (float32/int32 words by int32)"
+    if a.get("reduce", "none") not in SCATTER_REDUCE or (a.get("reduce") == "mean" and x.dtype != "float32"):
+        return f"scatter: reduce {a.get('reduce')!r} on {x.dtype} (the kernel: {', '.join(SCATTER_REDUCE)}; mean: float32)"
+    if not 1 <= len(x.shape) <= MAX_RANK:
+        return f"scatter: a rank-{len(x.shape)} tensor (the kernel takes 1-{MAX_RANK})"
+    return None
+
+
+def _scatter_build(ctx, node):
+    x, index, src = node.inputs
+    xs, ishape, sshape = ctx.spec(x).shape, ctx.spec(index).shape, ctx.spec(src).shape
+    a, rank = node.attrs, len(xs)
+    dim = a["dim"] % rank
+    if a.get("along"):      # index (k,), src = x's shape with k at dim
+        k = ishape[0] if len(ishape) == 1 else -1
+        istride, iext = [int(d == dim) for d in range(rank)], list(xs)
+        fits = k >= 0 and (not sshape or tuple(sshape) == xs[:dim] + (k,) + xs[dim + 1:])
+    else:
+        k, istride, iext = ishape[dim] if len(ishape) == rank else -1, strides_of(ishape), list(ishape)
+        fits = k >= 0 and all(i <= e for d, (i, e) in enumerate(zip(ishape, xs)) if d != dim) and (
+            not sshape or len(sshape) == rank and all(i <= e for i, e in zip(ishape, sshape)))
+    if not fits or ctx.spec(node.outputs[0]).shape != xs:
+        raise ValueError(f"{node.name}: scatter into {xs} by an index {ishape} of {sshape or 'a scalar'} along dim {dim}")
+    n = _numel(xs)
+    if n == 0:
+        return []
+    sstride = strides_of(sshape) if sshape else [0] * rank
+    push = (n, rank, dim, k, xs[dim], 0, _pad(xs, MAX_RANK, 1), _pad(istride, MAX_RANK), _pad(sstride, MAX_RANK),
+            _pad(iext, MAX_RANK, 1))
+    spec = (SCATTER_REDUCE.index(a.get("reduce", "none")), int(bool(a.get("include_self", True))))
+    return [_elementwise(ctx, "scatter", [ctx.buffer(x), ctx.buffer(index), ctx.buffer(src), ctx.buffer(node.outputs[0])],
+                         n, push, None if ctx.spec(x).dtype == "float32" else ["INT"], spec)]
+
+
 # ---------------------------------------------------------------- registration
 
 def _op(name, reference, build, decline, shaders, doc):
@@ -312,3 +402,6 @@ _op("index", index, _index_build, _index_decline, ("index",),
     "x[i0, i1, i2] by int32 index tensors computed on the device, broadcast (a padding mask's gather).")
 _op("gather", gather, _gather_build, _gather_decline, ("gather",),
     "torch.gather of float32/int32 values by an int32 index computed on the device.")
+_op("scatter", scatter, _scatter_build, _scatter_decline, ("scatter",),
+    "torch.scatter / scatter_add / scatter_reduce / index_add / index_copy / index_fill of float32/int32 "
+    "words by an int32 index, its elements in order.")
