@@ -441,18 +441,19 @@ def test_an_op_that_fixes_a_dynamic_dim_is_refused_naming_it():
     with pytest.raises(DynamicShapeError, match=r"\(aten.constant_pad_nd.default\) fixes the dynamic x dim 0, x dim 2"):
         _compile_both(SameEven().eval(), (torch.randn(2, 4, 20),), [torch.randn(2, 4, 20)], "static", ds)
 
-    class Flip(n.Module):     # traced symbolically, but lowered to `take` with an index map for one size
-        def __init__(self):
+    class Pick(n.Module):     # traced symbolically, but lowered to `take` with an index map for one size
+        def __init__(self):   # (flips, rolls and padding modes have `remap`, made per shape)
             super().__init__()
             self.conv = n.Conv2d(3, 4, 3)
+            self.register_buffer("rows", torch.tensor([2, 0, 0, 1]))
 
         def forward(self, x):
-            return torch.flip(torch.relu(self.conv(x)), [3])
+            return torch.relu(self.conv(x))[:, self.rows]
 
     ds = ({0: Dim("batch", min=1, max=4), 2: Dim("height", min=8, max=32), 3: Dim("width", min=8, max=32)},)
-    with pytest.raises(DynamicShapeError, match=r"node 'flip' \(take\) reads constant '\w+', made for one input size "
+    with pytest.raises(DynamicShapeError, match=r"node 'index' \(take\) reads constant '\w+', made for one input size "
                                                 r".* this op cannot run with dynamic shapes yet"):
-        _compile_both(Flip().eval(), (torch.randn(2, 3, 16, 20),), [torch.randn(2, 3, 16, 20)], "static", ds)
+        _compile_both(Pick().eval(), (torch.randn(2, 3, 16, 20),), [torch.randn(2, 3, 16, 20)], "static", ds)
 
 
 class SpeechCNN:
@@ -645,3 +646,81 @@ def test_bicubic_and_grid_sample_with_dynamic_height_and_width(device, scheme):
             np.testing.assert_array_equal(y, want)
         else:
             np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_reflect_replicate_circular_pads_flips_and_rolls_with_dynamic_height_and_width(device, scheme):
+    """Reflect, replicate and circular padding (CycleGAN's and style-transfer nets' convs), a flip
+    (test-time augmentation) and a roll: constant index maps for one size before, so such a net
+    was refused with dynamic height and width; `remap` makes the map per shape now. One program,
+    equal to the static programs at every size (the static scheme bit for bit), the takes of
+    the static programs and the remaps of the dynamic one equal too."""
+    import torch
+    import torch.nn.functional as F
+    from torch.export import Dim
+    n = torch.nn
+
+    class ImageToImage(n.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.c, self.d = n.Conv2d(3, 8, 3), n.Conv2d(8, 8, 3, padding=1, padding_mode="circular")
+                self.e = n.Conv2d(8, 3, 3)
+
+        def forward(self, x):
+            h = torch.relu(self.c(F.pad(x, (1, 1, 1, 1), mode="reflect")))
+            h = torch.relu(self.d(h)) + torch.roll(h, shifts=(2, -1), dims=(2, 3))
+            return self.e(n.ReplicationPad2d((2, 0, 1, 1))(h)) + x.flip(-1)
+
+    ds = ({2: Dim("h", min=4, max=48), 3: Dim("w", min=4, max=48)},)
+    calib = [torch.randn(s) for s in [(1, 3, 12, 10), (1, 3, 17, 9)]]
+    dyn, static = _compile_both(ImageToImage().eval(), (torch.randn(1, 3, 12, 10),), calib, scheme, ds)
+    prog = vkq_on(dyn, device)
+    assert not prog.program.fallback, prog.program.fallback
+    assert sum(nd.op == "remap" for nd in prog.program.nodes) == 5, [nd.op for nd in prog.program.nodes]
+    for shape in [(1, 3, 12, 10), (1, 3, 5, 31), (1, 3, 23, 4)]:
+        x = torch.randn(shape).numpy()
+        y = prog(x)
+        fixed = vkq_on(static(torch.from_numpy(x)), device)
+        assert "take" in {nd.op for nd in fixed.program.nodes}
+        want = fixed(x)
+        assert y.shape == shape and np.abs(y).max() > 0.01
+        if scheme == "static":
+            np.testing.assert_array_equal(y, want)
+        else:
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+def test_padding_up_to_a_multiple_of_the_input_size_stays_symbolic(device):
+    """Padding computed from the input's size ((8 - h % 8) % 8: Swin-, NAFNet- and SwinIR-style
+    nets pad to a multiple of their window) raised a TypeError in the lowering (a size node where
+    it read an int); the pads are symbolic attrs now, reflect and constant, and the program
+    matches the static one at sizes that need 0 to 7 rows and columns."""
+    import torch
+    import torch.nn.functional as F
+    from torch.export import Dim
+    n = torch.nn
+
+    class PadToWindow(n.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.c = n.Conv2d(3, 8, 3, 2, 1)
+
+        def forward(self, x):
+            h, w = x.shape[-2:]
+            y = F.pad(x, (0, (8 - w % 8) % 8, 0, (8 - h % 8) % 8), mode="reflect")
+            return F.pad(self.c(y), (0, (4 - w % 4) % 4), value=1.0)
+
+    ds = ({2: Dim("h", min=8, max=64), 3: Dim("w", min=8, max=64)},)
+    calib = [torch.randn(1, 3, 16, 24)]
+    dyn, static = _compile_both(PadToWindow().eval(), (torch.randn(1, 3, 20, 12),), calib, "static", ds)
+    prog = vkq_on(dyn, device)
+    assert not prog.program.fallback and {"remap", "constant_pad_nd"} <= {nd.op for nd in prog.program.nodes}
+    for shape, out in [((1, 3, 20, 12), (1, 8, 12, 8)), ((1, 3, 9, 13), (1, 8, 8, 11)), ((1, 3, 16, 33), (1, 8, 8, 23))]:
+        x = torch.randn(shape).numpy()
+        y = prog(x)
+        assert y.shape == out
+        np.testing.assert_array_equal(y, vkq_on(static(torch.from_numpy(x)), device)(x))

@@ -155,6 +155,37 @@ def test_take_by_an_index_map(device, dtype):
     np.testing.assert_array_equal(run_reference(prog, x), got)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int32", "int8"])
+@pytest.mark.parametrize("shape,dims", [
+    ((1, 3, 9, 7), [["keep"], ["keep"], ["reflect", 2, 1], ["reflect", 1, 3]]),
+    ((2, 5, 6, 3), [["keep"], ["replicate", 0, 2], ["circular", 3, 1], ["flip"]]),
+    ((3, 11, 5), [["flip"], ["roll", -4], ["roll", 7]]),
+])
+def test_remap_makes_its_map_per_shape(device, dtype, shape, dims):
+    """remap (flip, roll, reflect / replicate / circular padding with a dynamic dim): equal to
+    torch's ops, for every dtype (int8 between layouts), its map made from the shape."""
+    import torch
+    import torch.nn.functional as F
+    x = values(shape, dtype)
+    t = torch.from_numpy(x.astype(np.int64) if dtype == "int8" else x)
+    for d, (kind, *ab) in enumerate(dims):
+        if kind == "flip":
+            t = t.flip(d)
+        elif kind == "roll":
+            t = torch.roll(t, ab[0], d)
+        elif kind != "keep":          # torch's 1-D padding along the dim moved last
+            m = t.movedim(d, -1)
+            padded = F.pad(m.double().reshape(-1, 1, m.shape[-1]), ab, mode=kind)
+            t = padded.reshape(*m.shape[:-1], -1).movedim(-1, d).to(t.dtype)
+    want = t.numpy().astype(x.dtype)
+    prog = single_op_program("remap", [("x", spec(shape, dtype, "4H4W" if dtype == "int8" else None, 0.1, 0))],
+                             [("y", spec(want.shape, dtype, "4W4C" if dtype == "int8" else None, 0.1, 0))],
+                             {"dims": dims})
+    got = VulkanExecutor(prog, device)(x)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(run_reference(prog, x), got)
+
+
 def test_int8_gathers_in_a_row_are_one(loads_device):
     """fold_view_chains: Swin's window partition (4W4C -> a ROW view -> permute -> 4H4W windows)
     and a select and a slice after it, each read by the next alone, become one view_chain node

@@ -76,6 +76,7 @@ def symbolic_shapes(gm: GraphModule, fakes: list) -> tuple[dict, dict]:
     class Propagate(torch.fx.Interpreter):
         def run_node(self, n):
             result = _resize_by_integer_scales(self, n)
+            result = _constant_pad(self, n) if result is None else result
             result = super().run_node(n) if result is None else result
             fixed = sorted(where for s, where in inputs.items() if getattr(env.replacements.get(s), "is_number", False))
             if fixed:     # this op's shape rule fixed a dynamic dim to its example value
@@ -128,6 +129,21 @@ def _resize_by_integer_scales(interp, n):
     if args[1] is not None or not scales or any(float(f) != int(f) or f < 1 for f in scales):
         return None
     return x.new_empty((*x.shape[:-2], x.shape[-2] * int(scales[0]), x.shape[-1] * int(scales[1])))
+
+
+def _constant_pad(interp, n):
+    """aten.pad in constant mode by sizes computed from a dynamic dim (padding up to a multiple
+    of a window), run as torch's reference constant_pad_nd (torch._refs): ATen's pad and
+    constant_pad_nd kernels take concrete ints only under the fake mode. None: not such a node."""
+    if n.op != "call_function" or n.target != torch.ops.aten.pad.default:
+        return None
+    args, kwargs = interp.fetch_args_kwargs_from_env(n)
+    x, pad, mode, value = (list(args) + [None] * 4)[:4]
+    mode, value = kwargs.get("mode", mode or "constant"), kwargs.get("value", value)
+    if mode != "constant" or all(isinstance(p, int) for p in pad):
+        return None
+    from torch import _refs
+    return _refs.constant_pad_nd(x, pad, 0.0 if value is None else value)
 
 
 def _input_dims(gm: GraphModule, dynamic_shapes) -> list:

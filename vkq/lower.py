@@ -35,7 +35,8 @@ from .ops.attention import default_scale
 from .passes import run_pipeline
 from .passes._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, HOST_FLOAT64, PERMUTES, QUANTIZE, QUANTIZE_CHANNEL,
                             SYMBOLIC_SHAPES, VIEWS, arg, aten,
-                            const_value, dtype_of, is_call, op_name, pair, q_args, qparams, record_shapes, shape_of,
+                            const_value, dtype_of, dynamic_size, is_call, op_name, pair, q_args, qparams,
+                            record_shapes, shape_of,
                             val, vkq_op_of)
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
 from .passes.torch_ops import ADAPTIVE_MAX_POOL2D, MAX_UNPOOL2D
@@ -506,13 +507,19 @@ def _unbind(n, t):
     return "unbind", [x], {"dim": int(arg(n, 1, "dim", 0)) % len(shape_of(x))}
 
 
+def _sizes(t, values) -> tuple[list, list]:
+    """(attrs, ints): sizes as attrs (one computed from a dynamic dim, e.g. the padding up to a
+    multiple of a window, stays symbolic) and their values at the example."""
+    return [t.dim_attr(v, t.int_value(v)) for v in values], [t.int_value(v) for v in values]
+
+
 def _constant_pad(n, t):
-    x, pad = n.args[0], [int(p) for p in n.args[1]]
+    x, (pad, at) = n.args[0], _sizes(t, n.args[1])
     if n.target == aten.pad.default and arg(n, 2, "mode", "constant") != "constant":
-        return _take(n, t)           # reflect / replicate / circular: a gather
+        return _remap(n, t)          # reflect / replicate / circular: a gather
     value = arg(n, 3 if n.target == aten.pad.default else 2, "value", 0.0)
     value = 0.0 if value is None else float(value)
-    if any(p < 0 for p in pad):
+    if any(p < 0 for p in at):
         return None
     if dtype_of(x) == torch.int8:       # the int8 number that stands for value
         qp = qparams(x)
@@ -797,6 +804,39 @@ def _col2im(n, t):
     return _take(n, t) if float(ones.max()) <= 1.0 else None
 
 
+_PAD_MODES = {aten.reflection_pad1d.default: "reflect", aten.reflection_pad2d.default: "reflect",
+              aten.reflection_pad3d.default: "reflect", aten.replication_pad1d.default: "replicate",
+              aten.replication_pad2d.default: "replicate", aten.replication_pad3d.default: "replicate"}
+
+
+def _remap(n, t):
+    """flip, roll and reflect / replicate / circular padding of a tensor with a dynamic dim:
+    remap, whose index map is made per shape (ESRGAN-like and CycleGAN-like image-to-image nets
+    at any resolution); of a static tensor, a take (its constant map)."""
+    x = n.args[0]
+    if not isinstance(x, Node) or not dynamic_size(x):
+        return _take(n, t)
+    rank = len(shape_of(x))
+    dims = [["keep"] for _ in range(rank)]
+    if n.target == aten.flip.default:
+        for d in arg(n, 1, "dims", []):
+            dims[int(d) % rank] = ["flip"]
+    elif n.target == aten.roll.default:
+        shifts, on = _sizes(t, arg(n, 1, "shifts", []))[0], list(arg(n, 2, "dims", []))
+        if len(on) != len(shifts) or len(set(int(d) % rank for d in on)) != len(on):
+            return None              # a roll of the flattened tensor, or twice along one dim
+        for shift, d in zip(shifts, on):
+            dims[int(d) % rank] = ["roll", shift]
+    else:
+        mode = _PAD_MODES.get(n.target) or arg(n, 2, "mode", "constant")
+        pad, at = _sizes(t, n.args[1])
+        if mode not in ("reflect", "replicate", "circular") or len(pad) % 2 or len(pad) > 2 * rank or min(at) < 0:
+            return None
+        for i in range(len(pad) // 2):
+            dims[rank - 1 - i] = [mode, pad[2 * i], pad[2 * i + 1]]
+    return "remap", [x], {"dims": dims}
+
+
 def _take(n, t):
     from .passes.fold_constants import evaluate_constant
     x = n.args[0]
@@ -915,6 +955,7 @@ CPU_RULES = {
     aten.chunk.default: _split, aten.unbind.int: _unbind,
     aten.constant_pad_nd.default: _constant_pad, aten.pad.default: _constant_pad,
     **{m: _take for m in MOVERS},
+    **{m: _remap for m in (*_PAD_MODES, aten.flip.default, aten.roll.default)},
     aten.col2im.default: _col2im,
     aten.gather.default: _gather, aten.index.Tensor: _index, **{s: _scatter for s in _SCATTERS},
     aten.cumsum.default: _cumsum,

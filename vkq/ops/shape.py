@@ -1,5 +1,6 @@
 """Ops that move values without changing them, for every dtype (one name each): reshape,
-repack, permute, transpose, expand, cat, slice, select, split, unbind, constant_pad_nd, take.
+repack, permute, transpose, expand, cat, slice, select, split, unbind, constant_pad_nd, take,
+remap.
 
 Each output element is one input element or a fill value; which one a Gather says. The
 output's row-major index, unravelled over dims D (a row-major factorisation of the output's
@@ -27,6 +28,11 @@ Attrs (all JSON):
   constant_pad_nd(x; pad, value)   pad as torch: (last dim before, after, the dim before it ...);
                              an int8 tensor's value is the int8 number (the lowering quantizes it)
   take(x, index)             index: a constant int32 array of the output's shape
+  remap(x; dims)             a map per dim, [kind, a, b]: ["keep"], ["flip"], ["roll", shift],
+                             ["reflect" | "replicate" | "circular", before, after] (torch's pad
+                             modes); the index map made from the input's shape when the op is
+                             built, so one program serves every shape (a take's map is made for
+                             one: the lowering uses remap where a dim is dynamic)
 The int8 versions keep the input's quantization (the output's spec says the same scale/zero point).
 
 A node declines (runs on the CPU, with the reason) where a float Gather still has more than
@@ -118,6 +124,43 @@ def constant_pad_nd(x, *, pad, value=0):
 
 def take(x, index):
     return np.asarray(x).reshape(-1)[np.asarray(index, np.int64)]
+
+
+REMAPS = ("keep", "flip", "roll", "reflect", "replicate", "circular")
+
+
+def remap_source(size: int, kind: str, a: int = 0, b: int = 0) -> np.ndarray:
+    """The source index of each output index along one dim (torch's flip, roll and pad modes)."""
+    if kind == "keep":
+        return np.arange(size)
+    if kind == "flip":
+        return np.arange(size)[::-1]
+    if kind == "roll":
+        return (np.arange(size) - a) % size
+    i = np.arange(-a, size + b)
+    if kind == "replicate":
+        return np.clip(i, 0, size - 1)
+    if kind == "circular":
+        return i % size
+    if kind == "reflect" and max(a, b) < size:
+        return (size - 1) - np.abs((size - 1) - np.abs(i))
+    raise ValueError(f"remap: {kind} {a, b} of a dim of {size}")
+
+
+def remap_index(shape, dims) -> tuple[tuple, np.ndarray]:
+    """(the output's shape, its row-major flat index map into x)."""
+    if len(dims) != len(shape) or any(d[0] not in REMAPS for d in dims):
+        raise ValueError(f"remap: maps {dims} for a rank-{len(shape)} tensor (each one of {REMAPS})")
+    src = [remap_source(n, *d) for n, d in zip(shape, dims)]
+    flat = sum(np.asarray(v, np.int64).reshape([-1 if j == i else 1 for j in range(len(src))]) * st
+               for i, (v, st) in enumerate(zip(src, strides_of(shape)))) if src else np.zeros((), np.int64)
+    return tuple(len(v) for v in src), np.broadcast_to(flat, tuple(len(v) for v in src)).reshape(-1)
+
+
+def remap(x, *, dims):
+    x = np.asarray(x)
+    shape, index = remap_index(x.shape, dims)
+    return x.reshape(-1)[index].reshape(shape)
 
 
 # ---------------------------------------------------------------- gathers
@@ -240,14 +283,14 @@ def gathers(op, attrs, ins, outs) -> list:
 
 def _same_dtype(node, tensors):
     dtypes = {tensors[t].dtype for t in node.inputs[:1] + node.outputs}
-    if node.op != "take":
+    if node.op not in ("take", "remap"):
         dtypes |= {tensors[t].dtype for t in node.inputs}
     return None if len(dtypes) == 1 else f"{node.op}: inputs and outputs of different dtypes {sorted(dtypes)}"
 
 
 def _decline(node, tensors):
     reason = _same_dtype(node, tensors)
-    if reason or tensors[node.outputs[0]].dtype == "int8" or node.op == "take":
+    if reason or tensors[node.outputs[0]].dtype == "int8" or node.op in ("take", "remap"):
         return reason
     ins, outs = _shapes(node, tensors)
     for g in gathers(node.op, node.attrs, ins, outs):
@@ -436,6 +479,14 @@ def _take_build(ctx, node):
     return take_steps(ctx, node, x, node.outputs[0], np.asarray(ctx.constant(index), np.int64).reshape(-1))
 
 
+def _remap_build(ctx, node):
+    x, out = node.inputs[0], node.outputs[0]
+    shape, idx = remap_index(ctx.spec(x).shape, node.attrs["dims"])
+    if shape != tuple(ctx.spec(out).shape):
+        raise ValueError(f"{node.name}: remap of {ctx.spec(x).shape} gives {shape}, not {ctx.spec(out).shape}")
+    return take_steps(ctx, node, x, out, idx)
+
+
 def take_steps(ctx, node, x, out, idx):
     """The dispatch of out.flat = x.flat[idx] (idx: the output's row-major flat index map)."""
     n = _numel(ctx.spec(x).shape)
@@ -573,5 +624,7 @@ _op("unbind", unbind, "Every index along dim as its own output (the dim dropped)
 _op("constant_pad_nd", constant_pad_nd, "Pad with a constant (torch's pad order, last dim first); any dtype.")
 _op("take", take, "x.flat[index] for a constant int32 index map of the output's shape; any dtype.",
     build_fn=_take_build)
+_op("remap", remap, "Per-dim flips, rolls and reflect / replicate / circular padding, the index map made per "
+                    "shape; any dtype.", build_fn=_remap_build)
 _op("view_chain", view_chain, "int8 gathers in a row (fold_view_chains: steps [op, attrs, in shape, out shape]) "
                               "as one gather by their composed map.", ("repack",), _chain_build, _chain_decline)
