@@ -724,3 +724,78 @@ def test_padding_up_to_a_multiple_of_the_input_size_stays_symbolic(device):
         y = prog(x)
         assert y.shape == out
         np.testing.assert_array_equal(y, vkq_on(static(torch.from_numpy(x)), device)(x))
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_sizes_as_scalar_operands_stay_symbolic(device, scheme):
+    """A size used as a number (coordinates normalised by (w - 1), a sum divided by h * w, an
+    offset subtracted from an arange: flow warping, positional grids) crashed the lowering with a
+    KeyError (the size node was read as a tensor); it is the scalar of the float op now, an
+    expression in the program, and matches the static programs at other sizes."""
+    import torch
+    from torch.export import Dim
+    n = torch.nn
+
+    class Grid(n.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.c = n.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x):
+            h, w = x.shape[-2:]
+            y = self.c(x)
+            gx = torch.arange(w, dtype=torch.float32) / (w - 1) * 2 - 1
+            gy = (h - torch.arange(h, dtype=torch.float32)) / h
+            return y * 0.5 + gx + gy[:, None] + y.sum((2, 3), keepdim=True) / (h * w)
+
+    ds = ({2: Dim("h", min=4, max=40), 3: Dim("w", min=4, max=40)},)
+    dyn, static = _compile_both(Grid().eval(), (torch.randn(1, 3, 12, 10),), [torch.randn(1, 3, 12, 10)], scheme, ds)
+    prog = vkq_on(dyn, device)
+    assert not prog.program.fallback, prog.program.fallback
+    scalars = [nd.attrs["scalar"] for nd in prog.program.nodes if isinstance(nd.attrs.get("scalar"), dict)]
+    assert len(scalars) >= 3, scalars                    # (w - 1), h (rsub), h * w: expressions
+    for shape in [(1, 3, 12, 10), (1, 3, 5, 31), (1, 3, 23, 4)]:
+        x = torch.randn(shape).numpy()
+        y = prog(x)
+        want = vkq_on(static(torch.from_numpy(x)), device)(x)
+        assert y.shape == (1, 4) + shape[2:]
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_pixel_shuffle_and_unshuffle_with_dynamic_batch_height_and_width(device, scheme):
+    """ESPCN-style super-resolution (a conv to C r^2 channels, pixel_shuffle) and a space-to-depth
+    stem (pixel_unshuffle): their index map was made for one size, so the compile was refused
+    with free height and width; views and one permute now (normalize_ops), equal to the static
+    programs (which keep the one-gather op) at every size."""
+    import torch
+    import torch.nn.functional as F
+    from torch.export import Dim
+    n = torch.nn
+
+    class SuperRes(n.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.c, self.d = n.Conv2d(12, 8, 3, padding=1), n.Conv2d(8, 3 * 9, 3, padding=1)
+
+        def forward(self, x):
+            return F.pixel_shuffle(self.d(torch.relu(self.c(F.pixel_unshuffle(x, 2)))), 3)
+
+    ds = ({0: Dim("b", min=1, max=3), 2: Dim("h", min=2, max=20) * 2, 3: Dim("w", min=2, max=20) * 2},)
+    dyn, static = _compile_both(SuperRes().eval(), (torch.randn(2, 3, 12, 10),), [torch.randn(2, 3, 12, 10)], scheme, ds)
+    prog = vkq_on(dyn, device)
+    assert not prog.program.fallback, prog.program.fallback
+    assert "take" not in {nd.op for nd in prog.program.nodes}
+    for shape in [(1, 3, 12, 10), (2, 3, 6, 30), (3, 3, 22, 4)]:
+        x = torch.randn(shape).numpy()
+        y = prog(x)
+        fixed = vkq_on(static(torch.from_numpy(x)), device)
+        assert y.shape == (shape[0], 3, shape[2] // 2 * 3, shape[3] // 2 * 3)
+        if scheme == "static":
+            np.testing.assert_array_equal(y, fixed(x))
+        else:
+            np.testing.assert_allclose(y, fixed(x), rtol=1e-5, atol=1e-5)

@@ -75,8 +75,7 @@ def symbolic_shapes(gm: GraphModule, fakes: list) -> tuple[dict, dict]:
 
     class Propagate(torch.fx.Interpreter):
         def run_node(self, n):
-            result = _resize_by_integer_scales(self, n)
-            result = _constant_pad(self, n) if result is None else result
+            result = _shape_only(self, n)
             result = super().run_node(n) if result is None else result
             fixed = sorted(where for s, where in inputs.items() if getattr(env.replacements.get(s), "is_number", False))
             if fixed:     # this op's shape rule fixed a dynamic dim to its example value
@@ -117,33 +116,43 @@ RESIZES = {"aten.upsample_nearest2d.vec", "aten._upsample_nearest_exact2d.vec", 
            "aten.upsample_bicubic2d.vec"}
 
 
-def _resize_by_integer_scales(interp, n):
-    """The output of a 2-D resize by whole scale factors, as a tensor of shape input size x
-    factor (only shapes matter here): torch's shape rule for scale factors (int(size * scale),
-    a float of a symbol) fixes the dims to their example values; the product of integers keeps
-    them symbolic. None: not such a node."""
-    if n.op != "call_function" or str(n.target) not in RESIZES or n.kwargs:
-        return None
-    args = list(interp.fetch_args_kwargs_from_env(n)[0])
-    x, scales = args[0], args[-1]
-    if args[1] is not None or not scales or any(float(f) != int(f) or f < 1 for f in scales):
-        return None
-    return x.new_empty((*x.shape[:-2], x.shape[-2] * int(scales[0]), x.shape[-1] * int(scales[1])))
-
-
-def _constant_pad(interp, n):
-    """aten.pad in constant mode by sizes computed from a dynamic dim (padding up to a multiple
-    of a window), run as torch's reference constant_pad_nd (torch._refs): ATen's pad and
-    constant_pad_nd kernels take concrete ints only under the fake mode. None: not such a node."""
-    if n.op != "call_function" or n.target != torch.ops.aten.pad.default:
+def _shape_only(interp, n):
+    """The output of a node whose ATen fake kernel cannot keep its sizes symbolic, as an empty
+    tensor of the shape it computes (only shapes matter here); None: not such a node.
+    - a 2-D resize by whole scale factors (input size x factor): torch's rule for scale factors,
+      int(size * scale), fixes the dims to their example values;
+    - a 2-D resize to a given size: the .vec kernels take concrete sizes only, and guard on the
+      input's (fixing its batch);
+    - aten.pad in constant mode by sizes computed from a dynamic dim (padding up to a multiple of
+      a window): ATen's pad kernel takes concrete sizes only;
+    - im2col (F.unfold): its shape rule guards on the batch."""
+    if n.op != "call_function":
         return None
     args, kwargs = interp.fetch_args_kwargs_from_env(n)
-    x, pad, mode, value = (list(args) + [None] * 4)[:4]
-    mode, value = kwargs.get("mode", mode or "constant"), kwargs.get("value", value)
-    if mode != "constant" or all(isinstance(p, int) for p in pad):
-        return None
-    from torch import _refs
-    return _refs.constant_pad_nd(x, pad, 0.0 if value is None else value)
+    args = list(args)
+    if str(n.target) in RESIZES and not kwargs:
+        x, size, scales = args[0], args[1], args[-1]
+        if size is not None:
+            return x.new_empty((*x.shape[:-2], *size))
+        if not scales or any(float(f) != int(f) or f < 1 for f in scales):
+            return None
+        return x.new_empty((*x.shape[:-2], x.shape[-2] * int(scales[0]), x.shape[-1] * int(scales[1])))
+    if n.target == torch.ops.aten.pad.default:
+        x, pad, mode = (args + [None] * 3)[:3]
+        if kwargs.get("mode", mode or "constant") != "constant" or all(isinstance(p, int) for p in pad):
+            return None
+        shape = list(x.shape)
+        for i in range(len(pad) // 2):
+            shape[-1 - i] = shape[-1 - i] + pad[2 * i] + pad[2 * i + 1]
+        return x.new_empty(shape)
+    if n.target == torch.ops.aten.im2col.default:
+        x, kernel, dilation, padding, stride = args[:5]
+        blocks, rows = 1, x.shape[-3]
+        for d in range(2):
+            blocks = blocks * ((x.shape[-2 + d] + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1) // stride[d] + 1)
+            rows = rows * kernel[d]
+        return x.new_empty((*x.shape[:-3], rows, blocks))
+    return None
 
 
 def _input_dims(gm: GraphModule, dynamic_shapes) -> list:

@@ -35,8 +35,8 @@ from .ops.attention import default_scale
 from .passes import run_pipeline
 from .passes._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, HOST_FLOAT64, PERMUTES, QUANTIZE, QUANTIZE_CHANNEL,
                             SYMBOLIC_SHAPES, VIEWS, arg, aten,
-                            const_value, dtype_of, dynamic_size, is_call, op_name, pair, q_args, qparams,
-                            record_shapes, shape_of,
+                            const_value, dtype_of, dynamic_size, graph_out_size, is_call, op_name, pair, q_args,
+                            qparams, record_shapes, shape_of,
                             val, vkq_op_of)
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
 from .passes.torch_ops import ADAPTIVE_MAX_POOL2D, MAX_UNPOOL2D
@@ -265,16 +265,26 @@ def _clamp(lo_name, hi_name):
     return rule
 
 
+def _scalar(t, v):
+    """v as a scalar operand's attr: a number as a float, an integer FX node (a size the graph
+    computes, x / (w - 1)) as itself (Translator.emit makes it its value, symbolic where it is
+    a dynamic dim's); None: v is a tensor."""
+    if isinstance(v, Node):
+        return v if v in t.ints else None
+    return float(v) if isinstance(v, (int, float)) else None
+
+
 def _binary(name):
     def rule(n, t):
         a, b = n.args[0], n.args[1]
         alpha = n.kwargs.get("alpha", 1)
-        if isinstance(a, Node) and isinstance(b, Node):
+        sa, sb = _scalar(t, a), _scalar(t, b)
+        if isinstance(a, Node) and sa is None and isinstance(b, Node) and sb is None:
             return name, [a, b], {"alpha": alpha}
-        if isinstance(a, Node) and isinstance(b, (int, float)):
-            return name, [a], {"scalar": float(b), "alpha": alpha}
-        if isinstance(b, Node) and isinstance(a, (int, float)) and alpha == 1:
-            return name, [b], {"scalar": float(a), "scalar_first": True}
+        if isinstance(a, Node) and sa is None and sb is not None:
+            return name, [a], {"scalar": sb, "alpha": alpha}
+        if isinstance(b, Node) and sb is None and sa is not None and alpha == 1:
+            return name, [b], {"scalar": sa, "scalar_first": True}
         return None
     return rule
 
@@ -578,8 +588,10 @@ def _rsub(n, t):
     x, other = n.args[0], n.args[1]
     if n.kwargs.get("alpha", arg(n, 2, "alpha", 1)) != 1:
         return None
-    if isinstance(other, Node):
+    if isinstance(other, Node) and _scalar(t, other) is None:
         return "sub", [other, x], {"alpha": 1}
+    if isinstance(other, Node):
+        return "sub", [x], {"scalar": other, "scalar_first": True}
     return "sub", [x], {"scalar": float(other) if dtype_of(n).is_floating_point else int(other),
                         "scalar_first": True}
 
@@ -589,7 +601,7 @@ def _compare(name):
         a, b = n.args[0], n.args[1]
         if not isinstance(a, Node) or _word_dtype(dtype_of(a)) is None:
             return None
-        if isinstance(b, Node):
+        if isinstance(b, Node) and _scalar(t, b) is None:
             return name, [a, b], {}
         return name, [a], {"scalar": b}
     return rule
@@ -874,7 +886,7 @@ def _upsample_nearest(n, t):
     from .ops.resize import nearest_attrs
     if not isinstance(val(n), torch.Tensor) or val(n).dim() < 3:
         return None
-    return "upsample_nearest2d", [n.args[0]], nearest_attrs(n, shape_of(n))
+    return "upsample_nearest2d", [n.args[0]], graph_out_size(nearest_attrs(n, shape_of(n)), n)
 
 
 def _grid_sample(n, t):
@@ -892,18 +904,18 @@ def _upsample_antialias(n, t):
     bilinear's): float only."""
     from .ops.resize import bilinear_attrs
     mode = "bicubic" if "bicubic" in str(n.target) else "bilinear"
-    return "upsample_antialias2d", [n.args[0]], {"mode": mode, **bilinear_attrs(n, shape_of(n))}
+    return "upsample_antialias2d", [n.args[0]], {"mode": mode, **graph_out_size(bilinear_attrs(n, shape_of(n)), n)}
 
 
 def _upsample_bicubic(n, t):
     """upsample_bicubic2d (arguments as bilinear's): float only (PT2E leaves it float)."""
     from .ops.resize import bilinear_attrs
-    return "upsample_bicubic2d", [n.args[0]], bilinear_attrs(n, shape_of(n))
+    return "upsample_bicubic2d", [n.args[0]], graph_out_size(bilinear_attrs(n, shape_of(n)), n)
 
 
 def _upsample_bilinear(n, t):
     from .ops.resize import bilinear_attrs
-    return "upsample_bilinear2d", [n.args[0]], bilinear_attrs(n, shape_of(n))
+    return "upsample_bilinear2d", [n.args[0]], graph_out_size(bilinear_attrs(n, shape_of(n)), n)
 
 
 _FLOAT_RULES = {
@@ -1117,6 +1129,16 @@ class Translator:
                 return {"expr": expr}
         return int(value)
 
+    def sized(self, attrs):
+        """attrs with each integer FX node in them (a size the graph computes) as dim_attr."""
+        if isinstance(attrs, Node):
+            return self.dim_attr(attrs, self.ints[attrs]) if attrs in self.ints else attrs
+        if isinstance(attrs, dict):
+            return {k: self.sized(v) for k, v in attrs.items()}
+        if isinstance(attrs, (list, tuple)):
+            return type(attrs)(self.sized(v) for v in attrs)
+        return attrs
+
     def concrete(self, attrs):
         """attrs at the example shapes (symbolic values replaced by what they are there)."""
         if isinstance(attrs, dict):
@@ -1135,7 +1157,9 @@ class Translator:
     def emit(self, op: str, inputs, node: Node, attrs: dict) -> None:
         """One program node for FX node `node`; a list-valued node (split, unbind) gets one output
         per element, named after the getitem that reads it. A node its op declines for Vulkan
-        is recorded in the fallback list with the op's reason."""
+        is recorded in the fallback list with the op's reason. An integer FX node among the attrs
+        (a size the graph computes) becomes its value, symbolic where it is a dynamic dim's."""
+        attrs = self.sized(attrs)
         v = val(node)
         if isinstance(v, (tuple, list)):
             getitems = {u.args[1]: u for u in node.users if u.target is operator.getitem}

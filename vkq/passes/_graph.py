@@ -171,6 +171,17 @@ def dynamic_size(node: Node, dims=None) -> bool:
     return any(isinstance(shape[d], str) for d in (range(len(shape)) if dims is None else dims))
 
 
+def graph_out_size(attrs: dict, resize: Node) -> dict:
+    """A resize's attrs with out_size the node's own output-size arguments where the graph
+    computes them (sizes of dynamic dims: F.interpolate(x, size=image.shape[-2:]) in a
+    segmentation head), so the program keeps them symbolic (vkq.lower's Translator reads such
+    an FX node as its expression)."""
+    size = resize.args[1] if len(resize.args) > 1 else None
+    if attrs.get("out_size") is not None and isinstance(size, (list, tuple)) and any(isinstance(v, Node) for v in size):
+        attrs["out_size"] = list(size)
+    return attrs
+
+
 def record_shapes(gm: GraphModule, example_inputs) -> None:
     """Run gm once on the example inputs and write every node's output shape/dtype into
     node.meta["val"] (convert_pt2e leaves q/dq nodes without one). Each int8 quantize also gets

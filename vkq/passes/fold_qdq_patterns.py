@@ -47,8 +47,8 @@ from torch.fx import GraphModule, Node
 from ..quant import INT8_MAX, INT8_MIN
 from ._graph import (CHOOSE_QPARAMS, DEQUANTIZE, DEQUANTIZE_CHANNEL, DEQUANTIZE_TENSOR, HOST_FLOAT64, PERMUTES,
                      QUANTIZE, QUANTIZE_TENSOR, UNARY_ELEMENTWISE, add_constant, arg, aten, finish, is_call, op_name,
-                     dtype_of, dynamic_size, pair, q_args, qd, reject, set_val, shape_of, unary_operand,
-                     vkq_target)
+                     dtype_of, dynamic_size, graph_out_size, pair, q_args, qd, reject, set_val, shape_of,
+                     unary_operand, vkq_target)
 from .fold_constants import evaluate_constant
 from .torch_ops import ADAPTIVE_MAX_POOL2D, MAX_UNPOOL2D
 
@@ -471,7 +471,7 @@ def fold_upsample_bilinear(gm, node: Node):
     if isinstance(operands, str):
         return operands
     x, q = operands
-    attrs = bilinear_attrs(node, shape_of(node))
+    attrs = graph_out_size(bilinear_attrs(node, shape_of(node)), node)
     if not _needs_clamp((x.scale, x.zero_point), q):
         return emit_for_q(gm, q, "upsample_bilinear2d", [x.node], {}, attrs)
     up = emit(gm, q, "upsample_bilinear2d", [x.node], {}, attrs, shape_of(q), qparams=(x.scale, x.zero_point))

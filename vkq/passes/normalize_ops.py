@@ -61,6 +61,9 @@ differently; this pass rewrites the second kind into the first:
   aten.einsum(equation, operands), static shapes -> the permutes, views, bmm, mul and sum torch
                                                   computes it with (traced with make_fx)   (XLNet,
                                                   Funnel, hand-written attention)
+  aten.pixel_shuffle / pixel_unshuffle of a map with a dynamic dim
+                                                -> unflatten, permute, flatten (views: no size of the
+                                                  example in the graph; a static map keeps the op)
   dropout (eval), clone, alias, contiguous, detach -> removed (identities at inference)
   quantize / dequantize per tensor to uint8     -> int8 with zero point - 128 (X86 quantizer):
                                                    q_u8 - 128 = q_i8, the floats are the same
@@ -427,6 +430,33 @@ def expand_from_repeat_interleave(node):
     return _new(node, aten.flatten.using_ints, (wide, dim, dim + 1))
 
 
+def views_from_pixel_shuffle(node):
+    """pixel_shuffle / pixel_unshuffle of a map with a dynamic dim (ESPCN-style super-resolution
+    at any size): unflatten, one permute, flattens, with no size of the example written into the
+    graph (a static map keeps the op: one gather by its index map, which is made for one size)."""
+    x, r = node.args[0], node.args[1]
+    v = val(x)
+    if not isinstance(v, torch.Tensor) or v.dim() < 3 or not isinstance(r, int) or not (
+            dynamic_size(x) or any(isinstance(d, torch.SymInt) for d in v.shape)):
+        return None
+    lead = v.dim() - 3
+    c, h, w = lead, lead + 1, lead + 2
+    order = list(range(lead))
+    if node.target == aten.pixel_shuffle.default:          # (.., C r r, H, W) -> (.., C, H r, W r)
+        steps = [(aten.unflatten.int, (c, [v.shape[c] // (r * r), r, r])),
+                 (aten.permute.default, (order + [c, c + 3, c + 1, c + 4, c + 2],)),
+                 (aten.flatten.using_ints, (c + 3, c + 4)), (aten.flatten.using_ints, (c + 1, c + 2))]
+    else:                                                   # (.., C, H r, W r) -> (.., C r r, H, W)
+        steps = [(aten.unflatten.int, (w, [-1, r])), (aten.unflatten.int, (h, [-1, r])),
+                 (aten.permute.default, (order + [c, c + 2, c + 4, c + 1, c + 3],)),
+                 (aten.flatten.using_ints, (c, c + 2))]
+    out, ov = x, v
+    for target, args in steps:
+        out = _new(node, target, (out, *args))
+        ov = out.meta["val"] = target(ov, *args)
+    return out
+
+
 def hardtanh_from_relu6(node):
     return _new(node, aten.hardtanh.default, (node.args[0], 0.0, 6.0))
 
@@ -688,6 +718,7 @@ BEFORE_ANNOTATION = {
     aten.swapaxes.default: transpose_from_swapaxes, aten.swapdims.default: transpose_from_swapaxes,
     **{getattr(getattr(aten, f), o): permute_from_movedim for f in ("movedim", "moveaxis") for o in ("int", "intlist")},
     aten.im2col.default: im2col_after_pad,
+    aten.pixel_shuffle.default: views_from_pixel_shuffle, aten.pixel_unshuffle.default: views_from_pixel_shuffle,
 }
 
 NORMALIZE = {
