@@ -408,8 +408,9 @@ def test_an_op_that_fixes_a_dynamic_dim_is_refused_naming_it():
     """Nearest upsampling by a fractional scale factor: torch computes its output size from the
     example's values (int(size * 1.5)), which fixes the batch and spatial dims while vkq traces
     the graph symbolically. The compile is refused there, naming the op and the dims (it used to
-    fail later, naming an index constant, and an even-kernel padding="same" conv came out a
-    static program silently). (Whole factors are symbolic: test_fpn_upsampling_...)"""
+    fail later, naming an index constant). (Whole factors and 1/2^k are symbolic:
+    test_fpn_upsampling_...; an even-kernel padding="same" conv, once refused here as its
+    constant_pad_nd guarded on the batch, is traced by shape and runs at every length.)"""
     import torch
     from torch.export import Dim
     from vkq.dynamic import DynamicShapeError
@@ -437,9 +438,11 @@ def test_an_op_that_fixes_a_dynamic_dim_is_refused_naming_it():
         def forward(self, x):
             return torch.relu(self.conv(x))
 
-    ds = ({0: Dim("batch", min=1, max=4), 2: Dim("time", min=8, max=96)},)
-    with pytest.raises(DynamicShapeError, match=r"\(aten.constant_pad_nd.default\) fixes the dynamic x dim 0, x dim 2"):
-        _compile_both(SameEven().eval(), (torch.randn(2, 4, 20),), [torch.randn(2, 4, 20)], "static", ds)
+    ds = ({0: Dim("batch", min=1, max=4), 2: Dim("time", min=8, max=96)},)     # (once refused: traced by
+    dyn, static = _compile_both(SameEven().eval(), (torch.randn(2, 4, 20),), [torch.randn(2, 4, 20)], "static", ds)
+    for shape in [(1, 4, 9), (3, 4, 31)]:                                      # shape now, vkq.dynamic)
+        x = torch.randn(shape).numpy()
+        np.testing.assert_array_equal(dyn(x), static(torch.from_numpy(x))(x))
 
     class Pick(n.Module):     # traced symbolically, but lowered to `take` with an index map for one size
         def __init__(self):   # (flips, rolls and padding modes have `remap`, made per shape)
@@ -799,3 +802,55 @@ def test_pixel_shuffle_and_unshuffle_with_dynamic_batch_height_and_width(device,
             np.testing.assert_array_equal(y, fixed(x))
         else:
             np.testing.assert_allclose(y, fixed(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_encoder_decoder_ops_with_dynamic_batch_height_and_width(device, scheme):
+    """What encoder-decoder and flow nets do at free sizes, each once refused, on the CPU or made
+    static: a max pool's indices unpooled to the encoder's size (ENet, SegNet: the size a
+    SymInt list now), a downscale by 0.5 (input size // 2, exact), a meshgrid of aranges of the
+    map's lengths (views and expands now) normalised into a grid_sample grid, and a reshape_as
+    (its rule read the shape with int(), which made the batch static for the whole model, as
+    EfficientNet's). One program, equal to the static programs at every size (odd ones in the
+    downscale)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.export import Dim
+    n = torch.nn
+
+    class EncoderDecoder(n.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.c, self.d, self.f = n.Conv2d(3, 8, 3, padding=1), n.Conv2d(8, 8, 3, padding=1), n.Conv2d(8, 2, 1)
+
+        def forward(self, x):
+            e = torch.relu(self.c(x))
+            p, idx = F.max_pool2d(e, 2, 2, return_indices=True)
+            u = F.max_unpool2d(torch.relu(self.d(p)), idx, 2, 2, output_size=e.size()[-2:])
+            small = F.interpolate(F.pad(u, (0, 1, 0, 1)), scale_factor=0.5, mode="bilinear")    # odd sizes
+            h, w = u.shape[-2:]
+            gy, gx = torch.meshgrid(torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32),
+                                    indexing="ij")
+            flow = torch.tanh(self.f(u))
+            grid = torch.stack([gx / (w - 1) * 2 - 1 + flow[:, 0], gy / (h - 1) * 2 - 1 + flow[:, 1]], -1)
+            warped = F.grid_sample(u, grid, align_corners=True)
+            return warped + e.reshape_as(u), small.mean((2, 3))
+
+    ds = ({0: Dim("b", min=1, max=3), 2: Dim("h", min=2, max=16) * 2, 3: Dim("w", min=2, max=16) * 2},)
+    dyn, static = _compile_both(EncoderDecoder().eval(), (torch.randn(2, 3, 12, 10),), [torch.randn(2, 3, 12, 10)],
+                                scheme, ds)
+    prog = vkq_on(dyn, device)
+    assert not prog.program.fallback, prog.program.fallback
+    assert isinstance(prog.program.tensors[prog.program.inputs[0]].shape[0], str)     # the batch stays dynamic
+    for shape in [(2, 3, 12, 10), (1, 3, 6, 14), (3, 3, 22, 4)]:
+        x = torch.randn(shape).numpy()
+        got = prog(x)
+        want = vkq_on(static(torch.from_numpy(x)), device)(x)
+        assert got[0].shape == (shape[0], 8) + shape[2:] and got[1].shape == (shape[0], 8)
+        for g, w_ in zip(got, want):
+            if scheme == "static":
+                np.testing.assert_array_equal(g, w_)
+            else:
+                np.testing.assert_allclose(g, w_, rtol=1e-5, atol=1e-5)

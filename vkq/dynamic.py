@@ -116,15 +116,27 @@ RESIZES = {"aten.upsample_nearest2d.vec", "aten._upsample_nearest_exact2d.vec", 
            "aten.upsample_bicubic2d.vec"}
 
 
+def _scaled(size, factor: float):
+    """size * factor as an integer expression, where it is exact: a whole factor, or 2^-k."""
+    if factor >= 1 and factor == int(factor):
+        return size * int(factor)
+    inverse = 1 / factor if factor > 0 else 0
+    if 0 < factor < 1 and inverse == int(inverse) and int(inverse) & (int(inverse) - 1) == 0:
+        return size // int(inverse)
+    return None
+
+
 def _shape_only(interp, n):
     """The output of a node whose ATen fake kernel cannot keep its sizes symbolic, as an empty
     tensor of the shape it computes (only shapes matter here); None: not such a node.
-    - a 2-D resize by whole scale factors (input size x factor): torch's rule for scale factors,
-      int(size * scale), fixes the dims to their example values;
+    - a 2-D resize by a whole scale factor (input size x factor) or by 1/2, 1/4, ... (input
+      size // 2^k, what int(size * 2^-k) is exactly): torch's rule for scale factors,
+      int(size * scale), a float of a symbol, fixes the dims to their example values;
     - a 2-D resize to a given size: the .vec kernels take concrete sizes only, and guard on the
       input's (fixing its batch);
-    - aten.pad in constant mode by sizes computed from a dynamic dim (padding up to a multiple of
-      a window): ATen's pad kernel takes concrete sizes only;
+    - aten.pad (F.pad) and constant_pad_nd (an even-kernel padding="same"): their kernels guard
+      on the batch, and take concrete sizes only (padding up to a multiple of a window computes
+      them from a dynamic dim);
     - im2col (F.unfold): its shape rule guards on the batch."""
     if n.op != "call_function":
         return None
@@ -134,13 +146,10 @@ def _shape_only(interp, n):
         x, size, scales = args[0], args[1], args[-1]
         if size is not None:
             return x.new_empty((*x.shape[:-2], *size))
-        if not scales or any(float(f) != int(f) or f < 1 for f in scales):
-            return None
-        return x.new_empty((*x.shape[:-2], x.shape[-2] * int(scales[0]), x.shape[-1] * int(scales[1])))
-    if n.target == torch.ops.aten.pad.default:
-        x, pad, mode = (args + [None] * 3)[:3]
-        if kwargs.get("mode", mode or "constant") != "constant" or all(isinstance(p, int) for p in pad):
-            return None
+        sizes = [_scaled(x.shape[-2 + i], float(f)) for i, f in enumerate(scales or [])]
+        return None if len(sizes) != 2 or None in sizes else x.new_empty((*x.shape[:-2], *sizes))
+    if n.target in (torch.ops.aten.pad.default, torch.ops.aten.constant_pad_nd.default):
+        x, pad = args[:2]
         shape = list(x.shape)
         for i in range(len(pad) // 2):
             shape[-1 - i] = shape[-1 - i] + pad[2 * i] + pad[2 * i + 1]
@@ -277,8 +286,20 @@ def _symbolic_shape_of(t, program, nodes, shapes, done, stands_for):
     # lower() checks the program against a lowering at another shape (verify).
     like = next((i for i in ins if len(program.tensors[i].shape) == rank), None)
     if like is None:
-        return None
+        return _unit_dims_moved(producer, program, done, concrete)
     return tuple(done[like].shape[d] if program.tensors[like].shape[d] == c else c for d, c in enumerate(concrete))
+
+
+def _unit_dims_moved(producer, program, done, concrete):
+    """A reshape that only adds or drops dims of size 1 (an unsqueeze, meshgrid's lines): its
+    other dims are its input's, in order. None: not such a reshape."""
+    if producer.op not in ("reshape", "repack") or producer.inputs[0] not in done:
+        return None
+    src = [(c, d) for c, d in zip(program.tensors[producer.inputs[0]].shape, done[producer.inputs[0]].shape) if c != 1]
+    if [c for c, _ in src] != [c for c in concrete if c != 1]:
+        return None
+    rest = iter(d for _, d in src)
+    return tuple(1 if c == 1 else next(rest) for c in concrete)
 
 
 def _shape_attrs(attrs, concrete: tuple, sym: tuple):

@@ -424,7 +424,7 @@ def _max_unpool(n, t):
     v, x, kernel, stride, padding, dilation, ceil_mode, size = n.args
     return "max_unpool2d", [v, x], {"kernel": pair(kernel), "stride": pair(stride), "padding": pair(padding),
                                     "dilation": pair(dilation), "ceil_mode": int(bool(ceil_mode)),
-                                    "output_size": [int(s) for s in size]}
+                                    "output_size": list(size)}
 
 
 def _reshape(n, t):

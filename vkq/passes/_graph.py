@@ -131,10 +131,13 @@ def val(node):
 
 
 def shape_of(node) -> tuple:
+    """node's shape: ints, and on an exported graph with dynamic dims (the quantizer's passes) the
+    torch.SymInt of each dynamic dim as it is: int() of one would install a guard that silently
+    makes that dim static for the whole model (the batch of EfficientNet did so)."""
     v = val(node)
     if not isinstance(v, torch.Tensor):
         raise ValueError(f"node {node} has no recorded shape (run record_shapes first)")
-    return tuple(int(d) for d in v.shape)
+    return tuple(d if isinstance(d, torch.SymInt) else int(d) for d in v.shape)
 
 
 def dtype_of(node):

@@ -15,6 +15,8 @@ lookup table), so only what is left in float is rewritten here:
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
                                                   computes them (its comparisons: a NaN stays NaN)
   aten.topk(x, k <= 8, dim, largest) + getitems -> k rounds of argmax, gather and a where
+  aten.meshgrid(1-D tensors, indexing) + getitems -> each a view along its dim, expanded (a grid of
+                                                  aranges of dynamic lengths: static ones fold)
   cosine_similarity, pairwise_distance (p = 2) -> norms, divisions, a sum (ATen's formulas)
   any / all (a max / min of 0/1 floats), the sum of a bool tensor (of 0/1 floats, as int64)
   add / sub / mul / div / maximum / minimum of a float and an integer tensor -> the integer one
@@ -40,7 +42,7 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import arg, aten, call_before, dynamic_size, finish, val
+from ._graph import SHAPE_OF, arg, aten, call_before, dynamic_size, finish, val
 from .normalize_ops import _made
 
 
@@ -384,6 +386,28 @@ def selections_from_topk(node):
     return new
 
 
+def expands_from_meshgrid(node):
+    """meshgrid(t_0, .., t_n-1) + getitems (1-D tensors): output i is t_i viewed along its dim of
+    the grid (dims 0 and 1 swapped for indexing "xy") and expanded to the grid's shape: views and
+    a broadcast copy (a flow-warping grid of aranges whose lengths are dynamic dims)."""
+    tensors, users = list(node.args[0]), list(node.users)
+    xy = arg(node, 1, "indexing", "ij") == "xy"
+    if not users or not all(u.target is operator.getitem for u in users) or not all(
+            isinstance(val(t), torch.Tensor) and val(t).dim() == 1 for t in tensors):
+        return None
+    n = len(tensors)
+    new = None
+    for u in users:
+        i = u.args[1]
+        at = {0: 1, 1: 0}.get(i, i) if xy and n > 1 else i
+        line = call_before(node, aten.reshape.default, (tensors[i], [-1 if d == at else 1 for d in range(n)]))
+        new = call_before(node, aten.expand.default, (line, list(val(u).shape)))
+        new.meta["val"], new.meta[SHAPE_OF] = val(u), u.name     # (vkq.dynamic: the grid's symbolic shape)
+        u.replace_all_uses_with(new)
+        node.graph.erase_node(u)
+    return new
+
+
 def from_logsumexp(node):
     """logsumexp as ATen computes it: m = amax(x, dims) (0 where m is infinite, so that an
     all -inf row gives -inf, not NaN), log(sum(exp(x - m))) + m. Float ops with kernels."""
@@ -525,6 +549,7 @@ DECOMPOSE = {
     **{getattr(aten, b).Tensor: promote_mixed_operands for b in ("add", "sub", "mul", "div")},
     aten.maximum.default: promote_mixed_operands, aten.minimum.default: promote_mixed_operands,
     aten.topk.default: selections_from_topk,
+    aten.meshgrid.default: expands_from_meshgrid, aten.meshgrid.indexing: expands_from_meshgrid,
     aten.cosine_similarity.default: from_cosine_similarity,
     aten.pairwise_distance.default: norm_from_pairwise_distance,
     **{t: from_any_all_count for t in (aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims,

@@ -457,7 +457,7 @@ def fold_max_unpool(gm, node: Node):
         return "the pool's input is not int8"
     kernel, stride, padding, dilation, ceil_mode = node.args[2:7]
     attrs = {"kernel": pair(kernel), "stride": pair(stride), "padding": pair(padding), "dilation": pair(dilation),
-             "ceil_mode": int(bool(ceil_mode)), "output_size": [int(s) for s in node.args[7]],
+             "ceil_mode": int(bool(ceil_mode)), "output_size": list(node.args[7]),    # (a size node: symbolic)
              "zero_point": v.zero_point}
     if not _needs_clamp((v.scale, v.zero_point), q):
         return emit_for_q(gm, q, "max_unpool2d_q8", [v.node, x.node], {}, attrs)

@@ -139,10 +139,10 @@ def mul_add_from_addcmul(node):
     a, b, c = node.args[:3]
     value = arg(node, 3, "value", 1)
     prod = _new(node, aten.mul.Tensor, (b, c))
-    set_val(prod, torch.broadcast_shapes(shape_of(b), shape_of(c)), val(node).dtype)
+    prod.meta["val"] = val(b) * val(c)           # (fake tensors: a dynamic dim stays symbolic)
     if value != 1:
         scaled = _new(node, aten.mul.Tensor, (prod, value))
-        set_val(scaled, shape_of(prod), val(node).dtype)
+        scaled.meta["val"] = prod.meta["val"] * value
         prod = scaled
     return _new(node, aten.add.Tensor, (a, prod))
 
@@ -226,8 +226,8 @@ def max_pool_from_with_indices(node):
         for unpool in list(indices.users):
             size = arg(unpool, 2, "output_size")
             if (unpool.target is aten.max_unpool2d.default and unpool.args[1] is indices
-                    and unpool.args[0] is not indices and all(isinstance(s, int) for s in size)):
-                new = _new(unpool, MAX_UNPOOL2D, (unpool.args[0], node.args[0], *geometry, [int(s) for s in size]))
+                    and unpool.args[0] is not indices and all(isinstance(s, (int, Node)) for s in size)):
+                new = _new(unpool, MAX_UNPOOL2D, (unpool.args[0], node.args[0], *geometry, list(size)))
                 unpool.replace_all_uses_with(new)
                 unpool.graph.erase_node(unpool)
     users = first_outputs(node)

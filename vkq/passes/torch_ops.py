@@ -31,7 +31,9 @@ def _(x, output_size):
 ADAPTIVE_MAX_POOL2D = torch.ops.vkq.adaptive_max_pool2d.default
 
 
-@torch.library.custom_op("vkq::max_unpool2d", mutates_args=())
+@torch.library.custom_op("vkq::max_unpool2d", mutates_args=(), schema=(   # SymInt[]: a size read from a dynamic map
+    "(Tensor v, Tensor x, int[] kernel_size, int[] stride, int[] padding, int[] dilation, bool ceil_mode, "
+    "SymInt[] output_size) -> Tensor"))
 def max_unpool2d(v: torch.Tensor, x: torch.Tensor, kernel_size: list[int], stride: list[int], padding: list[int],
                  dilation: list[int], ceil_mode: bool, output_size: list[int]) -> torch.Tensor:
     _, indices = torch.ops.aten.max_pool2d_with_indices.default(x, kernel_size, stride, padding, dilation, ceil_mode)
