@@ -387,3 +387,15 @@ def test_scatter_ignores_indices_out_of_range_and_declines_int_mean():
                                          ("s", spec((2, 2), "int32"))], [("y", spec((2, 4), "int32"))],
                              {"dim": 1, "reduce": "mean"})
     assert "mean" in cpu_reason(prog.nodes[0], prog.tensors)
+
+
+@pytest.mark.parametrize("attrs,message", [
+    ({"dim": 1, "reduce": "median"}, "reduce 'median'"),
+    ({"dim": 3, "reduce": "sum"}, "dim 3"),
+])
+def test_scatter_refuses_malformed_attrs_by_name(attrs, message):
+    """A program file's scatter with an unknown reduction or a dim past its rank is refused with
+    a message naming them, not a result that silently keeps x."""
+    x, index, src = np.zeros((2, 4), np.float32), np.zeros((2, 2), np.int32), np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match=message):
+        get_op("scatter").reference(x, index, src, **attrs)

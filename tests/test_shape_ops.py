@@ -296,3 +296,12 @@ def test_program_files_with_the_old_float_twin_names_load(tmp_path, monkeypatch)
     loaded = load_program(tmp_path / "old.vkq")
     assert [n.op for n in loaded.nodes] == ["permute"]
     np.testing.assert_array_equal(run_reference(loaded, x), x.transpose(2, 0, 1))
+
+
+@pytest.mark.parametrize("dims", [[["keep"], ["mirror", 1, 1]], [["keep"], ["reflect", -1, 2]], [["keep"]],
+                                  [["keep"], ["roll", 1.5]], [["keep"], "flip"]])
+def test_remap_refuses_malformed_maps_by_name(dims):
+    """A program file's remap whose maps are not [kind, ints] of its rank (an unknown kind, a
+    negative pad, a float shift) is refused with a message naming the op."""
+    with pytest.raises(ValueError, match="remap: maps"):
+        get_op("remap").reference(np.zeros((2, 5), np.float32), dims=dims)

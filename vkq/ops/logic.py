@@ -127,6 +127,9 @@ SCATTER_REDUCE = ("none", "sum", "prod", "mean", "amax", "amin")   # shaders/sca
 
 def scatter(x, index, src, *, dim, reduce="none", include_self=True, along=False):
     x, index, src = np.asarray(x), np.asarray(index, np.int64), np.asarray(src)
+    if reduce not in SCATTER_REDUCE or not isinstance(dim, int) or not -x.ndim <= dim < max(x.ndim, 1):
+        raise ValueError(f"scatter: reduce {reduce!r} along dim {dim!r} of a rank-{x.ndim} tensor "
+                         f"(reduce one of {SCATTER_REDUCE})")
     dim %= max(x.ndim, 1)
     size = x.shape[dim]
     if along:                       # index_add's form: src slice j goes to x slice index[j]
@@ -355,6 +358,8 @@ def _scatter_build(ctx, node):
     x, index, src = node.inputs
     xs, ishape, sshape = ctx.spec(x).shape, ctx.spec(index).shape, ctx.spec(src).shape
     a, rank = node.attrs, len(xs)
+    if not isinstance(a.get("dim"), int) or not -rank <= a["dim"] < rank:
+        raise ValueError(f"{node.name}: scatter along dim {a.get('dim')!r} of a rank-{rank} tensor")
     dim = a["dim"] % rank
     if a.get("along"):      # index (k,), src = x's shape with k at dim
         k = ishape[0] if len(ishape) == 1 else -1

@@ -149,8 +149,12 @@ def remap_source(size: int, kind: str, a: int = 0, b: int = 0) -> np.ndarray:
 
 def remap_index(shape, dims) -> tuple[tuple, np.ndarray]:
     """(the output's shape, its row-major flat index map into x)."""
-    if len(dims) != len(shape) or any(d[0] not in REMAPS for d in dims):
-        raise ValueError(f"remap: maps {dims} for a rank-{len(shape)} tensor (each one of {REMAPS})")
+    if not isinstance(dims, list) or len(dims) != len(shape) or any(
+            not isinstance(d, list) or not d or d[0] not in REMAPS or len(d) > 3
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in d[1:])
+            or (d[0] not in ("keep", "flip", "roll") and (len(d) != 3 or min(d[1:]) < 0)) for d in dims):
+        raise ValueError(f"remap: maps {dims} for a rank-{len(shape)} tensor (each [kind, ints]: kind one of "
+                         f"{REMAPS}, padding amounts >= 0)")
     src = [remap_source(n, *d) for n, d in zip(shape, dims)]
     flat = sum(np.asarray(v, np.int64).reshape([-1 if j == i else 1 for j in range(len(src))]) * st
                for i, (v, st) in enumerate(zip(src, strides_of(shape)))) if src else np.zeros((), np.int64)
