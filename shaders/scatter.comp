@@ -7,7 +7,9 @@
 // the src value of each that does. So there are no atomics and no write races, the result is
 // the one ATen's CPU kernels give (the last write wins, a sum accumulates from the first, each
 // step one IEEE operation), and a device that lacks float atomics runs it too. Its cost is k
-// index reads an output value: meant for a small k (top-k routing, a few edges a node).
+// index reads an output value: meant for a small k (top-k routing). CSR (index_add's 1-D index a
+// constant: a graph's edge list): the lowering sorted the index's elements by the position they
+// name, so each output value walks only its own, in order (a few edges a node of thousands).
 #include "common.glsl"
 
 layout(constant_id = 3) const int PER = 4;
@@ -16,6 +18,8 @@ layout(constant_id = 5) const int INCLUDE_SELF = 1;  // 0: x[c] only where no in
 
 //! variant
 //! variant INT
+//! variant CSR
+//! variant INT CSR
 #ifdef INT
 #define T int
 #define IS_NAN(v) false
@@ -28,6 +32,9 @@ layout(std430, binding = 0) readonly buffer X { T x[]; };
 layout(std430, binding = 1) readonly buffer Index { int index[]; };
 layout(std430, binding = 2) readonly buffer Src { T src[]; };
 layout(std430, binding = 3) writeonly buffer Out { T o[]; };
+#ifdef CSR
+layout(std430, binding = 4) readonly buffer Lists { int lists[]; };   // offsets (size + 1), then each j
+#endif
 layout(push_constant) uniform Params {
     int n, rank, dim, k, size, unused;
     int shape[6];       // x's (= the output's)
@@ -55,10 +62,16 @@ void main() {
         }
         T acc = x[i];
         int count = 0;
+#ifdef CSR
+        int first = inside ? lists[target] : 0, last = inside ? lists[target + 1] : 0;
+        for (int q = first; q < last; ++q) {
+            int j = lists[p.size + 1 + q];
+#else
         for (int j = 0; inside && j < p.k; ++j) {
             int at = index[ib + j * p.istride[p.dim]];
             if ((at < 0 ? at + p.size : at) != target)
                 continue;
+#endif
             T v = src[sb + j * p.sstride[p.dim]];
             if (MODE == 0 || (INCLUDE_SELF == 0 && count == 0))
                 acc = v;

@@ -399,3 +399,57 @@ def test_scatter_refuses_malformed_attrs_by_name(attrs, message):
     x, index, src = np.zeros((2, 4), np.float32), np.zeros((2, 2), np.int32), np.ones((2, 2), np.float32)
     with pytest.raises(ValueError, match=message):
         get_op("scatter").reference(x, index, src, **attrs)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("reduce", ["none", "sum"])
+def test_index_add_by_a_constant_edge_list_walks_its_own_edges(device, dtype, reduce):
+    """index_add / index_copy by a constant index (a graph's edge list) take the CSR variant
+    (each position walks only the edges naming it, in order): equal to torch's CPU result, with
+    nodes that many edges, one or none name."""
+    from vkq.ops.logic import scatter_lists
+    x = floats(3, 37, 5) if dtype == "float32" else ints(3, 37, 5)
+    edges = R.integers(0, 30, 300).astype(np.int32)                  # nodes 30-36: no edge in
+    edges[:40] = 4                                                   # a hub: 40+ edges in
+    src = floats(3, 300, 5) * 3 if dtype == "float32" else ints(3, 300, 5)
+    lists = scatter_lists(edges, 37)
+    assert lists[5] - lists[4] >= 40 and len(set(range(37)) - set(edges)) > 0     # a hub and isolated nodes
+    prog = single_op_program("scatter", [("x", spec(x.shape, dtype)), ("s", spec(src.shape, dtype))],
+                             [("y", spec(x.shape, dtype))], {"dim": 1, "reduce": reduce, "along": True},
+                             {"i": (spec(edges.shape, "int32"), edges)})
+    prog.nodes[0].inputs[:] = ["x", "i", "s"]
+    got = VulkanExecutor(prog, device)(x, src)
+    want = torch_scatter(x, edges, src, 1, reduce, True, True)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(run_reference(prog, x, src), want)
+
+
+def test_scatter_falls_back_past_its_search_and_loop_limits(device, monkeypatch):
+    """A scatter whose search would read more than SCATTER_SEARCH_MAX index elements (a computed
+    edge list of thousands: the CPU's one pass is faster), and one whose walk passes the
+    device's loop budget (llvmpipe silently stops a loop at 65535: scaled down here), run on
+    the CPU, warned, with the same result."""
+    import warnings
+    from vkq.ops import logic
+    from vkq.vkinfo import DeviceInfo
+    x, src = floats(9, 4), floats(60, 4)
+    edges = R.integers(0, 9, 60).astype(np.int32)
+    want = torch_scatter(x, edges, src, 0, "sum", True, True)
+    runtime = single_op_program("scatter", [("x", spec(x.shape)), ("i", spec(edges.shape, "int32")),
+                                            ("s", spec(src.shape))], [("y", spec(x.shape))],
+                                {"dim": 0, "reduce": "sum", "along": True})
+    monkeypatch.setattr(logic, "SCATTER_SEARCH_MAX", 35 * 60)
+    with pytest.warns(UserWarning, match="scatter.*runs on the CPU.*reads"):
+        ex = VulkanExecutor(runtime, device)
+    np.testing.assert_array_equal(ex(x, edges, src), want)
+    monkeypatch.setattr(logic, "SCATTER_SEARCH_MAX", 1 << 26)
+    monkeypatch.setattr(DeviceInfo, "loop_budget", property(lambda self: 4 * (30 + 2)))
+    constant = single_op_program("scatter", [("x", spec(x.shape)), ("s", spec(src.shape))], [("y", spec(x.shape))],
+                                 {"dim": 0, "reduce": "sum", "along": True}, {"i": (spec(edges.shape, "int32"), edges)})
+    constant.nodes[0].inputs[:] = ["x", "i", "s"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(VulkanExecutor(constant, device)(x, src), want)    # CSR: a few edges a node
+    with pytest.warns(UserWarning, match="scatter.*runs on the CPU.*loop limit"):
+        ex = VulkanExecutor(runtime, device)                                             # search: 60 each
+    np.testing.assert_array_equal(ex(x, edges, src), want)

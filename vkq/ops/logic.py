@@ -40,6 +40,7 @@ import numpy as np
 
 from ..registry import register_op
 from ..device import grid_1d
+from ..vkinfo import DeviceLimit
 from .float import LOCAL, MAX_RANK, PER, _elementwise, _numel, _pad, broadcast_strides, merge_dims, strides_of
 
 COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
@@ -123,6 +124,7 @@ def index(x, *indices):
 
 
 SCATTER_REDUCE = ("none", "sum", "prod", "mean", "amax", "amin")   # shaders/scatter.comp's MODE
+SCATTER_SEARCH_MAX = 1 << 26     # output values x index elements searched, at most (else the CPU)
 
 
 def scatter(x, index, src, *, dim, reduce="none", include_self=True, along=False):
@@ -136,34 +138,30 @@ def scatter(x, index, src, *, dim, reduce="none", include_self=True, along=False
         k, other = index.shape[0], x.shape[:dim] + x.shape[dim + 1:]
     else:
         k, other = index.shape[dim], index.shape[:dim] + index.shape[dim + 1:]
-    out, count = x.copy(), np.zeros(x.shape, np.int64)
-    grid = np.indices(other).reshape(len(other), -1)
-    for j in range(k):              # in the index's order: the last write wins, sums run from the first
-        at = np.full(grid.shape[1], index[j]) if along else np.take(index, j, axis=dim).reshape(-1)
-        if src.ndim:
-            v = np.take(src[tuple(slice(0, e) for e in np.insert(np.array(other), dim, src.shape[dim]))]
-                        if not along else src, j, axis=dim).reshape(-1)
-        else:
-            v = np.full(grid.shape[1], src, x.dtype)
-        at = np.where(at < 0, at + size, at)
-        ok = (at >= 0) & (at < size)
-        target = tuple(np.insert(grid[:, ok], dim, at[ok], axis=0))
-        a, v = out[target], v[ok].astype(x.dtype)
-        first = (count[target] == 0) & (not include_self)
-        if reduce in ("sum", "mean"):
-            a = a + v
-        elif reduce == "prod":
-            a = a * v
-        elif reduce == "amax":
-            a = np.where(np.isnan(v) | (v > a), v, a) if x.dtype.kind == "f" else np.maximum(a, v)
-        elif reduce == "amin":
-            a = np.where(np.isnan(v) | (v < a), v, a) if x.dtype.kind == "f" else np.minimum(a, v)
-        out[target] = np.where(first | (reduce == "none"), v, a)
-        count[target] += 1
+    # every (j, coordinates off dim) with j the slowest: the order ATen's CPU kernels apply them in
+    grid = np.indices((k, *other)).reshape(1 + len(other), -1)
+    j, rest = grid[0], grid[1:]
+    at_j = tuple(np.insert(rest, dim, j, axis=0))
+    at = index[j] if along else index[at_j]
+    v = (src[at_j] if src.ndim else np.full(j.shape, src)).astype(x.dtype)
+    at = np.where(at < 0, at + size, at)
+    ok = (at >= 0) & (at < size)
+    flat = np.ravel_multi_index(tuple(np.insert(rest[:, ok], dim, at[ok], axis=0)), x.shape)
+    v, out = v[ok], x.copy().reshape(-1)
+    if reduce == "none":            # the last write wins
+        last = flat.size - 1 - np.unique(flat[::-1], return_index=True)[1]
+        out[flat[last]] = v[last]
+        return out.reshape(x.shape)
+    if not include_self:            # x only where nothing is written: the first write starts there
+        lo, hi = (-np.inf, np.inf) if x.dtype.kind == "f" else (np.iinfo(x.dtype).min, np.iinfo(x.dtype).max)
+        out[flat] = {"sum": 0, "mean": 0, "prod": 1, "amax": lo, "amin": hi}[reduce]
+    ufunc = {"sum": np.add, "mean": np.add, "prod": np.multiply, "amax": np.maximum, "amin": np.minimum}[reduce]
+    ufunc.at(out, flat, v)          # (unbuffered, in flat's order: the float sums round as the kernel's)
     if reduce == "mean":
+        count = np.bincount(flat, minlength=out.size)
         seen = count > 0
         out[seen] = (out[seen] / (count[seen] + bool(include_self)).astype(x.dtype)).astype(x.dtype)
-    return out
+    return out.reshape(x.shape)
 
 
 # ---------------------------------------------------------------- builds
@@ -378,8 +376,32 @@ def _scatter_build(ctx, node):
     push = (n, rank, dim, k, xs[dim], 0, _pad(xs, MAX_RANK, 1), _pad(istride, MAX_RANK), _pad(sstride, MAX_RANK),
             _pad(iext, MAX_RANK, 1))
     spec = (SCATTER_REDUCE.index(a.get("reduce", "none")), int(bool(a.get("include_self", True))))
-    return [_elementwise(ctx, "scatter", [ctx.buffer(x), ctx.buffer(index), ctx.buffer(src), ctx.buffer(node.outputs[0])],
-                         n, push, None if ctx.spec(x).dtype == "float32" else ["INT"], spec)]
+    buffers = [ctx.buffer(x), ctx.buffer(index), ctx.buffer(src), ctx.buffer(node.outputs[0])]
+    defines = [] if ctx.spec(x).dtype == "float32" else ["INT"]
+    walk = k                                           # index elements an output value reads
+    if a.get("along") and ctx.is_constant(index):     # a constant edge list: each position's own j's
+        lists = scatter_lists(ctx.constant(index), xs[dim])
+        walk = int(np.diff(lists[:xs[dim] + 1]).max(initial=0))
+        buffers.append(ctx.const_buffer(lists))
+        defines.append("CSR")
+    elif n * k > SCATTER_SEARCH_MAX:
+        raise DeviceLimit(f"scatter: {n} values each searching {k} index elements (more than "
+                          f"{SCATTER_SEARCH_MAX} reads: the CPU's one pass is faster)")
+    budget = ctx.device.info.loop_budget
+    if budget is not None and PER * (walk + rank) > budget:
+        raise DeviceLimit(f"scatter: {PER} values an invocation each walking {walk} index elements, past "
+                          f"{ctx.device.info.name}'s loop limit of {budget}")
+    return [_elementwise(ctx, "scatter", buffers, n, push, defines or None, spec)]
+
+
+def scatter_lists(index, size: int) -> np.ndarray:
+    """A 1-D index as CSR: offsets (size + 1) into the j's naming each position, in order."""
+    at = np.asarray(index, np.int64).reshape(-1)
+    at = np.where(at < 0, at + size, at)
+    j = np.flatnonzero((at >= 0) & (at < size))
+    j = j[np.argsort(at[j], kind="stable")]
+    offsets = np.searchsorted(at[j], np.arange(size + 1))
+    return np.concatenate([offsets, j]).astype(np.int32)
 
 
 # ---------------------------------------------------------------- registration
