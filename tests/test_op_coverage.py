@@ -921,6 +921,7 @@ ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with 
     "cosine_similarity": lambda x, y: (F.cosine_similarity(x, y, dim=-1)[..., None] * x
                                        + F.cosine_similarity(x, 2 * x, dim=1)[:, None]),
     "pairwise_distance": lambda x, y: F.pairwise_distance(x, y, keepdim=True),
+    "cdist": lambda x, y: torch.cdist(x, y) + torch.cdist(x, 2 * y, compute_mode="use_mm_for_euclid_dist"),
     "broadcast": lambda x, y: (torch.clamp(x[0], min=y[:1, :1], max=x[:, :, :1] + 1)        # parts of other shapes
                                + torch.lerp(x[:1, :1], x[:1], torch.sigmoid(y))),        # than the result's
     "topk": lambda x, y: (torch.topk(x, 3, -1)[0].sum(-1, keepdim=True)
@@ -1024,7 +1025,7 @@ class Elementwise(nn.Module):
 def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     """Float ops that ran on the CPU through torch, each now the few ops ATen computes it as
     (decompose_ops: threshold, shrinks, selu / celu through elu, rrelu at inference, log_sigmoid,
-    heaviside, frac, isnan, nan_to_num, lerp, addcdiv, var_mean, diff; lower: maximum / minimum,
+    heaviside, frac, isnan, nan_to_num, lerp, addcdiv, var_mean, diff, cdist; lower: maximum / minimum,
     clamp by tensors, reciprocal, rot90 and channel_shuffle as gathers): on Vulkan under the
     dynamic scheme, within float rounding of the reference and of the float model. The rewrites
     alone, on NaN, infinities, zeros and ties: torch's values (exactly where ATen's arithmetic is
@@ -1045,7 +1046,7 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     g = torch.export.export(_Lambda(f), (special, y)).module()
     normalize_ops(g), decompose_ops(g)
     exact = name not in ("selu", "celu", "logsigmoid", "addcdiv", "var_mean", "lerp", "cosine_similarity",
-                         "pairwise_distance", "broadcast")
+                         "pairwise_distance", "broadcast", "cdist")
     torch.testing.assert_close(g(special, y), f(special, y), equal_nan=True, rtol=0 if exact else 1e-6,
                                atol=0 if exact else 1e-6)
 

@@ -18,6 +18,8 @@ lookup table), so only what is left in float is rewritten here:
   aten.meshgrid(1-D tensors, indexing) + getitems -> each a view along its dim, expanded (a grid of
                                                   aranges of dynamic lengths: static ones fold)
   cosine_similarity, pairwise_distance (p = 2) -> norms, divisions, a sum (ATen's formulas)
+  cdist (p = 2)                                 -> ATen's: a matmul of padded operands (> 25 rows), else
+                                                  the norms of the differences
   any / all (a max / min of 0/1 floats), the sum of a bool tensor (of 0/1 floats, as int64)
   add / sub / mul / div / maximum / minimum of a float and an integer tensor -> the integer one
                                                   cast first (torch's type promotion)
@@ -310,6 +312,36 @@ def norm_from_pairwise_distance(node):
     return call_before(node, aten.linalg_vector_norm.default, (shifted, 2, [-1], keepdim))
 
 
+def from_cdist(node):
+    """cdist(x1, x2, p=2) (prototypical networks, point-cloud neighbours) as ATen computes it:
+    with more than 25 rows on either side (or compute_mode "use_mm_for_euclid_dist": 1) its
+    _euclidean_dist, cat([-2 x1, |x1|^2, 1]) @ cat([x2, 1, |x2|^2])^T, clamped to 1e-30, sqrt;
+    else the norm of each difference, ||x1_i - x2_j|| over the last dim."""
+    x1, x2 = node.args[:2]
+    p, mode = float(arg(node, 2, "p", 2.0)), arg(node, 3, "compute_mode", None)
+    v1, v2 = val(x1), val(x2)
+    if p != 2 or not _float_in(node) or not isinstance(v2, torch.Tensor) or v1.dim() < 2 or v2.dim() < 2:
+        return None
+    rows = (v1.shape[-2], v2.shape[-2])
+    if not all(isinstance(r, int) for r in rows) or dynamic_size(x1, [v1.dim() - 2]) or dynamic_size(x2, [v2.dim() - 2]):
+        return None                     # (ATen's choice of formula reads the row counts)
+    if mode not in (None, 0, 1, 2):     # (ATen's int: 0 if necessary, 1 always, 2 never)
+        return None
+    mm = mode == 1 or (mode in (None, 0) and max(rows) > 25)
+    if not mm:
+        diff = call_before(node, aten.sub.Tensor, (call_before(node, aten.unsqueeze.default, (x1, -2)),
+                                                   call_before(node, aten.unsqueeze.default, (x2, -3))))
+        return call_before(node, aten.linalg_vector_norm.default, (diff, 2, [-1], False))
+    parts = []
+    for x, first in ((x1, True), (x2, False)):
+        norm = call_before(node, aten.sum.dim_IntList, (call_before(node, aten.pow.Tensor_Scalar, (x, 2)), [-1], True))
+        ones = call_before(node, aten.ones_like.default, (norm,))
+        lead = call_before(node, aten.mul.Tensor, (x, -2)) if first else x
+        parts.append(call_before(node, aten.cat.default, ([lead, norm, ones] if first else [lead, ones, norm], -1)))
+    prod = call_before(node, aten.matmul.default, (parts[0], call_before(node, aten.transpose.int, (parts[1], -1, -2))))
+    return call_before(node, aten.sqrt.default, (call_before(node, aten.clamp_min.default, (prod, 1e-30)),))
+
+
 def from_any_all_count(node):
     """any / all of a tensor (over dims or all of it) -> amax / amin of it as 0/1 floats, != 0; a
     sum of a bool tensor (a count) -> the sum of 0/1 floats as int64 (exact to 2^24)."""
@@ -552,6 +584,7 @@ DECOMPOSE = {
     aten.meshgrid.default: expands_from_meshgrid, aten.meshgrid.indexing: expands_from_meshgrid,
     aten.cosine_similarity.default: from_cosine_similarity,
     aten.pairwise_distance.default: norm_from_pairwise_distance,
+    aten.cdist.default: from_cdist,
     **{t: from_any_all_count for t in (aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims,
                                        aten.all.default, aten.sum.dim_IntList)},
 }
