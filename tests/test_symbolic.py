@@ -59,3 +59,13 @@ def test_solve_a_derived_dim():
     assert solve("s0 + s1", 7, {}) is None                 # two unknowns
     assert solve("s0*s0", 9, {}) is None                    # not linear
     assert solve("(s0 - 1)//2 + 1", 5, {}) is None          # not linear either (floor)
+
+
+def test_true_divisions_of_sizes_rounded_by_ceil_floor_or_trunc():
+    """torch writes ceil(h / 2) of a size (MobileViT's patch grid, a resize) as
+    CeilToInt(IntTrueDiv(..)): read exactly (a fraction, never a float), rounded as named."""
+    from vkq.symbolic import evaluate
+    assert evaluate("CeilToInt(IntTrueDiv(4*s39, 3))", {"s39": 5}) == 7
+    assert evaluate("FloorToInt(IntTrueDiv(s0, 2))", {"s0": 9}) == 4
+    assert evaluate("TruncToInt(IntTrueDiv(-7, 2))", {}) == -3
+    assert evaluate("CeilToInt(IntTrueDiv(3*s0, 3))", {"s0": 2 ** 40 + 1}) == 2 ** 40 + 1    # exact past floats

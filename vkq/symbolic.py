@@ -3,7 +3,8 @@
 A dimension is an int or an expression over symbols as torch.export writes them:
 "s0", "16*s1", "(((s2 - 1)//2)) + 1", "1 + (((-1) + s2) // 4)", "Max(1, s0)". Expressions are
 read with Python's parser and only integer arithmetic is accepted — + - * // % and unary minus,
-parentheses, Max/Min, floor/ceiling of an exact quotient — so a program file can never run
+parentheses, Max/Min, floor/ceiling/trunc of an exact quotient (IntTrueDiv: torch's a / b of
+sizes, F.interpolate's and MobileViT's ceil(h / 2)) — so a program file can never run
 code, and a bad expression is refused when the program is made or loaded, not midway through a
 call. Quotients are exact (fractions), never floats.
 """
@@ -20,7 +21,9 @@ _CALLS = {"Max": max, "max": max, "Min": min, "min": min,
           "floor": lambda x: int(x // 1), "FloorToInt": lambda x: int(x // 1),
           "ceiling": lambda x: int(-(-x // 1)), "ceil": lambda x: int(-(-x // 1)),
           "CeilToInt": lambda x: int(-(-x // 1)),
-          "FloorDiv": operator.floordiv, "Mod": operator.mod, "PythonMod": operator.mod}
+          "FloorDiv": operator.floordiv, "Mod": operator.mod, "PythonMod": operator.mod,
+          "IntTrueDiv": Fraction, "FloatTrueDiv": Fraction,          # (exact: rounded by a Ceil/Floor around them)
+          "TruncToInt": lambda x: int(x), "trunc": lambda x: int(x)}
 
 
 class SymbolicError(ValueError):
