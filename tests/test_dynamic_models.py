@@ -854,3 +854,37 @@ def test_encoder_decoder_ops_with_dynamic_batch_height_and_width(device, scheme)
                 np.testing.assert_array_equal(g, w_)
             else:
                 np.testing.assert_allclose(g, w_, rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_1d_head_and_slices_to_the_end_with_dynamic_sizes(device):
+    """A BatchNorm1d on pooled features (RepViT's head) with a free batch put torch's symbol for
+    it into the graph's code (NameError during calibration); a slice to the end (x[:, -1:],
+    EdgeNeXt's positional encoding) took the example's size as its end. Both run at any size
+    now, equal to the static programs."""
+    import torch
+    from torch.export import Dim
+    n = torch.nn
+
+    class Head(n.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.c, self.bn, self.fc = n.Conv2d(3, 8, 3, padding=1), n.BatchNorm1d(8), n.Linear(8, 4)
+                self.bn.running_mean.uniform_(-0.5, 0.5), self.bn.running_var.uniform_(0.5, 2)
+
+        def forward(self, x):
+            h = torch.relu(self.c(x))
+            edge = h[:, :, -1:, :] * 2 - h[:, :, :1, :] + h[:, :, :, -2:].mean((2, 3), keepdim=True)
+            return self.fc(self.bn(h.mean((2, 3)))), edge
+
+    ds = ({0: Dim("b", min=1, max=4), 2: Dim("h", min=4, max=32), 3: Dim("w", min=4, max=32)},)
+    dyn, static = _compile_both(Head().eval(), (torch.randn(2, 3, 12, 10),), [torch.randn(2, 3, 12, 10)], "static", ds)
+    prog = vkq_on(dyn, device)
+    assert not prog.program.fallback, prog.program.fallback
+    for shape in [(2, 3, 12, 10), (1, 3, 5, 31), (4, 3, 23, 4)]:
+        x = torch.randn(shape).numpy()
+        got, want = prog(x), vkq_on(static(torch.from_numpy(x)), device)(x)
+        assert got[0].shape == (shape[0], 4) and got[1].shape == (shape[0], 8, 1, shape[3])
+        for g, w_ in zip(got, want):
+            np.testing.assert_array_equal(g, w_)

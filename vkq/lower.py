@@ -482,12 +482,12 @@ def _slice(n, t):
         return None
     size = shape_of(x)[int(dim) % rank]
 
-    def bound(v):          # torch's ints may be huge; a size of a dynamic shape stays symbolic
-        if v is None:
-            return None
+    def bound(v, edge):    # torch's ints may be huge; a size of a dynamic shape stays symbolic
+        if v is None or (not isinstance(v, Node) and int(v) * edge >= 2 ** 62):
+            return None    # (x[:, -1:] ends at sys.maxsize: "to the end" at every size, not the example's)
         c = max(-size - 1, min(t.int_value(v), size))
         return t.dim_attr(v, c)
-    return "slice", [x], {"dim": int(dim) % rank, "start": bound(start), "end": bound(end), "step": step}
+    return "slice", [x], {"dim": int(dim) % rank, "start": bound(start, -1), "end": bound(end, 1), "step": step}
 
 
 def _narrow(n, t):

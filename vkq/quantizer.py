@@ -323,6 +323,12 @@ def batch_norm_as_conv(gm: GraphModule) -> bool:
     return changed
 
 
+def _view_sizes(shape) -> list:
+    """A view's sizes: a dynamic dim (a torch.SymInt: its name is no value in the graph's code,
+    RepViT's BatchNorm1d head at a free batch failed so) as -1 (the channels are static)."""
+    return [-1 if isinstance(d, torch.SymInt) else int(d) for d in shape]
+
+
 def _as_depthwise_1x1(gm: GraphModule, node: Node, x: Node, val, scale, shift, hint: str = "bn") -> None:
     """Replace node by conv2d(x, scale as a (C, 1, 1, 1) weight, shift, groups=C): a per-channel
     affine of x (N, C[, L[, W]]), viewed as 4-D around the conv."""
@@ -345,7 +351,7 @@ def _as_depthwise_1x1(gm: GraphModule, node: Node, x: Node, val, scale, shift, h
             val4 = val.unsqueeze(2)
         else:
             shape4 = tuple(val.shape) + (1,) * (4 - val.dim())
-            x4 = x if val.dim() == 4 else gm.graph.call_function(aten.view.default, (x, list(shape4)))
+            x4 = x if val.dim() == 4 else gm.graph.call_function(aten.view.default, (x, _view_sizes(shape4)))
             val4 = val.reshape(shape4)
         if x4 is not x:
             x4.meta["val"] = val4
@@ -355,7 +361,7 @@ def _as_depthwise_1x1(gm: GraphModule, node: Node, x: Node, val, scale, shift, h
         if val.dim() == 3:
             out = gm.graph.call_function(aten.squeeze.dim, (conv, 2))
         else:
-            out = conv if val.dim() == 4 else gm.graph.call_function(aten.view.default, (conv, list(val.shape)))
+            out = conv if val.dim() == 4 else gm.graph.call_function(aten.view.default, (conv, _view_sizes(val.shape)))
     out.meta.update(node.meta)
     node.replace_all_uses_with(out)
     gm.graph.erase_node(node)
