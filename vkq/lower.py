@@ -690,7 +690,8 @@ _SCATTERS = {aten.scatter.src: ("none", False), aten.scatter.value: ("none", Fal
 def _scatter(n, t):
     """scatter / scatter_add / scatter_reduce / index_add / index_copy / index_fill of float or
     integer values by an index (computed or constant) -> the scatter op; a scalar value, a 0-d
-    constant. index_add with alpha != 1: the CPU."""
+    constant. index_add with alpha != 1, another reduction, an integer mean: the CPU."""
+    from .ops.logic import SCATTER_REDUCE
     reduce, along = _SCATTERS[n.target]
     x, dim, index, src = n.args[:4]
     dtype = _word_dtype(dtype_of(n))
@@ -702,8 +703,9 @@ def _scatter(n, t):
         reduce = {"add": "sum", "multiply": "prod"}.get(arg(n, 4, "reduce", None))
     elif n.target == aten.scatter_reduce.two:
         reduce = arg(n, 4, "reduce", None)
-    if n.target == aten.index_add.default and arg(n, 4, "alpha", 1) != 1:
-        return None
+    if n.target == aten.index_add.default and arg(n, 4, "alpha", 1) != 1 or reduce not in SCATTER_REDUCE \
+            or (reduce == "mean" and dtype != "float32"):
+        return None                 # (torch runs it: the kernel's reductions are float and int sum/prod/max/min)
     if not isinstance(src, Node):
         src = _value_tensor(t, src, n)
     return "scatter", [x, index, src], {"dim": int(dim), "reduce": reduce, "along": along,
