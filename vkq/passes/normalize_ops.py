@@ -139,7 +139,10 @@ def mul_add_from_addcmul(node):
     a, b, c = node.args[:3]
     value = arg(node, 3, "value", 1)
     prod = _new(node, aten.mul.Tensor, (b, c))
-    prod.meta["val"] = val(b) * val(c)           # (fake tensors: a dynamic dim stays symbolic)
+    if all(isinstance(d, int) for d in shape_of(b) + shape_of(c)):
+        set_val(prod, torch.broadcast_shapes(shape_of(b), shape_of(c)), val(node).dtype)
+    else:                                        # (a dynamic dim: fake tensors keep it symbolic)
+        prod.meta["val"] = val(b) * val(c)
     if value != 1:
         scaled = _new(node, aten.mul.Tensor, (prod, value))
         scaled.meta["val"] = prod.meta["val"] * value
