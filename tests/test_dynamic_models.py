@@ -444,19 +444,18 @@ def test_an_op_that_fixes_a_dynamic_dim_is_refused_naming_it():
         x = torch.randn(shape).numpy()
         np.testing.assert_array_equal(dyn(x), static(torch.from_numpy(x))(x))
 
-    class Pick(n.Module):     # traced symbolically, but lowered to `take` with an index map for one size
-        def __init__(self):   # (flips, rolls and padding modes have `remap`, made per shape)
+    class Pairs(n.Module):    # traced symbolically, but two index tensors pair dims 1 and 2: no map per
+        def __init__(self):   # dim for `remap` (x[:, idx], repeat have one: test_picks_...), a take
             super().__init__()
             self.conv = n.Conv2d(3, 4, 3)
-            self.register_buffer("rows", torch.tensor([2, 0, 0, 1]))
 
         def forward(self, x):
-            return torch.relu(self.conv(x))[:, self.rows]
+            return torch.relu(self.conv(x))[:, [2, 0, 1], [1, 3, 0]]
 
     ds = ({0: Dim("batch", min=1, max=4), 2: Dim("height", min=8, max=32), 3: Dim("width", min=8, max=32)},)
     with pytest.raises(DynamicShapeError, match=r"node 'index' \(take\) reads constant '\w+', made for one input size "
                                                 r".* this op cannot run with dynamic shapes yet"):
-        _compile_both(Pick().eval(), (torch.randn(2, 3, 16, 20),), [torch.randn(2, 3, 16, 20)], "static", ds)
+        _compile_both(Pairs().eval(), (torch.randn(2, 3, 16, 20),), [torch.randn(2, 3, 16, 20)], "static", ds)
 
 
 class SpeechCNN:
@@ -693,6 +692,53 @@ def test_reflect_replicate_circular_pads_flips_and_rolls_with_dynamic_height_and
             np.testing.assert_array_equal(y, want)
         else:
             np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_picks_and_tiles_by_constant_indices_with_dynamic_batch_height_and_width(device, scheme):
+    """Constant indices along one dim (x[:, idx] with a buffer, an RGB -> BGR swap, index_select,
+    the first positions of a flattened map) and repeat, also along a dynamic dim: a take's map was
+    made for one size, so such nets were refused with dynamic shapes; each is a `remap` with a
+    pick or tile per dim now, equal to the static programs at every size."""
+    import torch
+    from torch.export import Dim
+    n = torch.nn
+
+    class Picks(n.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.conv = n.Conv2d(3, 6, 3)
+            self.register_buffer("order", torch.tensor([5, 0, 0, 2, 1]))
+
+        def forward(self, x):
+            h = torch.relu(self.conv(x[:, [2, 1, 0]]))[:, self.order]
+            pairs = torch.index_select(h, 1, torch.tensor([4, 1])).repeat(1, 2, 1, 1)
+            return pairs, h.repeat(2, 1, 1, 3), h.flatten(2)[:, :, [7, 0, 3]]
+
+    ds = ({0: Dim("batch", min=1, max=4), 2: Dim("h", min=4, max=40), 3: Dim("w", min=4, max=40)},)
+    calib = [torch.randn(s) for s in [(2, 3, 12, 10), (1, 3, 17, 9)]]
+    dyn, static = _compile_both(Picks().eval(), (torch.randn(2, 3, 12, 10),), calib, scheme, ds)
+    prog = vkq_on(dyn, device)
+    assert not prog.program.fallback, prog.program.fallback
+    maps = sorted(str(nd.attrs["dims"]) for nd in prog.program.nodes if nd.op == "remap")
+    assert maps == sorted(str(m) for m in [
+        [["keep"], ["pick", 2, 1, 0], ["keep"], ["keep"]], [["keep"], ["pick", 5, 0, 0, 2, 1], ["keep"], ["keep"]],
+        [["keep"], ["pick", 4, 1], ["keep"], ["keep"]], [["keep"], ["tile", 2], ["keep"], ["keep"]],
+        [["tile", 2], ["keep"], ["keep"], ["tile", 3]], [["keep"], ["keep"], ["pick", 7, 0, 3]]]), maps
+    for shape in [(2, 3, 12, 10), (1, 3, 5, 31), (3, 3, 23, 4)]:
+        x = torch.randn(shape).numpy()
+        got = prog(x)
+        fixed = vkq_on(static(torch.from_numpy(x)), device)
+        b, h, w = shape[0], shape[2] - 2, shape[3] - 2
+        assert [y.shape for y in got] == [(b, 4, h, w), (2 * b, 5, h, 3 * w), (b, 5, 3)]
+        for y, want in zip(got, fixed(x)):
+            assert np.abs(y).max() > 0.01
+            if scheme == "static":
+                np.testing.assert_array_equal(y, want)
+            else:
+                np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
 def test_padding_up_to_a_multiple_of_the_input_size_stays_symbolic(device):

@@ -160,11 +160,13 @@ def test_take_by_an_index_map(device, dtype):
     ((1, 3, 9, 7), [["keep"], ["keep"], ["reflect", 2, 1], ["reflect", 1, 3]]),
     ((2, 5, 6, 3), [["keep"], ["replicate", 0, 2], ["circular", 3, 1], ["flip"]]),
     ((3, 11, 5), [["flip"], ["roll", -4], ["roll", 7]]),
+    ((2, 7, 5, 3), [["tile", 3], ["pick", 6, 0, 0, 3], ["keep"], ["pick", 2]]),
 ])
 def test_remap_makes_its_map_per_shape(device, dtype, shape, dims):
-    """remap (flip, roll, reflect / replicate / circular padding with a dynamic dim): equal to
-    numpy's flip, roll and pad modes (torch's reflect / replicate / circular are numpy's reflect /
-    edge / wrap), for every dtype (int8 between layouts), its map made from the shape."""
+    """remap (flip, roll, reflect / replicate / circular padding, picks and tiles with a dynamic
+    dim): equal to numpy's flip, roll, pad modes, take and tile (torch's reflect / replicate /
+    circular are numpy's reflect / edge / wrap), for every dtype (int8 between layouts), its map
+    made from the shape."""
     x = values(shape, dtype)
     want = x
     modes = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
@@ -173,6 +175,10 @@ def test_remap_makes_its_map_per_shape(device, dtype, shape, dims):
             want = np.flip(want, d)
         elif kind == "roll":
             want = np.roll(want, ab[0], d)
+        elif kind == "pick":
+            want = np.take(want, ab, d)
+        elif kind == "tile":
+            want = np.tile(want, [ab[0] if j == d else 1 for j in range(len(shape))])
         elif kind != "keep":
             want = np.pad(want, [(0, 0)] * d + [tuple(ab)] + [(0, 0)] * (len(shape) - d - 1), mode=modes[kind])
     prog = single_op_program("remap", [("x", spec(shape, dtype, "4H4W" if dtype == "int8" else None, 0.1, 0))],
@@ -296,9 +302,12 @@ def test_program_files_with_the_old_float_twin_names_load(tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("dims", [[["keep"], ["mirror", 1, 1]], [["keep"], ["reflect", -1, 2]], [["keep"]],
-                                  [["keep"], ["roll", 1.5]], [["keep"], "flip"]])
+                                  [["keep"], ["roll", 1.5]], [["keep"], "flip"], [["keep"], ["pick"]],
+                                  [["keep"], ["pick", 1, -2]], [["keep"], ["pick", 5]], [["keep"], ["tile", 0]],
+                                  [["keep"], ["tile"]], [["keep"], ["reflect", 1, 2, 3]]])
 def test_remap_refuses_malformed_maps_by_name(dims):
     """A program file's remap whose maps are not [kind, ints] of its rank (an unknown kind, a
-    negative pad, a float shift) is refused with a message naming the op."""
-    with pytest.raises(ValueError, match="remap: maps"):
+    negative pad, a float shift, no or a negative pick, a pick past the dim, no or zero tiles)
+    is refused with a message naming the op."""
+    with pytest.raises(ValueError, match="remap: "):
         get_op("remap").reference(np.zeros((2, 5), np.float32), dims=dims)

@@ -880,7 +880,34 @@ def _take(n, t):
     if not isinstance(index, torch.Tensor) or tuple(index.shape) != shape_of(n) or bool((index < 1).any()):
         return None         # (a position no input value reaches, e.g. padding, is no gather)
     index = index - 1
+    if dynamic_size(x):
+        dims = _picks(index.numpy(), shape_of(x))
+        if dims is not None:
+            return "remap", [x], {"dims": dims}
     return "take", [x, t.const(index.numpy().astype(np.int64).astype(np.int32), "index")], {}
+
+
+def _picks(index: np.ndarray, shape) -> list | None:
+    """A take's index map (the output's shape, flat indices into x) as remap's per-dim maps,
+    where each output dim reads one input dim by indices of its own (x[:, idx], index_select,
+    repeat), so the map is remade at every size of the dims it keeps whole;
+    None where the map mixes dims. (A dim that is picked at the example but dynamic is caught by
+    vkq.dynamic.verify: its output size would not follow the input's.)"""
+    shape = tuple(int(v) for v in shape)
+    if index.ndim != len(shape) or not index.size:
+        return None
+    coords = np.unravel_index(index, shape)
+    dims = []
+    for d, c in enumerate(coords):
+        v = c[tuple(slice(None) if j == d else 0 for j in range(c.ndim))]
+        if not np.array_equal(c, v.reshape([-1 if j == d else 1 for j in range(c.ndim)]) + np.zeros_like(c)):
+            return None
+        tiles = v.size // shape[d]
+        if v.size % shape[d] == 0 and np.array_equal(v, np.arange(v.size) % shape[d]):
+            dims.append(["keep"] if tiles == 1 else ["tile", tiles])
+        else:
+            dims.append(["pick", *map(int, v)])
+    return dims
 
 
 def _upsample_nearest(n, t):

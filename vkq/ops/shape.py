@@ -30,9 +30,11 @@ Attrs (all JSON):
   take(x, index)             index: a constant int32 array of the output's shape
   remap(x; dims)             a map per dim, [kind, a, b]: ["keep"], ["flip"], ["roll", shift],
                              ["reflect" | "replicate" | "circular", before, after] (torch's pad
-                             modes); the index map made from the input's shape when the op is
-                             built, so one program serves every shape (a take's map is made for
-                             one: the lowering uses remap where a dim is dynamic)
+                             modes), ["pick", i0, i1, ...] (those indices of a static dim: x[:, idx]),
+                             ["tile", k] (the dim k times over: repeat); the index map
+                             made from the input's shape when the op is built, so one program
+                             serves every shape (a take's map is made for one: the lowering uses
+                             remap where a dim is dynamic)
 The int8 versions keep the input's quantization (the output's spec says the same scale/zero point).
 
 A node declines (runs on the CPU, with the reason) where a float Gather still has more than
@@ -126,13 +128,19 @@ def take(x, index):
     return np.asarray(x).reshape(-1)[np.asarray(index, np.int64)]
 
 
-REMAPS = ("keep", "flip", "roll", "reflect", "replicate", "circular")
+REMAPS = ("keep", "flip", "roll", "reflect", "replicate", "circular", "pick", "tile")
 
 
-def remap_source(size: int, kind: str, a: int = 0, b: int = 0) -> np.ndarray:
-    """The source index of each output index along one dim (torch's flip, roll and pad modes)."""
+def remap_source(size: int, kind: str, *ints: int) -> np.ndarray:
+    """The source index of each output index along one dim (torch's flip, roll and pad modes, or
+    the indices picked)."""
+    if kind == "pick" and ints and max(ints) < size:
+        return np.asarray(ints, np.int64)
+    a, b = (list(ints) + [0, 0])[:2]
     if kind == "keep":
         return np.arange(size)
+    if kind == "tile" and a >= 1:
+        return np.arange(size * a) % size
     if kind == "flip":
         return np.arange(size)[::-1]
     if kind == "roll":
@@ -150,11 +158,12 @@ def remap_source(size: int, kind: str, a: int = 0, b: int = 0) -> np.ndarray:
 def remap_index(shape, dims) -> tuple[tuple, np.ndarray]:
     """(the output's shape, its row-major flat index map into x)."""
     if not isinstance(dims, list) or len(dims) != len(shape) or any(
-            not isinstance(d, list) or not d or d[0] not in REMAPS or len(d) > 3
+            not isinstance(d, list) or not d or d[0] not in REMAPS or (len(d) > 3 and d[0] != "pick")
             or not all(isinstance(v, int) and not isinstance(v, bool) for v in d[1:])
-            or (d[0] not in ("keep", "flip", "roll") and (len(d) != 3 or min(d[1:]) < 0)) for d in dims):
+            or (d[0] not in ("keep", "flip", "roll", "tile") and (len(d) < 2 + (d[0] != "pick") or min(d[1:]) < 0))
+            for d in dims):
         raise ValueError(f"remap: maps {dims} for a rank-{len(shape)} tensor (each [kind, ints]: kind one of "
-                         f"{REMAPS}, padding amounts >= 0)")
+                         f"{REMAPS}, padding amounts and picked indices >= 0)")
     src = [remap_source(n, *d) for n, d in zip(shape, dims)]
     flat = sum(np.asarray(v, np.int64).reshape([-1 if j == i else 1 for j in range(len(src))]) * st
                for i, (v, st) in enumerate(zip(src, strides_of(shape)))) if src else np.zeros((), np.int64)
