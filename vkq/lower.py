@@ -890,9 +890,10 @@ def _take(n, t):
 def _picks(index: np.ndarray, shape) -> list | None:
     """A take's index map (the output's shape, flat indices into x) as remap's per-dim maps,
     where each output dim reads one input dim by indices of its own (x[:, idx], index_select,
-    repeat), so the map is remade at every size of the dims it keeps whole;
-    None where the map mixes dims. (A dim that is picked at the example but dynamic is caught by
-    vkq.dynamic.verify: its output size would not follow the input's.)"""
+    repeat), so the map is remade at every size of the dims it keeps whole or tiles; None where
+    the map mixes dims. (Picks on a dynamic dim are kept: constant indices into a flattened map
+    stay right at every size; a map that only looks like picks at the example, e.g. a repeat's,
+    differs at vkq.dynamic.verify's probe size and is refused there.)"""
     shape = tuple(int(v) for v in shape)
     if index.ndim != len(shape) or not index.size:
         return None
