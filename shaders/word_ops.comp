@@ -91,6 +91,10 @@ void main() {
         r = uint(max(xi, yi));
 #elif defined(I_MINIMUM)
         r = uint(min(xi, yi));
+#elif defined(I_ABS)
+        r = xi < 0 ? 0u - x : x;          // (wraps at INT_MIN, as torch's int abs does)
+#elif defined(I_SIGN)
+        r = uint(int(xi > 0) - int(xi < 0));
 #elif defined(I_REM) || defined(I_FLOORDIV)
         // no division by 0 or of INT_MIN by -1 reaches the hardware (x86's idiv traps on both,
         // and a select may evaluate both sides): the divisor is made safe first

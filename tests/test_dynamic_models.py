@@ -184,6 +184,64 @@ def test_mean_over_height_and_width_with_dynamic_dims(device):
     assert len(np.unique(np.concatenate([o.ravel() for o in outs]))) > 20
 
 
+class RelativeEncoder:
+    """transformers' T5 encoder and DeBERTa-v2 in small configurations, with a padding mask:
+    both compute relative position buckets from the sequence length in int64 arithmetic (abs,
+    sign, min, a true division, a log), and DeBERTa repeats its relative embeddings batch times."""
+    @staticmethod
+    def make(kind):
+        import torch
+        import transformers as tf
+
+        class Masked(torch.nn.Module):
+            def __init__(self, model):
+                super().__init__()
+                self.model = model
+
+            def forward(self, ids, mask):
+                return self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            if kind == "t5":
+                cfg = tf.T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                                  relative_attention_num_buckets=16, relative_attention_max_distance=24)
+                return Masked(tf.T5EncoderModel(cfg)).eval()
+            cfg = tf.DebertaV2Config(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=32, relative_attention=True,
+                                     pos_att_type=["p2c", "c2p"], position_buckets=8, max_relative_positions=16)
+            return Masked(tf.DebertaV2Model(cfg)).eval()
+
+
+@pytest.mark.parametrize("kind", ["t5", "deberta"])
+def test_relative_position_buckets_with_dynamic_batch_and_length_run_on_vulkan(device, kind):
+    """T5's and DeBERTa's relative position buckets at a dynamic length: int abs and sign (no
+    kernel), min.other (no rule), an int64 true division (no rule) and DeBERTa's repeat by
+    batch // heads (a count the graph computes) each ran on the CPU. Now the whole encoder runs
+    on Vulkan, equal to the program compiled statically at each shape, padded positions too."""
+    import torch
+    from torch.export import Dim
+    B, L = Dim("batch", min=1, max=4), Dim("seq", min=2, max=30)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 100, (2, 11), generator=g)
+    dyn, static = _compile_both(RelativeEncoder.make(kind), (ids, torch.ones_like(ids)),
+                                [(torch.randint(3, 100, (2, 11), generator=g), torch.ones_like(ids))],
+                                "dynamic", ({0: B, 1: L}, {0: B, 1: L}))
+    prog = vkq_on(dyn, device)
+    assert prog.fallback_ops == [], prog.fallback_ops
+    ops = {n.op for n in prog.program.nodes}
+    assert ({"abs", "minimum"} if kind == "t5" else {"abs", "sign", "log", "remap"}) <= ops, ops
+    rng = np.random.default_rng(1)
+    for b, l in [(1, 5), (3, 17), (4, 30)]:
+        x = rng.integers(3, 100, (b, l)).astype(np.int64)
+        mask = np.ones((b, l), np.int64)
+        mask[0, l // 2 + 1:] = 0
+        y = prog(x, mask)
+        want = vkq_on(static(torch.from_numpy(x), torch.from_numpy(mask)), device)(x, mask)
+        assert y.shape == (b, l, 32) and np.abs(y).max() > 0.1
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=2e-5)
+
+
 class TokenTransformer:
     """A ViT/decoder-style block on float tokens, as models write one: a class token expanded to
     the batch and concatenated, positions sliced to the length, attention whose heads are split

@@ -100,6 +100,22 @@ def test_floored_division(device, op):
     np.testing.assert_array_equal(got, np.int32([[0, 0, 0]]) if op == "remainder" else np.int32([[-2 ** 31, 1 - 2 ** 31, 7]]))
 
 
+@pytest.mark.parametrize("op", ["abs", "sign"])
+def test_int_abs_and_sign(device, op):
+    """int32 abs and sign on word_ops (T5's and DeBERTa's relative position buckets take them of
+    position differences): every sign, 0, and INT_MIN, whose abs wraps to itself as torch's
+    int abs does. (Written out: no torch here.)"""
+    x = np.int32([[-2 ** 31, -(2 ** 31 - 1), -7, -1, 0, 1, 5, 2 ** 31 - 1], [3, -3, 0, 0, -12, 12, 9, -9]])
+    want = {"abs": [[-2 ** 31, 2 ** 31 - 1, 7, 1, 0, 1, 5, 2 ** 31 - 1], [3, 3, 0, 0, 12, 12, 9, 9]],
+            "sign": [[-1, -1, -1, -1, 0, 1, 1, 1], [1, -1, 0, 0, -1, 1, 1, -1]]}[op]
+    got = run(device, op, [x], {}, x.shape, "int32")
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, np.int32(want))
+    big = R.integers(-40, 40, (3, 37)).astype(np.int32)          # a shape over several invocations
+    np.testing.assert_array_equal(run(device, op, [big], {}, big.shape, "int32"),
+                                  np.abs(big) if op == "abs" else np.sign(big))
+
+
 def test_reference_semantics():
     assert get_op("cast").reference(np.array([-2.7, 2.7, 0.0], np.float32), dtype="int32").tolist() == [-2, 2, 0]
     assert get_op("sub").reference(np.array([1, 0], np.int32), scalar=1, scalar_first=False).dtype == np.int32

@@ -583,6 +583,12 @@ def _binary_any(name):
     return lambda n, t: rule(n, t) if all(_word_dtype(dtype_of(a)) for a in n.all_input_nodes) else None
 
 
+def _unary_any(name):
+    """abs / sign of a float32 or an int32 tensor (T5's relative position buckets)."""
+    return lambda n, t: (name, [n.args[0]], {}) if _word_dtype(dtype_of(n)) in ("float32", "int32") \
+        and _word_dtype(dtype_of(n.args[0])) == _word_dtype(dtype_of(n)) else None
+
+
 def _rsub(n, t):
     """rsub(x, other, alpha) = other - alpha * x ((1 - mask) of attention masks)."""
     x, other = n.args[0], n.args[1]
@@ -887,6 +893,20 @@ def _take(n, t):
     return "take", [x, t.const(index.numpy().astype(np.int64).astype(np.int32), "index")], {}
 
 
+def _repeat(n, t):
+    """repeat: a take (or remap) of the map it computes; by counts the graph computes from dynamic
+    dims (DeBERTa's relative embeddings repeated batch // heads times), remap's tiles with the
+    counts kept symbolic."""
+    took = _take(n, t)
+    x, reps = n.args[0], list(n.args[1])
+    if took is not None or not isinstance(x, Node) or len(reps) != len(shape_of(x)):
+        return took
+    counts, at = _sizes(t, reps)
+    if min(at) < 1:
+        return None
+    return "remap", [x], {"dims": [["keep"] if c == 1 else ["tile", c] for c in counts]}
+
+
 def _picks(index: np.ndarray, shape) -> list | None:
     """A take's index map (the output's shape, flat indices into x) as remap's per-dim maps,
     where each output dim reads one input dim by indices of its own (x[:, idx], index_select,
@@ -996,7 +1016,7 @@ CPU_RULES = {
     aten.split.Tensor: _split, aten.split_with_sizes.default: _split,
     aten.chunk.default: _split, aten.unbind.int: _unbind,
     aten.constant_pad_nd.default: _constant_pad, aten.pad.default: _constant_pad,
-    **{m: _take for m in MOVERS},
+    **{m: _take for m in MOVERS}, aten.repeat.default: _repeat,
     **{m: _remap for m in (*_PAD_MODES, aten.flip.default, aten.roll.default)},
     aten.col2im.default: _col2im,
     aten.gather.default: _gather, aten.index.Tensor: _index, **{s: _scatter for s in _SCATTERS},
@@ -1017,6 +1037,8 @@ CPU_RULES = {
                           aten.type_as.default)},
     **{getattr(aten, b).Tensor: _binary_any(b) for b in ("add", "sub", "mul")},
     aten.maximum.default: _binary_any("maximum"), aten.minimum.default: _binary_any("minimum"),
+    aten.max.other: _binary_any("maximum"), aten.min.other: _binary_any("minimum"),
+    **{getattr(aten, u).default: _unary_any(u) for u in ("abs", "sign")},
     aten.reciprocal.default: lambda n, t: ("div", [n.args[0]], {"scalar": 1.0, "scalar_first": True})
     if _is_float(n) else None,
     **{getattr(aten, b).Scalar: _binary_any(b) for b in ("add", "sub", "mul")},

@@ -480,6 +480,35 @@ def _unary_build(variant, bounds=lambda attrs: (-np.inf, np.inf)):
     return build
 
 
+# abs and sign of int32 tensors too (T5's and DeBERTa's relative position buckets): word_ops
+INT_UNARY = {"abs": np.abs, "sign": np.sign}
+
+
+def _int_unary(fn, int_fn):
+    def reference(x):
+        x = np.asarray(x)
+        return int_fn(x.astype(np.int32)) if x.dtype.kind in "iu" else fn(x)     # (abs wraps at INT_MIN)
+    return reference
+
+
+def _int_unary_build(name):
+    float_build = _unary_build(f"OP_{name.upper()}")
+
+    def build(ctx, node):
+        if ctx.spec(node.outputs[0]).dtype == "int32":
+            from .logic import word_dispatch
+            return [word_dispatch(ctx, f"I_{name.upper()}", node.outputs[0], node.inputs[:1])]
+        return float_build(ctx, node)
+    return build
+
+
+def _int_unary_decline(node, tensors):
+    dtypes = {tensors[t].dtype for t in node.inputs + node.outputs}
+    if len(dtypes) == 1 and dtypes <= {"float32", "int32"}:
+        return None
+    return f"{node.op}: tensors of dtypes {sorted(dtypes)} (the kernels take all float32 or all int32)"
+
+
 def _bound(v, default):
     return default if v is None else v
 
@@ -1109,6 +1138,10 @@ _op("softplus", softplus, _unary_build("OP_SOFTPLUS", lambda a: (a.get("beta", 1
 _op("clamp", clamp, _unary_build("OP_CLAMP", lambda a: (_bound(a.get("min"), -np.inf), _bound(a.get("max"), np.inf))),
     ("float_unary",), "Float clamp to [min, max], either bound optional (clamp, clamp_min, clamp_max).")
 for _name, _fn in UNARY.items():
+    if _name in INT_UNARY:
+        _op(_name, _int_unary(_fn, INT_UNARY[_name]), _int_unary_build(_name), ("float_unary", "word_ops"),
+            f"Elementwise {_name}: float32, or int32 (word_ops).", _int_unary_decline)
+        continue
     _op(_name, _fn, _unary_build(f"OP_{_name.upper()}"), ("float_unary",), f"Float elementwise {_name}.")
 for _name, _fn in BINARY.items():
     _op(_name, _binary(_fn), _binary_build(f"OP_{_name.upper()}"), ("float_binary", "word_ops"),

@@ -21,8 +21,8 @@ lookup table), so only what is left in float is rewritten here:
   cdist (p = 2)                                 -> ATen's: a matmul of padded operands (> 25 rows), else
                                                   the norms of the differences
   any / all (a max / min of 0/1 floats), the sum of a bool tensor (of 0/1 floats, as int64)
-  add / sub / mul / div / maximum / minimum of a float and an integer tensor -> the integer one
-                                                  cast first (torch's type promotion)
+  add / sub / mul / div / maximum / minimum of a float and an integer tensor, the true division
+  of integers                                   -> the integer ones cast first (torch's type promotion)
   aten.logsumexp(x, dims, keepdim), float, static shapes
                                                 -> m + log(sum(exp(x - m))), m = amax (0 where infinite), as ATen
   aten.bilinear(x1, x2, w, b) (nn.Bilinear), float -> x1 (outer) x2 flattened @ (w as (O, I*J))^T + b
@@ -363,14 +363,16 @@ def from_any_all_count(node):
 
 
 def promote_mixed_operands(node):
-    """add / sub / mul / div / maximum / minimum of a float tensor and an integer or bool one:
-    the latter cast to the float dtype first, as torch's type promotion does (a count added to
-    a float score); the kernels take operands of one dtype."""
+    """add / sub / mul / div / maximum / minimum of a float tensor and an integer or bool one, or
+    the true division of integers (DeBERTa's relative positions / a scalar): the integer ones
+    cast to the float dtype first, as torch's type promotion does (a count added to a float
+    score); the kernels take operands of one dtype."""
     a, b = node.args[:2]
     va, vb, out = val(a), val(b), val(node)
-    if not all(isinstance(v, torch.Tensor) for v in (va, vb, out)) or not out.dtype.is_floating_point:
+    if not isinstance(va, torch.Tensor) or not isinstance(out, torch.Tensor) or not out.dtype.is_floating_point:
         return None
-    cast = [isinstance(x, Node) and not v.dtype.is_floating_point for x, v in ((a, va), (b, vb))]
+    cast = [isinstance(x, Node) and isinstance(v, torch.Tensor) and not v.dtype.is_floating_point
+            for x, v in ((a, va), (b, vb))]
     if not any(cast):
         return None
     args = [call_before(node, aten._to_copy.default, (x,), {"dtype": out.dtype}) if c else x for x, c in zip((a, b), cast)]
@@ -579,6 +581,7 @@ DECOMPOSE = {
     aten.addcdiv.default: from_addcdiv,
     aten.diff.default: sub_from_diff,
     **{getattr(aten, b).Tensor: promote_mixed_operands for b in ("add", "sub", "mul", "div")},
+    aten.div.Scalar: promote_mixed_operands,
     aten.maximum.default: promote_mixed_operands, aten.minimum.default: promote_mixed_operands,
     aten.topk.default: selections_from_topk,
     aten.meshgrid.default: expands_from_meshgrid, aten.meshgrid.indexing: expands_from_meshgrid,
