@@ -13,6 +13,8 @@ from vkq.symbolic import (SymbolicError, check, evaluate, evaluate_shape, expr_a
     ("Max(1, s0 - 5)", {"s0": 3}, 1), ("Min(s0, 8)", {"s0": 30}, 8),
     ("ceiling(s0/3)", {"s0": 7}, 3), ("floor(2*s0/3)", {"s0": 7}, 4), ("s0 % 4", {"s0": 11}, 3),
     ("-s0 + 2*s1", {"s0": 5, "s1": 4}, 3),
+    ("s39**2", {"s39": 7}, 49), ("Min(s0, s1)**2 + 1", {"s0": 5, "s1": 4}, 17),    # patch counts (DINOv2, Swin)
+    ("((s0 - 1)//14 + 1)**3", {"s0": 29}, 27), ("s0**0", {"s0": 9}, 1),
 ])
 def test_expressions(text, env, want):
     assert evaluate(text, env) == want
@@ -26,7 +28,8 @@ def test_ints_shapes_and_attrs():
     assert specialize_attrs(attrs, {"s0": 9}) == {"shape": [9, 384, 12], "approximate": "none"}
 
 
-@pytest.mark.parametrize("bad", ['__import__("os").system("true")', "s0.real", "2**s0", "s0 if s1 else 2",
+@pytest.mark.parametrize("bad", ['__import__("os").system("true")', "s0.real", "2**s0", "s0**9", "s0**-1", "s0**s1", "s0**2.0",
+                                 "s0 if s1 else 2",
                                  "1.5*s0", "lambda: 1", "[s0]", "s0 +", "open('x')"])
 def test_anything_else_is_refused(bad):
     with pytest.raises(SymbolicError):

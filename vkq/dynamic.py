@@ -17,6 +17,8 @@ How, in three steps (lower() calls them when the graph's inputs have symbolic di
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 from torch.fx import GraphModule, Node
@@ -185,9 +187,11 @@ def user_bounds(gm: GraphModule, shapes: dict, bounds: dict, dynamic_shapes=None
     symbol's torch.export.Dim (export's own ranges are narrower: it assumes sizes >= 2), and
     export's range where no Dim says."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    final, names = dict(bounds), {}
+    final, names, derived = dict(bounds), {}, {}
     for n, spec in zip(placeholders, _input_dims(gm, dynamic_shapes)):
         for d, sym in enumerate(shapes.get(n.name, ())):
+            if isinstance(sym, str) and not sym.isidentifier() and spec is not None and d in spec:
+                derived.update({root: f"input {n.name!r} dimension {d} ({sym})" for root in symbolic.symbols_of(sym)})
             if not (isinstance(sym, str) and sym.isidentifier()) or spec is None or d not in spec:
                 continue
             dim = spec[d]
@@ -195,6 +199,12 @@ def user_bounds(gm: GraphModule, shapes: dict, bounds: dict, dynamic_shapes=None
             names[sym] = getattr(dim, "__name__", sym)
             if isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi < 2 ** 31:
                 final[sym] = (lo, hi)
+    for sym, where in sorted(derived.items()):       # (export fixes a Dim's root silently where a
+        lo, hi = final.get(sym, (None, None))           # guard pins it: selecsls's 32*h to h = 2)
+        if lo is not None and lo == hi:
+            warnings.warn(f"{where} was declared dynamic, but torch.export's guards fix {sym} to {lo}: "
+                          "the program runs at that size only (often a size of 1 at the example; a larger "
+                          "example input may keep it dynamic)", stacklevel=3)
     for sym, (lo, hi) in final.items():
         if hi is None:
             raise DynamicShapeError(f"dynamic dim {names.get(sym, sym)} has no upper bound: give torch.export.Dim "

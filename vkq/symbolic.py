@@ -3,7 +3,7 @@
 A dimension is an int or an expression over symbols as torch.export writes them:
 "s0", "16*s1", "(((s2 - 1)//2)) + 1", "1 + (((-1) + s2) // 4)", "Max(1, s0)". Expressions are
 read with Python's parser and only integer arithmetic is accepted — + - * // % and unary minus,
-parentheses, Max/Min, floor/ceiling/trunc of an exact quotient (IntTrueDiv: torch's a / b of
+a power by a small constant (DINOv2's and Swin's h**2), parentheses, Max/Min, floor/ceiling/trunc of an exact quotient (IntTrueDiv: torch's a / b of
 sizes, F.interpolate's and MobileViT's ceil(h / 2)) — so a program file can never run
 code, and a bad expression is refused when the program is made or loaded, not midway through a
 call. Quotients are exact (fractions), never floats.
@@ -24,6 +24,9 @@ _CALLS = {"Max": max, "max": max, "Min": min, "min": min,
           "FloorDiv": operator.floordiv, "Mod": operator.mod, "PythonMod": operator.mod,
           "IntTrueDiv": Fraction, "FloatTrueDiv": Fraction,          # (exact: rounded by a Ceil/Floor around them)
           "TruncToInt": lambda x: int(x), "trunc": lambda x: int(x)}
+
+
+MAX_POWER = 8          # x**k for a constant k up to this (no file can make a huge number)
 
 
 class SymbolicError(ValueError):
@@ -54,6 +57,10 @@ def _compile(text: str):
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             f = build(node.operand)
             return (lambda env: -f(env)) if isinstance(node.op, ast.USub) else f
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and isinstance(node.right, ast.Constant) \
+                and type(node.right.value) is int and 0 <= node.right.value <= MAX_POWER:
+            a, k = build(node.left), node.right.value      # (a constant small exponent: a patch count h**2)
+            return lambda env: a(env) ** k
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
             a, b, fn = build(node.left), build(node.right), _BINARY[type(node.op)]
             return lambda env: fn(a(env), b(env))
