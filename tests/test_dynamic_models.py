@@ -242,6 +242,44 @@ def test_relative_position_buckets_with_dynamic_batch_and_length_run_on_vulkan(d
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=2e-5)
 
 
+def test_dinov2_at_dynamic_resolutions_and_a_branch_export_fixed_refused_naming_its_guard(device):
+    """transformers' DINOv2 interpolates its position embeddings to the patch grid, whose size
+    is h**2-like in torch's expressions (refused before: no power in vkq.symbolic). At the
+    config's own size it skips the interpolation, and torch.export keeps that branch as a guard
+    (patches == 16): compiled from such an example the graph holds at that size only, refused
+    naming the guard; from an example of another size, one program runs every resolution."""
+    import torch
+    import transformers as tf
+    from torch.export import Dim
+    from vkq.dynamic import DynamicShapeError
+
+    class Dino(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.model = tf.Dinov2Model(tf.Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                            intermediate_size=64, image_size=32, patch_size=8))
+
+        def forward(self, x):
+            return self.model(pixel_values=x).last_hidden_state
+
+    ds = ({0: Dim("batch", min=1, max=4), 2: Dim("h", min=1, max=12) * 8, 3: Dim("w", min=1, max=12) * 8},)
+    g = torch.Generator().manual_seed(0)
+    with pytest.raises(DynamicShapeError, match=r"torch.export's graph holds only where x.size\(\)\[3\] // 8 \* "
+                                                r"\(x.size\(\)\[2\] // 8\) == 16 .* these dims cannot be dynamic"):
+        _compile_both(Dino().eval(), (torch.randn(2, 3, 32, 32, generator=g),), None, "dynamic", ds)
+    dyn, static = _compile_both(Dino().eval(), (torch.randn(2, 3, 40, 48, generator=g),), None, "dynamic", ds)
+    prog = vkq_on(dyn, device)
+    assert prog.fallback_ops == [], prog.fallback_ops
+    assert "upsample_bicubic2d" in {n.op for n in prog.program.nodes}
+    for shape in [(1, 3, 56, 24), (3, 3, 96, 88)]:
+        x = torch.randn(shape, generator=g).numpy()
+        y = prog(x)
+        assert y.shape == (shape[0], 1 + shape[2] // 8 * (shape[3] // 8), 32) and np.abs(y).max() > 0.1
+        np.testing.assert_allclose(y, vkq_on(static(torch.from_numpy(x)), device)(x), rtol=1e-4, atol=2e-5)
+
+
 class TokenTransformer:
     """A ViT/decoder-style block on float tokens, as models write one: a class token expanded to
     the batch and concatenated, positions sliced to the length, attention whose heads are split

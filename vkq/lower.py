@@ -72,8 +72,17 @@ def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", rep
     probe = dynamic.probe_bindings(dyn.symbols, example)
     if probe != example:
         probe_inputs = tuple(_resized(x, dyn.tensors[name].shape, probe) for x, name in zip(example_inputs, dyn.inputs))
-        dynamic.verify(dyn, _lower_at(gm, probe_inputs, float_linear, None, dynamic_graph=True, shapes=shapes)[0],
-                       probe)
+        try:
+            at_probe = _lower_at(gm, probe_inputs, float_linear, None, dynamic_graph=True, shapes=shapes)[0]
+        except AssertionError as e:         # export's _guards_fn: the graph holds where a guard does
+            if "Guard failed" not in str(e):
+                raise
+            raise dynamic.DynamicShapeError(
+                f"torch.export's graph holds only where {str(e).splitlines()[0].removeprefix('Guard failed: ')} "
+                f"(the model takes another path at other sizes: a branch on the input's size); it fails at "
+                f"{[tuple(x.shape) for x in probe_inputs]}, so these dims cannot be dynamic (an example input of "
+                f"another size may take the general path)") from None
+        dynamic.verify(dyn, at_probe, probe)
     return dyn
 
 
