@@ -280,6 +280,51 @@ def test_dinov2_at_dynamic_resolutions_and_a_branch_export_fixed_refused_naming_
         np.testing.assert_allclose(y, vkq_on(static(torch.from_numpy(x)), device)(x), rtol=1e-4, atol=2e-5)
 
 
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_computed_indices_and_diffs_with_dynamic_batch_and_length(device, scheme):
+    """Parts of CLIP's and Whisper's text paths at a dynamic batch and length: a position table
+    read at arange(t) (weight[positions]), the pooled token x[arange(b), ids.argmax(-1)], and
+    transformers' packed-sequence check, diff(positions, prepend=positions[:, :1] - 1) on int64.
+    The first two were lowered to an embedding whose table and flat index were made for one size
+    (refused: "vkq cannot tell how its shape ... follows"); the diff with a prepend ran on the CPU.
+    All on Vulkan now, equal to the static programs at every shape."""
+    import torch
+    from torch.export import Dim
+    n = torch.nn
+
+    class TextPath(n.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.emb, self.pos, self.lin = n.Embedding(50, 16), n.Parameter(torch.randn(40, 16)), n.Linear(16, 16)
+
+        def forward(self, ids):
+            positions = torch.arange(ids.shape[1]).expand(ids.shape[0], -1) * 2
+            steps = torch.diff(positions, prepend=positions[:, :1] - 1, dim=-1)
+            h = torch.relu(self.lin(self.emb(ids) + self.pos[torch.arange(ids.shape[1])]))
+            return h[torch.arange(ids.shape[0]), ids.argmax(-1)], steps
+
+    B, L = Dim("batch", min=1, max=4), Dim("seq", min=2, max=30)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 50, (2, 11), generator=g)
+    dyn, static = _compile_both(TextPath().eval(), (ids,), [torch.randint(0, 50, (2, 11), generator=g)], scheme,
+                                ({0: B, 1: L},))
+    prog = vkq_on(dyn, device)
+    assert prog.fallback_ops == [], prog.fallback_ops
+    for b, l in [(1, 5), (3, 17), (4, 30)]:
+        x = torch.randint(0, 50, (b, l), generator=g).numpy()
+        pooled, steps = prog(x)
+        assert pooled.shape == (b, 16) and np.abs(pooled).max() > 0.1
+        np.testing.assert_array_equal(steps, np.concatenate([np.ones((b, 1)), np.full((b, l - 1), 2)], 1))
+        want = vkq_on(static(torch.from_numpy(x)), device)(x)
+        np.testing.assert_array_equal(steps, want[1])
+        if scheme == "static":
+            np.testing.assert_array_equal(pooled, want[0])
+        else:
+            np.testing.assert_allclose(pooled, want[0], rtol=1e-5, atol=1e-6)
+
+
 class TokenTransformer:
     """A ViT/decoder-style block on float tokens, as models write one: a class token expanded to
     the batch and concatenated, positions sliced to the length, attention whose heads are split

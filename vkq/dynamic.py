@@ -286,6 +286,9 @@ def _symbolic_shape_of(t, program, nodes, shapes, done, stands_for):
     if producer is None:
         return None
     concrete = program.tensors[t].shape
+    derived = _sliced_or_joined(producer, program, done)
+    if derived is not None:
+        return derived
     ins = [i for i in producer.inputs if i in done and i not in program.constants]
     for i in ins:                              # a shape-preserving op: its input's shape
         if program.tensors[i].shape == concrete:
@@ -298,6 +301,35 @@ def _symbolic_shape_of(t, program, nodes, shapes, done, stands_for):
     if like is None:
         return _unit_dims_moved(producer, program, done, concrete)
     return tuple(done[like].shape[d] if program.tensors[like].shape[d] == c else c for d, c in enumerate(concrete))
+
+
+def _sliced_or_joined(producer, program, done):
+    """The symbolic shape of a slice or a cat a pass made (diff's x[1:] - x[:-1] and its
+    prepended values): the slice's length from its input's dim and its bounds, the cat's dim the
+    sum of its inputs'. None for other ops (and a wrong shape cannot pass verify either)."""
+    if not producer.inputs or any(i not in done for i in producer.inputs):
+        return None
+    at = producer.attrs
+    if producer.op == "slice" and all(not isinstance(at.get(k), dict) for k in ("start", "end")):
+        shape, d = list(done[producer.inputs[0]].shape), at["dim"]
+        size, start, end, step = shape[d], at.get("start"), at.get("end"), at.get("step", 1)
+        if not symbolic.is_symbolic(size) or not isinstance(step, int) or step < 1:
+            return None
+
+        def edge(v, default):
+            if v is None:
+                return default
+            return f"Min({v}, {size})" if v >= 0 else f"Max(0, {size} + ({v}))"
+        shape[d] = f"(Max(0, {edge(end, size)} - {edge(start, 0)}) + {step - 1})//{step}"
+        return tuple(shape)
+    if producer.op == "cat":
+        shapes = [list(done[i].shape) for i in producer.inputs]
+        d = at["dim"] % len(shapes[0])
+        parts = [s[d] for s in shapes]
+        if not any(symbolic.is_symbolic(v) for v in parts):
+            return None
+        return tuple(" + ".join(f"({v})" for v in parts) if k == d else shapes[0][k] for k in range(len(shapes[0])))
+    return None
 
 
 def _unit_dims_moved(producer, program, done, concrete):

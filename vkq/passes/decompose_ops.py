@@ -11,7 +11,7 @@ lookup table), so only what is left in float is rewritten here:
   clamp / hardtanh / relu of an integer tensor (ids clamped into a table) -> maximum / minimum
                                                   by 0-d constants (int32 word ops)
   float threshold, hardshrink, softshrink, selu, celu, rrelu (eval), log_sigmoid, heaviside, frac,
-  isnan, nan_to_num, lerp, addcdiv, var_mean, diff (n = 1)
+  isnan, nan_to_num, lerp, addcdiv, var_mean, diff (n = 1; prepend / append: a cat)
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
                                                   computes them (its comparisons: a NaN stays NaN)
   aten.topk(x, k <= 8, dim, largest) + getitems -> k rounds of argmax, gather and a where
@@ -269,16 +269,26 @@ def moments_from_var_mean(node):
 
 
 def sub_from_diff(node):
-    """diff(x, 1, dim) (no prepend / append) -> x[1:] - x[:-1] along dim, static sizes."""
+    """diff(x, 1, dim, prepend, append) -> y[1:] - y[:-1] along dim, y = cat(prepend, x, append)
+    (x where neither is given); with a dynamic dim the slices run to the end and to -1 (Whisper's
+    int64 positions, transformers' packed-sequence check: a prepend of x[:, :1] - 1)."""
     x, n, dim = node.args[0], arg(node, 1, "n", 1), arg(node, 2, "dim", -1)
     v = val(x)
-    if n != 1 or arg(node, 3, "prepend") is not None or arg(node, 4, "append") is not None \
-            or not isinstance(v, torch.Tensor) or dynamic_size(x):
+    extra = [arg(node, 3, "prepend"), arg(node, 4, "append")]
+    if n != 1 or not isinstance(v, torch.Tensor) or any(
+            e is not None and (not isinstance(e, Node) or not isinstance(val(e), torch.Tensor)
+                               or val(e).dim() != v.dim() or val(e).dtype != v.dtype) for e in extra):
         return None
     dim = int(dim) % v.dim()
-    size = int(v.shape[dim])
-    later = _made(node, aten.slice.Tensor, (x, dim, 1, size), val(node).shape, v.dtype)
-    earlier = _made(node, aten.slice.Tensor, (x, dim, 0, size - 1), val(node).shape, v.dtype)
+    y, shape = x, list(v.shape)
+    if any(e is not None for e in extra):
+        parts = [e for e in (extra[0], x, extra[1]) if e is not None]
+        shape[dim] = sum(int(val(e).shape[dim]) for e in parts)
+        y = _made(node, aten.cat.default, (parts, dim), shape, v.dtype)
+    size = shape[dim]
+    dynamic = dynamic_size(x) or any(e is not None and dynamic_size(e) for e in extra)
+    later = _made(node, aten.slice.Tensor, (y, dim, 1, None if dynamic else size), val(node).shape, v.dtype)
+    earlier = _made(node, aten.slice.Tensor, (y, dim, 0, -1 if dynamic else size - 1), val(node).shape, v.dtype)
     return call_before(node, aten.sub.Tensor, (later, earlier))
 
 

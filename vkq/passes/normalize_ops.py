@@ -634,7 +634,9 @@ def im2col_after_pad(node):
 def embedding_from_index(node):
     """Advanced indexing of the leading dims by indices the model computes: the rows of x seen as
     a (rows, rest) table, gathered by the flat row index sum_j i_j * stride_j (negative indices
-    wrapped, as torch's), on the embedding kernel. Indices all constant stay a take (vkq.lower)."""
+    wrapped, as torch's), on the embedding kernel. Indices all constant stay a take (vkq.lower);
+    with a dynamic dim (CLIP's pooled token x[arange(b), ids.argmax(-1)], Whisper's positions
+    weight[arange(t)]) the node stays: the index op."""
     from .fold_constants import evaluate_constant
     x, indices = node.args[0], node.args[1]
     v = val(x)
@@ -647,6 +649,8 @@ def embedding_from_index(node):
     shape = list(v.shape)
     if not all(isinstance(d, int) for d in shape) or not all(isinstance(d, int) for i in indices for d in val(i).shape):
         return None
+    if dynamic_size(node) or dynamic_size(x) or any(dynamic_size(i) for i in indices):
+        return None         # (its table and flat index are made for one size: the index op reads any)
     k = len(indices)
     lead, rest = shape[:k], shape[k:]
     out_idx = list(torch.broadcast_shapes(*[tuple(val(i).shape) for i in indices]))
