@@ -122,26 +122,3 @@ def test_saved_dynamic_program_runs_any_shape_through_vkq_run(device, tmp_path):
     res = run_cli_without_torch("run", path, "--input", tmp_path / "x.npy", "--device", name)
     assert res.returncode == 2 and "dimension 2 (height) must be in [5, 23], got 30" in res.stderr
 
-
-def test_a_derived_dim_that_export_pins_to_one_size_is_warned_of():
-    """torch.export may pin the root of a derived Dim (32 * h) to one value without raising (a
-    guard on a size that is 1 at the example: timm's selecsls42b at 64 px gives h in [2, 2]);
-    the program then runs at that size only, and the compile says so instead of leaving the
-    user to find out at the first other size. A root that stays free is not warned of."""
-    import warnings
-    import torch
-    from torch.export import Dim
-    from vkq.dynamic import user_bounds
-    g = torch.fx.Graph()
-    g.placeholder("x")
-    g.output(None)
-    gm = torch.fx.GraphModule(torch.nn.Module(), g)
-    ds = ({0: Dim("b", min=1, max=4), 2: Dim("h", min=1, max=6) * 32},)
-    shapes = {"x": ("s0", 3, "32*s39")}
-    with pytest.warns(UserWarning, match=r"input 'x' dimension 2 \(32\*s39\) was declared dynamic, but torch.export's "
-                                         r"guards fix s39 to 2: the program runs at that size only"):
-        bounds, names = user_bounds(gm, shapes, {"s0": (1, 4), "s39": (2, 2)}, ds)
-    assert bounds == {"s0": (1, 4), "s39": (2, 2)} and names == {"s0": "b"}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        user_bounds(gm, shapes, {"s0": (1, 4), "s39": (1, 6)}, ds)

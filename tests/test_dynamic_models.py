@@ -1075,3 +1075,27 @@ def test_batch_norm_1d_head_and_slices_to_the_end_with_dynamic_sizes(device):
         assert got[0].shape == (shape[0], 4) and got[1].shape == (shape[0], 8, 1, shape[3])
         for g, w_ in zip(got, want):
             np.testing.assert_array_equal(g, w_)
+
+
+def test_a_derived_dim_that_export_pins_to_one_size_is_warned_of():
+    """torch.export may pin the root of a derived Dim (32 * h) to one value without raising (a
+    guard on a size that is 1 at the example: timm's selecsls42b at 64 px gives h in [2, 2]);
+    the program then runs at that size only, and the compile says so instead of leaving the
+    user to find out at the first other size. A root that stays free is not warned of."""
+    import warnings
+    import torch
+    from torch.export import Dim
+    from vkq.dynamic import user_bounds
+    g = torch.fx.Graph()
+    g.placeholder("x")
+    g.output(None)
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    ds = ({0: Dim("b", min=1, max=4), 2: Dim("h", min=1, max=6) * 32},)
+    shapes = {"x": ("s0", 3, "32*s39")}
+    with pytest.warns(UserWarning, match=r"input 'x' dimension 2 \(32\*s39\) was declared dynamic, but torch.export's "
+                                         r"guards fix s39 to 2: the program runs at that size only"):
+        bounds, names = user_bounds(gm, shapes, {"s0": (1, 4), "s39": (2, 2)}, ds)
+    assert bounds == {"s0": (1, 4), "s39": (2, 2)} and names == {"s0": "b"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        user_bounds(gm, shapes, {"s0": (1, 4), "s39": (1, 6)}, ds)
