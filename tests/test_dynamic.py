@@ -121,4 +121,3 @@ def test_saved_dynamic_program_runs_any_shape_through_vkq_run(device, tmp_path):
     np.save(tmp_path / "x.npy", np.zeros((1, 5, 30, 9), np.float32))
     res = run_cli_without_torch("run", path, "--input", tmp_path / "x.npy", "--device", name)
     assert res.returncode == 2 and "dimension 2 (height) must be in [5, 23], got 30" in res.stderr
-
