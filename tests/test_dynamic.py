@@ -121,3 +121,33 @@ def test_saved_dynamic_program_runs_any_shape_through_vkq_run(device, tmp_path):
     np.save(tmp_path / "x.npy", np.zeros((1, 5, 30, 9), np.float32))
     res = run_cli_without_torch("run", path, "--input", tmp_path / "x.npy", "--device", name)
     assert res.returncode == 2 and "dimension 2 (height) must be in [5, 23], got 30" in res.stderr
+
+
+def test_a_program_holds_only_where_its_checks_do(device, tmp_path):
+    """Program.checks: the conditions torch.export traced the model under (a branch on a size;
+    the guards its own ep.module() checks). A shape within the bounds where one fails is refused
+    naming the condition in the dims' names, by the executor, the reference and `vkq run` from
+    the saved file; the others run as before."""
+    from oputil import run_cli_without_torch
+    from vkq.progfile import load_program, save_program
+    rng = np.random.default_rng(4)
+    prog = conv_net(rng)
+    prog.checks = ["s1 != s2", "Mod(s0*s1, 3) != 0 or s0 == 1"]
+    prog.validate()
+    ex = VulkanExecutor(prog, device)
+    message = r"give height \(s1\) = 9, width \(s2\) = 9, where the program does not hold: .* under height != width"
+    for run in (ex, lambda x: run_reference(prog, x)):
+        with pytest.raises(ValueError, match=message):
+            run(np.zeros((2, 5, 9, 9), np.float32))
+        with pytest.raises(ValueError, match=r"batch \(s0\) = 2, height \(s1\) = 6, where .* under Mod\(batch\*height"):
+            run(np.zeros((2, 5, 6, 9), np.float32))
+    x = rng.normal(0, 1, (1, 5, 6, 9)).astype(np.float32)             # batch 1: the second check's "or"
+    np.testing.assert_array_equal(ex(x), run_reference(prog.specialize(prog.bind([x.shape])), x))
+    path = save_program(prog, tmp_path / "checked.vkq")
+    assert load_program(path).checks == prog.checks
+    np.save(tmp_path / "x.npy", np.zeros((1, 5, 9, 9), np.float32))
+    res = run_cli_without_torch("run", path, "--input", tmp_path / "x.npy", "--device", device.info.name)
+    assert res.returncode == 2 and "under height != width, that is s1 != s2" in res.stderr, res.stderr
+    prog.checks = ["s1 != s7"]
+    with pytest.raises(ValueError, match=r"undeclared symbol\(s\) s7"):
+        prog.validate()

@@ -247,7 +247,9 @@ def test_dinov2_at_dynamic_resolutions_and_a_branch_export_fixed_refused_naming_
     is h**2-like in torch's expressions (refused before: no power in vkq.symbolic). At the
     config's own size it skips the interpolation, and torch.export keeps that branch as a guard
     (patches == 16): compiled from such an example the graph holds at that size only, refused
-    naming the guard; from an example of another size, one program runs every resolution."""
+    naming the guard; from an example of another size, one program runs every other resolution,
+    and refuses the config's own, naming the guard (Program.checks: it would interpolate where
+    the model does not)."""
     import torch
     import transformers as tf
     from torch.export import Dim
@@ -278,6 +280,47 @@ def test_dinov2_at_dynamic_resolutions_and_a_branch_export_fixed_refused_naming_
         y = prog(x)
         assert y.shape == (shape[0], 1 + shape[2] // 8 * (shape[3] // 8), 32) and np.abs(y).max() > 0.1
         np.testing.assert_allclose(y, vkq_on(static(torch.from_numpy(x)), device)(x), rtol=1e-4, atol=2e-5)
+    # at the config's own grid the model skips the interpolation: export's guard, now a check
+    assert "s" in prog.program.checks[0] and "16" in prog.program.checks[0]
+    with pytest.raises(ValueError, match=r"give h \(s\d+\) = 4, w \(s\d+\) = 4, where the program does not hold: "
+                                         r"torch.export traced the model under h\*w != 16"):
+        prog(np.zeros((1, 3, 32, 32), np.float32))
+
+
+def test_a_branch_on_the_input_size_is_checked_when_the_program_runs(device):
+    """A model that takes another path at some sizes (here where h + w == 27): torch.export
+    traces the example's path and keeps the condition as a guard, which its ep.module() checks
+    and vkq kept nowhere (drop_guards): the program computed the traced path at every size.
+    Now the guard is a Program check: sizes where it fails are refused naming it, and verify's
+    probe size (the example's + 1, 13 x 14, is such a size) moves on to one where it holds."""
+    import torch
+    from torch.export import Dim
+
+    class Branchy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            if x.shape[2] + x.shape[3] == 27:
+                y = y * 2
+            return torch.relu(y)
+
+    ds = ({0: Dim("batch", min=1, max=3), 2: Dim("h", min=4, max=24), 3: Dim("w", min=4, max=24)},)
+    g = torch.Generator().manual_seed(0)
+    calib = [(torch.randn(2, 3, 12, 13, generator=g),)]
+    dyn, static = _compile_both(Branchy().eval(), calib[0], calib, "static", ds)
+    prog = vkq_on(dyn, device)
+    assert len(prog.program.checks) == 1 and prog.program.checks[0].endswith("!= 27"), prog.program.checks
+    for shape in [(1, 3, 13, 15), (3, 3, 24, 4), (2, 3, 12, 13)]:
+        x = torch.randn(shape, generator=g).numpy()
+        np.testing.assert_array_equal(prog(x), vkq_on(static(torch.from_numpy(x)), device)(x))
+    with pytest.raises(ValueError, match=r"give h \(s\d+\) = 13, w \(s\d+\) = 14, where the program does not hold: "
+                                         r"torch.export traced the model under (h \+ w|w \+ h) != 27"):
+        prog(np.zeros((1, 3, 13, 14), np.float32))
 
 
 @pytest.mark.parametrize("scheme", ["static", "dynamic"])
@@ -1095,7 +1138,7 @@ def test_a_derived_dim_that_export_pins_to_one_size_is_warned_of():
     with pytest.warns(UserWarning, match=r"input 'x' dimension 2 \(32\*s39\) was declared dynamic, but torch.export's "
                                          r"guards fix s39 to 2: the program runs at that size only"):
         bounds, names = user_bounds(gm, shapes, {"s0": (1, 4), "s39": (2, 2)}, ds)
-    assert bounds == {"s0": (1, 4), "s39": (2, 2)} and names == {"s0": "b"}
+    assert bounds == {"s0": (1, 4), "s39": (2, 2)} and names == {"s0": "b", "s39": "h"}  # (32 * h)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         user_bounds(gm, shapes, {"s0": (1, 4), "s39": (1, 6)}, ds)

@@ -72,3 +72,32 @@ def test_true_divisions_of_sizes_rounded_by_ceil_floor_or_trunc():
     assert evaluate("FloorToInt(IntTrueDiv(s0, 2))", {"s0": 9}) == 4
     assert evaluate("TruncToInt(IntTrueDiv(-7, 2))", {}) == -3
     assert evaluate("CeilToInt(IntTrueDiv(3*s0, 3))", {"s0": 2 ** 40 + 1}) == 2 ** 40 + 1    # exact past floats
+
+
+@pytest.mark.parametrize("text,env,want", [
+    ("s39*s94 != 16", {"s39": 4, "s94": 4}, False),            # DINOv2: a grid other than its table's
+    ("s39*s94 != 16", {"s39": 4, "s94": 5}, True),
+    ("s53 != s0", {"s53": 7, "s0": 7}, False),
+    ("(s0//8) >= 2 and Mod(s1, 3) == 0", {"s0": 16, "s1": 9}, True),
+    ("(s0//8) >= 2 and Mod(s1, 3) == 0", {"s0": 15, "s1": 9}, False),
+    ("s0 < 4 or not (s1 <= 2)", {"s0": 5, "s1": 3}, True),
+    ("s0 > s1", {"s0": 2, "s1": 2}, False),
+    ("Mod(s0, s1) != 0", {"s0": 3, "s1": 0}, False),          # a division by zero: the condition fails
+])
+def test_conditions(text, env, want):
+    from vkq.symbolic import check_condition, condition_symbols, holds
+    check_condition(text, known=env)
+    assert holds(text, env) is want and condition_symbols(text) == set(env)
+
+
+@pytest.mark.parametrize("bad", ["s0", "s0 + 1", "s0 < s1 < 4", "s0 is s1", "s0 in (1, 2)", "s0 == 2.5",
+                                 '__import__("os").system("true") == 0', "s0 <", "(lambda: 1)() == 1",
+                                 "s0 == 1 if s1 else s0 == 2", "s0**s1 != 1"])
+def test_anything_else_is_refused_as_a_condition(bad):
+    from vkq.symbolic import check_condition, holds
+    with pytest.raises(SymbolicError):
+        check_condition(bad)
+    with pytest.raises(SymbolicError):
+        holds(bad, {"s0": 1, "s1": 1})
+    with pytest.raises(SymbolicError, match="undeclared symbol.*s1"):
+        check_condition("s0 != s1", known={"s0"})

@@ -17,6 +17,7 @@ How, in three steps (lower() calls them when the graph's inputs have symbolic di
 """
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import numpy as np
@@ -192,6 +193,9 @@ def user_bounds(gm: GraphModule, shapes: dict, bounds: dict, dynamic_shapes=None
         for d, sym in enumerate(shapes.get(n.name, ())):
             if isinstance(sym, str) and not sym.isidentifier() and spec is not None and d in spec:
                 derived.update({root: f"input {n.name!r} dimension {d} ({sym})" for root in symbolic.symbols_of(sym)})
+                root, roots = getattr(spec[d], "root", None), symbolic.symbols_of(sym)
+                if hasattr(root, "__name__") and len(roots) == 1:     # Dim("h") * 8: its symbol is h
+                    names.setdefault(next(iter(roots)), root.__name__)
             if not (isinstance(sym, str) and sym.isidentifier()) or spec is None or d not in spec:
                 continue
             dim = spec[d]
@@ -261,8 +265,8 @@ def _described(program: Program, tensors: dict, names: dict) -> dict:
     out = {}
     for name in program.inputs:
         for d in tensors[name].shape:
-            if isinstance(d, str) and d.isidentifier():
-                out.setdefault(d, names.get(d, d))
+            for sym in sorted(symbolic.symbols_of(d)):       # (8*s39: Dim("h") * 8's h)
+                out.setdefault(sym, names.get(sym, sym))
     return out
 
 
@@ -362,14 +366,76 @@ def _shape_attrs(attrs, concrete: tuple, sym: tuple):
     return walk(attrs)
 
 
-def probe_bindings(bounds: dict, example: dict) -> dict:
-    """A second shape for verify: every symbol moved off its example value within its bounds
-    (+1, or -1 at the top), so that a size the lowering took as a constant shows."""
-    out = {}
-    for s, (lo, hi) in bounds.items():
-        v = example[s]
-        out[s] = v + 1 if v + 1 <= hi else max(lo, v - 1)
+def export_guards(fakes: list, bounds: dict) -> list[str]:
+    """The conditions torch.export traced the model under (its shape env's guards: a branch on
+    a size, "h*w != 16" where DINOv2 skips interpolating its position table at its own grid), as
+    vkq.symbolic conditions over the program's symbols: Program.checks, refused at run time where
+    one fails, as torch's own ep.module() refuses (its _guards_fn, which drop_guards removes).
+    A guard that holds throughout the symbols' bounds adds nothing and is left out."""
+    import sympy
+    env = fakes[0].fake_mode.shape_env
+    out = []
+    for guard in env.guards:
+        expr = env.replace(guard.expr)
+        if expr in (sympy.true, True) or not {str(s) for s in expr.free_symbols} <= set(bounds):
+            continue
+        try:
+            text = _condition(expr)
+            symbolic.check_condition(text, bounds)
+        except symbolic.SymbolicError as e:
+            warnings.warn(f"torch.export's guard {expr} is not checked when the program runs ({e})", stacklevel=3)
+            continue
+        if text not in out and not _holds_throughout(text, bounds):
+            out.append(text)
     return out
+
+
+_RELATIONS = {"==": "Equality", "!=": "Unequality", "<": "StrictLessThan", "<=": "LessThan",
+              ">": "StrictGreaterThan", ">=": "GreaterThan"}
+
+
+def _condition(expr) -> str:
+    """A sympy boolean (relations of sizes, And / Or / Not) as a vkq.symbolic condition."""
+    import sympy
+    kind = type(expr).__name__
+    for op, name in _RELATIONS.items():
+        if kind == name:
+            return f"{expr.lhs} {op} {expr.rhs}"
+    if isinstance(expr, (sympy.And, sympy.Or)):
+        join = " and " if isinstance(expr, sympy.And) else " or "
+        return join.join(f"({_condition(a)})" for a in expr.args)
+    if isinstance(expr, sympy.Not):
+        return f"not ({_condition(expr.args[0])})"
+    raise symbolic.SymbolicError(f"{kind} is not a relation vkq reads")
+
+
+def _holds_throughout(text: str, bounds: dict, most: int = 1 << 14) -> bool:
+    """Whether a condition holds at every binding within the bounds (a range guard; s*w != s
+    where w >= 2), tried where there are at most `most` of them."""
+    syms = sorted(symbolic.condition_symbols(text))
+    count = 1
+    for sym in syms:
+        count *= bounds[sym][1] - bounds[sym][0] + 1
+    if count > most:
+        return False
+    return all(symbolic.holds(text, dict(zip(syms, values)))
+               for values in itertools.product(*(range(bounds[s][0], bounds[s][1] + 1) for s in syms)))
+
+
+def probe_bindings(bounds: dict, example: dict, checks=()) -> dict:
+    """A second shape for verify: every symbol moved off its example value within its bounds
+    (+1, or -1 at the top; further where a check fails there), so that a size the lowering
+    took as a constant shows."""
+    first = None
+    for step in (1, 2, 3, 4):
+        out = {}
+        for s, (lo, hi) in bounds.items():
+            v = example[s]
+            out[s] = v + step if v + step <= hi else max(lo, v - step)
+        first = first or out
+        if all(symbolic.holds(c, out) for c in checks):
+            return out
+    return first
 
 
 def verify(dyn: Program, probe: Program, bindings: dict) -> None:

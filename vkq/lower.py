@@ -68,8 +68,10 @@ def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", rep
     exprs = {k: v for k, v in shapes.items() if not isinstance(v, tuple)}
     program, lowered = _lower_at(gm, example_inputs, float_linear, report, exprs, dynamic_graph=True, shapes=shapes)
     dyn = dynamic.symbolize(program, lowered, shapes, bounds, names)
+    dyn.checks = dynamic.export_guards(fakes, dyn.symbols)
+    dyn.validate()
     example = dyn.bind([tuple(x.shape) for x in example_inputs])
-    probe = dynamic.probe_bindings(dyn.symbols, example)
+    probe = dynamic.probe_bindings(dyn.symbols, example, dyn.checks)
     if probe != example:
         probe_inputs = tuple(_resized(x, dyn.tensors[name].shape, probe) for x, name in zip(example_inputs, dyn.inputs))
         try:

@@ -113,6 +113,8 @@ def save_program(program: Program, path) -> Path:
     }
     if program.symbols:
         manifest["symbols"] = {s: [int(lo), int(hi)] for s, (lo, hi) in program.symbols.items()}
+    if program.checks:
+        manifest["checks"] = list(program.checks)
     # What is saved is what load will see: JSON turns tuples into lists, keys into strings.
     manifest = json.loads(json.dumps(manifest))
     manifest["digest"] = digest(manifest)
@@ -328,7 +330,7 @@ def _check_version(manifest: dict) -> int:
 
 def _program_from(manifest: dict, version: int, archive: _Archive) -> Program:
     top = ("format", "version", "tensors", "nodes", "inputs", "outputs", "constants")
-    _keys(manifest, top + (("digest",) if version >= 2 else ()), ("fallback", "meta", "symbols"), MANIFEST)
+    _keys(manifest, top + (("digest",) if version >= 2 else ()), ("fallback", "meta", "symbols", "checks"), MANIFEST)
     tensors = {name: _tensor_spec(name, t) for name, t in _typed(manifest["tensors"], dict, "tensors").items()}
     nodes = [_node(i, n) for i, n in enumerate(_typed(manifest["nodes"], list, "nodes"))]
     inputs, outputs = _names(manifest["inputs"], "inputs"), _names(manifest["outputs"], "outputs")
@@ -338,6 +340,8 @@ def _program_from(manifest: dict, version: int, archive: _Archive) -> Program:
     fallback = _fallback(manifest.get("fallback", []))
     meta = _typed(manifest.get("meta", {}), dict, "meta")
     symbols = _symbols(manifest.get("symbols", {}))
+    checks = _typed(manifest.get("checks", []), list, "checks")
+    _require(all(isinstance(c, str) for c in checks), "checks: every check is a condition string")
 
     files = [c["file"] for c in entries.values()]
     _require(len(set(files)) == len(files), "two constants name the same file")
@@ -345,7 +349,7 @@ def _program_from(manifest: dict, version: int, archive: _Archive) -> Program:
         raise ProgramFileError(f"the archive holds an entry nothing uses: {extra!r}")
     constants = {name: _read_constant(archive, name, entry, tensors[name]) for name, entry in entries.items()}
 
-    program = Program(tensors, nodes, inputs, outputs, constants, fallback, dict(meta), symbols)
+    program = Program(tensors, nodes, inputs, outputs, constants, fallback, dict(meta), symbols, checks)
     try:
         program.validate()
     except ValueError as e:

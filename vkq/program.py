@@ -5,8 +5,9 @@ logical shape and dtype, and for int8 tensors the packed layout and quantization
 parameters. Constants (weights, biases, requantization tables) are tensors with a value.
 
 Dimensions may be symbolic (dynamic shapes): an int or an expression string in the program's
-input symbols (vkq.symbolic), with each symbol's bounds in Program.symbols. A symbolic Program
-is specialized to concrete shapes (Program.bind -> Program.specialize) before anything runs.
+input symbols (vkq.symbolic), with each symbol's bounds in Program.symbols and the conditions
+torch.export traced the model under in Program.checks. A symbolic Program is specialized to
+concrete shapes (Program.bind, which checks both -> Program.specialize) before anything runs.
 
 How a tensor lives on a device is defined here, once:
   int8    -> int32 words, Int8x4-packed in its layout (vkq.packing: 4W4C, 4H4W, ROW)
@@ -18,6 +19,7 @@ How a tensor lives on a device is defined here, once:
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -138,6 +140,7 @@ class Program:
     fallback: list = field(default_factory=list)    # (op, reason) that run on the CPU
     meta: dict = field(default_factory=dict)
     symbols: dict = field(default_factory=dict)     # symbol -> (min, max): the dynamic dims' bounds
+    checks: list = field(default_factory=list)      # conditions on the symbols the graph holds under
 
     # -- dynamic shapes ----------------------------------------------------------------------
     @property
@@ -178,7 +181,7 @@ class Program:
                 raise ValueError(f"input {name!r} dimension {i} must be {want}, got {got} "
                                  f"(shape {shape}; the program takes {_show(self.tensors[name].shape)})")
             if solved is not None:
-                self._bind(bindings, where, solved[0], solved[1], name, i)
+                self._bind(bindings, where, solved[0], solved[1], name, i, f"{got} = {want}")
         missing = set(self.symbols) - set(bindings)
         if missing:
             raise ValueError(f"symbol(s) {', '.join(sorted(missing))} appear in no input dimension")
@@ -186,13 +189,32 @@ class Program:
             want = symbolic.evaluate_shape(self.tensors[name].shape, bindings)
             if want != tuple(int(d) for d in shape):
                 raise ValueError(f"input {name!r} has shape {tuple(shape)}, the other inputs make it {want}")
+        for check in self.checks:
+            if not symbolic.holds(check, bindings):
+                raise ValueError(self._failed(check, bindings, shapes))
         return bindings
 
-    def _bind(self, bindings, where, sym, got, name, i):
+    def _failed(self, check: str, bindings: dict, shapes) -> str:
+        order = [s for n in self.inputs for d in self.tensors[n].shape for s in sorted(symbolic.symbols_of(d))]
+        used = sorted(symbolic.condition_symbols(check), key=lambda s: (order.index(s) if s in order else len(order), s))
+        at = ", ".join(f"{self.describe_symbol(s)} = {bindings[s]}" if self.describe_symbol(s) == s
+                       else f"{self.describe_symbol(s)} ({s}) = {bindings[s]}" for s in used)
+        dims = "; ".join(f"{n!r} {_show(self.tensors[n].shape)}" for n in self.inputs if self.tensors[n].symbolic)
+        got = ", ".join(str(tuple(int(d) for d in s)) for s in shapes)
+        named = re.sub(r"[A-Za-z_]\w*", lambda m: self.describe_symbol(m.group()) if m.group() in used else m.group(),
+                       check)
+        shown = check if named == check else f"{named}, that is {check}"
+        return (f"input shape(s) {got} give {at}, where the program does not hold: torch.export traced the "
+                f"model under {shown} (inputs {dims}), a branch on an input's size, and at this size the model "
+                "takes another path. Compile it from an example input of this size, or keep this size out of "
+                "the dims' range")
+
+    def _bind(self, bindings, where, sym, got, name, i, derived=None):
         lo, hi = self.symbols.get(sym, (0, None))
         if got < lo or (hi is not None and got > hi):
+            of = f" (its size {derived} makes {sym} {got})" if derived else ""
             raise ValueError(f"input {name!r} dimension {i} ({self.describe_symbol(sym)}) must be in "
-                             f"[{lo}, {hi}], got {got}")
+                             f"[{lo}, {hi}], got {got}{of}")
         if sym in bindings and bindings[sym] != got:
             raise ValueError(f"input {name!r} dimension {i} is {got}, but {where[sym]} is "
                              f"{bindings[sym]}: both are {self.describe_symbol(sym)} and must agree")
@@ -222,6 +244,10 @@ class Program:
                     or not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)
                     or not 0 <= bounds[0] <= bounds[1]):
                 raise ValueError(f"symbol {sym!r} has bounds {bounds!r}; expected [min, max] with 0 <= min <= max")
+        if not isinstance(self.checks, list):
+            raise ValueError(f"checks must be a list of conditions, not {type(self.checks).__name__}")
+        for check in self.checks:
+            symbolic.check_condition(check, self.symbols)
         for name, spec in self.tensors.items():
             for d in spec.shape:
                 symbolic.check(d, self.symbols)

@@ -7,6 +7,9 @@ a power by a small constant (DINOv2's and Swin's h**2), parentheses, Max/Min, fl
 sizes, F.interpolate's and MobileViT's ceil(h / 2)) — so a program file can never run
 code, and a bad expression is refused when the program is made or loaded, not midway through a
 call. Quotients are exact (fractions), never floats.
+
+A condition (Program.checks: a guard torch.export traced the model under, "h*w != 16") is
+comparisons of such expressions (== != < <= > >=) joined by and / or / not.
 """
 from __future__ import annotations
 
@@ -72,6 +75,66 @@ def _compile(text: str):
 
     fn = build(tree)
     return fn, frozenset(names)
+
+
+_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+            ast.Gt: operator.gt, ast.GtE: operator.ge}
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile_condition(text: str):
+    """(function of a bindings dict -> bool, frozenset of symbols) for one condition."""
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        raise SymbolicError(f"not a condition: {text!r}") from None
+    names = set()
+
+    def side(node):
+        fn, used = _compile(ast.unparse(node))
+        names.update(used)
+        return fn
+
+    def build(node):
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+            a, b, op = side(node.left), side(node.comparators[0]), _COMPARE[type(node.ops[0])]
+            return lambda env: op(a(env), b(env))
+        if isinstance(node, ast.BoolOp):
+            parts, want = [build(v) for v in node.values], isinstance(node.op, ast.Or)
+            return (lambda env: any(p(env) for p in parts)) if want else (lambda env: all(p(env) for p in parts))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            f = build(node.operand)
+            return lambda env: not f(env)
+        raise SymbolicError(f"{text!r}: {ast.dump(node)[:60]} is not a comparison of integer expressions")
+
+    fn = build(tree)
+    return fn, frozenset(names)
+
+
+def check_condition(text, known=None) -> None:
+    """Raise SymbolicError unless text is a readable condition (over `known` symbols)."""
+    if not isinstance(text, str):
+        raise SymbolicError(f"a condition is a string, not {text!r}")
+    used = _compile_condition(text)[1]          # parses: an unreadable condition raises here
+    unknown = used - set(known) if known is not None else set()
+    if unknown:
+        raise SymbolicError(f"{text!r} uses undeclared symbol(s) {', '.join(sorted(unknown))}")
+
+
+def condition_symbols(text: str) -> frozenset:
+    return _compile_condition(text)[1]
+
+
+def holds(text: str, bindings: dict) -> bool:
+    """Whether a condition holds under concrete symbol values (a division by zero: it does not)."""
+    fn, names = _compile_condition(text)
+    missing = names - set(bindings)
+    if missing:
+        raise SymbolicError(f"{text!r} needs a value for {', '.join(sorted(missing))}")
+    try:
+        return bool(fn(bindings))
+    except ZeroDivisionError:
+        return False
 
 
 def symbols_of(dim) -> frozenset:
