@@ -241,6 +241,13 @@ MALFORMED = [
     (lambda m: m["tensors"]["x"]["shape"].__setitem__(1, "s0"), r"'s0' uses undeclared symbol\(s\) s0"),
     (lambda m: m["tensors"]["x"]["shape"].__setitem__(1, "__import__('os')"), r"shape\[1\]: .* is not integer arithmetic"),
     (lambda m: m.update(symbols={"s0": [4, 2]}), r"symbol 's0' has bounds"),
+    (lambda m: m["nodes"][1]["attrs"].update(x_zp=300), r"node 'linear_q8:h' \(linear_q8\): attr 'x_zp' must be an "
+                                                         r"integer in \[-128, 127\], got an integer 300"),
+    (lambda m: m["nodes"][1]["attrs"].update(out_zp=None), "attr 'out_zp' must be an integer in"),
+    (lambda m: m["nodes"][1]["attrs"].update(qmin=127, qmax=0), r"qmin 127 > qmax 0"),
+    (lambda m: m["nodes"][0]["attrs"].update(scale=0.0), r"attr 'scale' must be a finite number > 0, got a number 0.0"),
+    (lambda m: m["nodes"][2]["attrs"].update(scale=float("inf")), r"attr 'scale' must be a finite number > 0"),
+    (lambda m: m["nodes"][0]["attrs"].update(zero_point=[1]), r"attr 'zero_point' must be an integer in"),
     (lambda m: m.update(checks="s0 != 1"), "checks must be a list, got a string"),
     (lambda m: m.update(checks=[1]), "checks: every check is a condition string"),
     (lambda m: m.update(checks=["s0 != 1"]), r"'s0 != 1' uses undeclared symbol\(s\) s0"),
@@ -533,6 +540,58 @@ def test_fuzzed_files_that_load_run_unchanged_on_the_device(device, small, tmp_p
         if ran == 4:
             break
     assert ran == 4
+
+
+_VALUES = [0, -1, 1, 300, -129, 2 ** 31, 2 ** 63, 1e308, float("nan"), float("inf"), "", "s0", "x", [], {}, None,
+           True, [1], [2, 2], {"expr": "s0"}, 3.5, -128, 127, 0.0, "4W4C", "int8"]
+
+
+def test_signed_value_edits_are_refused_or_run_or_name_the_node(device, small, tmp_path):
+    """What a buggy writer could sign: one or two values of the manifest replaced by others of
+    any JSON kind (seeded). Each file is refused at load (the attrs whose name fixes their
+    meaning are checked: zero points and clamps int8, multipliers int32, scales finite > 0), or
+    runs, or fails at run time with a ValueError naming the node (NodeError), on the CPU and on
+    the device; where both run, they agree bit for bit. Never another exception. (Not caught:
+    an output spec edited to a shape its op does not make; the reference refuses it, naming the
+    node, and the device trusts the specs.)"""
+    import random
+    rng = random.Random(7)
+    manifest = json.loads(dict(_entries(small))["manifest.json"])
+    paths = []
+
+    def walk(o, at=()):
+        if at and at[0] != "digest":
+            paths.append(at)
+        for k, v in (o.items() if isinstance(o, dict) else enumerate(o) if isinstance(o, list) else ()):
+            walk(v, at + (k,))
+    walk(manifest)
+    counts = {"refused": 0, "ran": 0, "named": 0}
+    for i in range(400):
+        edits = [(rng.choice(paths), rng.choice(_VALUES)) for _ in range(rng.randint(1, 2))]
+
+        def edit(m):
+            for at, value in edits:
+                o = m
+                for k in at[:-1]:
+                    o = o[k] if isinstance(o, (dict, list)) and (k in o if isinstance(o, dict) else k < len(o)) else None
+                if isinstance(o, dict) or (isinstance(o, list) and at[-1] < len(o)):
+                    o[at[-1]] = value
+        try:
+            program = load_program(_rewrite(small, tmp_path / "v.vkq", edit_manifest=edit))
+        except ProgramFileError:
+            counts["refused"] += 1
+            continue
+        outs = []
+        for run in (lambda: run_reference(program, _X), lambda: VulkanExecutor(program, device)(_X)):
+            try:
+                outs.append(run())
+            except ValueError as e:
+                assert "node '" in str(e) or "input" in str(e), (edits, str(e))
+                outs.append(None)
+        if all(o is not None for o in outs):
+            np.testing.assert_array_equal(outs[0], outs[1], err_msg=str(edits))
+        counts["ran" if outs[0] is not None else "named"] += 1
+    assert counts["refused"] > 300 and counts["ran"] > 10 and counts["named"] > 0, counts
 
 
 def test_cli_and_api_report_a_damaged_file_in_one_line(small, tmp_path):

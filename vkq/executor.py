@@ -15,6 +15,7 @@ compiled pipelines, so a new shape costs the recording, not compilation.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import warnings
@@ -26,7 +27,8 @@ from .device import Buffer, Device, get_device
 from .program import Node, Program, TensorSpec
 from .registry import cpu_reason, get_op
 from .rewrites import rewrite_for_shapes
-from .vkinfo import DeviceLimit
+from .shaders import ShaderCompileError
+from .vkinfo import DeviceLimit, VulkanUnavailable
 
 
 def _as_numpy(x) -> np.ndarray:
@@ -42,8 +44,8 @@ def run_reference(program: Program, *inputs, keep_all: bool = False):
     env = _bind_inputs(program, inputs)
     env.update(program.constants)
     for node in program.nodes:
-        op = get_op(node.op)
-        result = op.reference(*[env[t] for t in node.inputs], **node.attrs)
+        with _at(node):
+            result = get_op(node.op).reference(*[env[t] for t in node.inputs], **node.attrs)
         _store(env, node, result, program)
     return env if keep_all else _outputs(program, env)
 
@@ -69,15 +71,35 @@ def _bind_inputs(program: Program, inputs) -> dict:
     return env
 
 
+class NodeError(ValueError):
+    """A node that its op cannot build or run as the program gives it (attrs or specs that do
+    not fit each other: a program file a buggy writer signed); the message names the node."""
+
+
+@contextlib.contextmanager
+def _at(node: Node):
+    """Errors of an op's reference or build() on a node it cannot take, as a NodeError naming it."""
+    try:
+        yield
+    except (NodeError, DeviceLimit, ShaderCompileError, VulkanUnavailable):     # (the device's, not the node's)
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, ZeroDivisionError,
+            RuntimeError) as e:
+        raise NodeError(f"node {node.name!r} ({node.op}) cannot run as the program gives it: "
+                        f"{type(e).__name__}: {e}") from e
+
+
 def _store(env, node: Node, result, program: Program):
     results = result if isinstance(result, tuple) else (result,)
     if len(results) != len(node.outputs):
-        raise RuntimeError(f"{node.name}: reference returned {len(results)} outputs, expected {len(node.outputs)}")
+        raise NodeError(f"node {node.name!r} ({node.op}): its reference returned {len(results)} outputs, "
+                        f"the program names {len(node.outputs)}")
     for name, value in zip(node.outputs, results):
         spec = program.tensors[name]
         value = np.asarray(value)
         if value.shape != spec.shape:
-            raise RuntimeError(f"{node.name}: output {name!r} has shape {value.shape}, spec says {spec.shape}")
+            raise NodeError(f"node {node.name!r} ({node.op}): its output {name!r} has shape {value.shape}, "
+                            f"its spec says {spec.shape}")
         env[name] = value.astype(spec.numpy_dtype, copy=False)
 
 
@@ -352,7 +374,8 @@ class VulkanExecutor:
                 continue     # an empty output (Phi-3's pass-through half of a full rotary): nothing to compute
             ctx.building(node)
             try:
-                steps += get_op(node.op).build(ctx, node)
+                with _at(node):
+                    steps += get_op(node.op).build(ctx, node)
             except DeviceLimit as e:
                 e.node = node.name
                 raise
@@ -381,7 +404,9 @@ class VulkanExecutor:
                 node = seg[1]
                 consts = program.constants
                 args = [host[t] if t in host else consts[t] for t in node.inputs]
-                _store(host, node, get_op(node.op).reference(*args, **node.attrs), program)
+                with _at(node):
+                    result = get_op(node.op).reference(*args, **node.attrs)
+                _store(host, node, result, program)
                 continue
             _, rec, ups, downs, _ = seg
             for t in ups:

@@ -355,17 +355,68 @@ def _program_from(manifest: dict, version: int, archive: _Archive) -> Program:
     except ValueError as e:
         raise ProgramFileError(f"inconsistent program: {e}") from None
     for node in program.nodes:
-        _check_call(node)
+        _check_call(node, program.symbols)
     return program
 
 
-def _check_call(node: Node) -> None:
-    """The node's inputs and attrs fit its op's reference(*inputs, **attrs), the op's contract."""
+def _check_call(node: Node, symbols: dict) -> None:
+    """The node's inputs and attrs fit its op's reference(*inputs, **attrs), the op's contract,
+    and the attrs whose meaning is fixed by their name hold values of that meaning."""
     from .registry import get_op
+    signature = inspect.signature(get_op(node.op).reference)
+    params = signature.parameters
     try:
-        inspect.signature(get_op(node.op).reference).bind(*node.inputs, **node.attrs)
+        signature.bind(*node.inputs, **node.attrs)
     except TypeError as e:
         raise ProgramFileError(f"node {node.name!r}: its inputs and attrs do not fit op {node.op!r} ({e})") from None
+    for key, value in node.attrs.items():
+        kind = ATTR_KINDS.get(key)
+        if kind is not None and not (value is None and key in params and params[key].default is None):
+            what = _attr_fault(value, *kind, symbols)
+            _require(what is None, f"node {node.name!r} ({node.op}): attr {key!r} must be {what}, got {_kind(value)}")
+    a = node.attrs
+    if _is_int(a.get("qmin")) and _is_int(a.get("qmax")):
+        _require(a["qmin"] <= a["qmax"], f"node {node.name!r} ({node.op}): qmin {a['qmin']} > qmax {a['qmax']}")
+
+
+# Attrs whose name fixes their meaning in every op that takes them: (kind, lowest, highest, one
+# value or a list of them). An int may be an expression {"expr": ...} in a dynamic program. The
+# shaders take these as 32-bit push or specialization constants, and an int8 op's zero points
+# and clamp as int8 values: a file outside these ranges would compute something else there.
+_INT8, _INT32, _SIZE = (-128, 127), (-2 ** 31, 2 ** 31 - 1), (0, MAX_ELEMENTS)
+ATTR_KINDS = {
+    **{k: ("int", *_INT8, False) for k in ("a_zp", "b_zp", "x_zp", "out_zp", "in_zp", "zero_point", "qmin",
+                                            "qmax")},
+    "in_zps": ("int", *_INT8, True),
+    **{k: ("int", *_INT32, False) for k in ("a_mult", "b_mult", "multiplier", "shift")},
+    **{k: ("int", *_INT32, True) for k in ("multipliers", "shifts")},
+    **{k: ("int", 1, MAX_ELEMENTS, True) for k in ("stride", "dilation", "kernel")},
+    "groups": ("int", 1, MAX_ELEMENTS, False),
+    **{k: ("int", *_SIZE, True) for k in ("padding", "output_size", "out_size")},
+    **{k: ("positive", 0, math.inf, False) for k in ("scale", "x_scale", "out_scale")},
+    "eps": ("number", 0, math.inf, False),
+}
+
+
+def _attr_fault(value, kind, lo, hi, many, symbols) -> str | None:
+    """What the value should have been, or None where it is one (a list of them where many)."""
+    one = {"int": f"an integer in [{lo}, {hi}]", "positive": "a finite number > 0",
+           "number": f"a finite number >= {lo}"}[kind]
+    want = f"a list of {one.removeprefix('an ').removeprefix('a ')}s" if many else one
+    if many and not isinstance(value, list):
+        return want
+    for v in value if many else [value]:
+        if kind == "int" and isinstance(v, dict) and set(v) == {"expr"}:      # a symbolic size
+            try:
+                symbolic.check(v["expr"], symbols)
+            except symbolic.SymbolicError:
+                return want
+        elif kind == "int" and not (_is_int(v) and lo <= v <= hi):
+            return want
+        elif kind != "int" and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                    and (v > 0 if kind == "positive" else v >= lo)):
+            return want
+    return None
 
 
 def _read_constant(archive: _Archive, name, entry, spec: TensorSpec) -> np.ndarray:
