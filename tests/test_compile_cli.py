@@ -150,6 +150,11 @@ def build():
     return Net().eval(), (torch.randn(2, 13),)
 
 
+def build_dynamic():
+    model, example = build()
+    return model, example, ({0: torch.export.Dim("batch", min=1, max=6)},)
+
+
 def broken():
     return "not a model"
 '''
@@ -181,6 +186,14 @@ def test_module_function_with_npy_calibration(device, tmp_path, monkeypatch):
     code, out, err = _run_main("compile", tmp_path / "vkq_cli_test_models.py:build", "-o", tmp_path / "n2.vkq",
                                "--no-device", "--scheme", "dynamic")
     assert code == 0 and "(dynamic)" in out, err[-3000:]
+    # a third item, torch.export's dynamic_shapes: one program for every batch up to 6
+    code, out, err = _run_main("compile", "vkq_cli_test_models:build_dynamic", "-o", tmp_path / "n3.vkq", "--no-device")
+    assert code == 0 and "dynamic: x (batch, 13); batch in [1, 6]" in out, (out, err[-3000:])
+    from vkq_cli_test_models import build_dynamic
+    want = vkq.compile(*build_dynamic()[:2], dynamic_shapes=build_dynamic()[2]).program
+    for batch in (1, 5):
+        x = rng.normal(0, 1, (batch, 13)).astype(np.float32)
+        np.testing.assert_array_equal(run_reference(load_program(tmp_path / "n3.vkq"), x), run_reference(want, x))
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +235,8 @@ def test_clear_errors(cnn, tmp_path, monkeypatch):
         (["notes.txt"], "notes.txt: not a .pt2 file"),
         (["no_such_module:build"], "cannot import no_such_module (No module named 'no_such_module')"),
         (["vkq_cli_test_models:nothing"], "vkq_cli_test_models has no function 'nothing'"),
-        (["vkq_cli_test_models:broken"], "must return (model, example_inputs), got str"),
+        (["vkq_cli_test_models:broken"], "must return (model, example_inputs) or (model, example_inputs, "
+                                         "dynamic_shapes), got str"),
         ([cnn.pt2, "--calibration", "empty"], "empty: no calibration files in this folder"),
         ([cnn.pt2, "--calibration", "nowhere"], "nowhere: no such file or folder"),
         ([cnn.pt2, "--calibration", "notes.txt"], "notes.txt: not a calibration file"),
@@ -248,10 +262,10 @@ def test_pt2_exported_in_training_mode_is_compiled_in_eval_form(tmp_path):
         model(torch.randn(6, 3, 9, 11) + 1)
     x = torch.randn(2, 3, 9, 11)
     torch.export.save(torch.export.export(model, (x,)), tmp_path / "train.pt2")
-    gm, (example,) = load_model(str(tmp_path / "train.pt2"))
+    gm, (example,), dims = load_model(str(tmp_path / "train.pt2"))
     with torch.no_grad():
         assert torch.equal(gm(x), model.eval()(x)) and torch.equal(example, x)
-    assert gm.eval() is gm
+    assert gm.eval() is gm and dims is None
 
 
 def test_calibration_files_of_several_kinds(cnn, tmp_path, capsys):
@@ -278,3 +292,42 @@ def test_calibration_files_of_several_kinds(cnn, tmp_path, capsys):
     assert calibration_batches([cnn.images / "0.png"], [grey], progress=False)[0][0].shape == (1, 1, 21, 21)
     with pytest.raises(cal.CalibrationError, match="images calibrate a model with one float input"):
         calibration_batches([cnn.images], [ids], progress=False)
+
+
+def test_pt2_exported_with_dynamic_dims_compiles_to_one_program_for_every_shape(tmp_path, device):
+    """A .pt2 saved from torch.export with Dims (a batch, a height, a width that is 2 * a Dim)
+    compiles to a dynamic program: its Dims rebuilt from the saved symbols and range
+    constraints, named after the input and dimension. `vkq run` (no torch) takes other shapes
+    within the bounds and gives what the same model compiled in-process with those Dims gives;
+    --static compiles the example's shape only; a dim with no upper bound is refused, naming it."""
+    from torch.export import Dim
+    model, example = _small_cnn(), torch.randn(2, 3, 21, 24)
+    ds = ({0: Dim("b", min=1, max=4), 2: Dim("h", min=9, max=40), 3: 2 * Dim("half", min=5, max=20)},)
+    pt2 = tmp_path / "dyn.pt2"
+    torch.export.save(torch.export.export(model, (example,), dynamic_shapes=ds), pt2)
+    calibration = [torch.randn(3, 3, 15, 30, generator=torch.Generator().manual_seed(1))]   # (another size)
+    np.save(tmp_path / "c.npy", calibration[0].numpy())
+    code, stdout, stderr = _run_main("compile", pt2, "-o", tmp_path / "dyn.vkq", "--no-device", "--calibration",
+                                     tmp_path / "c.npy")
+    assert code == 0, stderr[-3000:]
+    assert "dynamic: x (x_dim0, 3, x_dim2, 2*s" in stdout and "x_dim0 in [1, 4]" in stdout, stdout
+    program = load_program(tmp_path / "dyn.vkq")
+    ours = vkq.compile(model, (example,), [(c,) for c in calibration], dynamic_shapes=ds)
+    for shape in [(1, 3, 9, 10), (4, 3, 40, 40), (3, 3, 17, 26)]:
+        x = np.random.default_rng(sum(shape)).normal(0, 1, shape).astype(np.float32)
+        np.save(tmp_path / "x.npy", x)
+        res = run_cli_without_torch("run", tmp_path / "dyn.vkq", "--input", tmp_path / "x.npy", "--output",
+                                    tmp_path / "y.npy", "--device", device.info.name)
+        assert res.returncode == 0, res.stderr[-3000:]
+        np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), run_reference(program, x))
+        np.testing.assert_array_equal(run_reference(program, x), run_reference(ours.program, x))
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 9, 11), np.float32))
+    res = run_cli_without_torch("run", tmp_path / "dyn.vkq", "--input", tmp_path / "x.npy", "--device", device.info.name)
+    assert res.returncode == 2 and "input 'x' dimension 3 must be 2*s" in res.stderr, res.stderr
+
+    code, stdout, _ = _run_main("compile", pt2, "-o", tmp_path / "static.vkq", "--no-device", "--static")
+    assert code == 0 and "dynamic:" not in stdout and not load_program(tmp_path / "static.vkq").dynamic
+
+    torch.export.save(torch.export.export(model, (example,), dynamic_shapes=({0: Dim("b", min=1)},)), pt2)
+    code, _, stderr = _run_main("compile", pt2, "-o", tmp_path / "open.vkq", "--no-device")
+    assert code == 2 and "input 'x' dim0 is dynamic with no upper bound" in stderr and "--static" in stderr, stderr

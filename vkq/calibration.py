@@ -29,9 +29,18 @@ class CalibrationError(ValueError):
 
 @dataclass(frozen=True)
 class InputSpec:
-    """What one model input looks like: its example's shape and numpy dtype."""
+    """What one model input looks like: its example's shape and numpy dtype, and the dims a
+    batch may size freely (the batch, and a dynamic program's dynamic dims)."""
     shape: tuple
     dtype: np.dtype
+    free: frozenset = frozenset({0})
+
+    def fits(self, shape) -> bool:
+        return len(shape) == len(self.shape) and all(d in self.free or a == b
+                                                     for d, (a, b) in enumerate(zip(shape, self.shape)))
+
+    def describe(self) -> str:
+        return f"({', '.join('N' if d == 0 else 'any' if d in self.free else str(n) for d, n in enumerate(self.shape))})"
 
 
 @dataclass(frozen=True)
@@ -94,9 +103,9 @@ def _files(sources) -> list[Path]:
 def _fit(a: np.ndarray, want: InputSpec, where: str) -> np.ndarray:
     """One batch for one input: same rank, same sizes after the batch dimension, a dtype that
     converts without changing kind (float data for an integer input is refused)."""
-    if a.ndim != len(want.shape) or a.shape[1:] != tuple(want.shape[1:]):
+    if not want.fits(a.shape):
         raise CalibrationError(f"{where}: shape {a.shape} does not fit the model's input {tuple(want.shape)} "
-                               f"(a batch is (N, {', '.join(map(str, want.shape[1:]))}))")
+                               f"(a batch is {want.describe()})")
     if not np.can_cast(a.dtype, want.dtype, "same_kind"):
         raise CalibrationError(f"{where}: dtype {a.dtype} does not convert to the model's input dtype {want.dtype}")
     return a.astype(want.dtype, copy=False)
@@ -117,7 +126,7 @@ def _array_batches(path: Path, inputs: list[InputSpec]) -> list[tuple]:
         raise CalibrationError(f"{path}: a .npy file calibrates a one-input model; this one takes {len(inputs)} "
                                "inputs: give .npz files with one array per input")
     want = inputs[0]
-    if data.ndim == len(want.shape) + 1 and data.shape[1:] == tuple(want.shape):   # a stack of batches
+    if data.ndim == len(want.shape) + 1 and want.fits(data.shape[1:]):   # a stack of batches
         return [(_fit(b, want, f"{path} [{i}]"),) for i, b in enumerate(data)]
     return [(_fit(data, want, str(path)),)]
 

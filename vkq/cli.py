@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 
@@ -121,22 +122,32 @@ def cmd_compile(args) -> int:
     from .modelsource import load_model
     from .progfile import save_program
     from .registry import cpu_reason
-    model, examples = load_model(args.model, args.input_shape)
+    model, examples, dims = load_model(args.model, args.input_shape, static=args.static)
     calibration = None
     if args.calibration:
-        specs = [InputSpec(tuple(t.shape), t.detach().numpy().dtype) for t in examples]
+        free = [{0, *(d if isinstance(d, dict) else [i for i, x in enumerate(d or ()) if x is not None])}
+                for d in (dims or [None] * len(examples))]      # (the Dims: calibration batches of any size)
+        specs = [InputSpec(tuple(t.shape), t.detach().numpy().dtype, frozenset(f)) for t, f in zip(examples, free)]
         transform = ImageTransform(args.resize, args.crop, tuple(args.mean), tuple(args.std))
         batches = calibration_batches(args.calibration, specs, transform, args.limit)
         calibration = [tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in b) for b in batches]
         print(f"calibration: {len(calibration)} batch(es)")
     else:
         print("calibration: none given; the example inputs only")
-    program, fallback = compile_program(model, examples, calibration, args.scheme)
+    program, fallback = compile_program(model, examples, calibration, args.scheme, dynamic_shapes=dims)
     out = save_program(program, args.output or _default_output(args.model))
     on_cpu = sum(1 for n in program.nodes if cpu_reason(n, program.tensors) is not None)
     weights = sum(np.asarray(v).nbytes for v in program.constants.values())
     print(f"{args.model} -> {out} ({args.scheme}): {len(program.nodes)} nodes, "
           f"{len(program.nodes) - on_cpu} on Vulkan, {on_cpu} on the CPU; constants {weights:,} B")
+    if program.dynamic:       # (the symbols by their Dim names: what `vkq run` will take)
+        named = lambda d: re.sub(r"[A-Za-z_]\w*", lambda m: program.describe_symbol(m.group()), str(d))
+        print("  dynamic: " + "; ".join(f"{name} ({', '.join(named(d) for d in program.tensors[name].shape)})"
+                                        for name in program.inputs)
+              + "; " + ", ".join(f"{program.describe_symbol(s)} in [{lo}, {hi}]" for s, (lo, hi) in
+                                 sorted(program.symbols.items(), key=lambda kv: program.describe_symbol(kv[0]))))
+        for check in program.checks:
+            print(f"  holds where {named(check)} (torch.export's guard: other sizes are refused)")
     for op, reason in fallback:
         print(f"  on the CPU: {op}: {reason}")
     if not args.no_device:
@@ -277,6 +288,8 @@ def main(argv=None) -> int:
     p.add_argument("--std", type=_floats_arg, default=(1.0,), help="images: per-channel divisor, e.g. "
                    "0.229,0.224,0.225 (default 1)")
     p.add_argument("--limit", type=_positive_int, help="use at most N calibration batches")
+    p.add_argument("--static", action="store_true", help="a .pt2 exported with dynamic dims: compile its example "
+                   "shapes only (default: one program for every shape within its Dims' bounds)")
     _add_device_arg(p)
     p.add_argument("--no-device", action="store_true", help="no memory plan (needs no Vulkan device)")
     p.set_defaults(func=cmd_compile)

@@ -1,8 +1,11 @@
 """Where `vkq compile` gets a model and its example inputs:
 
   model.pt2                a torch.export.save'd ExportedProgram (PyTorch's exchange format):
-                           its .module() and the example inputs saved with it (or --input-shape)
+                           its .module() and the example inputs saved with it (or --input-shape);
+                           exported with dynamic dims, its Dims and their bounds (one program for
+                           every shape within them) unless static=True
   package.module:function  (or path/to/file.py:function) a function returning (model, example_inputs)
+                           or (model, example_inputs, dynamic_shapes) (torch.export's)
 
 Anything unusable is refused with a ModelSourceError saying what to give instead.
 """
@@ -22,19 +25,22 @@ class ModelSourceError(ValueError):
     """MODEL names no usable model, and why."""
 
 
-def load_model(source: str, input_shapes=None) -> tuple:
-    """(nn.Module, example inputs tuple). input_shapes: a list of shapes, one per input, used
-    for a .pt2 saved without example inputs, or instead of a function's example inputs."""
+def load_model(source: str, input_shapes=None, static: bool = False) -> tuple:
+    """(nn.Module, example inputs tuple, dynamic_shapes or None). input_shapes: a list of
+    shapes, one per input, used for a .pt2 saved without example inputs, or instead of a
+    function's example inputs; static: the example shapes only (no dynamic_shapes)."""
     path = Path(source)
     if path.is_file() or path.suffix.lower() == ".pt2":
-        return _load_pt2(path, input_shapes)
-    if ":" in source:
-        return _load_function(source, input_shapes)
-    raise ModelSourceError(f"{source}: no such file (MODEL is a torch.export.save'd .pt2 file, "
-                           "or package.module:function returning (model, example_inputs))")
+        model, examples, dims = _load_pt2(path, input_shapes, static)
+    elif ":" in source:
+        model, examples, dims = _load_function(source, input_shapes)
+    else:
+        raise ModelSourceError(f"{source}: no such file (MODEL is a torch.export.save'd .pt2 file, "
+                               "or package.module:function returning (model, example_inputs))")
+    return model, examples, None if static else dims
 
 
-def _load_pt2(path: Path, input_shapes):
+def _load_pt2(path: Path, input_shapes, static: bool):
     if not path.is_file():
         raise ModelSourceError(f"{path}: no such file")
     if path.suffix.lower() != ".pt2":
@@ -67,7 +73,47 @@ def _load_pt2(path: Path, input_shapes):
         from torchao.quantization.pt2e import move_exported_model_to_eval
         gm = move_exported_model_to_eval(gm)
     gm.eval = types.MethodType(lambda self: self, gm)  # so quantize's .eval() (refused by exported modules) is a no-op
-    return gm, examples
+    return gm, examples, None if static else _saved_dims(ep, path)
+
+
+def _saved_dims(ep, path: Path):
+    """torch.export's dynamic_shapes rebuilt from a saved program's symbolic input dims and its
+    range_constraints (a plain symbol: a Dim named after its first input and dimension; a*s + b:
+    that Dim's derived dim), or None where every dim is static. A dim with no upper bound, or an
+    expression of another form, is refused: vkq sizes its buffers for the largest shape."""
+    import sympy
+    names = set(ep.graph_signature.user_inputs)
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name in names]
+    roots, specs = {}, []
+
+    def root(sym, name, where):
+        if sym not in roots:
+            vr = ep.range_constraints.get(sym)
+            hi = getattr(vr, "upper", None)
+            if vr is None or str(hi) in ("oo", "int_oo") or not getattr(hi, "is_Integer", False):
+                raise ModelSourceError(f"{path}: {where} is dynamic with no upper bound ({sym} in {vr}); export it "
+                                       "with torch.export.Dim(..., max=N) (vkq sizes its buffers for the largest "
+                                       "shape), or give --static to compile the example shapes only")
+            roots[sym] = torch.export.Dim(name, min=int(vr.lower), max=int(hi))
+        return roots[sym]
+
+    for n in placeholders:
+        spec = {}
+        for i, d in enumerate(getattr(n.meta.get("val"), "shape", ())):
+            expr = d.node.expr if isinstance(d, torch.SymInt) else None
+            if expr is None or expr.is_number:
+                continue
+            where = f"input {n.name!r} dim{i}"
+            free = sorted(expr.free_symbols, key=str)
+            a = expr.coeff(free[0]) if len(free) == 1 else None
+            b = expr.subs(free[0], 0) if len(free) == 1 else None
+            if not (len(free) == 1 and a.is_Integer and b.is_Integer and a > 0 and sympy.expand(a * free[0] + b - expr) == 0):
+                raise ModelSourceError(f"{path}: {where} is {expr}, not a Dim or a * Dim + b that vkq can rebuild; "
+                                       "give --static to compile the example shapes only")
+            dim = root(free[0], f"{n.name}_dim{i}" if expr == free[0] else str(free[0]), where)
+            spec[i] = dim if expr == free[0] else dim * int(a) + int(b)
+        specs.append(spec or None)
+    return tuple(specs) if any(specs) else None
 
 
 def _has_training_ops(gm) -> bool:
@@ -131,12 +177,13 @@ def _load_function(source: str, input_shapes):
     if not callable(fn):
         raise ModelSourceError(f"{source}: {module_name} has no function {fn_name!r}")
     result = fn()
-    if not (isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
-        raise ModelSourceError(f"{source}: must return (model, example_inputs), got {type(result).__name__}")
-    model, examples = result
+    if not (isinstance(result, (tuple, list)) and len(result) in (2, 3) and isinstance(result[0], torch.nn.Module)):
+        raise ModelSourceError(f"{source}: must return (model, example_inputs) or (model, example_inputs, "
+                               f"dynamic_shapes), got {type(result).__name__}")
+    model, examples, dims = (*result, None)[:3]
     examples = tuple(examples) if isinstance(examples, (tuple, list)) else (examples,)
     if not all(isinstance(t, torch.Tensor) for t in examples):
         raise ModelSourceError(f"{source}: example_inputs must be a tensor or a tuple of tensors")
     if input_shapes:
         examples = _examples_for(input_shapes, [t.dtype for t in examples], source)
-    return model, examples
+    return model, examples, dims

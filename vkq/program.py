@@ -19,6 +19,7 @@ How a tensor lives on a device is defined here, once:
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -189,9 +190,9 @@ class Program:
             want = symbolic.evaluate_shape(self.tensors[name].shape, bindings)
             if want != tuple(int(d) for d in shape):
                 raise ValueError(f"input {name!r} has shape {tuple(shape)}, the other inputs make it {want}")
-        for check in self.checks:
-            if not symbolic.holds(check, bindings):
-                raise ValueError(self._failed(check, bindings, shapes))
+        failed = _failed_check(tuple(self.checks), tuple(sorted(bindings.items())))
+        if failed is not None:
+            raise ValueError(self._failed(failed, bindings, shapes))
         return bindings
 
     def _failed(self, check: str, bindings: dict, shapes) -> str:
@@ -282,6 +283,14 @@ class Program:
         for t in self.outputs:
             if t not in known:
                 raise ValueError(f"program output {t!r} is never produced")
+
+
+@functools.lru_cache(maxsize=256)
+def _failed_check(checks: tuple, bindings: tuple):
+    """The first check that fails at these bindings, or None (cached: a call binds the same
+    shapes again and again, and export's guards can be long expressions)."""
+    values = dict(bindings)
+    return next((c for c in checks if not symbolic.holds(c, values)), None)
 
 
 def _show(shape) -> str:
