@@ -321,6 +321,10 @@ def test_pt2_exported_with_dynamic_dims_compiles_to_one_program_for_every_shape(
         assert res.returncode == 0, res.stderr[-3000:]
         np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), run_reference(program, x))
         np.testing.assert_array_equal(run_reference(program, x), run_reference(ours.program, x))
+    np.save(tmp_path / "x.npy", np.ones((1, 3, 9, 10), np.float32))
+    res = run_cli_without_torch("compare", tmp_path / "dyn.vkq", "--input", tmp_path / "x.npy", "--device",
+                                device.info.name)      # (the shapes at this input, not the expressions)
+    assert res.returncode == 0 and "int8[1, 3, 9, 10]" in res.stdout and "bit for bit" in res.stdout, res.stdout
     np.save(tmp_path / "x.npy", np.zeros((1, 3, 9, 11), np.float32))
     res = run_cli_without_torch("run", tmp_path / "dyn.vkq", "--input", tmp_path / "x.npy", "--device", device.info.name)
     assert res.returncode == 2 and "input 'x' dimension 3 must be 2*s" in res.stderr, res.stderr

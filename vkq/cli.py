@@ -84,12 +84,13 @@ def cmd_run(args) -> int:
 def cmd_compare(args) -> int:
     """Per-node agreement between the device and the CPU reference of the same program."""
     import numpy as np
-    from .executor import VulkanExecutor, run_reference
+    from .executor import VulkanExecutor, run_reference, specialize_for
     from .progfile import load_program
     program = load_program(args.program)
     inputs = _load_inputs(args.input)
     got = VulkanExecutor(program, args.device, host_visible_all=True)(*inputs, keep_all=True)
     ref = run_reference(program, *inputs, keep_all=True)
+    program = specialize_for(program, inputs)      # (a dynamic program: the shapes of these inputs)
     worst = 0.0
     print(f"{'node':<40} {'op':<22} {'output':<28} max |vulkan - reference|")
     for node in program.nodes:
