@@ -323,6 +323,39 @@ def test_a_branch_on_the_input_size_is_checked_when_the_program_runs(device):
         prog(np.zeros((1, 3, 13, 14), np.float32))
 
 
+def test_a_guard_on_the_smaller_side_compiles_probing_below_the_example(device):
+    """Swin's rule (a window no larger than the map: min(h, w) <= 16 here, compiled at the
+    bound 16 x 24): verify's usual probe, every dim + 1, fails the guard; the probe that moves
+    h down and w up holds, so the model compiles, runs where min(h, w) <= 16, and refuses the
+    other path naming it."""
+    import torch
+    from torch.export import Dim
+
+    class Windowed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(1)
+                self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            if min(x.shape[2], x.shape[3]) > 16:
+                y = torch.nn.functional.avg_pool2d(y, 3, 1, 1)
+            return torch.relu(y)
+
+    ds = ({2: Dim("h", min=4, max=32), 3: Dim("w", min=4, max=32)},)
+    example = (torch.randn(1, 3, 16, 24, generator=torch.Generator().manual_seed(0)),)
+    dyn, static = _compile_both(Windowed().eval(), example, [example], "static", ds)
+    prog = vkq_on(dyn, device)
+    for shape in [(1, 3, 5, 32), (1, 3, 32, 16), (1, 3, 16, 16)]:
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape))).numpy()
+        np.testing.assert_array_equal(prog(x), vkq_on(static(torch.from_numpy(x)), device)(x))
+    with pytest.raises(ValueError, match=r"give h \(s\d+\) = 17, w \(s\d+\) = 20, where .* "
+                                         r"under Min\((h, w|w, h)\) <= 16"):
+        prog(np.zeros((1, 3, 17, 20), np.float32))
+
+
 @pytest.mark.parametrize("scheme", ["static", "dynamic"])
 def test_computed_indices_and_diffs_with_dynamic_batch_and_length(device, scheme):
     """Parts of CLIP's and Whisper's text paths at a dynamic batch and length: a position table

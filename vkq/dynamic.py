@@ -424,17 +424,19 @@ def _holds_throughout(text: str, bounds: dict, most: int = 1 << 14) -> bool:
 
 def probe_bindings(bounds: dict, example: dict, checks=()) -> dict:
     """A second shape for verify: every symbol moved off its example value within its bounds
-    (+1, or -1 at the top; further where a check fails there), so that a size the lowering
-    took as a constant shows."""
-    first = None
-    for step in (1, 2, 3, 4):
-        out = {}
-        for s, (lo, hi) in bounds.items():
-            v = example[s]
-            out[s] = v + step if v + step <= hi else max(lo, v - step)
-        first = first or out
-        if all(symbolic.holds(c, out) for c in checks):
-            return out
+    (+1, or -1 at the top), so that a size the lowering took as a constant shows. Where a check
+    fails there (a guard such as "w is a multiple of the window"), the nearest binding that
+    moves every symbol up or down by 1 to 8 and satisfies the checks; none: the first."""
+    syms = sorted(bounds)
+    first = {s: example[s] + 1 if example[s] + 1 <= bounds[s][1] else max(bounds[s][0], example[s] - 1) for s in syms}
+    if all(symbolic.holds(c, first) for c in checks):
+        return first
+    for step in range(1, 9):
+        for signs in itertools.islice(itertools.product((1, -1), repeat=len(syms)), 64):
+            out = {s: example[s] + sign * step for s, sign in zip(syms, signs)}
+            if all(bounds[s][0] <= v <= bounds[s][1] for s, v in out.items()) and \
+                    all(symbolic.holds(c, out) for c in checks):
+                return out
     return first
 
 
