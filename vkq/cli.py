@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 
 
@@ -141,14 +140,8 @@ def cmd_compile(args) -> int:
     weights = sum(np.asarray(v).nbytes for v in program.constants.values())
     print(f"{args.model} -> {out} ({args.scheme}): {len(program.nodes)} nodes, "
           f"{len(program.nodes) - on_cpu} on Vulkan, {on_cpu} on the CPU; constants {weights:,} B")
-    if program.dynamic:       # (the symbols by their Dim names: what `vkq run` will take)
-        named = lambda d: re.sub(r"[A-Za-z_]\w*", lambda m: program.describe_symbol(m.group()), str(d))
-        print("  dynamic: " + "; ".join(f"{name} ({', '.join(named(d) for d in program.tensors[name].shape)})"
-                                        for name in program.inputs)
-              + "; " + ", ".join(f"{program.describe_symbol(s)} in [{lo}, {hi}]" for s, (lo, hi) in
-                                 sorted(program.symbols.items(), key=lambda kv: program.describe_symbol(kv[0]))))
-        for check in program.checks:
-            print(f"  holds where {named(check)} (torch.export's guard: other sizes are refused)")
+    if program.dynamic:       # (by the Dims' names: what `vkq run` will take)
+        print(f"  dynamic: {program.describe_dims()}")
     for op, reason in fallback:
         print(f"  on the CPU: {op}: {reason}")
     if not args.no_device:

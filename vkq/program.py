@@ -152,6 +152,21 @@ class Program:
         """How a user knows a symbol: its name in torch.export (Dim) and where it appears."""
         return self.meta.get("symbol_names", {}).get(sym, sym)
 
+    def named(self, text) -> str:
+        """A dim or check with its symbols by their Dim names ("8*h" for "8*s39")."""
+        return re.sub(r"[A-Za-z_]\w*", lambda m: self.describe_symbol(m.group()) if m.group() in self.symbols
+                      else m.group(), str(text))
+
+    def describe_dims(self) -> str:
+        """The dynamic inputs, the bounds, the checks, in the Dims' names (empty when static)."""
+        if not self.dynamic:
+            return ""
+        inputs = "; ".join(f"{n} ({', '.join(self.named(d) for d in self.tensors[n].shape)})" for n in self.inputs)
+        bounds = ", ".join(f"{self.describe_symbol(s)} in [{lo}, {hi}]"
+                           for s, (lo, hi) in sorted(self.symbols.items(), key=lambda kv: self.describe_symbol(kv[0])))
+        checks = "".join(f"; where {self.named(c)}" for c in self.checks)
+        return f"{inputs}; {bounds}{checks}"
+
     def bind(self, shapes) -> dict:
         """Symbol values from the program inputs' concrete shapes. Raises ValueError naming
         the input, the dimension and its bounds when a shape is out of bounds or the inputs
@@ -202,8 +217,7 @@ class Program:
                        else f"{self.describe_symbol(s)} ({s}) = {bindings[s]}" for s in used)
         dims = "; ".join(f"{n!r} {_show(self.tensors[n].shape)}" for n in self.inputs if self.tensors[n].symbolic)
         got = ", ".join(str(tuple(int(d) for d in s)) for s in shapes)
-        named = re.sub(r"[A-Za-z_]\w*", lambda m: self.describe_symbol(m.group()) if m.group() in used else m.group(),
-                       check)
+        named = self.named(check)
         shown = check if named == check else f"{named}, that is {check}"
         return (f"input shape(s) {got} give {at}, where the program does not hold: torch.export traced the "
                 f"model under {shown} (inputs {dims}), a branch on an input's size, and at this size the model "

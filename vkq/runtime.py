@@ -57,7 +57,8 @@ class CompiledProgram:
     def __repr__(self):
         from .registry import cpu_reason
         on_cpu = sum(1 for n in self.program.nodes if cpu_reason(n, self.program.tensors) is not None)
-        return f"CompiledProgram({len(self.program.nodes)} nodes, {on_cpu} on the CPU)"
+        dims = f"; dynamic: {self.program.describe_dims()}" if self.program.dynamic else ""
+        return f"CompiledProgram({len(self.program.nodes)} nodes, {on_cpu} on the CPU{dims})"
 
 
 def load(path, device=None) -> CompiledProgram:
