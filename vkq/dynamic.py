@@ -409,7 +409,7 @@ def _condition(expr) -> str:
     raise symbolic.SymbolicError(f"{kind} is not a relation vkq reads")
 
 
-def _holds_throughout(text: str, bounds: dict, most: int = 1 << 14) -> bool:
+def _holds_throughout(text: str, bounds: dict, most: int = 4096) -> bool:
     """Whether a condition holds at every binding within the bounds (a range guard; s*w != s
     where w >= 2), tried where there are at most `most` of them."""
     syms = sorted(symbolic.condition_symbols(text))
