@@ -215,7 +215,8 @@ class Program:
         used = sorted(symbolic.condition_symbols(check), key=lambda s: (order.index(s) if s in order else len(order), s))
         at = ", ".join(f"{self.describe_symbol(s)} = {bindings[s]}" if self.describe_symbol(s) == s
                        else f"{self.describe_symbol(s)} ({s}) = {bindings[s]}" for s in used)
-        dims = "; ".join(f"{n!r} {_show(self.tensors[n].shape)}" for n in self.inputs if self.tensors[n].symbolic)
+        dims = "; ".join(f"{n!r} ({', '.join(self.named(d) for d in self.tensors[n].shape)})"
+                         for n in self.inputs if self.tensors[n].symbolic)
         got = ", ".join(str(tuple(int(d) for d in s)) for s in shapes)
         named = self.named(check)
         shown = check if named == check else f"{named}, that is {check}"
