@@ -331,6 +331,12 @@ def test_pt2_exported_with_dynamic_dims_compiles_to_one_program_for_every_shape(
 
     code, stdout, _ = _run_main("compile", pt2, "-o", tmp_path / "static.vkq", "--no-device", "--static")
     assert code == 0 and "dynamic:" not in stdout and not load_program(tmp_path / "static.vkq").dynamic
+    code, stdout, stderr = _run_main("compile", pt2, "-o", tmp_path / "other.vkq", "--no-device", "--input-shape",
+                                     "3,3,30,32")        # an example of another shape within the Dims
+    assert code == 0 and "x_dim0 in [1, 4]" in stdout, stderr[-3000:]
+    code, _, stderr = _run_main("compile", pt2, "--no-device", "--input-shape", "1,3,50,24")
+    assert code == 2 and "exported for inputs of shapes [['1..4', 3, '9..40', " in stderr \
+        and "(input 0 dim 2 is dynamic in 9..40)" in stderr, stderr
 
     torch.export.save(torch.export.export(model, (example,), dynamic_shapes=({0: Dim("b", min=1)},)), pt2)
     code, _, stderr = _run_main("compile", pt2, "-o", tmp_path / "open.vkq", "--no-device")

@@ -59,13 +59,15 @@ def _load_pt2(path: Path, input_shapes, static: bool):
                                "vkq compiles models called with positional inputs")
     if input_shapes:
         examples = _examples_for(input_shapes, [dtype for _, dtype in inputs], path)
-        if saved is not None and [tuple(t.shape) for t in examples] != [tuple(t.shape) for t in saved[0]]:
-            raise ModelSourceError(f"{path}: exported for inputs of shapes {[list(t.shape) for t in saved[0]]}; "
-                                   f"--input-shape gives {[list(t.shape) for t in examples]}")
+        wrong = _outside(ep, inputs, examples)
+        if wrong:
+            raise ModelSourceError(f"{path}: exported for inputs of shapes {_shown(ep, inputs)}; --input-shape gives "
+                                   f"{[list(t.shape) for t in examples]} ({wrong})")
     elif saved is not None:
         examples = tuple(saved[0])
     else:
-        described = ", ".join(f"{list(shape)} {str(dtype).replace('torch.', '')}" for shape, dtype in inputs)
+        described = ", ".join(f"{_shown(ep, [(shape, dtype)])[0]} {str(dtype).replace('torch.', '')}"
+                              for shape, dtype in inputs)
         raise ModelSourceError(f"{path}: saved without example inputs; give --input-shape once per input "
                                f"(the program's inputs: {described})")
     gm = ep.module()
@@ -74,6 +76,39 @@ def _load_pt2(path: Path, input_shapes, static: bool):
         gm = move_exported_model_to_eval(gm)
     gm.eval = types.MethodType(lambda self: self, gm)  # so quantize's .eval() (refused by exported modules) is a no-op
     return gm, examples, None if static else _saved_dims(ep, path)
+
+
+def _shown(ep, inputs) -> list:
+    """The saved inputs' shapes, a dynamic dim as its range ("1..8")."""
+    return [[int(d) if not isinstance(d, torch.SymInt) or d.node.expr.is_number else "{}..{}".format(*_range(ep, d))
+             for d in shape] for shape, _ in inputs]
+
+
+def _range(ep, d) -> tuple:
+    """(min, max or None) of a saved dynamic dim (a plain symbol; else (None, None))."""
+    vr = ep.range_constraints.get(d.node.expr)
+    if vr is None:
+        return None, None
+    return int(vr.lower), None if str(vr.upper) in ("oo", "int_oo") else int(vr.upper)
+
+
+def _outside(ep, inputs, examples) -> str | None:
+    """Why example tensors do not fit the saved program's inputs (a static dim differs, a
+    dynamic one is outside its range), or None."""
+    if len(examples) != len(inputs):
+        return f"{len(examples)} shapes for {len(inputs)} inputs"
+    for k, ((shape, _), t) in enumerate(zip(inputs, examples)):
+        if len(shape) != t.dim():
+            return f"input {k} has {len(shape)} dims"
+        for i, (d, got) in enumerate(zip(shape, t.shape)):
+            if not isinstance(d, torch.SymInt) or d.node.expr.is_number:
+                if int(d) != got:
+                    return f"input {k} dim {i} is {int(d)}"
+                continue
+            lo, hi = _range(ep, d)
+            if lo is None or got < lo or (hi is not None and got > hi):
+                return f"input {k} dim {i} is dynamic in {lo}..{hi}"
+    return None
 
 
 def _saved_dims(ep, path: Path):
@@ -107,7 +142,8 @@ def _saved_dims(ep, path: Path):
             free = sorted(expr.free_symbols, key=str)
             a = expr.coeff(free[0]) if len(free) == 1 else None
             b = expr.subs(free[0], 0) if len(free) == 1 else None
-            if not (len(free) == 1 and a.is_Integer and b.is_Integer and a > 0 and sympy.expand(a * free[0] + b - expr) == 0):
+            linear = len(free) == 1 and a.is_Integer and b.is_Integer and a > 0
+            if not (linear and sympy.expand(a * free[0] + b - expr) == 0):
                 raise ModelSourceError(f"{path}: {where} is {expr}, not a Dim or a * Dim + b that vkq can rebuild; "
                                        "give --static to compile the example shapes only")
             dim = root(free[0], f"{n.name}_dim{i}" if expr == free[0] else str(free[0]), where)

@@ -212,7 +212,8 @@ class Program:
 
     def _failed(self, check: str, bindings: dict, shapes) -> str:
         order = [s for n in self.inputs for d in self.tensors[n].shape for s in sorted(symbolic.symbols_of(d))]
-        used = sorted(symbolic.condition_symbols(check), key=lambda s: (order.index(s) if s in order else len(order), s))
+        used = sorted(symbolic.condition_symbols(check),
+                      key=lambda s: (order.index(s) if s in order else len(order), s))
         at = ", ".join(f"{self.describe_symbol(s)} = {bindings[s]}" if self.describe_symbol(s) == s
                        else f"{self.describe_symbol(s)} ({s}) = {bindings[s]}" for s in used)
         dims = "; ".join(f"{n!r} ({', '.join(self.named(d) for d in self.tensors[n].shape)})"
