@@ -248,6 +248,8 @@ MALFORMED = [
     (lambda m: m["nodes"][0]["attrs"].update(scale=0.0), r"attr 'scale' must be a finite number > 0, got a number 0.0"),
     (lambda m: m["nodes"][2]["attrs"].update(scale=float("inf")), r"attr 'scale' must be a finite number > 0"),
     (lambda m: m["nodes"][0]["attrs"].update(zero_point=[1]), r"attr 'zero_point' must be an integer in"),
+    (lambda m: m["meta"].update(symbol_names=[1]), "meta symbol_names must map symbols to Dim names"),
+    (lambda m: m["meta"].update(symbol_names={"s0": ""}), "meta symbol_names must map symbols to Dim names"),
     (lambda m: m.update(checks="s0 != 1"), "checks must be a list, got a string"),
     (lambda m: m.update(checks=[1]), "checks: every check is a condition string"),
     (lambda m: m.update(checks=["s0 != 1"]), r"'s0 != 1' uses undeclared symbol\(s\) s0"),

@@ -261,6 +261,9 @@ class Program:
                     or not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)
                     or not 0 <= bounds[0] <= bounds[1]):
                 raise ValueError(f"symbol {sym!r} has bounds {bounds!r}; expected [min, max] with 0 <= min <= max")
+        names = self.meta.get("symbol_names", {})
+        if not isinstance(names, dict) or not all(isinstance(v, str) and 0 < len(v) <= 100 for v in names.values()):
+            raise ValueError(f"meta symbol_names must map symbols to Dim names, got {str(names)[:60]}")
         if not isinstance(self.checks, list):
             raise ValueError(f"checks must be a list of conditions, not {type(self.checks).__name__}")
         for check in self.checks:
