@@ -151,3 +151,17 @@ def test_a_program_holds_only_where_its_checks_do(device, tmp_path):
     prog.checks = ["s1 != s7"]
     with pytest.raises(ValueError, match=r"undeclared symbol\(s\) s7"):
         prog.validate()
+
+
+def test_symbolic_attrs_must_be_expressions_in_the_declared_symbols():
+    """A node's {"expr": ...} attr (a reshape's size in a dynamic program) is checked like a
+    dimension: an expression string over the program's symbols (a signed file's list there
+    crashed the specialization with a TypeError)."""
+    t = {"x": TensorSpec(("s0", 4)), "y": TensorSpec(("s0", 2, 2))}
+    make = lambda expr: Program(t, [Node("reshape", ["x"], ["y"], {"shape": [{"expr": expr}, 2, 2]})], ["x"], ["y"],
+                                symbols={"s0": [1, 8]})
+    make("s0").validate()
+    with pytest.raises(ValueError, match=r"undeclared symbol\(s\) s9"):
+        make("s0 + s9").validate()
+    with pytest.raises(ValueError, match="a symbolic attr must be an expression string, not \\[\\]"):
+        make([]).validate()

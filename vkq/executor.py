@@ -24,7 +24,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .device import Buffer, Device, get_device
-from .program import Node, Program, TensorSpec
+from .program import Node, NodeError, Program, TensorSpec
 from .registry import cpu_reason, get_op
 from .rewrites import rewrite_for_shapes
 from .shaders import ShaderCompileError
@@ -69,11 +69,6 @@ def _bind_inputs(program: Program, inputs) -> dict:
             raise ValueError(f"input {name!r} must have shape {spec.shape}, got {a.shape}")
         env[name] = a.astype(spec.numpy_dtype, copy=False)
     return env
-
-
-class NodeError(ValueError):
-    """A node that its op cannot build or run as the program gives it (attrs or specs that do
-    not fit each other: a program file a buggy writer signed); the message names the node."""
 
 
 @contextlib.contextmanager

@@ -393,6 +393,7 @@ ATTR_KINDS = {
     **{k: ("int", 1, MAX_ELEMENTS, True) for k in ("stride", "dilation", "kernel")},
     "groups": ("int", 1, MAX_ELEMENTS, False),
     **{k: ("int", *_SIZE, True) for k in ("padding", "output_size", "out_size")},
+    "shape": ("int", -1, MAX_ELEMENTS, True),        # (reshape's and expand's -1: the size it keeps or infers)
     **{k: ("positive", 0, math.inf, False) for k in ("scale", "x_scale", "out_scale")},
     "eps": ("number", 0, math.inf, False),
 }

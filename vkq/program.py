@@ -131,6 +131,11 @@ class Node:
         self.name = self.name or f"{self.op}:{','.join(self.outputs)}"
 
 
+class NodeError(ValueError):
+    """A node that its op cannot build, rewrite or run as the program gives it (attrs or specs
+    that do not fit each other: a program file a buggy writer signed); the message names it."""
+
+
 @dataclass
 class Program:
     tensors: dict                # name -> TensorSpec
@@ -271,6 +276,11 @@ class Program:
         for name, spec in self.tensors.items():
             for d in spec.shape:
                 symbolic.check(d, self.symbols)
+        for node in self.nodes:          # symbolic attrs ({"expr": ...}) in the declared symbols
+            for expr in _attr_exprs(node.attrs):
+                if not isinstance(expr, str):
+                    raise ValueError(f"node {node.name!r}: a symbolic attr must be an expression string, not {expr!r}")
+                symbolic.check(expr, self.symbols if self.dynamic else None)   # (lower's first, concrete pass)
         for name in self.constants:
             if name in self.tensors and self.tensors[name].symbolic:
                 raise ValueError(f"constant {name!r} has a symbolic shape")
@@ -302,6 +312,19 @@ class Program:
         for t in self.outputs:
             if t not in known:
                 raise ValueError(f"program output {t!r} is never produced")
+
+
+def _attr_exprs(value):
+    """The expressions of every {"expr": ...} marker in a node's attrs."""
+    if isinstance(value, dict):
+        if set(value) == {"expr"}:
+            yield value["expr"]
+        else:
+            for v in value.values():
+                yield from _attr_exprs(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _attr_exprs(v)
 
 
 @functools.lru_cache(maxsize=256)

@@ -14,6 +14,7 @@ from .ops.attention import fold_views_into_attention
 from .ops.float import fold_broadcast_expands, fold_fake_quantize, fold_scale_mask_into_softmax, fold_views_into_matmul
 from .ops.pool import fold_cat_prefixes
 from .ops.shape import fold_view_chains
+from .program import NodeError
 
 SHAPE_REWRITES = [
     fold_broadcast_expands,          # x / n.expand_as(x): the division broadcasts n itself
@@ -33,5 +34,9 @@ def rewrite_for_shapes(program, keep=frozenset()):
     rewrites at the upper bounds and passes the nodes left there: at a smaller shape (a batch
     of 1 makes more views strided reads) the rewrites then fold the same views, not more."""
     for rewrite in SHAPE_REWRITES:
-        rewrite(program, keep)
+        try:
+            rewrite(program, keep)
+        except (TypeError, KeyError, IndexError, AttributeError, OverflowError, ZeroDivisionError) as e:
+            raise NodeError(f"the program's nodes do not fit the shape rewrite {rewrite.__name__} "
+                            f"({type(e).__name__}: {e})") from e
     return program
