@@ -101,3 +101,14 @@ def test_anything_else_is_refused_as_a_condition(bad):
         holds(bad, {"s0": 1, "s1": 1})
     with pytest.raises(SymbolicError, match="undeclared symbol.*s1"):
         check_condition("s0 != s1", known={"s0"})
+
+
+@pytest.mark.parametrize("text", ["s0\x00", "(" * 300 + "s0" + ")" * 300, "+".join(["1"] * 100000), "+".join(["s0"] * 2000),
+                                  "-" * 9000 + "s0", "s0 + " * 5000 + "1"])
+def test_what_a_file_could_hold_is_refused_not_a_crash(text):
+    """Null bytes, nesting past the parser, chains past Python's recursion, 16 KiB and more."""
+    from vkq.symbolic import check_condition
+    with pytest.raises(SymbolicError):
+        check(text)
+    with pytest.raises(SymbolicError):
+        check_condition(text + " == 1")

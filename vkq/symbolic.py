@@ -40,13 +40,31 @@ def is_symbolic(dim) -> bool:
     return isinstance(dim, str)
 
 
+MAX_TEXT = 16384       # characters of one expression or condition (export's guards on Swin reach ~3000)
+
+
+def _parse(text: str, what: str):
+    """The expression's syntax tree, or SymbolicError: not text, too long, not Python, or
+    nested past the parser's depth (a file could hold any of these)."""
+    if not isinstance(text, str) or len(text) > MAX_TEXT:
+        raise SymbolicError(f"not {what}: {str(text)[:60]!r} ({len(str(text))} characters)")
+    try:
+        return ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise SymbolicError(f"not {what}: {text[:200]!r}") from None
+
+
+def _built(build, tree, text):
+    try:
+        return build(tree)
+    except RecursionError:
+        raise SymbolicError(f"{text[:60]!r}...: nested too deep") from None
+
+
 @functools.lru_cache(maxsize=4096)
 def _compile(text: str):
     """(function of a bindings dict, frozenset of symbols) for one expression."""
-    try:
-        tree = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        raise SymbolicError(f"not an integer expression: {text!r}") from None
+    tree = _parse(text, "an integer expression")
     names = set()
 
     def build(node):
@@ -73,7 +91,7 @@ def _compile(text: str):
             return lambda env: fn(*(a(env) for a in args))
         raise SymbolicError(f"{text!r}: {ast.dump(node)[:60]} is not integer arithmetic vkq accepts")
 
-    fn = build(tree)
+    fn = _built(build, tree, text)
     return fn, frozenset(names)
 
 
@@ -84,10 +102,7 @@ _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, as
 @functools.lru_cache(maxsize=1024)
 def _compile_condition(text: str):
     """(function of a bindings dict -> bool, frozenset of symbols) for one condition."""
-    try:
-        tree = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        raise SymbolicError(f"not a condition: {text!r}") from None
+    tree = _parse(text, "a condition")
     names = set()
 
     def side(node):
@@ -107,7 +122,7 @@ def _compile_condition(text: str):
             return lambda env: not f(env)
         raise SymbolicError(f"{text!r}: {ast.dump(node)[:60]} is not a comparison of integer expressions")
 
-    fn = build(tree)
+    fn = _built(build, tree, text)
     return fn, frozenset(names)
 
 
@@ -135,6 +150,8 @@ def holds(text: str, bindings: dict) -> bool:
         return bool(fn(bindings))
     except ZeroDivisionError:
         return False
+    except RecursionError:
+        raise SymbolicError(f"{text[:60]!r}...: nested too deep to evaluate") from None
 
 
 def symbols_of(dim) -> frozenset:
@@ -169,6 +186,8 @@ def evaluate(dim, bindings: dict) -> int:
         value = fn(bindings)
     except ZeroDivisionError:
         raise SymbolicError(f"{dim!r} divides by zero at {bindings}") from None
+    except RecursionError:
+        raise SymbolicError(f"{dim[:60]!r}...: nested too deep to evaluate") from None
     if isinstance(value, Fraction):
         if value.denominator != 1:
             raise SymbolicError(f"{dim!r} is not an integer at {bindings}")
