@@ -287,6 +287,27 @@ def test_dinov2_at_dynamic_resolutions_and_a_branch_export_fixed_refused_naming_
         prog(np.zeros((1, 3, 32, 32), np.float32))
 
 
+def _conv_with_a_size_branch(taken, then, seed):
+    """A seeded 3 -> 8 conv (+ relu) whose forward applies `then` where taken(h, w): a Python
+    branch on the input's size, which torch.export keeps as a guard."""
+    import torch
+
+    class Branchy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            if taken(x.shape[2], x.shape[3]):
+                y = then(y)
+            return torch.relu(y)
+
+    return Branchy().eval()
+
+
 def test_a_branch_on_the_input_size_is_checked_when_the_program_runs(device):
     """A model that takes another path at some sizes (here where h + w == 27): torch.export
     traces the example's path and keeps the condition as a guard, which its ep.module() checks
@@ -295,24 +316,11 @@ def test_a_branch_on_the_input_size_is_checked_when_the_program_runs(device):
     probe size (the example's + 1, 13 x 14, is such a size) moves on to one where it holds."""
     import torch
     from torch.export import Dim
-
-    class Branchy(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(0)
-                self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-
-        def forward(self, x):
-            y = self.conv(x)
-            if x.shape[2] + x.shape[3] == 27:
-                y = y * 2
-            return torch.relu(y)
-
+    model = _conv_with_a_size_branch(lambda h, w: h + w == 27, lambda y: y * 2, seed=0)
     ds = ({0: Dim("batch", min=1, max=3), 2: Dim("h", min=4, max=24), 3: Dim("w", min=4, max=24)},)
     g = torch.Generator().manual_seed(0)
     calib = [(torch.randn(2, 3, 12, 13, generator=g),)]
-    dyn, static = _compile_both(Branchy().eval(), calib[0], calib, "static", ds)
+    dyn, static = _compile_both(model, calib[0], calib, "static", ds)
     prog = vkq_on(dyn, device)
     assert len(prog.program.checks) == 1 and prog.program.checks[0].endswith("!= 27"), prog.program.checks
     for shape in [(1, 3, 13, 15), (3, 3, 24, 4), (2, 3, 12, 13)]:
@@ -330,23 +338,12 @@ def test_a_guard_on_the_smaller_side_compiles_probing_below_the_example(device):
     other path naming it."""
     import torch
     from torch.export import Dim
-
-    class Windowed(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(1)
-                self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-
-        def forward(self, x):
-            y = self.conv(x)
-            if min(x.shape[2], x.shape[3]) > 16:
-                y = torch.nn.functional.avg_pool2d(y, 3, 1, 1)
-            return torch.relu(y)
+    model = _conv_with_a_size_branch(lambda h, w: min(h, w) > 16,
+                                     lambda y: torch.nn.functional.avg_pool2d(y, 3, 1, 1), seed=1)
 
     ds = ({2: Dim("h", min=4, max=32), 3: Dim("w", min=4, max=32)},)
     example = (torch.randn(1, 3, 16, 24, generator=torch.Generator().manual_seed(0)),)
-    dyn, static = _compile_both(Windowed().eval(), example, [example], "static", ds)
+    dyn, static = _compile_both(model, example, [example], "static", ds)
     prog = vkq_on(dyn, device)
     for shape in [(1, 3, 5, 32), (1, 3, 32, 16), (1, 3, 16, 16)]:
         x = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape))).numpy()
