@@ -101,8 +101,9 @@ def _files(sources) -> list[Path]:
 
 
 def _fit(a: np.ndarray, want: InputSpec, where: str) -> np.ndarray:
-    """One batch for one input: same rank, same sizes after the batch dimension, a dtype that
-    converts without changing kind (float data for an integer input is refused)."""
+    """One batch for one input: same rank, the example's sizes except in the free dims (the
+    batch, a dynamic dim), a dtype that converts without changing kind (float data for an
+    integer input is refused)."""
     if not want.fits(a.shape):
         raise CalibrationError(f"{where}: shape {a.shape} does not fit the model's input {tuple(want.shape)} "
                                f"(a batch is {want.describe()})")
