@@ -582,3 +582,37 @@ def test_entirely_unsupported_model_runs_on_the_cpu(device):
     assert prog.fallback_ops
     got = prog(x.numpy())
     np.testing.assert_allclose(got, OnlyFloatOps()(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+class OutputsOfEveryKind(nn.Module):
+    """What a model may return beside a float tensor: a bool mask, int64 indices, a float64
+    sum, a constant, its input, one tensor twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return y > 0, y.mean((2, 3)).argmax(1), y.double().sum(), torch.ones(3), x, y, y
+
+
+def test_outputs_keep_torch_dtypes_and_constants_come_back(device, tmp_path):
+    torch.manual_seed(0)
+    model = OutputsOfEveryKind().eval()
+    xs = _randn((2, 3, 9, 7), 2, 5)
+    prog = vkq.compile(model, (xs[0],), [(x,) for x in xs])
+    loaded = vkq.load(prog.save(tmp_path / "m.vkq"), device=device)
+    with torch.no_grad():
+        want = [t.numpy() for t in model(xs[1])]
+    for run in (prog.run_reference, loaded, loaded.run_reference):
+        got = run(xs[1].numpy())
+        assert [a.dtype for a in got] == [w.dtype for w in want]          # bool, int64, float64, float32 x 4
+        assert [a.shape for a in got] == [w.shape for w in want]
+        np.testing.assert_array_equal(got[3], np.ones(3, np.float32))
+        np.testing.assert_array_equal(got[4], xs[1].numpy())
+        np.testing.assert_array_equal(got[0], got[5] > 0)                 # the mask of the int8 conv's output
+        assert got[0].any() and not got[0].all()
+        got[3][:] = 7                                                      # the caller's copy, not the program's
+    assert [np.array_equal(a, b) for a, b in zip(loaded(xs[1].numpy()), prog.run_reference(xs[1].numpy()))] == [True] * 7
+    np.testing.assert_array_equal(loaded(xs[0].numpy())[3], np.ones(3, np.float32))

@@ -99,8 +99,15 @@ def _store(env, node: Node, result, program: Program):
 
 
 def _outputs(program: Program, env):
-    outs = tuple(env[t] for t in program.outputs)
-    return outs[0] if len(outs) == 1 else outs
+    """The outputs as the model gives them: in torch's dtype where that is not their words'
+    (a bool mask, int64 indices: meta output_dtypes), and a constant output as a copy (the
+    caller may write to it)."""
+    dtypes = program.meta.get("output_dtypes", {})
+    outs = []
+    for t in program.outputs:
+        value = program.constants[t] if t in program.constants else env[t]
+        outs.append(value.astype(dtypes[t]) if t in dtypes else value.copy() if t in program.constants else value)
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def plan_memory(program: Program, exclude=(), aliases=None) -> dict:

@@ -125,6 +125,11 @@ NP_DTYPE = {torch.float32: "float32", torch.float64: "float32", torch.float16: "
             torch.int16: "int32", torch.uint8: "int32", torch.bool: "int32"}
 
 
+# what a program output of these torch dtypes is handed back as (its words are NP_DTYPE's)
+OUTPUT_DTYPE = {torch.float64: "float64", torch.float16: "float16", torch.int64: "int64",
+                torch.int16: "int16", torch.uint8: "uint8", torch.bool: "bool"}
+
+
 def _spec(node_val, node: Node | None = None) -> TensorSpec:
     dtype = NP_DTYPE.get(node_val.dtype, "float32")
     shape = tuple(int(d) for d in node_val.shape)
@@ -1156,6 +1161,7 @@ class Translator:
         self.names: dict = {}          # FX node -> tensor name (or list of names)
         self._n = 0
         self._same: dict = {}          # (spec, digest of the bytes) -> the constant's name
+        self.output_dtypes: dict = {}  # output -> torch's dtype where it is not its words' (bool, int64)
 
     def program(self) -> Program:
         for node in self.gm.graph.nodes:
@@ -1163,8 +1169,11 @@ class Translator:
         # int8 tensor -> the PT2E quantize node (in the converted graph) whose value it holds
         sources = {self.names[n]: n.meta["vkq_source"] for n in self.gm.graph.nodes
                    if "vkq_source" in n.meta and isinstance(self.names.get(n), str)}
+        meta = {"int8_sources": sources}
+        if self.output_dtypes:
+            meta["output_dtypes"] = self.output_dtypes
         return Program(self.tensors, self.nodes, self.inputs, self.outputs, self.constants, self.fallback,
-                       meta={"int8_sources": sources})
+                       meta=meta)
 
     # -- helpers
     def const(self, array, hint: str) -> str:
@@ -1287,6 +1296,8 @@ class Translator:
                 self.outputs.append(name)
             else:
                 self.outputs.append(self.name(o))
+                if isinstance(o, Node) and dtype_of(o) in OUTPUT_DTYPE:
+                    self.output_dtypes[self.name(o)] = OUTPUT_DTYPE[dtype_of(o)]
 
     def _call_function(self, node):
         v = val(node)

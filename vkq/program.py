@@ -28,6 +28,8 @@ import numpy as np
 from . import packing, symbolic
 
 DTYPES = ("int8", "float32", "int32", "float64")
+# dtypes an output is handed back in where torch's is not its words' (meta output_dtypes)
+OUTPUT_DTYPES = ("float64", "float16", "int64", "int16", "uint8", "bool")
 
 
 @dataclass
@@ -269,6 +271,10 @@ class Program:
         names = self.meta.get("symbol_names", {})
         if not isinstance(names, dict) or not all(isinstance(v, str) and 0 < len(v) <= 100 for v in names.values()):
             raise ValueError(f"meta symbol_names must map symbols to Dim names, got {str(names)[:60]}")
+        dtypes = self.meta.get("output_dtypes", {})
+        if not isinstance(dtypes, dict) or not all(k in self.outputs and v in OUTPUT_DTYPES for k, v in dtypes.items()):
+            raise ValueError(f"meta output_dtypes must map program outputs to one of {', '.join(OUTPUT_DTYPES)}, "
+                             f"got {str(dtypes)[:80]}")
         if not isinstance(self.checks, list):
             raise ValueError(f"checks must be a list of conditions, not {type(self.checks).__name__}")
         for check in self.checks:
