@@ -145,6 +145,23 @@ def test_calibration_sets_the_ranges():
     assert s_big > 100 * s_small
 
 
+def test_numpy_example_and_calibration_are_taken_as_tensors():
+    """What a user holding numpy data passes: the same scales as from tensors."""
+    x = torch.randn(2, 64)
+    cal = [torch.randn(2, 64) * 3 for _ in range(2)]
+    from_torch = api.quantize(models.mlp(), (x,), calibration=cal, progress=False)
+    from_numpy = api.quantize(models.mlp(), x.numpy(), calibration=[c.numpy() for c in cal], progress=False)
+    scales = [[n.args[1] for n in calls(gm, qd.quantize_per_tensor.default)] for gm in (from_torch, from_numpy)]
+    assert scales[0] == scales[1] and len(scales[0]) >= 3
+
+
+def test_calibration_of_inputs_and_labels_says_to_pass_the_inputs():
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 64), torch.arange(8)),
+                                         batch_size=4)
+    with pytest.raises(ValueError, match=r"do not fit .*\(batches of \(inputs, labels\).*pass the inputs only"):
+        api.quantize(models.mlp(), (torch.randn(2, 64),), calibration=loader, progress=False)
+
+
 def test_calibration_progress_bar(capsys):
     pytest.importorskip("tqdm")
     x = torch.randn(2, 64)

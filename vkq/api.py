@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch.fx import GraphModule
 
@@ -23,7 +24,10 @@ def _progress(iterable, desc):
 
 
 def _as_tuple(x):
-    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+    """Inputs as a tuple of tensors: one tensor or a tuple / list of them; numpy arrays become
+    tensors (what a user holding numpy data passes)."""
+    xs = tuple(x) if isinstance(x, (tuple, list)) else (x,)
+    return tuple(torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else a for a in xs)
 
 
 def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: str = "static",
@@ -66,7 +70,9 @@ def _fit_batch(batch: tuple, example: tuple):
     if shapes == want:
         return [batch]
     if len(shapes) != len(want) or any(s[1:] != w[1:] or not w for s, w in zip(shapes, want)):
-        raise ValueError(f"calibration inputs of shapes {shapes} do not fit the example's {want}")
+        hint = (" (batches of (inputs, labels), as a DataLoader gives them: pass the inputs only, e.g. "
+                "[b[0] for b in loader])" if len(shapes) > len(want) else "")
+        raise ValueError(f"calibration inputs of shapes {shapes} do not fit the example's {want}{hint}")
     n, total = want[0][0], shapes[0][0]
     if any(s[0] != total for s in shapes) or any(w[0] != n for w in want) or total < n:
         raise ValueError(f"calibration batch of shapes {shapes} cannot be cut into the example's {want}")
