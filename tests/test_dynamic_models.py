@@ -1027,6 +1027,37 @@ def test_sizes_as_scalar_operands_stay_symbolic(device, scheme):
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
+def test_sizes_among_the_outputs_follow_the_shape(device, tmp_path):
+    """A model returning sizes (a detector's feature-map size, a token count) beside a tensor:
+    each is a 0-d int64 output computed at each shape (a KeyError at lowering before)."""
+    import torch
+    import vkq
+    from torch.export import Dim
+
+    class Sizes(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = torch.nn.Conv2d(3, 4, 3, stride=2)
+
+        def forward(self, x):
+            y = self.c(x)
+            return y, y.shape[-1], y.shape[0] * y.shape[2], 0.25
+
+    torch.manual_seed(0)
+    model = Sizes().eval()
+    ds = ({0: Dim("b", min=1, max=4), 3: Dim("w", min=5, max=40)},)
+    prog = vkq.load(vkq.compile(model, (torch.randn(2, 3, 9, 11),), dynamic_shapes=ds).save(tmp_path / "s.vkq"),
+                    device=device)
+    for shape in [(2, 3, 9, 11), (1, 3, 9, 5), (4, 3, 9, 40), (3, 3, 9, 26)]:
+        x = torch.randn(shape)
+        y, w, bh, q = prog(x.numpy())
+        with torch.no_grad():
+            want = model(x)
+        assert y.shape == tuple(want[0].shape)
+        assert (w.dtype, w.shape, int(w), int(bh), float(q)) == (np.int64, (), *want[1:])
+        assert [np.array_equal(a, b) for a, b in zip((y, w, bh, q), prog.run_reference(x.numpy()))] == [True] * 4
+
+
 @pytest.mark.parametrize("scheme", ["static", "dynamic"])
 def test_pixel_shuffle_and_unshuffle_with_dynamic_batch_height_and_width(device, scheme):
     """ESPCN-style super-resolution (a conv to C r^2 channels, pixel_shuffle) and a space-to-depth

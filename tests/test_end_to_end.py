@@ -594,7 +594,8 @@ class OutputsOfEveryKind(nn.Module):
 
     def forward(self, x):
         y = self.conv(x)
-        return y > 0, y.mean((2, 3)).argmax(1), y.double().sum(), torch.ones(3), x, y, y
+        return (y > 0, y.mean((2, 3)).argmax(1), y.double().sum(), torch.ones(3), x, y, y, y.shape[-1] * 2, 2.5,
+                (y * 10).to(torch.int8))
 
 
 def test_outputs_keep_torch_dtypes_and_constants_come_back(device, tmp_path):
@@ -604,15 +605,29 @@ def test_outputs_keep_torch_dtypes_and_constants_come_back(device, tmp_path):
     prog = vkq.compile(model, (xs[0],), [(x,) for x in xs])
     loaded = vkq.load(prog.save(tmp_path / "m.vkq"), device=device)
     with torch.no_grad():
-        want = [t.numpy() for t in model(xs[1])]
+        want = [np.asarray(t) for t in model(xs[1])]
+    assert [w.dtype for w in want][-3:] == [np.int64, np.float64, np.int8]
+    want[-2] = want[-2].astype(np.float32)                               # a Python float comes back as float32
     for run in (prog.run_reference, loaded, loaded.run_reference):
         got = run(xs[1].numpy())
-        assert [a.dtype for a in got] == [w.dtype for w in want]          # bool, int64, float64, float32 x 4
+        assert [a.dtype for a in got] == [w.dtype for w in want]          # bool, int64, float64, float32 x 4, ...
         assert [a.shape for a in got] == [w.shape for w in want]
         np.testing.assert_array_equal(got[3], np.ones(3, np.float32))
         np.testing.assert_array_equal(got[4], xs[1].numpy())
         np.testing.assert_array_equal(got[0], got[5] > 0)                 # the mask of the int8 conv's output
         assert got[0].any() and not got[0].all()
+        assert (got[7], got[8]) == (14, 2.5)
+        np.testing.assert_array_equal(got[9], (got[5] * 10).astype(np.int8))   # torch's cast: toward zero, wrapping
         got[3][:] = 7                                                      # the caller's copy, not the program's
-    assert [np.array_equal(a, b) for a, b in zip(loaded(xs[1].numpy()), prog.run_reference(xs[1].numpy()))] == [True] * 7
+    assert [np.array_equal(a, b) for a, b in zip(loaded(xs[1].numpy()), prog.run_reference(xs[1].numpy()))] == [True] * 10
     np.testing.assert_array_equal(loaded(xs[0].numpy())[3], np.ones(3, np.float32))
+
+
+class ReturnsNone(nn.Module):
+    def forward(self, x):
+        return x.relu(), None
+
+
+def test_a_none_output_is_refused_naming_it():
+    with pytest.raises(ValueError, match="the model's output 1 is None"):
+        vkq.compile(ReturnsNone(), (torch.randn(2, 5),))

@@ -272,6 +272,8 @@ def _described(program: Program, tensors: dict, names: dict) -> dict:
 
 def _symbolic_shape_of(t, program, nodes, shapes, done, stands_for):
     rank = len(program.tensors[t].shape)
+    if rank == 0:                              # a 0-d tensor (a number among the outputs)
+        return ()
     seen = t
     for _ in range(len(stands_for) + 1):       # a node a pass made holds the value of the one it replaced
         if seen in shapes and isinstance(shapes[seen], tuple) and len(shapes[seen]) == rank:

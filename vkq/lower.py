@@ -1286,18 +1286,40 @@ class Translator:
 
     def _output(self, node):
         outs = node.args[0] if isinstance(node.args[0], (tuple, list)) else [node.args[0]]
-        for o in outs:
-            if dtype_of(o) == torch.int8:          # outputs are float: dequantize what is int8
+        for i, o in enumerate(outs):
+            if o is None or not isinstance(o, Node) and not isinstance(o, (bool, int, float)):
+                raise ValueError(f"the model's output {i} is {o!r}: a program returns tensors and numbers "
+                                 f"(leave it out of what forward returns)")
+            if not isinstance(o, Node) or o in self.ints:     # a number, or a size the graph computes
+                self._number_output(o, i)
+            elif dtype_of(o) == torch.int8:          # outputs are float: dequantize what is int8
                 qp = qparams(o) or (1.0, 0)
                 name = f"{o.name}_float"
                 self.tensors[name] = TensorSpec(shape_of(o), "float32")
                 self.nodes.append(PNode("dequantize", [self.name(o)], [name],
                                         {"scale": qp[0], "zero_point": qp[1]}, name=name))
                 self.outputs.append(name)
+                if qparams(o) is None:                 # a plain int8 tensor (x.to(torch.int8)), not a quantized one
+                    self.output_dtypes[name] = "int8"
             else:
                 self.outputs.append(self.name(o))
                 if isinstance(o, Node) and dtype_of(o) in OUTPUT_DTYPE:
                     self.output_dtypes[self.name(o)] = OUTPUT_DTYPE[dtype_of(o)]
+
+    def _number_output(self, o, i: int):
+        """A number among the outputs (a size, a flag) as a 0-d tensor: a `full` node, so that a
+        dynamic dim's size is its value at each shape."""
+        value = self.ints[o] if isinstance(o, Node) else o
+        kind = "bool" if isinstance(value, bool) else "int32" if isinstance(value, int) else "float32"
+        if kind == "int32" and not -2**31 <= value < 2**31:
+            raise ValueError(f"the model's output {i} is the integer {value}, beyond int32's range")
+        name = f"_output_{i}"
+        self.tensors[name] = TensorSpec((), "int32" if kind == "bool" else kind)
+        self.nodes.append(PNode("full", [], [name], {"shape": [], "value": self.sized(o) if isinstance(o, Node) else value,
+                                                     "dtype": kind}, name=name))
+        self.outputs.append(name)
+        if kind != "float32":
+            self.output_dtypes[name] = "bool" if kind == "bool" else "int64"
 
     def _call_function(self, node):
         v = val(node)
