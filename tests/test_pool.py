@@ -228,6 +228,35 @@ def test_global_pool_long_sums(loads_device, fill):
             _run_global_constant(loads_device, attrs, q)
 
 
+def test_global_pool_past_the_loop_budget(device):
+    """More spatial blocks a channel block than llvmpipe lets one invocation's loops run (65535
+    iterations, then it stops without an error): the sum is split over more rows of the
+    workgroup. Each channel's values lean its own way, so a sum missing blocks shows (a 550 x
+    550 map summed about 86% of its blocks on llvmpipe before)."""
+    shape = (1, 6, 520, 515)     # 520 * 129 = 67080 blocks a channel block
+    rng = np.random.default_rng(17)
+    q = np.stack([rng.integers(-128 + 40 * c, 128 - 40 * (c % 2), shape[2:]) for c in range(6)])[None].astype(np.int8)
+    attrs = adaptive_avg_pool2d_params(0.05, 3, 0.05, -20, (1, 1))
+    ref = run_exact(device, "adaptive_avg_pool2d_q8", attrs, (1, 6, 1, 1), q)
+    mean = q.astype(np.float64).mean((2, 3)) - 3 - 20
+    assert np.abs(ref.ravel() - np.clip(mean.ravel(), -128, 127)).max() <= 0.5 + 1e-9
+
+
+def test_global_pool_split_stays_within_the_loop_budget():
+    from vkq.ops.pool import _within_loop_budget
+    from vkq.vkinfo import DeviceLimit
+
+    class Info:
+        name, loop_budget, max_workgroup_invocations = "llvmpipe", 65535, 1024
+    assert _within_loop_budget(Info, 4, 64000) == (4, 1)
+    assert _within_loop_budget(Info, 4, 67080) == (4, 2)
+    assert _within_loop_budget(Info, 1, 64 * 64000) == (1, 64)
+    with pytest.raises(DeviceLimit, match="loop budget"):
+        _within_loop_budget(Info, 4, 64 * 66000)
+    Info.loop_budget = None
+    assert _within_loop_budget(Info, 4, 10**9) == (4, 1)
+
+
 def _run_global_constant(device, attrs, q):
     """A constant input gives a constant output (run_exact wants variety): compare the words."""
     from vkq.executor import VulkanExecutor, run_reference

@@ -33,12 +33,14 @@ from ..device import grid_1d
 from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multiplier, requant_clamp_params,
                      requant_tie_free, requantize)
 from ..registry import register_op
+from ..vkinfo import DeviceLimit
 from .eltwise import IDENTITY, _check_zp, _requant_consts
 
 LOCAL = 64
 WINDOW_TILE = (2, 1)     # pool_window: output rows x output blocks (4 widths) per invocation
 WINDOW_TILE_MIN = 1024   # ... when the output has at least this many such tiles
 GLOBAL_CPU_SPLIT = 256   # pool_global on CPU drivers: 4 channel blocks a workgroup from this many spatial blocks
+GLOBAL_FLUSH = 64        # pool_global.comp's FLUSH: spatial blocks an outer-loop pass sums
 
 
 def _pair(v) -> tuple[int, int]:
@@ -423,9 +425,26 @@ def _global_local(info, n, c4, spatial) -> tuple[int, int]:
     SwiftShader the same at 4, 8 and 64). On GPUs y grows until the grid fills the device."""
     lx = min(64, 1 << (c4 - 1).bit_length())
     if info.type == "cpu":
-        return (min(lx, 4) if spatial >= GLOBAL_CPU_SPLIT else lx), 1
+        return _within_loop_budget(info, min(lx, 4) if spatial >= GLOBAL_CPU_SPLIT else lx, spatial)
     ly, limit = 1, min(256, info.max_workgroup_invocations)
     while lx * ly * 2 <= limit and ly * 2 <= spatial and n * c4 * ly < 16384:
+        ly *= 2
+    return lx, ly
+
+
+def _within_loop_budget(info, lx, spatial) -> tuple[int, int]:
+    """(lx, ly) with the spatial sum split over the fewest rows ly whose invocations stay within
+    the device's loop budget (llvmpipe stops an invocation's loops after 65535 iterations and
+    leaves the rest undone: a 550 x 550 map summed a fraction of its blocks). Row y's loop
+    iterations: its share of the blocks, one outer pass per GLOBAL_FLUSH of them, and row 0's
+    pass over the rows' partial sums."""
+    budget, limit = info.loop_budget, min(256, info.max_workgroup_invocations)
+    ly = 1
+    while budget is not None and (-(-spatial // ly) + -(-spatial // (ly * GLOBAL_FLUSH)) + ly + 4) > budget:
+        if lx * ly * 2 > limit:
+            raise DeviceLimit(f"a global pool over {spatial} blocks of 16 bytes a channel block is past "
+                              f"{info.name}'s loop budget ({budget} iterations an invocation) even split "
+                              f"{ly} ways")
         ly *= 2
     return lx, ly
 
