@@ -631,3 +631,25 @@ class ReturnsNone(nn.Module):
 def test_a_none_output_is_refused_naming_it():
     with pytest.raises(ValueError, match="the model's output 1 is None"):
         vkq.compile(ReturnsNone(), (torch.randn(2, 5),))
+
+
+def test_tensors_past_the_storage_buffer_range_run_on_the_cpu(device, monkeypatch):
+    """A tensor larger than one binding of the device reaches (maxStorageBufferRange: 128 MiB on
+    llvmpipe; scaled down here): the nodes reading or writing it run on the CPU, named and
+    warned of, the rest on the device, and the result is the reference's. The program failed
+    as a whole with a ValueError before."""
+    import dataclasses
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 4, 3, stride=4),
+                          nn.AdaptiveAvgPool2d(1)).eval()
+    xs = _randn((1, 3, 40, 40), 3, 9)
+    prog = vkq.compile(model, (xs[0],), [(x,) for x in xs])
+    monkeypatch.setattr(device, "info", dataclasses.replace(device.info, max_storage_buffer_range=32 * 1024))
+    on = vkq.CompiledProgram(prog.program, device)
+    with pytest.warns(UserWarning, match=r"runs on the CPU on .*\(1, 32, 40, 40\) takes 0.04883 MiB, past "
+                                         r".*storage buffer range of 0.03125 MiB"):
+        got = on(xs[1].numpy())
+    np.testing.assert_array_equal(got, prog.run_reference(xs[1].numpy()))
+    assert [op for op, _ in on.fallback_ops] == ["conv2d_q8", "conv2d_q8"]
+    assert all("(1, 32, 40, 40)" in reason and "storage buffer range" in reason for _, reason in on.fallback_ops)
+    assert "quantize" in [n.op for i, n in enumerate(prog.program.nodes) if i not in on.executor.cpu_reasons]

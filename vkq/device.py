@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from .vkinfo import FEATURE_EXTENSIONS, DeviceInfo, query_devices
+from .vkinfo import FEATURE_EXTENSIONS, DeviceInfo, DeviceLimit, query_devices
 
 # SwiftShader ships with Chromium but does not register itself with the loader.
 SWIFTSHADER_ICDS = ("/usr/lib/chromium/vk_swiftshader_icd.json",
@@ -505,7 +505,7 @@ class Device:
             raise TypeError(f"device buffers hold int32, uint32 or float32 words, not {np.dtype(dtype)}")
         n = arr.size
         if n > self.info.max_storage_buffer_range // 4:
-            raise ValueError(f"a buffer of {n * 4} bytes exceeds {self.info.name}'s storage buffer "
+            raise DeviceLimit(f"a buffer of {n * 4} bytes exceeds {self.info.name}'s storage buffer "
                              f"range of {self.info.max_storage_buffer_range} bytes")
         backing = arr if n else np.zeros(1, dtype=arr.dtype)  # Vulkan has no empty buffers
         kind = kp.TensorTypes.device if host_visible else kp.TensorTypes.storage

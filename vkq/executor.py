@@ -284,6 +284,11 @@ class VulkanExecutor:
         self.cpu_reasons = {i: r for i, n in enumerate(sized.nodes) if (r := cpu_reason(n, sized.tensors))}
         names = [n.name for n in sized.nodes]
         self.device_fallback: list = []      # (op, reason) of the nodes this device cannot run
+        for i, n in enumerate(sized.nodes):
+            if i not in self.cpu_reasons and (reason := self._too_big(sized, n)):
+                self.cpu_reasons[i] = reason
+                self.device_fallback.append((n.op, f"{reason}; runs on the CPU"))
+                warnings.warn(f"{n.name} runs on the CPU on {self.device.info.name}: {reason}", stacklevel=2)
         while True:
             self._plan(sized)
             try:    # the first build, at the upper bounds, compiles every pipeline and sizes the scratch
@@ -296,6 +301,19 @@ class VulkanExecutor:
                 self.cpu_reasons[i] = str(e)
                 self.device_fallback.append((sized.nodes[i].op, f"{e}; runs on the CPU"))
                 warnings.warn(f"{names[i]} runs on the CPU on {self.device.info.name}: {e}", stacklevel=2)
+
+    def _too_big(self, sized: Program, node) -> str | None:
+        """Why a buffer of this node's would exceed what one binding of this device reaches
+        (maxStorageBufferRange: 128 MiB on llvmpipe), or None."""
+        limit = self.device.info.max_storage_buffer_range
+        for t in list(node.inputs) + list(node.outputs):
+            if sized.tensors[t].dtype == "float64":      # a host-side constant: no device buffer
+                continue
+            if (nbytes := sized.tensors[t].device_words() * 4) > limit:
+                mib = lambda b: f"{b / 2**20:.4g} MiB"
+                return (f"tensor {t!r} {sized.tensors[t].shape} takes {mib(nbytes)}, past "
+                        f"{self.device.info.name}'s storage buffer range of {mib(limit)}")
+        return None
 
     def _plan(self, sized: Program) -> None:
         """Buffers for every tensor: host-visible where the host must see it (program I/O,
@@ -312,9 +330,13 @@ class VulkanExecutor:
         shared = plan_memory(sized, exclude=self.host_side | set(program.constants),
                              aliases=memory_aliases(program, sized)) if not host_visible_all else {}
         self.arena_slots = {}
+        on_device = {t for i, n in enumerate(sized.nodes) if i not in self.cpu_reasons
+                     for t in list(n.inputs) + list(n.outputs)}
         for name, spec in sized.tensors.items():
             if name in program.constants:
                 continue  # ops pack the constants they read (BuildContext.buffer uploads the rest)
+            if name not in on_device:
+                continue  # read and written by CPU nodes only (or a program output no node makes)
             if name in shared:
                 slot, words = shared[name]
                 if slot not in self.arena_slots:
@@ -392,7 +414,8 @@ class VulkanExecutor:
         bindings = self.program.bind([np.shape(_as_numpy(x)) for x in inputs]) if self.program.dynamic else {}
         program = self.program.specialize(bindings)
         env = _bind_inputs(program, inputs)
-        words = {name: program.tensors[name].to_device(value) for name, value in env.items()}
+        words = {name: program.tensors[name].to_device(value) for name, value in env.items()
+                 if name in self.buffers}       # (an input only CPU nodes read has no buffer)
         with self.lock:
             return self._call(self._build_for(bindings), env, words, keep_all)
 
