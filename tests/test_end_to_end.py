@@ -653,3 +653,47 @@ def test_tensors_past_the_storage_buffer_range_run_on_the_cpu(device, monkeypatc
     assert [op for op, _ in on.fallback_ops] == ["conv2d_q8", "conv2d_q8"]
     assert all("(1, 32, 40, 40)" in reason and "storage buffer range" in reason for _, reason in on.fallback_ops)
     assert "quantize" in [n.op for i, n in enumerate(prog.program.nodes) if i not in on.executor.cpu_reasons]
+
+
+class LongInnerDims(nn.Module):
+    """Kernels whose loops grow with an inner dim: a linear over K, a matmul over K, a conv over
+    its input channels."""
+
+    def __init__(self, k):
+        super().__init__()
+        self.fc = nn.Linear(k, 8)
+        self.conv = nn.Conv2d(k, 4, 3, padding=1)
+
+    def forward(self, x, y):
+        return self.fc(x), x @ y, self.conv(x[:2, :, None, None].expand(-1, -1, 3, 5))
+
+
+@pytest.mark.parametrize("scheme, rows", [("static", 33), ("static", 2), ("dynamic", 33), ("dynamic", 3),
+                                          ("weight_only", 17), ("weight_only", 2)])
+def test_loops_past_the_loop_budget_run_on_the_cpu(device, monkeypatch, scheme, rows):
+    """llvmpipe stops an invocation's loops after 65535 iterations with no error (a linear over
+    K = 262144 at batch 9 lost its last rows' sums; a float adaptive pool of a 720 x 1280 map,
+    a matmul over K = H * W, gave zeros): each kernel whose loop grows with K counts its
+    iterations against the budget and its node runs on the CPU past it, named. Budget scaled
+    down here (K = 600); at the device's own budget these run on the device."""
+    from vkq.vkinfo import DeviceInfo
+    torch.manual_seed(0)
+    model = LongInnerDims(600).eval()
+    g = torch.Generator().manual_seed(4)
+    xs = [(torch.randn(rows, 600, generator=g) + 0.5, torch.randn(600, 5, generator=g)) for _ in range(3)]
+    prog = vkq.compile(model, xs[0], xs, scheme=scheme)
+    on_device = vkq.CompiledProgram(prog.program, device)
+    want = on_device.run_reference(*[t.numpy() for t in xs[1]])
+    assert not on_device.executor.cpu_reasons
+    budget = 100 if rows > 4 else 15      # (a GEMV takes K 64 values an iteration)
+    monkeypatch.setattr(DeviceInfo, "loop_budget", property(lambda self: budget))
+    limited = vkq.CompiledProgram(prog.program, device)
+    with pytest.warns(UserWarning, match=f"loop iterations an invocation, past .* loop budget of {budget}"):
+        got = limited(*[t.numpy() for t in xs[1]])
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    budget_ops = {op for op, why in limited.fallback_ops if f"loop budget of {budget}" in why}
+    conv = "conv2d_q8" if scheme == "static" else "conv2d"
+    assert "matmul" in budget_ops and conv in budget_ops, limited.fallback_ops
+    linear = {"static": "linear_q8", "dynamic": "linear_dynamic", "weight_only": "linear_weight_only"}[scheme]
+    assert linear in budget_ops, limited.fallback_ops

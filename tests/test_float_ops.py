@@ -681,8 +681,8 @@ def test_rows_past_the_loop_budget_widen_then_fall_back(device, monkeypatch, bud
     """Rows too long for a lane's loop budget (llvmpipe: 65535 iterations, past which values
     are left out silently) take wider workgroups, up to the device's widest; past that the node
     runs on the CPU with a warning naming it, instead of failing to build or losing values.
-    Budgets scaled down to a 10007-value row: 300 needs 128 lanes (3 passes * ceil(10007 / 64) + 1
-    = 472 iterations; at 128, 238), 20 fits in no workgroup (at 1024 lanes, 31). "device": the device's own budget (llvmpipe's or none)."""
+    Budgets scaled down to a 10007-value row: 300 needs 128 lanes (3 passes of ceil(10007 / 64) + 1,
+    two 7-step reductions over the lanes, 2: 490 iterations; at 128, 258), 20 fits in no workgroup. "device": the device's own budget (llvmpipe's or none)."""
     from vkq.vkinfo import DeviceInfo
     if budget is not None:
         monkeypatch.setattr(DeviceInfo, "loop_budget", property(lambda self: budget))

@@ -265,6 +265,13 @@ class DeviceInfo:
         Kernels whose loops scale with a tensor's size check this (float.py _row_dispatch)."""
         return 65535 if "llvmpipe" in self.name.lower() else None
 
+    def check_loop_budget(self, iterations: int, what: str) -> None:
+        """Raise DeviceLimit (the node then runs on the CPU) where one invocation's loops would
+        run `iterations` times in all, past the loop budget."""
+        if self.loop_budget is not None and iterations > self.loop_budget:
+            raise DeviceLimit(f"{what}: {iterations} loop iterations an invocation, past {self.name}'s loop "
+                              f"budget of {self.loop_budget} (its loop limiter would leave work undone silently)")
+
     @property
     def is_software(self) -> bool:
         return self.type == "cpu" or any(s in (self.name + self.driver).lower()

@@ -561,6 +561,10 @@ class Conv2dQ8:
             toc, th = _general_tiles(g, G, ctx.device.info, "DOT" in defines)
             row_loop = _row_loop(g)
             wwords, c4_count = pack_general(weight, g, toc)
+            # the loop over a tile's input blocks (and kernel rows, ROW_LOOP): a grouped conv whose
+            # tile spans groups reads many blocks (conv2d_depthwise_rows checks its own walk)
+            ctx.device.info.check_loop_budget(c4_count * (g.kh if row_loop else 1) + 8,
+                                              f"conv2d_general over {c4_count} input blocks")
             chunk, row_flush = _chunk(g.kh, g.kw)
             spec = (G, toc, th, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw, chunk, row_flush,
                     int(not row_flush and c4_count <= chunk), int(row_loop))
@@ -701,6 +705,7 @@ def _float_build(ctx, node):
         raise ValueError(f"{node.name}: output {ctx.spec(y).shape} / bias {ctx.spec(b).shape}, "
                          f"the conv gives {want} / ({g.oc},)")
     toc, tw = _float_tiles(g, ctx.device.info)
+    ctx.device.info.check_loop_budget(g.cg + 8, f"conv2d_float over {g.cg} input channels")   # (taps unrolled)
     tpg = cdiv(g.ocg, toc)
     n = g.n * g.groups * tpg * g.oh * cdiv(g.ow, tw)
     if ctx.is_constant(w):

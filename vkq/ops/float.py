@@ -433,7 +433,11 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
     def owner(width, per_group, owners=rows, values=d):   # (width, rows a workgroup, workgroups, a lane's loop iterations)
         groups = min(max(1, -(-owners // per_group)), info.max_workgroup_count[0])
         lanes = width // per_group
-        return width, per_group, groups, passes * -(-values // (lanes * step)) + -(-owners // (groups * per_group))
+        rows_each = -(-owners // (groups * per_group))
+        # each pass over its share and the exit test of each; a workgroup's row: its two
+        # reductions over the lanes (float_workgroup.glsl: log2(lanes) + 1 iterations each)
+        trees = 2 * lanes.bit_length() if per_group == 1 and lanes > 1 else 0
+        return width, per_group, groups, rows_each * (passes * (-(-values // (lanes * step)) + 1) + trees + 1) + 1
 
     # a row a subgroup needs every lane of it: full subgroups (vkinfo.fixed_subgroups)
     by_subgroup = ROW_SUBGROUP and "arithmetic" in info.subgroup_operations and info.fixed_subgroups \
@@ -610,7 +614,7 @@ def _layer_norm_q8_build(ctx, node):
     return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b),
                                                     ctx.buffer(node.outputs[0])],
                           rows, d, push, defines=["Q8"], vec4s=d // 4, vec=True, center=True,
-                          lane_max=ROW_LANE_NORM)]
+                          lane_max=ROW_LANE_NORM, passes=3 + (3 - ((h - 1) & 3)))]   # + zeroing the rows past H
 
 
 @register_op
@@ -754,6 +758,9 @@ def _matmul_dispatch(ctx, node, a_view, b_view, out_strides, want_numel, buffers
     if len(bshape) > MAX_BATCH_RANK:
         raise ValueError(f"{node.name}: {len(bshape)} batch dims after merging (the shader takes {MAX_BATCH_RANK})")
     sam, sak, sbk, sbn, som, son = inner
+    # its K loop, 4 at a time, and two walks over the batch dims (a float adaptive pool is a
+    # matmul with K = H * W: 720 x 1280 went past llvmpipe's budget)
+    ctx.device.info.check_loop_budget(-(-k // 4) + 2 * (len(bshape) + 1) + 4, f"float_matmul over K = {k}")
     x4 = lambda *v: all(int(q) % 4 == 0 for q in v)
     a_off, b_off, o_off = (int(v) for v in offsets)
     if buffers is None:

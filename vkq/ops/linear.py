@@ -235,11 +235,14 @@ def _gemm_q8(ctx, variant, x_buf, rows4: int, h: int, k: int, w, cols, out_buf, 
         tn, kstep, shader, spec = GEMV_TN, width, "linear_gemv", (min(h, 4), GEMV_TN)
         nt = -(-n // tn)
         groups, local = (nt, rb, 1), (width,)
+        # the K loop, the epilogue's, PLAIN's reduction over the lanes
+        info.check_loop_budget(-(-k4 // kstep) + 32 + (0 if sg else 4 * (width + 1)), f"linear_gemv over K = {k}")
     else:
         t = gemm_tiles(info, rows4, 4)
         tn, kstep, shader, spec = t.tn, t.kstep, "linear_q8", t.spec()
         nt = -(-n // tn)
         groups, local = (-(-nt // t.width), -(-rb // (t.tm // 4)), 1), (t.width,)
+        info.check_loop_budget(-(-k4 // kstep) + 24 * (t.tm // 4) + 8, f"linear_q8 over K = {k}")   # + the stores
     table = _columns(n, tn, cols, fill)
     bufs = [x_buf, ctx.const_buffer(pack_weight(w, tn, kstep, dot)), ctx.const_buffer(table), out_buf]
     bufs += [extra_buf] if extra_buf is not None else []
@@ -384,6 +387,9 @@ class LinearDynamic:
         defines = {"PLAIN": 1} if not sg else {}
         if k % 4 == 0:
             defines["VEC4"] = 1
+        # two passes over a row's k-blocks (its range, then its values), PLAIN's reductions
+        ctx.device.info.check_loop_budget(2 * -(-k4 // width) + 16 + (0 if sg else 2 * width.bit_length()),
+                                          f"linear_rowq over K = {k}")
         quant = ctx.device.dispatch("linear_rowq", [ctx.buffer(x), q, rowq], grid_1d(rows4 // 4, 1),
                                     local=(width,), push=(r, k), defines=defines)
         cols = [w.sum(axis=1, dtype=np.int64), np.asarray(ctx.constant(sname), np.float32),
@@ -405,11 +411,14 @@ def float_gemm(ctx, x_buf, r: int, k: int, w, scale, bias, out_buf):
         defines.update({"PLAIN": 1} if not sg else {})
         defines.update({"VEC4": 1} if k % 4 == 0 else {})
         nt = -(-n // GEMV_TN)
+        info.check_loop_budget(-(-k // (4 * width)) + 8 + (0 if sg else 4 * (width + 1) + 4),
+                               f"linear_gemv_float over K = {k}")
         bufs = [x_buf, ctx.const_buffer(pack_weight(w, GEMV_TN, width)), ctx.const_buffer(table), out_buf]
         return ctx.device.dispatch("linear_gemv_float", bufs, (nt, 1, 1), local=(width,), spec=(r, GEMV_TN),
                                    push=(r, k, n, nt), defines=defines)
     t = gemm_tiles(info, r, 1)
     nt = -(-n // t.tn)
+    info.check_loop_budget(-(-k // (4 * t.kstep)) + 32, f"linear_float over K = {k}")
     groups = (-(-nt // t.width), -(-r // t.tm), 1)
     if t.plain:
         defines["PLAIN"] = 1
