@@ -317,6 +317,7 @@ def test_layer_norm_q8(loads_device, lane_rows, shape):
     ex = VulkanExecutor(prog, device)
     out = ex.buffers["y"]
     out.write(np.full(out.read().size, 0x7F7F7F7F, np.int32))
+    ex.device.run([], upload=[out])               # (write fills the host copy; this puts it on the device)
     got, ref = ex(x), run_reference(prog, x)
     want = fops.quantize(fops.layer_norm(fops.dequantize(x, 0.05, 3), w, b, normalized_shape=[d], eps=1e-5),
                          0.02, -5)
