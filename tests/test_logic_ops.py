@@ -477,6 +477,6 @@ def test_scatter_falls_back_past_its_search_and_loop_limits(device, monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         np.testing.assert_array_equal(VulkanExecutor(constant, device)(x, src), want)    # CSR: a few edges a node
-    with pytest.warns(UserWarning, match="scatter.*runs on the CPU.*loop limit"):
+    with pytest.warns(UserWarning, match="scatter.*runs on the CPU.*loop budget"):
         ex = VulkanExecutor(runtime, device)                                             # search: 60 each
     np.testing.assert_array_equal(ex(x, edges, src), want)

@@ -257,6 +257,30 @@ def test_global_pool_split_stays_within_the_loop_budget():
     assert _within_loop_budget(Info, 4, 10**9) == (4, 1)
 
 
+@pytest.mark.parametrize("op", ["adaptive_avg_pool2d_q8", "adaptive_max_pool2d_q8", "adaptive_max_pool2d"])
+def test_adaptive_pools_past_the_loop_budget_run_on_the_cpu(device, monkeypatch, op):
+    """pool_adaptive loops over a window's rows and columns (4 output columns an invocation on
+    int8): past the loop budget (llvmpipe stopped a 256 x 256 global max pool's loops without an
+    error, giving -1 for 127; scaled down here) the node runs on the CPU, warned, same values."""
+    from vkq.executor import VulkanExecutor, run_reference
+    from vkq.vkinfo import DeviceInfo
+    from oputil import single_op_program
+    shape, size = (1, 5, 23, 21), (2, 3)
+    rng = np.random.default_rng(19)
+    x = q8(rng, shape) if op.endswith("q8") else rng.standard_normal(shape).astype(np.float32)
+    attrs = adaptive_attrs("typical", shape, size) if op == "adaptive_avg_pool2d_q8" else {"output_size": list(size)}
+    dtype, layout = ("int8", "4W4C") if op.endswith("q8") else ("float32", None)
+    prog = single_op_program(op, [("x", spec(shape, dtype, layout))], [("y", spec(shape[:2] + size, dtype, layout))],
+                             attrs)
+    want = run_reference(prog, x)
+    np.testing.assert_array_equal(VulkanExecutor(prog, device)(x), want)
+    monkeypatch.setattr(DeviceInfo, "loop_budget", property(lambda self: 100))   # a window: 12 rows x 7 columns
+    with pytest.warns(UserWarning, match=r"runs on the CPU.*adaptive (average|max) pool over 23 x 21 to 2 x 3"):
+        ex = VulkanExecutor(prog, device)
+    np.testing.assert_array_equal(ex(x), want)
+    assert list(ex.cpu_reasons) == [0]
+
+
 def _run_global_constant(device, attrs, q):
     """A constant input gives a constant output (run_exact wants variety): compare the words."""
     from vkq.executor import VulkanExecutor, run_reference

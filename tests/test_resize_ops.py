@@ -232,6 +232,21 @@ def test_antialias(device, shape, size, ac, scales, mode):
     np.testing.assert_allclose(VulkanExecutor(prog, device)(x), ref, rtol=0, atol=1e-6)
 
 
+def test_antialiased_downscale_past_the_loop_budget_runs_on_the_cpu(device, monkeypatch):
+    """A value of a large antialiased downscale sums ny x nx taps in nested loops; past the loop
+    budget (llvmpipe stops after 65535 iterations silently: a 1024 x 1024 -> 8 x 8 bicubic
+    resize lost source rows; scaled down here) the node runs on the CPU, warned, same values."""
+    from vkq.vkinfo import DeviceInfo
+    x = R.standard_normal((1, 2, 37, 29)).astype(np.float32)
+    attrs = {"mode": "bilinear", "out_size": [9, 7], "align_corners": False, "scales": None}
+    prog = single_op_program("upsample_antialias2d", [("x", spec(x.shape))], [("y", spec((1, 2, 9, 7)))], attrs)
+    monkeypatch.setattr(DeviceInfo, "loop_budget", property(lambda self: 60))     # taps 9 x 9: 9 * 10 + 8
+    with pytest.warns(UserWarning, match=r"runs on the CPU.*resample: 9 x 9 taps a value: 98 loop iterations"):
+        ex = VulkanExecutor(prog, device)
+    np.testing.assert_array_equal(ex(x), run_reference(prog, x))
+    assert list(ex.cpu_reasons) == [0]
+
+
 def test_preprocessing_resize_runs_on_vulkan(device):
     """A model that resizes its input itself (antialiased, as torchvision's Resize does on tensors)
     and normalizes it before a CNN: the resize runs on Vulkan (it ran through torch on the CPU)."""

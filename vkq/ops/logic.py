@@ -387,10 +387,9 @@ def _scatter_build(ctx, node):
     elif n * k > SCATTER_SEARCH_MAX:
         raise DeviceLimit(f"scatter: {n} values each searching {k} index elements (more than "
                           f"{SCATTER_SEARCH_MAX} reads: the CPU's one pass is faster)")
-    budget = ctx.device.info.loop_budget
-    if budget is not None and PER * (walk + rank) > budget:
-        raise DeviceLimit(f"scatter: {PER} values an invocation each walking {walk} index elements, past "
-                          f"{ctx.device.info.name}'s loop limit of {budget}")
+    # each of PER values: its walk, its rank loop and the loops' exit tests
+    ctx.device.info.check_loop_budget(PER * (walk + rank + 3), f"scatter: {PER} values an invocation each "
+                                                               f"walking {walk} index elements")
     return [_elementwise(ctx, "scatter", buffers, n, push, defines or None, spec)]
 
 

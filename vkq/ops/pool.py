@@ -407,6 +407,7 @@ def _avg_build(ctx, node):
     # per output position: requantize_clamped's (bound, lshift, m, rshift) (requant.glsl)
     rq = np.stack(requant_clamp_params(m.reshape(-1), s.reshape(-1)), -1)
     if "output_size" in a:
+        _adaptive_loop_budget(ctx, ins[2:], outs[2:], 4, "adaptive average pool")
         return [ctx.device.dispatch("pool_adaptive", [src, dst, ctx.const_buffer(rq.reshape(-1), np.int32)],
                                     grid_1d(_blocks(outs), LOCAL), local=(LOCAL,), spec=(*ins, *outs[2:]), push=zps)]
     fill = (a["in_zp"] & 0xFF) * 0x01010101   # in_zp in every byte: taps outside the input add 0
@@ -503,7 +504,20 @@ def adaptive_max(x, output_size):
     return out
 
 
+def _adaptive_loop_budget(ctx, ins, outs, columns: int, what: str) -> None:
+    """DeviceLimit where pool_adaptive's loops over a window's rows and columns (`columns`
+    output columns an invocation: 4 for a 4W4C block, 1 a float value) pass the loop budget:
+    llvmpipe left a 256 x 256 global max pool's last taps out without an error."""
+    if ctx.device.info.loop_budget is None:
+        return
+    rows = int(_adaptive_windows(ins[0], outs[0])[2].max())
+    cols = _adaptive_windows(ins[1], outs[1])[2] + 2               # + each column loop's exit and entry
+    widest = max(int(cols[i:i + columns].sum()) for i in range(0, len(cols), columns))
+    ctx.device.info.check_loop_budget(rows * widest + 16, f"{what} over {ins[0]} x {ins[1]} to {outs[0]} x {outs[1]}")
+
+
 def _adaptive_max_dispatch(ctx, node, variant, planes, ins, outs, total):
+    _adaptive_loop_budget(ctx, ins, outs, 4 if variant == "MAX" else 1, "adaptive max pool")
     return ctx.device.dispatch("pool_adaptive", [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])],
                                grid_1d(total, LOCAL), local=(LOCAL,), spec=(*planes, *ins, *outs), defines=[variant])
 

@@ -226,6 +226,8 @@ def _resample_build(kind):
         words = np.concatenate([np.concatenate([n.astype(np.int32), i.astype(np.int32).ravel(), w.view(np.int32).ravel()])
                                 for n, i, w in taps])
         planes = int(np.prod(sx[:-2], dtype=np.int64))
+        ny, nx = (int(n.max(initial=0)) for n, _, _ in taps)
+        ctx.device.info.check_loop_budget(ny * (nx + 1) + 8, f"resample: {ny} x {nx} taps a value")   # (downscales)
         return [ctx.device.dispatch("resample", [ctx.buffer(x), ctx.buffer(y), ctx.const_buffer(words)],
                                     grid_1d(planes * sy[-2] * sy[-1], LOCAL), local=(LOCAL,),
                                     spec=(taps[0][1].shape[0], taps[1][1].shape[0]),
