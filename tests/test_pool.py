@@ -281,6 +281,35 @@ def test_adaptive_pools_past_the_loop_budget_run_on_the_cpu(device, monkeypatch,
     assert list(ex.cpu_reasons) == [0]
 
 
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_large_pool_windows_loop_or_run_on_the_cpu(device, dtype):
+    """Pool windows unroll their taps: a window over the whole input (CBAM's F.max_pool2d(x,
+    x.shape[2:])) is a global max through pool_adaptive's loops (a 112 x 112 one took 576 s to
+    compile on llvmpipe), and another window past MAX_UNROLLED_TAPS runs on the CPU, warned."""
+    from vkq.executor import VulkanExecutor, run_reference
+    from vkq.ops.pool import MAX_UNROLLED_TAPS
+    from oputil import single_op_program
+    shape = (1, 6, 40, 37)
+    assert 40 * 37 > MAX_UNROLLED_TAPS
+    rng = np.random.default_rng(23)
+    x = q8(rng, shape) if dtype == "int8" else rng.standard_normal(shape).astype(np.float32)
+    op, layout = ("max_pool2d_q8", "4W4C") if dtype == "int8" else ("max_pool2d", None)
+    for kernel, stride, out, on_device in [((40, 37), (40, 37), (1, 1), True), ((33, 33), (1, 1), (8, 5), False)]:
+        attrs = dict(kernel=list(kernel), stride=list(stride), padding=[0, 0], dilation=[1, 1], ceil_mode=0)
+        prog = single_op_program(op, [("x", spec(shape, dtype, layout))], [("y", spec(shape[:2] + out, dtype, layout))],
+                                 attrs)
+        if on_device:
+            ex = VulkanExecutor(prog, device)
+            assert [st.name for seg in ex.segments if seg[0] == "vulkan" for st in seg[1].steps] == ["pool_adaptive"]
+        else:
+            with pytest.warns(UserWarning, match=r"a 33 x 33 pool window: its kernel unrolls 1089 taps"):
+                ex = VulkanExecutor(prog, device)
+            assert list(ex.cpu_reasons) == [0]
+        got, want = ex(x), run_reference(prog, x)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(want.ravel()[:6], x.max((2, 3)).ravel() if on_device else want.ravel()[:6])
+
+
 def _run_global_constant(device, attrs, q):
     """A constant input gives a constant output (run_exact wants variety): compare the words."""
     from vkq.executor import VulkanExecutor, run_reference

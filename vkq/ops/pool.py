@@ -41,6 +41,10 @@ WINDOW_TILE = (2, 1)     # pool_window: output rows x output blocks (4 widths) p
 WINDOW_TILE_MIN = 1024   # ... when the output has at least this many such tiles
 GLOBAL_CPU_SPLIT = 256   # pool_global on CPU drivers: 4 channel blocks a workgroup from this many spatial blocks
 GLOBAL_FLUSH = 64        # pool_global.comp's FLUSH: spatial blocks an outer-loop pass sums
+# pool_window and conv2d_float's pools unroll a window's taps: past this many the pipeline takes
+# seconds to minutes to compile (llvmpipe, first call: 28 x 28 2.8 s, 56 x 56 24 s, 112 x 112
+# 576 s), so a larger window runs on the CPU, and one window over the whole input loops instead
+MAX_UNROLLED_TAPS = 1024
 
 
 def _pair(v) -> tuple[int, int]:
@@ -224,10 +228,25 @@ def _window_tile(outs) -> tuple[int, int]:
     return (th, tw) if tiles >= WINDOW_TILE_MIN else (1, 1)
 
 
+def _unrolled_taps(node) -> None:
+    """DeviceLimit for a window of more than MAX_UNROLLED_TAPS taps (its kernel unrolls them)."""
+    kh, kw = _pair(node.attrs["kernel"])
+    if kh * kw > MAX_UNROLLED_TAPS:
+        raise DeviceLimit(f"a {kh} x {kw} pool window: its kernel unrolls {kh * kw} taps (more than "
+                          f"{MAX_UNROLLED_TAPS}: minutes of shader compilation)")
+
+
+def _whole_input(a, h, w) -> bool:
+    """Whether the pool's one window is exactly the input (F.max_pool2d(x, x.shape[2:]), CBAM)."""
+    return (tuple(_pair(a["kernel"])) == (h, w) and tuple(_pair(a["padding"])) == (0, 0)
+            and tuple(_pair(a.get("dilation", 1))) == (1, 1))
+
+
 def _window_dispatch(ctx, node, variant, ins, outs, buffers, push=((0, 0, 0, 0), 0, 0, INT8_MIN, INT8_MAX, 0)):
     """pool_window with the geometry as specialization constants (kernel, stride, padding,
     dilation; each (h, w)), then the tile."""
     a = node.attrs
+    _unrolled_taps(node)
     th, tw = _window_tile(outs)
     geo = [*a["kernel"], *a["stride"], *a["padding"], *a.get("dilation", (1, 1)), th, tw, *ins, *outs[2:]]
     n, c, oh, ow = outs
@@ -270,6 +289,8 @@ class MaxPool2dQ8:
         a = node.attrs
         _check_out_shape(node, outs, pool2d_output_shape(ins, a["kernel"], a["stride"], a["padding"],
                                                          a.get("dilation", 1), a.get("ceil_mode", 0)))
+        if _whole_input(a, *ins[2:]):      # a global max: pool_adaptive's loops, no unrolled taps
+            return [_adaptive_max_dispatch(ctx, node, "MAX", ins[:2], ins[2:], (1, 1), _blocks(outs))]
         return [_window_dispatch(ctx, node, "MAX", ins, outs,
                                  [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])])]
 
@@ -278,6 +299,7 @@ def float_pool_dispatch(ctx, node, variant, kernel, stride, padding, dilation, e
     """conv2d_float's MAX / AVG variant over (N, C, H, W) or (C, H, W): a window per channel."""
     from .conv import cdiv
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (_pair(v) for v in (kernel, stride, padding, dilation))
+    _unrolled_taps(node)
     n, c, h, w = packing.as_nchw(ctx.spec(node.inputs[0]).shape)
     oh, ow = ctx.spec(node.outputs[0]).shape[-2:]
     tw = min(4, ow)
@@ -345,6 +367,9 @@ class MaxPool2d:
         x_shape, y_shape = ctx.spec(node.inputs[0]).shape, ctx.spec(node.outputs[0]).shape
         _check_out_shape(node, y_shape, pool2d_output_shape(x_shape, a["kernel"], a["stride"], a["padding"],
                                                             a.get("dilation", 1), a.get("ceil_mode", 0)))
+        if _whole_input(a, *x_shape[-2:]):     # a global max: pool_adaptive's loops, no unrolled taps
+            planes = int(np.prod(x_shape[:-2]))
+            return [_adaptive_max_dispatch(ctx, node, "FLOAT_MAX", (planes, 1), x_shape[-2:], (1, 1), planes)]
         return [float_pool_dispatch(ctx, node, "MAX", a["kernel"], a["stride"], a["padding"], a.get("dilation", 1))]
 
 
