@@ -734,3 +734,19 @@ def test_conv_dyadic_multipliers_tie(dev):
         ref = run_exact(dev, fused, x, r)
         np.testing.assert_array_equal(ref, run_reference(split, x, r))
         assert_spread(ref, 6)
+
+
+def test_large_depthwise_kernels_loop_over_rows_on_llvmpipe(device):
+    """conv2d_depthwise unrolls its window, which llvmpipe JIT-compiles for minutes at 51 x 51
+    (RepLKNet's 31 x 31: tens of seconds): past DEPTHWISE_MAX_TAPS_LLVMPIPE taps llvmpipe takes
+    conv2d_general (a loop over kernel rows), other devices conv2d_depthwise; the same bits."""
+    import vkq
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 12, 1), torch.nn.Conv2d(12, 12, 13, padding=6, groups=12)).eval()
+    xs = [torch.randn(1, 3, 23, 19) for _ in range(3)]
+    prog = vkq.CompiledProgram(vkq.compile(model, (xs[0],), [(x,) for x in xs]).program, device)
+    x = xs[1].numpy()
+    np.testing.assert_array_equal(prog(x), prog.run_reference(x))
+    names = [st.name for seg in prog.executor.segments if seg[0] == "vulkan" for st in seg[1].steps]
+    assert names[2] == ("conv2d_general" if device.info.driver == "llvmpipe" else "conv2d_depthwise"), names
+    assert 13 * 13 > conv.DEPTHWISE_MAX_TAPS_LLVMPIPE

@@ -60,6 +60,12 @@ from .lut import device_table
 PRODUCT_BITS = 14          # |x * w| <= 128 * 128
 EXACT_PRODUCTS = 1 << 10   # products per exact fp32 partial sum: 2^10 * 2^14 = 2^24
 MAX_WINDOW_WORDS = 96      # x window words one invocation holds (more: fewer rows per tile)
+# conv2d_depthwise unrolls its kernel window; llvmpipe JIT-compiles that at the first dispatch in
+# time that grows past linear (64 channels @56, first call: 9x9 2.8 s, 13x13 5.8, 21x21 19.7,
+# 51x51 more than 5 minutes), so larger depthwise kernels (RepLKNet's 31x31) take conv2d_general
+# there, which loops over kernel rows: first call 1.0-1.7 s, the same GPU time (13x13 10.9 against
+# 9.8 ms, 21x21 20.5 against 20.1). SwiftShader compiles it in seconds and runs it 3x faster.
+DEPTHWISE_MAX_TAPS_LLVMPIPE = 81
 
 
 def cdiv(a: int, b: int) -> int:
@@ -552,6 +558,9 @@ class Conv2dQ8:
         G, defines, local = _lane_group(ctx.device)
         defines = {**defines, **epilogue_defines}
         kernel = choose_kernel(g)
+        if kernel == "conv2d_depthwise" and g.kh * g.kw > DEPTHWISE_MAX_TAPS_LLVMPIPE \
+                and ctx.device.info.driver == "llvmpipe":
+            kernel = "conv2d_general"
         if use_dot_product(ctx.device) and kernel in DOT_KERNELS:
             defines["DOT"] = "1"
         io = (ctx.buffer(x_name), ctx.buffer(node.outputs[0]))
