@@ -356,14 +356,17 @@ def test_lowered_cnn_runs_on_device(cnn, device):
 
 
 def test_inference_identities_are_dropped():
-    """dropout (eval), clone, contiguous: no CPU round trip between the pool and the linear."""
+    """dropout, Dropout2d, AlphaDropout, FeatureAlphaDropout (eval), clone, contiguous: no CPU
+    round trip between the conv, the pool and the linear (Dropout2d before a segmentation head
+    ran in float on the CPU)."""
     class M(nn.Module):
         def __init__(self):
             super().__init__()
             self.c, self.fc, self.drop = nn.Conv2d(3, 8, 3), nn.Linear(8, 5), nn.Dropout(0.2)
+            self.drops = nn.Sequential(nn.Dropout2d(0.1), nn.AlphaDropout(0.1), nn.FeatureAlphaDropout(0.1))
 
         def forward(self, x):
-            x = F.adaptive_avg_pool2d(F.relu(self.c(x)), 1).flatten(1).contiguous()
+            x = F.adaptive_avg_pool2d(F.relu(self.drops(self.c(x))), 1).flatten(1).contiguous()
             return self.fc(self.drop(x.clone()))
     x = torch.randn(2, 3, 9, 9)
     gm = api.quantize(M().eval(), (x,), progress=False)

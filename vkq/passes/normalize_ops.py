@@ -64,7 +64,10 @@ differently; this pass rewrites the second kind into the first:
   aten.pixel_shuffle / pixel_unshuffle of a map with a dynamic dim
                                                 -> unflatten, permute, flatten (views: no size of the
                                                   example in the graph; a static map keeps the op)
-  dropout (eval), clone, alias, contiguous, detach -> removed (identities at inference)
+  dropout, feature / alpha dropout (eval), clone, alias, contiguous, detach
+                                                -> removed (identities at inference; the dropouts
+                                                  go before annotation: Dropout2d between a conv and
+                                                  its consumer would stay float)
   quantize / dequantize per tensor to uint8     -> int8 with zero point - 128 (X86 quantizer):
                                                    q_u8 - 128 = q_i8, the floats are the same
 Rules are the table NORMALIZE: target -> function(node) returning the replacement node or None;
@@ -479,7 +482,7 @@ def from_clamp(node):
 
 def identity(node):
     """Inference-time identities are dropped: their input takes their place."""
-    if node.target == aten.dropout.default and _train(node):
+    if node.target in DROPOUTS and _train(node):
         return None
     x = node.args[0]
     return x if isinstance(x, Node) and val(x) is not None and tuple(val(x).shape) == shape_of(node) else None
@@ -699,6 +702,9 @@ def from_einsum(node):
     return out if isinstance(out, Node) else None
 
 
+DROPOUTS = (aten.dropout.default, aten.feature_dropout.default, aten.alpha_dropout.default,
+            aten.feature_alpha_dropout.default)
+
 # Rules the quantizer applies too, before it annotates (normalize_for_annotation): its annotators
 # know only the forms on the right, so a model spelling the left would stay float.
 BEFORE_ANNOTATION = {
@@ -726,6 +732,7 @@ BEFORE_ANNOTATION = {
     **{getattr(getattr(aten, f), o): permute_from_movedim for f in ("movedim", "moveaxis") for o in ("int", "intlist")},
     aten.im2col.default: im2col_after_pad,
     aten.pixel_shuffle.default: views_from_pixel_shuffle, aten.pixel_unshuffle.default: views_from_pixel_shuffle,
+    **{t: identity for t in DROPOUTS},
 }
 
 NORMALIZE = {
@@ -741,7 +748,7 @@ NORMALIZE = {
     aten.relu6.default: hardtanh_from_relu6,
     aten.clamp.default: from_clamp,
     **{t: int8_from_uint8 for t in QUANTIZE | DEQUANTIZE},
-    **{t: identity for t in (aten.dropout.default, aten.clone.default, aten.alias.default,
+    **{t: identity for t in (aten.clone.default, aten.alias.default,
                              aten.contiguous.default, aten.detach.default)},
 }
 
