@@ -208,7 +208,7 @@ def test_cumsum_wraps_and_falls_back_past_the_loop_budget(device, monkeypatch):
     x = ints(2, 101)
     prog = single_op_program("cumsum", [("x", spec(x.shape, "int32"))], [("y", spec(x.shape, "int32"))],
                              {"dim": 1, "dtype": "int32"}, {})
-    with pytest.warns(UserWarning, match="cumsum.*runs on the CPU.*loop limit"):
+    with pytest.warns(UserWarning, match="cumsum.*runs on the CPU.*loop budget"):
         ex = VulkanExecutor(prog, device)
     np.testing.assert_array_equal(ex(x), np.cumsum(x, axis=1))
     assert list(ex.cpu_reasons) == [0]

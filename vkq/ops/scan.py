@@ -18,7 +18,6 @@ import numpy as np
 
 from ..device import grid_1d
 from ..registry import register_op
-from ..vkinfo import DeviceLimit
 from .float import LOCAL, _numel
 
 _VARIANT = {("int32", "int32"): "I2I", ("int32", "float32"): "I2F", ("float32", "float32"): "F2F"}
@@ -66,10 +65,7 @@ def _along_dispatch(ctx, node, shader, dim, defines):
     x, y = node.inputs[0], node.outputs[0]
     shape = ctx.spec(x).shape
     outer, d, inner = _rows(shape, dim) if dim is not None else (1, _numel(shape), 1)
-    budget = ctx.device.info.loop_budget
-    if budget is not None and d > budget:
-        raise DeviceLimit(f"{node.op}: rows of {d} values, one loop iteration each, past "
-                          f"{ctx.device.info.name}'s loop limit of {budget}")
+    ctx.device.info.check_loop_budget(d, f"{node.op}: rows of {d} values, one loop iteration each")
     rows = outer * inner
     return ctx.device.dispatch(shader, [ctx.buffer(x), ctx.buffer(y)], grid_1d(rows, LOCAL), local=(LOCAL,),
                                push=(rows, d, inner), defines=defines)
