@@ -9,7 +9,7 @@
 #   2. the device tests again on lavapipe, logging which test builds which shader variant;
 #   3. GPU-assisted validation (out-of-bounds buffer accesses) on lavapipe, over the fewest tests
 #      of pass 2 that build every shader variant (tools/gpuav_select.py; it also fails if a
-#      declared variant is built by no test at all);
+#      declared variant is built by no test at all), in a process per core;
 #   4. the subgroup kernels on lavapipe at the two vector widths (of 128/256/512 bits: 4/8/16 lanes)
 #      that passes 1-3 did not use (vkq takes 512 where the CPU has AVX-512, else 256: vkq/device.py).
 set -uo pipefail
@@ -36,9 +36,24 @@ echo "== pass 3/4: lavapipe, GPU-assisted validation over every shader variant"
 $PY tools/gpuav_select.py "$WORK/dispatch.log" > "$WORK/gpuav_tests.txt"
 rc3=$?
 if [ -s "$WORK/gpuav_tests.txt" ]; then
-  VKQ_TEST_DEVICES=llvmpipe VK_INSTANCE_LAYERS=$LAYER \
-    VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_GPU_ASSISTED_EXT \
-    $PY -m pytest -q -p no:cacheprovider "@$WORK/gpuav_tests.txt" || rc3=1
+  # Its time is compiling the instrumented shaders (llvmpipe's LLVM splitting a barrier kernel
+  # into coroutines: up to a minute a variant, one thread a process; Mesa's shader cache misses,
+  # the instrumentation numbering shaders in creation order), so the tests run in one process
+  # per core (at most 4), dealt round robin, each shard's output printed when all are done.
+  shards=$(nproc); [ "$shards" -gt 4 ] && shards=4
+  split -n "r/$shards" "$WORK/gpuav_tests.txt" "$WORK/gpuav_shard."
+  for shard in "$WORK"/gpuav_shard.??; do
+    [ -s "$shard" ] || continue        # (an empty list would make pytest run everything)
+    ( VKQ_TEST_DEVICES=llvmpipe VK_INSTANCE_LAYERS=$LAYER \
+        VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_GPU_ASSISTED_EXT \
+        $PY -m pytest -q -p no:cacheprovider "@$shard" > "$shard.out" 2>&1; echo $? > "$shard.rc" ) &
+  done
+  wait
+  for shard in "$WORK"/gpuav_shard.??; do
+    [ -s "$shard" ] || continue
+    echo "-- $(wc -l < "$shard") tests:"; cat "$shard.out"
+    [ "$(cat "$shard.rc")" = 0 ] || rc3=1
+  done
 fi
 
 USED_WIDTH=$($PY -c 'import os, vkq.device; print(os.environ.get("LP_NATIVE_VECTOR_WIDTH", "256"))')
