@@ -35,6 +35,9 @@
 //! variant OP_SIGN
 //! variant OP_SIN
 //! variant OP_COS
+//! variant OP_LOG1P
+//! variant OP_LOG2
+//! variant OP_POW
 //! variant OP_GELU TEXEL
 //! variant OP_GELU_TANH TEXEL
 //! variant OP_CLAMP TEXEL
@@ -64,6 +67,9 @@
 //! variant OP_SIGN TEXEL
 //! variant OP_SIN TEXEL
 //! variant OP_COS TEXEL
+//! variant OP_LOG1P TEXEL
+//! variant OP_LOG2 TEXEL
+//! variant OP_POW TEXEL
 #include "common.glsl"
 #include "float_math.glsl"
 #include "texel.glsl"
@@ -76,7 +82,7 @@ VEC4_OUTPUT(1, y4)   // the same words by vec4 (texel.glsl)
 layout(push_constant) uniform Params {
     int n;
     float lo, hi;    // OP_CLAMP bounds (+-inf when absent); LEAKY_RELU: lo the slope; ELU: lo alpha;
-                     // SOFTPLUS: lo beta, hi the threshold
+                     // SOFTPLUS: lo beta, hi the threshold; POW: lo the exponent
 } p;
 
 float f(float v) {
@@ -124,6 +130,12 @@ float f(float v) {
     return v * tanh_f32(softplus_f32(v, 1.0, 20.0));
 #elif defined(OP_LOG)
     return log_f32(v);
+#elif defined(OP_LOG1P)
+    return log1p_f32(v);
+#elif defined(OP_LOG2)
+    return log2_f32(v);
+#elif defined(OP_POW)
+    return pow_f32(v, p.lo);
 #elif defined(OP_ERF)
     return erf_f32(v);
 #elif defined(OP_FLOOR)

@@ -90,6 +90,16 @@ UNARY_CASES = [
     ("mish", {}, rnd(9, 113, lo=-30, hi=30), ("fn", 1e-6, 8 * EPS)),     # x tanh(.): tanh_f32 is 2e-7 absolute
     ("log", {}, np.exp(rnd(9, 113, lo=-80, hi=80)), ("ulp", 3)),
     ("log", {}, 1 + rnd(3, 37, lo=-1e-3, hi=1e-3), ("ulp", 3)),           # near 1, where log ~ x - 1
+    ("log1p", {}, rnd(9, 113, lo=-0.999, hi=60), ("ulp", 4)),
+    ("log1p", {}, rnd(3, 37, lo=-1e-5, hi=1e-5), ("ulp", 4)),           # log1p(x) ~ x: 1 + x drops x's bits
+    ("log2", {}, np.exp(rnd(9, 113, lo=-80, hi=80)), ("ulp", 4)),
+    ("log2", {}, 2.0 ** np.arange(-126.0, 128.0, dtype=np.float32), "exact"),   # floor(log2 x) a bit length
+    # (not subnormal x: SwiftShader flushes them to 0, as Vulkan allows without shaderDenormPreserve)
+    ("pow", {"exponent": 0.75}, rnd(9, 113, lo=1e-3, hi=1e3), "pow"),     # local response norm
+    ("pow", {"exponent": -1.5}, rnd(9, 113, lo=1e-2, hi=1e2), "pow"),
+    ("pow", {"exponent": 4.0}, rnd(9, 113, lo=-9, hi=9), "pow"),          # x < 0: even, odd integer powers
+    ("pow", {"exponent": -5.0}, rnd(9, 113, lo=-9, hi=9), "pow"),
+    ("pow", {"exponent": 2.5}, rnd(9, 113, lo=1e-10, hi=1e10), "pow"),
     ("erf", {}, rnd(9, 113, lo=-5, hi=5), ("bound", 4.5e-7)),
     ("floor", {}, rnd(7, 37, lo=-5, hi=5), "exact"),
     ("ceil", {}, rnd(7, 37, lo=-5, hi=5), "exact"),
@@ -114,6 +124,9 @@ def test_unary(loads_device, op, attrs, x, tol):
     assert ("TEXEL" in steps[0].defines) == device.texel_loads
     if tol == "gelu":   # 0.5 x (1 + erf(x / sqrt 2)): erf's 4e-7 (tanh's 2e-7) scaled by 0.5 |x|, plus rounding
         check(got, ref, ("bound", 0.5 * np.abs(x) * 5e-7 + 4 * EPS * np.abs(ref) + 1e-12))
+    elif tol == "pow":  # exp(e log|x|): log's ulps grow by |e ln|x|| through exp (float_math.glsl)
+        e = attrs["exponent"]
+        check(got, ref, ("bound", (3 + 3 * np.abs(e * np.log(np.abs(x.astype(np.float64))))) * np.spacing(np.abs(ref))))
     else:
         check(got, ref, tol)
 
@@ -1183,20 +1196,38 @@ def test_amax_amin(device, rows, op, shape, dims, keepdim):
     assert np.isnan(got).sum() == np.isnan(want).sum() >= 1
 
 
+@pytest.mark.parametrize("e", [0.75, -0.75, 4.0, 5.0, -5.0, -1.5, 0.0, 1e-3, 40.0, -45.0])
+def test_pow_special_values_as_torch(device, e):
+    """pow by exp(e log|x|) keeps C's rules: 0 and -0 (the sign through odd powers), +-inf
+    (-inf ^ 0.75 = inf), x < 0 with a fractional e NaN, with an integer e signed, x ^ 0 = 1 (NaN
+    too), overflow to inf and underflow to 0."""
+    import torch
+    x = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, np.inf, -np.inf, np.nan, 1e-30, 1e30, -8.0, -3e-20, 7.5], np.float32)
+    got, _ = run_op(device, "pow", [x], {"exponent": e}, x.shape)
+    want = torch.pow(torch.from_numpy(x), e).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    num = ~np.isnan(want)
+    np.testing.assert_array_equal(np.signbit(got[num]), np.signbit(want[num]))
+    np.testing.assert_array_equal(np.isinf(got[num]), np.isinf(want[num]))
+    # (subnormal results may flush to 0: SwiftShader's do, as Vulkan allows)
+    np.testing.assert_allclose(got[num], want[num], rtol=300 * EPS, atol=np.finfo(np.float32).tiny)
+
+
 @pytest.mark.parametrize("op,attrs", [("exp", {}), ("sigmoid", {}), ("silu", {}), ("tanh", {}), ("elu", {"alpha": 1.0}),
                                       ("softplus", {"beta": 1.0, "threshold": 20.0}), ("mish", {}), ("log", {}),
-                                      ("sin", {}), ("cos", {})])
+                                      ("sin", {}), ("cos", {}), ("log1p", {}), ("log2", {}), ("pow", {"exponent": 0.75})])
 def test_exp_based_ops_keep_nan(device, op, attrs):
     """A NaN stays NaN through every op built on exp_f32 / log_f32 (a clamp by max / min made
     exp(NaN) = exp(-87.3): sigmoid, softplus or ELU of NaN were numbers); the numbers around it
     as torch's, to the accuracy test_unary states."""
     import torch
     x = np.array([np.nan, 0.0, 1.5, -2.5, 30.0, -30.0, 1e-3, 80.0, -80.0, np.nan], np.float32)
-    x = np.abs(x) if op == "log" else x
+    x = np.abs(x) if op in ("log", "log2", "pow") else x
     got, _ = run_op(device, op, [x], attrs, x.shape)
     fn = {"exp": torch.exp, "sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu, "tanh": torch.tanh,
           "elu": torch.nn.functional.elu, "softplus": torch.nn.functional.softplus,
-          "mish": torch.nn.functional.mish, "log": torch.log, "sin": torch.sin, "cos": torch.cos}[op]
+          "mish": torch.nn.functional.mish, "log": torch.log, "sin": torch.sin, "cos": torch.cos,
+          "log1p": torch.log1p, "log2": torch.log2, "pow": lambda t: torch.pow(t, 0.75)}[op]
     want = fn(torch.from_numpy(x)).numpy()
     assert np.array_equal(np.isnan(got), np.isnan(want)), (got, want)
     finite = ~np.isnan(want)

@@ -271,7 +271,8 @@ def test_overlapping_fold_sums_on_vulkan(device):
 
 class FloatActivations(nn.Module):
     """Activations the linear-only schemes leave in float (Mamba's softplus, YOLO's leaky relu,
-    Mish, ELU) and float maths on activations (log, erf, rounding)."""
+    Mish, ELU) and float maths on activations (log, log1p, log2, erf, rounding, a fractional
+    power as local response norm takes, a mean over everything)."""
 
     def __init__(self):
         super().__init__()
@@ -281,13 +282,15 @@ class FloatActivations(nn.Module):
         h = self.a(x)
         h = F.leaky_relu(h, 0.2) + F.elu(h, 0.7) + F.softplus(h, beta=2.0, threshold=4.0) + F.mish(h)
         h = h + torch.log(torch.abs(h) + 1.0) + torch.erf(h) + torch.floor(h) * torch.sign(h) + torch.round(h)
+        h = h + torch.log1p(h.abs()) - torch.log2(h * h + 1.0) + (h.abs() + 0.5) ** 0.75 - h.mean()
         return self.b(h)
 
 
 def test_float_activations_run_on_vulkan(device):
     x = torch.randn(3, 5, 6, generator=torch.Generator().manual_seed(6))
     program, gm = lowered(FloatActivations().eval(), (x,), batches((3, 5, 6)), "dynamic")
-    assert {"leaky_relu", "elu", "softplus", "mish", "log", "erf", "floor", "sign", "round"} <= set(ops(program))
+    assert {"leaky_relu", "elu", "softplus", "mish", "log", "erf", "floor", "sign", "round", "log1p", "log2", "pow",
+            "mean"} <= set(ops(program))
     got, ref = on_device(program, device, (x,))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     assert cosine(got, gm(x).detach().numpy()) >= 0.999

@@ -222,8 +222,8 @@ def _group_norm(n, t):
 
 
 def _pow(n, t):
-    """pow(x, e) with a scalar exponent: `pow` (x * x for RMS norms, (x * x) * x for GPT-2's gelu;
-    other exponents decline to the CPU), or the one existing op it is."""
+    """pow(x, e) with a scalar exponent: `pow` (x * x for RMS norms, (x * x) * x for GPT-2's gelu,
+    exp(e log|x|) for the rest: local response norm's 0.75), or the one existing op it is."""
     x, e = n.args[0], n.args[1]
     if isinstance(e, Node) or not _is_float(n):
         return None
@@ -994,7 +994,7 @@ _FLOAT_RULES = {
     aten.log_softmax.int: _softmax("log_softmax"), aten._log_softmax.default: _softmax("log_softmax"),
     **{getattr(aten, u).default: _unary(u) for u in
        ("sigmoid", "tanh", "relu", "silu", "exp", "neg", "abs", "sqrt", "rsqrt", "hardswish", "hardsigmoid",
-        "mish", "log", "erf", "floor", "ceil", "round", "trunc", "sign", "sin", "cos")},
+        "mish", "log", "log1p", "log2", "erf", "floor", "ceil", "round", "trunc", "sign", "sin", "cos")},
     aten.leaky_relu.default: _leaky_relu, aten.elu.default: _elu, aten.softplus.default: _softplus,
     aten.gelu.default: _gelu,
     aten.hardtanh.default: _hardtanh,
@@ -1005,7 +1005,7 @@ _FLOAT_RULES = {
     aten.matmul.default: lambda n, t: ("matmul", [n.args[0], n.args[1]], {}),
     aten.bmm.default: lambda n, t: ("bmm", [n.args[0], n.args[1]], {}),
     aten.mm.default: lambda n, t: ("matmul", [n.args[0], n.args[1]], {}),
-    aten.mean.dim: _reduce("mean"),
+    aten.mean.dim: _reduce("mean"), aten.mean.default: _reduce("mean"),
     aten.sum.dim_IntList: _reduce("sum"), aten.sum.default: _reduce("sum"),
     aten.linalg_vector_norm.default: _vector_norm,
     aten.amax.default: _reduce("amax"), aten.amin.default: _reduce("amin"),

@@ -89,10 +89,50 @@ float log_f32(float x) {
 
 // log(1 + x), x > -1: Goldberg's log(u) x / (u - 1) with u = 1 + x rounded, which restores the
 // low bits of x that 1 + x drops (log(1 + x) alone gives 0 for |x| < 2^-24). A few ulp.
+// log1p(-1) = -inf, x < -1 (-inf included) NaN, log1p(inf) = inf.
 float log1p_f32(float x) {
     precise float u = 1.0 + x;
     precise float d = u - 1.0;
-    return u == 1.0 ? x : isinf(u) ? u : log_f32(u) * (x / d);
+    return u == 1.0 ? x : isinf(u) && u > 0.0 ? u : log_f32(u) * (x / d);
+}
+
+// log2(x) = k + log_f32(m) / ln 2 for x = m 2^k, m in [sqrt(1/2), sqrt 2): exact at powers of two
+// (log2(8) = 3, so floor(log2(x)) finds a bit length), a few ulp elsewhere; the special values
+// as log_f32's.
+float log2_f32(float x) {
+    if (!(x > 0.0) || isinf(x))
+        return log_f32(x);
+    int k, sub = x < 1.17549435e-38 ? 24 : 0;      // a subnormal x scaled up first (exactly)
+    float m = frexp(x * (sub != 0 ? 16777216.0 : 1.0), k);    // [0.5, 1)
+    k -= sub;
+    if (m < 0.70710678118654752) { m = m + m; k -= 1; }
+    return float(k) + log_f32(m) * 1.44269504089;
+}
+
+// x^e for a scalar e, as C's powf / torch.pow: exp_f32(e log_f32|x|), the sign from an odd
+// integer e where x < 0 (or x = -0), NaN for x < 0 and a fractional e, x^0 = 1 (NaN too), 0 and
+// inf by their rules. Relative error <= (3 + 3 |e ln|x||) ulp: log's 2 ulp grow by the
+// product |e ln x| through exp. Results below the smallest normal are scaled through exp_f32's
+// range (which stops at exp(-87.3)) so that they come out subnormal, not clamped.
+float pow_f32(float x, float e) {
+    if (e == 0.0) return 1.0;
+    if (isnan(x) || isnan(e)) return x + e;
+    bool integral = e == trunc(e);
+    bool odd = integral && abs(e) < 16777216.0 && mod(abs(e), 2.0) == 1.0;
+    if (x < 0.0 && !integral && !isinf(x)) return uintBitsToFloat(0x7fc00000u);   // (-inf^0.75 = inf)
+    float a = abs(x), r;
+    const float inf = uintBitsToFloat(0x7f800000u);
+    if (a == 0.0) {
+        r = e > 0.0 ? 0.0 : inf;
+    } else if (isinf(a)) {
+        r = e > 0.0 ? inf : 0.0;
+    } else {
+        float t = e * log_f32(a);
+        r = t > 88.72284 ? inf : t < -103.98 ? 0.0
+          : t < -87.33654 ? exp_f32(t + 16.635532333) * 5.9604644775390625e-8     // e^(t + 24 ln 2) 2^-24
+          : exp_f32(t);
+    }
+    return odd && floatBitsToInt(x) < 0 ? -r : r;
 }
 
 // softplus as torch: x where beta x > threshold, else log(1 + e^(beta x)) / beta

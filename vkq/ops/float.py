@@ -9,8 +9,9 @@ a build() that runs it as a float32 compute shader, so a float region stays on t
   softmax / log_softmax(x; dim)                          float_softmax (LOG)
   softmax_masked(x, mask; scale)                         float_softmax (MASKED): softmax(x*scale + mask)
   gelu(x; approximate), hardtanh(x; min_val, max_val), clamp(x; min, max),
-  sigmoid, tanh, relu, silu, exp, neg, abs, sqrt, rsqrt, hardswish, hardsigmoid, mish, log, erf,
-  floor, ceil, round, trunc, sign, sin, cos(x), leaky_relu(x; negative_slope), elu(x; alpha),
+  sigmoid, tanh, relu, silu, exp, neg, abs, sqrt, rsqrt, hardswish, hardsigmoid, mish, log, log1p,
+  log2, erf, floor, ceil, round, trunc, sign, sin, cos(x), pow(x; exponent),
+  leaky_relu(x; negative_slope), elu(x; alpha),
   softplus(x; beta, threshold)                                                     float_unary
   add, sub, mul, div, maximum, minimum(a[, b]; scalar, scalar_first, alpha)
                                                               float_binary (numpy broadcasting)
@@ -34,7 +35,9 @@ shapes on every test device):
   gelu, erf                 erf_f32 (Eigen/XLA rational, float32): |error| <= 4.0e-7 on erf,
                             so <= 0.5 |x| 4e-7 + rounding on gelu
   log, softplus, mish, elu  log_f32 (Cephes logf, <= 2 ulp), log1p_f32 (Goldberg), exp_f32:
-                            a few ulp relative, or ~1e-7 absolute near 0 (elu's exp(x) - 1)
+  log1p, log2               a few ulp relative, or ~1e-7 absolute near 0 (elu's exp(x) - 1);
+                            log2 exact at powers of two
+  pow (not 2 or 3)          exp_f32(e log_f32|x|): <= (3 + 3 |e ln|x||) ulp relative
   leaky_relu, floor, ceil, round, trunc, sign     bit for bit
   sin, cos                  sincos_f32 (Cephes): ~1e-7 absolute for |x| < 8192
   softmax(_masked), log_   exp_f32, float32 sums vs float64 in the reference: ~1e-6 rel
@@ -211,6 +214,8 @@ UNARY = {
     "hardsigmoid": lambda x: np.clip(_f(x) + F32(3), F32(0), F32(6)) / F32(6),
     "mish": lambda x: (_f(x) * np.tanh(_softplus64(x, 1.0, 20.0))).astype(F32),
     "log": lambda x: np.log(_f(x).astype(np.float64)).astype(F32),
+    "log1p": lambda x: np.log1p(_f(x).astype(np.float64)).astype(F32),
+    "log2": lambda x: np.log2(_f(x).astype(np.float64)).astype(F32),
     "erf": lambda x: _erf(x).astype(F32),
     "floor": lambda x: np.floor(_f(x)),
     "ceil": lambda x: np.ceil(_f(x)),
@@ -257,10 +262,8 @@ def pow_(x, *, exponent):
     return np.power(x.astype(np.float64), float(exponent)).astype(F32)
 
 
-def _pow_decline(node, tensors):
-    if node.attrs["exponent"] not in (2, 3):
-        return f"pow: exponent {node.attrs['exponent']} has no shader (2 and 3 do; 0.5, -0.5, -1 lower to sqrt, rsqrt, div)"
-    return None
+def _pow_variant(attrs):
+    return {2: "OP_SQUARE", 3: "OP_CUBE"}.get(attrs["exponent"], "OP_POW")
 
 
 def _fq(y, fq):
@@ -1158,8 +1161,8 @@ _op("matmul", matmul, _matmul_build, ("float_matmul",), "Float matmul (numpy bro
 _op("bmm", matmul, _matmul_build, ("float_matmul",), "Float batched matmul.")
 _op("matmul_strided", matmul_strided, _matmul_strided_build, ("float_matmul",),
     "Float matmul of strided views of its inputs, written through a strided view of its output.")
-_op("pow", pow_, _unary_build(lambda a: "OP_CUBE" if a["exponent"] == 3 else "OP_SQUARE"), ("float_unary",),
-    "Float x ** exponent (a scalar; the shader takes 2 and 3).", _pow_decline)
+_op("pow", pow_, _unary_build(_pow_variant, lambda a: (a["exponent"], 0.0)), ("float_unary",),
+    "Float x ** exponent for a scalar exponent (2 and 3 by products, as ATen; others pow_f32).")
 _op("mean", mean, _reduce_build("MEAN"), ("float_reduce",), "Float mean over dims.")
 _op("sum", sum_, _reduce_build("SUM"), ("float_reduce",), "Float sum over dims.")
 _op("vector_norm", vector_norm, _reduce_build("NORM2"), ("float_reduce",), "Float 2-norm over dims.")
