@@ -1203,3 +1203,40 @@ def test_a_derived_dim_that_export_pins_to_one_size_is_warned_of():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         user_bounds(gm, shapes, {"s0": (1, 4), "s39": (1, 6)}, ds)
+
+
+def test_index_assignments_with_dynamic_dims(device):
+    """scores[scores < t] = -inf and x[..., [0, -1]] = 0 (index_put) compiled once with dynamic batch
+    and length run on Vulkan at every shape; rows written at computed indices along the dynamic
+    length (their negative wrap needs its size) run in torch, named, and agree too."""
+    import torch
+    from torch.export import Dim
+    from torch import nn
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = self.a(x).clone()
+            y[y < -0.6] = float("-inf")
+            y = y.softmax(-1)                                 # (a row of all -inf: improbable in 8)
+            y[..., torch.tensor([0, -1])] = 0.0
+            y[:, (x[0, :2, 0] > 0).long() - 1] = 1.0
+            return self.b(y)
+
+    torch.manual_seed(0)
+    B, L = Dim("batch", min=1, max=6), Dim("seq", min=2, max=40)
+    calib = [(torch.randn(3, 7, 8),) for _ in range(3)]
+    dyn, static = _compile_both(M().eval(), (torch.randn(2, 5, 8),), calib, "static", ({0: B, 1: L},))
+    prog = vkq_on(dyn, device)
+    assert [op for op, _ in prog.fallback_ops] == ["aten.index_put"], prog.fallback_ops
+    assert {"where", "scatter"} <= {n.op for n in prog.program.nodes}
+    rng = np.random.default_rng(1)
+    for b, l in [(1, 2), (4, 33), (2, 5)]:
+        x = rng.standard_normal((b, l, 8)).astype(np.float32)
+        x[0, :2, 0] = [-1.0, 1.0]
+        y = prog(x)
+        np.testing.assert_array_equal(y, prog.run_reference(x))
+        np.testing.assert_allclose(y, vkq_on(static(torch.from_numpy(x)), device)(x), rtol=1e-5, atol=1e-6)

@@ -58,6 +58,11 @@ differently; this pass rewrites the second kind into the first:
   aten.index.Tensor(x, [i0, .., ik-1]), an index computed in the graph, float x, static shapes
                                                 -> embedding(reshape(x, (rows, rest)), i0 s0 + .. + ik-1 sk-1)
                                                   (CLIP's pooled text output: x[arange(B), ids.argmax(-1)])
+  aten.index_put(x, [None.., i], v, acc) (x[..., i] = v: one index tensor)
+                                                -> where(mask, v, x) for a bool mask and one value;
+                                                  index_fill / index_copy / index_add along the dim
+                                                  for a 1-D integer index (or constant 1-D mask)
+                                                  (scores[mask] = -inf; X-MOD's adapters)
   aten.einsum(equation, operands), static shapes -> the permutes, views, bmm, mul and sum torch
                                                   computes it with (traced with make_fx)   (XLNet,
                                                   Funnel, hand-written attention)
@@ -84,8 +89,9 @@ import torch
 from torch.fx import GraphModule, Node
 
 from .functionalize import functionalize_inplace
-from ._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, add_constant, arg, aten, const_value,
-                     dtype_of, dynamic_size, finish, first_outputs, is_call, pair, set_val, shape_of, val)
+from ._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, SYMBOLIC_SHAPES, add_constant, arg, aten,
+                     call_before, const_value, dtype_of, dynamic_size, finish, first_outputs, is_call, pair, set_val,
+                     shape_of, val)
 
 
 def _new(node: Node, target, args, kwargs=None) -> Node:
@@ -171,6 +177,68 @@ def value_from_copy(node):
     if dtype_of(src) != dtype_of(dst) or not all(isinstance(d, int) for d in shape):
         return None
     return src if list(val(src).shape) == shape else _new(node, aten.expand.default, (src, shape))
+
+
+def from_index_put(node):
+    """x[..., index] = values (index_put, one index tensor after any number of full slices):
+    - a bool mask and one value (scores[mask] = -inf, x[x < 0] = 0): where(mask, value, x), the
+      mask unsqueezed to x's rank (accumulate: where(mask, x + value, x));
+    - a 1-D integer index (a constant bool mask of one dim: its nonzero positions): index_fill
+      with one value, else index_copy (accumulate: index_add) of the values expanded to the
+      indexed slices, along that dim; negative indices wrapped as index_put does.
+    Other forms (several index tensors, a computed mask with many values) stay: the CPU."""
+    from .fold_constants import evaluate_constant
+    x, indices, values = node.args[:3]
+    accumulate = bool(arg(node, 3, "accumulate", False))
+    v = val(x)
+    if not isinstance(v, torch.Tensor) or not isinstance(values, Node) or not isinstance(indices, (list, tuple)) \
+            or dtype_of(values) != v.dtype:
+        return None
+    at = [i for i, t in enumerate(indices) if t is not None]
+    if len(at) != 1 or not isinstance(indices[at[0]], Node) or not isinstance(val(indices[at[0]]), torch.Tensor):
+        return None
+    j, index = at[0], indices[at[0]]
+    gm = node.graph.owning_module
+    rank, vi, n_values = v.dim(), val(index), val(values).numel()
+    if vi.dtype == torch.bool:
+        if isinstance(n_values, int) and n_values == 1:
+            mask = index
+            for _ in range(j):
+                mask = call_before(node, aten.unsqueeze.default, (mask, 0))
+            for _ in range(rank - j - vi.dim()):
+                mask = call_before(node, aten.unsqueeze.default, (mask, -1))
+            value = call_before(node, aten.reshape.default, (values, []))
+            if accumulate:
+                value = call_before(node, aten.add.Tensor, (x, value))
+            return _new(node, aten.where.self, (mask, value, x))
+        known = evaluate_constant(gm, index)
+        if known is None or known.dim() != 1:
+            return None
+        index = add_constant(gm, f"{node.name}_positions", torch.nonzero(known).flatten(), node)
+    elif vi.dtype not in (torch.int32, torch.int64) or vi.dim() != 1:
+        return None
+    size, shape = v.shape[j], list(v.shape[:j]) + list(val(index).shape) + list(v.shape[j + 1:])
+    if not all(isinstance(d, int) for d in [size, *shape]):
+        return None
+    known, dynamic_dim = evaluate_constant(gm, index), dynamic_size(x, [j])
+    if known is not None:
+        if (known < 0).any() and dynamic_dim or ((known < -size) | (known >= size)).any() and not dynamic_dim:
+            return None                     # (a size known at run time only; torch's own error)
+        if (known < 0).any():
+            index = add_constant(gm, f"{node.name}_index", known % size, node)
+    elif dynamic_dim:
+        return None                         # (wrapping a computed index needs the dim's size)
+    else:
+        wrapped = call_before(node, aten.add.Tensor, (index, size))
+        index = call_before(node, aten.where.self, (call_before(node, aten.lt.Scalar, (index, 0)), wrapped, index))
+    if n_values == 1 and not accumulate:              # (no expand: a constant one would fix the size)
+        return _new(node, aten.index_fill.int_Tensor, (x, j, index, call_before(node, aten.reshape.default, (values, []))))
+    if list(val(values).shape) != shape:
+        if dynamic_size(node):
+            return None
+        values = call_before(node, aten.expand.default, (values, shape))
+    target = aten.index_add.default if accumulate else aten.index_copy.default
+    return _new(node, target, (x, j, index, values))
 
 
 def _transposed_weight(node):
@@ -748,6 +816,7 @@ NORMALIZE = {
     aten.relu6.default: hardtanh_from_relu6,
     aten.clamp.default: from_clamp,
     **{t: int8_from_uint8 for t in QUANTIZE | DEQUANTIZE},
+    aten.index_put.default: from_index_put, aten._unsafe_index_put.default: from_index_put,
     **{t: identity for t in (aten.clone.default, aten.alias.default,
                              aten.contiguous.default, aten.detach.default)},
 }
@@ -762,6 +831,9 @@ def _apply(gm: GraphModule, rules: dict) -> bool:
         new = rule(node)
         if new is None:
             continue
+        shapes = gm.meta.get(SYMBOLIC_SHAPES)      # the replacement has the node's symbolic shape:
+        if shapes and node.name in shapes:         # a later rule may read it (dynamic_size)
+            shapes.setdefault(new.name, shapes[node.name])
         node.replace_all_uses_with(new)
         gm.graph.erase_node(node)
         changed = True
