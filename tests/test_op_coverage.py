@@ -915,7 +915,8 @@ ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with 
     "heaviside": lambda x, y: torch.heaviside(torch.round(x), y), "frac": lambda x, y: torch.frac(3 * x),
     "isnan": lambda x, y: torch.isnan(torch.log(x)).float(), "nan_to_num": lambda x, y: torch.nan_to_num(torch.log(x), 0.5),
     "lerp": lambda x, y: torch.lerp(x, y, 0.3) + torch.lerp(x, y, 0.8) + torch.lerp(x, y, torch.sigmoid(y)),
-    "addcdiv": lambda x, y: torch.addcdiv(x, x, y.abs() + 1, value=0.5), "var_mean": lambda x, y: sum(torch.var_mean(x, -1, keepdim=True)),
+    "addcdiv": lambda x, y: torch.addcdiv(x, x, y.abs() + 1, value=0.5), "var_mean": lambda x, y: sum(torch.var_mean(x, -1, keepdim=True))
+                                                                          + sum(torch.std_mean(x, 1, keepdim=True, correction=0)),
     "diff": lambda x, y: F.pad(torch.diff(x, dim=1), (0, 0, 0, 1)) + torch.diff(x, dim=-1, prepend=y[..., :2] - 1,
                                                                                append=y[..., -1:]).sum(-1, keepdim=True),
     "reciprocal": lambda x, y: torch.reciprocal(y.abs() + 1),
@@ -1030,7 +1031,7 @@ class Elementwise(nn.Module):
 def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     """Float ops that ran on the CPU through torch, each now the few ops ATen computes it as
     (decompose_ops: threshold, shrinks, selu / celu through elu, rrelu at inference, log_sigmoid,
-    heaviside, frac, isnan, nan_to_num, lerp, addcdiv, var_mean, diff, cdist; lower: maximum / minimum,
+    heaviside, frac, isnan, nan_to_num, lerp, addcdiv, var_mean / std_mean, diff, cdist; lower: maximum / minimum,
     clamp by tensors, reciprocal, rot90 and channel_shuffle as gathers): on Vulkan under the
     dynamic scheme, within float rounding of the reference and of the float model. The rewrites
     alone, on NaN, infinities, zeros and ties: torch's values (exactly where ATen's arithmetic is

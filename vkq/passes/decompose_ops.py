@@ -245,19 +245,22 @@ def from_addcdiv(node):
 
 
 def moments_from_var_mean(node):
-    """var_mean(x, dims, correction, keepdim) + getitems -> var and mean of x (each rewritten on)."""
+    """var_mean / std_mean(x, dims, correction, keepdim) + getitems -> var (std) and mean of x
+    (each rewritten on)."""
     users = list(node.users)
     if not _float_in(node) or not users or not all(u.target is operator.getitem for u in users):
         return None
     x, dims = node.args[0], arg(node, 1, "dim")
-    if node.target == aten.var_mean.dim:
+    if node.target in (aten.var_mean.dim, aten.std_mean.dim):
         correction, keepdim = (1 if arg(node, 2, "unbiased", True) else 0), bool(arg(node, 3, "keepdim", False))
     else:
         correction, keepdim = node.kwargs.get("correction"), bool(node.kwargs.get("keepdim", False))
         correction = 1 if correction is None else correction
     for u in users:
         if u.args[1] == 0:
-            new = call_before(node, aten.var.correction, (x, dims), {"correction": correction, "keepdim": keepdim})
+            spread = aten.std.correction if node.target in (aten.std_mean.dim, aten.std_mean.correction) \
+                else aten.var.correction
+            new = call_before(node, spread, (x, dims), {"correction": correction, "keepdim": keepdim})
             new.meta["val"] = val(u)
             new = moments_from_var(new) or new      # (made after this pass's walk began: rewritten here)
         else:
@@ -568,7 +571,8 @@ def moments_from_var(node):
 
 DECOMPOSE = {
     **{t: moments_from_var for t in (aten.var.dim, aten.std.dim, aten.var.correction, aten.std.correction)},
-    aten.var_mean.correction: moments_from_var_mean, aten.var_mean.dim: moments_from_var_mean,
+    **{t: moments_from_var_mean for t in (aten.var_mean.correction, aten.var_mean.dim, aten.std_mean.correction,
+                                          aten.std_mean.dim)},
     aten.logsumexp.default: from_logsumexp,
     aten.affine_grid_generator.default: bmm_from_affine_grid,
     aten.bilinear.default: linear_from_bilinear,
