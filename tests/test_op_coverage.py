@@ -920,6 +920,11 @@ ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with 
     "diff": lambda x, y: F.pad(torch.diff(x, dim=1), (0, 0, 0, 1)) + torch.diff(x, dim=-1, prepend=y[..., :2] - 1,
                                                                                append=y[..., -1:]).sum(-1, keepdim=True),
     "reciprocal": lambda x, y: torch.reciprocal(y.abs() + 1),
+    "sinc": lambda x, y: torch.sinc(x) + torch.sinc(torch.round(x)),               # (round: sinc(0) = 1)
+    "xlogy": lambda x, y: torch.xlogy(torch.round(x), y.abs()),
+    "count_bucketize": lambda x, y: (torch.count_nonzero(torch.round(x), -1)[..., None].float() * y
+                                     + torch.bucketize(x, torch.tensor([-1.0, 0.0, 0.5, 2.0])).float()
+                                     - torch.bucketize(y, torch.tensor([-0.5, 0.0, 1.0]), right=True, out_int32=True)),
     "clamp_tensors": lambda x, y: torch.clamp(x, min=y, max=y + 1), "maximum": lambda x, y: torch.maximum(x, y) - torch.minimum(x, y),
     "rot90": lambda x, y: torch.rot90(x[:, :, :5], 1, (1, 2)),
     "channel_shuffle": lambda x, y: F.channel_shuffle(x[:, :4, :, None], 2)[..., 0] * y[:, :4],
@@ -1031,7 +1036,8 @@ class Elementwise(nn.Module):
 def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     """Float ops that ran on the CPU through torch, each now the few ops ATen computes it as
     (decompose_ops: threshold, shrinks, selu / celu through elu, rrelu at inference, log_sigmoid,
-    heaviside, frac, isnan, nan_to_num, lerp, addcdiv, var_mean / std_mean, diff, cdist; lower: maximum / minimum,
+    heaviside, frac, isnan, nan_to_num, lerp, addcdiv, var_mean / std_mean, diff, cdist, sinc,
+    xlogy, count_nonzero, bucketize; lower: maximum / minimum,
     clamp by tensors, reciprocal, rot90 and channel_shuffle as gathers): on Vulkan under the
     dynamic scheme, within float rounding of the reference and of the float model. The rewrites
     alone, on NaN, infinities, zeros and ties: torch's values (exactly where ATen's arithmetic is
@@ -1044,14 +1050,14 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     program, gm = lowered(model, (x,), batches((2, 5, 6)), "dynamic")
     got, ref = on_device(program, device, (x,))
     np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5, equal_nan=True)
-    if name not in ("heaviside", "frac", "isnan", "any_all_count", "topk"):   # (steps: quantized linears move them)
+    if name not in ("heaviside", "frac", "isnan", "any_all_count", "topk", "sinc", "xlogy", "count_bucketize"):   # (steps: quantized linears move them)
         want = model(x).detach().numpy()
         assert cosine(got, want) > 0.999
     special = torch.tensor([[[float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 0.5, -0.3, 2.5, 1e-30, -7.0]] * 2])
     y = torch.tensor([[[1.0, -2.0, 0.0, 0.25, 3.0, -1.0, 0.5, 2.5, 1.0, 0.0]] * 2])
     g = torch.export.export(_Lambda(f), (special, y)).module()
     normalize_ops(g), decompose_ops(g)
-    exact = name not in ("selu", "celu", "logsigmoid", "addcdiv", "var_mean", "lerp", "cosine_similarity",
+    exact = name not in ("selu", "celu", "logsigmoid", "addcdiv", "var_mean", "lerp", "cosine_similarity", "sinc", "xlogy",
                          "pairwise_distance", "broadcast", "cdist")
     torch.testing.assert_close(g(special, y), f(special, y), equal_nan=True, rtol=0 if exact else 1e-6,
                                atol=0 if exact else 1e-6)

@@ -11,7 +11,8 @@ lookup table), so only what is left in float is rewritten here:
   clamp / hardtanh / relu of an integer tensor (ids clamped into a table) -> maximum / minimum
                                                   by 0-d constants (int32 word ops)
   float threshold, hardshrink, softshrink, selu, celu, rrelu (eval), log_sigmoid, heaviside, frac,
-  isnan, nan_to_num, lerp, addcdiv, var_mean, diff (n = 1; prepend / append: a cat)
+  isnan, nan_to_num, lerp, addcdiv, var_mean / std_mean, diff (n = 1; prepend / append: a cat), sinc,
+  xlogy, count_nonzero (a sum of x != 0), bucketize by constant boundaries (counts of comparisons)
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
                                                   computes them (its comparisons: a NaN stays NaN)
   aten.topk(x, k <= 8, dim, largest) + getitems -> k rounds of argmax, gather and a where
@@ -191,6 +192,55 @@ def where_from_heaviside(node):
     x, v = node.args[:2]
     step = call_before(node, aten.where.Scalar, (call_before(node, aten.gt.Scalar, (x, 0.0)), 1.0, 0.0))
     return call_before(node, aten.where.self, (call_before(node, aten.eq.Scalar, (x, 0.0)), v, step))
+
+
+def from_sinc(node):
+    """sinc(x) -> where(x == 0, 1, sin(pi x) / (pi x)), as ATen computes it (SincNet's filters)."""
+    if not _float_in(node):
+        return None
+    x = node.args[0]
+    p = call_before(node, aten.mul.Tensor, (x, math.pi))
+    ratio = call_before(node, aten.div.Tensor, (call_before(node, aten.sin.default, (p,)), p))
+    return call_before(node, aten.where.self, (call_before(node, aten.eq.Scalar, (x, 0.0)),
+                                               call_before(node, aten.full_like.default, (x, 1.0)), ratio))
+
+
+def from_xlogy(node):
+    """xlogy(x, y) -> NaN where y is, else 0 where x == 0, else x log(y), as ATen (entropies)."""
+    x, y = node.args[:2]
+    if not _float_in(node) or not isinstance(y, Node) or not isinstance(val(y), torch.Tensor) \
+            or val(y).dtype != val(x).dtype or tuple(val(node).shape) != tuple(val(x).shape):
+        return None
+    product = call_before(node, aten.mul.Tensor, (x, call_before(node, aten.log.default, (y,))))
+    zero = call_before(node, aten.where.self, (call_before(node, aten.eq.Scalar, (x, 0.0)),
+                                              call_before(node, aten.full_like.default, (x, 0.0)), product))
+    return call_before(node, aten.where.self, (call_before(node, aten.ne.Tensor, (y, y)), y, zero))
+
+
+def sum_from_count_nonzero(node):
+    """count_nonzero(x, dims) -> sum(x != 0, dims): int64, as torch's."""
+    dims = arg(node, 1, "dim")
+    dims = [] if dims is None else [dims] if isinstance(dims, int) else list(dims)
+    ne = call_before(node, aten.ne.Scalar, (node.args[0], 0))
+    total = call_before(node, aten.sum.dim_IntList, (ne, dims))
+    return from_any_all_count(total) or total      # (made after this pass's walk began: rewritten here)
+
+
+def counts_from_bucketize(node):
+    """bucketize(x, boundaries) with constant boundaries -> sum(not(b >= x)) over them (right:
+    not(b > x)): the bucket each value falls in, by comparisons (a NaN in the last bucket, as
+    torch's binary search puts it)."""
+    from .fold_constants import evaluate_constant
+    x, b = node.args[:2]
+    bounds = evaluate_constant(node.graph.owning_module, b)
+    if not isinstance(val(x), torch.Tensor) or bounds is None or bounds.dim() != 1 or not len(bounds):
+        return None
+    right, out_int32 = bool(arg(node, 3, "right", False)), bool(arg(node, 2, "out_int32", False))
+    cmp = aten.gt.Tensor if right else aten.ge.Tensor
+    above = call_before(node, cmp, (b, call_before(node, aten.unsqueeze.default, (x, -1))))
+    count = call_before(node, aten.sum.dim_IntList, (call_before(node, aten.logical_not.default, (above,)), [-1]))
+    count = from_any_all_count(count) or count
+    return call_before(node, aten._to_copy.default, (count,), {"dtype": torch.int32}) if out_int32 else count
 
 
 def sub_from_frac(node):
@@ -589,6 +639,10 @@ DECOMPOSE = {
     aten.log_sigmoid.default: softplus_from_log_sigmoid,
     aten.heaviside.default: where_from_heaviside,
     aten.frac.default: sub_from_frac,
+    aten.sinc.default: from_sinc,
+    aten.xlogy.Tensor: from_xlogy,
+    aten.count_nonzero.dim_IntList: sum_from_count_nonzero, aten.count_nonzero.default: sum_from_count_nonzero,
+    aten.bucketize.Tensor: counts_from_bucketize,
     aten.isnan.default: ne_from_isnan,
     aten.nan_to_num.default: where_from_nan_to_num,
     aten.lerp.Scalar: from_lerp, aten.lerp.Tensor: from_lerp,
