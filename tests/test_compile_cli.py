@@ -108,6 +108,30 @@ def test_cli_program_runs_the_same_bytes_as_in_process(cnn, device, tmp_path):
     assert got.dtype == want.dtype and got.shape == (1, 7) and got.tobytes() == want.tobytes()
 
 
+def test_cli_refuses_input_files_that_are_not_arrays_of_numbers(cnn, device, tmp_path):
+    """`vkq run` / `compare` given an empty, truncated, pickled, .npz, text or complex .npy
+    print one line naming the file (an empty file ended in an EOFError traceback), and
+    `compare --expect` one naming a file whose size is not its output's."""
+    np.save(tmp_path / "x.npy", cnn.x)
+    good = (tmp_path / "x.npy").read_bytes()
+    (tmp_path / "empty.npy").write_bytes(b"")
+    (tmp_path / "cut.npy").write_bytes(good[: len(good) // 2])
+    np.save(tmp_path / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    np.savez(tmp_path / "both.npz", x=cnn.x)
+    (tmp_path / "text.npy").write_text("0.5 0.25")
+    np.save(tmp_path / "complex.npy", cnn.x.astype(np.complex64))
+    for name, says in [("empty.npy", "not a .npy file"), ("cut.npy", "not a .npy file"),
+                       ("objects.npy", "not a .npy file"), ("both.npz", "one .npy file per input"),
+                       ("text.npy", "not a .npy file"), ("complex.npy", "complex64 values")]:
+        res = run_cli_without_torch("run", cnn.out, "--input", tmp_path / name, "--device", device.info.name)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+        assert res.stderr.startswith(f"vkq: {tmp_path / name}: ") and says in res.stderr, res.stderr
+    np.save(tmp_path / "want.npy", np.zeros(8, np.float32))
+    res = run_cli_without_torch("compare", cnn.out, "--input", tmp_path / "x.npy", "--expect", tmp_path / "want.npy",
+                                "--device", device.info.name)
+    assert res.returncode == 2 and f"want.npy: 8 values, the output" in res.stderr and "has 7" in res.stderr, res.stderr
+
+
 def test_cli_program_reference_is_within_one_step_of_pt2e(cnn):
     ref = run_reference(load_program(cnn.out), cnn.x)
     np.testing.assert_array_equal(ref, cnn.prog.run_reference(cnn.x))

@@ -55,8 +55,24 @@ def cmd_shaders(args) -> int:
 
 
 def _load_inputs(paths):
+    """Each path's .npy array; a file that is not one (empty, truncated, an .npz, pickled
+    objects, text) is refused naming it, as are values that are not numbers."""
     import numpy as np
-    return [np.load(p, allow_pickle=False) for p in paths]
+    arrays = []
+    for path in paths:
+        try:
+            a = np.load(path, allow_pickle=False)
+        except FileNotFoundError:
+            raise
+        except (ValueError, EOFError, OSError, UnicodeError) as e:
+            raise ValueError(f"{path}: not a .npy file of numbers ({type(e).__name__}: {e})") from None
+        if not isinstance(a, np.ndarray):
+            a.close()
+            raise ValueError(f"{path}: an .npz archive; give one .npy file per input")
+        if a.dtype.kind not in "biuf":
+            raise ValueError(f"{path}: holds {a.dtype} values; a program takes bool, integer or float arrays")
+        arrays.append(a)
+    return arrays
 
 
 def cmd_run(args) -> int:
@@ -101,9 +117,13 @@ def cmd_compare(args) -> int:
             worst = max(worst, diff if spec.dtype != "float32" else 0.0)
             print(f"{node.name[:40]:<40} {node.op:<22} {spec.dtype + str(list(spec.shape)):<28} {diff:g} {unit}")
     if args.expect:
-        for path, t in zip(args.expect, program.outputs):
-            want = np.load(path).astype(np.float64).reshape(-1)
+        if len(args.expect) != len(program.outputs):
+            raise ValueError(f"the program has {len(program.outputs)} outputs, got {len(args.expect)} --expect files")
+        for path, t, want in zip(args.expect, program.outputs, _load_inputs(args.expect)):
             y = got[t].astype(np.float64).reshape(-1)
+            if want.size != y.size:
+                raise ValueError(f"{path}: {want.size} values, the output {t!r} has {y.size}")
+            want = want.astype(np.float64).reshape(-1)
             cos = float(y @ want / (np.linalg.norm(y) * np.linalg.norm(want) + 1e-30))
             top = int(np.argmax(y) == np.argmax(want))
             print(f"output {t}: cosine with the float model {cos:.6f}, same argmax: {bool(top)}")
