@@ -1162,6 +1162,45 @@ def test_recurrent_layers_unroll_onto_vulkan(name, device):
         assert a.shape == tuple(w.shape) and cosine(a, w.numpy()) >= 0.99
 
 
+class DecoderCells(nn.Module):
+    """A decoder's loop of nn.LSTMCell (a state given, then its own), GRUCell (none given; no
+    biases) and RNNCell (tanh and relu) over three steps."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm, self.gru = nn.LSTMCell(6, 5), nn.GRUCell(5, 4, bias=False)
+        self.tanh, self.relu = nn.RNNCell(4, 3), nn.RNNCell(4, 3, nonlinearity="relu")
+
+    def forward(self, x, h, c):                                   # x (3, B, 6)
+        outs, g = [], None
+        for t in range(x.shape[0]):
+            h, c = self.lstm(x[t], (h, c))
+            g = self.gru(h) if g is None else self.gru(h, g)
+            outs.append(self.tanh(g) + self.relu(g))
+        return torch.stack(outs), c
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_recurrent_cells_run_on_vulkan(device, scheme):
+    """aten.lstm_cell / gru_cell / rnn_tanh_cell / rnn_relu_cell ran in torch on the CPU: each
+    is its step of unroll_rnn now, on the device, near the float model."""
+    g = torch.Generator().manual_seed(4)
+    inputs = lambda: (torch.randn(3, 2, 6, generator=g), torch.randn(2, 5, generator=g), torch.randn(2, 5, generator=g))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(4)
+        model = DecoderCells().eval()
+    xs = inputs()
+    program, gm = lowered(model, xs, [xs] + [inputs() for _ in range(3)], scheme)
+    assert "linear_q8" in ops(program) or "linear_dynamic" in ops(program), ops(program)
+    run = oputil.VulkanExecutor(program, device)
+    got, ref = run(*[t.numpy() for t in xs]), run_reference(program, *[t.numpy() for t in xs])
+    with torch.no_grad():
+        want = model(*xs)
+    for a, b, w in zip(got, ref, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        assert a.shape == tuple(w.shape) and cosine(a, w.numpy()) >= 0.98
+
+
 @pytest.mark.parametrize("name", ["lstm-2-layers-bidirectional", "gru-bidirectional"])
 def test_recurrent_layers_in_float_under_dynamic(name, device):
     """The linear-only schemes: the linears int8 with rows quantized on the device, the gates

@@ -19,10 +19,11 @@ VkqQuantizer.transform_for_annotation) makes the linears int8 like any other:
                  n = tanh(xp[t][2H:3H] + r * gh[2H:3H]);  h = n + z * (h - n)
   RNN step t:    h = tanh / relu(xp[t] + linear(h, W_hh))
 
-the reverse direction walks t from the last step down; the output is the steps' h concatenated
-along time (the directions along features), h_n / c_n the last ones stacked. An initial state
-that is a constant zero (nn.LSTM called without one) drops the first step's recurrent terms. A
-symbolic sequence length (dynamic shapes) or packed sequences keep the call as it is (CPU).
+nn.LSTMCell / GRUCell / RNNCell (aten.lstm_cell, gru_cell, rnn_tanh_cell, rnn_relu_cell: one
+step, a decoder's loop body) are the same step, once. The reverse direction walks t from the
+last step down; the output is the steps' h concatenated along time (the directions along
+features), h_n / c_n the last ones stacked. An initial state that is a constant zero (nn.LSTM
+called without one) drops the first step's recurrent terms. A symbolic sequence length (dynamic shapes) or packed sequences keep the call as it is (CPU).
 The graph grows by about 12 nodes a step: MAX_STEPS bounds layers x directions x length.
 """
 from __future__ import annotations
@@ -36,6 +37,8 @@ from torch.fx.node import map_arg
 from ._graph import add_constant, aten, const_value, finish, reject, val
 
 RNNS = {aten.lstm.input: "lstm", aten.gru.input: "gru", aten.rnn_tanh.input: "tanh", aten.rnn_relu.input: "relu"}
+CELLS = {aten.lstm_cell.default: "lstm", aten.gru_cell.default: "gru", aten.rnn_tanh_cell.default: "tanh",
+         aten.rnn_relu_cell.default: "relu"}
 GATES = {"lstm": 4, "gru": 3, "tanh": 1, "relu": 1}
 MAX_STEPS = 2048
 ZEROS = {aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default}
@@ -180,16 +183,48 @@ def _rewrite(gm: GraphModule, node: Node) -> dict | None:
     return results
 
 
+def _rewrite_cell(gm: GraphModule, node: Node) -> dict | Node | None:
+    """One step of nn.LSTMCell / GRUCell / RNNCell (a decoder's loop body): the step above, its
+    input projection with both biases (GRU: but b_hn) folded."""
+    kind = CELLS[node.target]
+    x, hx, w_ih, w_hh = node.args[:4]
+    biases = [a for a in node.args[4:6] if a is not None]
+    if any(const_value(gm, w) is None for w in (w_ih, w_hh, *biases)) or len(biases) == 1:
+        return None
+    b = _Cells(gm, node)
+    size = const_value(gm, w_hh).shape[0] // GATES[kind]
+    state = [None if _is_zero(gm, s) else s for s in (list(hx) if kind == "lstm" else [hx])]
+    bias = b_hn = None
+    if biases:
+        b_ih, b_hh = (const_value(gm, a) for a in biases)
+        if kind == "gru":
+            b_hn = torch.cat([torch.zeros(2 * size), b_hh[2 * size:]])
+            bias = b.const("bias", b_ih + b_hh - b_hn)
+            b_hn = b.const("b_hn", b_hn) if bool(b_hn.any()) else None
+        else:
+            bias = b.const("bias", b_ih + b_hh)
+    xt = b.linear(x, w_ih, bias)
+    if kind == "lstm":
+        h, c = _lstm_step(b, xt, state[0], state[1], w_hh, None, size)
+        return {0: h, 1: c}
+    if kind == "gru":
+        return _gru_step(b, xt, state[0], w_hh, b_hn, size)
+    return b.call(aten.tanh.default if kind == "tanh" else aten.relu.default, b.add(xt, b.linear(state[0], w_hh)))
+
+
 def unroll_rnn(gm: GraphModule) -> bool:
     changed = False
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in RNNS:
+        if node.op != "call_function" or node.target not in RNNS and node.target not in CELLS:
             continue
-        if any(u.op != "call_function" or u.target is not operator.getitem for u in node.users):
+        one_output = node.target in CELLS and node.target != aten.lstm_cell.default
+        if not one_output and any(u.op != "call_function" or u.target is not operator.getitem for u in node.users):
             continue
-        results = _rewrite(gm, node)
+        results = (_rewrite if node.target in RNNS else _rewrite_cell)(gm, node)
         if results is None:
             continue
+        if one_output:
+            node.replace_all_uses_with(results)
         for user in list(node.users):
             user.replace_all_uses_with(results[user.args[1]])
             gm.graph.erase_node(user)
