@@ -1360,3 +1360,43 @@ def test_index_assignments_run_on_vulkan(device, scheme):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     assert cosine(got, gm(x).detach().numpy()) >= 0.999
     assert cosine(got, model(x).detach().numpy()) >= 0.99
+
+
+class OneDResizes(nn.Module):
+    """A vocoder's / 1-D U-Net's upsampling (linear with and without align_corners, nearest and
+    nearest-exact, by size and by fractional scale) and InstanceNorm1d with running statistics."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv1d(5, 6, 3), nn.Conv1d(6, 4, 1)
+        self.norm = nn.InstanceNorm1d(6, affine=True, track_running_stats=True)
+        with torch.no_grad():
+            self.norm.running_mean.uniform_(-0.5, 0.5), self.norm.running_var.uniform_(0.5, 2.0)
+            self.norm.weight.uniform_(0.5, 1.5), self.norm.bias.uniform_(-0.2, 0.2)
+
+    def forward(self, x):
+        y = self.norm(torch.relu(self.a(x)))
+        y = F.interpolate(y, size=23, mode="linear", align_corners=True)
+        y = F.interpolate(y, scale_factor=1.7, mode="nearest") + 0.5
+        y = F.interpolate(y, scale_factor=0.6, mode="nearest-exact")
+        return self.b(F.interpolate(y, scale_factor=1.3, mode="linear"))
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_one_d_resizes_and_running_instance_norm_run_on_vulkan(device, scheme):
+    """upsample_linear1d / nearest1d / nearest-exact1d and instance_norm over running statistics
+    ran in torch on the CPU: now the 2-D resizes of (N, C, 1, L) (exactly the 1-D op's values:
+    one row resized to one is the identity) and a batch norm, on the device."""
+    from vkq.passes.one_d_as_two_d import one_d_as_two_d
+    from vkq.passes.normalize_ops import normalize_ops
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(2))
+    model = OneDResizes().eval()
+    program, gm = lowered(model, (x,), batches((2, 5, 16)), scheme)
+    got, ref = on_device(program, device, (x,))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert cosine(got, gm(x).detach().numpy()) >= 0.999 and cosine(got, model(x).detach().numpy()) >= 0.99
+    g = torch.export.export(model, (x,)).module()           # the rewrites alone: torch's values exactly
+    normalize_ops(g), one_d_as_two_d(g)
+    names = {str(n.target) for n in g.graph.nodes if n.op == "call_function"}
+    assert not any("1d" in t or "instance_norm" in t for t in names), names
+    torch.testing.assert_close(g(x), model(x), rtol=0, atol=0)

@@ -69,6 +69,8 @@ differently; this pass rewrites the second kind into the first:
   aten.pixel_shuffle / pixel_unshuffle of a map with a dynamic dim
                                                 -> unflatten, permute, flatten (views: no size of the
                                                   example in the graph; a static map keeps the op)
+  aten.instance_norm with running statistics (use_input_stats False)
+                                                -> aten.batch_norm in eval (the same arguments)
   dropout, feature / alpha dropout (eval), clone, alias, contiguous, detach
                                                 -> removed (identities at inference; the dropouts
                                                   go before annotation: Dropout2d between a conv and
@@ -157,6 +159,15 @@ def mul_add_from_addcmul(node):
         scaled.meta["val"] = prod.meta["val"] * value
         prod = scaled
     return _new(node, aten.add.Tensor, (a, prod))
+
+
+def batch_norm_from_instance_norm(node):
+    """instance_norm with use_input_stats=False (InstanceNorm with track_running_stats, in eval)
+    normalises every instance by the same running statistics: batch_norm in eval, whose
+    arguments it shares position for position (a per-channel affine map, then a conv)."""
+    if len(node.args) < 6 or node.args[5] is not False:
+        return None
+    return _new(node, aten.batch_norm.default, (*node.args[:5], False, *node.args[6:]), node.kwargs)
 
 
 def reshape_from_reshape_as(node):
@@ -801,6 +812,7 @@ BEFORE_ANNOTATION = {
     aten.im2col.default: im2col_after_pad,
     aten.pixel_shuffle.default: views_from_pixel_shuffle, aten.pixel_unshuffle.default: views_from_pixel_shuffle,
     **{t: identity for t in DROPOUTS},
+    aten.instance_norm.default: batch_norm_from_instance_norm,
 }
 
 NORMALIZE = {

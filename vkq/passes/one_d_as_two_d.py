@@ -10,6 +10,8 @@ has already folded each BatchNorm1d into its conv1d):
   max_pool1d / avg_pool1d / adaptive_avg_pool1d -> the 2-D pool over a (1, k) window, the same way
   adaptive_max_pool1d(x, L) + getitem 0  -> vkq.adaptive_max_pool2d(x, [1, L]) the same way (a text
                                             CNN's max over time: L = 1, any input length)
+  upsample_linear1d / nearest1d / nearest-exact1d -> the 2-D resize to (1, Lo) the same way (a
+                                            vocoder's or a 1-D U-Net's upsampling)
 
 x (N, C, L) is viewed as (N, C, 1, L): the length runs along W, which the 4W4C blocks pack four
 positions at a time (L along H, as (N, C, L, 1), would leave three of every four words empty).
@@ -23,11 +25,17 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import (add_constant, arg, aten, const_value, finish, first_outputs, is_call, replace_each, unary_operand,
-                     val)
+from ._graph import (add_constant, arg, aten, call_before, const_value, finish, first_outputs, is_call, replace_each,
+                     unary_operand, val)
 
 POOLS_1D = {aten.max_pool1d.default, aten.avg_pool1d.default, aten.adaptive_avg_pool1d.default,
             aten.adaptive_max_pool1d.default}
+RESIZES_1D = {**{getattr(aten.upsample_linear1d, o): "linear" for o in ("vec", "default")},
+              **{getattr(aten.upsample_nearest1d, o): "nearest" for o in ("vec", "default")},
+              **{getattr(aten._upsample_nearest_exact1d, o): "exact" for o in ("vec", "default")}}
+RESIZES_2D = {"linear": {True: aten.upsample_bilinear2d.vec, False: aten.upsample_bilinear2d.default},
+              "nearest": {True: aten.upsample_nearest2d.vec, False: aten.upsample_nearest2d.default},
+              "exact": {True: aten._upsample_nearest_exact2d.vec, False: aten._upsample_nearest_exact2d.default}}
 CONV_1D = {aten.conv1d.default, aten.conv1d.padding}
 CONV_T_1D = {aten.conv_transpose1d.default}
 # elementwise ops a squeeze moves past (besides unary_operand's): activations, and binary ops
@@ -161,10 +169,30 @@ def _sink(gm: GraphModule, e: Node) -> bool:
     return True
 
 
+def _resize_as_two_d(gm: GraphModule, node: Node) -> Node | None:
+    """upsample_linear1d / nearest1d / nearest-exact1d of (N, C, L): the 2-D resize of
+    (N, C, 1, L) to (1, Lo), its scale (when given) along W. Height 1 to 1 is the identity in
+    ATen's bilinear and nearest maps, so the values are the 1-D op's."""
+    x = node.args[0]
+    if not _three_d(x):
+        return None
+    kind, vec = RESIZES_1D[node.target], node.target._overloadname == "vec"
+    a = list(node.args) + [None] * 4
+    size, scale = (a[1], a[3 if kind == "linear" else 2])
+    if vec:
+        size, scale = (None if size is None else [1, *size]), (None if scale is None else [1.0, *scale])
+        args = (size, a[2], scale) if kind == "linear" else (size, scale)
+    else:
+        args = ([1, *size], a[2], None, scale) if kind == "linear" else ([1, *size], None, scale)
+    two = call_before(node, aten.unsqueeze.default, (x, 2))
+    return call_before(node, aten.squeeze.dim, (call_before(node, RESIZES_2D[kind][vec], (two, *args)), 2))
+
+
 def one_d_as_two_d(gm: GraphModule, targets=CONV_1D | CONV_T_1D | POOLS_1D) -> bool:
     """targets: the 1-D ops to rewrite (the float-conv schemes rewrite only conv_transpose1d,
     which has a Vulkan path only as conv_transpose_as_conv's 2-D conv)."""
-    if not replace_each(gm, targets, _as_two_d):
+    rewrote = replace_each(gm, set(RESIZES_1D), _resize_as_two_d)
+    if not replace_each(gm, targets, _as_two_d) and not rewrote:
         return False
     moved = True
     while moved:               # squeezes down past elementwise ops, then unsqueeze(squeeze(t)) -> t
