@@ -1343,7 +1343,10 @@ class IndexAssignments(nn.Module):
         y[:, rows] = z[:, :2]
         y.index_put_((torch.tensor([1, 1, 0]),), z[:1].expand(3, -1, -1).contiguous(), accumulate=True)
         y[:, self.keep] = z[:, self.keep] * 2
-        return self.b(y)
+        y[:, (x[0, :2, 0] > 0).int() * 2] = z[:, 2:4]            # an int32 index (index_copy takes int64)
+        live = (y > 0).clone()
+        live[y < -1.0] = True                                     # a bool tensor written through a mask
+        return self.b(y * live)
 
 
 @pytest.mark.parametrize("scheme", ["static", "dynamic"])
@@ -1355,7 +1358,7 @@ def test_index_assignments_run_on_vulkan(device, scheme):
     model = IndexAssignments().eval()
     program, gm = lowered(model, (x,), batches((2, 5, 8)), scheme)
     assert {"where", "scatter"} <= set(ops(program)), ops(program)
-    assert [n.attrs["reduce"] for n in program.nodes if n.op == "scatter"] == ["none", "none", "sum", "none"]
+    assert [n.attrs["reduce"] for n in program.nodes if n.op == "scatter"] == ["none", "none", "sum", "none", "none"]
     got, ref = on_device(program, device, (x,))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     assert cosine(got, gm(x).detach().numpy()) >= 0.999
@@ -1400,3 +1403,26 @@ def test_one_d_resizes_and_running_instance_norm_run_on_vulkan(device, scheme):
     names = {str(n.target) for n in g.graph.nodes if n.op == "call_function"}
     assert not any("1d" in t or "instance_norm" in t for t in names), names
     torch.testing.assert_close(g(x), model(x), rtol=0, atol=0)
+
+
+def test_index_assignment_into_a_bool_tensor_by_integers_stays_correct(device):
+    """mask[:, idx] = True on a bool tensor: the scatter kernel has no bool words, so that
+    index_put stays in torch (as an index_fill it failed there: its value had become 1-D), and
+    the program agrees with torch."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = self.fc(x)
+            m = (y > 0).clone()
+            m[:, (x[0, :2, 0] > 0).long() - 1] = True
+            return y * m
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(3))
+    gm = api.quantize(M().eval(), (x,), calibration=batches((2, 5, 8)), progress=False)
+    program = lower(gm, (x,))
+    assert [op for op, _ in program.fallback] == ["aten.index_put"], program.fallback
+    got, ref = on_device(program, device, (x,))
+    np.testing.assert_array_equal(got, ref)
+    assert cosine(got, gm(x).detach().numpy()) >= 0.999

@@ -228,6 +228,8 @@ def from_index_put(node):
         index = add_constant(gm, f"{node.name}_positions", torch.nonzero(known).flatten(), node)
     elif vi.dtype not in (torch.int32, torch.int64) or vi.dim() != 1:
         return None
+    if v.dtype not in (torch.float32, torch.int32, torch.int64):
+        return None         # (the scatter kernel's words: a bool x's index_fill would run in torch)
     size, shape = v.shape[j], list(v.shape[:j]) + list(val(index).shape) + list(v.shape[j + 1:])
     if not all(isinstance(d, int) for d in [size, *shape]):
         return None
@@ -242,6 +244,8 @@ def from_index_put(node):
     else:
         wrapped = call_before(node, aten.add.Tensor, (index, size))
         index = call_before(node, aten.where.self, (call_before(node, aten.lt.Scalar, (index, 0)), wrapped, index))
+    if val(index).dtype != torch.int64:               # (index_copy / index_fill take int64 indices only)
+        index = call_before(node, aten._to_copy.default, (index,), {"dtype": torch.int64})
     if n_values == 1 and not accumulate:              # (no expand: a constant one would fix the size)
         return _new(node, aten.index_fill.int_Tensor, (x, j, index, call_before(node, aten.reshape.default, (values, []))))
     if list(val(values).shape) != shape:
