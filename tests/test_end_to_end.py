@@ -697,3 +697,30 @@ def test_loops_past_the_loop_budget_run_on_the_cpu(device, monkeypatch, scheme, 
     assert "matmul" in budget_ops and conv in budget_ops, limited.fallback_ops
     linear = {"static": "linear_q8", "dynamic": "linear_dynamic", "weight_only": "linear_weight_only"}[scheme]
     assert linear in budget_ops, limited.fallback_ops
+
+
+def test_zero_d_tensors_reach_torch_ops_as_zero_d(device, tmp_path):
+    """A 0-d tensor (torch.tensor(True) as index_fill's value on a bool mask, which runs in torch)
+    stays 0-d in the program and on its way into torch: numpy's ascontiguousarray made it 1-D,
+    and index_fill refused it, so the program failed."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return y * (y > 0).index_fill(1, torch.tensor([0, 3]), torch.tensor(True))
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 8)
+    gm = vkq.quantize(M().eval(), (x,), [(torch.randn(2, 5, 8),) for _ in range(3)])
+    program = vkq.compile(gm, (x,)).program
+    node = next(n for n in program.nodes if n.op == "torch_op" and "index_fill" in n.attrs["target"])
+    assert program.tensors[node.inputs[-1]].shape == () and np.ndim(program.constants[node.inputs[-1]]) == 0
+    prog = vkq.CompiledProgram(program, device).save(tmp_path / "m.vkq")
+    got = vkq.runtime.load(prog, device=device.info.name)(x.numpy())
+    with torch.no_grad():
+        want = gm(x).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert (got[:, [0, 3]] != 0).sum() > 0

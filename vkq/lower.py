@@ -1179,7 +1179,8 @@ class Translator:
     def const(self, array, hint: str) -> str:
         self._n += 1
         name = f"_const_{hint}_{self._n}"
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array)
+        array = np.ascontiguousarray(array).reshape(array.shape)      # (ascontiguousarray makes 0-d 1-d)
         self.constants[name] = array
         self.tensors[name] = TensorSpec(array.shape, str(array.dtype) if array.dtype != np.float64 else "float32")
         return name

@@ -50,7 +50,8 @@ def torch_op(*tensors, target, args, kwargs=None, dtypes=None):
     import torch
     ts = []
     for i, t in enumerate(tensors):
-        tt = torch.from_numpy(np.ascontiguousarray(t))
+        a = np.asarray(t)
+        tt = torch.from_numpy(np.ascontiguousarray(a).reshape(a.shape))    # (ascontiguousarray makes 0-d 1-d)
         if dtypes and dtypes[i]:
             tt = tt.to(getattr(torch, dtypes[i]))
         ts.append(tt)
