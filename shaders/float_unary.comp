@@ -38,6 +38,18 @@
 //! variant OP_LOG1P
 //! variant OP_LOG2
 //! variant OP_POW
+//! variant OP_ATAN
+//! variant OP_ASIN
+//! variant OP_ACOS
+//! variant OP_TAN
+//! variant OP_SINH
+//! variant OP_COSH
+//! variant OP_ASINH
+//! variant OP_ACOSH
+//! variant OP_ATANH
+//! variant OP_EXPM1
+//! variant OP_EXP2
+//! variant OP_LOG10
 //! variant OP_GELU TEXEL
 //! variant OP_GELU_TANH TEXEL
 //! variant OP_CLAMP TEXEL
@@ -70,6 +82,18 @@
 //! variant OP_LOG1P TEXEL
 //! variant OP_LOG2 TEXEL
 //! variant OP_POW TEXEL
+//! variant OP_ATAN TEXEL
+//! variant OP_ASIN TEXEL
+//! variant OP_ACOS TEXEL
+//! variant OP_TAN TEXEL
+//! variant OP_SINH TEXEL
+//! variant OP_COSH TEXEL
+//! variant OP_ASINH TEXEL
+//! variant OP_ACOSH TEXEL
+//! variant OP_ATANH TEXEL
+//! variant OP_EXPM1 TEXEL
+//! variant OP_EXP2 TEXEL
+//! variant OP_LOG10 TEXEL
 #include "common.glsl"
 #include "float_math.glsl"
 #include "texel.glsl"
@@ -136,6 +160,30 @@ float f(float v) {
     return log2_f32(v);
 #elif defined(OP_POW)
     return pow_f32(v, p.lo);
+#elif defined(OP_ATAN)
+    return atan_f32(v);
+#elif defined(OP_ASIN)
+    return asin_f32(v);
+#elif defined(OP_ACOS)
+    return acos_f32(v);
+#elif defined(OP_TAN)
+    return tan_f32(v);
+#elif defined(OP_SINH)
+    return sinh_f32(v);
+#elif defined(OP_COSH)
+    return cosh_f32(v);
+#elif defined(OP_ASINH)
+    return asinh_f32(v);
+#elif defined(OP_ACOSH)
+    return acosh_f32(v);
+#elif defined(OP_ATANH)
+    return atanh_f32(v);
+#elif defined(OP_EXPM1)
+    return expm1_f32(v);
+#elif defined(OP_EXP2)
+    return exp2_f32(v);
+#elif defined(OP_LOG10)
+    return log_f32(v) * 0.43429448190325176;
 #elif defined(OP_ERF)
     return erf_f32(v);
 #elif defined(OP_FLOOR)

@@ -922,6 +922,13 @@ ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with 
     "reciprocal": lambda x, y: torch.reciprocal(y.abs() + 1),
     "sinc": lambda x, y: torch.sinc(x) + torch.sinc(torch.round(x)),               # (round: sinc(0) = 1)
     "xlogy": lambda x, y: torch.xlogy(torch.round(x), y.abs()),
+    "sgn_angles": lambda x, y: torch.sgn(x) + torch.deg2rad(x) - torch.rad2deg(y),
+    "nansum": lambda x, y: torch.nansum(torch.log(x), -1, keepdim=True) * y,       # (log of x < 0: NaN)
+    "logaddexp": lambda x, y: torch.logaddexp(x, y) + torch.logaddexp2(2 * x, y),
+    "trig_hyperbolic": lambda x, y: (torch.atan(x) + torch.asin(torch.tanh(y)) + torch.acos(torch.tanh(x)) + torch.tan(y)
+                                     + torch.sinh(x) + torch.cosh(y) + torch.asinh(x) + torch.acosh(y.abs() + 1)
+                                     + torch.atanh(0.5 * torch.tanh(x)) + torch.expm1(y) + torch.exp2(x)
+                                     + torch.log10(y.abs() + 0.1)),
     "count_bucketize": lambda x, y: (torch.count_nonzero(torch.round(x), -1)[..., None].float() * y
                                      + torch.bucketize(x, torch.tensor([-1.0, 0.0, 0.5, 2.0])).float()
                                      - torch.bucketize(y, torch.tensor([-0.5, 0.0, 1.0]), right=True, out_int32=True)),
@@ -1037,7 +1044,8 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     """Float ops that ran on the CPU through torch, each now the few ops ATen computes it as
     (decompose_ops: threshold, shrinks, selu / celu through elu, rrelu at inference, log_sigmoid,
     heaviside, frac, isnan, nan_to_num, lerp, addcdiv, var_mean / std_mean, diff, cdist, sinc,
-    xlogy, count_nonzero, bucketize; lower: maximum / minimum,
+    xlogy, count_nonzero, bucketize, sgn, deg2rad / rad2deg, nansum, logaddexp(2); float_unary:
+    the inverse trigonometric and hyperbolic functions, tan, expm1, exp2, log10; lower: maximum / minimum,
     clamp by tensors, reciprocal, rot90 and channel_shuffle as gathers): on Vulkan under the
     dynamic scheme, within float rounding of the reference and of the float model. The rewrites
     alone, on NaN, infinities, zeros and ties: torch's values (exactly where ATen's arithmetic is
@@ -1058,7 +1066,7 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     g = torch.export.export(_Lambda(f), (special, y)).module()
     normalize_ops(g), decompose_ops(g)
     exact = name not in ("selu", "celu", "logsigmoid", "addcdiv", "var_mean", "lerp", "cosine_similarity", "sinc", "xlogy",
-                         "pairwise_distance", "broadcast", "cdist")
+                         "pairwise_distance", "broadcast", "cdist", "nansum", "logaddexp")
     torch.testing.assert_close(g(special, y), f(special, y), equal_nan=True, rtol=0 if exact else 1e-6,
                                atol=0 if exact else 1e-6)
 

@@ -135,6 +135,148 @@ float pow_f32(float x, float e) {
     return odd && floatBitsToInt(x) < 0 ? -r : r;
 }
 
+// e^x - 1: Kahan's (u - 1) x / log(u) with u = e^x rounded, which restores what u - 1 cancels
+// near 0 (exp(x) - 1 alone is 0 for |x| < 2^-25). A few ulp (exp_f32's and log_f32's).
+float expm1_f32(float x) {
+    float u = exp_f32(x);
+    precise float um1 = u - 1.0;
+    return u == 1.0 ? x : um1 == -1.0 ? -1.0 : isinf(u) || isnan(x) ? u : um1 * x / log_f32(u);
+}
+
+// 2^x: n = round(x) exactly, 2^(x - n) = e^((x - n) ln 2) by exp_f32 (|x - n| <= 1/2: exact),
+// scaled by 2^n (exact; results below the smallest normal in two steps, so they come out
+// subnormal, not clamped). Exact at integers, a few ulp elsewhere; overflow inf, NaN NaN.
+float exp2_f32(float x) {
+    if (!(x < 128.0)) return isnan(x) ? x : uintBitsToFloat(0x7f800000u);
+    if (x < -150.0) return 0.0;
+    float n = roundEven(x);
+    float v = exp_f32((x - n) * 0.693147180559945);
+    return n < -125.0 ? ldexp(v, int(n) + 24) * 5.9604644775390625e-8 : ldexp(v, int(n));
+}
+
+// atan(x): Cephes' atanf. |x| reduced to [0, tan(pi/8)] by pi/2 - atan(1/|x|) (|x| > tan 3pi/8)
+// or pi/4 + atan((|x| - 1)/(|x| + 1)) (|x| > tan pi/8), then its odd degree-9 polynomial; the
+// sign bit of x restored (atan(-0) = -0). ~2 ulp, and Vulkan's division in the reduction.
+float atan_f32(float x) {
+    float a = abs(x), y = 0.0, z = a;
+    if (a > 2.414213562373095) { y = 1.5707963267948966; z = -1.0 / a; }
+    else if (a > 0.4142135623730950) { y = 0.7853981633974483; z = (a - 1.0) / (a + 1.0); }
+    float zz = z * z;
+    float r = y + ((((8.05374449538e-2 * zz - 1.38776856032e-1) * zz + 1.99777106478e-1) * zz
+                    - 3.33329491539e-1) * zz * z + z);
+    return floatBitsToInt(x) < 0 ? -r : r;
+}
+
+// atan2(y, x) as C's: atan_f32(|y| / |x|) in the quadrant of (x, y), the signs of zeros kept
+// (atan2(+-0, -0) = +-pi, atan2(+-0, +0) = +-0), both infinite: +-pi/4 or +-3pi/4; NaN NaN.
+float atan2_f32(float y, float x) {
+    if (isnan(x) || isnan(y)) return x + y;
+    float ay = abs(y), ax = abs(x), t;
+    if (isinf(ax) && isinf(ay)) t = 0.7853981633974483;
+    else if (ay == 0.0 || isinf(ax)) t = 0.0;
+    else t = atan_f32(ay / ax);                       // (x = 0 or y infinite: atan(inf) = pi/2)
+    t = floatBitsToInt(x) < 0 ? 3.1415926535897932 - t : t;
+    return floatBitsToInt(y) < 0 ? -t : t;
+}
+
+// asin(x): Cephes' asinf. |x| > 1/2: pi/2 - 2 asin(sqrt((1 - |x|) / 2)), the polynomial on
+// [0, 1/2]; |x| > 1 NaN; the sign of x. acos from it as Cephes' acosf. A few ulp (asin), a few
+// ulp of pi (acos near -1).
+float asin_poly(float a) {      // asin(a) for 0 <= a <= 1/2
+    float z = a * a;
+    return a < 1e-4 ? a : ((((4.2163199048e-2 * z + 2.4181311049e-2) * z + 4.5470025998e-2) * z
+                           + 7.4953002686e-2) * z + 1.6666752422e-1) * z * a + a;
+}
+
+float asin_f32(float x) {
+    float a = abs(x);
+    float r = a > 0.5 ? 1.5707963267948966 - 2.0 * asin_poly(sqrt(0.5 * (1.0 - a))) : asin_poly(a);
+    r = a > 1.0 ? uintBitsToFloat(0x7fc00000u) : r;
+    return floatBitsToInt(x) < 0 ? -r : r;
+}
+
+float acos_f32(float x) {
+    if (!(abs(x) <= 1.0)) return uintBitsToFloat(0x7fc00000u);
+    return x < -0.5 ? 3.1415926535897932 - 2.0 * asin_poly(sqrt(0.5 * (1.0 + x)))
+         : x > 0.5 ? 2.0 * asin_poly(sqrt(0.5 * (1.0 - x)))
+         : 1.5707963267948966 - asin_poly(abs(x)) * sign(x);
+}
+
+// tan(x): Cephes' tanf: sincos_f32's reduction by pi/4, its polynomial on [-pi/4, pi/4], -1/t
+// in the odd quarter periods. ~3 ulp for |x| < 8192 (beyond, the reduction as sin's).
+float tan_f32(float x) {
+    float a = abs(x);
+    int j = int(a * 1.27323954473516);
+    j += j & 1;
+    float y = float(j);
+    float z = ((a - y * 0.78515625) - y * 2.4187564849853515625e-4) - y * 3.77489497744594108e-8;
+    float zz = z * z;
+    float t = a < 1e-4 ? z : (((((9.38540185543e-3 * zz + 3.11992232697e-3) * zz + 2.44301354525e-2) * zz
+                             + 5.34112807005e-2) * zz + 1.33387994085e-1) * zz + 3.33331568548e-1) * zz * z + z;
+    t = (j & 2) != 0 ? -1.0 / t : t;
+    t = isinf(x) ? uintBitsToFloat(0x7fc00000u) : t;
+    return floatBitsToInt(x) < 0 ? -t : t;
+}
+
+// sinh, cosh: (e^|x| -+ e^-|x|) / 2; |x| > 9 (e^-|x| below half an ulp): (e^(|x|/2) / 2) e^(|x|/2),
+// finite up to cosh's overflow at 89.4 (e^|x| is inf from 88.7); sinh |x| < 1 from expm1
+// (no cancellation). A few ulp.
+float cosh_f32(float x) {
+    float a = abs(x);
+    if (a > 9.0) { float h = exp_f32(0.5 * a); return isinf(a) ? a : (0.5 * h) * h; }
+    float e = exp_f32(a);
+    return 0.5 * e + 0.5 / e;
+}
+
+float sinh_f32(float x) {
+    float a = abs(x), r;
+    if (a > 9.0) { float h = exp_f32(0.5 * a); r = isinf(a) ? a : (0.5 * h) * h; }
+    else if (a < 1.0) { float m = expm1_f32(a); r = 0.5 * (m + m / (m + 1.0)); }
+    else { float e = exp_f32(a); r = 0.5 * e - 0.5 / e; }
+    return floatBitsToInt(x) < 0 ? -r : r;
+}
+
+// asinh, acosh, atanh as glibc's float forms: log1p near the origin (1), log(2|x|) beyond 2^12;
+// the sign of x (asinh, atanh); acosh(x < 1), |atanh x| > 1: NaN, atanh(+-1) = +-inf. A few ulp.
+float asinh_f32(float x) {
+    float a = abs(x), r;
+    if (a > 4096.0) r = isinf(a) ? a : log_f32(a) + 0.693147180559945;
+    else if (a > 2.0) r = log_f32(2.0 * a + 1.0 / (sqrt(a * a + 1.0) + a));
+    else { float t = a * a; r = log1p_f32(a + t / (1.0 + sqrt(1.0 + t))); }
+    return floatBitsToInt(x) < 0 ? -r : r;
+}
+
+float acosh_f32(float x) {
+    if (!(x >= 1.0)) return uintBitsToFloat(0x7fc00000u);
+    if (x > 4096.0) return isinf(x) ? x : log_f32(x) + 0.693147180559945;
+    if (x > 2.0) return log_f32(2.0 * x - 1.0 / (x + sqrt(x * x - 1.0)));
+    float t = x - 1.0;
+    return log1p_f32(t + sqrt(2.0 * t + t * t));
+}
+
+float atanh_f32(float x) {
+    float a = abs(x), r;
+    if (!(a <= 1.0)) return uintBitsToFloat(0x7fc00000u);
+    r = a == 1.0 ? uintBitsToFloat(0x7f800000u)
+      : a < 0.5 ? 0.5 * log1p_f32(2.0 * a + 2.0 * a * a / (1.0 - a)) : 0.5 * log1p_f32(2.0 * a / (1.0 - a));
+    return floatBitsToInt(x) < 0 ? -r : r;
+}
+
+// sqrt(x^2 + y^2) without overflow or underflow in the squares: both scaled by 2^-k (exact), k
+// the larger one's exponent; inf if either is inf (even with a NaN), else NaN with a NaN.
+float hypot_f32(float x, float y) {
+    float a = abs(x), b = abs(y);
+    if (isinf(a) || isinf(b)) return uintBitsToFloat(0x7f800000u);
+    if (isnan(a) || isnan(b)) return a + b;
+    float m = max(a, b);
+    if (m == 0.0) return 0.0;
+    int k;
+    frexp(m, k);
+    k = clamp(k, -126, 126);
+    float sa = ldexp(a, -k), sb = ldexp(b, -k);
+    return ldexp(sqrt(sa * sa + sb * sb), k);
+}
+
 // softplus as torch: x where beta x > threshold, else log(1 + e^(beta x)) / beta
 float softplus_f32(float x, float beta, float threshold) {
     float bx = x * beta;

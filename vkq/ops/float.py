@@ -10,7 +10,8 @@ a build() that runs it as a float32 compute shader, so a float region stays on t
   softmax_masked(x, mask; scale)                         float_softmax (MASKED): softmax(x*scale + mask)
   gelu(x; approximate), hardtanh(x; min_val, max_val), clamp(x; min, max),
   sigmoid, tanh, relu, silu, exp, neg, abs, sqrt, rsqrt, hardswish, hardsigmoid, mish, log, log1p,
-  log2, erf, floor, ceil, round, trunc, sign, sin, cos(x), pow(x; exponent),
+  log2, erf, floor, ceil, round, trunc, sign, sin, cos, tan, atan, asin, acos, sinh, cosh, asinh,
+  acosh, atanh, expm1, exp2, log10(x), pow(x; exponent),
   leaky_relu(x; negative_slope), elu(x; alpha),
   softplus(x; beta, threshold)                                                     float_unary
   add, sub, mul, div, maximum, minimum(a[, b]; scalar, scalar_first, alpha)
@@ -40,6 +41,9 @@ shapes on every test device):
   pow (not 2 or 3)          exp_f32(e log_f32|x|): <= (3 + 3 |e ln|x||) ulp relative
   leaky_relu, floor, ceil, round, trunc, sign     bit for bit
   sin, cos                  sincos_f32 (Cephes): ~1e-7 absolute for |x| < 8192
+  tan, atan, asin, acos,    Cephes' tanf / atanf / asinf / acosf, glibc's float asinh / acosh /
+  sinh, cosh, asinh, acosh, atanh forms on log_f32 / log1p_f32, sinh / cosh / expm1 / exp2 on
+  atanh, expm1, exp2, log10 exp_f32: a few ulp (tests/test_float_ops.py states each bound)
   softmax(_masked), log_   exp_f32, float32 sums vs float64 in the reference: ~1e-6 rel
   layer_norm, rms_norm      float32 sums of the row vs float64: ~1e-6 rel
   matmul(_strided), sum,    float32 accumulation in another order: |error| <= 2 K eps sum |a b|
@@ -224,7 +228,17 @@ UNARY = {
     "sign": lambda x: np.sign(_f(x)),
     "sin": lambda x: np.sin(_f(x).astype(np.float64)).astype(F32),
     "cos": lambda x: np.cos(_f(x).astype(np.float64)).astype(F32),
+    **{name: (lambda fn: lambda x: _f64(fn, x))(fn) for name, fn in (
+        ("atan", np.arctan), ("asin", np.arcsin), ("acos", np.arccos), ("tan", np.tan), ("sinh", np.sinh),
+        ("cosh", np.cosh), ("asinh", np.arcsinh), ("acosh", np.arccosh), ("atanh", np.arctanh),
+        ("expm1", np.expm1), ("exp2", np.exp2), ("log10", np.log10))},
 }
+
+
+def _f64(fn, x):
+    """fn of x in float64, rounded to float32 (out of its domain NaN, overflow inf: no warnings)."""
+    with np.errstate(all="ignore"):
+        return fn(_f(x).astype(np.float64)).astype(F32)
 
 
 def _softplus64(x, beta, threshold):

@@ -12,7 +12,8 @@ lookup table), so only what is left in float is rewritten here:
                                                   by 0-d constants (int32 word ops)
   float threshold, hardshrink, softshrink, selu, celu, rrelu (eval), log_sigmoid, heaviside, frac,
   isnan, nan_to_num, lerp, addcdiv, var_mean / std_mean, diff (n = 1; prepend / append: a cat), sinc,
-  xlogy, count_nonzero (a sum of x != 0), bucketize by constant boundaries (counts of comparisons)
+  xlogy, count_nonzero (a sum of x != 0), bucketize by constant boundaries (counts of comparisons),
+  sgn, deg2rad / rad2deg, nansum, logaddexp(2)
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
                                                   computes them (its comparisons: a NaN stays NaN)
   aten.topk(x, k <= 8, dim, largest) + getitems -> k rounds of argmax, gather and a where
@@ -203,6 +204,49 @@ def from_sinc(node):
     ratio = call_before(node, aten.div.Tensor, (call_before(node, aten.sin.default, (p,)), p))
     return call_before(node, aten.where.self, (call_before(node, aten.eq.Scalar, (x, 0.0)),
                                                call_before(node, aten.full_like.default, (x, 1.0)), ratio))
+
+
+def sign_from_sgn(node):
+    """sgn(x) of a real x -> sign(x)."""
+    return call_before(node, aten.sign.default, (node.args[0],)) if _float_in(node) else None
+
+
+def mul_from_angle(node):
+    """deg2rad / rad2deg(x) -> x * (pi / 180) / x * (180 / pi): ATen's product by the constant
+    as a float32 scalar (bit for bit)."""
+    if not _float_in(node):
+        return None
+    k = math.pi / 180 if node.target == aten.deg2rad.default else 180 / math.pi
+    return call_before(node, aten.mul.Tensor, (node.args[0], k))
+
+
+def sum_from_nansum(node):
+    """nansum(x, dims, keepdim) -> sum(where(x != x, 0, x), dims, keepdim)."""
+    if not _float_in(node) or node.kwargs.get("dtype") is not None:
+        return None
+    x = node.args[0]
+    zero = call_before(node, aten.full_like.default, (x, 0.0))
+    kept = call_before(node, aten.where.self, (call_before(node, aten.ne.Tensor, (x, x)), zero, x))
+    return call_before(node, aten.sum.dim_IntList, (kept, arg(node, 1, "dim", None), bool(arg(node, 2, "keepdim", False))))
+
+
+def from_logaddexp(node):
+    """logaddexp(a, b) -> where(a == b and |a| = inf, a, max(a, b) + log1p(exp(-|a - b|))), as
+    ATen (logaddexp2: exp2, and log1p(.) / ln 2)."""
+    a, b = node.args[:2]
+    if not _float_in(node) or not isinstance(b, Node) or not isinstance(val(b), torch.Tensor) \
+            or val(b).dtype != val(a).dtype:
+        return None
+    two = node.target == aten.logaddexp2.default
+    d = call_before(node, aten.neg.default, (call_before(node, aten.abs.default,
+                                                         (call_before(node, aten.sub.Tensor, (a, b)),)),))
+    t = call_before(node, aten.log1p.default, (call_before(node, aten.exp2.default if two else aten.exp.default, (d,)),))
+    t = call_before(node, aten.mul.Tensor, (t, 1 / math.log(2))) if two else t
+    r = call_before(node, aten.add.Tensor, (call_before(node, aten.maximum.default, (a, b)), t))
+    same_inf = call_before(node, aten.logical_and.default, (
+        call_before(node, aten.eq.Tensor, (a, b)),
+        call_before(node, aten.eq.Scalar, (call_before(node, aten.abs.default, (a,)), math.inf))))
+    return call_before(node, aten.where.self, (same_inf, a, r))
 
 
 def from_xlogy(node):
@@ -639,6 +683,10 @@ DECOMPOSE = {
     aten.log_sigmoid.default: softplus_from_log_sigmoid,
     aten.heaviside.default: where_from_heaviside,
     aten.frac.default: sub_from_frac,
+    aten.sgn.default: sign_from_sgn,
+    aten.deg2rad.default: mul_from_angle, aten.rad2deg.default: mul_from_angle,
+    aten.nansum.default: sum_from_nansum,
+    aten.logaddexp.default: from_logaddexp, aten.logaddexp2.default: from_logaddexp,
     aten.sinc.default: from_sinc,
     aten.xlogy.Tensor: from_xlogy,
     aten.count_nonzero.dim_IntList: sum_from_count_nonzero, aten.count_nonzero.default: sum_from_count_nonzero,
