@@ -3,12 +3,18 @@
 // Elementwise ops on 32-bit words with numpy broadcasting (vkq/ops/logic.py): the integer and
 // boolean arithmetic of ids and attention masks, comparisons, casts and where. int32 holds
 // every integer and bool tensor (bool: 0 / 1). Iteration over the output (rank <= 6 merged),
-// operands read through broadcast strides (0: broadcast); mode 1: b is the scalar word.
+// operands read through broadcast strides (0: broadcast); mode 1: b is the scalar word, mode 2:
+// a is (the scalar first: 2 ** x).
 //   I_ADD/I_SUB/I_MUL/I_AND/I_OR/I_XOR     int32 a (op) b (wrapping)
 //   I_MAXIMUM, I_MINIMUM                   int32 max / min
 //   I_REM, I_FLOORDIV                      int32 remainder / floor division as Python's (the
 //                                          remainder has the divisor's sign; by 0: 0), from the
 //                                          truncating division (SPIR-V OpSDiv), then corrected
+//   I_FMOD                                 int32 remainder of the truncating division (C's %; by 0: 0)
+//   F_REM, F_FLOORDIV, F_FMOD              float32 as ATen: fmod exact (the mantissas' long division),
+//                                          remainder = fmod + y where the signs differ, floor
+//                                          division = (x - fmod) / y rounded to its integer
+//   F_ATAN2, F_HYPOT, F_POW, F_COPYSIGN    float32 atan2(x, y), hypot, x^y (float_math.glsl), copysign
 //   I_EQ ... I_GE, F_EQ ... F_GE           int32 / float32 comparisons -> bool
 //   CAST_I2F, CAST_F2I (toward 0), CAST_I2B, CAST_F2B (x != 0)     unary
 //   NOT                                    bool -> 1 - x
@@ -21,6 +27,14 @@
 //! variant I_XOR
 //! variant I_REM
 //! variant I_FLOORDIV
+//! variant I_FMOD
+//! variant F_REM
+//! variant F_FLOORDIV
+//! variant F_FMOD
+//! variant F_ATAN2
+//! variant F_HYPOT
+//! variant F_POW
+//! variant F_COPYSIGN
 //! variant I_MAXIMUM
 //! variant I_MINIMUM
 //! variant I_EQ
@@ -42,6 +56,7 @@
 //! variant NOT
 //! variant WHERE
 #include "common.glsl"
+#include "float_math.glsl"
 
 layout(constant_id = 3) const int PER = 4;
 
@@ -58,6 +73,21 @@ layout(push_constant) uniform Params {
 
 uint bool_word(bool v) { return v ? 1u : 0u; }
 
+// C's fmod(x, y), exact as C's is: |x| = mx 2^ex, |y| = my 2^ey with 24-bit integer mantissas,
+// the remainder of mx 2^(ex - ey) by my taken 8 bits a step (r < my < 2^24: r << 8 fits a
+// uint), the sign x's (fmod(-4, 2) = -0). y = 0, x infinite or a NaN: NaN; y infinite: x.
+float fmod_f32(float x, float y) {
+    if (isnan(x) || isnan(y) || isinf(x) || y == 0.0) return uintBitsToFloat(0x7fc00000u);
+    float ax = abs(x), ay = abs(y);
+    if (isinf(ay) || ax < ay) return x;
+    int ex, ey;
+    float fx = frexp(ax, ex), fy = frexp(ay, ey);              // [0.5, 1)
+    uint mx = uint(fx * 16777216.0), my = uint(fy * 16777216.0), r = mx % my;
+    for (int d = ex - ey; d > 0; d -= 8) r = (r << min(d, 8)) % my;
+    float m = ldexp(float(r), ey - 24);
+    return floatBitsToInt(x) < 0 ? -m : m;
+}
+
 void main() {
     int stride = int(gl_NumWorkGroups.x * gl_WorkGroupSize.x * gl_NumWorkGroups.y);
     int i = linear_invocation();
@@ -70,8 +100,8 @@ void main() {
             ob += j * p.sb[d];
             oc += j * p.sc[d];
         }
-        uint x = a[oa];
-        uint y = p.mode == 1 ? p.scalar : b[ob];
+        uint x = p.mode == 2 ? p.scalar : a[oa];
+        uint y = p.mode == 1 ? p.scalar : p.mode == 2 ? a[oa] : b[ob];
         int xi = int(x), yi = int(y);
         float xf = uintBitsToFloat(x), yf = uintBitsToFloat(y);
         uint r;
@@ -95,6 +125,36 @@ void main() {
         r = xi < 0 ? 0u - x : x;          // (wraps at INT_MIN, as torch's int abs does)
 #elif defined(I_SIGN)
         r = uint(int(xi > 0) - int(xi < 0));
+#elif defined(I_FMOD)
+        const int d = yi == 0 || yi == -1 ? 1 : yi;        // (no division by 0 or INT_MIN / -1, as below)
+        r = yi == 0 || yi == -1 ? 0u : uint(xi - (xi / d) * yi);
+#elif defined(F_FMOD)
+        r = floatBitsToUint(fmod_f32(xf, yf));
+#elif defined(F_REM)
+        precise float m = fmod_f32(xf, yf);
+        precise float mb = m + yf;
+        r = floatBitsToUint(m != 0.0 && (yf < 0.0) != (m < 0.0) ? mb : m);
+#elif defined(F_FLOORDIV)
+        // ATen's div_floor_floating: exact where |x / y| < 2^20 (the quotient's rounding by
+        // Vulkan's division, <= 2.5 ulp, is then under 1/2 of the integer it rounds to)
+        precise float m = fmod_f32(xf, yf);
+        precise float q = (xf - m) / yf;
+        if (m != 0.0 && (yf < 0.0) != (m < 0.0)) q = q - 1.0;
+        float fl = floor(q);
+        fl = q - fl > 0.5 ? fl + 1.0 : fl;
+        const bool negative = (floatBitsToInt(xf) < 0) != (floatBitsToInt(yf) < 0);
+        fl = q == 0.0 ? (negative ? -0.0 : 0.0) : fl;
+        if (yf == 0.0)       // x / 0: +-inf by the signs, NaN for 0 / 0 or a NaN
+            fl = isnan(xf) || xf == 0.0 ? uintBitsToFloat(0x7fc00000u) : uintBitsToFloat(negative ? 0xff800000u : 0x7f800000u);
+        r = floatBitsToUint(fl);
+#elif defined(F_ATAN2)
+        r = floatBitsToUint(atan2_f32(xf, yf));
+#elif defined(F_HYPOT)
+        r = floatBitsToUint(hypot_f32(xf, yf));
+#elif defined(F_POW)
+        r = floatBitsToUint(pow_f32(xf, yf));
+#elif defined(F_COPYSIGN)
+        r = (x & 0x7fffffffu) | (y & 0x80000000u);
 #elif defined(I_REM) || defined(I_FLOORDIV)
         // no division by 0 or of INT_MIN by -1 reaches the hardware (x86's idiv traps on both,
         // and a select may evaluate both sides): the divisor is made safe first

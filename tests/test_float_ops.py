@@ -1272,3 +1272,43 @@ def test_inverse_and_hyperbolic_special_values_as_torch(device, op):
     np.testing.assert_array_equal(np.signbit(got[num]), np.signbit(want[num]))
     # (results below the smallest normal may flush to 0: SwiftShader's do, as Vulkan allows)
     np.testing.assert_allclose(got[num], want[num], rtol=5 * EPS, atol=np.finfo(np.float32).tiny)
+
+
+@pytest.mark.parametrize("op,tol", [("atan2", 4), ("hypot", 2), ("pow_tensor", None)])
+def test_atan2_hypot_pow_of_two_tensors(device, op, tol):
+    """atan2 (atan_f32 of |a| / |b| in the quadrant: every quadrant), hypot (scaled by a power of
+    two: no overflow for 1e30, no underflow for 1e-30) and a ** b elementwise, broadcast,
+    within the stated ulp of numpy in float64 (pow: exp(b log|a|)'s (3 + 3 |b ln|a||) ulp)."""
+    a = (R.choice([-1, 1], (7, 37)) * 10.0 ** R.uniform(-30, 30, (7, 37))).astype(np.float32)
+    b = (R.choice([-1, 1], (1, 37)) * 10.0 ** R.uniform(-30, 30, (1, 37))).astype(np.float32)
+    if op == "pow_tensor":
+        a, b = np.abs(a) ** 0.1, rnd(1, 37, lo=-8, hi=8)
+    got, ref = run_op(device, op, [a, b], {}, a.shape)
+    if op == "pow_tensor":
+        bound = (3 + 3 * np.abs(b * np.log(a.astype(np.float64)))) * np.spacing(np.abs(ref))
+        check(got, ref, ("bound", bound))
+    else:
+        check(got, ref, ("ulp", tol))
+
+
+@pytest.mark.parametrize("op", ["remainder", "fmod", "floor_divide", "atan2", "hypot", "copysign", "pow_tensor"])
+def test_binary_special_values_as_torch(device, op):
+    """Every pair of NaN, signed zeros, infinities, 1, -1 and numbers: NaN where torch's is, its
+    infinities and signs (fmod(-0, 1) = -0, atan2(0, -0) = pi, hypot(inf, NaN) = inf, 1 ** NaN
+    = 1, x // 0 = +-inf), the numbers to within the ops' stated accuracy (exactly: the division
+    family and copysign)."""
+    import torch
+    v = np.float32([np.nan, 0.0, -0.0, np.inf, -np.inf, 1.0, -1.0, 2.5, -2.5, 0.75, 7.0, -7.0, 1e-30, 1e30])
+    a, b = np.meshgrid(v, v, indexing="ij")
+    got, _ = run_op(device, op, [a, b], {}, a.shape)
+    fn = {"remainder": torch.remainder, "fmod": torch.fmod, "floor_divide": torch.floor_divide, "atan2": torch.atan2,
+          "hypot": torch.hypot, "copysign": torch.copysign, "pow_tensor": torch.pow}[op]
+    want = fn(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    num = ~np.isnan(want)
+    np.testing.assert_array_equal(np.isinf(got[num]), np.isinf(want[num]))
+    np.testing.assert_array_equal(np.signbit(got[num]), np.signbit(want[num]))
+    rtol = {"remainder": 0, "fmod": 0, "copysign": 0, "floor_divide": 0, "pow_tensor": 300 * EPS}.get(op, 8 * EPS)
+    # (pow: 1e30 ** 0.75's |b ln|a|| = 52 in its bound; 1e-30 / 7 and the like: results below the
+    # smallest normal may flush to 0, as Vulkan allows)
+    np.testing.assert_allclose(got[num], want[num], rtol=rtol, atol=np.finfo(np.float32).tiny)

@@ -1,5 +1,7 @@
 """Ops on ids and masks (vkq/ops/logic.py) and the int32 add/sub/mul: Vulkan against the numpy
 reference bit for bit, broadcast, on odd shapes, on every test device."""
+import math
+
 import numpy as np
 import pytest
 
@@ -79,12 +81,14 @@ def test_every_comparison(device, op, dtype):
     run(device, op, [a], {"scalar": 0}, (3, 1, 7), "int32")
 
 
-@pytest.mark.parametrize("op", ["remainder", "floor_divide"])
+@pytest.mark.parametrize("op", ["remainder", "floor_divide", "fmod"])
 def test_floored_division(device, op):
     """int32 remainder and floor division as Python's (and torch's: the remainder takes the
-    divisor's sign, the quotient rounds down), every sign combination, broadcast and by a scalar;
-    by 0 both give 0 (torch raises). (No torch here: this file runs where torch is not.)"""
-    python = (lambda x, y: x % y) if op == "remainder" else (lambda x, y: x // y)
+    divisor's sign, the quotient rounds down), fmod as C's (the dividend's sign), every sign
+    combination, broadcast and by a scalar; by 0 each gives 0 (torch raises). (No torch here:
+    this file runs where torch is not.)"""
+    python = {"remainder": lambda x, y: x % y, "floor_divide": lambda x, y: x // y,
+              "fmod": lambda x, y: int(math.fmod(x, y))}[op]
     want = np.vectorize(lambda x, y: python(int(x), int(y)))
     a = np.array([[7, -7, 7, -7, 0, 6, -6, 13, -1, 2 ** 30]], np.int32).repeat(3, 0) * np.int32([[1], [3], [-5]])
     b = np.array([[3], [-4], [7]], np.int32)
@@ -97,7 +101,34 @@ def test_floored_division(device, op):
     np.testing.assert_array_equal(zero, np.zeros_like(a[:1]))
     extreme = np.int32([[-2 ** 31, 2 ** 31 - 1, -7]])       # INT_MIN by -1 wraps (no trap), as int32 does
     got = run(device, op, [extreme], {"scalar": -1}, extreme.shape, "int32")
-    np.testing.assert_array_equal(got, np.int32([[0, 0, 0]]) if op == "remainder" else np.int32([[-2 ** 31, 1 - 2 ** 31, 7]]))
+    np.testing.assert_array_equal(got, np.int32([[0, 0, 0]]) if op != "floor_divide" else np.int32([[-2 ** 31, 1 - 2 ** 31, 7]]))
+
+
+def spread(*shape, lo=-30, hi=30):
+    """float32 values of random signs and magnitudes 10^lo .. 10^hi."""
+    return (R.choice([-1, 1], shape) * 10.0 ** R.uniform(lo, hi, shape)).astype(np.float32)
+
+
+@pytest.mark.parametrize("op", ["remainder", "fmod", "floor_divide", "copysign"])
+def test_float_division_family_bit_for_bit(device, op):
+    """float32 fmod exactly (the mantissas' long division: quotients up to 2^200 here), the
+    remainder and floor division from it as ATen computes them (the reference is ATen's
+    arithmetic in float32 numpy), and copysign, bit for bit: broadcast, against a scalar second
+    and first. floor_divide is exact where |a / b| < 2^20 (Vulkan's division rounds its quotient),
+    so its operands stay there."""
+    if op == "floor_divide":
+        a, b = np.round(spread(7, 37, lo=-3, hi=5), 2), spread(1, 37, lo=-2, hi=1)
+        b[0, :5] = [0.25, -0.5, 1.5, 0.75, -3.0]
+        a[0, :5] = b[0, :5] * np.float32([3, -4, 0, 7, -2])      # exact multiples: the quotient an integer
+    else:
+        a, b = spread(7, 37), spread(1, 37)
+    ref = run(device, op, [a, b], {}, a.shape, "float32")
+    assert np.isfinite(ref).all() and len(np.unique(ref)) > 100
+    if op == "floor_divide":
+        np.testing.assert_array_equal(ref[0, :5], np.float32([3, -4, 0, 7, -2]))
+    for scalar, first in ((0.7, False), (-3.25, False), (2.5, True)):
+        run(device, op, [a if op != "floor_divide" or not first else a + 1], {"scalar": scalar, "scalar_first": first},
+            a.shape, "float32")
 
 
 @pytest.mark.parametrize("op", ["abs", "sign"])
@@ -480,3 +511,32 @@ def test_scatter_falls_back_past_its_search_and_loop_limits(device, monkeypatch)
     with pytest.warns(UserWarning, match="scatter.*runs on the CPU.*loop budget"):
         ex = VulkanExecutor(runtime, device)                                             # search: 60 each
     np.testing.assert_array_equal(ex(x, edges, src), want)
+
+
+@pytest.mark.parametrize("mode,weighted,last,padding", [("sum", False, False, -1), ("sum", True, False, -1),
+                                                        ("mean", False, True, 3), ("max", False, False, 3),
+                                                        ("mean", False, False, -1)])
+def test_embedding_bag(device, mode, weighted, last, padding):
+    """Bags of 0 to 9 ids over rows of 13 (odd) values: empty bags 0, padding_idx's ids skipped
+    and not counted in the mean, the sums bit for bit (added in the bag's order, as the
+    reference and ATen's CPU kernel), an id outside the table clamped as embedding's."""
+    table = floats(20, 13)
+    ids = R.integers(0, 20, 40).astype(np.int32)
+    ids[[5, 6, 17]] = 3
+    ids[30] = 25                                                  # past the table: its last row
+    offsets = np.int32([0, 4, 4, 13, 20, 21, 30, 39] + ([40] if last else []))   # bag 1 empty
+    inputs = [table, ids, offsets] + ([R.random(40).astype(np.float32)] if weighted else [])
+    bags = len(offsets) - int(last)
+    attrs = {"mode": mode, "include_last_offset": last, "padding_idx": padding}
+    if mode == "mean":                  # (one division a value: within Vulkan's 2.5 ulp)
+        prog = single_op_program("embedding_bag", [(f"x{i}", spec(a.shape, str(a.dtype))) for i, a in enumerate(inputs)],
+                                 [("y", spec((bags, 13), "float32"))], attrs, {})
+        got, ref = VulkanExecutor(prog, device)(*inputs), run_reference(prog, *inputs)
+        np.testing.assert_allclose(got, ref, rtol=3 * 2 ** -23, atol=0)
+    else:
+        ref = run(device, "embedding_bag", inputs, attrs, (bags, 13), "float32")
+    np.testing.assert_array_equal(ref[1], 0)
+    rows = table[ids[4:13]] * (inputs[3][4:13, None] if weighted else 1)
+    keep = ids[4:13] != padding
+    want = {"sum": rows[keep].sum(0), "mean": rows[keep].mean(0), "max": rows[keep].max(0)}[mode]
+    np.testing.assert_allclose(ref[2], want, rtol=1e-6, atol=1e-6)

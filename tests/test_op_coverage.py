@@ -925,6 +925,11 @@ ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with 
     "sgn_angles": lambda x, y: torch.sgn(x) + torch.deg2rad(x) - torch.rad2deg(y),
     "nansum": lambda x, y: torch.nansum(torch.log(x), -1, keepdim=True) * y,       # (log of x < 0: NaN)
     "logaddexp": lambda x, y: torch.logaddexp(x, y) + torch.logaddexp2(2 * x, y),
+    "division_family": lambda x, y: (torch.remainder(x, 0.7) + torch.fmod(x, y) + torch.floor_divide(x, 0.3)
+                                     + torch.div(x, y.abs() + 0.5, rounding_mode="floor") + 2.5 % (x.abs() + 0.5)
+                                     + torch.remainder(x, y)),
+    "atan2_hypot_pow": lambda x, y: (torch.atan2(x, y) + torch.hypot(x, y) + torch.copysign(x, y)
+                                     + torch.pow(x.abs() + 0.1, y) + 2.0 ** x),
     "trig_hyperbolic": lambda x, y: (torch.atan(x) + torch.asin(torch.tanh(y)) + torch.acos(torch.tanh(x)) + torch.tan(y)
                                      + torch.sinh(x) + torch.cosh(y) + torch.asinh(x) + torch.acosh(y.abs() + 1)
                                      + torch.atanh(0.5 * torch.tanh(x)) + torch.expm1(y) + torch.exp2(x)
@@ -1045,7 +1050,8 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     (decompose_ops: threshold, shrinks, selu / celu through elu, rrelu at inference, log_sigmoid,
     heaviside, frac, isnan, nan_to_num, lerp, addcdiv, var_mean / std_mean, diff, cdist, sinc,
     xlogy, count_nonzero, bucketize, sgn, deg2rad / rad2deg, nansum, logaddexp(2); float_unary:
-    the inverse trigonometric and hyperbolic functions, tan, expm1, exp2, log10; lower: maximum / minimum,
+    the inverse trigonometric and hyperbolic functions, tan, expm1, exp2, log10; word_ops: float
+    remainder, fmod, floor division, atan2, hypot, copysign, pow of tensors; lower: maximum / minimum,
     clamp by tensors, reciprocal, rot90 and channel_shuffle as gathers): on Vulkan under the
     dynamic scheme, within float rounding of the reference and of the float model. The rewrites
     alone, on NaN, infinities, zeros and ties: torch's values (exactly where ATen's arithmetic is
@@ -1058,7 +1064,8 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     program, gm = lowered(model, (x,), batches((2, 5, 6)), "dynamic")
     got, ref = on_device(program, device, (x,))
     np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5, equal_nan=True)
-    if name not in ("heaviside", "frac", "isnan", "any_all_count", "topk", "sinc", "xlogy", "count_bucketize"):   # (steps: quantized linears move them)
+    if name not in ("heaviside", "frac", "isnan", "any_all_count", "topk", "sinc", "xlogy", "count_bucketize",
+                    "division_family"):   # (steps: quantized linears move them)
         want = model(x).detach().numpy()
         assert cosine(got, want) > 0.999
     special = torch.tensor([[[float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 0.5, -0.3, 2.5, 1e-30, -7.0]] * 2])
@@ -1434,3 +1441,82 @@ def test_index_assignment_into_a_bool_tensor_by_integers_stays_correct(device):
     got, ref = on_device(program, device, (x,))
     np.testing.assert_array_equal(got, ref)
     assert cosine(got, gm(x).detach().numpy()) >= 0.999
+
+
+class SparseFeatures(nn.Module):
+    """DLRM's sparse side: EmbeddingBags of 1-D ids and offsets (sum, with per-sample weights;
+    max), of 2-D ids (mean: offsets an arange of the row length, padding_idx skipped), then
+    an interaction MLP."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.a = nn.EmbeddingBag(40, 6, mode="sum")
+            self.b = nn.EmbeddingBag(30, 6, mode="max")
+            self.c = nn.EmbeddingBag(20, 6, mode="mean", padding_idx=0)
+            self.top = nn.Linear(18, 5)
+
+    def forward(self, ids, offsets, weights, rows):
+        a = self.a(ids, offsets, per_sample_weights=weights)
+        b = self.b(ids % 30, offsets)
+        return self.top(torch.cat([a, b, self.c(rows)], -1))
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_embedding_bag_runs_on_vulkan(device, scheme):
+    """nn.EmbeddingBag ran on the CPU through torch: the embedding_bag kernel now (each bag's
+    rows added in order, as ATen's CPU kernel; an empty bag 0), the bags equal to torch's
+    F.embedding_bag, the model's output to the reference's (bit for bit under the static scheme)
+    and to PT2E's."""
+    g = torch.Generator().manual_seed(6)
+    ids, offsets = torch.randint(0, 40, (17,), generator=g), torch.tensor([0, 4, 4, 9, 16])   # bag 1 empty
+    weights, rows = torch.rand(17, generator=g), torch.randint(0, 20, (5, 7), generator=g)
+    rows[0, :3] = 0
+    inputs = (ids, offsets, weights, rows)
+    program, gm = lowered(SparseFeatures().eval(), inputs, [inputs], scheme)
+    assert sum(n.op == "embedding_bag" for n in program.nodes) == 3, ops(program)
+    got, ref = on_device(program, device, inputs)
+    if scheme == "static":
+        np.testing.assert_array_equal(got, ref)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    assert cosine(got, gm(*inputs).detach().numpy()) > 0.999
+    bags = oputil.single_op_program("embedding_bag", [("t", oputil.spec((40, 6))), ("i", oputil.spec((17,), "int32")),
+                                                      ("o", oputil.spec((5,), "int32")), ("w", oputil.spec((17,)))],
+                                    [("y", oputil.spec((5, 6)))], {"mode": "sum"}, {})
+    table = SparseFeatures().a.weight.detach()
+    mine = run_reference(bags, table.numpy(), ids.numpy().astype(np.int32), offsets.numpy().astype(np.int32),
+                         weights.numpy())
+    np.testing.assert_allclose(mine, F.embedding_bag(ids, table, offsets, mode="sum", per_sample_weights=weights).numpy(),
+                               rtol=1e-6, atol=1e-7)
+
+
+class Bags(nn.Module):
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.e, self.f = nn.EmbeddingBag(40, 6, mode="sum"), nn.Linear(6, 3)
+
+    def forward(self, ids, offsets):
+        return self.f(self.e(ids, offsets))
+
+
+def test_embedding_bag_with_dynamic_ids_and_bags(device):
+    """One program for any number of ids and bags. Its check at a second size resizes the
+    example's values, which gives offsets past the ids that torch refuses: the program is then
+    left unverified there with a warning saying why (not refused), and runs right at each size."""
+    from torch.export import Dim
+    import vkq
+    ids, offsets = torch.randint(0, 40, (10,), generator=torch.Generator().manual_seed(2)), torch.tensor([0, 3, 3, 7])
+    dims = ({0: Dim("n", min=2, max=64)}, {0: Dim("b", min=2, max=64)})
+    gm = api.quantize(Bags().eval(), (ids, offsets), [(ids, offsets)], scheme="static", progress=False, dynamic_shapes=dims)
+    with pytest.warns(UserWarning, match="not verified at a second size.*offsets"):
+        program = vkq.compile(gm, (ids, offsets), dynamic_shapes=dims).program
+    assert program.dynamic and "embedding_bag" in ops(program)
+    for n, bounds in ((10, [0, 3, 3, 7]), (23, [0, 1, 5, 9, 19, 22]), (3, [0, 0])):
+        x, o = torch.randint(0, 40, (n,), generator=torch.Generator().manual_seed(n)), torch.tensor(bounds)
+        got, ref = on_device(program, device, (x, o))
+        np.testing.assert_array_equal(got, ref)
+        assert got.shape == (len(bounds), 3)
+        assert cosine(got, gm(x, o).detach().numpy()) > 0.999

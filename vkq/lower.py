@@ -21,6 +21,7 @@ The converted GraphModule passed in is not modified (the passes work on a copy).
 from __future__ import annotations
 
 import copy
+import warnings
 import math
 import hashlib
 import operator
@@ -39,7 +40,7 @@ from .passes._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, HOST_FLOAT64, PERMUT
                             qparams, record_shapes, shape_of,
                             val, vkq_op_of)
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
-from .passes.torch_ops import ADAPTIVE_MAX_POOL2D, MAX_UNPOOL2D
+from .passes.torch_ops import ADAPTIVE_MAX_POOL2D, EMBEDDING_BAG, MAX_UNPOOL2D
 from .program import Node as PNode, Program, TensorSpec
 from .rewrites import rewrite_for_shapes
 from .registry import cpu_reason, get_op
@@ -74,6 +75,11 @@ def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", rep
     probe = dynamic.probe_bindings(dyn.symbols, example, dyn.checks)
     if probe != example:
         probe_inputs = tuple(_resized(x, dyn.tensors[name].shape, probe) for x, name in zip(example_inputs, dyn.inputs))
+        if (why := _rejects(gm, probe_inputs)) is not None:
+            warnings.warn(f"the dynamic program is not verified at a second size: the model rejects the example's "
+                          f"values resized to {[tuple(x.shape) for x in probe_inputs]} ({why}; inputs whose values "
+                          f"depend on other inputs' sizes, as EmbeddingBag's offsets on its ids')", stacklevel=3)
+            return dyn
         try:
             at_probe = _lower_at(gm, probe_inputs, float_linear, None, dynamic_graph=True, shapes=shapes)[0]
         except AssertionError as e:         # export's _guards_fn: the graph holds where a guard does
@@ -86,6 +92,19 @@ def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", rep
                 f"another size may take the general path)") from None
         dynamic.verify(dyn, at_probe, probe)
     return dyn
+
+
+def _rejects(gm, inputs) -> str | None:
+    """Why the converted model fails on inputs (None: it runs, or only export's size guard
+    fails, which the lowering at them reports as it should)."""
+    try:
+        with torch.no_grad():
+            gm(*inputs)
+    except AssertionError:
+        return None
+    except Exception as e:     # the model's own check of its input values (an offset past the ids)
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    return None
 
 
 def _resized(x, sym_shape, bindings):
@@ -640,18 +659,30 @@ def _bitwise(name, bool_only=False):
     return rule
 
 
-def _floored(name):
-    """remainder / floor_divide of integer tensors, or of one and an integer scalar (a float
-    operand, a float result: the CPU)."""
-    rule = _bitwise(name)
+def _arith(name, ints=True):
+    """remainder / floor_divide / fmod of integer tensors, or of one and an integer scalar; these,
+    atan2, hypot, copysign and pow of float32 tensors, or of one and a number (either first).
+    A mix of float and integer operands declines (the CPU), as does div's trunc mode (ATen
+    truncates a correctly rounded quotient, which Vulkan's division is not)."""
+    int_rule = _bitwise(name)
 
-    def floored(n, t):
-        if _word_dtype(dtype_of(n)) != "int32" or isinstance(n.args[1], float):
-            return None
+    def rule(n, t):
         if n.target in (aten.div.Tensor_mode, aten.div.Scalar_mode) and n.kwargs.get("rounding_mode") != "floor":
             return None
-        return rule(n, t)
-    return floored
+        a, b = n.args[0], n.args[1]
+        if _word_dtype(dtype_of(n)) == "int32":
+            return int_rule(n, t) if ints and not isinstance(b, float) and isinstance(a, Node) else None
+        tensors = [v for v in (a, b) if isinstance(v, Node)]
+        if _word_dtype(dtype_of(n)) != "float32" or any(v in t.ints or _word_dtype(dtype_of(v)) != "float32"
+                                                         for v in tensors):
+            return None
+        if len(tensors) == 2:
+            return name, [a, b], {}
+        number = b if tensors == [a] else a
+        if not isinstance(number, (int, float)) or isinstance(number, bool):
+            return None
+        return name, tensors, {"scalar": float(number), **({"scalar_first": True} if tensors == [b] else {})}
+    return rule
 
 
 def _neg(n, t):
@@ -687,6 +718,15 @@ def _masked_fill(n, t):
 
 def _embedding(n, t):
     return "embedding", [n.args[0], n.args[1]], {}
+
+
+def _embedding_bag(n, t):
+    """vkq.embedding_bag of a float table (normalize_ops made it from nn.EmbeddingBag's aten op)."""
+    weight, ids, offsets, mode, weights, last, pad = n.args
+    if _word_dtype(dtype_of(weight)) != "float32" or len(shape_of(weight)) != 2 or mode not in (0, 1, 2):
+        return None
+    return "embedding_bag", [weight, ids, offsets] + ([weights] if weights is not None else []), \
+        {"mode": ("sum", "mean", "max")[mode], "include_last_offset": bool(last), "padding_idx": -1 if pad is None else pad}
 
 
 def _gather(n, t):
@@ -1071,13 +1111,17 @@ CPU_RULES = {
     aten.logical_or.default: _bitwise("bitwise_or", bool_only=True),
     aten.logical_not.default: _logical_not, aten.bitwise_not.default: _logical_not,
     aten.neg.default: _neg,
-    **{r: _floored("remainder") for r in (aten.remainder.Tensor, aten.remainder.Scalar)},
-    **{f: _floored("floor_divide") for f in (aten.floor_divide.default, aten.floor_divide.Scalar,
-                                             aten.div.Tensor_mode, aten.div.Scalar_mode)},
+    **{r: _arith("remainder") for r in (aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)},
+    **{f: _arith("floor_divide") for f in (aten.floor_divide.default, aten.floor_divide.Scalar,
+                                           aten.div.Tensor_mode, aten.div.Scalar_mode)},
+    **{f: _arith("fmod") for f in (aten.fmod.Tensor, aten.fmod.Scalar)},
+    aten.atan2.default: _arith("atan2", ints=False), aten.hypot.default: _arith("hypot", ints=False),
+    aten.copysign.Tensor: _arith("copysign", ints=False), aten.copysign.Scalar: _arith("copysign", ints=False),
+    aten.pow.Tensor_Tensor: _arith("pow_tensor", ints=False), aten.pow.Scalar: _arith("pow_tensor", ints=False),
     aten.where.self: _where, aten.where.ScalarOther: _where, aten.where.ScalarSelf: _where,
     aten.where.Scalar: _where,
     aten.masked_fill.Scalar: _masked_fill, aten.masked_fill.Tensor: _masked_fill,
-    aten.embedding.default: _embedding,
+    aten.embedding.default: _embedding, EMBEDDING_BAG: _embedding_bag,
     aten.dropout.default: _identity, aten.clone.default: _identity, aten.contiguous.default: _identity,
     aten.alias.default: _identity, aten.detach.default: _identity,
 }

@@ -109,13 +109,13 @@ float log2_f32(float x) {
     return float(k) + log_f32(m) * 1.44269504089;
 }
 
-// x^e for a scalar e, as C's powf / torch.pow: exp_f32(e log_f32|x|), the sign from an odd
+// x^e, as C's powf / torch.pow: exp_f32(e log_f32|x|), the sign from an odd
 // integer e where x < 0 (or x = -0), NaN for x < 0 and a fractional e, x^0 = 1 (NaN too), 0 and
 // inf by their rules. Relative error <= (3 + 3 |e ln|x||) ulp: log's 2 ulp grow by the
 // product |e ln x| through exp. Results below the smallest normal are scaled through exp_f32's
 // range (which stops at exp(-87.3)) so that they come out subnormal, not clamped.
 float pow_f32(float x, float e) {
-    if (e == 0.0) return 1.0;
+    if (e == 0.0 || x == 1.0 || (x == -1.0 && isinf(e))) return 1.0;     // (even 1^NaN, NaN^0: C's)
     if (isnan(x) || isnan(e)) return x + e;
     bool integral = e == trunc(e);
     bool odd = integral && abs(e) < 16777216.0 && mod(abs(e), 2.0) == 1.0;

@@ -9,11 +9,19 @@ of on the host. The int32 add/sub/mul share their names with the float ops (vkq/
   eq, ne, lt, le, gt, ge(a[, b]; scalar)      float32 or int32 operands -> bool
   bitwise_and, bitwise_or, bitwise_xor(a[, b]; scalar)   int32/bool -> the same
   logical_not(x)                                          bool -> bool
+  remainder, floor_divide, fmod(a[, b]; scalar, scalar_first)   int32 as Python's / C's (by 0: 0),
+                            or float32 as ATen's (fmod exact; floor_divide exact where |a / b| < 2^20)
+  atan2, hypot, pow_tensor, copysign(a[, b]; scalar, scalar_first)   float32 (pow_tensor: a ** b
+                            elementwise; atan2, hypot, pow by float_math.glsl: a few ulp)
   cast(x; dtype)            to "float32" (from int), "int32" (from float: toward 0, as torch),
                             "bool" (x != 0)
   where(cond, a, b)         cond ? a : b, broadcast (a, b of one dtype)
   embedding(table, ids)     table (V, D) float32 rows by int32 ids: out (*ids.shape, D);
                             an id outside [0, V) reads the nearest row (PyTorch raises there)
+  embedding_bag(table, ids, offsets[, weights]; mode, include_last_offset, padding_idx)
+                            nn.EmbeddingBag: each bag's rows (ids[offsets[b]:offsets[b + 1]])
+                            summed in order (times weights), averaged or maxed; padding_idx's ids
+                            skipped; an empty bag 0; ids and offsets clamped (as embedding)
   gather(x, index; dim)     torch.gather by an int32 index computed on the device (RoBERTa's
                             token types at its position ids); x float32 or int32; an index
                             outside [0, x.shape[dim]) reads the nearest (as embedding)
@@ -57,10 +65,60 @@ def _floored(fn):
     return f
 
 
-FLOORED = {"remainder": _floored(np.remainder), "floor_divide": _floored(np.floor_divide)}
+FLOORED = {"remainder": _floored(np.remainder), "floor_divide": _floored(np.floor_divide), "fmod": _floored(np.fmod)}
 _VARIANT = {"bitwise_and": "I_AND", "bitwise_or": "I_OR", "bitwise_xor": "I_XOR",
             "add": "I_ADD", "sub": "I_SUB", "mul": "I_MUL", "remainder": "I_REM", "floor_divide": "I_FLOORDIV",
-            "maximum": "I_MAXIMUM", "minimum": "I_MINIMUM"}
+            "fmod": "I_FMOD", "maximum": "I_MAXIMUM", "minimum": "I_MINIMUM"}
+
+
+def _f32(a):
+    return np.asarray(a, np.float32)
+
+
+def _remainder_f32(a, b):
+    """ATen's float remainder: fmod (exact), plus b where the signs differ (one float32 add)."""
+    m = np.fmod(a, b)
+    return np.where((m != 0) & ((b < 0) != (m < 0)), m + b, m)
+
+
+def _floor_divide_f32(a, b):
+    """ATen's div_floor_floating in float32: (a - fmod(a, b)) / b, less 1 where the signs differ,
+    rounded to its integer; a / b by 0."""
+    m = np.fmod(a, b)
+    q = (a - m) / b
+    q = np.where((m != 0) & ((b < 0) != (m < 0)), q - np.float32(1), q)
+    fl = np.floor(q)
+    fl = np.where(q - fl > 0.5, fl + np.float32(1), fl)
+    fl = np.where(q == 0, np.copysign(np.float32(0), a / b), fl)
+    return np.where(b == 0, a / b, fl)
+
+
+def _in_f64(fn):
+    return lambda a, b: fn(a.astype(np.float64), b.astype(np.float64)).astype(np.float32)
+
+
+# float32 ops of two tensors (or a tensor and a scalar, either first): word_ops' F_ variants
+FLOAT_BINARY = {"remainder": (_remainder_f32, "F_REM"), "floor_divide": (_floor_divide_f32, "F_FLOORDIV"),
+                "fmod": (np.fmod, "F_FMOD"), "atan2": (_in_f64(np.arctan2), "F_ATAN2"),
+                "hypot": (_in_f64(np.hypot), "F_HYPOT"), "pow_tensor": (_in_f64(np.power), "F_POW"),
+                "copysign": (np.copysign, "F_COPYSIGN")}
+
+
+def _arith(name):
+    """The reference of a FLOORED / FLOAT_BINARY op: int32 operands by FLOORED's integer rule,
+    float32 ones by FLOAT_BINARY's; a scalar operand second, or first (scalar_first)."""
+    def reference(a, b=None, *, scalar=None, scalar_first=False):
+        a = np.asarray(a)
+        if a.dtype.kind == "f":
+            a, other = _f32(a), _f32(b if b is not None else scalar)
+            fn = FLOAT_BINARY[name][0]
+        else:
+            a, other = np.asarray(a, np.int32), _other(np.asarray(a, np.int32), b, scalar).astype(np.int32)
+            fn = FLOORED[name]
+        with np.errstate(all="ignore"):
+            r = fn(other, a) if b is None and scalar_first else fn(a, other)
+        return np.asarray(r, a.dtype)
+    return reference
 CASTS = {("int32", "float32"): "CAST_I2F", ("float32", "int32"): "CAST_F2I", ("int32", "bool"): "CAST_I2B",
          ("float32", "bool"): "CAST_F2B", ("int32", "int32"): None, ("float32", "float32"): None}
 
@@ -103,6 +161,38 @@ def where(cond, a, b):
 def embedding(table, ids):
     table = np.asarray(table)
     return table[np.clip(np.asarray(ids, np.int64), 0, table.shape[0] - 1)]
+
+
+EMBEDDING_BAG_MODES = ("sum", "mean", "max")
+
+
+def embedding_bag(table, ids, offsets, weights=None, *, mode="sum", include_last_offset=False, padding_idx=-1):
+    """nn.EmbeddingBag: bag b's rows table[ids[j]], j in [offsets[b], offsets[b + 1]) (the last
+    bag's to the end of ids unless include_last_offset), times weights[j], summed in j's order
+    (ATen's CPU order), averaged or maxed; ids equal to padding_idx skipped and not counted; an
+    empty bag 0. Out-of-range ids and offsets are clamped (PyTorch raises)."""
+    if mode not in EMBEDDING_BAG_MODES:
+        raise ValueError(f"embedding_bag: mode {mode!r} (one of {EMBEDDING_BAG_MODES})")
+    table, ids, offsets = np.asarray(table, np.float32), np.asarray(ids, np.int64), np.asarray(offsets, np.int64)
+    n, bags = ids.shape[0], offsets.shape[0] - int(bool(include_last_offset))
+    out = np.zeros((max(bags, 0), table.shape[1]), np.float32)
+    for b in range(max(bags, 0)):
+        lo = int(np.clip(offsets[b], 0, n))
+        hi = int(np.clip(offsets[b + 1] if b + 1 < offsets.shape[0] else n, lo, n))
+        j = np.arange(lo, hi)
+        j = j[ids[j] != padding_idx]
+        if not j.size:
+            continue
+        rows = table[np.clip(ids[j], 0, table.shape[0] - 1)]
+        if weights is not None:
+            rows = rows * np.asarray(weights, np.float32)[j][:, None]
+        if mode == "max":
+            out[b] = np.where(np.isnan(rows).any(0), np.nan, rows.max(0))
+        else:                       # cumsum: one add after another, in j's order (np.sum pairs them)
+            out[b] = np.cumsum(rows, 0, dtype=np.float32)[-1]
+            if mode == "mean":
+                out[b] = out[b] / np.float32(j.size)
+    return out
 
 
 def gather(x, index, *, dim):
@@ -166,8 +256,9 @@ def scatter(x, index, src, *, dim, reduce="none", include_self=True, along=False
 
 # ---------------------------------------------------------------- builds
 
-def word_dispatch(ctx, variant, out, operands, scalar=None):
-    """One word_ops dispatch: operands (1-3 tensor names) broadcast to out; scalar: b's word."""
+def word_dispatch(ctx, variant, out, operands, scalar=None, scalar_first=False):
+    """One word_ops dispatch: operands (1-3 tensor names) broadcast to out; scalar: b's word (a's,
+    the tensor then b, with scalar_first)."""
     oshape = ctx.spec(out).shape
     names = list(operands) + [operands[0]] * (3 - len(operands))
     strides = [broadcast_strides(ctx.spec(t).shape, oshape) for t in names]
@@ -177,7 +268,7 @@ def word_dispatch(ctx, variant, out, operands, scalar=None):
     if len(shape) > MAX_RANK:
         raise ValueError(f"{variant}: broadcasting over {len(shape)} dims (the shader takes {MAX_RANK})")
     n = _numel(oshape)
-    push = (n, len(shape), 0 if scalar is None else 1, np.int32(0 if scalar is None else scalar),
+    push = (n, len(shape), 0 if scalar is None else 2 if scalar_first else 1, np.int32(0 if scalar is None else scalar),
             _pad(shape, MAX_RANK, 1), *[_pad(s, MAX_RANK) for s in merged])
     return _elementwise(ctx, "word_ops", [ctx.buffer(t) for t in names] + [ctx.buffer(out)], n, push, [variant])
 
@@ -238,6 +329,27 @@ def int_decline(node, tensors) -> str | None:
     return None
 
 
+def _arith_decline(node, tensors):
+    ins, outs = _dtypes(node, tensors)
+    dtypes = set(ins + outs)
+    if dtypes == {"float32"} and node.op in FLOAT_BINARY:
+        return None
+    if dtypes == {"int32"} and node.op in FLOORED:
+        return None if len(node.inputs) == 2 or not node.attrs.get("scalar_first") else \
+            f"{node.op}: a scalar first operand is declined for int32"
+    return f"{node.op}: takes two float32 or two int32 tensors (or one and a scalar), got {ins} -> {outs}"
+
+
+def _arith_build(ctx, node):
+    """remainder / floor_divide / fmod of int32 or float32 words, the float32-only FLOAT_BINARY ops."""
+    dtype = ctx.spec(node.outputs[0]).dtype
+    if dtype == "int32":
+        return int_build(ctx, node)
+    scalar = scalar_word(node.attrs["scalar"], "float32") if len(node.inputs) == 1 else None
+    return [word_dispatch(ctx, FLOAT_BINARY[node.op][1], node.outputs[0], node.inputs, scalar,
+                          bool(node.attrs.get("scalar_first")))]
+
+
 def _not_build(ctx, node):
     return [word_dispatch(ctx, "NOT", node.outputs[0], node.inputs)]
 
@@ -284,6 +396,32 @@ def _embedding_build(ctx, node):
     n = _numel(ctx.spec(node.outputs[0]).shape)
     return [_elementwise(ctx, "embedding", [ctx.buffer(table), ctx.buffer(ids), ctx.buffer(node.outputs[0])], n,
                          (n, d, rows))]
+
+
+def _embedding_bag_decline(node, tensors):
+    table, ids, offsets, *weights = (tensors[t] for t in node.inputs)
+    if table.dtype != "float32" or len(table.shape) != 2 or ids.dtype != "int32" or len(ids.shape) != 1 \
+            or offsets.dtype != "int32" or len(offsets.shape) != 1 or any(w.dtype != "float32" for w in weights):
+        return (f"embedding_bag: a {table.dtype} table {table.shape} by {ids.dtype} ids {ids.shape} and "
+                f"{offsets.dtype} offsets {offsets.shape} (the kernel takes a float32 table, 1-D int32 ids and offsets)")
+    if weights and node.attrs.get("mode", "sum") != "sum":
+        return f"embedding_bag: per-sample weights with mode {node.attrs.get('mode')!r} (torch takes them with sum)"
+    return None
+
+
+def _embedding_bag_build(ctx, node):
+    table, ids, offsets, *weights = node.inputs
+    at = node.attrs
+    if at.get("mode", "sum") not in EMBEDDING_BAG_MODES:
+        raise ValueError(f"{node.name}: embedding_bag mode {at.get('mode')!r} (one of {EMBEDDING_BAG_MODES})")
+    rows, d = ctx.spec(table).shape
+    count, bounds = ctx.spec(ids).shape[0], ctx.spec(offsets).shape[0]
+    ctx.device.info.check_loop_budget(count, f"{node.op}: bags of up to {count} ids, one loop iteration each")
+    n = _numel(ctx.spec(node.outputs[0]).shape)
+    variant = [f"MODE_{at.get('mode', 'sum').upper()}"] + (["WEIGHTED"] if weights else [])
+    buffers = [ctx.buffer(t) for t in (table, ids, offsets, weights[0] if weights else table, node.outputs[0])]
+    return [_elementwise(ctx, "embedding_bag", buffers, n, (n, d, rows, count, bounds, int(at.get("padding_idx", -1))),
+                         variant)]
 
 
 def _gather_decline(node, tensors):
@@ -415,15 +553,18 @@ for _name, _fn in COMPARE.items():
         f"{_name} of two float32 or two int32 tensors (or a scalar), broadcast -> bool.")
 for _name, _fn in BITWISE.items():
     _op(_name, _bitwise(_fn), int_build, _int_decline, ("word_ops",), f"{_name} of int32/bool tensors, broadcast.")
-for _name, _fn in FLOORED.items():
-    _op(_name, _bitwise(_fn), int_build, _int_decline, ("word_ops",),
-        f"{_name} of int32 tensors (or a scalar), broadcast, as Python's (the divisor's sign; by 0: 0).")
+for _name in {**FLOORED, **FLOAT_BINARY}:
+    _op(_name, _arith(_name), _arith_build, _arith_decline, ("word_ops",),
+        f"{_name} of two tensors (or one and a scalar), broadcast: "
+        + ("int32 as Python's (by 0: 0) or " if _name in FLOORED else "") + "float32 as ATen's.")
 _op("logical_not", logical_not, _not_build, _int_decline, ("word_ops",), "not of a bool tensor.")
 _op("cast", cast, _cast_build, _cast_decline, ("word_ops", "float_copy"),
     "dtype conversion between float32, int32 and bool (float -> int toward 0).")
 _op("where", where, _where_build, _where_decline, ("word_ops",), "cond ? a : b, broadcast.")
 _op("embedding", embedding, _embedding_build, _embedding_decline, ("embedding",),
     "Rows of a float32 table by int32 ids (BERT's word/position/token-type embeddings).")
+_op("embedding_bag", embedding_bag, _embedding_bag_build, _embedding_bag_decline, ("embedding_bag",),
+    "nn.EmbeddingBag: each bag's float32 rows summed (weighted), averaged or maxed, bags by int32 offsets.")
 _op("index", index, _index_build, _index_decline, ("index",),
     "x[i0, i1, i2] by int32 index tensors computed on the device, broadcast (a padding mask's gather).")
 _op("gather", gather, _gather_build, _gather_decline, ("gather",),

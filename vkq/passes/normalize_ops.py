@@ -71,6 +71,10 @@ differently; this pass rewrites the second kind into the first:
                                                   example in the graph; a static map keeps the op)
   aten.instance_norm with running statistics (use_input_stats False)
                                                 -> aten.batch_norm in eval (the same arguments)
+  aten.embedding_bag / _embedding_bag + getitem 0 (nn.EmbeddingBag: 1-D indices and offsets, or
+  2-D indices flattened with an arange of offsets)
+                                                -> vkq.embedding_bag(weight, indices, offsets, mode,
+                                                  per_sample_weights, include_last_offset, padding_idx)
   dropout, feature / alpha dropout (eval), clone, alias, contiguous, detach
                                                 -> removed (identities at inference; the dropouts
                                                   go before annotation: Dropout2d between a conv and
@@ -788,6 +792,27 @@ def from_einsum(node):
 DROPOUTS = (aten.dropout.default, aten.feature_dropout.default, aten.alpha_dropout.default,
             aten.feature_alpha_dropout.default)
 
+def embedding_bag_from_tuple(node):
+    """embedding_bag (any of its three spellings) + getitem 0, its other outputs unread ->
+    vkq.embedding_bag (torch_ops.py), one output, which has a kernel of its own. A padding_idx
+    below 0 is none (_embedding_bag's -1); scale_grad_by_freq and sparse only matter to training."""
+    from .torch_ops import EMBEDDING_BAG
+    names = ("weight", "indices", "offsets", "scale_grad_by_freq", "mode", "sparse", "per_sample_weights",
+             "include_last_offset", "padding_idx")
+    a = {k: arg(node, i, k, None) for i, k in enumerate(names)}
+    if not all(isinstance(a[k], Node) for k in ("weight", "indices", "offsets")) or val(a["indices"]).dim() != 1 \
+            or (users := first_outputs(node)) is None:
+        return None
+    pad = a["padding_idx"]
+    pad = None if pad is None or int(pad) < 0 else int(pad)
+    new = _new(node, EMBEDDING_BAG, (a["weight"], a["indices"], a["offsets"], int(a["mode"] or 0),
+                                     a["per_sample_weights"], bool(a["include_last_offset"]), pad))
+    new.meta["val"] = val(users[0])
+    for u in users:
+        u.replace_all_uses_with(new)
+    return new
+
+
 # Rules the quantizer applies too, before it annotates (normalize_for_annotation): its annotators
 # know only the forms on the right, so a model spelling the left would stay float.
 BEFORE_ANNOTATION = {
@@ -833,6 +858,8 @@ NORMALIZE = {
     aten.clamp.default: from_clamp,
     **{t: int8_from_uint8 for t in QUANTIZE | DEQUANTIZE},
     aten.index_put.default: from_index_put, aten._unsafe_index_put.default: from_index_put,
+    **{t: embedding_bag_from_tuple for t in (aten.embedding_bag.padding_idx, aten.embedding_bag.default,
+                                             aten._embedding_bag.default, aten._embedding_bag_forward_only.default)},
     **{t: identity for t in (aten.clone.default, aten.alias.default,
                              aten.contiguous.default, aten.detach.default)},
 }

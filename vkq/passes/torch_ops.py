@@ -9,6 +9,11 @@ tuple, so that the quantizer annotates them and the folding rules match them lik
       (normalize_ops makes it from a max_unpool2d whose indices a max_pool2d_with_indices gave,
       ENet's and SegNet's decoders: the indices are then a function of the pool's input x, which
       is int8, where the int64 indices have no int8 form)
+  vkq.embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx)
+      = aten.embedding_bag.padding_idx(weight, indices, offsets, False, mode, False, per_sample_weights,
+                                       include_last_offset, padding_idx)[0]
+      (normalize_ops makes it from an embedding_bag whose offset2bag / bag_size / max_indices
+      nothing reads: nn.EmbeddingBag, DLRM's sparse features)
 
 They run through torch like aten ops (the converted GraphModule stays runnable eagerly, and a
 program's CPU fallback can call them); importing this module registers them.
@@ -46,3 +51,19 @@ def _(v, x, kernel_size, stride, padding, dilation, ceil_mode, output_size):
 
 
 MAX_UNPOOL2D = torch.ops.vkq.max_unpool2d.default
+
+
+@torch.library.custom_op("vkq::embedding_bag", mutates_args=())
+def embedding_bag(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, mode: int,
+                  per_sample_weights: torch.Tensor | None, include_last_offset: bool,
+                  padding_idx: int | None) -> torch.Tensor:
+    return torch.ops.aten.embedding_bag.padding_idx(weight, indices, offsets, False, mode, False, per_sample_weights,
+                                                    include_last_offset, padding_idx)[0]
+
+
+@embedding_bag.register_fake
+def _(weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx):
+    return weight.new_empty((offsets.shape[0] - int(include_last_offset), weight.shape[1]))
+
+
+EMBEDDING_BAG = torch.ops.vkq.embedding_bag.default
