@@ -540,3 +540,25 @@ def test_embedding_bag(device, mode, weighted, last, padding):
     keep = ids[4:13] != padding
     want = {"sum": rows[keep].sum(0), "mean": rows[keep].mean(0), "max": rows[keep].max(0)}[mode]
     np.testing.assert_allclose(ref[2], want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("shape,dim", [((3, 37), 1), ((2, 9, 5), 1), ((7, 3, 4), 0), ((301,), 0)])
+def test_argsort(device, dtype, descending, shape, dim):
+    """A stable argsort, bit for bit: many equal values (in their order), NaNs last ascending
+    and first descending, -0 equal to 0, rows along the first, middle and last dims."""
+    x = ints(*shape, lo=-4, hi=5) if dtype == "int32" else np.round(floats(*shape) * 2) / 2
+    if dtype == "float32":
+        x.reshape(-1)[3::11] = np.nan
+        x.reshape(-1)[5::13] = -0.0
+    idx = run(device, "argsort", [x], {"dim": dim, "descending": descending}, shape, "int32")
+    values = np.take_along_axis(x, idx, dim)
+    finite = np.where(np.isnan(values), 1e30, values)          # (NaN the largest, as torch)
+    step = np.diff(finite, axis=dim)
+    assert (step <= 0).all() if descending else (step >= 0).all()
+    ties = np.diff(idx, axis=dim)[np.diff(np.where(np.isnan(values), 1e9, values), axis=dim) == 0]
+    assert ties.size and (ties > 0).all()                  # equal values: lowest index first
+    if dtype == "float32":
+        first = np.take(np.isnan(values), 0 if descending else -1, axis=dim)
+        assert first.all() or shape[dim] < 11

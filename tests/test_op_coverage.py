@@ -1520,3 +1520,43 @@ def test_embedding_bag_with_dynamic_ids_and_bags(device):
         np.testing.assert_array_equal(got, ref)
         assert got.shape == (len(bounds), 3)
         assert cosine(got, gm(x, o).detach().numpy()) > 0.999
+
+
+class TokenRanking(nn.Module):
+    """Token pruning and merging as ToMe / DynamicViT write them: scores sorted, the top 12 of 16
+    kept by topk (past the k rounds of argmax), tokens reordered by an argsort of their scores."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.score, self.proj = nn.Linear(8, 1), nn.Linear(8, 8)
+
+    def forward(self, x):                                      # (B, 16 tokens, 8)
+        s = self.score(x)[..., 0]
+        values, order = torch.sort(s, dim=-1, descending=True)
+        keep = torch.topk(s, 12, dim=-1).indices
+        kept = torch.gather(x, 1, keep[..., None].expand(-1, -1, 8))
+        ranked = torch.gather(x, 1, torch.argsort(s, -1)[..., None].expand(-1, -1, 8))
+        return self.proj(kept).sum(1) + self.proj(ranked)[:, :3].sum(1), s, values, order
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_sort_argsort_and_large_topk_run_on_vulkan(device, scheme):
+    """sort, argsort and topk past 8 ran on the CPU through torch: the argsort kernel (stable)
+    and gathers now, equal to the reference bit for bit where the scores are int8-derived
+    (static; dynamic: float linears, the last bit apart), the sorted scores and their order
+    torch's stable sort of the scores the device computed."""
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(3, 16, 8, generator=g)
+    program, gm = lowered(TokenRanking().eval(), (x,), [(torch.randn(3, 16, 8, generator=g),)], scheme)
+    assert "argsort" in ops(program)
+    got, ref = on_device(program, device, (x,))
+    for gv, r in zip(got, ref):
+        if scheme == "static":
+            np.testing.assert_array_equal(gv, r)
+        np.testing.assert_allclose(gv, r, rtol=1e-5, atol=1e-5)
+    want = torch.sort(torch.from_numpy(got[1]), dim=-1, descending=True, stable=True)
+    np.testing.assert_array_equal(got[2], want.values.numpy())
+    np.testing.assert_array_equal(got[3], want.indices.numpy())
+    assert cosine(got[0], gm(x)[0].detach().numpy()) > 0.999

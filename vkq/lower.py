@@ -797,6 +797,18 @@ def _arg_reduce(name):
     return rule
 
 
+def _argsort(n, t):
+    """argsort(x, dim, descending) (stable or not: the kernel's order is stable) of float32 or int32 x."""
+    x = n.args[0]
+    if _word_dtype(dtype_of(x)) not in ("float32", "int32"):
+        return None
+    if n.target == aten.argsort.stable:
+        dim, descending = n.kwargs.get("dim", -1), n.kwargs.get("descending", False)
+    else:
+        dim, descending = arg(n, 1, "dim", -1), arg(n, 2, "descending", False)
+    return "argsort", [x], {"dim": int(dim), "descending": bool(descending)}
+
+
 def _cumsum(n, t):
     src, dst = _word_dtype(dtype_of(n.args[0])), _word_dtype(dtype_of(n))
     dst = "int32" if dst == "bool" else dst
@@ -1082,6 +1094,7 @@ CPU_RULES = {
     **{a: _arange for a in (aten.arange.default, aten.arange.start, aten.arange.start_step)},
     aten.tril.default: _triangle("tril"), aten.triu.default: _triangle("triu"),
     aten.argmax.default: _arg_reduce("argmax"), aten.argmin.default: _arg_reduce("argmin"),
+    aten.argsort.default: _argsort, aten.argsort.stable: _argsort,
     **{m: _upsample_nearest for m in (aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default,
                                       aten._upsample_nearest_exact2d.vec, aten._upsample_nearest_exact2d.default)},
     aten.scaled_dot_product_attention.default: _sdpa,

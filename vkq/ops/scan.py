@@ -4,6 +4,9 @@
   cumsum(x; dim, dtype)     x int32 (ids, bool masks) or float32 -> dtype ("int32" or
                             "float32"): int32 sums wrap; an int32 x summed to float32 is summed
                             exactly in int32 and rounded once; float32 sums are compensated
+  argsort(x; dim, descending)   x float32 or int32 -> int32 indices, stable (equal values in
+                            their order), NaN last ascending / first descending (torch's sort);
+                            an invocation a value, its rank counted over its row (argsort.comp)
   argmax, argmin(x; dim, keepdim)   x float32 or int32 -> int32 indices, the first of equal
                             values, a NaN the largest / smallest (torch's); dim None: over all
 
@@ -18,7 +21,7 @@ import numpy as np
 
 from ..device import grid_1d
 from ..registry import register_op
-from .float import LOCAL, _numel
+from .float import LOCAL, PER, _numel
 
 _VARIANT = {("int32", "int32"): "I2I", ("int32", "float32"): "I2F", ("float32", "float32"): "F2F"}
 
@@ -91,6 +94,48 @@ def _arg_decline(node, tensors):
 def _arg_build(ctx, node):
     kind = ["MAX" if node.op == "argmax" else "MIN"] + (["INT"] if ctx.spec(node.inputs[0]).dtype == "int32" else [])
     return [_along_dispatch(ctx, node, "argmax", node.attrs.get("dim"), kind)]
+
+
+@register_op
+class Argsort:
+    """Stable argsort along `dim` (descending or not): float32 or int32 values -> int32 indices;
+    a NaN after every number ascending, before them descending (torch's sort); equal values in
+    their order (torch's stable=True: its default sort may order ties otherwise)."""
+    name = "argsort"
+    shaders = ("argsort",)
+
+    @staticmethod
+    def reference(x, *, dim, descending=False):
+        x = np.asarray(x)
+        if x.ndim == 0:
+            return np.zeros((), np.int32)
+        moved = np.moveaxis(x, dim, -1)
+        flat = moved.reshape(-1, moved.shape[-1])
+        out = np.empty(flat.shape, np.int32)
+        for r, row in enumerate(flat):
+            nan = np.isnan(row) if row.dtype.kind == "f" else np.zeros(row.shape, bool)
+            key = row.astype(np.float64 if row.dtype.kind == "f" else np.int64)
+            key = np.where(nan, 0, -key if descending else key)
+            out[r] = np.lexsort((np.arange(row.size), key, ~nan if descending else nan))   # the last key first
+        return np.moveaxis(out.reshape(moved.shape), -1, dim)
+
+    @staticmethod
+    def decline(node, tensors):
+        x, y = tensors[node.inputs[0]], tensors[node.outputs[0]]
+        if x.dtype not in ("float32", "int32") or y.dtype != "int32":
+            return f"argsort: {x.dtype} values (the kernel takes float32 or int32)"
+        return None
+
+    @staticmethod
+    def build(ctx, node):
+        x, y = node.inputs[0], node.outputs[0]
+        shape = ctx.spec(x).shape
+        _, d, inner = _rows(shape, node.attrs["dim"])
+        ctx.device.info.check_loop_budget(d, f"{node.op}: rows of {d} values, one loop iteration each")
+        n = _numel(shape)
+        defines = ["DESC" if node.attrs.get("descending") else "ASC"] + (["INT"] if ctx.spec(x).dtype == "int32" else [])
+        return [ctx.device.dispatch("argsort", [ctx.buffer(x), ctx.buffer(y)], grid_1d(-(-n // PER), LOCAL),
+                                    local=(LOCAL,), spec=(PER,), push=(n, d, inner), defines=defines)]
 
 
 for _name, _fn in (("argmax", np.argmax), ("argmin", np.argmin)):

@@ -16,7 +16,9 @@ lookup table), so only what is left in float is rewritten here:
   sgn, deg2rad / rad2deg, nansum, logaddexp(2)
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
                                                   computes them (its comparisons: a NaN stays NaN)
-  aten.topk(x, k <= 8, dim, largest) + getitems -> k rounds of argmax, gather and a where
+  aten.topk(x, k <= 8, dim, largest) + getitems -> k rounds of argmax, gather and a where; a larger k
+                                                  (or a dynamic dim): the first k of a stable argsort
+  aten.sort(x, dim, descending) + getitems     -> argsort (stable) and a gather of the values by it
   aten.meshgrid(1-D tensors, indexing) + getitems -> each a view along its dim, expanded (a grid of
                                                   aranges of dynamic lengths: static ones fold)
   cosine_similarity, pairwise_distance (p = 2) -> norms, divisions, a sum (ATen's formulas)
@@ -486,7 +488,36 @@ def promote_mixed_operands(node):
     return call_before(node, node.target, (*args, *node.args[2:]), dict(node.kwargs))
 
 
-TOPK_MAX = 8       # topk as k selections up to this k (4 small dispatches each); a larger k stays
+TOPK_MAX = 8       # topk as k selections up to this k (4 small dispatches each); a larger k: a sort
+
+
+def _sorted(node, x, dim, descending, k=None):
+    """(values, indices) of x sorted along dim: a stable argsort (the argsort kernel), its first
+    k, and the values gathered by them."""
+    idx = call_before(node, aten.argsort.stable, (x,), {"stable": True, "dim": dim, "descending": descending})
+    if k is not None:
+        idx = call_before(node, aten.slice.Tensor, (idx, dim, 0, k))
+    return call_before(node, aten.gather.default, (x, dim, idx)), idx
+
+
+def gather_from_sort(node):
+    """sort(x, dim, descending) + getitems -> argsort (stable: equal values in their order, which
+    torch's default sort leaves unspecified) and a gather of the values by it (ToMe's and
+    DynamicViT's token ranking, MoE token grouping)."""
+    x, users = node.args[0], list(node.users)
+    v = val(x)
+    if not isinstance(v, torch.Tensor) or v.dim() == 0 or v.dtype not in (torch.float32, torch.int64, torch.int32) \
+            or not users or not all(u.target is operator.getitem for u in users):
+        return None
+    dim = node.kwargs.get("dim", -1) if node.target == aten.sort.stable else arg(node, 1, "dim", -1)
+    descending = node.kwargs.get("descending", False) if node.target == aten.sort.stable else arg(node, 2, "descending", False)
+    parts = _sorted(node, x, int(dim), bool(descending))
+    for u in users:
+        new = parts[u.args[1]]
+        new.meta["val"] = val(u)
+        u.replace_all_uses_with(new)
+        node.graph.erase_node(u)
+    return new
 
 
 def selections_from_topk(node):
@@ -499,12 +530,19 @@ def selections_from_topk(node):
     x, k = node.args[0], int(node.args[1])
     dim, largest = int(arg(node, 2, "dim", -1)), bool(arg(node, 3, "largest", True))
     v, users = val(x), list(node.users)
-    if not _float_in(node) or not 1 <= k <= TOPK_MAX or not users \
-            or not all(u.target is operator.getitem for u in users):
+    if not _float_in(node) or k < 1 or not users or not all(u.target is operator.getitem for u in users):
         return None
     dim %= v.dim()
     n = v.shape[dim]
-    if not isinstance(n, int) or dynamic_size(x, [dim]) or k > n:
+    if k > TOPK_MAX or not isinstance(n, int) or dynamic_size(x, [dim]):    # a sort's first k (ties: lowest index first)
+        parts = _sorted(node, x, dim, largest, k)
+        for u in users:
+            new = parts[u.args[1]]
+            new.meta["val"] = val(u)
+            u.replace_all_uses_with(new)
+            node.graph.erase_node(u)
+        return new
+    if k > n:
         return None
     pick = aten.argmax.default if largest else aten.argmin.default
     gone = float("-inf") if largest else float("inf")
@@ -700,6 +738,7 @@ DECOMPOSE = {
     aten.div.Scalar: promote_mixed_operands,
     aten.maximum.default: promote_mixed_operands, aten.minimum.default: promote_mixed_operands,
     aten.topk.default: selections_from_topk,
+    aten.sort.default: gather_from_sort, aten.sort.stable: gather_from_sort,
     aten.meshgrid.default: expands_from_meshgrid, aten.meshgrid.indexing: expands_from_meshgrid,
     aten.cosine_similarity.default: from_cosine_similarity,
     aten.pairwise_distance.default: norm_from_pairwise_distance,
