@@ -27,7 +27,7 @@ def _as_tuple(x):
     """Inputs as a tuple of tensors: one tensor or a tuple / list of them; numpy arrays become
     tensors (what a user holding numpy data passes)."""
     xs = tuple(x) if isinstance(x, (tuple, list)) else (x,)
-    return tuple(torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else a for a in xs)
+    return tuple(torch.from_numpy(np.array(a, order="C", copy=False)) if isinstance(a, np.ndarray) else a for a in xs)
 
 
 def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: str = "static",

@@ -66,17 +66,23 @@ def repack(q, *, shape=None):
     return q if shape is None else np.asarray(q).reshape(shape)
 
 
+def _contiguous(a):
+    """a as a C-contiguous array, a 0-d one kept 0-d (np.ascontiguousarray makes it 1-d: select's
+    last element of a 1-D tensor, prod over everything)."""
+    return np.array(a, order="C", copy=False)
+
+
 def permute(x, *, dims):
-    return np.ascontiguousarray(np.transpose(np.asarray(x), dims))
+    return _contiguous(np.transpose(np.asarray(x), dims))
 
 
 def transpose(x, *, dim0, dim1):
-    return np.ascontiguousarray(np.swapaxes(np.asarray(x), dim0, dim1))
+    return _contiguous(np.swapaxes(np.asarray(x), dim0, dim1))
 
 
 def expand(x, *, shape):
     """Broadcast x to shape (numpy rules), materialised."""
-    return np.ascontiguousarray(np.broadcast_to(np.asarray(x), tuple(shape)))
+    return _contiguous(np.broadcast_to(np.asarray(x), tuple(shape)))
 
 
 def _cat_inputs(xs, rank):
@@ -95,12 +101,12 @@ def _slice_index(rank, dim, s):
 
 def slice_(x, *, dim, start, end, step=1):
     x = np.asarray(x)
-    return np.ascontiguousarray(x[_slice_index(x.ndim, dim, slice(start, end, step))])
+    return _contiguous(x[_slice_index(x.ndim, dim, slice(start, end, step))])
 
 
 def select(x, *, dim, index):
     x = np.asarray(x)
-    return np.ascontiguousarray(x[_slice_index(x.ndim, dim, index)])
+    return _contiguous(x[_slice_index(x.ndim, dim, index)])
 
 
 def split(x, *, dim, sizes):

@@ -105,7 +105,7 @@ def vkq_target(name: str):
         arrays = [a.detach().numpy() if isinstance(a, torch.Tensor) else a for a in args]
         out = get_op(name).reference(*arrays, **attrs)
         outs = out if isinstance(out, tuple) else (out,)
-        outs = tuple(torch.from_numpy(np.ascontiguousarray(o)) for o in outs)
+        outs = tuple(torch.from_numpy(np.array(o, order="C", copy=False)) for o in outs)
         return outs if isinstance(out, tuple) else outs[0]
     run.__name__ = run.__qualname__ = f"vkq_{name}"
     run.__module__ = "vkq.ops"
@@ -250,7 +250,7 @@ HOST_FLOAT64 = "vkq_host_float64"   # a get_attr whose float64 value the program
 def add_constant(gm: GraphModule, hint: str, value, before: Node) -> Node:
     """Register `value` (numpy or torch) as a buffer of gm and return a get_attr node for it,
     inserted before `before`."""
-    t = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(value))
+    t = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.array(value, order="C", copy=False))
     base = "_vkq_" + re.sub(r"[^0-9a-zA-Z_]", "_", hint)
     name, i = base, 0
     while hasattr(gm, name):
