@@ -1,28 +1,100 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// Cumulative sums along one dim (vkq/ops/scan.py): an invocation a row, the row's values `inner`
-// words apart (x seen as (outer, D, inner)), summed in order, so int32 sums are exact (wrapping)
-// and float sums follow one order:
+// Cumulative sums, products, maxima and minima along one dim (vkq/ops/scan.py): an invocation
+// a row, the row's values `inner` words apart (x seen as (outer, D, inner)), taken in order, so
+// int32 sums are exact (wrapping) and float sums follow one order:
 //   I2I  int32 -> int32      (ids, masks: RoBERTa's position ids, Llama's from its mask)
 //   I2F  int32 -> float32    (a bool mask counted as floats: DETR's sine positions); exact
 //                            while the sums fit int32, then rounded once, as torch's double sum
 //   F2F  float32 -> float32  compensated (Kahan; `precise` keeps the compensation from being
 //                            folded away), close to torch's CPU sum in double
+//   F_PROD               float32 products (cumprod, and prod as its last): each step in
+//                        double-float (Dekker's exact product of the running (hi, lo) pair and
+//                        x, renormalised), rounded to float32 when stored: torch's CPU cumprod
+//                        keeps its running product in double
+//   I_PROD               int32 products, wrapping
+//   F_MAX / F_MIN        running max / min (cummax / cummin values): a NaN stays once seen,
+//                        equal values take the later one (0 after -0), as ATen's x >= best
+//   I_MAX / I_MIN        the same on int32
 // A row is a loop of D iterations: on llvmpipe D must stay under its loop budget (scan.py).
 //! variant I2I
 //! variant I2F
 //! variant F2F
+//! variant F_PROD
+//! variant I_PROD
+//! variant F_MAX
+//! variant F_MIN
+//! variant I_MAX
+//! variant I_MIN
 #include "common.glsl"
 
 layout(std430, binding = 0) readonly buffer X { uint x[]; };
 layout(std430, binding = 1) writeonly buffer Out { uint o[]; };
 layout(push_constant) uniform Params { int rows, D, inner; } p;
 
+// (hi, lo) = a * b exactly (Dekker, without fma: Veltkamp's split by 4097 = 2^12 + 1), for
+// |a|, |b| < 2^115 so that the split does not overflow
+void two_prod(float a, float b, out float hi, out float lo) {
+    precise float p = a * b;
+    precise float ca = 4097.0 * a, ah = ca - (ca - a), al = a - ah;
+    precise float cb = 4097.0 * b, bh = cb - (cb - b), bl = b - bh;
+    hi = p;
+    lo = ((ah * bh - p) + ah * bl + al * bh) + al * bl;
+}
+
 void main() {
     int r = linear_invocation();
     if (r >= p.rows) return;
     int base = (r / p.inner) * p.D * p.inner + r % p.inner;
-#if defined(F2F)
+#if defined(F_PROD)
+    precise float hi = 1.0, lo = 0.0;
+    for (int k = 0; k < p.D; ++k) {
+        int at = base + k * p.inner;
+        const float v = uintBitsToFloat(x[at]);
+        if (abs(hi) < 1e30 && abs(v) < 1e30 && abs(hi) > 1e-30 && abs(v) > 1e-30) {
+            float ph, pl;
+            two_prod(hi, v, ph, pl);
+            precise float e = pl + lo * v;
+            precise float s = ph + e;
+            lo = e - (s - ph);
+            hi = s;
+        } else {                         // near overflow, underflow, 0, inf or NaN: plain float32
+            hi = hi * v;
+            lo = 0.0;
+        }
+        o[at] = floatBitsToUint(hi);
+    }
+#elif defined(I_PROD)
+    int s = 1;
+    for (int k = 0; k < p.D; ++k) {
+        int at = base + k * p.inner;
+        s *= int(x[at]);
+        o[at] = uint(s);
+    }
+#elif defined(F_MAX) || defined(F_MIN)
+    float best = uintBitsToFloat(x[base]);
+    for (int k = 0; k < p.D; ++k) {
+        int at = base + k * p.inner;
+        const float v = uintBitsToFloat(x[at]);
+#ifdef F_MAX
+        best = isnan(v) || (!isnan(best) && v >= best) ? v : best;
+#else
+        best = isnan(v) || (!isnan(best) && v <= best) ? v : best;
+#endif
+        o[at] = floatBitsToUint(best);
+    }
+#elif defined(I_MAX) || defined(I_MIN)
+    int best = int(x[base]);
+    for (int k = 0; k < p.D; ++k) {
+        int at = base + k * p.inner;
+#ifdef I_MAX
+        best = max(best, int(x[at]));
+#else
+        best = min(best, int(x[at]));
+#endif
+        o[at] = uint(best);
+    }
+#elif defined(F2F)
     precise float s = 0.0, comp = 0.0;
     for (int k = 0; k < p.D; ++k) {
         int at = base + k * p.inner;

@@ -562,3 +562,30 @@ def test_argsort(device, dtype, descending, shape, dim):
     if dtype == "float32":
         first = np.take(np.isnan(values), 0 if descending else -1, axis=dim)
         assert first.all() or shape[dim] < 11
+
+
+@pytest.mark.parametrize("op", ["cumprod", "cummax", "cummin"])
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("shape,dim", [((2, 37), 1), ((3, 29, 5), 1), ((7, 2, 3), 0), ((301,), 0)])
+def test_cumulative_products_and_extremes(device, op, dtype, shape, dim):
+    """cumprod (double-float on the device: within an ulp of the reference's float64 product,
+    which is torch's CPU order and precision; int32 wrapping, bit for bit), cummax / cummin bit
+    for bit (a NaN stays once seen, 0 after -0 as ATen's x >= best), rows along each dim."""
+    if dtype == "int32":                # (products of these wrap in int32 within a row of 37)
+        x = R.choice([-3, -2, -1, 1, 2, 3], shape).astype(np.int32) if op == "cumprod" else ints(*shape, lo=-999, hi=999)
+    elif op == "cumprod":
+        x = (R.choice([-1, 1], shape) * R.uniform(0.5, 2.0, shape)).astype(np.float32)
+    else:
+        x = np.round(floats(*shape) * 200) / 2
+        x.reshape(-1)[4::9] = -0.0
+        x.reshape(-1)[len(x.reshape(-1)) - 3] = np.nan
+    prog = single_op_program(op, [("x", spec(shape, dtype))], [("y", spec(shape, dtype))], {"dim": dim}, {})
+    assert cpu_reason(prog.nodes[0], prog.tensors) is None
+    got, ref = VulkanExecutor(prog, device)(x), run_reference(prog, x)
+    if op == "cumprod" and dtype == "float32":
+        np.testing.assert_array_equal(ref, np.cumprod(x.astype(np.float64), axis=dim).astype(np.float32))
+        np.testing.assert_allclose(got, ref, rtol=2 ** -23, atol=0)
+    else:
+        np.testing.assert_array_equal(got, ref)        # (NaNs in the same places: array_equal compares them so)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(ref))
+    assert len(np.unique(got)) > 3

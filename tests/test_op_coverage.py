@@ -276,7 +276,9 @@ class FloatActivations(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.a, self.b = nn.Linear(6, 12), nn.Linear(12, 6)
+        with torch.random.fork_rng(devices=[]):     # (weights of their own: floor and round of the
+            torch.manual_seed(0)                     # device's last-bit-apart sums can step otherwise)
+            self.a, self.b = nn.Linear(6, 12), nn.Linear(12, 6)
 
     def forward(self, x):
         h = self.a(x)
@@ -930,6 +932,8 @@ ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with 
                                      + torch.remainder(x, y)),
     "atan2_hypot_pow": lambda x, y: (torch.atan2(x, y) + torch.hypot(x, y) + torch.copysign(x, y)
                                      + torch.pow(x.abs() + 0.1, y) + 2.0 ** x),
+    "cumulative": lambda x, y: (torch.cumprod(0.5 * x + 1, -1) + torch.cummax(x, 1)[0] + torch.cummin(y, -1).values
+                                + (0.5 * y + 1).prod(1, keepdim=True) + torch.sigmoid(x).prod()),
     "trig_hyperbolic": lambda x, y: (torch.atan(x) + torch.asin(torch.tanh(y)) + torch.acos(torch.tanh(x)) + torch.tan(y)
                                      + torch.sinh(x) + torch.cosh(y) + torch.asinh(x) + torch.acosh(y.abs() + 1)
                                      + torch.atanh(0.5 * torch.tanh(x)) + torch.expm1(y) + torch.exp2(x)
@@ -1049,7 +1053,8 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     """Float ops that ran on the CPU through torch, each now the few ops ATen computes it as
     (decompose_ops: threshold, shrinks, selu / celu through elu, rrelu at inference, log_sigmoid,
     heaviside, frac, isnan, nan_to_num, lerp, addcdiv, var_mean / std_mean, diff, cdist, sinc,
-    xlogy, count_nonzero, bucketize, sgn, deg2rad / rad2deg, nansum, logaddexp(2); float_unary:
+    xlogy, count_nonzero, bucketize, sgn, deg2rad / rad2deg, nansum, logaddexp(2), prod; scans:
+    cumprod, cummax / cummin values; float_unary:
     the inverse trigonometric and hyperbolic functions, tan, expm1, exp2, log10; word_ops: float
     remainder, fmod, floor division, atan2, hypot, copysign, pow of tensors; lower: maximum / minimum,
     clamp by tensors, reciprocal, rot90 and channel_shuffle as gathers): on Vulkan under the
@@ -1073,7 +1078,7 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     g = torch.export.export(_Lambda(f), (special, y)).module()
     normalize_ops(g), decompose_ops(g)
     exact = name not in ("selu", "celu", "logsigmoid", "addcdiv", "var_mean", "lerp", "cosine_similarity", "sinc", "xlogy",
-                         "pairwise_distance", "broadcast", "cdist", "nansum", "logaddexp")
+                         "pairwise_distance", "broadcast", "cdist", "nansum", "logaddexp", "cumulative")
     torch.testing.assert_close(g(special, y), f(special, y), equal_nan=True, rtol=0 if exact else 1e-6,
                                atol=0 if exact else 1e-6)
 

@@ -40,7 +40,7 @@ from .passes._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, HOST_FLOAT64, PERMUT
                             qparams, record_shapes, shape_of,
                             val, vkq_op_of)
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
-from .passes.torch_ops import ADAPTIVE_MAX_POOL2D, EMBEDDING_BAG, MAX_UNPOOL2D
+from .passes.torch_ops import ADAPTIVE_MAX_POOL2D, CUMULATIVE_EXTREME, EMBEDDING_BAG, MAX_UNPOOL2D
 from .program import Node as PNode, Program, TensorSpec
 from .rewrites import rewrite_for_shapes
 from .registry import cpu_reason, get_op
@@ -809,6 +809,17 @@ def _argsort(n, t):
     return "argsort", [x], {"dim": int(dim), "descending": bool(descending)}
 
 
+def _scan(name):
+    """cumprod (its dtype argument absent or the input's) / vkq.cumulative_extreme of float32 or int32 x."""
+    def rule(n, t):
+        x = n.args[0]
+        if _word_dtype(dtype_of(x)) not in ("float32", "int32") or _word_dtype(dtype_of(n)) != _word_dtype(dtype_of(x)):
+            return None
+        op = name or ("cummax" if n.args[2] else "cummin")
+        return op, [x], {"dim": int(n.args[1])}
+    return rule
+
+
 def _cumsum(n, t):
     src, dst = _word_dtype(dtype_of(n.args[0])), _word_dtype(dtype_of(n))
     dst = "int32" if dst == "bool" else dst
@@ -1089,7 +1100,7 @@ CPU_RULES = {
     **{m: _remap for m in (*_PAD_MODES, aten.flip.default, aten.roll.default)},
     aten.col2im.default: _col2im,
     aten.gather.default: _gather, aten.index.Tensor: _index, **{s: _scatter for s in _SCATTERS},
-    aten.cumsum.default: _cumsum,
+    aten.cumsum.default: _cumsum, aten.cumprod.default: _scan("cumprod"), CUMULATIVE_EXTREME: _scan(None),
     **{f: _full for f in (*_FILLED, *_FILL_ARG)},
     **{a: _arange for a in (aten.arange.default, aten.arange.start, aten.arange.start_step)},
     aten.tril.default: _triangle("tril"), aten.triu.default: _triangle("triu"),

@@ -4,6 +4,9 @@
   cumsum(x; dim, dtype)     x int32 (ids, bool masks) or float32 -> dtype ("int32" or
                             "float32"): int32 sums wrap; an int32 x summed to float32 is summed
                             exactly in int32 and rounded once; float32 sums are compensated
+  cumprod, cummax, cummin(x; dim)   float32 or int32, the dtype kept: the product in double-float
+                            (torch's CPU cumprod runs in double), int32 wrapping; the running max /
+                            min as ATen's (a NaN stays, 0 after -0); prod is cumprod's last
   argsort(x; dim, descending)   x float32 or int32 -> int32 indices, stable (equal values in
                             their order), NaN last ascending / first descending (torch's sort);
                             an invocation a value, its rank counted over its row (argsort.comp)
@@ -60,6 +63,55 @@ class Cumsum:
         x, y = node.inputs[0], node.outputs[0]
         variant = _VARIANT[(ctx.spec(x).dtype, ctx.spec(y).dtype)]
         return [_along_dispatch(ctx, node, "cumsum", node.attrs["dim"], [variant])]
+
+
+def _cummax(x, axis):
+    """ATen's running max: a NaN stays once seen, an equal value replaces (0 after -0)."""
+    out, best = np.empty_like(x), None
+    for k in range(x.shape[axis]):
+        v = np.take(x, [k], axis)
+        best = v if best is None else np.where(np.isnan(v) | (~np.isnan(best) & (v >= best)), v, best)
+        out[(slice(None),) * axis + (slice(k, k + 1),)] = best
+    return out
+
+
+_SCANS = {     # op -> (float reference, int32 reference, shader variant stem, what it does)
+    "cumprod": (lambda x, a: np.cumprod(x.astype(np.float64), axis=a).astype(np.float32),   # torch: in double
+                lambda x, a: np.cumprod(x, axis=a, dtype=np.int32), "PROD", "Cumulative product"),
+    "cummax": (_cummax, lambda x, a: np.maximum.accumulate(x, axis=a), "MAX", "Running max (cummax's values)"),
+    "cummin": (lambda x, a: -_cummax(-x, a), lambda x, a: np.minimum.accumulate(x, axis=a), "MIN",
+               "Running min (cummin's values)"),
+}
+
+
+def _scan_reference(name):
+    def reference(x, *, dim):
+        x = np.asarray(x)
+        if x.ndim == 0:
+            return x.copy()
+        f, i = _SCANS[name][:2]
+        with np.errstate(over="ignore", invalid="ignore"):
+            return f(x.astype(np.float32), dim % x.ndim) if x.dtype.kind == "f" else i(x.astype(np.int32), dim % x.ndim)
+    return reference
+
+
+def _scan_decline(node, tensors):
+    x, y = tensors[node.inputs[0]].dtype, tensors[node.outputs[0]].dtype
+    if x != y or x not in ("float32", "int32"):
+        return f"{node.op}: {x} -> {y} (the kernel takes float32 or int32 to the same)"
+    return None
+
+
+def _scan_build(ctx, node):
+    kind = ("F_" if ctx.spec(node.inputs[0]).dtype == "float32" else "I_") + _SCANS[node.op][2]
+    return [_along_dispatch(ctx, node, "cumsum", node.attrs["dim"], [kind])]
+
+
+for _name, (_f, _i, _stem, _what) in _SCANS.items():
+    register_op(type(_name, (), {
+        "name": _name, "shaders": ("cumsum",), "reference": staticmethod(_scan_reference(_name)),
+        "build": staticmethod(_scan_build), "decline": staticmethod(_scan_decline),
+        "__doc__": f"{_what} along dim: float32 or int32 (wrapping), the dtype kept."}))
 
 
 def _along_dispatch(ctx, node, shader, dim, defines):

@@ -14,6 +14,7 @@ lookup table), so only what is left in float is rewritten here:
   isnan, nan_to_num, lerp, addcdiv, var_mean / std_mean, diff (n = 1; prepend / append: a cat), sinc,
   xlogy, count_nonzero (a sum of x != 0), bucketize by constant boundaries (counts of comparisons),
   sgn, deg2rad / rad2deg, nansum, logaddexp(2)
+  aten.prod(x[, dim, keepdim]), float          -> select(cumprod(x, dim), dim, -1) (flattened: over all)
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
                                                   computes them (its comparisons: a NaN stays NaN)
   aten.topk(x, k <= 8, dim, largest) + getitems -> k rounds of argmax, gather and a where; a larger k
@@ -230,6 +231,23 @@ def sum_from_nansum(node):
     zero = call_before(node, aten.full_like.default, (x, 0.0))
     kept = call_before(node, aten.where.self, (call_before(node, aten.ne.Tensor, (x, x)), zero, x))
     return call_before(node, aten.sum.dim_IntList, (kept, arg(node, 1, "dim", None), bool(arg(node, 2, "keepdim", False))))
+
+
+def last_from_prod(node):
+    """prod(x[, dim, keepdim]) -> the last of cumprod(x, dim) (over everything: of x flattened), a
+    product in the order torch's CPU kernel takes for one dim (the scan kernel runs it)."""
+    x = node.args[0]
+    v = val(x)
+    if not _float_in(node) or v.dim() == 0 or node.kwargs.get("dtype") is not None:
+        return None
+    if node.target == aten.prod.default:
+        flat = call_before(node, aten.reshape.default, (x, [-1]))
+        return call_before(node, aten.select.int, (call_before(node, aten.cumprod.default, (flat, 0)), 0, -1))
+    dim, keepdim = int(node.args[1]) % v.dim(), bool(arg(node, 2, "keepdim", False))
+    if len(node.args) > 3 or not isinstance(v.shape[dim], int) or v.shape[dim] == 0:
+        return None
+    last = call_before(node, aten.select.int, (call_before(node, aten.cumprod.default, (x, dim)), dim, -1))
+    return call_before(node, aten.unsqueeze.default, (last, dim)) if keepdim else last
 
 
 def from_logaddexp(node):
@@ -724,6 +742,7 @@ DECOMPOSE = {
     aten.sgn.default: sign_from_sgn,
     aten.deg2rad.default: mul_from_angle, aten.rad2deg.default: mul_from_angle,
     aten.nansum.default: sum_from_nansum,
+    aten.prod.default: last_from_prod, aten.prod.dim_int: last_from_prod,
     aten.logaddexp.default: from_logaddexp, aten.logaddexp2.default: from_logaddexp,
     aten.sinc.default: from_sinc,
     aten.xlogy.Tensor: from_xlogy,

@@ -75,6 +75,7 @@ differently; this pass rewrites the second kind into the first:
   2-D indices flattened with an arange of offsets)
                                                 -> vkq.embedding_bag(weight, indices, offsets, mode,
                                                   per_sample_weights, include_last_offset, padding_idx)
+  aten.cummax / cummin + getitem 0              -> vkq.cumulative_extreme(x, dim, largest)
   dropout, feature / alpha dropout (eval), clone, alias, contiguous, detach
                                                 -> removed (identities at inference; the dropouts
                                                   go before annotation: Dropout2d between a conv and
@@ -813,6 +814,18 @@ def embedding_bag_from_tuple(node):
     return new
 
 
+def extreme_from_cummax(node):
+    """cummax / cummin + getitem 0, the indices unread -> vkq.cumulative_extreme (torch_ops.py),
+    one output, which the scan kernel runs."""
+    from .torch_ops import CUMULATIVE_EXTREME
+    if not isinstance(val(node.args[0]), torch.Tensor) or (users := first_outputs(node)) is None:
+        return None
+    new = _new(node, CUMULATIVE_EXTREME, (node.args[0], int(node.args[1]), node.target == aten.cummax.default))
+    new.meta["val"] = val(users[0])
+    for u in users:
+        u.replace_all_uses_with(new)
+    return new
+
 # Rules the quantizer applies too, before it annotates (normalize_for_annotation): its annotators
 # know only the forms on the right, so a model spelling the left would stay float.
 BEFORE_ANNOTATION = {
@@ -858,6 +871,7 @@ NORMALIZE = {
     aten.clamp.default: from_clamp,
     **{t: int8_from_uint8 for t in QUANTIZE | DEQUANTIZE},
     aten.index_put.default: from_index_put, aten._unsafe_index_put.default: from_index_put,
+    aten.cummax.default: extreme_from_cummax, aten.cummin.default: extreme_from_cummax,
     **{t: embedding_bag_from_tuple for t in (aten.embedding_bag.padding_idx, aten.embedding_bag.default,
                                              aten._embedding_bag.default, aten._embedding_bag_forward_only.default)},
     **{t: identity for t in (aten.clone.default, aten.alias.default,

@@ -14,6 +14,8 @@ tuple, so that the quantizer annotates them and the folding rules match them lik
                                        include_last_offset, padding_idx)[0]
       (normalize_ops makes it from an embedding_bag whose offset2bag / bag_size / max_indices
       nothing reads: nn.EmbeddingBag, DLRM's sparse features)
+  vkq.cumulative_extreme(x, dim, largest) = aten.cummax(x, dim)[0] (largest) / aten.cummin(x, dim)[0]
+      (normalize_ops makes it from a cummax / cummin whose indices nothing reads)
 
 They run through torch like aten ops (the converted GraphModule stays runnable eagerly, and a
 program's CPU fallback can call them); importing this module registers them.
@@ -67,3 +69,16 @@ def _(weight, indices, offsets, mode, per_sample_weights, include_last_offset, p
 
 
 EMBEDDING_BAG = torch.ops.vkq.embedding_bag.default
+
+
+@torch.library.custom_op("vkq::cumulative_extreme", mutates_args=())
+def cumulative_extreme(x: torch.Tensor, dim: int, largest: bool) -> torch.Tensor:
+    return (torch.ops.aten.cummax.default if largest else torch.ops.aten.cummin.default)(x, dim)[0]
+
+
+@cumulative_extreme.register_fake
+def _(x, dim, largest):
+    return torch.empty_like(x)
+
+
+CUMULATIVE_EXTREME = torch.ops.vkq.cumulative_extreme.default
