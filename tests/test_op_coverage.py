@@ -933,7 +933,8 @@ ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with 
     "atan2_hypot_pow": lambda x, y: (torch.atan2(x, y) + torch.hypot(x, y) + torch.copysign(x, y)
                                      + torch.pow(x.abs() + 0.1, y) + 2.0 ** x),
     "cumulative": lambda x, y: (torch.cumprod(0.5 * x + 1, -1) + torch.cummax(x, 1)[0] + torch.cummin(y, -1).values
-                                + (0.5 * y + 1).prod(1, keepdim=True) + torch.sigmoid(x).prod()),
+                                + (0.5 * y + 1).prod(1, keepdim=True) + torch.sigmoid(x).prod()
+                                + torch.aminmax(x, dim=1, keepdim=True).max - torch.aminmax(y).min),
     "trig_hyperbolic": lambda x, y: (torch.atan(x) + torch.asin(torch.tanh(y)) + torch.acos(torch.tanh(x)) + torch.tan(y)
                                      + torch.sinh(x) + torch.cosh(y) + torch.asinh(x) + torch.acosh(y.abs() + 1)
                                      + torch.atanh(0.5 * torch.tanh(x)) + torch.expm1(y) + torch.exp2(x)
@@ -1053,7 +1054,7 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     """Float ops that ran on the CPU through torch, each now the few ops ATen computes it as
     (decompose_ops: threshold, shrinks, selu / celu through elu, rrelu at inference, log_sigmoid,
     heaviside, frac, isnan, nan_to_num, lerp, addcdiv, var_mean / std_mean, diff, cdist, sinc,
-    xlogy, count_nonzero, bucketize, sgn, deg2rad / rad2deg, nansum, logaddexp(2), prod; scans:
+    xlogy, count_nonzero, bucketize, sgn, deg2rad / rad2deg, nansum, logaddexp(2), prod, aminmax; scans:
     cumprod, cummax / cummin values; float_unary:
     the inverse trigonometric and hyperbolic functions, tan, expm1, exp2, log10; word_ops: float
     remainder, fmod, floor division, atan2, hypot, copysign, pow of tensors; lower: maximum / minimum,

@@ -15,6 +15,7 @@ lookup table), so only what is left in float is rewritten here:
   xlogy, count_nonzero (a sum of x != 0), bucketize by constant boundaries (counts of comparisons),
   sgn, deg2rad / rad2deg, nansum, logaddexp(2)
   aten.prod(x[, dim, keepdim]), float          -> select(cumprod(x, dim), dim, -1) (flattened: over all)
+  aten.aminmax(x, dim, keepdim) + getitems     -> amin, amax
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
                                                   computes them (its comparisons: a NaN stays NaN)
   aten.topk(x, k <= 8, dim, largest) + getitems -> k rounds of argmax, gather and a where; a larger k
@@ -231,6 +232,21 @@ def sum_from_nansum(node):
     zero = call_before(node, aten.full_like.default, (x, 0.0))
     kept = call_before(node, aten.where.self, (call_before(node, aten.ne.Tensor, (x, x)), zero, x))
     return call_before(node, aten.sum.dim_IntList, (kept, arg(node, 1, "dim", None), bool(arg(node, 2, "keepdim", False))))
+
+
+def extremes_from_aminmax(node):
+    """aminmax(x, dim, keepdim) + getitems -> amin and amax (over everything where dim is None)."""
+    x, users = node.args[0], list(node.users)
+    if not _float_in(node) or not users or not all(u.target is operator.getitem for u in users):
+        return None
+    dim, keepdim = node.kwargs.get("dim"), bool(node.kwargs.get("keepdim", False))
+    dims = [] if dim is None else [int(dim)]
+    for u in users:
+        new = call_before(node, aten.amax.default if u.args[1] == 1 else aten.amin.default, (x, dims, keepdim))
+        new.meta["val"] = val(u)
+        u.replace_all_uses_with(new)
+        node.graph.erase_node(u)
+    return new
 
 
 def last_from_prod(node):
@@ -743,6 +759,7 @@ DECOMPOSE = {
     aten.deg2rad.default: mul_from_angle, aten.rad2deg.default: mul_from_angle,
     aten.nansum.default: sum_from_nansum,
     aten.prod.default: last_from_prod, aten.prod.dim_int: last_from_prod,
+    aten.aminmax.default: extremes_from_aminmax,
     aten.logaddexp.default: from_logaddexp, aten.logaddexp2.default: from_logaddexp,
     aten.sinc.default: from_sinc,
     aten.xlogy.Tensor: from_xlogy,
