@@ -10,7 +10,8 @@
 //   I_REM, I_FLOORDIV                      int32 remainder / floor division as Python's (the
 //                                          remainder has the divisor's sign; by 0: 0), from the
 //                                          truncating division (SPIR-V OpSDiv), then corrected
-//   I_FMOD                                 int32 remainder of the truncating division (C's %; by 0: 0)
+//   I_FMOD, I_TRUNCDIV                     int32 remainder and quotient of the truncating division
+//                                          (C's % and /; by 0: 0; INT_MIN / -1 wraps)
 //   F_REM, F_FLOORDIV, F_FMOD              float32 as ATen: fmod exact (the mantissas' long division),
 //                                          remainder = fmod + y where the signs differ, floor
 //                                          division = (x - fmod) / y rounded to its integer
@@ -28,6 +29,7 @@
 //! variant I_REM
 //! variant I_FLOORDIV
 //! variant I_FMOD
+//! variant I_TRUNCDIV
 //! variant F_REM
 //! variant F_FLOORDIV
 //! variant F_FMOD
@@ -125,9 +127,13 @@ void main() {
         r = xi < 0 ? 0u - x : x;          // (wraps at INT_MIN, as torch's int abs does)
 #elif defined(I_SIGN)
         r = uint(int(xi > 0) - int(xi < 0));
-#elif defined(I_FMOD)
+#elif defined(I_FMOD) || defined(I_TRUNCDIV)
         const int d = yi == 0 || yi == -1 ? 1 : yi;        // (no division by 0 or INT_MIN / -1, as below)
+#ifdef I_FMOD
         r = yi == 0 || yi == -1 ? 0u : uint(xi - (xi / d) * yi);
+#else
+        r = yi == 0 ? 0u : yi == -1 ? 0u - x : uint(xi / d);
+#endif
 #elif defined(F_FMOD)
         r = floatBitsToUint(fmod_f32(xf, yf));
 #elif defined(F_REM)

@@ -81,14 +81,14 @@ def test_every_comparison(device, op, dtype):
     run(device, op, [a], {"scalar": 0}, (3, 1, 7), "int32")
 
 
-@pytest.mark.parametrize("op", ["remainder", "floor_divide", "fmod"])
+@pytest.mark.parametrize("op", ["remainder", "floor_divide", "fmod", "trunc_divide"])
 def test_floored_division(device, op):
     """int32 remainder and floor division as Python's (and torch's: the remainder takes the
     divisor's sign, the quotient rounds down), fmod as C's (the dividend's sign), every sign
     combination, broadcast and by a scalar; by 0 each gives 0 (torch raises). (No torch here:
     this file runs where torch is not.)"""
     python = {"remainder": lambda x, y: x % y, "floor_divide": lambda x, y: x // y,
-              "fmod": lambda x, y: int(math.fmod(x, y))}[op]
+              "fmod": lambda x, y: int(math.fmod(x, y)), "trunc_divide": lambda x, y: int(x / y)}[op]
     want = np.vectorize(lambda x, y: python(int(x), int(y)))
     a = np.array([[7, -7, 7, -7, 0, 6, -6, 13, -1, 2 ** 30]], np.int32).repeat(3, 0) * np.int32([[1], [3], [-5]])
     b = np.array([[3], [-4], [7]], np.int32)
@@ -101,7 +101,7 @@ def test_floored_division(device, op):
     np.testing.assert_array_equal(zero, np.zeros_like(a[:1]))
     extreme = np.int32([[-2 ** 31, 2 ** 31 - 1, -7]])       # INT_MIN by -1 wraps (no trap), as int32 does
     got = run(device, op, [extreme], {"scalar": -1}, extreme.shape, "int32")
-    np.testing.assert_array_equal(got, np.int32([[0, 0, 0]]) if op != "floor_divide" else np.int32([[-2 ** 31, 1 - 2 ** 31, 7]]))
+    np.testing.assert_array_equal(got, np.int32([[0, 0, 0]]) if op in ("remainder", "fmod") else np.int32([[-2 ** 31, 1 - 2 ** 31, 7]]))
 
 
 def spread(*shape, lo=-30, hi=30):

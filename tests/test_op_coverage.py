@@ -895,16 +895,17 @@ class HashedIds(nn.Module):
 
     def forward(self, ids):
         return (self.emb((ids * 7 + 3) % 16) + self.emb(ids // 3) + self.emb(torch.div(ids, 5, rounding_mode="floor"))
-                + self.emb(torch.remainder(-ids, 5)))
+                + self.emb(torch.remainder(-ids, 5)) + self.emb(torch.div(ids - 20, 3, rounding_mode="trunc") + 7))
 
 
 def test_integer_remainder_and_floor_division_run_on_vulkan(device):
-    """remainder, floor_divide and neg of int64 ids ran on the CPU through torch: word_ops now,
-    Python's rounding (the remainder takes the divisor's sign), equal to torch's output."""
+    """remainder, floor_divide, div(rounding_mode="trunc") and neg of int64 ids ran on the CPU
+    through torch: word_ops now, Python's rounding (the remainder takes the divisor's sign) and
+    C's truncation, equal to torch's output."""
     ids = torch.randint(0, 40, (2, 9), generator=torch.Generator().manual_seed(3))
     model = HashedIds().eval()
     program, _ = lowered(model, (ids,), None, "dynamic")
-    assert {"remainder", "floor_divide", "mul"} <= {n.op for n in program.nodes}
+    assert {"remainder", "floor_divide", "trunc_divide", "mul"} <= {n.op for n in program.nodes}
     got, ref = on_device(program, device, (ids,))
     np.testing.assert_array_equal(got, ref)
     np.testing.assert_array_equal(got, model(ids).detach().numpy())

@@ -662,14 +662,19 @@ def _bitwise(name, bool_only=False):
 def _arith(name, ints=True):
     """remainder / floor_divide / fmod of integer tensors, or of one and an integer scalar; these,
     atan2, hypot, copysign and pow of float32 tensors, or of one and a number (either first).
-    A mix of float and integer operands declines (the CPU), as does div's trunc mode (ATen
-    truncates a correctly rounded quotient, which Vulkan's division is not)."""
+    div's trunc mode of integers: trunc_divide. A mix of float and integer operands declines
+    (the CPU), as does the trunc mode of floats."""
     int_rule = _bitwise(name)
 
     def rule(n, t):
-        if n.target in (aten.div.Tensor_mode, aten.div.Scalar_mode) and n.kwargs.get("rounding_mode") != "floor":
-            return None
         a, b = n.args[0], n.args[1]
+        if n.target in (aten.div.Tensor_mode, aten.div.Scalar_mode) and n.kwargs.get("rounding_mode") != "floor":
+            # trunc: of integers the truncating division; of floats ATen truncates a correctly
+            # rounded quotient, which Vulkan's division is not (the CPU)
+            if n.kwargs.get("rounding_mode") != "trunc" or _word_dtype(dtype_of(n)) != "int32":
+                return None
+            r = int_rule(n, t) if not isinstance(b, float) and isinstance(a, Node) else None
+            return None if r is None else ("trunc_divide", *r[1:])
         if _word_dtype(dtype_of(n)) == "int32":
             return int_rule(n, t) if ints and not isinstance(b, float) and isinstance(a, Node) else None
         tensors = [v for v in (a, b) if isinstance(v, Node)]

@@ -10,6 +10,7 @@ of on the host. The int32 add/sub/mul share their names with the float ops (vkq/
   bitwise_and, bitwise_or, bitwise_xor(a[, b]; scalar)   int32/bool -> the same
   logical_not(x)                                          bool -> bool
   remainder, floor_divide, fmod(a[, b]; scalar, scalar_first)   int32 as Python's / C's (by 0: 0),
+  trunc_divide(a[, b]; scalar)   int32 as C's / (torch.div(rounding_mode="trunc"); by 0: 0)
                             or float32 as ATen's (fmod exact; floor_divide exact where |a / b| < 2^20)
   atan2, hypot, pow_tensor, copysign(a[, b]; scalar, scalar_first)   float32 (pow_tensor: a ** b
                             elementwise; atan2, hypot, pow by float_math.glsl: a few ulp)
@@ -65,10 +66,18 @@ def _floored(fn):
     return f
 
 
-FLOORED = {"remainder": _floored(np.remainder), "floor_divide": _floored(np.floor_divide), "fmod": _floored(np.fmod)}
+def _trunc_divide(a, b):
+    """C's truncating integer division (numpy's // floors): the floored quotient, one more
+    where it is below the exact one's and the signs differ."""
+    q = np.floor_divide(a, b)
+    return np.where((q * b != a) & ((a < 0) != (b < 0)), q + 1, q)
+
+
+FLOORED = {"remainder": _floored(np.remainder), "floor_divide": _floored(np.floor_divide), "fmod": _floored(np.fmod),
+           "trunc_divide": _floored(_trunc_divide)}
 _VARIANT = {"bitwise_and": "I_AND", "bitwise_or": "I_OR", "bitwise_xor": "I_XOR",
             "add": "I_ADD", "sub": "I_SUB", "mul": "I_MUL", "remainder": "I_REM", "floor_divide": "I_FLOORDIV",
-            "fmod": "I_FMOD", "maximum": "I_MAXIMUM", "minimum": "I_MINIMUM"}
+            "fmod": "I_FMOD", "trunc_divide": "I_TRUNCDIV", "maximum": "I_MAXIMUM", "minimum": "I_MINIMUM"}
 
 
 def _f32(a):
