@@ -1312,3 +1312,20 @@ def test_binary_special_values_as_torch(device, op):
     # (pow: 1e30 ** 0.75's |b ln|a|| = 52 in its bound; 1e-30 / 7 and the like: results below the
     # smallest normal may flush to 0, as Vulkan allows)
     np.testing.assert_allclose(got[num], want[num], rtol=rtol, atol=np.finfo(np.float32).tiny)
+
+
+def test_grouped_matmul(device):
+    """A mixture of experts' grouped matmul: 23 rows sorted over 5 experts of (13 -> 7), one expert
+    with no rows, the last 3 rows past the last offset (0, as transformers' fallback leaves them);
+    each row by its own expert's weight, to the dot-product bound."""
+    x, w = rnd(23, 13), rnd(5, 13, 7)
+    offs = np.int32([4, 4, 11, 17, 20])
+    prog = single_op_program("grouped_matmul", [("x", spec(x.shape)), ("w", spec(w.shape)), ("o", spec((5,), "int32"))],
+                             [("y", spec((23, 7)))], {}, {})
+    got, ref = VulkanExecutor(prog, device)(x, w, offs), run_reference(prog, x, w, offs)
+    want = np.zeros((23, 7), np.float64)
+    for e, (a, b) in enumerate(zip([0, 4, 4, 11, 17], offs)):
+        want[a:b] = x[a:b].astype(np.float64) @ w[e]
+    np.testing.assert_allclose(ref, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[20:], 0)
+    check(got, ref, ("dot", 13), scale=np.abs(x) @ np.abs(w).max(0) + 1e-30)

@@ -936,6 +936,8 @@ ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with 
     "cumulative": lambda x, y: (torch.cumprod(0.5 * x + 1, -1) + torch.cummax(x, 1)[0] + torch.cummin(y, -1).values
                                 + (0.5 * y + 1).prod(1, keepdim=True) + torch.sigmoid(x).prod()
                                 + torch.aminmax(x, dim=1, keepdim=True).max - torch.aminmax(y).min),
+    "histc": lambda x, y: torch.cat([torch.histc(x, 7, -1.0, 1.5),                  # (a value on an edge: the upper bin)
+                                     torch.cumsum(torch.histc(torch.round(y), 4, -2, 2), 0, dtype=torch.int32).float()]),
     "trig_hyperbolic": lambda x, y: (torch.atan(x) + torch.asin(torch.tanh(y)) + torch.acos(torch.tanh(x)) + torch.tan(y)
                                      + torch.sinh(x) + torch.cosh(y) + torch.asinh(x) + torch.acosh(y.abs() + 1)
                                      + torch.atanh(0.5 * torch.tanh(x)) + torch.expm1(y) + torch.exp2(x)
@@ -1055,7 +1057,7 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     """Float ops that ran on the CPU through torch, each now the few ops ATen computes it as
     (decompose_ops: threshold, shrinks, selu / celu through elu, rrelu at inference, log_sigmoid,
     heaviside, frac, isnan, nan_to_num, lerp, addcdiv, var_mean / std_mean, diff, cdist, sinc,
-    xlogy, count_nonzero, bucketize, sgn, deg2rad / rad2deg, nansum, logaddexp(2), prod, aminmax; scans:
+    xlogy, count_nonzero, bucketize, sgn, deg2rad / rad2deg, nansum, logaddexp(2), prod, aminmax, histc, cumsum to integers; scans:
     cumprod, cummax / cummin values; float_unary:
     the inverse trigonometric and hyperbolic functions, tan, expm1, exp2, log10; word_ops: float
     remainder, fmod, floor division, atan2, hypot, copysign, pow of tensors; lower: maximum / minimum,
@@ -1072,7 +1074,7 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     got, ref = on_device(program, device, (x,))
     np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5, equal_nan=True)
     if name not in ("heaviside", "frac", "isnan", "any_all_count", "topk", "sinc", "xlogy", "count_bucketize",
-                    "division_family"):   # (steps: quantized linears move them)
+                    "division_family", "histc"):   # (steps: quantized linears move them)
         want = model(x).detach().numpy()
         assert cosine(got, want) > 0.999
     special = torch.tensor([[[float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 0.5, -0.3, 2.5, 1e-30, -7.0]] * 2])
@@ -1567,3 +1569,25 @@ def test_sort_argsort_and_large_topk_run_on_vulkan(device, scheme):
     np.testing.assert_array_equal(got[2], want.values.numpy())
     np.testing.assert_array_equal(got[3], want.indices.numpy())
     assert cosine(got[0], gm(x)[0].detach().numpy()) > 0.999
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_mixture_of_experts_routing_runs_on_vulkan(device, scheme):
+    """transformers' Mixtral experts (its default grouped-mm path: token-expert pairs sorted by
+    expert, histc counts, a cumsum to offsets, transformers.grouped_mm_fallback) ran on the CPU:
+    argsort, comparison sums, the scan and grouped_matmul kernels now, the hidden states within
+    float rounding of the reference and of PT2E's."""
+    import transformers as tf
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = tf.MixtralModel(tf.MixtralConfig(vocab_size=100, num_local_experts=4, num_experts_per_tok=2,
+                                                 num_key_value_heads=2, hidden_size=32, num_hidden_layers=2,
+                                                 num_attention_heads=4, intermediate_size=64)).eval()
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 100, (1, 13), generator=g)
+    wrapped = _Lambda(lambda i: model(input_ids=i).last_hidden_state)
+    program, gm = lowered(wrapped, (ids,), [(torch.randint(0, 100, (1, 13), generator=g),)], scheme)
+    assert {"argsort", "grouped_matmul", "cumsum"} <= set(ops(program))
+    got, ref = on_device(program, device, (ids,))
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    assert cosine(got, gm(ids).detach().numpy()) > 0.999

@@ -6,7 +6,8 @@ and batch norm, GPT-J's stack and BLOOM's baddbmm on the CPU, SwinV2's constant-
 failing to build, and a MobileViT taking 2 minutes to calibrate; and in its second batch of
 architectures RoBERTa's cumsum and gather, XLNet's and Funnel's einsum, ConvBERT's unfold and
 torch.multiply, RWKV's negative padding, Mamba's softplus, DPT's transposed convs, UperNet's
-pyramid pools and VideoMAE's conv3d on the CPU (Mixtral's expert routing stays there):
+pyramid pools and VideoMAE's conv3d on the CPU; in its third, the mixtures of experts' routing
+(a sort, histc, a cumsum to offsets and transformers' grouped_mm):
 
     .venv/bin/python tools/probe_hf.py [--only bert,llama] [--schemes static,dynamic,weight_only]
 
@@ -85,6 +86,14 @@ def architectures(T) -> dict:
                                                            rotary_dim=4)), ids),
         "mixtral": (lambda: T.MixtralModel(T.MixtralConfig(vocab_size=100, num_local_experts=4, num_experts_per_tok=2,
                                                            **kv, **SMALL)), ids),
+        "olmoe": (lambda: T.OlmoeModel(T.OlmoeConfig(vocab_size=100, num_experts=4, num_experts_per_tok=2,
+                                                     **kv, **SMALL)), ids),
+        "qwen2-moe": (lambda: T.Qwen2MoeModel(T.Qwen2MoeConfig(
+            vocab_size=100, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+            shared_expert_intermediate_size=32, **kv, **SMALL)), ids),
+        "qwen3-moe": (lambda: T.Qwen3MoeModel(T.Qwen3MoeConfig(
+            vocab_size=100, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, head_dim=8,
+            **kv, **SMALL)), ids),
         "olmo": (lambda: T.OlmoModel(T.OlmoConfig(vocab_size=100, **kv, **SMALL)), ids),
         "gemma2": (lambda: T.Gemma2Model(T.Gemma2Config(vocab_size=100, head_dim=8, **kv, **SMALL)), ids),
         "phi3": (lambda: T.Phi3Model(T.Phi3Config(vocab_size=100, pad_token_id=0, **kv, **SMALL)), ids),

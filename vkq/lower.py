@@ -825,6 +825,16 @@ def _scan(name):
     return rule
 
 
+def _grouped_mm(n, t):
+    """transformers' grouped_mm_fallback(x, w, offs) (a mixture of experts' sorted rows) of float
+    tensors: grouped_matmul (offs as int32)."""
+    x, w, offs = n.args[0], n.args[1], n.kwargs.get("offs", n.args[2] if len(n.args) > 2 else None)
+    if not isinstance(offs, Node) or not all(_word_dtype(dtype_of(v)) == "float32" for v in (x, w)) \
+            or _word_dtype(dtype_of(offs)) != "int32" or len(shape_of(x)) != 2 or len(shape_of(w)) != 3:
+        return None
+    return "grouped_matmul", [x, w, offs], {}
+
+
 def _cumsum(n, t):
     src, dst = _word_dtype(dtype_of(n.args[0])), _word_dtype(dtype_of(n))
     dst = "int32" if dst == "bool" else dst
@@ -1086,6 +1096,9 @@ _FLOAT_RULES = {
     MAX_UNPOOL2D: _max_unpool,
     aten.avg_pool2d.default: _avg_pool,
 }
+
+# ops of other libraries' namespaces (looked up by name: the library may not be imported)
+RULES_BY_NAME = {"transformers.grouped_mm_fallback": _grouped_mm}
 
 CPU_RULES = {
     **{target: _float_only(rule) for target, rule in _FLOAT_RULES.items()},
@@ -1419,7 +1432,7 @@ class Translator:
         return self._cpu(node)
 
     def _cpu(self, node):
-        rule = CPU_RULES.get(node.target)
+        rule = CPU_RULES.get(node.target) or RULES_BY_NAME.get(op_name(node.target))
         lowered = rule(node, self) if rule is not None else None
         if lowered is None or get_op(lowered[0]).build is None:
             self.fallback.append((op_name(node.target), fallback_reason(node)))

@@ -17,6 +17,7 @@ a build() that runs it as a float32 compute shader, so a float region stays on t
   add, sub, mul, div, maximum, minimum(a[, b]; scalar, scalar_first, alpha)
                                                               float_binary (numpy broadcasting)
   matmul, bmm(a, b)                                      float_matmul (batch dims broadcast)
+  grouped_matmul(x, w, offs)   a mixture of experts' rows by expert (transformers' grouped_mm)   grouped_matmul
   matmul_strided(a, b; a_view, b_view, out_strides, out_shape)   float_matmul, in place of the
                       reshape/permute copies around an attention matmul (fold_views_into_matmul)
   sum, mean(x; dims, keepdim), vector_norm(x; dims, keepdim)   float_reduce (SUM / MEAN / NORM2)
@@ -310,6 +311,19 @@ def matmul(a, b, *, fq=None):
     return _fq(np.matmul(_f(a), _f(b)), fq)
 
 
+def grouped_matmul(x, w, offs):
+    """A mixture of experts' grouped matmul (transformers' grouped_mm_fallback): x (S, K) with its
+    rows sorted by expert, w (E, K, N), offs (E,) the end of each expert's rows; rows past the
+    last offset are 0."""
+    x, w, offs = _f(x), _f(w), np.asarray(offs, np.int64)
+    out, start = np.zeros((x.shape[0], w.shape[2]), F32), 0
+    for e, end in enumerate(np.minimum(offs, x.shape[0])):
+        if end > start:
+            out[start:end] = x[start:end] @ w[e]
+        start = max(start, int(end))
+    return out
+
+
 def _view(x, shape, strides, offset=0):
     """The strided view (element strides, from element `offset`) of x's row-major values."""
     flat = np.ascontiguousarray(x).reshape(-1)[int(offset):]
@@ -584,6 +598,26 @@ def _binary_build(variant):
                              [variant] + (["CONTIG"] if contig else ["FLAT"] if flat else ["ROWS"] if rows else []),
                              spec=(1 if at.get("fq") else 0,))]
     return build
+
+
+def _grouped_matmul_decline(node, tensors):
+    x, w, offs = (tensors[t] for t in node.inputs)
+    if x.dtype != "float32" or w.dtype != "float32" or offs.dtype != "int32" or len(x.shape) != 2 \
+            or len(w.shape) != 3 or len(offs.shape) != 1:
+        return (f"grouped_matmul: x {x.dtype}{list(x.shape)}, w {w.dtype}{list(w.shape)}, offs "
+                f"{offs.dtype}{list(offs.shape)} (the kernel takes float32 (S, K), (E, K, N) and int32 (E,))")
+    return None
+
+
+def _grouped_matmul_build(ctx, node):
+    x, w, offs = node.inputs
+    (s, k), (e, k2, n), (e2,) = ctx.spec(x).shape, ctx.spec(w).shape, ctx.spec(offs).shape
+    if k2 != k or e2 != e or ctx.spec(node.outputs[0]).shape != (s, n):
+        raise ValueError(f"{node.name}: grouped_matmul of x {(s, k)} by w {(e, k2, n)} with {e2} offsets")
+    ctx.device.info.check_loop_budget(k + e, f"{node.op}: dots of {k} products, one loop iteration each")
+    total = s * n
+    return [_elementwise(ctx, "grouped_matmul", [ctx.buffer(t) for t in (x, w, offs, node.outputs[0])], total,
+                         (total, k, n, e))]
 
 
 def _layer_norm_build(ctx, node):
@@ -1173,6 +1207,9 @@ for _name, _fn in BINARY.items():
         _binary_decline)
 _op("matmul", matmul, _matmul_build, ("float_matmul",), "Float matmul (numpy broadcasting rules).")
 _op("bmm", matmul, _matmul_build, ("float_matmul",), "Float batched matmul.")
+_op("grouped_matmul", grouped_matmul, _grouped_matmul_build, ("grouped_matmul",),
+    "A mixture of experts' grouped matmul: x's rows sorted by expert, each times its expert's weight.",
+    _grouped_matmul_decline)
 _op("matmul_strided", matmul_strided, _matmul_strided_build, ("float_matmul",),
     "Float matmul of strided views of its inputs, written through a strided view of its output.")
 _op("pow", pow_, _unary_build(_pow_variant, lambda a: (a["exponent"], 0.0)), ("float_unary",),

@@ -16,6 +16,8 @@ lookup table), so only what is left in float is rewritten here:
   sgn, deg2rad / rad2deg, nansum, logaddexp(2)
   aten.prod(x[, dim, keepdim]), float          -> select(cumprod(x, dim), dim, -1) (flattened: over all)
   aten.aminmax(x, dim, keepdim) + getitems     -> amin, amax
+  aten.histc(x, bins, min, max), float, min < max -> sums of comparisons with ATen's bin edges
+  aten.cumsum(x, dim, dtype=int32/int64) of a float x -> cumsum of x cast to dtype (torch's order)
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
                                                   computes them (its comparisons: a NaN stays NaN)
   aten.topk(x, k <= 8, dim, largest) + getitems -> k rounds of argmax, gather and a where; a larger k
@@ -247,6 +249,38 @@ def extremes_from_aminmax(node):
         u.replace_all_uses_with(new)
         node.graph.erase_node(u)
     return new
+
+
+def counts_from_histc(node):
+    """histc(x, bins, min, max), min < max given -> for each bin, the sum of (x >= its lower edge)
+    and (x < its upper edge; the last bin's: x <= max) over x: the edges ATen's (linspace(min, max,
+    bins + 1) in float32, whose local search puts a value between them so), NaN and values outside
+    [min, max] in no bin (a mixture of experts' tokens per expert)."""
+    from ._graph import add_constant
+    x, bins = node.args[0], int(arg(node, 1, "bins", 100))
+    lo, hi = float(arg(node, 2, "min", 0)), float(arg(node, 3, "max", 0))
+    if not _float_in(node) or val(x).dtype != torch.float32 or not lo < hi or bins < 1:
+        return None
+    gm = node.graph.owning_module
+    edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float32)
+    upper = edges[1:].clone()
+    upper[-1] = torch.nextafter(upper[-1], torch.tensor(float("inf")))     # the last bin holds max
+    column = call_before(node, aten.unsqueeze.default, (call_before(node, aten.reshape.default, (x, [-1])), -1))
+    inside = call_before(node, aten.logical_and.default, (
+        call_before(node, aten.ge.Tensor, (column, add_constant(gm, f"{node.name}_lower", edges[:-1].clone(), node))),
+        call_before(node, aten.lt.Tensor, (column, add_constant(gm, f"{node.name}_upper", upper, node)))))
+    as_float = call_before(node, aten._to_copy.default, (inside,), {"dtype": torch.float32})
+    return call_before(node, aten.sum.dim_IntList, (as_float, [0]))
+
+
+def cast_before_cumsum(node):
+    """cumsum(x, dim, dtype=an integer type) of a float x -> cumsum(x cast to it): torch casts the
+    input first (a histogram's counts summed to offsets)."""
+    dtype = node.kwargs.get("dtype")
+    if not _float_in(node) or dtype not in (torch.int32, torch.int64):
+        return None
+    cast = call_before(node, aten._to_copy.default, (node.args[0],), {"dtype": dtype})
+    return call_before(node, aten.cumsum.default, (cast, node.args[1]), {"dtype": dtype})   # (int32 alone sums to int64)
 
 
 def last_from_prod(node):
@@ -760,6 +794,8 @@ DECOMPOSE = {
     aten.nansum.default: sum_from_nansum,
     aten.prod.default: last_from_prod, aten.prod.dim_int: last_from_prod,
     aten.aminmax.default: extremes_from_aminmax,
+    aten.histc.default: counts_from_histc,
+    aten.cumsum.default: cast_before_cumsum,
     aten.logaddexp.default: from_logaddexp, aten.logaddexp2.default: from_logaddexp,
     aten.sinc.default: from_sinc,
     aten.xlogy.Tensor: from_xlogy,
