@@ -1137,7 +1137,9 @@ def test_attention_at_any_key_length_takes_the_vec4_paths(loads_device, rows, S,
     inputs = [q, k, v] + ([key_mask] if kind == "key mask" else [])
     attrs = {"causal": kind == "causal", "mask_kind": "float" if kind == "key mask" else "none", "scale": 0.35}
     got, ref = run_op(device, "scaled_dot_product_attention", inputs, attrs, (2, 2, L, 8), steps=steps)
-    np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-6)
+    # p @ v sums S products in another order than the reference, and the p sum to 1: the dot bound
+    # with sum |p v| <= max |v| (a fixed 2e-6 failed at S = 197 on data of magnitude 2)
+    check(got, ref, ("dot", S), scale=np.abs(v).max(-2, keepdims=True))
     qk, sm, pv = steps
     assert sm.name == "float_softmax" and sm.spec[2] == (1 if kind == "none" else 2), sm.spec     # VEC
     assert pv.name == "float_matmul" and "VEC_KN" in pv.defines, pv.defines
