@@ -212,6 +212,16 @@ def from_sinc(node):
                                                call_before(node, aten.full_like.default, (x, 1.0)), ratio))
 
 
+def _replace_items(node, users, parts):
+    """Each getitem user of a tuple-valued node replaced by parts[its index]; the last one returned."""
+    for u in users:
+        new = parts[u.args[1]]
+        new.meta["val"] = val(u)
+        u.replace_all_uses_with(new)
+        node.graph.erase_node(u)
+    return new
+
+
 def sign_from_sgn(node):
     """sgn(x) of a real x -> sign(x)."""
     return call_before(node, aten.sign.default, (node.args[0],)) if _float_in(node) else None
@@ -243,12 +253,9 @@ def extremes_from_aminmax(node):
         return None
     dim, keepdim = node.kwargs.get("dim"), bool(node.kwargs.get("keepdim", False))
     dims = [] if dim is None else [int(dim)]
-    for u in users:
-        new = call_before(node, aten.amax.default if u.args[1] == 1 else aten.amin.default, (x, dims, keepdim))
-        new.meta["val"] = val(u)
-        u.replace_all_uses_with(new)
-        node.graph.erase_node(u)
-    return new
+    parts = {i: call_before(node, aten.amax.default if i == 1 else aten.amin.default, (x, dims, keepdim))
+             for i in {u.args[1] for u in users}}
+    return _replace_items(node, users, parts)
 
 
 def counts_from_histc(node):
@@ -580,12 +587,7 @@ def gather_from_sort(node):
     dim = node.kwargs.get("dim", -1) if node.target == aten.sort.stable else arg(node, 1, "dim", -1)
     descending = node.kwargs.get("descending", False) if node.target == aten.sort.stable else arg(node, 2, "descending", False)
     parts = _sorted(node, x, int(dim), bool(descending))
-    for u in users:
-        new = parts[u.args[1]]
-        new.meta["val"] = val(u)
-        u.replace_all_uses_with(new)
-        node.graph.erase_node(u)
-    return new
+    return _replace_items(node, users, parts)
 
 
 def selections_from_topk(node):
@@ -604,12 +606,7 @@ def selections_from_topk(node):
     n = v.shape[dim]
     if k > TOPK_MAX or not isinstance(n, int) or dynamic_size(x, [dim]):    # a sort's first k (ties: lowest index first)
         parts = _sorted(node, x, dim, largest, k)
-        for u in users:
-            new = parts[u.args[1]]
-            new.meta["val"] = val(u)
-            u.replace_all_uses_with(new)
-            node.graph.erase_node(u)
-        return new
+        return _replace_items(node, users, parts)
     if k > n:
         return None
     pick = aten.argmax.default if largest else aten.argmin.default
