@@ -75,11 +75,6 @@ def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", rep
     probe = dynamic.probe_bindings(dyn.symbols, example, dyn.checks)
     if probe != example:
         probe_inputs = tuple(_resized(x, dyn.tensors[name].shape, probe) for x, name in zip(example_inputs, dyn.inputs))
-        if (why := _rejects(gm, probe_inputs)) is not None:
-            warnings.warn(f"the dynamic program is not verified at a second size: the model rejects the example's "
-                          f"values resized to {[tuple(x.shape) for x in probe_inputs]} ({why}; inputs whose values "
-                          f"depend on other inputs' sizes, as EmbeddingBag's offsets on its ids')", stacklevel=3)
-            return dyn
         try:
             at_probe = _lower_at(gm, probe_inputs, float_linear, None, dynamic_graph=True, shapes=shapes)[0]
         except AssertionError as e:         # export's _guards_fn: the graph holds where a guard does
@@ -90,6 +85,14 @@ def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", rep
                 f"(the model takes another path at other sizes: a branch on the input's size); it fails at "
                 f"{[tuple(x.shape) for x in probe_inputs]}, so these dims cannot be dynamic (an example input of "
                 f"another size may take the general path)") from None
+        except Exception:
+            # (only on failure: the model run eagerly once more, to tell its own refusal from ours)
+            if (why := _rejects(gm, probe_inputs)) is None:
+                raise
+            warnings.warn(f"the dynamic program is not verified at a second size: the model rejects the example's "
+                          f"values resized to {[tuple(x.shape) for x in probe_inputs]} ({why}; inputs whose values "
+                          f"depend on other inputs' sizes, as EmbeddingBag's offsets on its ids')", stacklevel=3)
+            return dyn
         dynamic.verify(dyn, at_probe, probe)
     return dyn
 
