@@ -200,7 +200,8 @@ def _histogram_draw(rng, kind: int, n: int) -> torch.Tensor:
 
 def test_histogram_observer_search_is_torchaos():
     """vkq's HistogramObserver finds the same min/max as torchao's (its search without the Python
-    walk): equal bits over 45 histograms of 9 shapes of distribution, 1-3 batches each."""
+    walk, its errors scored in batches): equal bits over 45 histograms of 9 shapes of distribution,
+    1-3 batches each."""
     import numpy as np
     from torchao.quantization.pt2e import HistogramObserver as Torchao
     from vkq.observer import HistogramObserver
@@ -214,5 +215,26 @@ def test_histogram_observer_search_is_torchaos():
         assert all(torch.equal(g, w) for g, w in zip(got, want)), (i, got, want)
         got, want = ours.calculate_qparams(), theirs.calculate_qparams()
         assert all(torch.equal(g, w) for g, w in zip(got, want)), (i, got, want)
+        # the batched error of any bin pair, bit for bit torchao's one at a time
+        pairs = [tuple(sorted(int(b) for b in rng.integers(0, ours.bins, 2))) for _ in range(6)] + [(0, ours.bins - 1)]
+        assert ours._quantization_errors(pairs) == [Torchao._compute_quantization_error(ours, *p) for p in pairs], i
     from vkq.quantizer import activation_spec
     assert type(activation_spec().observer_or_fake_quant_ctr()) is HistogramObserver    # what vkq uses
+
+
+def test_histogram_observer_leaves_nan_out_of_the_range():
+    """A NaN in an observed activation (a float model computing NaN for some inputs) made
+    torchao's histc fail on a NaN range; it is left out, with a warning, as torchao leaves out
+    infinities: the range is the other values'."""
+    import warnings
+    from vkq.observer import HistogramObserver
+    x = torch.tensor([float("nan"), -1.0, 0.5, 2.0, float("nan")])
+    ours, plain = HistogramObserver(eps=2 ** -12), HistogramObserver(eps=2 ** -12)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ours(x)
+        ours(torch.full((3,), float("nan")))        # all NaN: nothing observed
+    assert any("NaN" in str(w.message) for w in seen)
+    plain(x[~torch.isnan(x)])
+    assert (ours.min_val, ours.max_val) == (plain.min_val, plain.max_val) == (-1.0, 2.0)
+    assert all(torch.equal(a, b) for a, b in zip(ours.calculate_qparams(), plain.calculate_qparams()))
