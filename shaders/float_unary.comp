@@ -115,9 +115,9 @@ float f(float v) {
 #elif defined(OP_GELU_TANH)
     return gelu_tanh(v);
 #elif defined(OP_CLAMP)
-    return min(max(v, p.lo), p.hi);
+    return isnan(v) ? v : min(max(v, p.lo), p.hi);      // (GLSL's min / max of a NaN: either operand)
 #elif defined(OP_RELU)
-    return max(v, 0.0);
+    return isnan(v) ? v : max(v, 0.0);
 #elif defined(OP_SIGMOID)
     return sigmoid_f32(v);
 #elif defined(OP_TANH)
@@ -126,10 +126,10 @@ float f(float v) {
     return v * sigmoid_f32(v);
 #elif defined(OP_HARDSWISH)
     precise float h = v * clamp(v + 3.0, 0.0, 6.0) / 6.0;     // as ATen: x * min(max(x + 3, 0), 6) / 6
-    return h;
+    return isnan(v) ? v : h;
 #elif defined(OP_HARDSIGMOID)
     precise float h = clamp(v + 3.0, 0.0, 6.0) / 6.0;
-    return h;
+    return isnan(v) ? v : h;
 #elif defined(OP_EXP)
     return exp_f32(v);
 #elif defined(OP_NEG)

@@ -1276,6 +1276,24 @@ def test_inverse_and_hyperbolic_special_values_as_torch(device, op):
     np.testing.assert_allclose(got[num], want[num], rtol=5 * EPS, atol=np.finfo(np.float32).tiny)
 
 
+@pytest.mark.parametrize("op,attrs,torch_fn", [
+    ("clamp", {"min": 0.1, "max": 0.9}, lambda torch, t: t.clamp(0.1, 0.9)),
+    ("clamp", {"max": 0.2}, lambda torch, t: t.clamp(max=0.2)),
+    ("hardtanh", {}, lambda torch, t: t.clamp(-1, 1)),
+    ("relu", {}, lambda torch, t: t.relu()),
+    ("hardswish", {}, lambda torch, t: torch.nn.functional.hardswish(t)),
+    ("hardsigmoid", {}, lambda torch, t: torch.nn.functional.hardsigmoid(t))])
+def test_clamps_keep_nan_as_torch(device, op, attrs, torch_fn):
+    """A NaN through a clamp, relu or hard activation stays NaN, as torch's (GLSL's min / max of
+    a NaN may give either operand: the clamp gave its bound, a clamp by max alone -inf)."""
+    import torch
+    x = np.array([np.nan, 0.5, -1.0, 2.0, np.inf, -np.inf, -0.0, 0.05], np.float32)
+    got, ref = run_op(device, op, [x], attrs, x.shape)
+    want = torch_fn(torch, torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(ref, want)
+
+
 @pytest.mark.parametrize("op,tol", [("atan2", 4), ("hypot", 2), ("pow_tensor", None)])
 def test_atan2_hypot_pow_of_two_tensors(device, op, tol):
     """atan2 (atan_f32 of |a| / |b| in the quadrant: every quadrant), hypot (scaled by a power of
