@@ -680,3 +680,33 @@ def test_conv_transpose_as_conv_pixel_shuffle_and_crop():
         y = y[:, :, p[0]:p[0] + want.shape[2], p[1]:p[1] + want.shape[3]]
         assert y.shape == want.shape and torch.allclose(y, want, atol=1e-9), (stride, kh, kw, g, p, op)
         done += 1
+
+
+def test_unknown_ops_are_those_no_vkq_rule_names():
+    """decompose_unknown_ops takes the ops torch.export can decompose that no vkq table names
+    (aten.concat, arccos, special_erf, hstack, inner), never the ones vkq folds as they are
+    (linear, layer_norm, the stack it rewrites itself); after it none is left."""
+    from vkq.passes.decompose_unknown import decompose_unknown_ops, unknown_ops, vkq_op_names
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.norm = torch.nn.Linear(4, 4), torch.nn.LayerNorm(4)
+
+        def forward(self, x):
+            h = self.norm(self.fc(x))
+            return torch.concat([h, torch.arccos(h.tanh())], 1), torch.special.erf(h), torch.hstack([h, h]), \
+                torch.inner(h, h), torch.stack([h, h])
+
+    assert {"linear", "layer_norm", "cat", "stack", "conv2d", "einsum"} <= vkq_op_names()
+    ep = torch.export.export(M(), (torch.randn(3, 4),))
+    names = {str(op).split(".")[1] for op in unknown_ops(ep.graph)}
+    assert names == {"concat", "arccos", "special_erf", "hstack", "inner"}, names
+    done = decompose_unknown_ops(ep)
+    assert unknown_ops(done.graph) == []
+    targets = {str(n.target) for n in done.graph.nodes if n.op == "call_function"}
+    assert {"aten.linear.default", "aten.layer_norm.default", "aten.stack.default", "aten.cat.default",
+            "aten.acos.default", "aten.erf.default"} <= targets, targets
+    x = torch.randn(3, 4)
+    for got, want in zip(done.module()(x), ep.module()(x)):
+        torch.testing.assert_close(got, want)

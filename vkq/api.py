@@ -10,6 +10,7 @@ import torch
 from torch.fx import GraphModule
 
 from .passes.conv_transpose_as_conv import fold_batch_norm_into_grouped
+from .passes.decompose_unknown import decompose_unknown_ops
 from .passes.inline_wrappers import inline_wrappers
 from .quantizer import VkqQuantizer
 
@@ -56,7 +57,8 @@ def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: s
 def exported_for_quantization(model: torch.nn.Module, example_inputs, dynamic_shapes=None) -> GraphModule:
     """The exported graph quantize() hands to prepare_pt2e (whose quantizer then rewrites it
     before annotating: VkqQuantizer.transform_for_annotation)."""
-    gm = torch.export.export(model.eval(), _as_tuple(example_inputs), dynamic_shapes=dynamic_shapes).module()
+    ep = torch.export.export(model.eval(), _as_tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+    gm = decompose_unknown_ops(ep).module()     # (aliases, stacks, ... that no vkq rule names)
     inline_wrappers(gm)     # PT2E then sees (and quantizes) what no_grad / autocast blocks hold
     fold_batch_norm_into_grouped(gm)     # prepare_pt2e's own fusion fails on these
     return gm

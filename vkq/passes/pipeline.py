@@ -1,6 +1,8 @@
 """The lowering passes, in order. Each is a function GraphModule -> bool (changed?); run_pipeline
 runs them in this order with a graph lint after each. Order matters where a comment says why.
-(Before quantization, VkqQuantizer.transform_for_annotation rewrites the float graph so that
+(Before quantization, right after torch.export, decompose_unknown_ops replaces the ops that no
+vkq rule names by torch.export's own decompositions of them (api.exported_for_quantization);
+then VkqQuantizer.transform_for_annotation rewrites the float graph so that
 its annotators see the forms these passes fold: normalize_for_annotation, batch_norm_as_conv,
 unroll_rnn, three_d_as_two_d, one_d_as_two_d, conv_transpose_as_conv; under the linear-only schemes
 patch_conv_as_linear.)"""
