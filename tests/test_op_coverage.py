@@ -1591,3 +1591,77 @@ def test_mixture_of_experts_routing_runs_on_vulkan(device, scheme):
     got, ref = on_device(program, device, (ids,))
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
     assert cosine(got, gm(ids).detach().numpy()) > 0.999
+
+
+class ExportDecomposable(nn.Module):
+    """Ops no vkq rule names but torch.export can decompose (aliases, stacks, flips, products, an
+    index by a computed one, a mean ignoring NaN): each ran in torch on the CPU."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.a, self.b = nn.Linear(6, 6), nn.Linear(12, 4)
+
+    def forward(self, x):                                           # x (2, 5, 6)
+        h = self.a(x)
+        cat = torch.concat([h, torch.arccos(torch.tanh(h))], -1)    # (2, 5, 12)
+        pick = torch.take_along_dim(h, torch.argmax(h, -1, keepdim=True), -1)
+        return (self.b(cat), torch.hstack([h, torch.special.erf(h)]), torch.vstack([h, torch.arcsinh(h)]), torch.fliplr(h[0]), torch.inner(h, h), pick,
+                torch.trapezoid(h, dim=-1), torch.special.expm1(h), torch.nanmean(h, -1))
+
+
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_ops_that_torch_export_decomposes_run_on_vulkan(device, scheme):
+    """aten.concat, hstack / vstack, arccos, arcsinh, special_erf / expm1, fliplr, inner,
+    take_along_dim, trapezoid and nanmean ran in torch on the CPU (no vkq rule names them):
+    torch.export's own decompositions of them now (cat, acos, erf, flip, matmul, gather, ...),
+    while the ops vkq folds as they are (the linears) stay linears."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 5, 6, generator=g)
+    program, gm = lowered(ExportDecomposable().eval(), (x,), [(torch.randn(2, 5, 6, generator=g),) for _ in range(3)], scheme)
+    assert sum(o.startswith("linear") for o in ops(program)) >= 2, ops(program)
+    got, ref = on_device(program, device, (x,))
+    want = gm(x)
+    for gv, r, w in zip(got, ref, want):
+        np.testing.assert_allclose(gv, r, rtol=1e-4, atol=1e-5 * (np.abs(r).max() + 1))
+        assert cosine(gv, w.detach().numpy()) > 0.999
+
+
+class ElementRulesAndOrderStatistics(nn.Module):
+    def forward(self, x, e):                                        # x (3, 9) float with a NaN, e int
+        b = torch.tensor([-1.0, -0.25, 0.0, 0.5])
+        return (x.median(-1).values, x.median(-1).indices, torch.kthvalue(x, 3, 1, keepdim=True).values,
+                x[:2].median(), torch.fmax(x, x.flip(1)), torch.fmin(x, 0.5 * x.flip(1)),
+                torch.round(x, decimals=1), torch.round(x * 40, decimals=-1), torch.searchsorted(b, x),
+                torch.searchsorted(b, x, side="right"), torch.ldexp(x, e), torch.logical_xor(x > 0, x.flip(1) > 0),
+                torch.logical_or(x, e), (x > 0).long().sum(-1), e.sum(), torch.logit(torch.sigmoid(x), 1e-3),
+                torch.repeat_interleave(x, torch.tensor([1, 0, 2]), dim=0), torch.repeat_interleave(x[0], 2),
+                torch.index_select(x, 1, e[0].abs() % 9), torch.index_select(x, 0, e[1].abs() % 3))
+
+
+def test_order_statistics_and_element_rules_run_on_vulkan(device):
+    """median / kthvalue (a stable argsort's pick; median NaN where its row holds one), fmax /
+    fmin, round(decimals), searchsorted, ldexp, logical ops of non-bools, integer sums,
+    repeat_interleave by counts or flattened, index_select by computed indices on any dim ran in
+    torch on the CPU: kernels now, with torch's results bit for bit (logit within float rounding)."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(3, 9, generator=g)
+    x[2, 4] = float("nan")
+    e = torch.randint(-3, 4, (3, 9), generator=g)
+    model = ElementRulesAndOrderStatistics().eval()
+    gm = api.quantize(model, (x, e), scheme="dynamic", progress=False)
+    program = lower(gm, (x, e))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    got, ref = on_device(program, device, (x, e))
+    want = [w.numpy() for w in model(x, e)]
+    for i, (gv, r, w) in enumerate(zip(got, ref, want)):
+        np.testing.assert_array_equal(gv.shape, w.shape)
+        if i == 1:                                  # median's index: torch's where the row has no NaN
+            np.testing.assert_array_equal(gv[:2], w[:2])
+            continue
+        if i == 15:
+            np.testing.assert_allclose(gv, w, rtol=2e-6, atol=1e-6)
+            continue
+        np.testing.assert_array_equal(gv, w, err_msg=f"output {i}")
+        np.testing.assert_array_equal(gv, r, err_msg=f"output {i}")

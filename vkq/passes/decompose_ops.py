@@ -18,6 +18,13 @@ lookup table), so only what is left in float is rewritten here:
   aten.aminmax(x, dim, keepdim) + getitems     -> amin, amax
   aten.histc(x, bins, min, max), float, min < max -> sums of comparisons with ATen's bin edges
   aten.cumsum(x, dim, dtype=int32/int64) of a float x -> cumsum of x cast to dtype (torch's order)
+  aten.sum(x[, dim]) of an integer x            -> the last of cumsum(x, dim) (integer additions)
+  aten.kthvalue(x, k, dim) / median(x[, dim]) + getitems -> the (k-1)-th / middle of a stable argsort
+                                                  and the values gathered by it (median NaN where
+                                                  its row holds one, as torch's)
+  round(x, decimals), logit(x, eps), fmax / fmin, ldexp, logical and / or / xor of non-bools
+                                                -> ATen's formulas (mul / round / div; clamp, div,
+                                                  log; where of NaN tests; mul by pow(2, e); != 0)
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
                                                   computes them (its comparisons: a NaN stays NaN)
   aten.topk(x, k <= 8, dim, largest) + getitems -> k rounds of argmax, gather and a where; a larger k
@@ -766,6 +773,131 @@ def moments_from_var(node):
     return _made(node, aten.sqrt.default, (var,), out, f) if node.target in (aten.std.dim, aten.std.correction) else var
 
 
+def from_round_decimals(node):
+    """round(x, decimals=d), float -> round(x * 10^d) / 10^d (d < 0: round(x / 10^-d) * 10^-d), as
+    ATen's kernel computes it with the power as a float32 constant; d = 0: round(x)."""
+    if not _float_in(node):
+        return None
+    x, d = node.args[0], int(node.kwargs.get("decimals", node.args[1] if len(node.args) > 1 else 0))
+    if d == 0:
+        return call_before(node, aten.round.default, (x,))
+    p = float(torch.tensor(10.0 ** abs(d), dtype=torch.float32))
+    scale, unscale = (aten.mul.Tensor, aten.div.Tensor) if d > 0 else (aten.div.Tensor, aten.mul.Tensor)
+    return call_before(node, unscale, (call_before(node, aten.round.default, (call_before(node, scale, (x, p)),)), p))
+
+
+def from_logit(node):
+    """logit(x, eps) -> log(x / (1 - x)), x clamped to [eps, 1 - eps] first where eps is given
+    (ATen's formula; a NaN stays NaN)."""
+    if not _float_in(node):
+        return None
+    x, eps = node.args[0], arg(node, 1, "eps")
+    if eps is not None:
+        x = call_before(node, aten.clamp.default, (x, float(eps), 1.0 - float(eps)))
+    ratio = call_before(node, aten.div.Tensor, (x, call_before(node, aten.rsub.Scalar, (x, 1.0))))
+    return call_before(node, aten.log.default, (ratio,))
+
+
+def where_from_fmax(node):
+    """fmax / fmin(a, b) -> where(a is NaN, b, where(b is NaN, a, maximum / minimum(a, b))): the
+    other operand where one is NaN (NaN only where both are)."""
+    if not _float_in(node) or not all(isinstance(x, Node) for x in node.args[:2]):
+        return None
+    a, b = node.args[:2]
+    pick = aten.maximum.default if node.target == aten.fmax.default else aten.minimum.default
+    inner = call_before(node, aten.where.self, (call_before(node, aten.ne.Tensor, (b, b)), a, call_before(node, pick, (a, b))))
+    return call_before(node, aten.where.self, (call_before(node, aten.ne.Tensor, (a, a)), b, inner))
+
+
+def mul_from_ldexp(node):
+    """ldexp(x, e) -> x * 2^e (ATen's mul(x, pow(2, e)); an integer e cast to float first)."""
+    x, e = node.args[:2]
+    if not _float_in(node) or not isinstance(e, Node) or val(node).dtype != val(x).dtype:
+        return None
+    if not val(e).dtype.is_floating_point:
+        e = call_before(node, aten._to_copy.default, (e,), {"dtype": val(x).dtype})
+    return call_before(node, aten.mul.Tensor, (x, call_before(node, aten.pow.Scalar, (2.0, e))))
+
+
+def on_bools_from_logical(node):
+    """logical_and / or / xor of non-bool tensors -> the same of (x != 0); logical_xor of bools
+    -> bitwise_xor (logic kernels take bools)."""
+    a, b = node.args[:2]
+    if not all(isinstance(x, Node) and isinstance(val(x), torch.Tensor) for x in (a, b)):
+        return None
+    if node.target == aten.logical_xor.default and val(a).dtype == val(b).dtype == torch.bool:
+        return call_before(node, aten.bitwise_xor.Tensor, (a, b))
+    if val(a).dtype == val(b).dtype == torch.bool:
+        return None
+    a, b = (x if val(x).dtype == torch.bool else call_before(node, aten.ne.Scalar, (x, 0)) for x in (a, b))
+    return call_before(node, node.target, (a, b))
+
+
+def select_from_kthvalue(node):
+    """kthvalue(x, k, dim) / median(x, dim) (values, indices) + getitems, static dim -> the
+    (k - 1)-th / ((n - 1) // 2)-th of a stable argsort along dim and the values gathered by it
+    (a NaN sorts last, as in torch's kthvalue; median is NaN where the row has one, as torch's);
+    median(x) of everything: of x flattened, the value alone. Among equal values the index is
+    the lowest-indexed's at that rank (torch leaves it unspecified)."""
+    x, users = node.args[0], list(node.users)
+    v = val(x)
+    if not _float_in(node) or v.dim() == 0:
+        return None
+    whole = node.target == aten.median.default
+    if whole:
+        x, dim, keepdim = call_before(node, aten.reshape.default, (x, [-1])), 0, False
+    elif node.target == aten.kthvalue.default:
+        dim, keepdim = int(arg(node, 2, "dim", -1)) % v.dim(), bool(arg(node, 3, "keepdim", False))
+    else:
+        dim, keepdim = int(arg(node, 1, "dim")) % v.dim(), bool(arg(node, 2, "keepdim", False))
+    n = math.prod(v.shape) if whole else v.shape[dim]
+    if not isinstance(n, int) or n == 0 or dynamic_size(node.args[0]) or (
+            not whole and (not users or not all(u.target is operator.getitem for u in users))):
+        return None
+    k = int(node.args[1]) - 1 if node.target == aten.kthvalue.default else (n - 1) // 2
+    if not 0 <= k < n:
+        return None
+    values, indices = _sorted(node, x, dim, False)
+    picked = [call_before(node, aten.slice.Tensor, (t, dim, k, k + 1)) for t in (values, indices)]
+    if node.target != aten.kthvalue.default:     # median: NaN where the row holds one (then its last is)
+        last = call_before(node, aten.slice.Tensor, (values, dim, n - 1, n))
+        picked[0] = call_before(node, aten.where.self, (call_before(node, aten.ne.Tensor, (last, last)), last, picked[0]))
+    parts = [t if keepdim else call_before(node, aten.squeeze.dim, (t, dim)) for t in picked]
+    if whole:
+        return parts[0]
+    return _replace_items(node, users, parts)
+
+
+def count_or_int_sum(node):
+    """sum of a bool tensor: from_any_all_count; of an integer one: last_from_int_sum."""
+    return from_any_all_count(node) or last_from_int_sum(node)
+
+
+def last_from_int_sum(node):
+    """sum(x, dim) of an integer x (int64 counts: a one-hot's, a mask's row lengths) -> the last
+    of cumsum(x, dim): integer additions (the scan kernel's), exact as torch's wherever the
+    values fit in 32 bits. One dim, or all (x flattened)."""
+    x = node.args[0]
+    v, out = val(x), val(node)
+    if not isinstance(v, torch.Tensor) or v.dtype not in (torch.int32, torch.int64) or v.dim() == 0 \
+            or out.dtype not in (torch.int32, torch.int64) or node.kwargs.get("dtype") not in (None, out.dtype):
+        return None
+    dims = arg(node, 1, "dim")
+    dims = [] if dims is None else ([int(dims)] if isinstance(dims, int) else [int(d) % v.dim() for d in dims])
+    keepdim = bool(arg(node, 2, "keepdim", False))
+    if len(dims) > 1 or (keepdim and not dims) or dynamic_size(x):
+        return None
+    if not dims:
+        x, dim = call_before(node, aten.reshape.default, (x, [-1])), 0
+    else:
+        dim = dims[0]
+    if not isinstance(val(x).shape[dim], int) or val(x).shape[dim] == 0:
+        return None
+    total = call_before(node, aten.cumsum.default, (x, dim), {"dtype": out.dtype})
+    last = call_before(node, aten.select.int, (total, dim, -1))
+    return call_before(node, aten.unsqueeze.default, (last, dim)) if keepdim else last
+
+
 DECOMPOSE = {
     **{t: moments_from_var for t in (aten.var.dim, aten.std.dim, aten.var.correction, aten.std.correction)},
     **{t: moments_from_var_mean for t in (aten.var_mean.correction, aten.var_mean.dim, aten.std_mean.correction,
@@ -813,7 +945,15 @@ DECOMPOSE = {
     aten.pairwise_distance.default: norm_from_pairwise_distance,
     aten.cdist.default: from_cdist,
     **{t: from_any_all_count for t in (aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims,
-                                       aten.all.default, aten.sum.dim_IntList)},
+                                       aten.all.default)},
+    aten.sum.dim_IntList: count_or_int_sum, aten.sum.default: last_from_int_sum,
+    aten.round.decimals: from_round_decimals,
+    aten.logit.default: from_logit,
+    aten.fmax.default: where_from_fmax, aten.fmin.default: where_from_fmax,
+    aten.ldexp.Tensor: mul_from_ldexp,
+    **{t: on_bools_from_logical for t in (aten.logical_and.default, aten.logical_or.default, aten.logical_xor.default)},
+    aten.kthvalue.default: select_from_kthvalue, aten.median.dim: select_from_kthvalue,
+    aten.median.default: select_from_kthvalue,
 }
 
 

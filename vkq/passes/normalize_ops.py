@@ -34,7 +34,10 @@ differently; this pass rewrites the second kind into the first:
   aten.prelu(x, w), a slope per channel of 4-D x -> x + conv2d(hardtanh(x, -max, 0), w - 1, groups=C)
                                                   (2-D and 3-D x viewed as 4-D around it)
   aten.glu(x, dim)                              -> slices, sigmoid, mul
-  aten.repeat_interleave(x, r int, dim)         -> unsqueeze, expand, flatten
+  aten.repeat_interleave(x, r int, dim)         -> unsqueeze, expand, flatten; r a constant tensor
+                                                  of counts: index_select by the index it makes; no
+                                                  dim: of x flattened
+  aten.searchsorted(1-D boundaries, x, right / side) -> bucketize(x, boundaries, right)
   aten.stack(tensors, dim)                      -> cat of the tensors unsqueezed at dim   (GPT-J)
   aten.split / split_with_sizes / chunk, read by getitems, the dim static
                                                 -> a slice per part (int8 stays int8: ShuffleNetV2)
@@ -76,6 +79,7 @@ differently; this pass rewrites the second kind into the first:
                                                 -> vkq.embedding_bag(weight, indices, offsets, mode,
                                                   per_sample_weights, include_last_offset, padding_idx)
   aten.cummax / cummin + getitem 0              -> vkq.cumulative_extreme(x, dim, largest)
+  aten.index_select(x, d, i), i computed        -> aten.index(x, [i]) (d = 0); else permutes around it
   dropout, feature / alpha dropout (eval), clone, alias, contiguous, detach
                                                 -> removed (identities at inference; the dropouts
                                                   go before annotation: Dropout2d between a conv and
@@ -510,18 +514,46 @@ def slices_from_split(node):
 def expand_from_repeat_interleave(node):
     """repeat_interleave(x, r, dim), r an int (grouped-query attention's key/value heads):
     unsqueeze(dim + 1), expand it to r, flatten dims dim and dim + 1: views and a broadcast
-    copy, with no size written out (dynamic dims stay symbolic)."""
+    copy, with no size written out (dynamic dims stay symbolic). r a constant tensor (a count per
+    slice): index_select by the constant index it makes. No dim: of x flattened."""
+    from .fold_constants import evaluate_constant
     x, r, dim = node.args[0], node.args[1], arg(node, 2, "dim")
     v = val(x)
-    if not isinstance(r, int) or dim is None or node.kwargs.get("output_size") is not None \
-            or not isinstance(v, torch.Tensor):
+    if not isinstance(v, torch.Tensor):
         return None
+    if dim is None:
+        x = _new(node, aten.reshape.default, (x, [-1]))
+        x.meta["val"] = v = v.reshape(-1)
+        dim = 0
     dim = dim % v.dim()
+    size = node.kwargs.get("output_size")     # (a hint, x.shape[dim] * r: Mamba2's grouped B and C)
+    if isinstance(r, Node):
+        counts = evaluate_constant(node.graph.owning_module, r)
+        if counts is None or counts.dim() > 1 or not isinstance(v.shape[dim], int):
+            return None
+        counts = counts.reshape(-1).expand(v.shape[dim]) if counts.numel() == 1 else counts
+        index = torch.arange(v.shape[dim]).repeat_interleave(counts)
+        return _new(node, aten.index_select.default, (x, dim, add_constant(node.graph.owning_module,
+                                                                          f"{node.name}_index", index, node)))
+    if not isinstance(r, int) or (isinstance(size, int) and isinstance(v.shape[dim], int) and size != v.shape[dim] * r):
+        return None
     up = _new(node, aten.unsqueeze.default, (x, dim + 1))
     wide = _new(node, aten.expand.default, (up, [-1] * (dim + 1) + [r] + [-1] * (v.dim() - dim - 1)))
     up.meta["val"] = v.unsqueeze(dim + 1)
     wide.meta["val"] = up.meta["val"].expand(*[-1] * (dim + 1), r, *[-1] * (v.dim() - dim - 1))
     return _new(node, aten.flatten.using_ints, (wide, dim, dim + 1))
+
+
+def bucketize_from_searchsorted(node):
+    """searchsorted(boundaries, x, right / side), boundaries 1-D, no sorter -> bucketize(x,
+    boundaries, right): the same count of boundaries below each value."""
+    seq, x = node.args[0], node.args[1]
+    if not isinstance(seq, Node) or not isinstance(x, Node) or val(seq) is None or val(seq).dim() != 1 \
+            or node.kwargs.get("sorter") is not None:
+        return None
+    right = bool(node.kwargs.get("right", False)) or node.kwargs.get("side") == "right"
+    return _new(node, aten.bucketize.Tensor, (x, seq), {"out_int32": bool(node.kwargs.get("out_int32", False)),
+                                                         "right": right})
 
 
 def views_from_pixel_shuffle(node):
@@ -814,6 +846,29 @@ def embedding_bag_from_tuple(node):
     return new
 
 
+def index_from_index_select(node):
+    """index_select(x, dim, i) by indices the model computes (M2M100's sinusoidal positions from
+    the ids): x[i] on dim 0, on another dim x moved there first and back after (permutes). A
+    constant i stays: the lowering takes it by its index map."""
+    from .fold_constants import evaluate_constant
+    x, dim, i = node.args[0], node.args[1], node.args[2]
+    v = val(x)
+    if not isinstance(v, torch.Tensor) or not isinstance(i, Node) or val(i) is None or val(i).dim() > 1 \
+            or evaluate_constant(node.graph.owning_module, i) is not None:
+        return None
+    rank = v.dim()
+    dim = int(dim) % max(rank, 1)
+    if rank == 0 or dim == 0:
+        return _new(node, aten.index.Tensor, (x, [i]))
+    order = [dim] + [d for d in range(rank) if d != dim]
+    front = _new(node, aten.permute.default, (x, order))
+    front.meta["val"] = v.permute(order)
+    picked = _new(node, aten.index.Tensor, (front, [i]))
+    picked.meta["val"] = front.meta["val"].index_select(0, val(i))
+    back = [order.index(d) for d in range(rank)]
+    return _new(node, aten.permute.default, (picked, back))
+
+
 def extreme_from_cummax(node):
     """cummax / cummin + getitem 0, the indices unread -> vkq.cumulative_extreme (torch_ops.py),
     one output, which the scan kernel runs."""
@@ -838,6 +893,8 @@ BEFORE_ANNOTATION = {
     aten.copy.default: value_from_copy, aten.fill.Tensor: value_from_copy, aten.fill.Scalar: value_from_copy,
     aten.glu.default: mul_sigmoid_from_glu,
     aten.repeat_interleave.self_int: expand_from_repeat_interleave,
+    aten.repeat_interleave.self_Tensor: expand_from_repeat_interleave,
+    aten.searchsorted.Tensor: bucketize_from_searchsorted,
     aten.stack.default: cat_from_stack,
     aten.split.Tensor: slices_from_split, aten.split_with_sizes.default: slices_from_split,
     aten.chunk.default: slices_from_split,
@@ -872,6 +929,7 @@ NORMALIZE = {
     **{t: int8_from_uint8 for t in QUANTIZE | DEQUANTIZE},
     aten.index_put.default: from_index_put, aten._unsafe_index_put.default: from_index_put,
     aten.cummax.default: extreme_from_cummax, aten.cummin.default: extreme_from_cummax,
+    aten.index_select.default: index_from_index_select,
     **{t: embedding_bag_from_tuple for t in (aten.embedding_bag.padding_idx, aten.embedding_bag.default,
                                              aten._embedding_bag.default, aten._embedding_bag_forward_only.default)},
     **{t: identity for t in (aten.clone.default, aten.alias.default,
