@@ -7,7 +7,9 @@ failing to build, and a MobileViT taking 2 minutes to calibrate; and in its seco
 architectures RoBERTa's cumsum and gather, XLNet's and Funnel's einsum, ConvBERT's unfold and
 torch.multiply, RWKV's negative padding, Mamba's softplus, DPT's transposed convs, UperNet's
 pyramid pools and VideoMAE's conv3d on the CPU; in its third, the mixtures of experts' routing
-(a sort, histc, a cumsum to offsets and transformers' grouped_mm):
+(a sort, histc, a cumsum to offsets and transformers' grouped_mm); in its fourth, PhiMoE's
+aten.concat, Mamba2's repeat_interleave with output_size and M2M100's index_select by computed
+positions:
 
     .venv/bin/python tools/probe_hf.py [--only bert,llama] [--schemes static,dynamic,weight_only]
 
@@ -98,6 +100,22 @@ def architectures(T) -> dict:
         "gemma2": (lambda: T.Gemma2Model(T.Gemma2Config(vocab_size=100, head_dim=8, **kv, **SMALL)), ids),
         "phi3": (lambda: T.Phi3Model(T.Phi3Config(vocab_size=100, pad_token_id=0, **kv, **SMALL)), ids),
         "starcoder2": (lambda: T.Starcoder2Model(T.Starcoder2Config(vocab_size=100, **kv, **SMALL)), ids),
+        "gemma3": (lambda: T.Gemma3TextModel(T.Gemma3TextConfig(vocab_size=100, head_dim=8, sliding_window=4, **kv,
+                                                                **SMALL)), ids),
+        "cohere": (lambda: T.CohereModel(T.CohereConfig(vocab_size=100, **kv, **SMALL)), ids),
+        "granite": (lambda: T.GraniteModel(T.GraniteConfig(vocab_size=100, **kv, **SMALL)), ids),
+        "phimoe": (lambda: T.PhimoeModel(T.PhimoeConfig(vocab_size=100, num_local_experts=4, num_experts_per_tok=2,
+                                                        **kv, **SMALL)), ids),
+        "jamba": (lambda: T.JambaModel(T.JambaConfig(vocab_size=100, num_key_value_heads=2, num_experts=2,
+                                                     num_experts_per_tok=1, attn_layer_period=2, attn_layer_offset=1,
+                                                     expert_layer_period=2, expert_layer_offset=1, mamba_d_state=8,
+                                                     mamba_dt_rank=4, use_mamba_kernels=False, **SMALL)), ids),
+        "mamba2": (lambda: T.Mamba2Model(T.Mamba2Config(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_heads=4,
+                                                        head_dim=16, state_size=8, n_groups=1, expand=2,
+                                                        chunk_size=8)), ids),
+        "modernbert": (lambda: T.ModernBertModel(T.ModernBertConfig(
+            vocab_size=100, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,
+            local_attention=4, global_attn_every_n_layers=2, **SMALL)), ids),
         "mpt": (lambda: T.MptModel(T.MptConfig(vocab_size=100, d_model=32, n_heads=4, n_layers=2)), ids),
         "mamba": (lambda: T.MambaModel(T.MambaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
                                                      state_size=8)), ids),
@@ -182,6 +200,16 @@ def architectures(T) -> dict:
             d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
             encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=16, max_source_positions=20)).get_encoder(),
                             lambda: (torch.randn(1, 16, 40),)),
+        "m2m100-encoder": (lambda: T.M2M100Model(T.M2M100Config(**ENC_DEC)).get_encoder(), ids),
+        "hiera": (lambda: T.HieraModel(T.HieraConfig(image_size=[64, 64], embed_dim=16, depths=[1, 1, 1, 1],
+                                                     num_heads=[1, 1, 2, 2])), lambda: image(size=64)),
+        "sam-vision": (lambda: T.SamVisionModel(T.SamVisionConfig(
+            image_size=64, patch_size=8, hidden_size=32, output_channels=16, num_hidden_layers=2, num_attention_heads=4,
+            mlp_dim=64, global_attn_indexes=[1], window_size=4)), lambda: image(size=64)),
+        "mobilevitv2": (lambda: T.MobileViTV2Model(T.MobileViTV2Config(image_size=64, width_multiplier=0.25)),
+                        lambda: image(size=64)),
+        "swiftformer": (lambda: T.SwiftFormerModel(T.SwiftFormerConfig(depths=[1, 1, 1, 1], embed_dims=[8, 16, 24, 32])),
+                        image),
         "speech2text-encoder": (lambda: T.Speech2TextModel(T.Speech2TextConfig(
             input_feat_per_channel=16, conv_channels=32, max_source_positions=64, **ENC_DEC)).get_encoder(),
                                 lambda: (torch.randn(1, 40, 16),)),
