@@ -16,6 +16,9 @@
 //   F_MAX / F_MIN        running max / min (cummax / cummin values): a NaN stays once seen,
 //                        equal values take the later one (0 after -0), as ATen's x >= best
 //   I_MAX / I_MIN        the same on int32
+//   F_LOGADDEXP          log(cumsum(exp x)) (logcumsumexp): ATen's step, acc = log1p(exp(min -
+//                        max)) + max of (x, acc), x where both are the same infinity, a NaN
+//                        staying; in float32 (ATen keeps acc in double: a few ulp a step apart)
 // A row is a loop of D iterations: on llvmpipe D must stay under its loop budget (scan.py).
 //! variant I2I
 //! variant I2F
@@ -26,7 +29,9 @@
 //! variant F_MIN
 //! variant I_MAX
 //! variant I_MIN
+//! variant F_LOGADDEXP
 #include "common.glsl"
+#include "float_math.glsl"
 
 layout(std430, binding = 0) readonly buffer X { uint x[]; };
 layout(std430, binding = 1) writeonly buffer Out { uint o[]; };
@@ -82,6 +87,19 @@ void main() {
         best = isnan(v) || (!isnan(best) && v <= best) ? v : best;
 #endif
         o[at] = floatBitsToUint(best);
+    }
+#elif defined(F_LOGADDEXP)
+    float acc = uintBitsToFloat(0xff800000u);       // -inf
+    for (int k = 0; k < p.D; ++k) {
+        int at = base + k * p.inner;
+        const float v = uintBitsToFloat(x[at]);
+        if (isnan(v) || isnan(acc)) {
+            acc = v + acc;
+        } else {
+            float lo = min(v, acc), hi = max(v, acc);
+            acc = lo != hi || !isinf(lo) ? log1p_f32(exp_f32(lo - hi)) + hi : v;
+        }
+        o[at] = floatBitsToUint(acc);
     }
 #elif defined(I_MAX) || defined(I_MIN)
     int best = int(x[base]);

@@ -1122,6 +1122,7 @@ CPU_RULES = {
     aten.col2im.default: _col2im,
     aten.gather.default: _gather, aten.index.Tensor: _index, **{s: _scatter for s in _SCATTERS},
     aten.cumsum.default: _cumsum, aten.cumprod.default: _scan("cumprod"), CUMULATIVE_EXTREME: _scan(None),
+    aten.logcumsumexp.default: _scan("logcumsumexp"),
     **{f: _full for f in (*_FILLED, *_FILL_ARG)},
     **{a: _arange for a in (aten.arange.default, aten.arange.start, aten.arange.start_step)},
     aten.tril.default: _triangle("tril"), aten.triu.default: _triangle("triu"),

@@ -7,6 +7,7 @@
   cumprod, cummax, cummin(x; dim)   float32 or int32, the dtype kept: the product in double-float
                             (torch's CPU cumprod runs in double), int32 wrapping; the running max /
                             min as ATen's (a NaN stays, 0 after -0); prod is cumprod's last
+  logcumsumexp(x; dim)      float32: ATen's running log-add-exp step, in float32 (ATen: double)
   argsort(x; dim, descending)   x float32 or int32 -> int32 indices, stable (equal values in
                             their order), NaN last ascending / first descending (torch's sort);
                             an invocation a value, its rank counted over its row (argsort.comp)
@@ -75,12 +76,27 @@ def _cummax(x, axis):
     return out
 
 
-_SCANS = {     # op -> (float reference, int32 reference, shader variant stem, what it does)
+def _logcumsumexp(x, axis):
+    """ATen's CPU logcumsumexp: acc = log1p(exp(min - max)) + max of (x, acc) in double (x where
+    both are the same infinity; a NaN stays), each output rounded to float32."""
+    out = np.empty(x.shape, np.float32)
+    acc = np.full(np.delete(x.shape, axis), -np.inf)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for k in range(x.shape[axis]):
+            v = np.take(x, k, axis).astype(np.float64)
+            lo, hi = np.minimum(v, acc), np.maximum(v, acc)
+            acc = np.where((lo != hi) | np.isfinite(lo), np.log1p(np.exp(lo - hi)) + hi, v)
+            out[(slice(None),) * axis + (k,)] = acc
+    return out
+
+
+_SCANS = {     # op -> (float reference, int32 reference or None, shader variant stem, what it does)
     "cumprod": (lambda x, a: np.cumprod(x.astype(np.float64), axis=a).astype(np.float32),   # torch: in double
                 lambda x, a: np.cumprod(x, axis=a, dtype=np.int32), "PROD", "Cumulative product"),
     "cummax": (_cummax, lambda x, a: np.maximum.accumulate(x, axis=a), "MAX", "Running max (cummax's values)"),
     "cummin": (lambda x, a: -_cummax(-x, a), lambda x, a: np.minimum.accumulate(x, axis=a), "MIN",
                "Running min (cummin's values)"),
+    "logcumsumexp": (_logcumsumexp, None, "LOGADDEXP", "log(cumsum(exp(x))) (float32 only)"),
 }
 
 
@@ -97,8 +113,9 @@ def _scan_reference(name):
 
 def _scan_decline(node, tensors):
     x, y = tensors[node.inputs[0]].dtype, tensors[node.outputs[0]].dtype
-    if x != y or x not in ("float32", "int32"):
-        return f"{node.op}: {x} -> {y} (the kernel takes float32 or int32 to the same)"
+    kinds = ("float32", "int32") if _SCANS[node.op][1] is not None else ("float32",)
+    if x != y or x not in kinds:
+        return f"{node.op}: {x} -> {y} (the kernel takes {' or '.join(kinds)} to the same)"
     return None
 
 
