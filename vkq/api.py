@@ -5,6 +5,8 @@
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 from torch.fx import GraphModule
@@ -57,11 +59,34 @@ def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: s
 def exported_for_quantization(model: torch.nn.Module, example_inputs, dynamic_shapes=None) -> GraphModule:
     """The exported graph quantize() hands to prepare_pt2e (whose quantizer then rewrites it
     before annotating: VkqQuantizer.transform_for_annotation)."""
-    ep = torch.export.export(model.eval(), _as_tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+    with _mask_kept_as_given():
+        ep = torch.export.export(model.eval(), _as_tuple(example_inputs), dynamic_shapes=dynamic_shapes)
     gm = decompose_unknown_ops(ep).module()     # (aliases, stacks, ... that no vkq rule names)
     inline_wrappers(gm)     # PT2E then sees (and quantizes) what no_grad / autocast blocks hold
     fold_batch_norm_into_grouped(gm)     # prepare_pt2e's own fusion fails on these
     return gm
+
+
+@contextlib.contextmanager
+def _mask_kept_as_given():
+    """nn.Transformer's decoder asks _detect_is_causal_mask whether a given mask is the causal
+    one (bool((mask == causal).all())): a branch on tensor values, which torch.export cannot
+    trace (GuardOnDataDependentSymNode for every nn.Transformer called with a tgt_mask). Its
+    answer is only a hint (is_causal) that lets attention drop the mask for a causal fast path;
+    while exporting, the answer is no, so the mask is applied as given: the same attention."""
+    from torch.nn.modules import transformer
+    detect = transformer._detect_is_causal_mask
+
+    def kept(mask, is_causal=None, size=None):
+        if is_causal is None and mask is not None and torch.compiler.is_exporting():
+            return False
+        return detect(mask, is_causal, size)
+
+    transformer._detect_is_causal_mask = kept
+    try:
+        yield
+    finally:
+        transformer._detect_is_causal_mask = detect
 
 
 def _fit_batch(batch: tuple, example: tuple):
