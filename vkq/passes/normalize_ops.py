@@ -79,6 +79,7 @@ differently; this pass rewrites the second kind into the first:
                                                 -> vkq.embedding_bag(weight, indices, offsets, mode,
                                                   per_sample_weights, include_last_offset, padding_idx)
   aten.cummax / cummin + getitem 0              -> vkq.cumulative_extreme(x, dim, largest)
+  aten._native_batch_norm_legit_no_training + getitem 0 -> aten.batch_norm (eval)
   aten.index_select(x, d, i), i computed        -> aten.index(x, [i]) (d = 0); else permutes around it
   dropout, feature / alpha dropout (eval), clone, alias, contiguous, detach
                                                 -> removed (identities at inference; the dropouts
@@ -177,6 +178,21 @@ def batch_norm_from_instance_norm(node):
     if len(node.args) < 6 or node.args[5] is not False:
         return None
     return _new(node, aten.batch_norm.default, (*node.args[:5], False, *node.args[6:]), node.kwargs)
+
+
+def batch_norm_from_legit(node):
+    """_native_batch_norm_legit_no_training(x, w, b, mean, var, momentum, eps) + getitem 0 (what
+    run_decompositions makes of batch_norm in eval) -> aten.batch_norm, which the quantizer
+    folds into its conv."""
+    if (users := first_outputs(node)) is None:
+        return None
+    x, w, b, mean, var, momentum, eps = node.args[:7]
+    new = _new(node, aten.batch_norm.default, (x, w, b, mean, var, False, momentum, eps, False))
+    new.meta["val"] = val(users[0])
+    for u in users:
+        u.replace_all_uses_with(new)
+        node.graph.erase_node(u)
+    return new
 
 
 def reshape_from_reshape_as(node):
@@ -912,6 +928,7 @@ BEFORE_ANNOTATION = {
     aten.pixel_shuffle.default: views_from_pixel_shuffle, aten.pixel_unshuffle.default: views_from_pixel_shuffle,
     **{t: identity for t in DROPOUTS},
     aten.instance_norm.default: batch_norm_from_instance_norm,
+    aten._native_batch_norm_legit_no_training.default: batch_norm_from_legit,
 }
 
 NORMALIZE = {
