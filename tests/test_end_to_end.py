@@ -724,3 +724,51 @@ def test_zero_d_tensors_reach_torch_ops_as_zero_d(device, tmp_path):
         want = gm(x).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert (got[:, [0, 3]] != 0).sum() > 0
+
+
+class NestedInputs(nn.Module):
+    """Inputs as models write them: a list of tensors, a dict, a Python flag and scale."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.a, self.b = nn.Linear(8, 6), nn.Linear(5, 6)
+
+    def forward(self, pair, extra, scale: float = 1.0, use_b: bool = True):
+        y = self.a(pair[0]) + self.a(pair[1])
+        return (y + self.b(extra["z"]) if use_b else y) * scale
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_nested_and_python_inputs_compile_and_run(device, dynamic):
+    """Example inputs holding a list and a dict of tensors and Python values (failed: 'list'
+    object has no attribute 'shape'): the model is compiled for its tensors, the Python values
+    as constants; the program takes the inputs as the example nests them or its tensors alone,
+    and refuses another Python value than the one it was compiled with."""
+    g = torch.Generator().manual_seed(6)
+    mk = lambda n: ([torch.randn(n, 8, generator=g), torch.randn(n, 8, generator=g)], {"z": torch.randn(n, 5, generator=g)})  # noqa: E731
+    pair, extra = mk(3)
+    model = NestedInputs().eval()
+    dims = None
+    if dynamic:
+        b = torch.export.Dim("b", min=1, max=8)
+        dims = ([{0: b}, {0: b}], {"z": {0: b}}, None, None)
+    prog = vkq.compile(model, (pair, extra, 0.5, True), calibration=[(*mk(3), 0.5, True) for _ in range(3)],
+                       scheme="dynamic", device=device, dynamic_shapes=dims)
+    assert prog.program.inputs and len(prog.program.inputs) == 3
+    want = model(pair, extra, 0.5, True).detach().numpy()
+    got = prog(pair, extra, 0.5, True)
+    assert cosine(got, want) > 0.999
+    np.testing.assert_array_equal(got, prog(pair[0], pair[1], extra["z"]))
+    np.testing.assert_array_equal(prog.run_reference(pair, extra, 0.5, True), prog.run_reference(pair[0], pair[1], extra["z"]))
+    with pytest.raises(ValueError, match="compiled with 0.5"):
+        prog(pair, extra, 2.0, True)
+    if dynamic:
+        p5, e5 = mk(5)
+        assert prog(p5, e5, 0.5, True).shape == (5, 6)
+    else:                               # static int8: the device as its reference, bit for bit
+        static = vkq.compile(model, (pair, extra, 0.5, True), calibration=[(*mk(3), 0.5, True) for _ in range(3)],
+                             device=device)
+        np.testing.assert_array_equal(static(pair, extra, 0.5, True), static.run_reference(pair[0], pair[1], extra["z"]))
+        assert cosine(static(pair, extra, 0.5, True), want) > 0.95

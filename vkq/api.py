@@ -9,6 +9,7 @@ import contextlib
 
 import numpy as np
 import torch
+import torch.utils._pytree as pytree
 from torch.fx import GraphModule
 
 from .passes.conv_transpose_as_conv import fold_batch_norm_into_grouped
@@ -44,7 +45,8 @@ def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: s
     Returns the converted PT2E GraphModule: q/dq around float ops, runnable eagerly."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    example_inputs = _as_tuple(example_inputs)
+    model, example_inputs, calibration, dynamic_shapes = tensor_inputs(model, example_inputs, calibration,
+                                                                       dynamic_shapes)
     gm = exported_for_quantization(model, example_inputs, dynamic_shapes)
     prepared = prepare_pt2e(gm, quantizer or VkqQuantizer(scheme))
     batches = [example_inputs] if calibration is None else calibration
@@ -56,9 +58,87 @@ def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: s
     return convert_pt2e(prepared)
 
 
+class _TensorLeaves(torch.nn.Module):
+    """A model whose inputs nest tensors in lists / tuples / dicts, or beside Python values,
+    called with its tensors alone, in the order torch's pytree flattens them; the other values
+    stay the example's (torch.export would make them constants of the graph all the same)."""
+
+    def __init__(self, model, spec, leaves, tensor_at):
+        super().__init__()
+        self.model, self.spec, self.leaves, self.tensor_at = model, spec, leaves, tensor_at
+
+    def forward(self, *tensors):
+        leaves = list(self.leaves)
+        for i, t in zip(self.tensor_at, tensors):
+            leaves[i] = t
+        return self.model(*pytree.tree_unflatten(leaves, self.spec))
+
+
+def _leaves(inputs):
+    """(leaves, spec, positions of the tensor leaves) of inputs as torch's pytree flattens them,
+    numpy arrays as tensors; None where every input is a tensor or an array already."""
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    if all(isinstance(x, (torch.Tensor, np.ndarray)) for x in inputs):
+        return None
+    leaves, spec = pytree.tree_flatten(inputs)
+    leaves = [torch.from_numpy(np.array(x, order="C", copy=False)) if isinstance(x, np.ndarray) else x for x in leaves]
+    return leaves, spec, [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+
+
+def tensor_inputs(model, example_inputs, calibration=None, dynamic_shapes=None):
+    """(model, example tensors, calibration tensor tuples, dynamic_shapes) as vkq takes them:
+    where an input is a list / tuple / dict of tensors or a Python value (a flag, a scale), the
+    model wrapped to take its tensors alone (_TensorLeaves), each calibration batch flattened
+    the same way and each tensor's dynamic dims kept; the compiled program then takes the
+    tensors in that order (or the inputs as the example nests them: argument_flattener).
+    Inputs that are all tensors (or arrays) come back as they are."""
+    flat = _leaves(example_inputs)
+    if flat is None:
+        return model, _as_tuple(example_inputs), calibration, dynamic_shapes
+    leaves, spec, tensor_at = flat
+    if not tensor_at:
+        raise ValueError("the example inputs hold no tensor")
+    if dynamic_shapes is not None:
+        dims = pytree.tree_flatten(tuple(dynamic_shapes) if isinstance(dynamic_shapes, (tuple, list)) else (dynamic_shapes,),
+                                   is_leaf=lambda d: d is None or (isinstance(d, dict) and all(isinstance(k, int) for k in d)))[0]
+        if len(dims) != len(leaves):
+            raise ValueError(f"dynamic_shapes names {len(dims)} inputs, the example inputs hold {len(leaves)} values")
+        dynamic_shapes = tuple(dims[i] for i in tensor_at)
+    to_tensors = argument_flattener(example_inputs)
+    batches = None if calibration is None else [to_tensors(b if isinstance(b, (tuple, list)) else (b,)) for b in calibration]
+    return _TensorLeaves(model, spec, leaves, tensor_at), tuple(leaves[i] for i in tensor_at), batches, dynamic_shapes
+
+
+def argument_flattener(example_inputs):
+    """For inputs structured as example_inputs (tensor_inputs): a function from a call's
+    arguments in that structure to the program's tensors, in order (arguments already flat pass
+    as they are; a Python value must be the example's: the program was compiled with it). None
+    where the example inputs are all tensors."""
+    flat = _leaves(example_inputs)
+    if flat is None:
+        return None
+    leaves, spec, tensor_at = flat
+
+    def to_tensors(args):
+        args = tuple(args)
+        if len(args) == len(tensor_at) and all(hasattr(a, "shape") for a in args):
+            return args
+        got, got_spec = pytree.tree_flatten(args)
+        if got_spec != spec:
+            raise ValueError(f"the inputs are structured {got_spec}; the program was compiled for {spec}")
+        for i, (g, want) in enumerate(zip(got, leaves)):
+            if i not in tensor_at and g != want:
+                raise ValueError(f"input value {g!r} where the program was compiled with {want!r} (a Python value "
+                                 "is a constant of the compiled graph: compile again for another)")
+        return tuple(got[i] for i in tensor_at)
+    return to_tensors
+
+
 def exported_for_quantization(model: torch.nn.Module, example_inputs, dynamic_shapes=None) -> GraphModule:
     """The exported graph quantize() hands to prepare_pt2e (whose quantizer then rewrites it
     before annotating: VkqQuantizer.transform_for_annotation)."""
+    if isinstance(model, _TensorLeaves) and dynamic_shapes is not None:
+        dynamic_shapes = {"tensors": tuple(dynamic_shapes)}     # (its forward's *tensors, for torch.export)
     with _mask_kept_as_given():
         ep = torch.export.export(model.eval(), _as_tuple(example_inputs), dynamic_shapes=dynamic_shapes)
     gm = decompose_unknown_ops(ep).module()     # (aliases, stacks, ... that no vkq rule names)
@@ -114,10 +194,11 @@ def compile(model_or_converted, example_inputs, calibration=None, scheme: str = 
     program for every input shape within the Dims' bounds."""
     from .lower import lower
 
-    example_inputs = _as_tuple(example_inputs)
     gm = model_or_converted
     if not _is_converted(gm):
+        gm, example_inputs, calibration, dynamic_shapes = tensor_inputs(gm, example_inputs, calibration, dynamic_shapes)
         gm = quantize(gm, example_inputs, calibration, scheme, dynamic_shapes=dynamic_shapes)
+    example_inputs = _as_tuple(example_inputs)
     float_linear = scheme if scheme in ("dynamic", "weight_only") else "dynamic"
     program = lower(gm, example_inputs, float_linear=float_linear, dynamic_shapes=dynamic_shapes)
     return program, program.fallback

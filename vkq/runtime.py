@@ -13,8 +13,9 @@ from .progfile import ProgramFileError, load_program, save_program
 class CompiledProgram:
     """prog(*inputs) on the device; prog.run_reference(*inputs) on the CPU; prog.save(path)."""
 
-    def __init__(self, program: Program, device=None):
+    def __init__(self, program: Program, device=None, arguments=None):
         self.program = program
+        self._arguments = arguments     # (vkq.compile's: a call's nested inputs -> the program's tensors)
         self._device_choice = device
         self._executor = None
         self._build_lock = threading.Lock()
@@ -46,10 +47,13 @@ class CompiledProgram:
         return self.executor.memory
 
     def __call__(self, *inputs):
-        return self.executor(*inputs)
+        return self.executor(*self._tensors(inputs))
 
     def run_reference(self, *inputs):
-        return run_reference(self.program, *inputs)
+        return run_reference(self.program, *self._tensors(inputs))
+
+    def _tensors(self, inputs):
+        return inputs if self._arguments is None else self._arguments(inputs)
 
     def save(self, path) -> Path:
         return save_program(self.program, path)
