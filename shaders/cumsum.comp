@@ -37,16 +37,6 @@ layout(std430, binding = 0) readonly buffer X { uint x[]; };
 layout(std430, binding = 1) writeonly buffer Out { uint o[]; };
 layout(push_constant) uniform Params { int rows, D, inner; } p;
 
-// (hi, lo) = a * b exactly (Dekker, without fma: Veltkamp's split by 4097 = 2^12 + 1), for
-// |a|, |b| < 2^115 so that the split does not overflow
-void two_prod(float a, float b, out float hi, out float lo) {
-    precise float p = a * b;
-    precise float ca = 4097.0 * a, ah = ca - (ca - a), al = a - ah;
-    precise float cb = 4097.0 * b, bh = cb - (cb - b), bl = b - bh;
-    hi = p;
-    lo = ((ah * bh - p) + ah * bl + al * bh) + al * bl;
-}
-
 void main() {
     int r = linear_invocation();
     if (r >= p.rows) return;

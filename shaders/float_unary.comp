@@ -28,6 +28,7 @@
 //! variant OP_MISH
 //! variant OP_LOG
 //! variant OP_ERF
+//! variant OP_ERFC
 //! variant OP_FLOOR
 //! variant OP_CEIL
 //! variant OP_ROUND
@@ -72,6 +73,7 @@
 //! variant OP_MISH TEXEL
 //! variant OP_LOG TEXEL
 //! variant OP_ERF TEXEL
+//! variant OP_ERFC TEXEL
 //! variant OP_FLOOR TEXEL
 //! variant OP_CEIL TEXEL
 //! variant OP_ROUND TEXEL
@@ -184,6 +186,8 @@ float f(float v) {
     return exp2_f32(v);
 #elif defined(OP_LOG10)
     return log_f32(v) * 0.43429448190325176;
+#elif defined(OP_ERFC)
+    return erfc_f32(v);
 #elif defined(OP_ERF)
     return erf_f32(v);
 #elif defined(OP_FLOOR)

@@ -129,6 +129,8 @@ UNARY_CASES = [
     ("exp2", {}, rnd(9, 113, lo=-126, hi=127), ("ulp", 3)),
     ("exp2", {}, np.round(rnd(3, 37, lo=-126, hi=127)), "exact"),        # powers of two exactly
     ("log10", {}, np.exp(rnd(9, 113, lo=-80, hi=80)), ("ulp", 4)),
+    ("erfc", {}, rnd(9, 113, lo=-5, hi=9), ("ulp", 8)),                  # measured 6 (Numerical Recipes' 1e-7)
+    ("erfc", {}, rnd(3, 37, lo=-1e-3, hi=1e-3), ("ulp", 8)),
 ]
 
 
@@ -1256,7 +1258,7 @@ def test_exp_based_ops_keep_nan(device, op, attrs):
 
 
 @pytest.mark.parametrize("op", ["atan", "asin", "acos", "tan", "sinh", "cosh", "asinh", "acosh", "atanh", "expm1",
-                                "exp2", "log10"])
+                                "exp2", "log10", "erfc"])
 def test_inverse_and_hyperbolic_special_values_as_torch(device, op):
     """Zeros keep their sign (atan(-0) = -0), infinities and the ends of each domain give torch's
     values (atanh(+-1) = +-inf, acosh(inf) = inf, asin(1.5) NaN, cosh(89) finite where e^89 is
