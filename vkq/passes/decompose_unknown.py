@@ -64,8 +64,14 @@ def unknown_ops(graph) -> list:
     """The call targets in `graph` that torch.export can decompose and no vkq rule names."""
     table, known = _decomposable(), vkq_op_names()
     return sorted({n.target for n in graph.nodes if n.op == "call_function" and isinstance(n.target, OpOverload)
-                   and n.target in table and n.target.name().split("::")[-1].split(".")[0] not in known},
-                  key=str)
+                   and n.target in table and _base_name(n.target) not in known}, key=str)
+
+
+def _base_name(op: OpOverload) -> str:
+    """'silu' for aten.silu_.default: an in-place op is its functional one's (functionalize.py
+    rewrites every in-place op so, whatever its name)."""
+    name = op.name().split("::")[-1].split(".")[0]
+    return name[:-1] if name.endswith("_") and not name.endswith("__") else name
 
 
 def decompose_unknown_ops(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
@@ -85,4 +91,16 @@ def decompose_unknown_ops(ep: torch.export.ExportedProgram) -> torch.export.Expo
             log.warning("vkq: could not decompose %s (%s: %s); they run on the CPU",
                         ", ".join(map(str, ops)), type(e).__name__, str(e).splitlines()[0][:200])
             break
+        _reshapes_for_views(ep.graph_module)
     return ep
+
+
+def _reshapes_for_views(gm) -> None:
+    """The retrace spells every reshape as a view where the traced strides allowed one (a
+    `.contiguous()` before it a clone): once the quantizer and the passes rewrite around it (a
+    clone dropped as an identity), the view may no longer be possible. A reshape computes the
+    same, viewing where it can; vkq lowers both alike."""
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target in (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default):
+            n.target = torch.ops.aten.reshape.default
+    gm.recompile()
