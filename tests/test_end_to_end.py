@@ -764,6 +764,10 @@ def test_nested_and_python_inputs_compile_and_run(device, dynamic):
     np.testing.assert_array_equal(prog.run_reference(pair, extra, 0.5, True), prog.run_reference(pair[0], pair[1], extra["z"]))
     with pytest.raises(ValueError, match="compiled with 0.5"):
         prog(pair, extra, 2.0, True)
+    with pytest.raises(ValueError, match="compiled with True"):
+        prog(pair, extra, 0.5, torch.tensor(True))
+    with pytest.raises(ValueError, match="structured"):
+        prog(pair[0], extra, 0.5, True)
     if dynamic:
         p5, e5 = mk(5)
         assert prog(p5, e5, 0.5, True).shape == (5, 6)

@@ -127,7 +127,7 @@ def argument_flattener(example_inputs):
         if got_spec != spec:
             raise ValueError(f"the inputs are structured {got_spec}; the program was compiled for {spec}")
         for i, (g, want) in enumerate(zip(got, leaves)):
-            if i not in tensor_at and g != want:
+            if i not in tensor_at and (hasattr(g, "shape") or type(g) is not type(want) or g != want):
                 raise ValueError(f"input value {g!r} where the program was compiled with {want!r} (a Python value "
                                  "is a constant of the compiled graph: compile again for another)")
         return tuple(got[i] for i in tensor_at)
