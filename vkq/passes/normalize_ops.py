@@ -118,6 +118,15 @@ def _made(node, target, args, shape, dtype) -> Node:
     return set_val(_new(node, target, args), shape, dtype)
 
 
+def _in_place_of(users, new) -> Node:
+    """new read wherever the getitem-0 users of a tuple-valued node were (first_outputs): its val
+    theirs; they are left dead."""
+    new.meta["val"] = val(users[0])
+    for u in users:
+        u.replace_all_uses_with(new)
+    return new
+
+
 def _pair(v, n=2):
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     return v * n if len(v) == 1 else v
@@ -188,11 +197,7 @@ def batch_norm_from_legit(node):
         return None
     x, w, b, mean, var, momentum, eps = node.args[:7]
     new = _new(node, aten.batch_norm.default, (x, w, b, mean, var, False, momentum, eps, False))
-    new.meta["val"] = val(users[0])
-    for u in users:
-        u.replace_all_uses_with(new)
-        node.graph.erase_node(u)
-    return new
+    return _in_place_of(users, new)
 
 
 def reshape_from_reshape_as(node):
@@ -348,10 +353,7 @@ def max_pool_from_with_indices(node):
     if users is None:
         return None
     new = _new(node, aten.max_pool2d.default, node.args, node.kwargs)
-    new.meta["val"] = val(users[0])
-    for u in users:
-        u.replace_all_uses_with(new)
-    return new
+    return _in_place_of(users, new)
 
 
 def max_pool_from_adaptive(node):
@@ -374,10 +376,7 @@ def max_pool_from_adaptive(node):
         new = _new(node, aten.max_pool2d.default, (x, window, window, [0, 0], [1, 1], False))
     else:
         new = _new(node, ADAPTIVE_MAX_POOL2D, (x, size))
-    new.meta["val"] = val(users[0])
-    for u in users:
-        u.replace_all_uses_with(new)
-    return new
+    return _in_place_of(users, new)
 
 
 def max_pool_from_adaptive_1d(node):
@@ -397,10 +396,7 @@ def max_pool_from_adaptive_1d(node):
         new = _new(node, aten.amax.default, (x, [-1], True))
     else:
         new = _new(node, ADAPTIVE_MAX_POOL2D, (x, [v.shape[1], size]))
-    new.meta["val"] = val(users[0])
-    for u in users:
-        u.replace_all_uses_with(new)
-    return new
+    return _in_place_of(users, new)
 
 
 def pool_from_mean(node):
@@ -537,22 +533,22 @@ def expand_from_repeat_interleave(node):
     v = val(x)
     if not isinstance(v, torch.Tensor):
         return None
-    if dim is None:
+    flat = dim is None
+    v, dim = (v.reshape(-1), 0) if flat else (v, dim % v.dim())
+    n, size = v.shape[dim], node.kwargs.get("output_size")   # (a hint, n * r: Mamba2's grouped B and C)
+    counts = evaluate_constant(node.graph.owning_module, r) if isinstance(r, Node) else None
+    if isinstance(r, Node) and (counts is None or counts.dim() > 1 or not isinstance(n, int)):
+        return None
+    if not isinstance(r, (int, Node)) or (isinstance(r, int) and isinstance(size, int) and isinstance(n, int)
+                                          and size != n * r):
+        return None
+    if flat:
         x = _new(node, aten.reshape.default, (x, [-1]))
-        x.meta["val"] = v = v.reshape(-1)
-        dim = 0
-    dim = dim % v.dim()
-    size = node.kwargs.get("output_size")     # (a hint, x.shape[dim] * r: Mamba2's grouped B and C)
-    if isinstance(r, Node):
-        counts = evaluate_constant(node.graph.owning_module, r)
-        if counts is None or counts.dim() > 1 or not isinstance(v.shape[dim], int):
-            return None
-        counts = counts.reshape(-1).expand(v.shape[dim]) if counts.numel() == 1 else counts
-        index = torch.arange(v.shape[dim]).repeat_interleave(counts)
+        x.meta["val"] = v
+    if counts is not None:
+        index = torch.arange(n).repeat_interleave(counts.reshape(-1).expand(n) if counts.numel() == 1 else counts)
         return _new(node, aten.index_select.default, (x, dim, add_constant(node.graph.owning_module,
                                                                           f"{node.name}_index", index, node)))
-    if not isinstance(r, int) or (isinstance(size, int) and isinstance(v.shape[dim], int) and size != v.shape[dim] * r):
-        return None
     up = _new(node, aten.unsqueeze.default, (x, dim + 1))
     wide = _new(node, aten.expand.default, (up, [-1] * (dim + 1) + [r] + [-1] * (v.dim() - dim - 1)))
     up.meta["val"] = v.unsqueeze(dim + 1)
@@ -856,10 +852,7 @@ def embedding_bag_from_tuple(node):
     pad = None if pad is None or int(pad) < 0 else int(pad)
     new = _new(node, EMBEDDING_BAG, (a["weight"], a["indices"], a["offsets"], int(a["mode"] or 0),
                                      a["per_sample_weights"], bool(a["include_last_offset"]), pad))
-    new.meta["val"] = val(users[0])
-    for u in users:
-        u.replace_all_uses_with(new)
-    return new
+    return _in_place_of(users, new)
 
 
 def index_from_index_select(node):
@@ -892,10 +885,7 @@ def extreme_from_cummax(node):
     if not isinstance(val(node.args[0]), torch.Tensor) or (users := first_outputs(node)) is None:
         return None
     new = _new(node, CUMULATIVE_EXTREME, (node.args[0], int(node.args[1]), node.target == aten.cummax.default))
-    new.meta["val"] = val(users[0])
-    for u in users:
-        u.replace_all_uses_with(new)
-    return new
+    return _in_place_of(users, new)
 
 # Rules the quantizer applies too, before it annotates (normalize_for_annotation): its annotators
 # know only the forms on the right, so a model spelling the left would stay float.
