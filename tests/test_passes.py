@@ -441,6 +441,30 @@ def test_fold_constant_computations_runs_constant_work_once(device):
     np.testing.assert_array_equal(VulkanExecutor(program, device)(x.numpy()), run_reference(program, x.numpy()))
     assert assert_matches_pt2e(program, gm, x, min_cos=0.999) >= 3
 
+def test_fold_constant_computations_views_any_stored_strides():
+    """A view of a constant whose stored strides are not those the graph was traced with (MRA's
+    permuted table, folded to a constant and viewed: 'view size is not compatible') folds to the
+    value it views; constants are stored contiguous."""
+    from vkq.passes._graph import add_constant, set_val
+    gm = torch.fx.GraphModule(nn.Module(), torch.fx.Graph())
+    x = gm.graph.placeholder("x")
+    out = gm.graph.output(None)
+    table = torch.arange(24.0).reshape(2, 3, 4)
+    gm.register_buffer("permuted", table.permute(1, 0, 2))         # (3, 2, 4), not contiguous
+    with gm.graph.inserting_before(out):
+        c = gm.graph.get_attr("permuted")
+        flat = gm.graph.call_function(aten.view.default, (c, [3, 8]))
+        y = gm.graph.call_function(aten.add.Tensor, (x, gm.graph.call_function(aten.mul.Tensor, (flat, 2.0))))
+    out.args = (y,)
+    for n, shape in ((x, (3, 8)), (c, (3, 2, 4)), (flat, (3, 8)), (flat.next, (3, 8)), (y, (3, 8))):
+        set_val(n, shape, torch.float32)
+    assert fold_constant_computations(gm)
+    assert {op_name(t) for t in targets(gm)} == {"aten.add"}
+    np.testing.assert_array_equal(gm(torch.zeros(3, 8)), table.permute(1, 0, 2).reshape(3, 8) * 2)
+    assert add_constant(gm, "t", table.transpose(0, 2), y).meta["val"].shape == (4, 3, 2)
+    assert gm._vkq_t.is_contiguous()
+
+
 def test_inline_wrappers_splices_no_grad_and_autocast_blocks():
     """export keeps `with torch.no_grad()` / `torch.autocast(enabled=False)` blocks as higher-order
     ops on submodules (a get_attr that is no tensor: the lowering once crashed on it); after

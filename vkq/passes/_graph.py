@@ -256,7 +256,7 @@ def add_constant(gm: GraphModule, hint: str, value, before: Node) -> Node:
     while hasattr(gm, name):
         i += 1
         name = f"{base}_{i}"
-    gm.register_buffer(name, t.detach().clone())
+    gm.register_buffer(name, t.detach().clone(memory_format=torch.contiguous_format))     # (its strides: a value's, not a view's)
     with gm.graph.inserting_before(before):
         node = gm.graph.get_attr(name)
     set_val(node, t.shape, t.dtype)

@@ -124,9 +124,15 @@ def _evaluate(gm: GraphModule, node, depth: int):
         env[a] = v
     args = torch.fx.node.map_arg(node.args, lambda n: env[n])
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+    # a view as a reshape: a constant's stored strides need not be those the graph was traced
+    # with (a permute of a tensor that was non-contiguous then, of a contiguous constant now)
+    target = torch.ops.aten.reshape.default if node.target in _STRIDED_VIEWS else node.target
     with torch.no_grad():
-        out = node.target(*args, **kwargs)
+        out = target(*args, **kwargs)
     return out if _is_value(out) else None
+
+
+_STRIDED_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
 
 
 def fold_constants(gm: GraphModule) -> bool:
