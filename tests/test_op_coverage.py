@@ -1667,6 +1667,32 @@ def test_order_statistics_and_element_rules_run_on_vulkan(device):
         np.testing.assert_array_equal(gv, r, err_msg=f"output {i}")
 
 
+class ScatterByMask(nn.Module):
+    def forward(self, tokens, features, x):     # tokens (2, 7) ids, features (5, 6), x (3, 5) with zeros
+        image = tokens == 3                     # a VLM's image tokens take its image features in order
+        embeds = (tokens.float() * 0.5).unsqueeze(-1).expand(2, 7, 6)
+        merged = embeds.masked_scatter(image.unsqueeze(-1), features)
+        return merged, x.masked_scatter(x > 0, -x.flip(0)), torch.signbit(x), torch.signbit(tokens - 3)
+
+
+def test_masked_scatter_and_signbit_run_on_vulkan(device):
+    """masked_scatter (by a broadcast mask, by a full one) and signbit (-0.0 included) ran in
+    torch on the CPU: index / compare kernels now, torch's values bit for bit."""
+    tokens = torch.tensor([[1, 3, 3, 0, 2, 3, 1], [3, 0, 0, 3, 1, 1, 1]])
+    features = torch.randn(5, 6, generator=torch.Generator().manual_seed(3))
+    x = torch.tensor([[0.5, -0.0, 0.0, -2.0, 3.0], [-1.5, 2.5, 0.0, -0.0, 1.0], [4.0, -4.0, -0.0, 0.25, 0.0]])
+    model = ScatterByMask().eval()
+    gm = api.quantize(model, (tokens, features, x), scheme="dynamic", progress=False)
+    program = lower(gm, (tokens, features, x))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    got, ref = on_device(program, device, (tokens, features, x))
+    for i, (gv, r, w) in enumerate(zip(got, ref, model(tokens, features, x))):
+        np.testing.assert_array_equal(gv, w.numpy(), err_msg=f"output {i}")
+        np.testing.assert_array_equal(gv, r, err_msg=f"output {i}")
+    assert got[2].tolist() == [[False, True, False, True, False], [True, False, False, True, False],
+                               [False, True, True, False, False]]
+
+
 class MaskedTransformer(nn.Module):
     def __init__(self):
         super().__init__()

@@ -25,6 +25,10 @@ lookup table), so only what is left in float is rewritten here:
   round(x, decimals), logit(x, eps), fmax / fmin, ldexp, logical and / or / xor of non-bools
                                                 -> ATen's formulas (mul / round / div; clamp, div,
                                                   log; where of NaN tests; mul by pow(2, e); != 0)
+  masked_scatter(x, mask, source)              -> where(mask, source flattened indexed by the mask's
+                                                  running count - 1, x) (a VLM's image features into
+                                                  its token embeddings)
+  signbit(x)                                    -> x < 0; a float 0 by the sign of 1 / x
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
                                                   computes them (its comparisons: a NaN stays NaN)
   aten.topk(x, k <= 8, dim, largest) + getitems -> k rounds of argmax, gather and a where; a larger k
@@ -898,6 +902,42 @@ def last_from_int_sum(node):
     return call_before(node, aten.unsqueeze.default, (last, dim)) if keepdim else last
 
 
+def index_from_masked_scatter(node):
+    """masked_scatter(x, mask, source) -> where(mask, source flattened [the mask's running count
+    - 1], x): the k-th set position takes source's k-th element, as torch's. Static shapes; the
+    running count is clamped into source (torch refuses a mask with more set positions than
+    source has elements; a kernel must not read past it)."""
+    x, mask, source = node.args[:3]
+    vx, vm, vs = val(x), val(mask), val(source)
+    if not all(isinstance(v, torch.Tensor) for v in (vx, vm, vs)) or vm.dtype != torch.bool or vs.numel() == 0 \
+            or any(dynamic_size(n) for n in (x, mask, source)):
+        return None
+    shape = list(vx.shape)
+    full = mask if list(vm.shape) == shape else call_before(node, aten.expand.default, (mask, shape))
+    flat = call_before(node, aten.reshape.default, (full, [-1]))
+    count = call_before(node, aten.cumsum.default, (flat, 0), {"dtype": torch.int64})
+    clamp = call_before(node, aten.clamp.default, (call_before(node, aten.sub.Tensor, (count, 1)), 0, vs.numel() - 1))
+    at = extremes_from_int_clamp(clamp)     # (this pass visits the graph's nodes of its start only)
+    node.graph.erase_node(clamp)
+    picked = call_before(node, aten.index.Tensor, (call_before(node, aten.reshape.default, (source, [-1])), [at]))
+    return call_before(node, aten.where.self, (full, call_before(node, aten.reshape.default, (picked, shape)), x))
+
+
+def compares_from_signbit(node):
+    """signbit(x) -> x < 0, and for a float x also where x == 0 the sign of 1 / x (-0.0 gives
+    -inf): torch's for every value but a NaN whose sign bit is set (false here)."""
+    x = node.args[0]
+    v = val(x)
+    if not isinstance(v, torch.Tensor):
+        return None
+    below = call_before(node, aten.lt.Scalar, (x, 0))
+    if not v.dtype.is_floating_point:
+        return below
+    zero = call_before(node, aten.eq.Scalar, (x, 0))
+    negative_zero = call_before(node, aten.lt.Scalar, (call_before(node, aten.reciprocal.default, (x,)), 0))
+    return call_before(node, aten.where.self, (zero, negative_zero, below))
+
+
 DECOMPOSE = {
     **{t: moments_from_var for t in (aten.var.dim, aten.std.dim, aten.var.correction, aten.std.correction)},
     **{t: moments_from_var_mean for t in (aten.var_mean.correction, aten.var_mean.dim, aten.std_mean.correction,
@@ -954,6 +994,8 @@ DECOMPOSE = {
     **{t: on_bools_from_logical for t in (aten.logical_and.default, aten.logical_or.default, aten.logical_xor.default)},
     aten.kthvalue.default: select_from_kthvalue, aten.median.dim: select_from_kthvalue,
     aten.median.default: select_from_kthvalue,
+    aten.masked_scatter.default: index_from_masked_scatter,
+    aten.signbit.default: compares_from_signbit,
 }
 
 
