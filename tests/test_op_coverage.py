@@ -1693,6 +1693,31 @@ def test_masked_scatter_and_signbit_run_on_vulkan(device):
                                [False, True, True, False, False]]
 
 
+class FourierParts(nn.Module):
+    def forward(self, x):                       # x (2, 7, 12)
+        return (torch.fft.fftn(x, dim=(1, 2)).real, torch.fft.fft(x).imag, torch.fft.rfft(x, dim=1).abs(),
+                torch.fft.rfft2(x, norm="ortho").real, torch.fft.fft2(x, norm="forward").abs(),
+                torch.fft.rfftn(x).imag, torch.fft.fft(x, n=12, dim=-1).real)
+
+
+def test_fourier_transforms_of_real_tensors_run_on_vulkan(device):
+    """The real part, imaginary part or magnitude of fft / fft2 / fftn / rfft / rfft2 / rfftn of
+    a real tensor (FNet's token mixing: fftn(x, dim=(1, 2)).real), any norm, ran as complex ops
+    in torch on the CPU: products with cos / sin tables on Vulkan now, within float rounding of
+    torch's FFT (odd and even lengths, one-sided halves)."""
+    x = torch.randn(2, 7, 12, generator=torch.Generator().manual_seed(4))
+    model = FourierParts().eval()
+    gm = api.quantize(model, (x,), scheme="dynamic", progress=False)
+    program = lower(gm, (x,))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    got, ref = on_device(program, device, (x,))
+    for i, (gv, r, w) in enumerate(zip(got, ref, model(x))):
+        w = w.numpy()
+        assert gv.shape == w.shape, (i, gv.shape, w.shape)
+        np.testing.assert_allclose(gv, w, rtol=0, atol=2e-5 * np.abs(w).max(), err_msg=f"output {i}")
+        np.testing.assert_allclose(gv, r, rtol=0, atol=2e-6 * np.abs(w).max(), err_msg=f"output {i}")
+
+
 class MaskedTransformer(nn.Module):
     def __init__(self):
         super().__init__()

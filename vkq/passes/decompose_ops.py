@@ -29,6 +29,8 @@ lookup table), so only what is left in float is rewritten here:
                                                   running count - 1, x) (a VLM's image features into
                                                   its token embeddings)
   signbit(x)                                    -> x < 0; a float 0 by the sign of 1 / x
+  real / imag / abs of fft, fft2, fftn, rfft, rfft2, rfftn of a real tensor (FNet's token mixing)
+                                                -> products with constant cos / sin tables, dim by dim
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
                                                   computes them (its comparisons: a NaN stays NaN)
   aten.topk(x, k <= 8, dim, largest) + getitems -> k rounds of argmax, gather and a where; a larger k
@@ -938,6 +940,93 @@ def compares_from_signbit(node):
     return call_before(node, aten.where.self, (zero, negative_zero, below))
 
 
+# Fourier transforms of a real tensor, whose real part, imaginary part or magnitude the model
+# reads (FNet's mixing: fftn(x, dim=(1, 2)).real): n / s the sizes themselves, one-sided for rfft*
+FOURIER = {aten.fft_fft.default: False, aten.fft_fft2.default: False, aten.fft_fftn.default: False,
+           aten.fft_rfft.default: True, aten.fft_rfft2.default: True, aten.fft_rfftn.default: True}
+_FOURIER_SCALE = {None: lambda n: 1.0, "backward": lambda n: 1.0, "ortho": lambda n: 1.0 / math.sqrt(n),
+                  "forward": lambda n: 1.0 / n}
+
+
+def _fourier_dims(node, v) -> list | None:
+    """The dims an fft op transforms (in torch's order), or None where its sizes (n / s) pad or
+    cut the input."""
+    if node.target in (aten.fft_fft.default, aten.fft_rfft.default):
+        dims, sizes = [arg(node, 2, "dim", -1)], arg(node, 1, "n")
+        sizes = None if sizes is None else [sizes]
+    else:
+        two = node.target in (aten.fft_fft2.default, aten.fft_rfft2.default)
+        dims, sizes = arg(node, 2, "dim", [-2, -1] if two else None), arg(node, 1, "s")
+        dims = list(range(v.dim())) if dims is None else [dims] if isinstance(dims, int) else list(dims)
+    dims = [int(d) % v.dim() for d in dims]
+    if sizes is not None and [int(n) for n in sizes] != [v.shape[d] for d in dims]:
+        return None
+    return dims
+
+
+def dft_from_fft(node):
+    """real / imag / abs of fft, fft2, fftn, rfft, rfft2, rfftn of a real float tensor (static
+    shape, no padding) -> the discrete Fourier transform as products with constant cos / sin
+    matrices, dim by dim in float32 (re + i im) -> (re C + im S) + i (im C - re S): float matmuls
+    on the device where torch's complex FFT would run on the CPU. Within float rounding of
+    torch's FFT (a sum of N products a term: sqrt(N) roundings)."""
+    from ._graph import add_constant
+    fft = node.args[0]
+    if not isinstance(fft, Node) or fft.target not in FOURIER:
+        return None
+    x = fft.args[0]
+    v = val(x)
+    norm = arg(fft, 3, "norm")
+    if not isinstance(v, torch.Tensor) or not v.dtype.is_floating_point or v.dim() == 0 or dynamic_size(x) \
+            or norm not in _FOURIER_SCALE or not all(isinstance(n, int) for n in v.shape):
+        return None
+    dims = _fourier_dims(fft, v)
+    if dims is None or any(v.shape[d] == 0 for d in dims):
+        return None
+    if v.dtype != torch.float32:
+        x = call_before(node, aten._to_copy.default, (x,), {"dtype": torch.float32})
+    re, im = x, None
+    for i, d in enumerate(dims):
+        n = v.shape[d]
+        k = n // 2 + 1 if FOURIER[fft.target] and i == len(dims) - 1 else n     # one-sided: the last dim
+        angle = 2 * math.pi * (torch.arange(n, dtype=torch.float64)[:, None] * torch.arange(k)[None, :] % n) / n
+        scale = _FOURIER_SCALE[norm](n)
+
+        def times(t, table, name):     # t's dim d times an (n, k) table
+            c = add_constant(node.graph.owning_module, f"{node.name}_{name}{i}", (table * scale).float(), node)
+            moved = call_before(node, aten.transpose.int, (t, d, -1))
+            return call_before(node, aten.transpose.int, (call_before(node, aten.matmul.default, (moved, c)), d, -1))
+        last = i == len(dims) - 1
+        want_re = not last or node.target != aten.imag.default
+        want_im = not last or node.target != aten.real.default
+        new_re = new_im = None
+        if want_re:
+            new_re = times(re, torch.cos(angle), "cos")
+            if im is not None:
+                new_re = call_before(node, aten.add.Tensor, (new_re, times(im, torch.sin(angle), "sin")))
+        if want_im:
+            new_im = call_before(node, aten.neg.default, (times(re, torch.sin(angle), "sin"),))
+            if im is not None:
+                new_im = call_before(node, aten.add.Tensor, (times(im, torch.cos(angle), "cos"), new_im))
+        re, im = new_re, new_im
+    if node.target == aten.real.default:
+        out = re
+    elif node.target == aten.imag.default:
+        out = im
+    else:
+        squares = call_before(node, aten.add.Tensor, (call_before(node, aten.mul.Tensor, (re, re)),
+                                                      call_before(node, aten.mul.Tensor, (im, im))))
+        out = call_before(node, aten.sqrt.default, (squares,))
+    if val(node).dtype != torch.float32:
+        out = call_before(node, aten._to_copy.default, (out,), {"dtype": val(node).dtype})
+    return out
+
+
+def complex_abs_or_float(node):
+    """abs of a Fourier transform: dft_from_fft; of anything else: stays."""
+    return dft_from_fft(node) if val(node.args[0]) is not None and val(node.args[0]).is_complex() else None
+
+
 DECOMPOSE = {
     **{t: moments_from_var for t in (aten.var.dim, aten.std.dim, aten.var.correction, aten.std.correction)},
     **{t: moments_from_var_mean for t in (aten.var_mean.correction, aten.var_mean.dim, aten.std_mean.correction,
@@ -996,6 +1085,7 @@ DECOMPOSE = {
     aten.median.default: select_from_kthvalue,
     aten.masked_scatter.default: index_from_masked_scatter,
     aten.signbit.default: compares_from_signbit,
+    aten.real.default: dft_from_fft, aten.imag.default: dft_from_fft, aten.abs.default: complex_abs_or_float,
 }
 
 
