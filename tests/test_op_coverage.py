@@ -180,6 +180,38 @@ def test_moved_axes_are_int8_permutes(device):
     np.testing.assert_array_equal(got, ref)
     assert assert_matches_pt2e(program, gm, x, min_cos=0.999) >= 3
 
+
+class MatrixTransposes(nn.Module):
+    """x.T, x.mT / mH / H and adjoint(), and 2-D products of two activations (a single-head
+    attention over a token list, CSATv2's q @ k.T, a Gram matrix)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(6, 4), nn.Linear(6, 4), nn.Linear(6, 6)
+
+    def forward(self, x):                                           # x (7, 6)
+        attn = (self.q(x) @ self.k(x).T).softmax(-1)
+        gram = torch.mm(x, x.t())                                   # (7, 7)
+        y = self.v(attn @ x + gram @ x)
+        return y.mT.mT + y.unsqueeze(0).mH.mT[0] + y.H.T + y.adjoint().T
+
+
+def test_matrix_transposes_and_products_of_activations_run_on_vulkan(device):
+    """x.T / mT / mH / H / adjoint() ran in torch on the CPU (permutes now), and mm(x, t(y)) of
+    two activations became a linear with an activation as its weight, which no kernel takes (a
+    matmul now: int8 under the static scheme)."""
+    x = torch.randn(7, 6, generator=torch.Generator().manual_seed(6))
+    for scheme in ("static", "dynamic"):
+        program, gm = lowered(MatrixTransposes().eval(), (x,), batches((7, 6)), scheme)
+        assert not program.fallback and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+        assert sum(o.startswith("matmul") for o in ops(program)) >= 3, ops(program)
+        got, ref = on_device(program, device, (x,))
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
+        assert cosine(got, gm(x).detach().numpy()) >= 0.995
+        if scheme == "static":
+            assert assert_matches_pt2e(program, gm, x, min_cos=0.99) >= 3
+
+
 class PadByNothing(nn.Module):
     """Swin pads its windows up to a multiple of the window size: by 0 on every side at 224."""
 

@@ -47,6 +47,7 @@ differently; this pass rewrites the second kind into the first:
   aliases (multiply, divide, true_divide, subtract, absolute, negative, clip, greater, less, ...)
                                                 -> the op they name (mul, div, sub, abs, neg, clamp, gt, lt, ...)
   aten.square(x)                                -> aten.pow(x, 2)
+  x.T / mT / mH / H / adjoint() of a real x     -> aten.permute (all dims reversed; the last two)
   aten.swapaxes / swapdims(x, a, b)             -> aten.transpose(x, a, b);  movedim / moveaxis -> the
                                                   permute (int8 permutes; they ran as a float gather by
                                                   an index map, MaxViT's grid attention)
@@ -295,6 +296,20 @@ def _transposed_weight(node):
     return None
 
 
+def _reads_an_input(node) -> bool:
+    """node's value depends on a graph input (a placeholder among its ancestors)."""
+    seen, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if n.op == "placeholder":
+            return True
+        for a in n.all_input_nodes:
+            if a not in seen:
+                seen.add(a)
+                todo.append(a)
+    return False
+
+
 def _constant_weight(node) -> bool:
     """node is a 2-D constant, or a dequantize of one (what PT2E makes of an annotated weight)."""
     while is_call(node, DEQUANTIZE | DEQUANTIZE_CHANNEL):
@@ -303,11 +318,12 @@ def _constant_weight(node) -> bool:
 
 
 def _as_linear_weight(wt):
-    """The (out, in) weight of x @ wt: w where wt = t(w), else t(wt) for a constant (in, out)
-    matrix (GPT-2's Conv1D), else None."""
+    """The (out, in) weight of x @ wt: w where wt = t(w) and w is no activation, else t(wt) for a
+    constant (in, out) matrix (GPT-2's Conv1D), else None. A product of two activations (a 2-D
+    q @ k.T, a Gram matrix) stays a matmul: its kernels take two activations, linear's do not."""
     w = _transposed_weight(wt)
     if w is not None:
-        return w
+        return None if _reads_an_input(w) else w
     if not _constant_weight(wt):
         return None
     with wt.graph.inserting_after(wt):
@@ -704,6 +720,20 @@ def transpose_from_swapaxes(node):
     return _new(node, aten.transpose.int, (node.args[0], node.args[1], node.args[2]))
 
 
+def permute_from_matrix_transpose(node):
+    """x.T (all dims reversed), x.mT / mH / adjoint() (the last two swapped), x.H (a matrix's):
+    the permute, as for a real tensor the conjugate changes nothing (q @ k.mT ran in torch)."""
+    v = val(node.args[0])
+    if not isinstance(v, torch.Tensor) or v.is_complex() or (node.target != aten.numpy_T.default and v.dim() < 2):
+        return None
+    dims = list(range(v.dim()))
+    if node.target == aten.numpy_T.default:
+        dims.reverse()
+    else:
+        dims[-2:] = dims[:-3:-1]
+    return _new(node, aten.permute.default, (node.args[0], dims))
+
+
 def permute_from_movedim(node):
     """movedim(x, source, destination): the permute that puts each source dim at its destination,
     the other dims in their order (MaxViT's grid attention moves its axes this way)."""
@@ -913,6 +943,8 @@ BEFORE_ANNOTATION = {
     aten.square.default: pow_from_square,
     aten.col2im.default: conv_transpose_from_col2im,
     aten.swapaxes.default: transpose_from_swapaxes, aten.swapdims.default: transpose_from_swapaxes,
+    **{t: permute_from_matrix_transpose for t in (aten.numpy_T.default, aten.mT.default, aten.mH.default,
+                                                   aten.matrix_H.default, aten.adjoint.default)},
     **{getattr(getattr(aten, f), o): permute_from_movedim for f in ("movedim", "moveaxis") for o in ("int", "intlist")},
     aten.im2col.default: im2col_after_pad,
     aten.pixel_shuffle.default: views_from_pixel_shuffle, aten.pixel_unshuffle.default: views_from_pixel_shuffle,
