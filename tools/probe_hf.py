@@ -9,7 +9,8 @@ torch.multiply, RWKV's negative padding, Mamba's softplus, DPT's transposed conv
 pyramid pools and VideoMAE's conv3d on the CPU; in its third, the mixtures of experts' routing
 (a sort, histc, a cumsum to offsets and transformers' grouped_mm); in its fourth, PhiMoE's
 aten.concat, Mamba2's repeat_interleave with output_size and M2M100's index_select by computed
-positions:
+positions; in its fifth, MRA's folded permute failing to fold its view under the dynamic and
+weight-only schemes and FNet's Fourier transforms on the CPU:
 
     .venv/bin/python tools/probe_hf.py [--only bert,llama] [--schemes static,dynamic,weight_only]
 
@@ -213,7 +214,77 @@ def architectures(T) -> dict:
         "speech2text-encoder": (lambda: T.Speech2TextModel(T.Speech2TextConfig(
             input_feat_per_channel=16, conv_channels=32, max_source_positions=64, **ENC_DEC)).get_encoder(),
                                 lambda: (torch.randn(1, 40, 16),)),
+        # the fifth batch (2026-11-29)
+        **{name: (_auto(T, config, vocab_size=100, **kv, **llm, **SMALL), ids) for name, config, llm in (
+            ("glm4", "Glm4Config", dict(pad_token_id=0)), ("glm", "GlmConfig", dict(pad_token_id=0)),
+            ("smollm3", "SmolLM3Config", dict(pad_token_id=0)), ("helium", "HeliumConfig", dict(head_dim=8)),
+            ("olmo2", "Olmo2Config", {}), ("nemotron", "NemotronConfig", {}), ("exaone4", "Exaone4Config", {}),
+            ("arcee", "ArceeConfig", {}), ("apertus", "ApertusConfig", {}), ("seed-oss", "SeedOssConfig", {}),
+            ("ernie4_5", "Ernie4_5Config", {}), ("bitnet", "BitNetConfig", {}),
+            ("hunyuan", "HunYuanDenseV1Config", dict(head_dim=8, rope_scaling={"type": "dynamic", "factor": 1.0,
+                                                                               "alpha": 1.0})),
+            ("granitemoe", "GraniteMoeConfig", dict(num_local_experts=4, num_experts_per_tok=2)),
+            ("gpt-oss", "GptOssConfig", dict(num_local_experts=4, num_experts_per_tok=2, head_dim=8, sliding_window=4,
+                                             layer_types=["sliding_attention", "full_attention"])),
+            ("lfm2", "Lfm2Config", dict(layer_types=["conv", "full_attention"])))},
+        "deepseek-v3": (_auto(T, "DeepseekV3Config", vocab_size=100, num_key_value_heads=4, head_dim=4, n_routed_experts=4,
+                              num_experts_per_tok=2, n_group=2, topk_group=1, moe_intermediate_size=16, q_lora_rank=16,
+                              kv_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8,
+                              first_k_dense_replace=1, **SMALL), ids),
+        "persimmon": (_auto(T, "PersimmonConfig", vocab_size=100, **SMALL), ids),
+        "falcon-mamba": (_auto(T, "FalconMambaConfig", vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                               state_size=8), ids),
+        "xglm": (_auto(T, "XGLMConfig", vocab_size=100, d_model=32, num_layers=2, attention_heads=4, ffn_dim=64), ids),
+        "ctrl": (_auto(T, "CTRLConfig", vocab_size=100, n_embd=32, n_layer=2, n_head=4, dff=64), ids),
+        "imagegpt": (_auto(T, "ImageGPTConfig", vocab_size=101, n_embd=32, n_layer=2, n_head=4), ids),
+        **{name: (_auto(T, config, vocab_size=100, **extra, **SMALL), ids) for name, config, extra in (
+            ("bigbird", "BigBirdConfig", dict(attention_type="original_full")), ("data2vec-text", "Data2VecTextConfig", {}),
+            ("ernie", "ErnieConfig", {}), ("megatron-bert", "MegatronBertConfig", {}), ("mra", "MraConfig", {}),
+            ("rembert", "RemBertConfig", dict(input_embedding_size=16, output_embedding_size=16)))},
+        "fnet": (_auto(T, "FNetConfig", vocab_size=100, hidden_size=32, num_hidden_layers=2, intermediate_size=64), ids),
+        "marian-encoder": (lambda: T.MarianModel(T.MarianConfig(pad_token_id=0, decoder_start_token_id=0,
+                                                                **ENC_DEC)).get_encoder(), ids),
+        "pegasus-encoder": (lambda: T.PegasusModel(T.PegasusConfig(**ENC_DEC)).get_encoder(), ids),
+        "mbart-encoder": (lambda: T.MBartModel(T.MBartConfig(**ENC_DEC)).get_encoder(), ids),
+        "blenderbot-small-encoder": (lambda: T.BlenderbotSmallModel(T.BlenderbotSmallConfig(**ENC_DEC)).get_encoder(), ids),
+        **{name: (_auto(T, config, **extra, **WAVE), wave) for name, config, extra in (
+            ("data2vec-audio", "Data2VecAudioConfig", {}), ("sew", "SEWConfig", dict(squeeze_factor=2)),
+            ("sew-d", "SEWDConfig", dict(squeeze_factor=2)), ("unispeech", "UniSpeechConfig", {}),
+            ("unispeech-sat", "UniSpeechSatConfig", {}))},
+        "data2vec-vision": (_auto(T, "Data2VecVisionConfig", image_size=32, patch_size=8, **SMALL), image),
+        "vitmsn": (_auto(T, "ViTMSNConfig", image_size=32, patch_size=8, **SMALL), image),
+        "pvt-v2": (_auto(T, "PvtV2Config", hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1],
+                         num_attention_heads=[1, 1, 2, 2]), lambda: image(1, 64)),
+        "blip-vision": (lambda: T.BlipVisionModel(T.BlipVisionConfig(image_size=32, patch_size=8, **SMALL)), image),
+        "owlvit-vision": (lambda: T.OwlViTVisionModel(T.OwlViTVisionConfig(image_size=32, patch_size=8, **SMALL)), image),
+        "groupvit-vision": (lambda: T.GroupViTVisionModel(T.GroupViTVisionConfig(
+            image_size=32, patch_size=8, hidden_size=32, depths=[1, 1, 1], num_group_tokens=[4, 2, 0],
+            num_output_groups=[4, 2, 2], num_attention_heads=4, intermediate_size=64)), image),
+        "timesformer": (_auto(T, "TimesformerConfig", image_size=32, patch_size=8, num_frames=4, **SMALL),
+                        lambda: (torch.randn(1, 4, 3, 32, 32),)),
+        "vivit": (_auto(T, "VivitConfig", image_size=32, tubelet_size=[2, 8, 8], num_frames=4, **SMALL),
+                  lambda: (torch.randn(1, 4, 3, 32, 32),)),
+        "patchtst": (lambda: T.PatchTSTModel(T.PatchTSTConfig(
+            num_input_channels=3, context_length=32, patch_length=8, patch_stride=8, d_model=32, num_attention_heads=4,
+            num_hidden_layers=2, ffn_dim=64)), lambda: (torch.randn(1, 32, 3),)),
+        "patchtsmixer": (lambda: T.PatchTSMixerModel(T.PatchTSMixerConfig(
+            num_input_channels=3, context_length=32, patch_length=8, patch_stride=8, d_model=16, num_layers=2)),
+                         lambda: (torch.randn(1, 32, 3),)),
+        "hifigan": (lambda: T.SpeechT5HifiGan(T.SpeechT5HifiGanConfig(
+            model_in_dim=16, upsample_initial_channel=32, upsample_rates=[4, 2], upsample_kernel_sizes=[8, 4],
+            resblock_kernel_sizes=[3, 5], resblock_dilation_sizes=[[1, 3], [1, 3]])), lambda: (torch.randn(1, 10, 16),)),
+        "clap-audio": (lambda: T.ClapAudioModel(T.ClapAudioConfig(
+            spec_size=32, patch_size=4, num_mel_bins=16, window_size=4, depths=[1, 1], num_attention_heads=[2, 4],
+            hidden_size=16, patch_embeds_hidden_size=16, enable_fusion=False)), lambda: (torch.randn(1, 1, 32, 16),)),
+        "moonshine-encoder": (lambda: T.MoonshineModel(T.MoonshineConfig(
+            vocab_size=100, hidden_size=32, intermediate_size=64, encoder_num_hidden_layers=2, decoder_num_hidden_layers=1,
+            encoder_num_attention_heads=4, decoder_num_attention_heads=4)).get_encoder(), lambda: (torch.randn(1, 1600),)),
     }
+
+
+def _auto(T, config: str, **kwargs):
+    """A factory of transformers' base model for the named config class."""
+    return lambda: T.AutoModel.from_config(getattr(T, config)(**kwargs))
 
 
 class FirstOutput(torch.nn.Module):
