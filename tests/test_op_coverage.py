@@ -1725,6 +1725,36 @@ def test_masked_scatter_and_signbit_run_on_vulkan(device):
                                [False, True, True, False, False]]
 
 
+class NormsAndSplits(nn.Module):
+    def forward(self, x, m):                    # x (3, 4, 5), m (4, 6)
+        a, b, c = torch.tensor_split(x, 3, dim=-1)                  # sizes 2, 2, 1
+        d, e = torch.tensor_split(x, [1], dim=1)
+        return (F.normalize(x, p=1, dim=-1), x.norm(p=3, dim=(1, 2)), torch.linalg.vector_norm(x, float("inf"), -1),
+                torch.linalg.vector_norm(x, float("-inf"), 0, keepdim=True), torch.linalg.vector_norm(x, 0, -1),
+                torch.dist(x, x.flip(0), 1.5), a * b + c, d.sum(1) - e.sum(1),
+                torch.addmv(x[0, 0, :4], m, x[1, 1, :].repeat(2)[:6], beta=0.5, alpha=2.0),
+                torch.addbmm(m[:, :4], x, x.transpose(1, 2), alpha=0.5))
+
+
+def test_norms_of_other_orders_and_splits_run_on_vulkan(device):
+    """Vector norms of orders 1, 3, inf, -inf and 0 (F.normalize(p=1)), dist, tensor_split by
+    sections or indices, addmv and addbmm ran in torch on the CPU: reductions of |x|, slices and
+    matmuls now, within float rounding of torch's (a count and an amax exactly)."""
+    g = torch.Generator().manual_seed(11)
+    x, m = torch.randn(3, 4, 5, generator=g), torch.randn(4, 6, generator=g)
+    x[1, 2, 3] = 0.0
+    model = NormsAndSplits().eval()
+    gm = api.quantize(model, (x, m), scheme="dynamic", progress=False)
+    program = lower(gm, (x, m))
+    assert program.fallback == [] and not any(n.op == "torch_op" for n in program.nodes), program.fallback
+    got, ref = on_device(program, device, (x, m))
+    for i, (gv, r, w) in enumerate(zip(got, ref, model(x, m))):
+        w = w.numpy()
+        assert gv.shape == w.shape, (i, gv.shape, w.shape)
+        np.testing.assert_allclose(gv, w, rtol=2e-6, atol=2e-6 * np.abs(w).max(), err_msg=f"output {i}")
+        np.testing.assert_allclose(gv, r, rtol=2e-6, atol=2e-6 * np.abs(w).max(), err_msg=f"output {i}")
+
+
 class FourierParts(nn.Module):
     def forward(self, x):                       # x (2, 7, 12)
         return (torch.fft.fftn(x, dim=(1, 2)).real, torch.fft.fft(x).imag, torch.fft.rfft(x, dim=1).abs(),

@@ -29,6 +29,7 @@ lookup table), so only what is left in float is rewritten here:
                                                   running count - 1, x) (a VLM's image features into
                                                   its token embeddings)
   signbit(x)                                    -> x < 0; a float 0 by the sign of 1 / x
+  linalg_vector_norm(x, ord != 2), dist(x, y, p) -> sum / amax / amin / count of |x|, or sum(|x|^p)^(1/p)
   real / imag / abs of fft, fft2, fftn, rfft, rfft2, rfftn of a real tensor (FNet's token mixing)
                                                 -> products with constant cos / sin tables, dim by dim
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
@@ -1027,6 +1028,38 @@ def complex_abs_or_float(node):
     return dft_from_fft(node) if val(node.args[0]) is not None and val(node.args[0]).is_complex() else None
 
 
+def sums_from_vector_norm(node):
+    """linalg_vector_norm(x, ord, dims, keepdim) of a float x, ord not 2 (the kernel's) -> ATen's
+    reductions of |x|: ord 1 a sum, inf / -inf an amax / amin, 0 a count of nonzeros, another p
+    sum(|x|^p)^(1/p) (F.normalize(p=1), x.norm(p=1)); dist(x, y, p): the norm of x - y."""
+    if node.target == aten.dist.default:
+        x = call_before(node, aten.sub.Tensor, (node.args[0], node.args[1]))
+        ord_, dims, keepdim = float(arg(node, 2, "p", 2)), None, False
+    else:
+        x, ord_ = node.args[0], float(arg(node, 1, "ord", 2))
+        dims, keepdim = arg(node, 2, "dim"), bool(arg(node, 3, "keepdim", False))
+    v = val(x)
+    if not isinstance(v, torch.Tensor) or not v.dtype.is_floating_point or node.kwargs.get("dtype") is not None \
+            or (ord_ == 2 and node.target != aten.dist.default):
+        return None
+    dims = list(range(v.dim())) if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0) \
+        else [int(dims)] if isinstance(dims, int) else [int(d) for d in dims]
+    if ord_ == 2:
+        return call_before(node, aten.linalg_vector_norm.default, (x, 2, dims, keepdim))
+    size = call_before(node, aten.abs.default, (x,))
+    if math.isinf(ord_):
+        return call_before(node, aten.amax.default if ord_ > 0 else aten.amin.default, (size, dims, keepdim))
+    if ord_ == 0:
+        nonzero = call_before(node, aten._to_copy.default, (call_before(node, aten.ne.Scalar, (x, 0)),),
+                              {"dtype": v.dtype})
+        return call_before(node, aten.sum.dim_IntList, (nonzero, dims, keepdim))
+    if ord_ == 1:
+        return call_before(node, aten.sum.dim_IntList, (size, dims, keepdim))
+    powered = call_before(node, aten.pow.Tensor_Scalar, (size, ord_))
+    return call_before(node, aten.pow.Tensor_Scalar,
+                       (call_before(node, aten.sum.dim_IntList, (powered, dims, keepdim)), 1.0 / ord_))
+
+
 DECOMPOSE = {
     **{t: moments_from_var for t in (aten.var.dim, aten.std.dim, aten.var.correction, aten.std.correction)},
     **{t: moments_from_var_mean for t in (aten.var_mean.correction, aten.var_mean.dim, aten.std_mean.correction,
@@ -1085,6 +1118,7 @@ DECOMPOSE = {
     aten.median.default: select_from_kthvalue,
     aten.masked_scatter.default: index_from_masked_scatter,
     aten.signbit.default: compares_from_signbit,
+    aten.linalg_vector_norm.default: sums_from_vector_norm, aten.dist.default: sums_from_vector_norm,
     aten.real.default: dft_from_fft, aten.imag.default: dft_from_fft, aten.abs.default: complex_abs_or_float,
 }
 

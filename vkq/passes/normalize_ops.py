@@ -39,11 +39,12 @@ differently; this pass rewrites the second kind into the first:
                                                   dim: of x flattened
   aten.searchsorted(1-D boundaries, x, right / side) -> bucketize(x, boundaries, right)
   aten.stack(tensors, dim)                      -> cat of the tensors unsqueezed at dim   (GPT-J)
-  aten.split / split_with_sizes / chunk, read by getitems, the dim static
+  aten.split / split_with_sizes / chunk / tensor_split, read by getitems, the dim static
                                                 -> a slice per part (int8 stays int8: ShuffleNetV2)
   aten.outer(a, b) / aten.ger(a, b)            -> unsqueeze(a, 1) * b   (rotary frequencies: outer(positions,
                                                   inverse frequencies), a broadcast mul with kernels)
-  aten.baddbmm(c, a, b, beta, alpha)            -> beta * c + alpha * bmm(a, b)   (BLOOM, WavLM)
+  aten.baddbmm(c, a, b, beta, alpha)            -> beta * c + alpha * bmm(a, b)   (BLOOM, WavLM); addbmm:
+                                                  the bmm summed over its batch; addmv: a matmul
   aliases (multiply, divide, true_divide, subtract, absolute, negative, clip, greater, less, ...)
                                                 -> the op they name (mul, div, sub, abs, neg, clamp, gt, lt, ...)
   aten.square(x)                                -> aten.pow(x, 2)
@@ -679,13 +680,20 @@ def mul_from_outer(node):
 
 def bmm_add_from_baddbmm(node):
     """baddbmm(c, a, b, beta, alpha) = beta * c + alpha * (a @ b) (BLOOM's ALiBi scores, WavLM's
-    position bias): a bmm, scalings where beta or alpha is not 1, an add."""
+    position bias): a bmm, scalings where beta or alpha is not 1, an add. addbmm: the bmm's sum
+    over its batch; addmv: a matrix-vector matmul."""
     c, a, b = node.args[:3]
     beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
     if not all(isinstance(v, torch.Tensor) for v in (val(c), val(a), val(b))) \
             or not all(isinstance(s, (int, float)) for s in (beta, alpha)):
         return None
-    prod = _new(node, aten.bmm.default, (a, b))
+    if node.target == aten.addmv.default:
+        prod = _new(node, aten.matmul.default, (a, b))
+    else:
+        prod = _new(node, aten.bmm.default, (a, b))
+        if node.target == aten.addbmm.default:
+            prod.meta["val"] = val(a).new_empty((val(a).shape[0], val(node).shape[0], val(node).shape[1]))
+            prod = _new(node, aten.sum.dim_IntList, (prod, [0]))
     prod.meta["val"] = val(node)
     if alpha != 1:
         prod = _new(node, aten.mul.Tensor, (prod, alpha))
@@ -933,8 +941,10 @@ BEFORE_ANNOTATION = {
     aten.searchsorted.Tensor: bucketize_from_searchsorted,
     aten.stack.default: cat_from_stack,
     aten.split.Tensor: slices_from_split, aten.split_with_sizes.default: slices_from_split,
+    aten.tensor_split.sections: slices_from_split, aten.tensor_split.indices: slices_from_split,
     aten.chunk.default: slices_from_split,
-    aten.baddbmm.default: bmm_add_from_baddbmm,
+    aten.baddbmm.default: bmm_add_from_baddbmm, aten.addbmm.default: bmm_add_from_baddbmm,
+    aten.addmv.default: bmm_add_from_baddbmm,
     aten.outer.default: mul_from_outer, aten.ger.default: mul_from_outer,
     aten.einsum.default: from_einsum,
     aten.constant_pad_nd.default: crop_from_negative_pad,
