@@ -4,6 +4,8 @@ the schemes it meets, lowered with nothing left on the CPU, run on each test dev
 with the program's reference and with PT2E's eager output (and, where it says, torch's float
 model). tools/probe_hf.py found most of them in Hugging Face architectures; the architecture is
 named beside each."""
+import os
+import tempfile
 import warnings
 
 import numpy as np
@@ -1778,6 +1780,49 @@ def test_fourier_transforms_of_real_tensors_run_on_vulkan(device):
         assert gv.shape == w.shape, (i, gv.shape, w.shape)
         np.testing.assert_allclose(gv, w, rtol=0, atol=2e-5 * np.abs(w).max(), err_msg=f"output {i}")
         np.testing.assert_allclose(gv, r, rtol=0, atol=2e-6 * np.abs(w).max(), err_msg=f"output {i}")
+
+
+class SpectralLayers(nn.Module):
+    """A global filter (GFNet: rfft2, a complex weight, irfft2), an autocorrelation (Autoformer:
+    rfft, conj, irfft), a complex parameter, and a complex output."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(9)
+        self.filter = nn.Parameter(torch.randn(4, 3, 2, generator=g))
+        self.phase = nn.Parameter(torch.randn(4, 3, generator=g, dtype=torch.complex64))
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):                                   # x (2, 4, 4)
+        h = self.fc(x)
+        f = torch.fft.rfft2(h, norm="ortho") * torch.view_as_complex(self.filter)
+        filtered = torch.fft.irfft2(f, s=(4, 4), norm="ortho")
+        q, k = torch.fft.rfft(h, dim=-1), torch.fft.rfft(h.flip(1), dim=-1)
+        corr = torch.fft.irfft(q * torch.conj(k), n=4, dim=-1)
+        return self.fc(filtered + corr), torch.fft.rfft2(h) * self.phase
+
+
+def test_complex_tensors_between_cpu_ops_keep_their_imaginary_parts(device):
+    """Complex tensors between ops that run in torch on the CPU: the program declared them float
+    (their words), so the imaginary part was dropped between ops (an autocorrelation gave cosine
+    0.61 with PT2E; a conjugate failed to convert). They travel as (real, imaginary) pairs now,
+    constants too, and a complex output comes back complex, also from a saved program."""
+    from vkq.progfile import load_program, save_program
+    x = torch.randn(2, 4, 4, generator=torch.Generator().manual_seed(10))
+    model = SpectralLayers().eval()
+    for scheme in ("dynamic", "static"):
+        gm = api.quantize(model, (x,), [(torch.randn(2, 4, 4),) for _ in range(3)], scheme=scheme, progress=False)
+        program = lower(gm, (x,))
+        assert any("complex tensors run in torch" in why for _, why in program.fallback), program.fallback
+        got, ref = on_device(program, device, (x,))
+        want = [w.detach().numpy() for w in gm(x)]
+        assert got[1].dtype == np.complex64 and got[1].shape == (2, 4, 3)
+        for gv, r, w in zip(got, ref, want):      # (a dynamic linear's step may differ from PT2E's)
+            np.testing.assert_allclose(gv, r, rtol=1e-5, atol=1e-5 * np.abs(w).max())
+            assert abs(np.vdot(gv, w)) / (np.linalg.norm(gv) * np.linalg.norm(w)) > 0.9995
+    with tempfile.TemporaryDirectory() as d:
+        again = load_program(save_program(program, os.path.join(d, "spectral.vkq")))
+    np.testing.assert_array_equal(run_reference(again, x.numpy())[1], ref[1])
 
 
 class MaskedTransformer(nn.Module):

@@ -250,7 +250,7 @@ MALFORMED = [
     (lambda m: m["nodes"][0]["attrs"].update(zero_point=[1]), r"attr 'zero_point' must be an integer in"),
     (lambda m: m["meta"].update(symbol_names=[1]), "meta symbol_names must map symbols to Dim names"),
     (lambda m: m["meta"].update(symbol_names={"s0": ""}), "meta symbol_names must map symbols to Dim names"),
-    (lambda m: m["meta"].update(output_dtypes={"y": "complex64"}), "meta output_dtypes must map program outputs to"),
+    (lambda m: m["meta"].update(output_dtypes={"y": "float8"}), "meta output_dtypes must map program outputs to"),
     (lambda m: m["meta"].update(output_dtypes={"x": "bool"}), "meta output_dtypes must map program outputs to"),
     (lambda m: m["meta"].update(output_dtypes=["bool"]), "meta output_dtypes must map program outputs to"),
     (lambda m: m.update(checks="s0 != 1"), "checks must be a list, got a string"),

@@ -106,6 +106,8 @@ def _outputs(program: Program, env):
     outs = []
     for t in program.outputs:
         value = program.constants[t] if t in program.constants else env[t]
+        if dtypes.get(t) == "complex64":        # from its (real, imaginary) pairs
+            value = np.ascontiguousarray(value, np.float32).view(np.complex64).reshape(value.shape[:-1])
         outs.append(value.astype(dtypes[t]) if t in dtypes else value.copy() if t in program.constants else value)
     return outs[0] if len(outs) == 1 else tuple(outs)
 

@@ -149,12 +149,15 @@ NP_DTYPE = {torch.float32: "float32", torch.float64: "float32", torch.float16: "
 
 # what a program output of these torch dtypes is handed back as (its words are NP_DTYPE's)
 OUTPUT_DTYPE = {torch.float64: "float64", torch.float16: "float16", torch.int64: "int64",
-                torch.int16: "int16", torch.uint8: "uint8", torch.bool: "bool"}
+                torch.int16: "int16", torch.uint8: "uint8", torch.bool: "bool", torch.complex64: "complex64",
+                torch.complex128: "complex64"}
 
 
 def _spec(node_val, node: Node | None = None) -> TensorSpec:
     dtype = NP_DTYPE.get(node_val.dtype, "float32")
     shape = tuple(int(d) for d in node_val.shape)
+    if node_val.is_complex():        # (real, imaginary) pairs in a last dim of 2: torch_op's form of it
+        return TensorSpec(shape + (2,), "float32")
     if dtype != "int8":
         return TensorSpec(shape, dtype)
     layout = node.meta.get(LAYOUT_KEY) if node is not None else None
@@ -1356,6 +1359,8 @@ class Translator:
             value = _attr_value(self.gm, node)
         value = value.detach().cpu()
         spec = _spec(value, node)
+        if value.is_complex():
+            value = torch.view_as_real(value.resolve_conj())
         if value.dtype == torch.float64 and node.meta.get(HOST_FLOAT64):
             spec = TensorSpec(spec.shape, "float64")
         arr = value.numpy().astype(spec.numpy_dtype)
@@ -1436,6 +1441,10 @@ class Translator:
         return self._cpu(node)
 
     def _cpu(self, node):
+        if any(isinstance(val(n), torch.Tensor) and val(n).is_complex() for n in [node, *node.all_input_nodes]):
+            self.fallback.append((op_name(node.target), f"{op_name(node.target)}: complex tensors run in torch "
+                                  "on the CPU (no Vulkan kernel takes them)"))
+            return self._torch_op(node)
         rule = CPU_RULES.get(node.target) or RULES_BY_NAME.get(op_name(node.target))
         lowered = rule(node, self) if rule is not None else None
         if lowered is None or get_op(lowered[0]).build is None:

@@ -29,7 +29,7 @@ from . import packing, symbolic
 
 DTYPES = ("int8", "float32", "int32", "float64")
 # dtypes an output is handed back in where torch's is not its words' (meta output_dtypes)
-OUTPUT_DTYPES = ("float64", "float16", "int64", "int16", "int8", "uint8", "bool")
+OUTPUT_DTYPES = ("float64", "float16", "int64", "int16", "int8", "uint8", "bool", "complex64")
 
 
 @dataclass

@@ -39,7 +39,7 @@ def linear(x, weight, bias):
 
 DTYPE_NAMES = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16",
                "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32", "int64": "int64",
-               "bool": "bool"}
+               "bool": "bool", "complex64": "complex64", "complex128": "complex128"}
 
 
 def torch_op(*tensors, target, args, kwargs=None, dtypes=None):
@@ -52,7 +52,9 @@ def torch_op(*tensors, target, args, kwargs=None, dtypes=None):
     for i, t in enumerate(tensors):
         a = np.asarray(t)
         tt = torch.from_numpy(np.ascontiguousarray(a).reshape(a.shape))    # (ascontiguousarray makes 0-d 1-d)
-        if dtypes and dtypes[i]:
+        if dtypes and dtypes[i] and dtypes[i].startswith("complex"):      # from (real, imaginary) pairs
+            tt = torch.view_as_complex(tt.to(torch.float32).contiguous()).to(getattr(torch, dtypes[i]))
+        elif dtypes and dtypes[i]:
             tt = tt.to(getattr(torch, dtypes[i]))
         ts.append(tt)
 
@@ -85,8 +87,20 @@ def torch_op(*tensors, target, args, kwargs=None, dtypes=None):
     with torch.no_grad():
         out = op(*decode(args), **{k: decode(v) for k, v in (kwargs or {}).items()})
     if isinstance(out, (tuple, list)):
-        return tuple(o.detach().numpy() for o in out)
-    return out.detach().numpy()
+        return tuple(_as_numpy(o) for o in out)
+    return _as_numpy(out)
+
+
+def _as_numpy(t):
+    # (a lazy conjugate or negation, aten._conj's view, has no numpy form until resolved; a
+    # complex tensor leaves as its (real, imaginary) pairs, the program's form of it)
+    t = t.detach().resolve_conj().resolve_neg()
+    return _view_as_real(t).numpy() if t.is_complex() else t.numpy()
+
+
+def _view_as_real(t):
+    import torch
+    return torch.view_as_real(t.to(torch.complex64))
 
 
 # ---------------------------------------------------------------- registration
