@@ -283,6 +283,27 @@ def test_torch_op_fallback_for_ops_without_a_cpu_rule():
     assert cosine(run_reference(program, x.numpy()), gm(x).detach().numpy()) >= 0.999
 
 
+def test_integers_beyond_int32_are_refused_not_wrapped(device):
+    """Integer tensors live in 32-bit words: an int64 input, or an int64 result of an op that runs
+    in torch, beyond int32's range was cast (wrapped) silently; it is refused, naming the tensor."""
+    from vkq.executor import NodeError, VulkanExecutor
+
+    class M(nn.Module):
+        def forward(self, x, ids):
+            big = torch.lcm(ids, ids + 1)                            # torch runs it: int64
+            return x + (ids % 7).float().unsqueeze(-1), big
+
+    x, ids = torch.randn(2, 3, 4), torch.randint(0, 1000, (2, 3))
+    gm = api.quantize(M().eval(), (x, ids), scheme="dynamic", progress=False)
+    program = lower(gm, (x, ids))
+    got = run_reference(program, x.numpy(), ids.numpy())
+    np.testing.assert_array_equal(got[1], M()(x, ids)[1].numpy())
+    with pytest.raises(ValueError, match="input 'ids' holds integers beyond int32's range"):
+        VulkanExecutor(program, device)(x.numpy(), ids.numpy() + 2 ** 33)
+    with pytest.raises(NodeError, match="beyond int32's range"):
+        run_reference(program, x.numpy(), (ids + 2 ** 20).numpy())       # ~2^40
+
+
 def test_api_compile():
     x = torch.randn(3, 64)
     program, fallback = api.compile(models.mlp(), (x,))

@@ -67,8 +67,18 @@ def _bind_inputs(program: Program, inputs) -> dict:
         a = _as_numpy(x)
         if a.shape != spec.shape:
             raise ValueError(f"input {name!r} must have shape {spec.shape}, got {a.shape}")
-        env[name] = a.astype(spec.numpy_dtype, copy=False)
+        env[name] = _as_words(a, spec, f"input {name!r}")
     return env
+
+
+def _as_words(value: np.ndarray, spec, what: str) -> np.ndarray:
+    """value in its spec's dtype; integers beyond int32's range are refused (the cast would wrap
+    them: a wrong answer, not an error)."""
+    if spec.dtype == "int32" and value.dtype.kind in "iu" and value.dtype.itemsize >= 4 and value.size \
+            and (int(value.min()) < -2 ** 31 or int(value.max()) >= 2 ** 31):
+        raise ValueError(f"{what} holds integers beyond int32's range ({int(value.min())} .. {int(value.max())}); "
+                         "vkq keeps integer tensors in 32-bit words")
+    return value.astype(spec.numpy_dtype, copy=False)
 
 
 @contextlib.contextmanager
@@ -95,7 +105,10 @@ def _store(env, node: Node, result, program: Program):
         if value.shape != spec.shape:
             raise NodeError(f"node {node.name!r} ({node.op}): its output {name!r} has shape {value.shape}, "
                             f"its spec says {spec.shape}")
-        env[name] = value.astype(spec.numpy_dtype, copy=False)
+        try:
+            env[name] = _as_words(value, spec, f"output {name!r}")
+        except ValueError as e:
+            raise NodeError(f"node {node.name!r} ({node.op}): {e}") from None
 
 
 def _outputs(program: Program, env):
