@@ -238,3 +238,48 @@ def test_histogram_observer_leaves_nan_out_of_the_range():
     plain(x[~torch.isnan(x)])
     assert (ours.min_val, ours.max_val) == (plain.min_val, plain.max_val) == (-1.0, 2.0)
     assert all(torch.equal(a, b) for a, b in zip(ours.calculate_qparams(), plain.calculate_qparams()))
+
+
+class ScaledNorms(nn.Module):
+    """Layer scales of channels from 1e-4 to 1 after a conv, an RMS norm written out over
+    channels (timm's rms_norm2d with its weight), a linear and a layer norm; a LLaMA RMSNorm
+    written out (float casts, pow, mean, rsqrt, its weight)."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.conv, self.fc, self.ln = nn.Conv2d(8, 8, 3, padding=1), nn.Linear(8, 8), nn.LayerNorm(8)
+        self.gammas = nn.ParameterList([nn.Parameter(10 ** (-4 * torch.rand(8, generator=g))) for _ in range(4)])
+        self.rms_weight = nn.Parameter(torch.rand(8, generator=g) + 0.5)
+
+    def forward(self, x):                                   # x (2, 8, 6, 6)
+        y = x + self.conv(x) * self.gammas[0].view(1, -1, 1, 1)
+        v = torch.mean(y.pow(2), dim=1, keepdim=True)
+        y = y * torch.rsqrt(v + 1e-5) * self.rms_weight.reshape(1, -1, 1, 1) * self.gammas[1].view(1, -1, 1, 1)
+        t = y.flatten(2).transpose(1, 2)                    # (2, 36, 8)
+        t = t + self.fc(t) * self.gammas[2]
+        t = self.ln(t) * self.gammas[3]
+        h = t.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.fc(self.rms_weight * h.to(t.dtype))
+
+
+def test_channel_scales_fold_into_their_producers_and_written_out_rms_norms_are_one_op():
+    """A per-channel constant multiplier quantized per tensor as an activation lost its small
+    channels (a layer scale at 1e-5 put out 0: MobileNetV5), and the parts of a written-out RMS
+    norm, each quantized, lost the mean of squares. The scales now fold into the weight of the
+    conv / linear / norm that makes their input (or the next scale's), the norms are aten.rms_norm
+    (float inside): no mul by a constant is left, and the static int8 model is close to float."""
+    x = torch.randn(2, 8, 6, 6, generator=torch.Generator().manual_seed(4))
+    model = ScaledNorms().eval()
+    gm = api.quantize(model, (x,), [(torch.randn(2, 8, 6, 6),) for _ in range(4)], progress=False)
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert targets.count(aten.rms_norm.default) == 2 and aten.rsqrt.default not in targets, targets
+    consts = {n for n in gm.graph.nodes if n.op == "get_attr"}
+    muls = [n for n in gm.graph.nodes if n.target == aten.mul.Tensor]
+    assert not any(a in consts or (a.op == "call_function" and a.target == qd.dequantize_per_tensor.default
+                                   and a.args[0] in consts) for m in muls for a in m.args if hasattr(a, "op")), muls
+    with torch.no_grad():
+        want, got = model(x), gm(x)
+    cos = F.cosine_similarity(want.flatten(), got.flatten(), dim=0)
+    assert cos > 0.995, cos

@@ -367,27 +367,140 @@ def _as_depthwise_1x1(gm: GraphModule, node: Node, x: Node, val, scale, shift, h
     gm.graph.erase_node(node)
 
 
+def _channel_scale(gm: GraphModule, node: Node):
+    """(x, s as a (C,) vector) where node is x * s or s * x, s a constant of one value per
+    channel of x (dim 1 of a 4-D x, else its last dim) that leaves x's shape as it is; else None.
+    s may be a view of a parameter (timm's LayerScale2d: gamma.view(1, -1, 1, 1))."""
+    from .passes.fold_constants import evaluate_constant
+    if not _is(node, MUL) or len(node.args) != 2:
+        return None
+    for x, s in (node.args, node.args[::-1]):
+        v = x.meta.get("val") if isinstance(x, Node) else None
+        scale = evaluate_constant(gm, s) if isinstance(s, Node) else None
+        if not isinstance(v, torch.Tensor) or scale is None or not v.is_floating_point() or v.dim() < 2 \
+                or tuple(getattr(node.meta.get("val"), "shape", ())) != tuple(v.shape):
+            continue
+        c = v.shape[1] if v.dim() == 4 else v.shape[-1]
+        want = [1] * v.dim()
+        want[1 if v.dim() == 4 else -1] = c
+        if isinstance(c, int) and c > 1 and scale.numel() == c \
+                and [1] * (v.dim() - scale.dim()) + list(scale.shape) == want:
+            return x, scale.float().reshape(c)
+    return None
+
+
+def channel_scale_into_producer(gm: GraphModule) -> bool:
+    """x * s, s one constant per channel of x, where x is read by this mul alone and made by an op
+    with a per-channel weight: a linear or conv2d (its weight's output channels and bias), a
+    layer / RMS norm over those channels (its weight and bias; also when permuted back to
+    channels first: a 2-D norm), a batch norm, or another such mul (the two scales' product)
+    -> that op with its weight scaled. Exact; its weight is quantized per channel (a conv's,
+    a linear's) or stays float (a norm's), where the mul's constant, quantized as an activation,
+    lost the channels of small scales (timm's LayerScale, 1e-5 at init: all of them, and the
+    block's output was 0; MobileNetV5's RMS norm weight then layer scale)."""
+    changed, again = False, True
+    while again:
+        again = False
+        for node in list(gm.graph.nodes):
+            found = _channel_scale(gm, node)
+            if found is not None and _readers(found[0]) == 1 and _scale_producer(gm, *found):
+                node.replace_all_uses_with(found[0])
+                gm.graph.erase_node(node)
+                changed = again = True
+    if changed:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return changed
+
+
+NORMS = {aten.layer_norm.default: (2, 3), aten.rms_norm.default: (2, None), aten.batch_norm.default: (1, 2)}  # weight, bias
+
+
+def _scale_producer(gm: GraphModule, x: Node, scale: torch.Tensor) -> bool:
+    """Scale the per-channel weight (and bias) of the op that makes x by `scale`; False where x's
+    maker is none of channel_scale_into_producer's."""
+    from .passes._graph import const_value
+    c = scale.numel()
+    v = x.meta["val"]
+    while _is(x, {aten._to_copy.default, aten.to.dtype}) and _readers(x.args[0]) == 1 \
+            and x.args[0].meta.get("val") is not None and x.args[0].meta["val"].dtype == v.dtype:
+        x = x.args[0]           # (a cast to the dtype it has: LLaMA's norm casts its result back)
+    op = x.args[0] if _is(x, {aten.permute.default}) and list(x.args[1]) == [0, 3, 1, 2] and _readers(x.args[0]) == 1 \
+        else x
+    if op is not x and not (_is(op, {aten.layer_norm.default, aten.rms_norm.default})):
+        return False
+    if _is(op, LINEAR) or op.target == aten.conv2d.default:
+        if _is(op, LINEAR) and v.dim() == 4:
+            return False
+        slots = (1, 2)
+    elif _is(op, set(NORMS)):
+        if op.target == aten.batch_norm.default:
+            if v.dim() != 4 or op.args[5]:
+                return False
+        elif list(op.args[1]) != [c]:
+            return False
+        slots = NORMS[op.target]
+    elif _is(op, MUL):
+        inner = _channel_scale(gm, op)
+        if inner is None or inner[1].numel() != c or inner[0].meta["val"].dim() != v.dim():
+            return False
+        _replace_arg(gm, op, [a is not inner[0] for a in op.args].index(True), (inner[1] * scale).reshape(
+            [c if d == (1 if v.dim() == 4 else v.dim() - 1) else 1 for d in range(v.dim())]))
+        return True
+    else:
+        return False
+    w, b = (arg_at(op, slots[0]), arg_at(op, slots[1]) if slots[1] is not None else None)
+    wv, bv = const_value(gm, w) if w is not None else None, const_value(gm, b) if b is not None else None
+    if (w is not None and wv is None) or (b is not None and bv is None) or (wv is not None and wv.shape[0] != c):
+        return False
+    if wv is None and op.target in (aten.linear.default, aten.conv2d.default):
+        return False
+    weight = (torch.ones(c) if wv is None else wv.float()) * scale.reshape(-1, *[1] * (0 if wv is None else wv.dim() - 1))
+    _replace_arg(gm, op, slots[0], weight.to(wv.dtype if wv is not None else torch.float32))
+    if bv is not None:
+        _replace_arg(gm, op, slots[1], (bv.float() * scale).to(bv.dtype))
+    elif op.target == aten.batch_norm.default:
+        _replace_arg(gm, op, slots[1], torch.zeros(c))
+    return True
+
+
+def _readers(node: Node) -> int:
+    """node's users but export's metadata asserts (drop_guards removes those later)."""
+    from .passes.drop_guards import ASSERTS
+    return sum(u.target not in ASSERTS for u in node.users)
+
+
+def arg_at(node: Node, i: int):
+    return node.args[i] if len(node.args) > i else None
+
+
+def _replace_arg(gm: GraphModule, node: Node, i: int, value: torch.Tensor) -> None:
+    """node's argument i -> a new parameter holding value (the old may be shared: it stays)."""
+    name, k = "_vkq_scaled", 0
+    while hasattr(gm, f"{name}_{k}"):
+        k += 1
+    gm.register_parameter(f"{name}_{k}", torch.nn.Parameter(value.contiguous(), requires_grad=False))
+    with gm.graph.inserting_before(node):
+        g = gm.graph.get_attr(f"{name}_{k}")
+    g.meta["val"] = value
+    args = list(node.args) + [None] * (i + 1 - len(node.args))
+    args[i] = g
+    node.args = tuple(args)
+
+
 def channel_scale_as_conv(gm: GraphModule) -> bool:
     """x * s, s a constant of one value per channel of a 4-D x (ConvNeXt's layer scale, a
     (C, 1, 1) parameter) -> the depthwise 1x1 conv batch_norm_as_conv makes (no bias): quantized
     as a conv, an exact per-channel multiplier, where a float mul between a dequantize and a
     quantize cost three passes over the activation; and the residual add after it folds into
     the conv's epilogue (fuse_epilogue)."""
-    from .passes._graph import const_value
     changed = False
     for node in list(gm.graph.nodes):
-        if not _is(node, MUL) or len(node.args) != 2:
-            continue
-        for x, s in (node.args, node.args[::-1]):
-            val, scale = (x.meta.get("val") if isinstance(x, Node) else None), const_value(gm, s)
-            if isinstance(val, torch.Tensor) and scale is not None and val.dim() == 4 and val.is_floating_point() \
-                    and isinstance(val.shape[1], int) and scale.numel() == val.shape[1] > 1 \
-                    and tuple(scale.shape) in ((val.shape[1], 1, 1), (1, val.shape[1], 1, 1)) \
-                    and tuple(getattr(node.meta.get("val"), "shape", ())) == tuple(val.shape):
-                c = val.shape[1]
-                _as_depthwise_1x1(gm, node, x, val, scale.float().reshape(c), torch.zeros(c), "scale")
-                changed = True
-                break
+        found = _channel_scale(gm, node)
+        if found is not None and found[0].meta["val"].dim() == 4:
+            x, scale = found
+            _as_depthwise_1x1(gm, node, x, x.meta["val"], scale, torch.zeros(scale.numel()), "scale")
+            changed = True
     if changed:
         gm.graph.eliminate_dead_code()
         gm.recompile()
@@ -436,7 +549,8 @@ class VkqQuantizer(Quantizer):
             patch_conv3d_as_linear(model)           # (a video's tubelet embedding: a linear)
             three_d = three_d_as_two_d(model)       # (the other 3-D convs, pools, batch norms: over frames)
             batch_norm_as_conv(model)
-            channel_scale_as_conv(model)            # (a layer scale: the same depthwise 1x1 conv)
+            channel_scale_into_producer(model)      # (a layer scale: into the linear / conv before it,
+            channel_scale_as_conv(model)            # else the same depthwise 1x1 conv)
             one_d = one_d_as_two_d(model)           # (conv_transpose1d -> conv_transpose2d: before the next)
             conv_transpose_as_conv(model)
             if one_d or three_d:

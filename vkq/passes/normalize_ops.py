@@ -49,6 +49,8 @@ differently; this pass rewrites the second kind into the first:
                                                 -> the op they name (mul, div, sub, abs, neg, clamp, gt, lt, ...)
   aten.square(x)                                -> aten.pow(x, 2)
   x.T / mT / mH / H / adjoint() of a real x     -> aten.permute (all dims reversed; the last two)
+  x * rsqrt(mean(x^2, d, keepdim) + eps)        -> aten.rms_norm over d (the last, or channels between
+                                                  permutes): a written-out RMSNorm, one float op
   aten.swapaxes / swapdims(x, a, b)             -> aten.transpose(x, a, b);  movedim / moveaxis -> the
                                                   permute (int8 permutes; they ran as a float gather by
                                                   an index map, MaxViT's grid attention)
@@ -925,6 +927,62 @@ def extreme_from_cummax(node):
     new = _new(node, CUMULATIVE_EXTREME, (node.args[0], int(node.args[1]), node.target == aten.cummax.default))
     return _in_place_of(users, new)
 
+def _mean_square_of(node, x):
+    """(dims, eps) where node is mean(x^2 | x*x, dims, keepdim=True) + eps, else None (the
+    casts to float32 a model wraps around it seen through)."""
+    if not is_call(node, {aten.add.Tensor}) or not isinstance(node.args[1], (int, float)):
+        return None
+    mean = node.args[0]
+    if not is_call(mean, {aten.mean.dim}) or not (len(mean.args) > 2 and mean.args[2] or mean.kwargs.get("keepdim")):
+        return None
+    sq = _through_float_casts(mean.args[0])
+    if is_call(sq, {aten.pow.Tensor_Scalar}) and sq.args[1] == 2:
+        base = sq.args[0]
+    elif is_call(sq, {aten.mul.Tensor}) and sq.args[0] is sq.args[1]:
+        base = sq.args[0]
+    else:
+        return None
+    if _through_float_casts(base) is not _through_float_casts(x):
+        return None
+    return list(mean.args[1]), float(node.args[1])
+
+
+def _through_float_casts(node):
+    while is_call(node, {aten._to_copy.default, aten.to.dtype}) and dtype_of(node) == torch.float32:
+        node = node.args[0]
+    return node
+
+
+def rms_norm_from_parts(node):
+    """x * rsqrt(mean(x^2, dim, keepdim=True) + eps), written out (LLaMA's and Gemma's RMSNorm,
+    timm's rms_norm2d over channels) -> aten.rms_norm over that dim (the last; dim 1 of a 4-D x
+    between permutes): one float op, where the static scheme quantized each part, the mean of
+    squares included (MobileNetV5's norms then read 0 and put out nothing)."""
+    if len(node.args) != 2:
+        return None
+    for x, r in (node.args, node.args[::-1]):
+        if not isinstance(x, Node) or not is_call(r, {aten.rsqrt.default}) or dtype_of(x) != torch.float32:
+            continue
+        found = _mean_square_of(r.args[0], x)
+        if found is None:
+            continue
+        dims, eps = found
+        v = val(x)
+        rank = v.dim()
+        dims = [d % rank for d in dims]
+        if not all(isinstance(v.shape[d], int) for d in dims):
+            return None
+        if dims == [rank - 1]:
+            return _new(node, aten.rms_norm.default, (x, [v.shape[-1]], None, eps))
+        if dims == [1] and rank == 4:
+            last = _new(node, aten.permute.default, (x, [0, 2, 3, 1]))
+            last.meta["val"] = v.permute(0, 2, 3, 1)
+            normed = _new(node, aten.rms_norm.default, (last, [v.shape[1]], None, eps))
+            normed.meta["val"] = last.meta["val"]
+            return _new(node, aten.permute.default, (normed, [0, 3, 1, 2]))
+    return None
+
+
 # Rules the quantizer applies too, before it annotates (normalize_for_annotation): its annotators
 # know only the forms on the right, so a model spelling the left would stay float.
 BEFORE_ANNOTATION = {
@@ -961,6 +1019,7 @@ BEFORE_ANNOTATION = {
     **{t: identity for t in DROPOUTS},
     aten.instance_norm.default: batch_norm_from_instance_norm,
     aten._native_batch_norm_legit_no_training.default: batch_norm_from_legit,
+    aten.mul.Tensor: rms_norm_from_parts,
 }
 
 NORMALIZE = {
