@@ -304,6 +304,23 @@ def test_integers_beyond_int32_are_refused_not_wrapped(device):
         run_reference(program, x.numpy(), (ids + 2 ** 20).numpy())       # ~2^40
 
 
+def test_run_reference_lets_go_of_each_tensor_after_its_last_reader(monkeypatch):
+    """run_reference kept every intermediate tensor to the end (a video model's activations took
+    gigabytes); now each goes after the last node that reads it, and the outputs are the same."""
+    import vkq.executor as ex
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(8) for m in (nn.Linear(16, 16), nn.ReLU())]).eval()
+    x = torch.randn(4, 16)
+    program = lower(api.quantize(model, (x,), progress=False), (x,))
+    sizes, store = [], ex._store
+    monkeypatch.setattr(ex, "_store", lambda env, *a: (store(env, *a), sizes.append(len(env))))
+    got = run_reference(program, x.numpy())
+    held = max(sizes) - len(program.constants)
+    assert len(program.nodes) >= 9 and held <= 3, (held, len(program.nodes))
+    all_kept = run_reference(program, x.numpy(), keep_all=True)
+    np.testing.assert_array_equal(got, all_kept[program.outputs[0]])
+
+
 def test_api_compile():
     x = torch.randn(3, 64)
     program, fallback = api.compile(models.mlp(), (x,))

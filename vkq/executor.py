@@ -43,11 +43,28 @@ def run_reference(program: Program, *inputs, keep_all: bool = False):
     program = specialize_for(program, inputs)
     env = _bind_inputs(program, inputs)
     env.update(program.constants)
-    for node in program.nodes:
+    done = {} if keep_all else _last_reads(program)
+    for i, node in enumerate(program.nodes):
         with _at(node):
             result = get_op(node.op).reference(*[env[t] for t in node.inputs], **node.attrs)
         _store(env, node, result, program)
+        for t in done.get(i, ()):
+            del env[t]          # (a video model's activations, all kept, took gigabytes)
     return env if keep_all else _outputs(program, env)
+
+
+def _last_reads(program: Program) -> dict:
+    """{node index: the tensors it is the last to read}, outputs and constants left out."""
+    last = {}
+    for i, node in enumerate(program.nodes):
+        for t in node.inputs:
+            last[t] = i
+    keep = set(program.outputs) | set(program.constants)
+    done = {}
+    for t, i in last.items():
+        if t not in keep:
+            done.setdefault(i, set()).add(t)
+    return done
 
 
 def specialize_for(program: Program, inputs) -> Program:
