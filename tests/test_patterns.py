@@ -530,25 +530,47 @@ class LayerScaleBlock(nn.Module):
         return self.b(y) * self.delta + y
 
 
-def test_layer_scale_is_an_int8_depthwise_conv(device):
-    """x * s, s one constant per channel (quantizer.channel_scale_as_conv, before annotation):
-    a depthwise 1x1 conv with s as its weight, which per-channel symmetric int8 holds exactly,
-    and the residual add after it in its epilogue, not a dequantize, a float mul and a quantize
-    (ConvNeXt-tiny on lavapipe: 205 -> 158 ms)."""
+def test_layer_scale_folds_into_the_conv_before_it(device):
+    """x * s, s one constant per channel of a conv's output that only the mul reads
+    (quantizer.channel_scale_into_producer, before annotation): the conv's weight and bias scaled
+    per output channel (exact; per-channel int8 holds it), no op of its own, and the residual add
+    after it in that conv's epilogue. (It was a depthwise 1x1 conv with s as its weight
+    (channel_scale_as_conv, still the form where no conv makes x): ConvNeXt-tiny on lavapipe
+    205 -> 158 ms against a dequantize, a float mul and a quantize.)"""
     x = torch.randn(2, 3, 7, 5, generator=torch.Generator().manual_seed(8))
     model = LayerScaleBlock().eval()
     gm = vkq.quantize(model, (x,), [(torch.randn(2, 3, 7, 5),) for _ in range(2)])
     prog = vkq.compile(gm, (x,), device=device)
     ops = [n.op for n in prog.program.nodes]
-    assert ops == ["quantize"] + ["conv2d_q8"] * 5 + ["dequantize"], ops
-    scales = [n for n in prog.program.nodes if n.op == "conv2d_q8" and n.attrs.get("residual")]
-    assert len(scales) == 2 and all(n.attrs["groups"] == 6 for n in scales), [n.attrs for n in scales]
+    assert ops == ["quantize"] + ["conv2d_q8"] * 3 + ["dequantize"], ops
+    scaled = [n for n in prog.program.nodes if n.op == "conv2d_q8" and n.attrs.get("residual")]
+    assert len(scaled) == 2 and all(n.attrs["groups"] == 1 for n in scaled), [n.attrs for n in scaled]
     got, ref = prog(x.numpy()), prog.run_reference(x.numpy())
     np.testing.assert_array_equal(got, ref)
     with torch.no_grad():
         assert cosine(ref, model(x).numpy()) > 0.99
     assert assert_matches_pt2e(prog.program, gm, x, min_cos=0.999) >= 5
 
+
+
+def test_layer_scale_after_an_activation_is_an_int8_depthwise_conv(device):
+    """Where no conv, linear or norm makes x (a relu between), x * s is the depthwise 1x1 conv
+    with s as its weight (quantizer.channel_scale_as_conv)."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Conv2d(3, 6, 3, padding=1)
+            self.gamma = nn.Parameter(torch.linspace(1e-3, 1.5, 6).reshape(1, 6, 1, 1))
+
+        def forward(self, x):
+            return F.relu(self.a(x)) * self.gamma
+    x = torch.randn(2, 3, 7, 5, generator=torch.Generator().manual_seed(9))
+    gm = vkq.quantize(M().eval(), (x,), [(torch.randn(2, 3, 7, 5),) for _ in range(2)])
+    prog = vkq.compile(gm, (x,), device=device)
+    convs = [n for n in prog.program.nodes if n.op == "conv2d_q8"]
+    assert [n.attrs["groups"] for n in convs] == [1, 6], [n.attrs for n in convs]
+    np.testing.assert_array_equal(prog(x.numpy()), prog.run_reference(x.numpy()))
+    assert assert_matches_pt2e(prog.program, gm, x, min_cos=0.999) >= 2
 
 class DenseBlock(nn.Module):
     """DenseNet's block: each layer reads the cat of every feature map before it (growth 3, odd
