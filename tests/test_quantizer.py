@@ -283,3 +283,28 @@ def test_channel_scales_fold_into_their_producers_and_written_out_rms_norms_are_
         want, got = model(x), gm(x)
     cos = F.cosine_similarity(want.flatten(), got.flatten(), dim=0)
     assert cos > 0.995, cos
+
+
+class ScaleOnAnotherDim(nn.Module):
+    """A layer norm over the last dim of a 4-D tensor whose dim 1 has as many entries, scaled
+    along dim 1: not the norm's channel (its weight must not take the scale)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(6)
+        self.s = nn.Parameter(torch.linspace(0.1, 2.0, 6).reshape(1, 6, 1, 1))
+
+    def forward(self, x):                                   # x (2, 6, 5, 6)
+        return self.ln(x) * self.s
+
+
+def test_a_channel_scale_folds_only_into_the_weight_of_its_own_channel():
+    """A scale along dim 1 of a layer norm's 4-D output (normalized over the last dim, of the
+    same size) stays a scale: folded into the norm's weight it scaled the wrong dim (cosine 0.74
+    with float)."""
+    x = torch.randn(2, 6, 5, 6, generator=torch.Generator().manual_seed(5))
+    model = ScaleOnAnotherDim().eval()
+    gm = api.quantize(model, (x,), [(torch.randn(2, 6, 5, 6),) for _ in range(4)], progress=False)
+    with torch.no_grad():
+        want, got = model(x), gm(x)
+    assert F.cosine_similarity(want.flatten(), got.flatten(), dim=0) > 0.995

@@ -413,13 +413,16 @@ def channel_scale_into_producer(gm: GraphModule) -> bool:
     return changed
 
 
-NORMS = {aten.layer_norm.default: (2, 3), aten.rms_norm.default: (2, None), aten.batch_norm.default: (1, 2)}  # weight, bias
+# per-channel weight and bias: (position, name) of each, or None
+WEIGHTS = {aten.linear.default: ((1, "weight"), (2, "bias")), aten.conv2d.default: ((1, "weight"), (2, "bias")),
+           aten.layer_norm.default: ((2, "weight"), (3, "bias")), aten.rms_norm.default: ((2, "weight"), None),
+           aten.batch_norm.default: ((1, "weight"), (2, "bias"))}
 
 
 def _scale_producer(gm: GraphModule, x: Node, scale: torch.Tensor) -> bool:
     """Scale the per-channel weight (and bias) of the op that makes x by `scale`; False where x's
     maker is none of channel_scale_into_producer's."""
-    from .passes._graph import const_value
+    from .passes._graph import arg, const_value
     c = scale.numel()
     v = x.meta["val"]
     while _is(x, {aten._to_copy.default, aten.to.dtype}) and _readers(x.args[0]) == 1 \
@@ -427,29 +430,28 @@ def _scale_producer(gm: GraphModule, x: Node, scale: torch.Tensor) -> bool:
         x = x.args[0]           # (a cast to the dtype it has: LLaMA's norm casts its result back)
     op = x.args[0] if _is(x, {aten.permute.default}) and list(x.args[1]) == [0, 3, 1, 2] and _readers(x.args[0]) == 1 \
         else x
-    if op is not x and not (_is(op, {aten.layer_norm.default, aten.rms_norm.default})):
+    norm = _is(op, {aten.layer_norm.default, aten.rms_norm.default})
+    if op is not x and not norm:
         return False
-    if _is(op, LINEAR) or op.target == aten.conv2d.default:
-        if _is(op, LINEAR) and v.dim() == 4:
-            return False
-        slots = (1, 2)
-    elif _is(op, set(NORMS)):
-        if op.target == aten.batch_norm.default:
-            if v.dim() != 4 or op.args[5]:
-                return False
-        elif list(op.args[1]) != [c]:
-            return False
-        slots = NORMS[op.target]
-    elif _is(op, MUL):
+    if _is(op, MUL):
         inner = _channel_scale(gm, op)
         if inner is None or inner[1].numel() != c or inner[0].meta["val"].dim() != v.dim():
             return False
-        _replace_arg(gm, op, [a is not inner[0] for a in op.args].index(True), (inner[1] * scale).reshape(
+        _replace_arg(gm, op, ([a is not inner[0] for a in op.args].index(True), None), (inner[1] * scale).reshape(
             [c if d == (1 if v.dim() == 4 else v.dim() - 1) else 1 for d in range(v.dim())]))
         return True
-    else:
+    if not _is(op, set(WEIGHTS)):
         return False
-    w, b = (arg_at(op, slots[0]), arg_at(op, slots[1]) if slots[1] is not None else None)
+    # the channel the scale is on must be the one the weight is per: dim 1 of a conv's or a batch
+    # norm's 4-D output, the last of a linear's and a norm's (channels first again: permuted)
+    if (v.dim() == 4) != (op.target in (aten.conv2d.default, aten.batch_norm.default) or op is not x):
+        return False
+    if op.target == aten.batch_norm.default and arg(op, 5, "training", False):
+        return False
+    if norm and list(op.args[1]) != [c]:
+        return False
+    slots = WEIGHTS[op.target]
+    w, b = arg(op, *slots[0]), arg(op, *slots[1]) if slots[1] else None
     wv, bv = const_value(gm, w) if w is not None else None, const_value(gm, b) if b is not None else None
     if (w is not None and wv is None) or (b is not None and bv is None) or (wv is not None and wv.shape[0] != c):
         return False
@@ -470,12 +472,10 @@ def _readers(node: Node) -> int:
     return sum(u.target not in ASSERTS for u in node.users)
 
 
-def arg_at(node: Node, i: int):
-    return node.args[i] if len(node.args) > i else None
-
-
-def _replace_arg(gm: GraphModule, node: Node, i: int, value: torch.Tensor) -> None:
-    """node's argument i -> a new parameter holding value (the old may be shared: it stays)."""
+def _replace_arg(gm: GraphModule, node: Node, slot: tuple, value: torch.Tensor) -> None:
+    """node's argument at slot ((position, keyword name)) -> a new parameter holding value (the
+    old may be shared: it stays)."""
+    i, keyword = slot
     name, k = "_vkq_scaled", 0
     while hasattr(gm, f"{name}_{k}"):
         k += 1
@@ -483,6 +483,9 @@ def _replace_arg(gm: GraphModule, node: Node, i: int, value: torch.Tensor) -> No
     with gm.graph.inserting_before(node):
         g = gm.graph.get_attr(f"{name}_{k}")
     g.meta["val"] = value
+    if keyword in node.kwargs:
+        node.kwargs = {**node.kwargs, keyword: g}
+        return
     args = list(node.args) + [None] * (i + 1 - len(node.args))
     args[i] = g
     node.args = tuple(args)
