@@ -91,8 +91,9 @@ def _bind_inputs(program: Program, inputs) -> dict:
 def _as_words(value: np.ndarray, spec, what: str) -> np.ndarray:
     """value in its spec's dtype; integers beyond int32's range are refused (the cast would wrap
     them: a wrong answer, not an error)."""
-    if spec.dtype == "int32" and value.dtype.kind in "iu" and value.dtype.itemsize >= 4 and value.size \
-            and (int(value.min()) < -2 ** 31 or int(value.max()) >= 2 ** 31):
+    if spec.dtype == "int32" and value.dtype.kind in "iu" and value.size \
+            and (value.dtype.itemsize > 4 or value.dtype == np.uint32) \
+            and (int(value.min()) < -2 ** 31 or int(value.max()) >= 2 ** 31):    # (int32 itself: no scan)
         raise ValueError(f"{what} holds integers beyond int32's range ({int(value.min())} .. {int(value.max())}); "
                          "vkq keeps integer tensors in 32-bit words")
     return value.astype(spec.numpy_dtype, copy=False)
