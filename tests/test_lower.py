@@ -321,6 +321,35 @@ def test_run_reference_lets_go_of_each_tensor_after_its_last_reader(monkeypatch)
     np.testing.assert_array_equal(got, all_kept[program.outputs[0]])
 
 
+def test_a_device_call_lets_go_of_each_host_copy_after_its_last_reader(monkeypatch, device):
+    """The executor kept the host copy of every tensor crossing a CPU op to the end of a call;
+    now each goes after the last segment that reads it, outputs unchanged."""
+    import vkq.executor as ex
+    from vkq.executor import VulkanExecutor
+
+    class Model(nn.Module):      # i0e runs in torch on the CPU: 6 device <-> CPU crossings
+        def __init__(self):
+            super().__init__()
+            self.fcs = nn.ModuleList(nn.Linear(16, 16) for _ in range(6))
+
+        def forward(self, x):
+            for fc in self.fcs:
+                x = torch.special.i0e(fc(x))
+            return x
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 16)
+    program = lower(api.quantize(Model().eval(), (x,), scheme="dynamic", progress=False), (x,))
+    executor = VulkanExecutor(program, device)
+    assert sum(seg[0] == "cpu" for seg in executor.segments) == 6
+    sizes, store = [], ex._store
+    monkeypatch.setattr(ex, "_store", lambda env, *a: (store(env, *a), sizes.append(len(env))))
+    got = executor(x.numpy())
+    assert max(sizes) <= 4, sizes
+    np.testing.assert_array_equal(got, executor(x.numpy(), keep_all=True)[program.outputs[0]])
+    np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-6)
+
+
 def test_api_compile():
     x = torch.randn(3, 64)
     program, fallback = api.compile(models.mlp(), (x,))

@@ -292,6 +292,21 @@ class _Build:
 
     def __init__(self, program: Program, segments: list):
         self.program, self.segments = program, segments
+        self.frees = _host_frees(program, segments)
+
+
+def _host_frees(program: Program, segments: list) -> list:
+    """Per segment, the host copies that no later segment reads (the program's outputs kept):
+    a call lets go of each after that segment, as run_reference does."""
+    last = {}
+    for s, seg in enumerate(segments):
+        for t in (seg[1].inputs if seg[0] == "cpu" else seg[2]):
+            last[t] = s
+    frees = [[] for _ in segments]
+    for t, s in last.items():
+        if t not in program.outputs:
+            frees[s].append(t)
+    return frees
 
 
 class VulkanExecutor:
@@ -457,7 +472,7 @@ class VulkanExecutor:
         for name, value in words.items():
             self.buffers[name].write(value)
         host = dict(env)
-        for seg in build.segments:
+        for seg, frees in zip(build.segments, build.frees):
             if seg[0] == "cpu":
                 node = seg[1]
                 consts = program.constants
@@ -465,15 +480,18 @@ class VulkanExecutor:
                 with _at(node):
                     result = get_op(node.op).reference(*args, **node.attrs)
                 _store(host, node, result, program)
-                continue
-            _, rec, ups, downs, _ = seg
-            for t in ups:
-                if t not in env:   # produced on the CPU since the last upload
-                    self.buffers[t].write(program.tensors[t].to_device(host[t]))
-            rec.run()
-            for t in downs:
-                spec = program.tensors[t]
-                host[t] = spec.from_device(self.buffers[t].read(spec.device_words()))
+            else:
+                _, rec, ups, downs, _ = seg
+                for t in ups:
+                    if t not in env:   # produced on the CPU since the last upload
+                        self.buffers[t].write(program.tensors[t].to_device(host[t]))
+                rec.run()
+                for t in downs:
+                    spec = program.tensors[t]
+                    host[t] = spec.from_device(self.buffers[t].read(spec.device_words()))
+            if not keep_all:
+                for t in frees:
+                    host.pop(t, None)
         if keep_all:
             return host
         return _outputs(program, host)
