@@ -9,6 +9,8 @@
 //   zp = clamp(-128 - roundEven(mn * inv), -128, 127)
 //   q  = clamp(roundEven(x * inv) + zp, -128, 127)
 // Rows R .. up4(R)-1 of the packed output are written as zeros; k past K are zero bytes.
+// A row holding a NaN or an infinity: scale NaN, zero point 0, q 0 (its outputs NaN, as PT2E's
+// range of it makes them; min / max would drop a NaN, it is flagged as an infinite max instead).
 //
 // One workgroup per 4-row block (one output ivec4 per k-block: 4 rows x 4 k); its lanes split
 // K, each handling k-blocks lane, lane + L, ...; every value is a vec4 component (the 4 rows).
@@ -91,6 +93,7 @@ void main() {
             vec4 v = load4(rows[r], kb);
             mn[r] = min(mn[r], min(min(v.x, v.y), min(v.z, v.w)));
             mx[r] = max(mx[r], max(max(v.x, v.y), max(v.z, v.w)));
+            if (any(isnan(v)) || any(isinf(v))) mx[r] = uintBitsToFloat(0x7f800000u);
         }
 #ifdef PLAIN
     red_mn[lane] = mn;
@@ -116,6 +119,9 @@ void main() {
     vec4 inv = reciprocal(scale);
     precise vec4 lo = mn * inv;
     vec4 zp = clamp(-128.0 - roundEven(lo), -128.0, 127.0);
+    const bvec4 bad = isinf(mx);
+    scale = mix(scale, vec4(uintBitsToFloat(0x7fc00000u)), bad);
+    zp = mix(zp, vec4(0.0), bad);
     if (lane == 0)
         for (int r = 0; r < 4; ++r)
             if (real[r]) rowq[4 * rb + r] = vec2(scale[r], zp[r]);
@@ -127,7 +133,7 @@ void main() {
             precise vec4 qf = roundEven(xi) + zp[r];
             ivec4 v = ivec4(clamp(qf, -128.0, 127.0));
             v = mix(ivec4(0), v, lessThan(4 * kb + ivec4(0, 1, 2, 3), ivec4(p.K)));   // k past K: 0
-            words[r] = real[r] ? pack_int8x4(v) : 0;
+            words[r] = real[r] && !bad[r] ? pack_int8x4(v) : 0;
         }
         q[rb * K4 + kb] = words;
     }

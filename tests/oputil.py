@@ -28,11 +28,12 @@ def run_both(device, program, *arrays):
 
 
 def assert_same(got, ref):
-    """Bit-exact for integer outputs; reports where the first differences are."""
+    """Bit-exact for integer outputs (a NaN equals a NaN); reports where the first differences are."""
     for g, r in zip(got, ref):
         assert g.shape == r.shape and g.dtype == r.dtype, (g.shape, g.dtype, r.shape, r.dtype)
-        if not np.array_equal(g, r):
-            bad = np.argwhere(g != r)
+        floats = g.dtype.kind == "f"
+        if not np.array_equal(g, r, equal_nan=floats):
+            bad = np.argwhere((g != r) & ~(np.isnan(g) & np.isnan(r)) if floats else g != r)
             raise AssertionError(f"{len(bad)} of {g.size} elements differ; first at {bad[:5].tolist()}: "
                                  f"got {g[tuple(bad[0])]}, expected {r[tuple(bad[0])]}")
 

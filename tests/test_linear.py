@@ -424,6 +424,26 @@ def test_linear_dynamic_exact(int8_device, x_shape, n):
     assert np.all(np.isfinite(ref))
 
 
+@pytest.mark.parametrize("k", [37, 48])
+def test_linear_dynamic_rows_with_a_nan_or_infinity_come_out_nan(int8_device, k):
+    """PT2E's per-token range of a row holding a NaN or an infinity is NaN or infinite, and all of
+    that row's outputs NaN; the device's min / max dropped the NaN and made numbers of it. Now
+    such a row is NaN throughout, the other rows exact as before."""
+    rng = np.random.default_rng(k)
+    x = rng.normal(0, 2, (7, k)).astype(np.float32)
+    x[1, 3], x[2, 0], x[4, k - 1], x[5, 5], x[5, 6] = np.nan, np.inf, -np.inf, np.inf, -np.inf
+    w, ws = weights(rng, 11, k)
+    consts = {"s": ws.astype(np.float32), "b": rng.normal(0, 1, 11).astype(np.float32)}
+    ref = run_exact(int8_device, float_program("linear_dynamic", x.shape, w, consts), x)
+    bad = ~np.isfinite(x).all(axis=1)
+    assert np.isnan(ref[bad]).all() and np.isfinite(ref[~bad]).all()
+    tx = torch.from_numpy(x)
+    sc, zp = QD.choose_qparams_per_token_asymmetric(tx, torch.int8)
+    xd = QD.dequantize_per_token(QD.quantize_per_token(tx, sc, zp, -128, 127, torch.int8), sc, zp,
+                                 -128, 127, torch.int8, torch.float32)
+    assert np.isnan(F.linear(xd, torch_dq_weight(w, ws)).numpy()[bad]).all()
+
+
 def test_linear_dynamic_reference_matches_torch():
     """Against PyTorch's per-token path (choose_qparams / quantize / dequantize_per_token,
     F.linear) and the float linear: both within half an x step times sum_k |w|."""

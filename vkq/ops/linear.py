@@ -109,15 +109,21 @@ def quantize_rows(x):
         q  = clamp(rint(x * inv) + zp, -128, 127)
     float32 throughout, no division (GPU division is not correctly rounded; + - * are), so the
     shader (shaders/linear_rowq.comp) agrees bit for bit. The 2^-60 floor keeps every
-    intermediate a normal float, where GPUs may flush denormals."""
+    intermediate a normal float, where GPUs may flush denormals. A row holding a NaN or an
+    infinity: scale NaN, zero point 0, q 0, so that its outputs are NaN (PT2E's range of it
+    is NaN or infinite, and so are they)."""
     x = np.asarray(x, dtype=np.float32)
+    finite = np.isfinite(x).all(axis=1)
+    x = np.where(finite[:, None], x, np.float32(0))
     mn = x.min(axis=1, initial=0)
     mx = x.max(axis=1, initial=0)
     scale = np.maximum((mx - mn) * _INV_255, _MIN_SCALE)
     inv = reciprocal(scale)
     zp = np.clip(np.float32(-128) - np.rint(mn * inv), -128, 127)
     q = np.clip(np.rint(x * inv[:, None]) + zp[:, None], -128, 127)
-    return q.astype(np.int8), scale, zp.astype(np.int32)
+    q = np.where(finite[:, None], q, 0)
+    scale = np.where(finite, scale, np.float32(np.nan))
+    return q.astype(np.int8), scale, np.where(finite, zp, 0).astype(np.int32)
 
 
 # -- tiling and weight packing ---------------------------------------------------------------
