@@ -950,7 +950,8 @@ ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with 
     "softshrink": lambda x, y: F.softshrink(x, 0.3), "selu": lambda x, y: F.selu(x), "celu": lambda x, y: F.celu(x, 0.7),
     "rrelu": lambda x, y: F.rrelu(x, training=False), "logsigmoid": lambda x, y: F.logsigmoid(x),
     "heaviside": lambda x, y: torch.heaviside(torch.round(x), y), "frac": lambda x, y: torch.frac(3 * x),
-    "isnan": lambda x, y: torch.isnan(torch.log(x)).float(), "nan_to_num": lambda x, y: torch.nan_to_num(torch.log(x), 0.5),
+    "isnan": lambda x, y: torch.isnan(torch.log(x)).float(), "nan_to_num": lambda x, y: (torch.nan_to_num(torch.log(x), 0.5)     # (given infinities: not a clamp)
+                                                                         + torch.nan_to_num(3 * x / torch.round(x), nan=0.0, posinf=1.0, neginf=-2.0)),
     "lerp": lambda x, y: torch.lerp(x, y, 0.3) + torch.lerp(x, y, 0.8) + torch.lerp(x, y, torch.sigmoid(y)),
     "addcdiv": lambda x, y: torch.addcdiv(x, x, y.abs() + 1, value=0.5), "var_mean": lambda x, y: sum(torch.var_mean(x, -1, keepdim=True))
                                                                           + sum(torch.std_mean(x, 1, keepdim=True, correction=0)),

@@ -391,15 +391,21 @@ def ne_from_isnan(node):
 
 
 def where_from_nan_to_num(node):
-    """nan_to_num(x, nan, posinf, neginf) -> where(x != x, nan, clamp(x, neginf, posinf)), the
-    infinities' defaults float32's extremes."""
+    """nan_to_num(x, nan, posinf, neginf) -> where(x != x, nan, y): y = clamp(x, float32's extremes)
+    with the infinities' defaults; a value given for one: where(x == +-inf, it, x) (a clamp to
+    it would move the finite values past it too)."""
     if not _float_in(node) or val(node).dtype != torch.float32:
         return None
     x = node.args[0]
     big = float(torch.finfo(torch.float32).max)
     nan, posinf, neginf = (arg(node, i, k) for i, k in ((1, "nan"), (2, "posinf"), (3, "neginf")))
-    clamped = call_before(node, aten.clamp.default, (x, -big if neginf is None else neginf, big if posinf is None else posinf))
-    return call_before(node, aten.where.ScalarSelf, (call_before(node, aten.ne.Tensor, (x, x)), 0.0 if nan is None else nan, clamped))
+    if posinf is None and neginf is None:
+        y = call_before(node, aten.clamp.default, (x, -big, big))
+    else:
+        y = x
+        for inf, value in ((math.inf, big if posinf is None else posinf), (-math.inf, -big if neginf is None else neginf)):
+            y = call_before(node, aten.where.ScalarSelf, (call_before(node, aten.eq.Scalar, (x, inf)), float(value), y))
+    return call_before(node, aten.where.ScalarSelf, (call_before(node, aten.ne.Tensor, (x, x)), 0.0 if nan is None else nan, y))
 
 
 def from_lerp(node):
