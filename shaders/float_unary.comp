@@ -199,7 +199,7 @@ float f(float v) {
 #elif defined(OP_TRUNC)
     return trunc(v);
 #elif defined(OP_SIGN)
-    return sign(v);
+    return isnan(v) ? 0.0 : sign(v);      // (torch.sign(NaN) = 0; GLSL leaves sign(NaN) undefined)
 #elif defined(OP_SIN)
     return sincos_f32(v, false);
 #elif defined(OP_COS)

@@ -106,6 +106,7 @@ UNARY_CASES = [
     ("round", {}, np.round(rnd(7, 37, lo=-5, hi=5) * 4) / 4, "exact"),  # halves: to even
     ("trunc", {}, rnd(7, 37, lo=-5, hi=5), "exact"),
     ("sign", {}, np.round(rnd(7, 37, lo=-2, hi=2)), "exact"),             # zeros among them
+    ("sign", {}, np.float32([[np.nan, np.inf, -np.inf, 0, -0.0, 3, -2, 1e-30, -1e-30]] * 3), "exact"),   # sign(NaN) = 0, torch's
     ("sin", {}, rnd(9, 113, lo=-10, hi=10), ("fn", 2e-7, 4 * EPS)),
     ("cos", {}, rnd(9, 113, lo=-10, hi=10), ("fn", 2e-7, 4 * EPS)),
     ("sin", {}, rnd(3, 41, lo=-4000, hi=4000), ("fn", 4e-7, 4 * EPS)),   # rotary: positions x frequencies

@@ -227,7 +227,7 @@ UNARY = {
     "ceil": lambda x: np.ceil(_f(x)),
     "round": lambda x: np.round(_f(x)),      # half to even, as torch.round
     "trunc": lambda x: np.trunc(_f(x)),
-    "sign": lambda x: np.sign(_f(x)),
+    "sign": lambda x: np.where(np.isnan(_f(x)), F32(0), np.sign(_f(x))),     # (torch.sign(NaN) = 0)
     "sin": lambda x: np.sin(_f(x).astype(np.float64)).astype(F32),
     "cos": lambda x: np.cos(_f(x).astype(np.float64)).astype(F32),
     **{name: (lambda fn: lambda x: _f64(fn, x))(fn) for name, fn in (
