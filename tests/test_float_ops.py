@@ -1239,22 +1239,33 @@ def test_pow_special_values_as_torch(device, e):
 
 @pytest.mark.parametrize("op,attrs", [("exp", {}), ("sigmoid", {}), ("silu", {}), ("tanh", {}), ("elu", {"alpha": 1.0}),
                                       ("softplus", {"beta": 1.0, "threshold": 20.0}), ("mish", {}), ("log", {}),
-                                      ("sin", {}), ("cos", {}), ("log1p", {}), ("log2", {}), ("pow", {"exponent": 0.75})])
+                                      ("sin", {}), ("cos", {}), ("log1p", {}), ("log2", {}), ("pow", {"exponent": 0.75}),
+                                      ("erf", {}), ("gelu", {"approximate": "none"}), ("gelu", {"approximate": "tanh"})])
 def test_exp_based_ops_keep_nan(device, op, attrs):
     """A NaN stays NaN through every op built on exp_f32 / log_f32 (a clamp by max / min made
     exp(NaN) = exp(-87.3): sigmoid, softplus or ELU of NaN were numbers); the numbers around it
-    as torch's, to the accuracy test_unary states."""
+    as torch's, to the accuracy test_unary states; past exp's range inf and 0 as torch's (exp(-inf)
+    was 1.2e-38, exp(100) FLT_MAX, silu(-1e30) -1.2e-8), erf(NaN) NaN (it was -1)."""
     import torch
-    x = np.array([np.nan, 0.0, 1.5, -2.5, 30.0, -30.0, 1e-3, 80.0, -80.0, np.nan], np.float32)
+    x = np.array([np.nan, 0.0, 1.5, -2.5, 30.0, -30.0, 1e-3, 80.0, -80.0, np.nan,
+                  np.inf, -np.inf, 89.0, 100.0, -110.0, 1e30, -1e30, 3e38, -3e38], np.float32)
+    if op in ("sin", "cos", "pow", "gelu"):   # (sin / cos: their reduction; pow: its bound grows with
+        x = x[np.isnan(x) | (np.abs(x) < 8192)]       # |ln x|; gelu: (x + 0.044715 x^3) ordered its own way)
     x = np.abs(x) if op in ("log", "log2", "pow") else x
     got, _ = run_op(device, op, [x], attrs, x.shape)
     fn = {"exp": torch.exp, "sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu, "tanh": torch.tanh,
           "elu": torch.nn.functional.elu, "softplus": torch.nn.functional.softplus,
           "mish": torch.nn.functional.mish, "log": torch.log, "sin": torch.sin, "cos": torch.cos,
-          "log1p": torch.log1p, "log2": torch.log2, "pow": lambda t: torch.pow(t, 0.75)}[op]
-    want = fn(torch.from_numpy(x)).numpy()
+          "log1p": torch.log1p, "log2": torch.log2, "pow": lambda t: torch.pow(t, 0.75), "erf": torch.erf,
+          "gelu": lambda t: torch.nn.functional.gelu(t, **attrs)}[op]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = fn(torch.from_numpy(x)).numpy()
+    if op == "gelu":
+        want = np.where(np.isposinf(x), np.inf, want)     # (torch's gelu(inf) is NaN: inf * 0.5 * 2 here)
     assert np.array_equal(np.isnan(got), np.isnan(want)), (got, want)
     finite = ~np.isnan(want)
+    np.testing.assert_array_equal(np.isinf(got[finite]), np.isinf(want[finite]))
     np.testing.assert_allclose(got[finite], want[finite], rtol=8 * EPS, atol=1e-6)
 
 

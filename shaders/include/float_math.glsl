@@ -4,16 +4,18 @@
 // (Vulkan allows exp an error of 3 + 2|x| ulp). vkq/ops/float.py tests them against numpy.
 
 // exp(x): Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then Cephes' expf polynomial for
-// e^r, scaled by 2^n with ldexp (exact). Relative error <= 2 ulp for x in [-87.3, 88.7];
-// inputs are clamped to that range (exp(-87.3) = 1.2e-38, the smallest normal's order) by
-// comparisons, which leave a NaN a NaN: clamp() (max / min) turned NaN into exp(-87.3), so the
-// sigmoid or softplus of a NaN was a number. (An isnan() test beside clamp() cost SiLU and
-// sigmoid 10-20% on lavapipe; the comparisons cost nothing measurable.)
+// e^r, scaled by 2^n with ldexp (exact). Relative error <= 2 ulp for x in [-87.3, 88.7]. Past
+// it: inf above ln(FLT_MAX), 0 below ln(2^-150), as exp rounds them (it was clamped: exp(-inf)
+// was 1.2e-38, exp(100) FLT_MAX, silu(-1e30) -1.2e-8); between -103.97 and -87.3
+// e^(x + 24 ln 2) 2^-24, a subnormal (0 where the device flushes them). Both ends are chosen by
+// comparisons after the polynomial, which leave a NaN a NaN (clamp()'s max / min turned NaN
+// into a number, and an isnan() test cost SiLU and sigmoid 10-20% on lavapipe); an input
+// clamp as well cost them 5-10% there, so the polynomial runs on any x, its result replaced.
 float exp_f32(float x) {
-    x = x < -87.33654 ? -87.33654 : x;
-    x = x > 88.72283 ? 88.72283 : x;
-    float n = roundEven(x * 1.44269504089);
-    float r = x - n * 0.693359375;     // ln2 high part: 9 significant bits, n * it is exact
+    const bool sub = x < -87.33654;
+    float y = sub ? x + 16.635532333 : x;          // 24 ln 2 (past the range: replaced below)
+    float n = roundEven(y * 1.44269504089);
+    float r = y - n * 0.693359375;     // ln2 high part: 9 significant bits, n * it is exact
     r = r + n * 2.12194440e-4;         // ln2 = 0.693359375 - 2.12194440e-4
     float p = 1.9875691500e-4;
     p = p * r + 1.3981999507e-3;
@@ -22,7 +24,9 @@ float exp_f32(float x) {
     p = p * r + 1.6666665459e-1;
     p = p * r + 5.0000001201e-1;
     p = p * (r * r) + r + 1.0;
-    return ldexp(p, int(n));
+    float v = ldexp(p, int(n));
+    v = sub ? v * 5.9604644775390625e-8 : v;       // 2^-24
+    return x > 88.72283 ? uintBitsToFloat(0x7f800000u) : x < -103.972077 ? 0.0 : v;
 }
 
 // erf(x): the rational approximation x P(x^2) / Q(x^2) of Eigen and XLA (float32), with x
@@ -31,7 +35,7 @@ float exp_f32(float x) {
 // unlike Abramowitz-Stegun 7.1.26 (max abs error 1.5e-7 in exact arithmetic, but 1 - t P(t)
 // e^{-x^2} loses relative accuracy near 0) it is accurate relative to erf near 0 too.
 float erf_f32(float x) {
-    x = clamp(x, -4.0, 4.0);
+    x = x < -4.0 ? -4.0 : x > 4.0 ? 4.0 : x;      // (comparisons: a NaN stays NaN, clamp() made it -1)
     float x2 = x * x;
     float p = -2.72614225801306e-10;
     p = p * x2 + 2.77068142495902e-08;

@@ -128,16 +128,21 @@ def erf_f32(x):
 
 
 def exp_f32(x):
-    """The shaders' exp in float32 numpy: x = n ln2 + r (Cody-Waite), Cephes' polynomial, 2^n."""
-    x = np.clip(_f(x), F32(-87.33654), F32(88.72283))
-    n = np.rint(x * F32(1.44269504089))
-    r = x - n * F32(0.693359375)
+    """The shaders' exp in float32 numpy: x = n ln2 + r (Cody-Waite), Cephes' polynomial, 2^n;
+    inf and 0 past float32's range, subnormals through e^(x + 24 ln 2) 2^-24."""
+    x = _f(x)
+    sub = x < F32(-87.33654)
+    y = np.clip(np.where(sub, x + F32(16.635532333), x), F32(-87.33654), F32(88.72283))
+    n = np.rint(y * F32(1.44269504089))
+    r = y - n * F32(0.693359375)
     r = r + n * F32(2.12194440e-4)
     p = F32(1.9875691500e-4)
     for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
         p = p * r + F32(c)
     p = p * (r * r) + r + F32(1)
-    return np.ldexp(p, n.astype(np.int32)).astype(F32)
+    v = np.ldexp(p, n.astype(np.int32)).astype(F32)
+    v = np.where(sub, v * F32(2.0 ** -24), v)
+    return np.where(x > F32(88.72283), F32(np.inf), np.where(x < F32(-103.972077), F32(0), v)).astype(F32)
 
 
 # ---------------------------------------------------------------- references
@@ -210,7 +215,8 @@ UNARY = {
     "sigmoid": lambda x: (1 / (1 + _exp_neg(x))).astype(F32),
     "tanh": lambda x: np.tanh(_f(x)),
     "relu": lambda x: np.maximum(_f(x), F32(0)),
-    "silu": lambda x: (_f(x) / (1 + _exp_neg(x))).astype(F32),
+    "silu": lambda x: np.where(np.isneginf(_f(x)), F32(np.nan),       # (-inf * sigmoid(-inf) = -inf * 0, torch's)
+                               (_f(x) / (1 + _exp_neg(x))).astype(F32)),
     "exp": lambda x: np.exp(_f(x)),
     "neg": lambda x: -_f(x),
     "abs": lambda x: np.abs(_f(x)),
