@@ -234,19 +234,79 @@ float acos_f32(float x) {
          : 1.5707963267948966 - asin_poly(abs(x)) * sign(x);
 }
 
-// tan(x): Cephes' tanf: sincos_f32's reduction by pi/4, its polynomial on [-pi/4, pi/4], -1/t
-// in the odd quarter periods. ~3 ulp for |x| < 8192 (beyond, the reduction as sin's).
+// a >= 0 as j pi/4 + r, j the even octant (0, 2, 4, 6) of its nearest multiple of pi/2 and r in
+// [-pi/4, pi/4]. Below 8192 Cephes' reduction: the octant from a 4/pi, pi/4 subtracted in three
+// parts (exact products there). From 8192 up Payne-Hanek's: a = m 2^s (m the 24-bit mantissa)
+// times the 96 bits of 2/pi whose product with m lands near the binary point (the bits above
+// add multiples of 4 quarter turns, those below under 2^-39 of a turn), a 120-bit integer
+// product in 32-bit words; its bits at the point are the quarter turns and the fraction of one.
+// (That reduction used to run at every a: float32's products lost their bits past 8192 and
+// j's int overflowed past 2^31, so sin(1e30) was -inf.) Its callers make NaN of NaN and inf.
+// 2 ulp measured on sin / cos, 3 on tan, from 1 to 1.6e38. A GPU skips the branch where no lane
+// takes it; llvmpipe runs it masked, which made sin / cos / tan 1.5x slower there (tried: a
+// loop of at most one turn, a subgroupAny condition; neither skipped it).
+// (selects, not arrays: llvmpipe gave an indexed array memory of each lane's own, and the
+// small-a path ran 9 times slower beside it)
+uint two_over_pi(int i) {
+    return i == 0 ? 0xA2F9836Eu : i == 1 ? 0x4E441529u : i == 2 ? 0xFC2757D1u
+         : i == 3 ? 0xF534DDC0u : i == 4 ? 0xDB629599u : 0x3C439041u;
+}
+
+int reduce_octant_large(float a, out float r) {
+    const uint bits = floatBitsToUint(a);
+    const uint m = (bits & 0x7FFFFFu) | 0x800000u;
+    const int s = int(bits >> 23) - 150;                   // a = m 2^s, s >= -10
+    const int i0 = s >= 2 ? (s - 2) >> 5 : 0;              // the first word of 2/pi that counts
+    uint h0, l0, h1, l1, h2, l2, c1, c2, c3;
+    umulExtended(m, two_over_pi(i0 + 2), h0, l0);
+    umulExtended(m, two_over_pi(i0 + 1), h1, l1);
+    umulExtended(m, two_over_pi(i0), h2, l2);
+    // the product, p1 the low word (p0 = p5 = 0: padding)
+    const uint p1 = l0, p2 = uaddCarry(h0, l1, c1), t = uaddCarry(h1, l2, c2), p3 = uaddCarry(t, c1, c3);
+    const uint p4 = h2 + c2 + c3;
+    const int sh = 32 * i0 + 96 - s;                       // the product's fraction bits: 63 .. 106
+    const int w = sh >> 5, b = sh & 31;                    // the point: bit b of word w + 1 (w: 1 .. 3)
+    const uint wm1 = w == 1 ? 0u : w == 2 ? p1 : p2;      // words w - 1, w, w + 1, w + 2
+    const uint w0 = w == 1 ? p1 : w == 2 ? p2 : p3;
+    const uint w1 = w == 1 ? p2 : w == 2 ? p3 : p4;
+    const uint w2 = w == 1 ? p3 : w == 2 ? p4 : 0u;
+    const uint turns = b == 0 ? w1 : (w1 >> b) | (w2 << (32 - b));
+    uint hi = b == 0 ? w0 : (w0 >> b) | (w1 << (32 - b));
+    uint lo = b == 0 ? wm1 : (wm1 >> b) | (w0 << (32 - b));
+    int k = int(turns & 3u);
+    const bool up = hi >= 0x80000000u;                     // past half a quarter: the next one, r < 0
+    if (up) {
+        k += 1;
+        lo = ~lo + 1u;
+        hi = ~hi + (lo == 0u ? 1u : 0u);
+    }
+    precise float g = float(hi) * 2.3283064365386963e-10 + float(lo) * 5.421010862427522e-20;
+    precise float v = g * 1.5707963267948966;
+    r = up ? -v : v;
+    return (2 * k) & 7;
+}
+
+int reduce_octant(float a, out float r) {
+    if (!(a < 8192.0))
+        return reduce_octant_large(a, r);
+    int j = int(a * 1.27323954473516);          // 4 / pi
+    j += j & 1;                                 // to the even octant: y = j pi/4 nearest below
+    const float y = float(j);
+    r = ((a - y * 0.78515625) - y * 2.4187564849853515625e-4) - y * 3.77489497744594108e-8;
+    return j & 7;
+}
+
+// tan(x): Cephes' tanf: reduce_octant's r, its polynomial on [-pi/4, pi/4], -1/t in the odd
+// quarter periods. ~3 ulp.
 float tan_f32(float x) {
-    float a = abs(x);
-    int j = int(a * 1.27323954473516);
-    j += j & 1;
-    float y = float(j);
-    float z = ((a - y * 0.78515625) - y * 2.4187564849853515625e-4) - y * 3.77489497744594108e-8;
+    const float a = abs(x);
+    float z;
+    const int j = reduce_octant(a, z);
     float zz = z * z;
     float t = a < 1e-4 ? z : (((((9.38540185543e-3 * zz + 3.11992232697e-3) * zz + 2.44301354525e-2) * zz
                              + 5.34112807005e-2) * zz + 1.33387994085e-1) * zz + 3.33331568548e-1) * zz * z + z;
     t = (j & 2) != 0 ? -1.0 / t : t;
-    t = isinf(x) ? uintBitsToFloat(0x7fc00000u) : t;
+    t = !(a <= 3.4028234663852886e38) ? uintBitsToFloat(0x7fc00000u) : t;           // NaN, +-inf
     return floatBitsToInt(x) < 0 ? -t : t;
 }
 
@@ -315,17 +375,12 @@ float softplus_f32(float x, float beta, float threshold) {
     return bx > threshold ? x : log1p_f32(exp_f32(bx)) / beta;
 }
 
-// sin(x), cos(x): Cephes' sinf / cosf. x reduced by pi/4 steps (j = the octant) in three parts
-// of pi/4 (exact products for |x| < 8192), then the sine or cosine polynomial on [-pi/4, pi/4].
-// Absolute error ~1e-7 for |x| < 8192 (rotary embeddings: a position times a frequency <= 1);
-// beyond, the reduction loses bits as float32 does. NaN / inf give NaN.
+// sin(x), cos(x): Cephes' sinf / cosf on reduce_octant's r, the sine or cosine polynomial on
+// [-pi/4, pi/4]. Absolute error ~1e-7 (rotary embeddings: a position times a frequency <= 1;
+// NeRF's encodings: 2^k pi x). NaN / inf give NaN.
 float sincos_f32(float x, bool cosine) {
-    float a = abs(x);
-    int j = int(a * 1.27323954473516);          // 4 / pi
-    j += j & 1;                                 // to the even octant: y = j pi/4 nearest below
-    float y = float(j);
-    float r = ((a - y * 0.78515625) - y * 2.4187564849853515625e-4) - y * 3.77489497744594108e-8;
-    j &= 7;
+    float r;
+    int j = reduce_octant(abs(x), r);
     float sgn = cosine ? 1.0 : sign(x);
     if (j > 3) { sgn = -sgn; j -= 4; }
     if (cosine && j > 1) sgn = -sgn;
@@ -334,7 +389,7 @@ float sincos_f32(float x, bool cosine) {
     float c = ((2.443315711809948e-5 * z - 1.388731625493765e-3) * z + 4.166664568298827e-2) * z * z - 0.5 * z + 1.0;
     float s = ((-1.9515295891e-4 * z + 8.3321608736e-3) * z - 1.6666654611e-1) * z * r + r;
     float v = sgn * (use_cos ? c : s);
-    return isinf(x) ? uintBitsToFloat(0x7fc00000u) : v;
+    return !(abs(x) <= 3.4028234663852886e38) ? uintBitsToFloat(0x7fc00000u) : v;    // NaN, +-inf
 }
 
 float sigmoid_f32(float x) { return 1.0 / (1.0 + exp_f32(-x)); }
