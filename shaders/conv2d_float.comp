@@ -20,7 +20,8 @@
 // tile's channels past its group's last read the last one's (clamped index), not stored.
 // Float sums in another order than the reference's: |error| <= K eps sum |x w| (K = CG*KH*KW).
 // MAX: the float max pool (op max_pool2d, vkq/ops/pool.py) on the same windows, groups = C and
-// TOC = 1, no weights: y = the largest in-input tap (padding taps are skipped, as -inf), exact.
+// TOC = 1, no weights: y = the largest in-input tap (padding taps are skipped, as -inf), NaN
+// where one is (as ATen), exact.
 // AVG: the float average pool (op avg_pool2d): the in-input taps summed in row-major order, as
 // ATen sums them, divided by the output position's divisor (PyTorch's rules, made on the host:
 // div[oh * OW + ow], 0 for an empty window, whose average is 0).
@@ -106,7 +107,10 @@ void main() {
             }
             [[unroll]] for (int kw = 0; kw < KW; ++kw) {
 #if defined(MAX)
-                [[unroll]] for (int u = 0; u < TW; ++u) acc[0][u] = max(acc[0][u], xw[u * SW + kw * DW]);
+                [[unroll]] for (int u = 0; u < TW; ++u) {     // (NaN wins, as ATen's; max() dropped it)
+                    const float v = xw[u * SW + kw * DW];
+                    acc[0][u] = v > acc[0][u] || isnan(v) ? v : acc[0][u];
+                }
 #elif defined(AVG)
                 [[unroll]] for (int u = 0; u < TW; ++u) acc[0][u] += xw[u * SW + kw * DW];
 #else

@@ -103,14 +103,17 @@ void main() {
         o[at] = uint(best);
     }
 #elif defined(F2F)
-    precise float s = 0.0, comp = 0.0;
+    // compensated; the plain sum where that is inf or NaN (an inf's compensation is NaN)
+    precise float s = 0.0, comp = 0.0, plain = 0.0;
     for (int k = 0; k < p.D; ++k) {
         int at = base + k * p.inner;
-        precise float term = uintBitsToFloat(x[at]) - comp;
+        const float v = uintBitsToFloat(x[at]);
+        precise float term = v - comp;
         precise float next = s + term;
         comp = (next - s) - term;
         s = next;
-        o[at] = floatBitsToUint(s);
+        plain += v;
+        o[at] = floatBitsToUint(isinf(plain) || isnan(plain) ? plain : s);
     }
 #else
     int s = 0;

@@ -1390,3 +1390,43 @@ def test_logcumsumexp(device, shape, dim):
     np.testing.assert_array_equal(np.isinf(got[ok]), np.isinf(ref[ok]))
     bound = 4 * np.spacing(np.abs(ref[ok]).astype(np.float32))
     assert (np.abs(got[ok] - ref[ok]) <= np.maximum(bound, 1e-6)).all()
+
+
+@pytest.mark.parametrize("owner", ["lane", "subgroup", "workgroup"])
+def test_sums_scans_and_max_pools_of_infinities_and_nans_as_torch(device, monkeypatch, owner):
+    """A row holding +inf sums to inf, +inf and -inf to NaN, a NaN to NaN, as torch's: the
+    compensated sums made NaN of any inf (its compensation inf - inf), and the float max pool
+    dropped a NaN (GLSL's max). Sums over contiguous runs (vec4 loads) and value by value, a
+    lane, a subgroup or a workgroup a row; the running sum; max pools with padding."""
+    import torch
+    import torch.nn.functional as F
+    from vkq.ops.pool import max_pool2d_params
+    monkeypatch.setattr(fops, "ROW_SUBGROUP", owner == "subgroup")
+    n = 8 if owner == "lane" else 3 * fops.REDUCE_ROW + 5
+    x = rnd(6, 2, n)
+    x[0, :, 3] = np.inf                                  # row 0: +inf (both)
+    x[1, 0, 1], x[1, 0, n - 2] = np.inf, -np.inf         # row 1: +inf and -inf
+    x[2, 1, n // 2] = np.nan
+    x[3, 0, n - 1] = -np.inf
+    for dims in ([-1], [1, 2]):
+        for op in ("sum", "mean"):
+            want = getattr(torch, op)(torch.from_numpy(x), dims).numpy()
+            got, ref = run_op(device, op, [x], {"dims": dims, "keepdim": False}, want.shape)
+            for a in (got, ref):
+                np.testing.assert_array_equal(np.isnan(a), np.isnan(want))
+                np.testing.assert_array_equal(a[np.isinf(want)], want[np.isinf(want)])
+                np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-5 * n)
+    if owner == "lane":
+        want = torch.cumsum(torch.from_numpy(x), -1).numpy()
+        got, ref = run_op(device, "cumsum", [x], {"dim": -1, "dtype": "float32"}, x.shape)
+        for a in (got, ref):
+            np.testing.assert_array_equal(np.isnan(a), np.isnan(want))
+            np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-5)
+        img = rnd(2, 3, 7, 9)
+        img[0, 0, 2, 3], img[1, 2, 6, 8], img[0, 1, 0, 0] = np.nan, np.nan, -np.inf
+        for k, s, p in ((3, 2, 1), (2, 2, 0), (3, 1, 1)):
+            want = F.max_pool2d(torch.from_numpy(img), k, s, p).numpy()
+            got, ref = run_op(device, "max_pool2d", [img], max_pool2d_params(k, s, p), want.shape)
+            assert np.isnan(want).sum() >= 1
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(ref, want)

@@ -448,7 +448,7 @@ def _elementwise(ctx, shader, buffers, n, push, defines=None, spec=()):
 
 
 def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec4s=None, vec=False, center=None,
-                  passes: int = 3, per_step: int = 1, lane_max: int = 0, lane_group: int = 1):
+                  passes: int = 3, per_step: int = 1, lane_max: int = 0, lane_group: int = 1, spec_from_7=()):
     """A row shader: a lane a row on CPU drivers where a row is at most lane_max values
     (ROW_LANE; 0: the shader has no such variant), else a subgroup a row where the device has
     subgroup arithmetic (ROW_SUBGROUP, no barriers), else a workgroup a row (a power of two <=
@@ -458,7 +458,8 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
     vec4s: a row's vec4s, for a shader that keeps a lane's share of them in registers
     (specialization constant 4: that share, at most ROW_KEEP, ROW_LANE_KEEP under ROW_LANE;
     5: vec, its vec4 loads and stores; shaders/include/float_workgroup.glsl); center:
-    float_layer_norm's mean subtraction (6; off: rms_norm). passes, per_step: a lane reads its
+    float_layer_norm's mean subtraction (6; off: rms_norm); spec_from_7: the shader's own
+    (float_reduce's ranks), 4-6 filled with their defaults where unused. passes, per_step: a lane reads its
     share of a row `passes` times, `per_step` values a loop iteration (vec: 4). Where that passes
     the device's loop budget (llvmpipe: vkinfo.DeviceInfo.loop_budget, past which values are
     left out silently), a workgroup owns each row, as wide as the device allows; past even that,
@@ -502,7 +503,8 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
     kept = ROW_LANE_KEEP if variant == "ROW_LANE" else ROW_KEEP
     keep = () if vec4s is None else (min(kept, max(1, -(-vec4s // lanes))), int(vec))
     keep += () if center is None else (int(center),)
-    return ctx.device.dispatch(shader, buffers, (groups, 1, 1), local=(width,), spec=(width, *keep), push=push,
+    spec = (width, *keep) + (((1, 0, 1)[len(keep):] + tuple(spec_from_7)) if spec_from_7 else ())
+    return ctx.device.dispatch(shader, buffers, (groups, 1, 1), local=(width,), spec=spec, push=push,
                                defines=[variant, *defines])
 
 
@@ -895,11 +897,12 @@ def _reduce_build(variant):
         # one contiguous run a row, in whole vec4s (float_reduce.comp CONTIG)
         contig = rst == [1] and count % 4 == 0 and all(s % 4 == 0 for s in kst)
         defines = [variant] + (["CONTIG"] if contig else [])
+        ranks = (len(kshape), len(rshape))       # (specialization 7, 8: the index arithmetic's dims)
         if count >= REDUCE_ROW:     # a subgroup / workgroup an output (float_reduce.comp says why)
             return [_row_dispatch(ctx, "float_reduce", bufs, n_out, count, push, defines=defines,
-                                  passes=1, per_step=4)]
+                                  passes=1, per_step=4, spec_from_7=ranks)]
         return [ctx.device.dispatch("float_reduce", bufs, grid_1d(n_out, LOCAL), local=(LOCAL,), push=push,
-                                    defines=defines)]
+                                    spec=(LOCAL, 1, 0, 1, *ranks), defines=defines)]
     return build
 
 
