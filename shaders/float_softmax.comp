@@ -7,8 +7,9 @@
 // A row per invocation (ROW_LANE: CPU drivers, short rows, not MASKED), per subgroup
 // (ROW_SUBGROUP) or per workgroup (include/float_workgroup.glsl):
 //   m = max_j x;  e_j = exp(x_j - m);  y_j = e_j / sum_j e_j      (LOG: y_j = x_j - m - log(sum_j e_j))
-// exp is exp_f32 (include/float_math.glsl); a difference below -87.3 (a masked score, e.g.
-// -3.4e38 added) gives exactly 0, as float32 numpy does.
+// exp is exp_f32, LOG's log log_f32 (include/float_math.glsl; SwiftShader's own log(NaN) is a
+// number, which made a log-softmax row holding +inf -inf where torch's is NaN); a difference
+// below -87.3 (a masked score, e.g. -3.4e38 added) gives exactly 0, as float32 numpy does.
 // MASKED (softmax_masked, along the last dim, inner = 1): the row is x * scale + mask first,
 // each rounded once as the separate mul and add would; the mask is read through broadcast
 // strides (row dims merged, rank <= 3, and one stride along the row: 1, or 0 if broadcast).
@@ -224,7 +225,7 @@ void row_blocks(int r, int l, int n) {
     float m, s;
     row_stats(base, off, mbase, D4, l, n, true, v, m, s);
 #ifdef LOG
-    const float ls = log(s);
+    const float ls = log_f32(s);
     [[unroll]] for (int i = 0; i < KEEP; ++i)
         if (l + i * n < D4) store_block(base, off, l + i * n, v[i] - m - ls);
     for (int j4 = l + KEEP * n; j4 < D4; j4 += n) store_block(base, off, j4, load_block(base, off, mbase, j4) - m - ls);
@@ -257,7 +258,7 @@ void row_group(int r0) {
         s[g] = sg;
     }
 #ifdef LOG
-    const vec4 ls = log(s);
+    const vec4 ls = vec4(log_f32(s.x), log_f32(s.y), log_f32(s.z), log_f32(s.w));
 #endif
     const int base4 = r0 * p.D / 4;
     int lo = 0, next = p.D;                  // the row of a vec4's first word; the word where the next row starts
@@ -301,7 +302,7 @@ void row_scalar(int r, int l, int n) {    // along a dim with inner > 1
     s = row_sum(s);
 
 #ifdef LOG
-    float ls = log(s);
+    float ls = log_f32(s);
     for (int j = l; j < p.D; j += n) y[base + j * step] = value(base, mbase, j) - m - ls;
 #else
     for (int j = l; j < p.D; j += n) y[base + j * step] = y[base + j * step] / s;

@@ -1395,9 +1395,10 @@ def test_logcumsumexp(device, shape, dim):
 @pytest.mark.parametrize("owner", ["lane", "subgroup", "workgroup"])
 def test_sums_scans_and_max_pools_of_infinities_and_nans_as_torch(device, monkeypatch, owner):
     """A row holding +inf sums to inf, +inf and -inf to NaN, a NaN to NaN, as torch's: the
-    compensated sums made NaN of any inf (its compensation inf - inf), and the float max pool
-    dropped a NaN (GLSL's max). Sums over contiguous runs (vec4 loads) and value by value, a
-    lane, a subgroup or a workgroup a row; the running sum; max pools with padding."""
+    compensated sums made NaN of any inf (its compensation inf - inf), the float max pool
+    dropped a NaN (GLSL's max), SwiftShader's log-softmax of a row holding +inf was -inf (its
+    log(NaN) a number). Sums over contiguous runs (vec4 loads) and value by value, a lane, a
+    subgroup or a workgroup a row; the running sum; max pools with padding; (log-)softmax."""
     import torch
     import torch.nn.functional as F
     from vkq.ops.pool import max_pool2d_params
@@ -1416,6 +1417,12 @@ def test_sums_scans_and_max_pools_of_infinities_and_nans_as_torch(device, monkey
                 np.testing.assert_array_equal(np.isnan(a), np.isnan(want))
                 np.testing.assert_array_equal(a[np.isinf(want)], want[np.isinf(want)])
                 np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-5 * n)
+    for op in ("softmax", "log_softmax"):
+        want = getattr(torch, op)(torch.from_numpy(x), -1).numpy()
+        got, ref = run_op(device, op, [x], {"dim": -1}, x.shape)
+        for a in (got, ref):
+            np.testing.assert_array_equal(np.isnan(a), np.isnan(want))
+            np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-6)
     if owner == "lane":
         want = torch.cumsum(torch.from_numpy(x), -1).numpy()
         got, ref = run_op(device, "cumsum", [x], {"dim": -1, "dtype": "float32"}, x.shape)
