@@ -2,6 +2,7 @@
 eagerly (PyTorch's own reference): float outputs agree (cosine >= 0.999) and, op by op, every
 int8 output is within one step of PT2E's on >= 99% of its elements (assert_matches_pt2e).
 Also: what falls back to the CPU and why, other quantizers' graphs, the CPU ops themselves."""
+import copy
 import warnings
 
 import numpy as np
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import oputil
+import vkq
 import vkq.ops.cpu  # noqa: F401  (CPU ops register on import)
 from vkq import api, models
 from vkq.executor import run_reference
@@ -348,6 +350,46 @@ def test_a_device_call_lets_go_of_each_host_copy_after_its_last_reader(monkeypat
     assert max(sizes) <= 4, sizes
     np.testing.assert_array_equal(got, executor(x.numpy(), keep_all=True)[program.outputs[0]])
     np.testing.assert_allclose(got, run_reference(program, x.numpy()), rtol=1e-5, atol=1e-6)
+
+
+class _HalfNet(nn.Module):
+    """A conv, a batch norm, masked attention (a bool mask, as transformers builds it), a norm."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.qkv, self.norm, self.head = nn.Linear(8, 24), nn.LayerNorm(8), nn.Linear(8, 5)
+
+    def forward(self, x):
+        t = F.silu(self.bn(self.conv(x))).flatten(2).transpose(1, 2)         # (N, 36, 8)
+        q, k, v = self.qkv(t).chunk(3, -1)
+        mask = torch.ones(t.shape[1], t.shape[1], dtype=torch.bool, device=x.device).tril()
+        a = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], attn_mask=mask)[:, 0]
+        return self.head(self.norm(t + a)).mean(1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("scheme", ["static", "dynamic"])
+def test_half_precision_models_quantize_from_a_float32_copy(dtype, scheme):
+    """A float16 model's attention ran on the CPU (the rewrites of float ops know float32) and a
+    bfloat16 one failed to compile (numpy has no bfloat16). Now a half-precision model and its
+    inputs are quantized from a float32 copy, the model given left as it is; the program takes
+    half or float32 inputs, everything on the device, as close to the half model as float32 PT2E."""
+    torch.manual_seed(0)
+    model = _HalfNet().eval()
+    calib = [torch.randn(2, 3, 6, 6) for _ in range(3)]
+    want_gm = api.quantize(model, (calib[0],), calib, scheme=scheme, progress=False)
+    half = copy.deepcopy(model).to(dtype)
+    prog = vkq.compile(half, (calib[0].to(dtype),), [c.to(dtype) for c in calib], scheme=scheme)
+    assert all(p.dtype == dtype for p in half.parameters())
+    assert prog.fallback_ops == [], prog.fallback_ops
+    x = torch.randn(2, 3, 6, 6)
+    got = prog(x.to(dtype))
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, prog(x.to(dtype).float()))
+    with torch.no_grad():
+        ref, model_out = want_gm(x.to(dtype).float()).numpy(), half(x.to(dtype)).float().numpy()
+    assert cosine(got, ref) > 0.999 and cosine(got, model_out) > 0.99
 
 
 def test_api_compile():

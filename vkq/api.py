@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import contextlib
+import copy
+import itertools
 
 import numpy as np
 import torch
@@ -85,13 +87,44 @@ def _leaves(inputs):
     return leaves, spec, [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
 
 
+HALF = (torch.float16, torch.bfloat16)
+
+
+def _to_float32(x):
+    """x with its float16 / bfloat16 tensors and arrays (nested too) as float32."""
+    def cast(t):
+        if isinstance(t, torch.Tensor) and t.dtype in HALF:
+            return t.float()
+        return t.astype(np.float32) if isinstance(t, np.ndarray) and t.dtype == np.float16 else t
+    return pytree.tree_map(cast, x)
+
+
+def in_float32(model, example_inputs, calibration=None):
+    """A half-precision model (float16 / bfloat16 weights, buffers or inputs) as a float32 copy,
+    its example and calibration inputs cast: vkq computes float in float32 whatever the model's
+    precision, and quantizes from float32 as PyTorch's int8 flows do (traced in float16, the
+    rewrites of float ops, which know float32, left a BERT's attention on the CPU; in bfloat16,
+    which numpy cannot hold, the compile failed). The user's model is not changed."""
+    if not isinstance(model, torch.nn.Module):
+        return model, example_inputs, calibration
+    def half(t):
+        return (isinstance(t, torch.Tensor) and t.dtype in HALF) or (isinstance(t, np.ndarray) and t.dtype == np.float16)
+    if not (any(half(t) for t in itertools.chain(model.parameters(), model.buffers()))
+            or any(half(t) for t in pytree.tree_leaves(example_inputs))):
+        return model, example_inputs, calibration
+    model = copy.deepcopy(model).float()
+    return model, _to_float32(example_inputs), None if calibration is None else map(_to_float32, calibration)
+
+
 def tensor_inputs(model, example_inputs, calibration=None, dynamic_shapes=None):
     """(model, example tensors, calibration tensor tuples, dynamic_shapes) as vkq takes them:
     where an input is a list / tuple / dict of tensors or a Python value (a flag, a scale), the
     model wrapped to take its tensors alone (_TensorLeaves), each calibration batch flattened
     the same way and each tensor's dynamic dims kept; the compiled program then takes the
     tensors in that order (or the inputs as the example nests them: argument_flattener).
-    Inputs that are all tensors (or arrays) come back as they are."""
+    Inputs that are all tensors (or arrays) come back as they are. A half-precision model and its
+    inputs: in float32 (in_float32)."""
+    model, example_inputs, calibration = in_float32(model, example_inputs, calibration)
     flat = _leaves(example_inputs)
     if flat is None:
         return model, _as_tuple(example_inputs), calibration, dynamic_shapes

@@ -33,7 +33,10 @@ from .vkinfo import DeviceLimit, VulkanUnavailable
 
 def _as_numpy(x) -> np.ndarray:
     if hasattr(x, "detach"):  # a torch tensor, without importing torch
-        x = x.detach().cpu().numpy()
+        x = x.detach().cpu()
+        if str(x.dtype) == "torch.bfloat16":    # (numpy has no bfloat16; the program computes in float32)
+            x = x.float()
+        x = x.numpy()
     return np.asarray(x)
 
 

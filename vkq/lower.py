@@ -1361,6 +1361,8 @@ class Translator:
         spec = _spec(value, node)
         if value.is_complex():
             value = torch.view_as_real(value.resolve_conj())
+        if value.dtype == torch.bfloat16:        # (numpy has none; the program computes in float32)
+            value = value.float()
         if value.dtype == torch.float64 and node.meta.get(HOST_FLOAT64):
             spec = TensorSpec(spec.shape, "float64")
         arr = value.numpy().astype(spec.numpy_dtype)
