@@ -109,11 +109,14 @@ def in_float32(model, example_inputs, calibration=None):
         return model, example_inputs, calibration
     def half(t):
         return (isinstance(t, torch.Tensor) and t.dtype in HALF) or (isinstance(t, np.ndarray) and t.dtype == np.float16)
-    if not (any(half(t) for t in itertools.chain(model.parameters(), model.buffers()))
-            or any(half(t) for t in pytree.tree_leaves(example_inputs))):
+    half_model = any(half(t) for t in itertools.chain(model.parameters(), model.buffers()))
+    if not (half_model or any(half(t) for t in pytree.tree_leaves(example_inputs))):
         return model, example_inputs, calibration
-    model = copy.deepcopy(model).float()
-    return model, _to_float32(example_inputs), None if calibration is None else map(_to_float32, calibration)
+    model = copy.deepcopy(model).float() if half_model else model      # (a float32 model is not copied)
+    if calibration is not None:      # (a list stays a list: its length is the progress bar's)
+        calibration = [_to_float32(b) for b in calibration] if isinstance(calibration, (list, tuple)) \
+            else map(_to_float32, calibration)
+    return model, _to_float32(example_inputs), calibration
 
 
 def tensor_inputs(model, example_inputs, calibration=None, dynamic_shapes=None):
