@@ -374,7 +374,8 @@ def test_half_precision_models_quantize_from_a_float32_copy(dtype, scheme):
     """A float16 model's attention ran on the CPU (the rewrites of float ops know float32) and a
     bfloat16 one failed to compile (numpy has no bfloat16). Now a half-precision model and its
     inputs are quantized from a float32 copy, the model given left as it is; the program takes
-    half or float32 inputs, everything on the device, as close to the half model as float32 PT2E."""
+    half or float32 inputs, everything on the device, as close to the half model as float32 PT2E;
+    compiling that PT2E graph with half example inputs works too (it failed recording shapes)."""
     torch.manual_seed(0)
     model = _HalfNet().eval()
     calib = [torch.randn(2, 3, 6, 6) for _ in range(3)]
@@ -390,6 +391,8 @@ def test_half_precision_models_quantize_from_a_float32_copy(dtype, scheme):
     with torch.no_grad():
         ref, model_out = want_gm(x.to(dtype).float()).numpy(), half(x.to(dtype)).float().numpy()
     assert cosine(got, ref) > 0.999 and cosine(got, model_out) > 0.99
+    from_gm = vkq.compile(want_gm, (calib[0].to(dtype),))     # PT2E's float32 graph, half examples
+    np.testing.assert_allclose(from_gm(x.to(dtype)), from_gm.run_reference(x.to(dtype).float().numpy()), rtol=1e-5, atol=1e-5)
 
 
 def test_api_compile():

@@ -234,6 +234,8 @@ def compile(model_or_converted, example_inputs, calibration=None, scheme: str = 
     if not _is_converted(gm):
         gm, example_inputs, calibration, dynamic_shapes = tensor_inputs(gm, example_inputs, calibration, dynamic_shapes)
         gm = quantize(gm, example_inputs, calibration, scheme, dynamic_shapes=dynamic_shapes)
+    elif not any(t.dtype in HALF for t in itertools.chain(gm.parameters(), gm.buffers())):
+        example_inputs = _to_float32(example_inputs)     # (quantize's graph of a half model is float32)
     example_inputs = _as_tuple(example_inputs)
     float_linear = scheme if scheme in ("dynamic", "weight_only") else "dynamic"
     program = lower(gm, example_inputs, float_linear=float_linear, dynamic_shapes=dynamic_shapes)
