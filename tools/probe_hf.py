@@ -303,18 +303,22 @@ def _cosine(a, b) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
 
 
-def check(make, inputs, scheme: str, device) -> list:
+def check(make, inputs, scheme: str, device, dtype: str = "float32") -> list:
     """Raise AssertionError where vkq disagrees with its reference or with PT2E; return the ops
-    that stay on the CPU."""
+    that stay on the CPU. dtype: the model's and its float inputs' (float16 / bfloat16: vkq
+    quantizes a float32 copy, PT2E's reference takes the inputs in float32)."""
     import vkq
     from vkq.api import quantize
+    half = getattr(torch, dtype)
+    cast = lambda xs: tuple(t.to(half) if t.is_floating_point() else t for t in xs)
     torch.manual_seed(0)
-    model = FirstOutput(make().eval())
-    x = inputs()
-    gm = quantize(model, x, [inputs() for _ in range(4)], scheme=scheme, progress=False)
+    model = FirstOutput(make().eval()).to(half)
+    x = cast(inputs())
+    gm = quantize(model, x, [cast(inputs()) for _ in range(4)], scheme=scheme, progress=False)
     prog = vkq.CompiledProgram(vkq.compile(gm, x).program, device)
-    xs = [t.numpy() for t in x]
+    xs = list(x) if dtype == "bfloat16" else [t.numpy() for t in x]       # (numpy has no bfloat16)
     got, ref = prog(*xs), prog.run_reference(*xs)
+    x = tuple(t.float() if t.is_floating_point() else t for t in x)
     if not np.allclose(got, ref, rtol=1e-5, atol=1e-6 * (np.abs(ref).max() + 1e-30)) and _cosine(got, ref) < 0.9999:
         raise AssertionError(f"Vulkan != reference: {int(np.sum(got != ref))} of {got.size} differ, "
                              f"cosine {_cosine(got, ref):.6f}")
@@ -330,6 +334,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="llvmpipe")
     ap.add_argument("--only", default="", help="comma-separated architecture names (default: all)")
     ap.add_argument("--schemes", default="static,dynamic")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                    help="the models' and their float inputs' precision")
     ap.add_argument("--traceback", action="store_true")
     args = ap.parse_args(argv)
     import transformers
@@ -349,7 +355,7 @@ def main(argv=None) -> int:
             runs += 1
             t0 = time.perf_counter()
             try:
-                cpu = check(*table[name], scheme, device)
+                cpu = check(*table[name], scheme, device, args.dtype)
                 print(f"ok   {name} {scheme} ({time.perf_counter() - t0:.1f} s)"
                       + (f": on the CPU {', '.join(cpu)}" if cpu else ""), flush=True)
             except Exception as e:
