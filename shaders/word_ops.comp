@@ -15,6 +15,7 @@
 //   F_REM, F_FLOORDIV, F_FMOD              float32 as ATen: fmod exact (the mantissas' long division),
 //                                          remainder = fmod + y where the signs differ, floor
 //                                          division = (x - fmod) / y rounded to its integer
+//   F_TRUNCDIV                             float32 trunc(x / y) of the correctly rounded quotient
 //   F_ATAN2, F_HYPOT, F_POW, F_COPYSIGN    float32 atan2(x, y), hypot, x^y (float_math.glsl), copysign
 //   I_EQ ... I_GE, F_EQ ... F_GE           int32 / float32 comparisons -> bool
 //   CAST_I2F, CAST_F2I (toward 0), CAST_I2B, CAST_F2B (x != 0)     unary
@@ -32,6 +33,7 @@
 //! variant I_TRUNCDIV
 //! variant F_REM
 //! variant F_FLOORDIV
+//! variant F_TRUNCDIV
 //! variant F_FMOD
 //! variant F_ATAN2
 //! variant F_HYPOT
@@ -153,6 +155,35 @@ void main() {
         if (yf == 0.0)       // x / 0: +-inf by the signs, NaN for 0 / 0 or a NaN
             fl = isnan(xf) || xf == 0.0 ? uintBitsToFloat(0x7fc00000u) : uintBitsToFloat(negative ? 0xff800000u : 0x7f800000u);
         r = floatBitsToUint(fl);
+#elif defined(F_TRUNCDIV)
+        // ATen's div_trunc: trunc of the correctly rounded x / y, which Vulkan's division is not
+        // (6 / 3 may come out 1.9999999). t = |trunc| of the exact quotient, by fmod as F_FLOORDIV
+        // (exact where |x / y| < 2^20); the rounded quotient reaches t + 1 where the fraction short
+        // of it, (|y| - |fmod|) / |y|, is at most half the gap below t + 1 (a tie rounds to t + 1:
+        // an integer under 2^24 has an even mantissa). |y| - |fmod| is exact where that can hold
+        // (|fmod| >= |y| / 2, Sterbenz), and either side scales by a power of 2 exactly.
+        const bool negative = (floatBitsToInt(xf) < 0) != (floatBitsToInt(yf) < 0);
+        float tr;
+        if (isnan(xf) || isnan(yf) || (isinf(xf) && isinf(yf)) || (xf == 0.0 && yf == 0.0)) {
+            tr = uintBitsToFloat(0x7fc00000u);
+        } else if (isinf(xf) || yf == 0.0) {
+            tr = uintBitsToFloat(0x7f800000u);
+        } else if (isinf(yf)) {
+            tr = 0.0;
+        } else {
+            precise float m = fmod_f32(xf, yf);
+            precise float q = abs((xf - m) / yf);
+            float t = floor(q);
+            t = q - t > 0.5 ? t + 1.0 : t;
+            precise float gap = abs(yf) - abs(m);
+            int e;
+            frexp(t + 1.0, e);                                   // t + 1 in [2^(e-1), 2^e)
+            const int half_gap = t + 1.0 == ldexp(1.0, e - 1) ? e - 26 : e - 25;     // its log2
+            const bool up = abs(yf) > 18446744073709551616.0 ? gap <= ldexp(abs(yf), half_gap)
+                                                              : ldexp(gap, -half_gap) <= abs(yf);
+            tr = up ? t + 1.0 : t;
+        }
+        r = floatBitsToUint(tr) | (negative && !isnan(tr) ? 0x80000000u : 0u);
 #elif defined(F_ATAN2)
         r = floatBitsToUint(atan2_f32(xf, yf));
 #elif defined(F_HYPOT)

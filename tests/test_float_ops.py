@@ -1330,7 +1330,8 @@ def test_atan2_hypot_pow_of_two_tensors(device, op, tol):
         check(got, ref, ("ulp", tol))
 
 
-@pytest.mark.parametrize("op", ["remainder", "fmod", "floor_divide", "atan2", "hypot", "copysign", "pow_tensor"])
+@pytest.mark.parametrize("op", ["remainder", "fmod", "floor_divide", "trunc_divide", "atan2", "hypot", "copysign",
+                                "pow_tensor"])
 def test_binary_special_values_as_torch(device, op):
     """Every pair of NaN, signed zeros, infinities, 1, -1 and numbers: NaN where torch's is, its
     infinities and signs (fmod(-0, 1) = -0, atan2(0, -0) = pi, hypot(inf, NaN) = inf, 1 ** NaN
@@ -1340,14 +1341,16 @@ def test_binary_special_values_as_torch(device, op):
     v = np.float32([np.nan, 0.0, -0.0, np.inf, -np.inf, 1.0, -1.0, 2.5, -2.5, 0.75, 7.0, -7.0, 1e-30, 1e30])
     a, b = np.meshgrid(v, v, indexing="ij")
     got, _ = run_op(device, op, [a, b], {}, a.shape)
-    fn = {"remainder": torch.remainder, "fmod": torch.fmod, "floor_divide": torch.floor_divide, "atan2": torch.atan2,
+    fn = {"remainder": torch.remainder, "fmod": torch.fmod, "floor_divide": torch.floor_divide,
+          "trunc_divide": lambda x, y: torch.div(x, y, rounding_mode="trunc"), "atan2": torch.atan2,
           "hypot": torch.hypot, "copysign": torch.copysign, "pow_tensor": torch.pow}[op]
     want = fn(torch.from_numpy(a), torch.from_numpy(b)).numpy()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     num = ~np.isnan(want)
     np.testing.assert_array_equal(np.isinf(got[num]), np.isinf(want[num]))
     np.testing.assert_array_equal(np.signbit(got[num]), np.signbit(want[num]))
-    rtol = {"remainder": 0, "fmod": 0, "copysign": 0, "floor_divide": 0, "pow_tensor": 300 * EPS}.get(op, 8 * EPS)
+    rtol = {"remainder": 0, "fmod": 0, "copysign": 0, "floor_divide": 0, "trunc_divide": 0,
+            "pow_tensor": 300 * EPS}.get(op, 8 * EPS)
     # (pow: 1e30 ** 0.75's |b ln|a|| = 52 in its bound; 1e-30 / 7 and the like: results below the
     # smallest normal may flush to 0, as Vulkan allows)
     np.testing.assert_allclose(got[num], want[num], rtol=rtol, atol=np.finfo(np.float32).tiny)

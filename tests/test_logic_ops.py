@@ -109,14 +109,15 @@ def spread(*shape, lo=-30, hi=30):
     return (R.choice([-1, 1], shape) * 10.0 ** R.uniform(lo, hi, shape)).astype(np.float32)
 
 
-@pytest.mark.parametrize("op", ["remainder", "fmod", "floor_divide", "copysign"])
+@pytest.mark.parametrize("op", ["remainder", "fmod", "floor_divide", "trunc_divide", "copysign"])
 def test_float_division_family_bit_for_bit(device, op):
     """float32 fmod exactly (the mantissas' long division: quotients up to 2^200 here), the
     remainder and floor division from it as ATen computes them (the reference is ATen's
-    arithmetic in float32 numpy), and copysign, bit for bit: broadcast, against a scalar second
-    and first. floor_divide is exact where |a / b| < 2^20 (Vulkan's division rounds its quotient),
-    so its operands stay there."""
-    if op == "floor_divide":
+    arithmetic in float32 numpy), the trunc of the correctly rounded quotient, and copysign, bit
+    for bit: broadcast, against a scalar second and first. floor_divide and trunc_divide are
+    exact where |a / b| < 2^20 (Vulkan's division rounds its quotient), so their operands stay there."""
+    division = op in ("floor_divide", "trunc_divide")
+    if division:
         a, b = np.round(spread(7, 37, lo=-3, hi=5), 2), spread(1, 37, lo=-2, hi=1)
         b[0, :5] = [0.25, -0.5, 1.5, 0.75, -3.0]
         a[0, :5] = b[0, :5] * np.float32([3, -4, 0, 7, -2])      # exact multiples: the quotient an integer
@@ -124,11 +125,27 @@ def test_float_division_family_bit_for_bit(device, op):
         a, b = spread(7, 37), spread(1, 37)
     ref = run(device, op, [a, b], {}, a.shape, "float32")
     assert np.isfinite(ref).all() and len(np.unique(ref)) > 100
-    if op == "floor_divide":
+    if division:
         np.testing.assert_array_equal(ref[0, :5], np.float32([3, -4, 0, 7, -2]))
     for scalar, first in ((0.7, False), (-3.25, False), (2.5, True)):
-        run(device, op, [a if op != "floor_divide" or not first else a + 1], {"scalar": scalar, "scalar_first": first},
+        run(device, op, [a if not division or not first else a + 1], {"scalar": scalar, "scalar_first": first},
             a.shape, "float32")
+
+
+def test_float_trunc_divide_where_the_quotient_rounds_to_an_integer(device):
+    """torch.div(a, b, rounding_mode="trunc") of floats truncates the correctly rounded quotient:
+    where the exact a / b lies just below an integer n (within half the gap below it, or on the
+    tie), torch gives n, where Vulkan's division (<= 2.5 ulp) may give n - 1 or n. Dividends one
+    ulp around n * b, for quotients 0 .. 2^20 and powers of two among them (whose gap below is
+    half), every sign: bit for bit against numpy's IEEE division, and some do round up."""
+    n = np.concatenate([np.arange(1, 40), 2.0 ** np.arange(1, 20), 2.0 ** np.arange(1, 20) + 1, [1e5 + 3, 999999]])
+    b = np.float32(R.uniform(0.01, 100, (1, n.size)) * R.choice([-1, 1], (1, n.size)))
+    a = np.float32(n * b)
+    a = np.concatenate([a, np.nextafter(a, np.float32(np.inf)), np.nextafter(a, np.float32(-np.inf)), -a])
+    got = run(device, "trunc_divide", [a, b], {}, a.shape, "float32")
+    exact = np.trunc(a.astype(np.float64) / b)
+    assert (got != exact).sum() > 5          # the correctly rounded quotient reached the integer
+    np.testing.assert_array_equal(got, np.trunc(a / b))
 
 
 @pytest.mark.parametrize("op", ["abs", "sign"])

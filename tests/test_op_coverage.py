@@ -965,7 +965,8 @@ ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with 
     "logaddexp": lambda x, y: torch.logaddexp(x, y) + torch.logaddexp2(2 * x, y),
     "division_family": lambda x, y: (torch.remainder(x, 0.7) + torch.fmod(x, y) + torch.floor_divide(x, 0.3)
                                      + torch.div(x, y.abs() + 0.5, rounding_mode="floor") + 2.5 % (x.abs() + 0.5)
-                                     + torch.remainder(x, y)),
+                                     + torch.remainder(x, y) + torch.div(x, y, rounding_mode="trunc")
+                                     + torch.div(x, 0.25, rounding_mode="trunc")),
     "atan2_hypot_pow": lambda x, y: (torch.atan2(x, y) + torch.hypot(x, y) + torch.copysign(x, y)
                                      + torch.pow(x.abs() + 0.1, y) + 2.0 ** x),
     "cumulative": lambda x, y: (torch.cumprod(0.5 * x + 1, -1) + torch.cummax(x, 1)[0] + torch.cummin(y, -1).values
@@ -1095,7 +1096,7 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     xlogy, count_nonzero, bucketize, sgn, deg2rad / rad2deg, nansum, logaddexp(2), prod, aminmax, histc, cumsum to integers; scans:
     cumprod, cummax / cummin values; float_unary:
     the inverse trigonometric and hyperbolic functions, tan, expm1, exp2, log10; word_ops: float
-    remainder, fmod, floor division, atan2, hypot, copysign, pow of tensors; lower: maximum / minimum,
+    remainder, fmod, floor and trunc division, atan2, hypot, copysign, pow of tensors; lower: maximum / minimum,
     clamp by tensors, reciprocal, rot90 and channel_shuffle as gathers): on Vulkan under the
     dynamic scheme, within float rounding of the reference and of the float model. The rewrites
     alone, on NaN, infinities, zeros and ties: torch's values (exactly where ATen's arithmetic is

@@ -668,31 +668,30 @@ def _bitwise(name, bool_only=False):
 def _arith(name, ints=True):
     """remainder / floor_divide / fmod of integer tensors, or of one and an integer scalar; these,
     atan2, hypot, copysign and pow of float32 tensors, or of one and a number (either first).
-    div's trunc mode of integers: trunc_divide. A mix of float and integer operands declines
-    (the CPU), as does the trunc mode of floats."""
+    div's trunc mode: trunc_divide (of integers C's division, of floats the trunc of the
+    correctly rounded quotient). A mix of float and integer operands declines (the CPU)."""
     int_rule = _bitwise(name)
 
     def rule(n, t):
         a, b = n.args[0], n.args[1]
+        op = name
         if n.target in (aten.div.Tensor_mode, aten.div.Scalar_mode) and n.kwargs.get("rounding_mode") != "floor":
-            # trunc: of integers the truncating division; of floats ATen truncates a correctly
-            # rounded quotient, which Vulkan's division is not (the CPU)
-            if n.kwargs.get("rounding_mode") != "trunc" or _word_dtype(dtype_of(n)) != "int32":
+            if n.kwargs.get("rounding_mode") != "trunc":
                 return None
-            r = int_rule(n, t) if not isinstance(b, float) and isinstance(a, Node) else None
-            return None if r is None else ("trunc_divide", *r[1:])
+            op = "trunc_divide"
         if _word_dtype(dtype_of(n)) == "int32":
-            return int_rule(n, t) if ints and not isinstance(b, float) and isinstance(a, Node) else None
+            r = int_rule(n, t) if ints and not isinstance(b, float) and isinstance(a, Node) else None
+            return None if r is None else (op, *r[1:])
         tensors = [v for v in (a, b) if isinstance(v, Node)]
         if _word_dtype(dtype_of(n)) != "float32" or any(v in t.ints or _word_dtype(dtype_of(v)) != "float32"
                                                          for v in tensors):
             return None
         if len(tensors) == 2:
-            return name, [a, b], {}
+            return op, [a, b], {}
         number = b if tensors == [a] else a
         if not isinstance(number, (int, float)) or isinstance(number, bool):
             return None
-        return name, tensors, {"scalar": float(number), **({"scalar_first": True} if tensors == [b] else {})}
+        return op, tensors, {"scalar": float(number), **({"scalar_first": True} if tensors == [b] else {})}
     return rule
 
 

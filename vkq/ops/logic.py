@@ -11,7 +11,8 @@ of on the host. The int32 add/sub/mul share their names with the float ops (vkq/
   logical_not(x)                                          bool -> bool
   remainder, floor_divide, fmod(a[, b]; scalar, scalar_first)   int32 as Python's / C's (by 0: 0),
   trunc_divide(a[, b]; scalar)   int32 as C's / (torch.div(rounding_mode="trunc"); by 0: 0)
-                            or float32 as ATen's (fmod exact; floor_divide exact where |a / b| < 2^20)
+                            or float32 as ATen's (fmod exact; floor_divide, trunc_divide exact where
+                            |a / b| < 2^20)
   atan2, hypot, pow_tensor, copysign(a[, b]; scalar, scalar_first)   float32 (pow_tensor: a ** b
                             elementwise; atan2, hypot, pow by float_math.glsl: a few ulp)
   cast(x; dtype)            to "float32" (from int), "int32" (from float: toward 0, as torch),
@@ -102,12 +103,18 @@ def _floor_divide_f32(a, b):
     return np.where(b == 0, a / b, fl)
 
 
+def _trunc_divide_f32(a, b):
+    """ATen's div_trunc_floating: trunc of the correctly rounded float32 quotient."""
+    return np.trunc(a / b)
+
+
 def _in_f64(fn):
     return lambda a, b: fn(a.astype(np.float64), b.astype(np.float64)).astype(np.float32)
 
 
 # float32 ops of two tensors (or a tensor and a scalar, either first): word_ops' F_ variants
 FLOAT_BINARY = {"remainder": (_remainder_f32, "F_REM"), "floor_divide": (_floor_divide_f32, "F_FLOORDIV"),
+                "trunc_divide": (_trunc_divide_f32, "F_TRUNCDIV"),
                 "fmod": (np.fmod, "F_FMOD"), "atan2": (_in_f64(np.arctan2), "F_ATAN2"),
                 "hypot": (_in_f64(np.hypot), "F_HYPOT"), "pow_tensor": (_in_f64(np.power), "F_POW"),
                 "copysign": (np.copysign, "F_COPYSIGN")}
