@@ -16,6 +16,8 @@
 //   F_MAX / F_MIN        running max / min (cummax / cummin values): a NaN stays once seen,
 //                        equal values take the later one (0 after -0), as ATen's x >= best
 //   I_MAX / I_MIN        the same on int32
+//   {F,I}_{MAX,MIN}_INDEX   cummax / cummin's indices (int32): where that running extreme was
+//                        last taken
 //   F_LOGADDEXP          log(cumsum(exp x)) (logcumsumexp): ATen's step, acc = log1p(exp(min -
 //                        max)) + max of (x, acc), x where both are the same infinity, a NaN
 //                        staying; in float32 (ATen keeps acc in double: a few ulp a step apart)
@@ -29,6 +31,10 @@
 //! variant F_MIN
 //! variant I_MAX
 //! variant I_MIN
+//! variant F_MAX_INDEX
+//! variant F_MIN_INDEX
+//! variant I_MAX_INDEX
+//! variant I_MIN_INDEX
 //! variant F_LOGADDEXP
 #include "common.glsl"
 #include "float_math.glsl"
@@ -77,6 +83,34 @@ void main() {
         best = isnan(v) || (!isnan(best) && v <= best) ? v : best;
 #endif
         o[at] = floatBitsToUint(best);
+    }
+#elif defined(F_MAX_INDEX) || defined(F_MIN_INDEX) || defined(I_MAX_INDEX) || defined(I_MIN_INDEX)
+#if defined(F_MAX_INDEX) || defined(F_MIN_INDEX)
+    float best = uintBitsToFloat(x[base]);
+#else
+    int best = int(x[base]);
+#endif
+    int index = 0;
+    for (int k = 0; k < p.D; ++k) {
+        int at = base + k * p.inner;
+#if defined(F_MAX_INDEX)
+        const float v = uintBitsToFloat(x[at]);
+        const bool taken = isnan(v) || (!isnan(best) && v >= best);
+#elif defined(F_MIN_INDEX)
+        const float v = uintBitsToFloat(x[at]);
+        const bool taken = isnan(v) || (!isnan(best) && v <= best);
+#elif defined(I_MAX_INDEX)
+        const int v = int(x[at]);
+        const bool taken = v >= best;
+#else
+        const int v = int(x[at]);
+        const bool taken = v <= best;
+#endif
+        if (taken) {
+            best = v;
+            index = k;
+        }
+        o[at] = uint(index);
     }
 #elif defined(F_LOGADDEXP)
     float acc = uintBitsToFloat(0xff800000u);       // -inf

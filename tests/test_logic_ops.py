@@ -608,3 +608,30 @@ def test_cumulative_products_and_extremes(device, op, dtype, shape, dim):
         np.testing.assert_array_equal(np.signbit(got), np.signbit(ref))
     assert len(np.unique(got)) > 2 and not np.array_equal(got, x)     # (a running max has few distinct values)
 
+
+@pytest.mark.parametrize("op", ["cummax_indices", "cummin_indices"])
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("shape,dim", [((2, 37), 1), ((3, 29, 5), 1), ((7, 2, 3), 0), ((301,), 0)])
+def test_cumulative_extreme_indices(device, op, dtype, shape, dim):
+    """cummax / cummin's indices (int32), bit for bit: where the running extreme was last taken,
+    by ATen's rule (an equal value moves the index on, -0 after 0 too; a NaN takes it and keeps
+    it, a later NaN moving it on). Written out for a row here (no torch in this file)."""
+    rng = np.random.default_rng([int(np.prod(shape)), dim, len(op)])
+    x = rng.integers(-6, 6, shape).astype(np.int32)          # (few values: many ties)
+    if dtype == "float32":
+        x = x.astype(np.float32)
+        x.reshape(-1)[4::9] = -0.0
+        x.reshape(-1)[[len(x.reshape(-1)) - 7, len(x.reshape(-1)) - 3]] = np.nan
+    prog = single_op_program(op, [("x", spec(shape, dtype))], [("y", spec(shape, "int32"))], {"dim": dim}, {})
+    assert cpu_reason(prog.nodes[0], prog.tensors) is None
+    got, ref = VulkanExecutor(prog, device)(x), run_reference(prog, x)
+    np.testing.assert_array_equal(got, ref)
+    assert len(np.unique(got)) > 3
+    if op == "cummax_indices":
+        row = [1.0, 3.0, 3.0, -0.0, 2.0, np.nan, 5.0, np.nan, 9.0] if dtype == "float32" else [1, 3, 3, 0, 2, 5, 5, -1]
+        want = [0, 1, 2, 2, 2, 5, 5, 7, 7] if dtype == "float32" else [0, 1, 2, 2, 2, 5, 6, 6]
+        prog = single_op_program(op, [("x", spec((len(row),), dtype))], [("y", spec((len(row),), "int32"))], {"dim": 0}, {})
+        r = np.array(row, dtype)
+        np.testing.assert_array_equal(VulkanExecutor(prog, device)(r), want)
+        np.testing.assert_array_equal(run_reference(prog, r), want)
+

@@ -970,6 +970,7 @@ ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with 
     "atan2_hypot_pow": lambda x, y: (torch.atan2(x, y) + torch.hypot(x, y) + torch.copysign(x, y)
                                      + torch.pow(x.abs() + 0.1, y) + 2.0 ** x),
     "cumulative": lambda x, y: (torch.cumprod(0.5 * x + 1, -1) + torch.cummax(x, 1)[0] + torch.cummin(y, -1).values
+                                + torch.cummax(torch.round(x), -1).indices + torch.cummin(y, 1)[1]
                                 + (0.5 * y + 1).prod(1, keepdim=True) + torch.sigmoid(x).prod()
                                 + torch.aminmax(x, dim=1, keepdim=True).max - torch.aminmax(y).min),
     "histc": lambda x, y: torch.cat([torch.histc(x, 7, -1.0, 1.5),                  # (a value on an edge: the upper bin)
@@ -1094,7 +1095,7 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     (decompose_ops: threshold, shrinks, selu / celu through elu, rrelu at inference, log_sigmoid,
     heaviside, frac, isnan, nan_to_num, lerp, addcdiv, var_mean / std_mean, diff, cdist, sinc,
     xlogy, count_nonzero, bucketize, sgn, deg2rad / rad2deg, nansum, logaddexp(2), prod, aminmax, histc, cumsum to integers; scans:
-    cumprod, cummax / cummin values; float_unary:
+    cumprod, cummax / cummin values and indices; float_unary:
     the inverse trigonometric and hyperbolic functions, tan, expm1, exp2, log10; word_ops: float
     remainder, fmod, floor and trunc division, atan2, hypot, copysign, pow of tensors; lower: maximum / minimum,
     clamp by tensors, reciprocal, rot90 and channel_shuffle as gathers): on Vulkan under the

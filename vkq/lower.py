@@ -40,7 +40,7 @@ from .passes._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, HOST_FLOAT64, PERMUT
                             qparams, record_shapes, shape_of,
                             val, vkq_op_of)
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
-from .passes.torch_ops import ADAPTIVE_MAX_POOL2D, CUMULATIVE_EXTREME, EMBEDDING_BAG, MAX_UNPOOL2D
+from .passes.torch_ops import ADAPTIVE_MAX_POOL2D, CUMULATIVE_ARG_EXTREME, CUMULATIVE_EXTREME, EMBEDDING_BAG, MAX_UNPOOL2D
 from .program import Node as PNode, Program, TensorSpec
 from .rewrites import rewrite_for_shapes
 from .registry import cpu_reason, get_op
@@ -830,6 +830,14 @@ def _scan(name):
     return rule
 
 
+def _cumulative_index(n, t):
+    """vkq.cumulative_arg_extreme of float32 or int32 x: cummax_indices / cummin_indices (int32)."""
+    x = n.args[0]
+    if _word_dtype(dtype_of(x)) not in ("float32", "int32"):
+        return None
+    return ("cummax_indices" if n.args[2] else "cummin_indices"), [x], {"dim": int(n.args[1])}
+
+
 def _grouped_mm(n, t):
     """transformers' grouped_mm_fallback(x, w, offs) (a mixture of experts' sorted rows) of float
     tensors: grouped_matmul (offs as int32)."""
@@ -1124,6 +1132,7 @@ CPU_RULES = {
     aten.col2im.default: _col2im,
     aten.gather.default: _gather, aten.index.Tensor: _index, **{s: _scatter for s in _SCATTERS},
     aten.cumsum.default: _cumsum, aten.cumprod.default: _scan("cumprod"), CUMULATIVE_EXTREME: _scan(None),
+    CUMULATIVE_ARG_EXTREME: _cumulative_index,
     aten.logcumsumexp.default: _scan("logcumsumexp"),
     **{f: _full for f in (*_FILLED, *_FILL_ARG)},
     **{a: _arange for a in (aten.arange.default, aten.arange.start, aten.arange.start_step)},

@@ -7,6 +7,9 @@
   cumprod, cummax, cummin(x; dim)   float32 or int32, the dtype kept: the product in double-float
                             (torch's CPU cumprod runs in double), int32 wrapping; the running max /
                             min as ATen's (a NaN stays, 0 after -0); prod is cumprod's last
+  cummax_indices, cummin_indices(x; dim)   float32 or int32 -> int32: cummax / cummin's indices,
+                            where the running extreme was last taken (ATen's rule: a NaN, or a
+                            value >= / <= it, takes it)
   logcumsumexp(x; dim)      float32: ATen's running log-add-exp step, in float32 (ATen: double)
   argsort(x; dim, descending)   x float32 or int32 -> int32 indices, stable (equal values in
                             their order), NaN last ascending / first descending (torch's sort);
@@ -129,6 +132,47 @@ for _name, (_f, _i, _stem, _what) in _SCANS.items():
         "name": _name, "shaders": ("cumsum",), "reference": staticmethod(_scan_reference(_name)),
         "build": staticmethod(_scan_build), "decline": staticmethod(_scan_decline),
         "__doc__": f"{_what} along dim: float32 or int32 (wrapping), the dtype kept."}))
+
+
+def _cumulative_index(largest):
+    """cummax / cummin's indices, ATen's loop: a value takes the running extreme where it is a
+    NaN or (the extreme not a NaN) >= it (<= for the min): equal values move the index on."""
+    def reference(x, *, dim):
+        x = np.asarray(x)
+        if x.ndim == 0:
+            return np.zeros((), np.int32)
+        x = np.moveaxis(x.astype(np.float32 if x.dtype.kind == "f" else np.int32), dim % x.ndim, -1)
+        out = np.zeros(x.shape, np.int32)
+        best, index = x[..., 0].copy(), np.zeros(x.shape[:-1], np.int32)
+        with np.errstate(invalid="ignore"):
+            for k in range(x.shape[-1]):
+                v = x[..., k]
+                taken = np.isnan(v) | (~np.isnan(best) & ((v >= best) if largest else (v <= best))) \
+                    if x.dtype.kind == "f" else ((v >= best) if largest else (v <= best))
+                best, index = np.where(taken, v, best), np.where(taken, k, index)
+                out[..., k] = index
+        return np.moveaxis(out, -1, dim % x.ndim)
+    return reference
+
+
+def _index_decline(node, tensors):
+    x, y = tensors[node.inputs[0]].dtype, tensors[node.outputs[0]].dtype
+    if x not in ("float32", "int32") or y != "int32":
+        return f"{node.op}: {x} -> {y} (the kernel takes float32 or int32 to int32 indices)"
+    return None
+
+
+def _index_build(ctx, node):
+    extreme = {"cummax_indices": "MAX", "cummin_indices": "MIN"}[node.op]
+    kind = ("F_" if ctx.spec(node.inputs[0]).dtype == "float32" else "I_") + extreme + "_INDEX"
+    return [_along_dispatch(ctx, node, "cumsum", node.attrs["dim"], [kind])]
+
+
+for _name in ("cummax_indices", "cummin_indices"):
+    register_op(type(_name, (), {
+        "name": _name, "shaders": ("cumsum",), "reference": staticmethod(_cumulative_index(_name == "cummax_indices")),
+        "build": staticmethod(_index_build), "decline": staticmethod(_index_decline),
+        "__doc__": f"{_name[:6]}'s indices along dim: float32 or int32 in, int32 out."}))
 
 
 def _along_dispatch(ctx, node, shader, dim, defines):

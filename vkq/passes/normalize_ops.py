@@ -82,7 +82,7 @@ differently; this pass rewrites the second kind into the first:
   2-D indices flattened with an arange of offsets)
                                                 -> vkq.embedding_bag(weight, indices, offsets, mode,
                                                   per_sample_weights, include_last_offset, padding_idx)
-  aten.cummax / cummin + getitem 0              -> vkq.cumulative_extreme(x, dim, largest)
+  aten.cummax / cummin + getitem 0 / 1          -> vkq.cumulative_extreme / cumulative_arg_extreme(x, dim, largest)
   aten._native_batch_norm_legit_no_training + getitem 0 -> aten.batch_norm (eval)
   aten.index_select(x, d, i), i computed        -> aten.index(x, [i]) (d = 0); else permutes around it
   dropout, feature / alpha dropout (eval), clone, alias, contiguous, detach
@@ -919,13 +919,19 @@ def index_from_index_select(node):
 
 
 def extreme_from_cummax(node):
-    """cummax / cummin + getitem 0, the indices unread -> vkq.cumulative_extreme (torch_ops.py),
-    one output, which the scan kernel runs."""
-    from .torch_ops import CUMULATIVE_EXTREME
-    if not isinstance(val(node.args[0]), torch.Tensor) or (users := first_outputs(node)) is None:
+    """cummax / cummin + getitem 0 -> vkq.cumulative_extreme, getitem 1 -> vkq.cumulative_arg_extreme
+    (torch_ops.py): one output each, as the scan kernel writes (both read: two scans)."""
+    from .torch_ops import CUMULATIVE_ARG_EXTREME, CUMULATIVE_EXTREME
+    users = list(node.users)
+    if not isinstance(val(node.args[0]), torch.Tensor) or not users \
+            or not all(u.target is operator.getitem for u in users):
         return None
-    new = _new(node, CUMULATIVE_EXTREME, (node.args[0], int(node.args[1]), node.target == aten.cummax.default))
-    return _in_place_of(users, new)
+    args = (node.args[0], int(node.args[1]), node.target == aten.cummax.default)
+    new = None
+    for u in users:
+        if u.users:
+            new = _in_place_of([u], _new(node, CUMULATIVE_ARG_EXTREME if u.args[1] else CUMULATIVE_EXTREME, args))
+    return new
 
 def _mean_square_of(node, x):
     """(dims, eps) where node is mean(x^2 | x*x, dims, keepdim=True) + eps, else None (the

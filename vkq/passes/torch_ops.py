@@ -15,7 +15,8 @@ tuple, so that the quantizer annotates them and the folding rules match them lik
       (normalize_ops makes it from an embedding_bag whose offset2bag / bag_size / max_indices
       nothing reads: nn.EmbeddingBag, DLRM's sparse features)
   vkq.cumulative_extreme(x, dim, largest) = aten.cummax(x, dim)[0] (largest) / aten.cummin(x, dim)[0]
-      (normalize_ops makes it from a cummax / cummin whose indices nothing reads)
+  vkq.cumulative_arg_extreme(x, dim, largest) = aten.cummax(x, dim)[1] / aten.cummin(x, dim)[1]
+      (normalize_ops makes one of each read output of a cummax / cummin: a kernel writes one)
 
 They run through torch like aten ops (the converted GraphModule stays runnable eagerly, and a
 program's CPU fallback can call them); importing this module registers them.
@@ -82,3 +83,16 @@ def _(x, dim, largest):
 
 
 CUMULATIVE_EXTREME = torch.ops.vkq.cumulative_extreme.default
+
+
+@torch.library.custom_op("vkq::cumulative_arg_extreme", mutates_args=())
+def cumulative_arg_extreme(x: torch.Tensor, dim: int, largest: bool) -> torch.Tensor:
+    return (torch.ops.aten.cummax.default if largest else torch.ops.aten.cummin.default)(x, dim)[1]
+
+
+@cumulative_arg_extreme.register_fake
+def _(x, dim, largest):
+    return torch.empty_like(x, dtype=torch.long)
+
+
+CUMULATIVE_ARG_EXTREME = torch.ops.vkq.cumulative_arg_extreme.default
