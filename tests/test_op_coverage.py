@@ -1674,11 +1674,13 @@ class ElementRulesAndOrderStatistics(nn.Module):
                 torch.searchsorted(b, x, side="right"), torch.ldexp(x, e), torch.logical_xor(x > 0, x.flip(1) > 0),
                 torch.logical_or(x, e), (x > 0).long().sum(-1), e.sum(), torch.logit(torch.sigmoid(x), 1e-3),
                 torch.repeat_interleave(x, torch.tensor([1, 0, 2]), dim=0), torch.repeat_interleave(x[0], 2),
-                torch.index_select(x, 1, e[0].abs() % 9), torch.index_select(x, 0, e[1].abs() % 3))
+                torch.index_select(x, 1, e[0].abs() % 9), torch.index_select(x, 0, e[1].abs() % 3),
+                *torch.cat([x, x[:1] * float("nan")]).nanmedian(-1), x.nanmedian(0, keepdim=True).indices,
+                torch.nanmedian(x))         # (the middle of a row's numbers; a row of NaNs: NaN)
 
 
 def test_order_statistics_and_element_rules_run_on_vulkan(device):
-    """median / kthvalue (a stable argsort's pick; median NaN where its row holds one), fmax /
+    """median / kthvalue / nanmedian (a stable argsort's pick; median NaN where its row holds one), fmax /
     fmin, round(decimals), searchsorted, ldexp, logical ops of non-bools, integer sums,
     repeat_interleave by counts or flattened, index_select by computed indices on any dim ran in
     torch on the CPU: kernels now, with torch's results bit for bit (logit within float rounding)."""
@@ -1694,8 +1696,9 @@ def test_order_statistics_and_element_rules_run_on_vulkan(device):
     want = [w.numpy() for w in model(x, e)]
     for i, (gv, r, w) in enumerate(zip(got, ref, want)):
         np.testing.assert_array_equal(gv.shape, w.shape)
-        if i == 1:                                  # median's index: torch's where the row has no NaN
-            np.testing.assert_array_equal(gv[:2], w[:2])
+        if i in (1, 21):            # median's index: torch's where the row has no NaN, nanmedian's where
+            np.testing.assert_array_equal(gv[:-1], w[:-1])          # the row is not all NaN (torch's varies)
+            np.testing.assert_array_equal(gv, r)
             continue
         if i == 15:
             np.testing.assert_allclose(gv, w, rtol=2e-6, atol=1e-6)

@@ -21,7 +21,8 @@ lookup table), so only what is left in float is rewritten here:
   aten.sum(x[, dim]) of an integer x            -> the last of cumsum(x, dim) (integer additions)
   aten.kthvalue(x, k, dim) / median(x[, dim]) + getitems -> the (k-1)-th / middle of a stable argsort
                                                   and the values gathered by it (median NaN where
-                                                  its row holds one, as torch's)
+                                                  its row holds one, as torch's; nanmedian the
+                                                  middle of the row's numbers)
   round(x, decimals), logit(x, eps), fmax / fmin, ldexp, logical and / or / xor of non-bools
                                                 -> ATen's formulas (mul / round / div; clamp, div,
                                                   log; where of NaN tests; mul by pow(2, e); != 0)
@@ -850,13 +851,15 @@ def select_from_kthvalue(node):
     """kthvalue(x, k, dim) / median(x, dim) (values, indices) + getitems, static dim -> the
     (k - 1)-th / ((n - 1) // 2)-th of a stable argsort along dim and the values gathered by it
     (a NaN sorts last, as in torch's kthvalue; median is NaN where the row has one, as torch's);
-    median(x) of everything: of x flattened, the value alone. Among equal values the index is
-    the lowest-indexed's at that rank (torch leaves it unspecified)."""
+    nanmedian: the ((c - 1) // 2)-th, c the row's count of numbers (a row of NaNs: its first);
+    median(x) / nanmedian(x) of everything: of x flattened, the value alone. Among equal values
+    the index is the lowest-indexed's at that rank (torch leaves it unspecified)."""
     x, users = node.args[0], list(node.users)
     v = val(x)
     if not _float_in(node) or v.dim() == 0:
         return None
-    whole = node.target == aten.median.default
+    whole = node.target in (aten.median.default, aten.nanmedian.default)
+    skip_nan = node.target in (aten.nanmedian.default, aten.nanmedian.dim)
     if whole:
         x, dim, keepdim = call_before(node, aten.reshape.default, (x, [-1])), 0, False
     elif node.target == aten.kthvalue.default:
@@ -871,8 +874,17 @@ def select_from_kthvalue(node):
     if not 0 <= k < n:
         return None
     values, indices = _sorted(node, x, dim, False)
-    picked = [call_before(node, aten.slice.Tensor, (t, dim, k, k + 1)) for t in (values, indices)]
-    if node.target != aten.kthvalue.default:     # median: NaN where the row holds one (then its last is)
+    if skip_nan:
+        numbers = call_before(node, aten.cumsum.default, (call_before(node, aten.eq.Tensor, (x, x)), dim))
+        count = call_before(node, aten.slice.Tensor, (numbers, dim, n - 1, n))
+        half = call_before(node, aten.floor_divide.Scalar, (call_before(node, aten.sub.Tensor, (count, 1)), 2))
+        clamp = call_before(node, aten.clamp.default, (half, 0, n - 1))
+        at = extremes_from_int_clamp(clamp)     # (this pass visits the graph's nodes of its start only)
+        node.graph.erase_node(clamp)
+        picked = [call_before(node, aten.gather.default, (t, dim, at)) for t in (values, indices)]
+    else:
+        picked = [call_before(node, aten.slice.Tensor, (t, dim, k, k + 1)) for t in (values, indices)]
+    if node.target in (aten.median.default, aten.median.dim):    # NaN where the row holds one (then its last is)
         last = call_before(node, aten.slice.Tensor, (values, dim, n - 1, n))
         picked[0] = call_before(node, aten.where.self, (call_before(node, aten.ne.Tensor, (last, last)), last, picked[0]))
     parts = [t if keepdim else call_before(node, aten.squeeze.dim, (t, dim)) for t in picked]
@@ -1121,7 +1133,8 @@ DECOMPOSE = {
     aten.ldexp.Tensor: mul_from_ldexp,
     **{t: on_bools_from_logical for t in (aten.logical_and.default, aten.logical_or.default, aten.logical_xor.default)},
     aten.kthvalue.default: select_from_kthvalue, aten.median.dim: select_from_kthvalue,
-    aten.median.default: select_from_kthvalue,
+    aten.median.default: select_from_kthvalue, aten.nanmedian.dim: select_from_kthvalue,
+    aten.nanmedian.default: select_from_kthvalue,
     aten.masked_scatter.default: index_from_masked_scatter,
     aten.signbit.default: compares_from_signbit,
     aten.linalg_vector_norm.default: sums_from_vector_norm, aten.dist.default: sums_from_vector_norm,
