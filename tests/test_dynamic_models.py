@@ -1207,8 +1207,8 @@ def test_a_derived_dim_that_export_pins_to_one_size_is_warned_of():
 
 def test_index_assignments_with_dynamic_dims(device):
     """scores[scores < t] = -inf and x[..., [0, -1]] = 0 (index_put) compiled once with dynamic batch
-    and length run on Vulkan at every shape; rows written at computed indices along the dynamic
-    length (their negative wrap needs its size) run in torch, named, and agree too."""
+    and length run on Vulkan at every shape, and so do rows written at computed indices along the
+    dynamic length (their negative wrap reads its size from the graph: they ran in torch)."""
     import torch
     from torch.export import Dim
     from torch import nn
@@ -1231,7 +1231,7 @@ def test_index_assignments_with_dynamic_dims(device):
     calib = [(torch.randn(3, 7, 8),) for _ in range(3)]
     dyn, static = _compile_both(M().eval(), (torch.randn(2, 5, 8),), calib, "static", ({0: B, 1: L},))
     prog = vkq_on(dyn, device)
-    assert [op for op, _ in prog.fallback_ops] == ["aten.index_put"], prog.fallback_ops
+    assert prog.fallback_ops == [], prog.fallback_ops
     assert {"where", "scatter"} <= {n.op for n in prog.program.nodes}
     rng = np.random.default_rng(1)
     for b, l in [(1, 2), (4, 33), (2, 5)]:

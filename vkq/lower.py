@@ -131,6 +131,8 @@ def _lower_at(gm: GraphModule, example_inputs, float_linear: str, report: dict |
     passes = run_pipeline(gm)
     if report is not None:
         report.update(passes)
+    if exprs is not None:       # (the sizes that passes read, _graph.size_node)
+        exprs = {**{k: v for k, v in gm.meta[SYMBOLIC_SHAPES].items() if isinstance(v, str)}, **exprs}
     program = Translator(gm, exprs).program()
     if exprs is None and not dynamic_graph:
         rewrite_for_shapes(program)      # a dynamic program gets them per shape (vkq/rewrites.py)
@@ -619,9 +621,11 @@ def _cast(n, t):
 
 
 def _binary_any(name):
-    """add/sub/mul of float32 or of int32 tensors (a mix declines: the node runs on the CPU)."""
+    """add/sub/mul of float32 or of int32 tensors, or of one and a number or a size the graph
+    computes (a mix of tensor dtypes declines: the node runs on the CPU)."""
     rule = _binary(name)
-    return lambda n, t: rule(n, t) if all(_word_dtype(dtype_of(a)) for a in n.all_input_nodes) else None
+    return lambda n, t: rule(n, t) if all(_word_dtype(dtype_of(a)) for a in n.all_input_nodes if a not in t.ints) \
+        else None
 
 
 def _unary_any(name):

@@ -175,6 +175,22 @@ def dynamic_size(node: Node, dims=None) -> bool:
     return any(isinstance(shape[d], str) for d in (range(len(shape)) if dims is None else dims))
 
 
+def size_node(before: Node, x: Node, d: int) -> Node:
+    """x's size along d as an integer FX node (aten.sym_size) inserted before `before`: its val
+    the example's size, and where that dim is dynamic its expression recorded beside the
+    exported nodes' (SYMBOLIC_SHAPES), so that the program computes it at every shape (a rewrite
+    that wraps a computed index needs the size)."""
+    with before.graph.inserting_before(before):
+        node = before.graph.call_function(aten.sym_size.int, (x, d))
+    node.meta.update({k: v for k, v in before.meta.items() if k != "val"})
+    node.meta["val"] = int(val(x).shape[d])
+    shapes = before.graph.owning_module.meta.get(SYMBOLIC_SHAPES)
+    shape = shapes.get(x.name) if shapes else None
+    if isinstance(shape, tuple) and isinstance(shape[d], str):
+        shapes[node.name] = shape[d]
+    return node
+
+
 def graph_out_size(attrs: dict, resize: Node) -> dict:
     """A resize's attrs with out_size the node's own output-size arguments where the graph
     computes them (sizes of dynamic dims: F.interpolate(x, size=image.shape[-2:]) in a

@@ -104,10 +104,10 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
-from .functionalize import functionalize_inplace
+from .functionalize import END, functionalize_inplace
 from ._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, SYMBOLIC_SHAPES, add_constant, arg, aten,
                      call_before, const_value, dtype_of, dynamic_size, finish, first_outputs, is_call, pair, set_val,
-                     shape_of, val)
+                     shape_of, size_node, val)
 
 
 def _new(node: Node, target, args, kwargs=None) -> Node:
@@ -273,10 +273,8 @@ def from_index_put(node):
             return None                     # (a size known at run time only; torch's own error)
         if (known < 0).any():
             index = add_constant(gm, f"{node.name}_index", known % size, node)
-    elif dynamic_dim:
-        return None                         # (wrapping a computed index needs the dim's size)
-    else:
-        wrapped = call_before(node, aten.add.Tensor, (index, size))
+    else:                                   # (a dynamic dim's size read from the graph at run time)
+        wrapped = call_before(node, aten.add.Tensor, (index, size_node(node, x, j) if dynamic_dim else size))
         index = call_before(node, aten.where.self, (call_before(node, aten.lt.Scalar, (index, 0)), wrapped, index))
     if val(index).dtype != torch.int64:               # (index_copy / index_fill take int64 indices only)
         index = call_before(node, aten._to_copy.default, (index,), {"dtype": torch.int64})
