@@ -1240,3 +1240,49 @@ def test_index_assignments_with_dynamic_dims(device):
         y = prog(x)
         np.testing.assert_array_equal(y, prog.run_reference(x))
         np.testing.assert_allclose(y, vkq_on(static(torch.from_numpy(x)), device)(x), rtol=1e-5, atol=1e-6)
+
+
+def test_packed_attention_split_writes_and_repeats_with_a_dynamic_length(device):
+    """What Hugging Face decoders do along a dynamic sequence, each of which failed to compile or
+    to run or ran on the CPU: ModernBERT's packed q, k, v unbound with v read straight into the
+    attention (the executor's rewrites at the upper bounds then folded a view that keeping their
+    nodes at other shapes could not: every call refused), DeepSeek-V3's key built by writes into
+    halves of a new_empty (export's slice_scatter, the CPU), BLOOM's alibi.repeat(1, 1, 1) (a take
+    by the example's index map, refused) and a pad the lowering makes (F.pad with a negative
+    side: a slice and a pad whose symbolic length was guessed wrong, refused)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.export import Dim
+    n = torch.nn
+
+    class Decoder(n.Module):
+        def __init__(self):
+            super().__init__()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self.qkv, self.rope, self.out = n.Linear(16, 48), n.Linear(16, 8), n.Linear(16, 16)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(x).view(b, s, 3, 2, 8).transpose(3, 1).unbind(dim=2)
+            half = self.rope(x)
+            key = half.new_empty(b, s, 16)
+            key[..., :8] = half
+            key[..., 8:] = torch.tanh(half)
+            k = k + key.view(b, s, 2, 8).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q * 0.5, k, v).transpose(1, 2).reshape(b, s, 16)
+            bias = self.out(y).repeat(1, 1, 1)
+            return F.pad(bias, (0, 0, -1, 2)) + 1.0
+
+    L = Dim("seq", min=2, max=40)
+    calib = [(torch.randn(1, s, 16),) for s in (7, 13, 21)]
+    dyn, static = _compile_both(Decoder().eval(), (torch.randn(1, 11, 16),), calib, "static", ({1: L},))
+    prog = vkq_on(dyn, device)
+    assert prog.fallback_ops == [], prog.fallback_ops
+    rng = np.random.default_rng(3)
+    for s in (40, 2, 17, 40, 5):
+        x = rng.standard_normal((1, s, 16)).astype(np.float32)
+        y = prog(x)
+        assert y.shape == (1, s + 1, 16)
+        np.testing.assert_array_equal(y, prog.run_reference(x))
+        np.testing.assert_allclose(y, vkq_on(static(torch.from_numpy(x)), device)(x), rtol=1e-5, atol=1e-6)

@@ -327,7 +327,7 @@ class VulkanExecutor:
         self.max_shapes = max(1, int(max_shapes))
         self.device = device if isinstance(device, Device) else get_device(device)
         self._pipelines: dict = {}
-        sized = rewrite_for_shapes(program.specialize(program.max_bindings())) if program.dynamic else program
+        sized = _rewritten_at_upper_bounds(program) if program.dynamic else program
         self._structure = _structure(sized)
         self._kept = frozenset(n.name for n in sized.nodes)     # what the rewrites left at the upper bounds
         # where each node runs, decided from its specs at the upper bounds (node i of every
@@ -499,6 +499,21 @@ class VulkanExecutor:
             return host
         return _outputs(program, host)
 
+
+
+def _rewritten_at_upper_bounds(program: Program) -> Program:
+    """A dynamic program at its upper bounds with the shape rewrites applied, as every other
+    shape's build will be: with the nodes left there kept. Keeping them can fold less than the
+    first pass did (a split whose one output was read through stays, so the next reader of it
+    cannot be: ModernBERT's q, k, v), so this repeats until what is kept is what is left."""
+    bindings = program.max_bindings()
+    sized = rewrite_for_shapes(program.specialize(bindings))
+    for _ in range(8):
+        again = rewrite_for_shapes(program.specialize(bindings), keep=frozenset(n.name for n in sized.nodes))
+        if _structure(again) == _structure(sized):
+            break
+        sized = again
+    return sized
 
 
 def _structure(program: Program) -> list:

@@ -1006,10 +1006,11 @@ def _take(n, t):
 
 def _repeat(n, t):
     """repeat: a take (or remap) of the map it computes; by counts the graph computes from dynamic
-    dims (DeBERTa's relative embeddings repeated batch // heads times), remap's tiles with the
-    counts kept symbolic."""
-    took = _take(n, t)
+    dims (DeBERTa's relative embeddings repeated batch // heads times), or of a tensor with a
+    dynamic dim (BLOOM's alibi, repeat(1, 1, 1) along its sequence: a take's map is the
+    example's), remap's tiles with the counts kept symbolic."""
     x, reps = n.args[0], list(n.args[1])
+    took = None if dynamic_size(n) else _take(n, t)
     if took is not None or not isinstance(x, Node) or len(reps) != len(shape_of(x)):
         return took
     counts, at = _sizes(t, reps)

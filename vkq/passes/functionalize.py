@@ -79,7 +79,7 @@ def _size(node: Node, dim: int):
     return val(node).shape[dim]
 
 
-def _slice_write(at: Node, base: Node, new: Node, dim: int, start, end, step) -> Node:
+def slice_write(at: Node, base: Node, new: Node, dim: int, start, end, step) -> Node:
     """base with `new` in base[dim: start:end:step]: with step 1 and a static size, the pieces of
     base either side and new, concatenated (ops vkq runs on int8); a slice_scatter elsewhere."""
     size, rank = _size(base, dim), val(base).dim()
@@ -108,13 +108,13 @@ def _write_back(view: Node, new: Node, at: Node) -> Node:
         return call_before(at, aten.t.default, (new,))
     if t is aten.slice.Tensor:
         dim, start, end, step = (list(a[1:]) + [0, None, None, 1][len(a) - 1:])[:4]
-        return _slice_write(at, parent, new, dim, start, end, step)
+        return slice_write(at, parent, new, dim, start, end, step)
     if t is aten.select.int:
         dim, index, size = a[1], a[2], _size(parent, a[1])
         if not isinstance(size, int):
             return call_before(at, aten.select_scatter.default, (parent, new, dim, index))
         index = index + size if index < 0 else index
-        return _slice_write(at, parent, call_before(at, aten.unsqueeze.default, (new, dim)), dim, index, index + 1, 1)
+        return slice_write(at, parent, call_before(at, aten.unsqueeze.default, (new, dim)), dim, index, index + 1, 1)
     if t is aten.diagonal.default:
         return call_before(at, aten.diagonal_scatter.default, (parent, new, *a[1:]))
     if t is aten.as_strided.default:

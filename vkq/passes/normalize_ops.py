@@ -65,6 +65,9 @@ differently; this pass rewrites the second kind into the first:
   aten.index.Tensor(x, [i0, .., ik-1]), an index computed in the graph, float x, static shapes
                                                 -> embedding(reshape(x, (rows, rest)), i0 s0 + .. + ik-1 sk-1)
                                                   (CLIP's pooled text output: x[arange(B), ids.argmax(-1)])
+  aten.slice_scatter(x, y, dim, a, b), step 1, a static dim
+                                                -> cat of x's pieces either side and y (export's
+                                                  x[..., a:b] = y under dynamic shapes: DeepSeek-V3)
   aten.index_put(x, [None.., i], v, acc) (x[..., i] = v: one index tensor)
                                                 -> where(mask, v, x) for a bool mask and one value;
                                                   index_fill / index_copy / index_add along the dim
@@ -222,6 +225,20 @@ def value_from_copy(node):
     if dtype_of(src) != dtype_of(dst) or not all(isinstance(d, int) for d in shape):
         return None
     return src if list(val(src).shape) == shape else _new(node, aten.expand.default, (src, shape))
+
+
+def cat_from_slice_scatter(node):
+    """slice_scatter(base, new, dim, start, end) along a static dim, step 1 (torch.export's own
+    functionalization of x[..., a:b] = y under dynamic shapes) -> base's pieces either side of
+    the slice and new, concatenated, as functionalize_inplace writes such a slice."""
+    from .functionalize import slice_write
+    base, new = node.args[:2]
+    v = val(base)
+    dim, start, end, step = (arg(node, 2, "dim", 0), arg(node, 3, "start", None), arg(node, 4, "end", None),
+                             arg(node, 5, "step", 1))
+    if not isinstance(v, torch.Tensor) or step != 1 or dynamic_size(base, [dim % v.dim()]):
+        return None
+    return slice_write(node, base, new, dim, start, end, step)
 
 
 def from_index_put(node):
@@ -786,7 +803,8 @@ def crop_from_negative_pad(node):
         if end <= start:
             return None
         shape[dim] = end - start
-        x = _made(node, aten.slice.Tensor, (x, dim, start, end), shape, val(node).dtype)
+        # (the end counted from the dim's end, as the pad is: a dynamic dim's slice stays symbolic)
+        x = _made(node, aten.slice.Tensor, (x, dim, start, after if after < 0 else END), shape, val(node).dtype)
     rest = [max(p, 0) for p in pad]
     return _new(node, aten.constant_pad_nd.default, (x, rest, 0.0 if value is None else value)) if any(rest) else x
 
@@ -1040,6 +1058,7 @@ NORMALIZE = {
     aten.clamp.default: from_clamp,
     **{t: int8_from_uint8 for t in QUANTIZE | DEQUANTIZE},
     aten.index_put.default: from_index_put, aten._unsafe_index_put.default: from_index_put,
+    aten.slice_scatter.default: cat_from_slice_scatter,
     aten.cummax.default: extreme_from_cummax, aten.cummin.default: extreme_from_cummax,
     aten.index_select.default: index_from_index_select,
     **{t: embedding_bag_from_tuple for t in (aten.embedding_bag.padding_idx, aten.embedding_bag.default,
