@@ -48,8 +48,9 @@ def test_the_sweep_reports_a_failing_model(device, capfd, monkeypatch):
 def test_the_hf_probe_runs(device, capfd):
     """tools/probe_hf.py, kept runnable: three Hugging Face architectures from random configs agree
     with their reference and PT2E, with nothing on the CPU (GPT-2's Conv1D under the dynamic
-    scheme, RoBERTa's position ids by cumsum and gather included). The full probe (about 80
-    architectures) is run by hand."""
+    scheme, RoBERTa's position ids by cumsum and gather included), and with --dynamic BLOOM
+    compiled once for every sequence length (its alibi repeat was refused). The full probe
+    (about 140 architectures) is run by hand."""
     spec = importlib.util.spec_from_file_location("probe_hf", SWEEP.parent / "probe_hf.py")
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
@@ -59,3 +60,8 @@ def test_the_hf_probe_runs(device, capfd):
     sys.stdout.write(out)
     assert failures == 0 and "6 runs (3 architectures)" in out and ": 0 failed" in out, out
     assert out.count("ok   ") == 6 and "on the CPU" not in out, out
+    failures = probe.main(["--device", str(device.info.index), "--only", "bloom,mamba", "--schemes", "static",
+                           "--dynamic"])
+    out = capfd.readouterr().out
+    sys.stdout.write(out)
+    assert failures == 0 and "ok   bloom static" in out and "refused mamba static" in out, out

@@ -13,6 +13,11 @@ positions; in its fifth, MRA's folded permute failing to fold its view under the
 weight-only schemes and FNet's Fourier transforms on the CPU:
 
     .venv/bin/python tools/probe_hf.py [--only bert,llama] [--schemes static,dynamic,weight_only]
+                                       [--dtype float16|bfloat16] [--dynamic]
+
+With --dynamic (the token models, a dynamic sequence length) it found on 2026-11-29 the
+mixtures of experts' inverse permutation on the CPU, and BLOOM, DeepSeek-V3 and ModernBERT
+refused or partly on the CPU.
 
 Prints one line per (architecture, scheme); the exit status is the number of failures.
 """
@@ -298,34 +303,54 @@ class FirstOutput(torch.nn.Module):
         return self.model(*inputs)[0]
 
 
+class SequenceOutput(torch.nn.Module):
+    """The model's first output from its one ids input (a named argument for torch.export's
+    dynamic_shapes)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(ids)[0]
+
+
+LENGTHS = (3, 13, 30, 48)       # --dynamic: the program compiled once runs at each
+
+
 def _cosine(a, b) -> float:
     a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
 
 
-def check(make, inputs, scheme: str, device, dtype: str = "float32") -> list:
+def check(make, inputs, scheme: str, device, dtype: str = "float32", dynamic: bool = False) -> list:
     """Raise AssertionError where vkq disagrees with its reference or with PT2E; return the ops
     that stay on the CPU. dtype: the model's and its float inputs' (float16 / bfloat16: vkq
-    quantizes a float32 copy, PT2E's reference takes the inputs in float32)."""
+    quantizes a float32 copy, PT2E's reference takes the inputs in float32). dynamic: a token
+    model compiled once with a dynamic sequence length, checked at each of LENGTHS."""
     import vkq
     from vkq.api import quantize
     half = getattr(torch, dtype)
     cast = lambda xs: tuple(t.to(half) if t.is_floating_point() else t for t in xs)
     torch.manual_seed(0)
-    model = FirstOutput(make().eval()).to(half)
+    model = (SequenceOutput if dynamic else FirstOutput)(make().eval()).to(half)
     x = cast(inputs())
-    gm = quantize(model, x, [cast(inputs()) for _ in range(4)], scheme=scheme, progress=False)
-    prog = vkq.CompiledProgram(vkq.compile(gm, x).program, device)
-    xs = list(x) if dtype == "bfloat16" else [t.numpy() for t in x]       # (numpy has no bfloat16)
-    got, ref = prog(*xs), prog.run_reference(*xs)
-    x = tuple(t.float() if t.is_floating_point() else t for t in x)
-    if not np.allclose(got, ref, rtol=1e-5, atol=1e-6 * (np.abs(ref).max() + 1e-30)) and _cosine(got, ref) < 0.9999:
-        raise AssertionError(f"Vulkan != reference: {int(np.sum(got != ref))} of {got.size} differ, "
-                             f"cosine {_cosine(got, ref):.6f}")
-    with torch.no_grad():
-        want = gm(*x).numpy()
-    if np.abs(want).max() > 1e-6 and _cosine(got, want) < 0.99:     # (some random inits give ~0)
-        raise AssertionError(f"cosine {_cosine(got, want):.4f} with PT2E's eager output")
+    shapes = ({1: torch.export.Dim("seq", min=2, max=max(LENGTHS))},) if dynamic else None
+    gm = quantize(model, x, [cast(inputs()) for _ in range(4)], scheme=scheme, progress=False, dynamic_shapes=shapes)
+    prog = vkq.CompiledProgram(vkq.compile(gm, x, dynamic_shapes=shapes).program, device)
+    for x in ([ids(1, n) for n in LENGTHS] if dynamic else [x]):
+        xs = list(x) if dtype == "bfloat16" else [t.numpy() for t in x]       # (numpy has no bfloat16)
+        got, ref = prog(*xs), prog.run_reference(*xs)
+        x = tuple(t.float() if t.is_floating_point() else t for t in x)
+        at = f" at {tuple(x[0].shape)}" if dynamic else ""
+        if not np.allclose(got, ref, rtol=1e-5, atol=1e-6 * (np.abs(ref).max() + 1e-30)) and _cosine(got, ref) < 0.9999:
+            raise AssertionError(f"Vulkan != reference{at}: {int(np.sum(got != ref))} of {got.size} differ, "
+                                 f"cosine {_cosine(got, ref):.6f}")
+        with torch.no_grad():
+            want = gm(*x).numpy()
+        if got.shape != want.shape or np.abs(want).max() > 1e-6 and _cosine(got, want) < 0.99:
+            raise AssertionError(f"shape {got.shape}, cosine {_cosine(got, want):.4f} with PT2E's eager output "
+                                 f"{want.shape}{at}")                          # (some random inits give ~0)
     return sorted({op for op, _ in prog.fallback_ops})
 
 
@@ -336,6 +361,10 @@ def main(argv=None) -> int:
     ap.add_argument("--schemes", default="static,dynamic")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
                     help="the models' and their float inputs' precision")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="the token models only, each compiled once with a dynamic sequence length and run at "
+                         f"lengths {', '.join(map(str, LENGTHS))} (a model that torch.export cannot make dynamic "
+                         "is listed as refused)")
     ap.add_argument("--traceback", action="store_true")
     args = ap.parse_args(argv)
     import transformers
@@ -349,16 +378,22 @@ def main(argv=None) -> int:
     unknown = sorted(set(names) - set(table))
     if unknown:
         ap.error(f"unknown architectures {unknown}; known: {', '.join(table)}")
+    if args.dynamic:
+        names = [n for n in names if table[n][1] is ids]
     failures = runs = 0
     for name in names:
         for scheme in args.schemes.split(","):
             runs += 1
             t0 = time.perf_counter()
             try:
-                cpu = check(*table[name], scheme, device, args.dtype)
+                cpu = check(*table[name], scheme, device, args.dtype, args.dynamic)
                 print(f"ok   {name} {scheme} ({time.perf_counter() - t0:.1f} s)"
                       + (f": on the CPU {', '.join(cpu)}" if cpu else ""), flush=True)
             except Exception as e:
+                if args.dynamic and "Constraints violated" in str(e):       # torch.export's, not vkq's
+                    print(f"refused {name} {scheme}: torch.export fixes the sequence length "
+                          f"({str(e).splitlines()[0][:120]})", flush=True)
+                    continue
                 failures += 1
                 print(f"FAIL {name} {scheme}: {type(e).__name__}: {str(e)[:300]}", flush=True)
                 if args.traceback:
