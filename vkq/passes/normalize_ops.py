@@ -944,9 +944,10 @@ def extreme_from_cummax(node):
         return None
     args = (node.args[0], int(node.args[1]), node.target == aten.cummax.default)
     new = None
-    for u in users:
-        if u.users:
-            new = _in_place_of([u], _new(node, CUMULATIVE_ARG_EXTREME if u.args[1] else CUMULATIVE_EXTREME, args))
+    for item, target in ((0, CUMULATIVE_EXTREME), (1, CUMULATIVE_ARG_EXTREME)):
+        read = [u for u in users if u.args[1] == item and u.users]     # (one scan however many getitems)
+        if read:
+            new = _in_place_of(read, _new(node, target, args))
     return new
 
 def _mean_square_of(node, x):
