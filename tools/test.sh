@@ -8,10 +8,15 @@
 #      that caused it (tests/conftest.py) — a CPU driver runs dispatches in order, a GPU does not;
 #   2. the device tests again on lavapipe, logging which test builds which shader variant;
 #   3. GPU-assisted validation (out-of-bounds buffer accesses) on lavapipe, over the fewest tests
-#      of pass 2 that build every shader variant (tools/gpuav_select.py; it also fails if a
-#      declared variant is built by no test at all), in a process per core;
-#   4. the subgroup kernels on lavapipe at the two vector widths (of 128/256/512 bits: 4/8/16 lanes)
-#      that passes 1-3 did not use (vkq takes 512 where the CPU has AVX-512, else 256: vkq/device.py).
+#      of pass 2 that build every shader variant (tools/select_tests.py cover; it also fails if a
+#      declared variant is built by no test at all);
+#   4. the kernel tests that build a subgroup variant in pass 2 (tools/select_tests.py subgroups),
+#      on lavapipe at the two vector widths (of 128/256/512 bits: 4/8/16 lanes) that passes 1-3
+#      did not use (vkq takes 512 where the CPU has AVX-512, else 256: vkq/device.py).
+# Each pass runs in a process per core, at most 4 (pytest-xdist): a test is mostly single-threaded
+# Python, shader compiles and the validation layer, so one process kept one core of two busy.
+# --dist loadscope keeps a module's tests in one process, so a module's fixtures (a quantized
+# model, say) are built once.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh || exit 1
@@ -19,50 +24,43 @@ PY=.venv/bin/python
 export PYTHONUNBUFFERED=1
 $PY tools/compile_shaders.py >/dev/null || { $PY tools/compile_shaders.py; exit 1; }
 LAYER=VK_LAYER_KHRONOS_validation
+JOBS=$(nproc); [ "$JOBS" -gt 4 ] && JOBS=4
+XDIST=(); [ "$JOBS" -gt 1 ] && XDIST=(-n "$JOBS" --dist loadscope)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
 echo "== pass 1/4: SwiftShader, validation layer and synchronization validation on"
 VKQ_TEST_DEVICES=swiftshader VK_INSTANCE_LAYERS=$LAYER \
   VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT \
-  $PY -m pytest -q -p no:cacheprovider "$@"
+  $PY -m pytest -q -p no:cacheprovider "${XDIST[@]}" "$@"
 rc1=$?
 
 echo "== pass 2/4: lavapipe, device tests"
-VKQ_TEST_DEVICES=llvmpipe VKQ_DISPATCH_LOG=$WORK/dispatch.log $PY -m pytest -q -p no:cacheprovider -m vulkan "$@"
+VKQ_TEST_DEVICES=llvmpipe VKQ_DISPATCH_LOG=$WORK/dispatch.log $PY -m pytest -q -p no:cacheprovider -m vulkan "${XDIST[@]}" "$@"
 rc2=$?
 
 echo "== pass 3/4: lavapipe, GPU-assisted validation over every shader variant"
-$PY tools/gpuav_select.py "$WORK/dispatch.log" > "$WORK/gpuav_tests.txt"
+$PY tools/select_tests.py cover "$WORK/dispatch.log" > "$WORK/gpuav_tests.txt"
 rc3=$?
-if [ -s "$WORK/gpuav_tests.txt" ]; then
+if [ -s "$WORK/gpuav_tests.txt" ]; then   # (an empty list would make pytest run everything)
   # Its time is compiling the instrumented shaders (llvmpipe's LLVM splitting a barrier kernel
   # into coroutines: up to a minute a variant, one thread a process; Mesa's shader cache misses,
-  # the instrumentation numbering shaders in creation order), so the tests run in one process
-  # per core (at most 4), dealt round robin, each shard's output printed when all are done.
-  shards=$(nproc); [ "$shards" -gt 4 ] && shards=4
-  split -n "r/$shards" "$WORK/gpuav_tests.txt" "$WORK/gpuav_shard."
-  for shard in "$WORK"/gpuav_shard.??; do
-    [ -s "$shard" ] || continue        # (an empty list would make pytest run everything)
-    ( VKQ_TEST_DEVICES=llvmpipe VK_INSTANCE_LAYERS=$LAYER \
-        VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_GPU_ASSISTED_EXT \
-        $PY -m pytest -q -p no:cacheprovider "@$shard" > "$shard.out" 2>&1; echo $? > "$shard.rc" ) &
-  done
-  wait
-  for shard in "$WORK"/gpuav_shard.??; do
-    [ -s "$shard" ] || continue
-    echo "-- $(wc -l < "$shard") tests:"; cat "$shard.out"
-    [ "$(cat "$shard.rc")" = 0 ] || rc3=1
-  done
+  # the instrumentation numbering shaders in creation order). The tests share no fixtures worth
+  # keeping together, so they are dealt one at a time to whichever process is free.
+  gpuav=(); [ "$JOBS" -gt 1 ] && gpuav=(-n "$JOBS" --dist load)
+  VKQ_TEST_DEVICES=llvmpipe VK_INSTANCE_LAYERS=$LAYER \
+    VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_GPU_ASSISTED_EXT \
+    $PY -m pytest -q -p no:cacheprovider "${gpuav[@]}" "@$WORK/gpuav_tests.txt" || rc3=1
 fi
 
 USED_WIDTH=$($PY -c 'import os, vkq.device; print(os.environ.get("LP_NATIVE_VECTOR_WIDTH", "256"))')
 echo "== pass 4/4: lavapipe, subgroup kernels at the vector widths other than $USED_WIDTH bits"
 KERNEL_TESTS="tests/test_conv.py tests/test_linear.py tests/test_float_ops.py tests/test_pool.py tests/test_eltwise.py"
-rc4=0
+$PY tools/select_tests.py subgroups "$WORK/dispatch.log" $KERNEL_TESTS > "$WORK/subgroup_tests.txt"
+rc4=$?
 for width in 128 256 512; do
   [ "$width" = "$USED_WIDTH" ] && continue
   LP_NATIVE_VECTOR_WIDTH=$width VKQ_TEST_DEVICES=llvmpipe \
-    $PY -m pytest -q -p no:cacheprovider -m vulkan tests/test_devices.py $KERNEL_TESTS "$@" || rc4=1
+    $PY -m pytest -q -p no:cacheprovider -m vulkan "${XDIST[@]}" tests/test_devices.py "@$WORK/subgroup_tests.txt" "$@" || rc4=1
 done
 [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ]

@@ -1,16 +1,21 @@
-"""Pick the tests that run every shader variant once, for the GPU-assisted validation pass.
+"""Pick tests from a dispatch log, for the test passes that cannot afford the whole suite.
 
-    python tools/gpuav_select.py DISPATCH_LOG > tests.txt      (then: pytest @tests.txt)
+    python tools/select_tests.py cover DISPATCH_LOG > tests.txt        (then: pytest @tests.txt)
+    python tools/select_tests.py subgroups DISPATCH_LOG [PATH ...] > tests.txt
 
 DISPATCH_LOG is what a test pass wrote with VKQ_DISPATCH_LOG set (vkq/device.py: one JSON line
-per dispatch built, with its shader variant and the test that built it). Out come the fewest
-tests (greedy set cover) that between them build every variant that pass built. GPU-assisted
-validation instruments every shader and slows it ~10x, so running the whole kernel suite under
-it would not fit CI; running each variant once catches every out-of-bounds access a variant
-makes on the shapes its tests use.
+per dispatch built, with its shader variant and the test that built it).
 
-Exits 1, naming them, if a variant that a shader declares (its `//! variant` lines) was built by
-no test at all: an untested variant is one GPU-assisted validation never sees.
+cover: the fewest tests (greedy set cover) that between them build every variant that pass
+built, for the GPU-assisted validation pass. It instruments every shader and slows it ~10x, so
+running the whole kernel suite under it would not fit CI; running each variant once catches every
+out-of-bounds access a variant makes on the shapes its tests use. Exits 1, naming them, if a
+variant that a shader declares (its `//! variant` lines) was built by no test at all: an untested
+variant is one GPU-assisted validation never sees.
+
+subgroups: every test (in the files or folders PATH, if given) that builds a variant using
+subgroup operations, for the pass at the other subgroup sizes: only those kernels' lanes depend
+on the size (a third of the kernel tests; the rest would run the same code again).
 """
 from __future__ import annotations
 
@@ -59,16 +64,17 @@ def declared() -> set:
             for d in shaders.variants(s)}
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    tests, dispatches = read_log(argv[0])
+def uses_subgroups(variant: tuple) -> bool:
+    shader, defines = variant
+    return shaders.reflect(shaders.compile_shader(shader, dict(defines))).subgroups
+
+
+def main_cover(log) -> int:
+    tests, dispatches = read_log(log)
     chosen = cover(tests, dispatches)
     built = set().union(*tests.values()) if tests else set()
     print("\n".join(chosen))
-    print(f"gpuav_select: {len(chosen)} of {len(tests)} tests build all {len(built)} variants", file=sys.stderr)
+    print(f"select_tests cover: {len(chosen)} of {len(tests)} tests build all {len(built)} variants", file=sys.stderr)
     # a define no declared variant names (a tile size such as float_matmul's TM) tunes a
     # variant; it does not make another one
     names = defaultdict(set)
@@ -77,11 +83,33 @@ def main(argv=None) -> int:
     built_variants = {(shader, tuple(kv for kv in defs if kv[0] in names[shader])) for shader, defs in built}
     never = sorted(declared() - built_variants)
     if never:
-        print("gpuav_select: these declared shader variants were built by no test:", file=sys.stderr)
+        print("select_tests cover: these declared shader variants were built by no test:", file=sys.stderr)
         for shader, defs in never:
             print(f"  {shader} {' '.join(f'{k}={v}' for k, v in defs) or '(default)'}", file=sys.stderr)
         return 1
     return 0
+
+
+def main_subgroups(log, paths) -> int:
+    tests, _ = read_log(log)
+    def within(test):
+        file = test.split("::")[0]
+        return not paths or any(file == p or file.startswith(p.rstrip("/") + "/") for p in paths)
+    chosen = sorted(t for t in tests if within(t) and any(uses_subgroups(v) for v in tests[t]))
+    print("\n".join(chosen))
+    print(f"select_tests subgroups: {len(chosen)} of {sum(map(within, tests))} tests build a subgroup kernel",
+          file=sys.stderr)
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 2 and argv[0] == "cover":
+        return main_cover(argv[1])
+    if len(argv) >= 2 and argv[0] == "subgroups":
+        return main_subgroups(argv[1], argv[2:])
+    print(__doc__, file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
