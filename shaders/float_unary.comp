@@ -51,6 +51,9 @@
 //! variant OP_EXPM1
 //! variant OP_EXP2
 //! variant OP_LOG10
+//! variant OP_LGAMMA
+//! variant OP_DIGAMMA
+//! variant OP_ERFINV
 //! variant OP_GELU TEXEL
 //! variant OP_GELU_TANH TEXEL
 //! variant OP_CLAMP TEXEL
@@ -96,6 +99,9 @@
 //! variant OP_EXPM1 TEXEL
 //! variant OP_EXP2 TEXEL
 //! variant OP_LOG10 TEXEL
+//! variant OP_LGAMMA TEXEL
+//! variant OP_DIGAMMA TEXEL
+//! variant OP_ERFINV TEXEL
 #include "common.glsl"
 #include "float_math.glsl"
 #include "texel.glsl"
@@ -190,6 +196,12 @@ float f(float v) {
     return erfc_f32(v);
 #elif defined(OP_ERF)
     return erf_f32(v);
+#elif defined(OP_LGAMMA)
+    return lgamma_f32(v);
+#elif defined(OP_DIGAMMA)
+    return digamma_f32(v);
+#elif defined(OP_ERFINV)
+    return erfinv_f32(v);
 #elif defined(OP_FLOOR)
     return floor(v);
 #elif defined(OP_CEIL)

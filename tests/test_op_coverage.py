@@ -979,6 +979,9 @@ ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with 
                                      + torch.sinh(x) + torch.cosh(y) + torch.asinh(x) + torch.acosh(y.abs() + 1)
                                      + torch.atanh(0.5 * torch.tanh(x)) + torch.expm1(y) + torch.exp2(x)
                                      + torch.log10(y.abs() + 0.1)),
+    "gamma_functions": lambda x, y: (torch.lgamma(x.abs() + 0.1) + torch.lgamma(-0.5 * torch.sigmoid(x) - 0.2)  # (-0.7, -0.2):
+                                     + torch.special.gammaln(y.abs() + 0.5) + torch.digamma(x.abs() + 0.3)      # no poles, so
+                                     + torch.special.psi(y.abs() + 0.5) + torch.erfinv(0.99 * torch.tanh(y))),  # int8 noise stays small
     "count_bucketize": lambda x, y: (torch.count_nonzero(torch.round(x), -1)[..., None].float() * y
                                      + torch.bucketize(x, torch.tensor([-1.0, 0.0, 0.5, 2.0])).float()
                                      - torch.bucketize(y, torch.tensor([-0.5, 0.0, 1.0]), right=True, out_int32=True)),
@@ -1096,7 +1099,8 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     heaviside, frac, isnan, nan_to_num, lerp, addcdiv, var_mean / std_mean, diff, cdist, sinc,
     xlogy, count_nonzero, bucketize, sgn, deg2rad / rad2deg, nansum, logaddexp(2), prod, aminmax, histc, cumsum to integers; scans:
     cumprod, cummax / cummin values and indices; float_unary:
-    the inverse trigonometric and hyperbolic functions, tan, expm1, exp2, log10; word_ops: float
+    the inverse trigonometric and hyperbolic functions, tan, expm1, exp2, log10, lgamma, digamma,
+    erfinv; word_ops: float
     remainder, fmod, floor and trunc division, atan2, hypot, copysign, pow of tensors; lower: maximum / minimum,
     clamp by tensors, reciprocal, rot90 and channel_shuffle as gathers): on Vulkan under the
     dynamic scheme, within float rounding of the reference and of the float model. The rewrites

@@ -1091,7 +1091,8 @@ _FLOAT_RULES = {
     **{getattr(aten, u).default: _unary(u) for u in
        ("sigmoid", "tanh", "relu", "silu", "exp", "neg", "abs", "sqrt", "rsqrt", "hardswish", "hardsigmoid",
         "mish", "log", "log1p", "log2", "erf", "floor", "ceil", "round", "trunc", "sign", "sin", "cos",
-        "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh", "expm1", "exp2", "log10", "erfc")},
+        "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh", "expm1", "exp2", "log10", "erfc",
+        "lgamma", "digamma", "erfinv")},
     aten.leaky_relu.default: _leaky_relu, aten.elu.default: _elu, aten.softplus.default: _softplus,
     aten.gelu.default: _gelu,
     aten.hardtanh.default: _hardtanh,

@@ -11,7 +11,7 @@ a build() that runs it as a float32 compute shader, so a float region stays on t
   gelu(x; approximate), hardtanh(x; min_val, max_val), clamp(x; min, max),
   sigmoid, tanh, relu, silu, exp, neg, abs, sqrt, rsqrt, hardswish, hardsigmoid, mish, log, log1p,
   log2, erf, floor, ceil, round, trunc, sign, sin, cos, tan, atan, asin, acos, sinh, cosh, asinh,
-  acosh, atanh, expm1, exp2, log10, erfc(x), pow(x; exponent),
+  acosh, atanh, expm1, exp2, log10, erfc, lgamma, digamma, erfinv(x), pow(x; exponent),
   leaky_relu(x; negative_slope), elu(x; alpha),
   softplus(x; beta, threshold)                                                     float_unary
   add, sub, mul, div, maximum, minimum(a[, b]; scalar, scalar_first, alpha)
@@ -46,6 +46,8 @@ shapes on every test device):
   sinh, cosh, asinh, acosh, atanh forms on log_f32 / log1p_f32, sinh / cosh / expm1 / exp2 on
   atanh, expm1, exp2, log10 exp_f32: a few ulp (tests/test_float_ops.py states each bound)
   erfc                      Numerical Recipes' erfcc, -x^2 split exactly: 6 ulp measured
+  lgamma, digamma, erfinv   float_math.glsl, measured: 4 ulp (x > 0; x < 0 3 ulp + 1e-6 absolute),
+                            5 ulp + 1e-6 absolute (near its zeros), 3 ulp
   softmax(_masked), log_   exp_f32, float32 sums vs float64 in the reference: ~1e-6 rel
   layer_norm, rms_norm      float32 sums of the row vs float64: ~1e-6 rel
   matmul(_strided), sum,    float32 accumulation in another order: |error| <= 2 K eps sum |a b|
@@ -99,12 +101,16 @@ def _f(x):
     return np.asarray(x, dtype=F32)
 
 
-_ERF = np.frompyfunc(math.erf, 1, 1)
+_ERF, _ERFC = np.frompyfunc(math.erf, 1, 1), np.frompyfunc(math.erfc, 1, 1)
 
 
 def _erf(x):
     """erf elementwise in float64 (math.erf; numpy has none)."""
     return _ERF(np.asarray(x, np.float64)).astype(np.float64)
+
+
+def _erfc(x):
+    return _ERFC(np.asarray(x, np.float64)).astype(np.float64)
 
 
 # ---------------------------------------------------------------- numpy twins of float_math.glsl
@@ -211,6 +217,55 @@ def _exp_neg(x):
     return np.exp(np.minimum(-_f(x).astype(np.float64), 700.0))
 
 
+def _lgamma64(x):
+    """log|Gamma(x)| in float64 (math.lgamma; inf at its poles, as torch)."""
+    def one(v):
+        try:
+            return math.lgamma(v)
+        except (ValueError, OverflowError):
+            return math.inf
+    return np.vectorize(one, otypes=[np.float64])(x)
+
+
+def _digamma64(x):
+    """digamma in float64: stepped up to x >= 10 by psi(x + 1) = psi(x) + 1/x, then the asymptotic
+    series to x^-12 (under 1e-14 there); x < 0 the reflection psi(1 - x) - pi / tan(pi x). As torch:
+    psi(+-0) = -+inf, NaN at the negative integers and -inf."""
+    neg = x < 0
+    refl = np.where(neg, -np.pi / np.tan(np.pi * (x - np.round(x))), 0.0)
+    y, acc = np.where(neg, 1 - x, x), np.zeros_like(x)
+    for _ in range(10):
+        small = y < 10
+        acc -= np.where(small, 1 / y, 0.0)
+        y = np.where(small, y + 1, y)
+    z = 1 / (y * y)
+    series = z * (1 / 12 - z * (1 / 120 - z * (1 / 252 - z * (1 / 240 - z * (1 / 132 - z * 691 / 32760)))))
+    r = refl + acc + np.log(y) - 0.5 / y - series
+    r = np.where(x == 0, np.copysign(np.inf, -x), r)
+    return np.where((neg & (x == np.floor(x))) | np.isnan(x), np.nan, np.where(np.isposinf(x), np.inf, r))
+
+
+_ERFINV_CENTRE = [2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                  -0.00125372503, -0.00417768164, 0.246640727, 1.50140941]
+_ERFINV_TAIL = [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                -0.0076224613, 0.00943887047, 1.00167406, 2.83297682]
+
+
+def _erfinv64(y):
+    """erfinv in float64: Giles' approximation (the shaders' erfinv_f32, ~3e-7) refined by two
+    Newton steps on erf (on erfc past |y| = 1/2, where 1 - |y| is exact); +-inf at +-1, NaN past."""
+    a = np.abs(y)
+    inside = a < 1
+    a_in = np.where(inside, a, 0.0)
+    w = -np.log((1 - a_in) * (1 + a_in))
+    x = np.where(w < 5, np.polyval(_ERFINV_CENTRE, w - 2.5), np.polyval(_ERFINV_TAIL, np.sqrt(w) - 3)) * a_in
+    for _ in range(2):      # erf(x) - a, as (1 - a) - erfc(x) near 1
+        f = np.where(a_in > 0.5, (1 - a_in) - _erfc(x), _erf(x) - a_in)
+        x = x - f / (2 / np.sqrt(np.pi) * np.exp(-x * x))
+    x = np.where(inside, x, np.where(a == 1, np.inf, np.nan))
+    return np.copysign(x, y)
+
+
 UNARY = {
     "sigmoid": lambda x: (1 / (1 + _exp_neg(x))).astype(F32),
     "tanh": lambda x: np.tanh(_f(x)),
@@ -239,7 +294,8 @@ UNARY = {
     **{name: (lambda fn: lambda x: _f64(fn, x))(fn) for name, fn in (
         ("atan", np.arctan), ("asin", np.arcsin), ("acos", np.arccos), ("tan", np.tan), ("sinh", np.sinh),
         ("cosh", np.cosh), ("asinh", np.arcsinh), ("acosh", np.arccosh), ("atanh", np.arctanh),
-        ("expm1", np.expm1), ("exp2", np.exp2), ("log10", np.log10), ("erfc", np.vectorize(math.erfc, otypes=[np.float64])))},
+        ("expm1", np.expm1), ("exp2", np.exp2), ("log10", np.log10), ("erfc", np.vectorize(math.erfc, otypes=[np.float64])),
+        ("lgamma", _lgamma64), ("digamma", _digamma64), ("erfinv", _erfinv64))},
 }
 
 
