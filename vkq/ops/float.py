@@ -294,7 +294,7 @@ UNARY = {
     **{name: (lambda fn: lambda x: _f64(fn, x))(fn) for name, fn in (
         ("atan", np.arctan), ("asin", np.arcsin), ("acos", np.arccos), ("tan", np.tan), ("sinh", np.sinh),
         ("cosh", np.cosh), ("asinh", np.arcsinh), ("acosh", np.arccosh), ("atanh", np.arctanh),
-        ("expm1", np.expm1), ("exp2", np.exp2), ("log10", np.log10), ("erfc", np.vectorize(math.erfc, otypes=[np.float64])),
+        ("expm1", np.expm1), ("exp2", np.exp2), ("log10", np.log10), ("erfc", _erfc),
         ("lgamma", _lgamma64), ("digamma", _digamma64), ("erfinv", _erfinv64))},
 }
 
