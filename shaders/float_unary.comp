@@ -54,6 +54,13 @@
 //! variant OP_LGAMMA
 //! variant OP_DIGAMMA
 //! variant OP_ERFINV
+//! variant OP_I0
+//! variant OP_I0E
+//! variant OP_I1
+//! variant OP_I1E
+//! variant OP_NDTRI
+//! variant OP_ERFCX
+//! variant OP_POLYGAMMA
 //! variant OP_GELU TEXEL
 //! variant OP_GELU_TANH TEXEL
 //! variant OP_CLAMP TEXEL
@@ -102,6 +109,13 @@
 //! variant OP_LGAMMA TEXEL
 //! variant OP_DIGAMMA TEXEL
 //! variant OP_ERFINV TEXEL
+//! variant OP_I0 TEXEL
+//! variant OP_I0E TEXEL
+//! variant OP_I1 TEXEL
+//! variant OP_I1E TEXEL
+//! variant OP_NDTRI TEXEL
+//! variant OP_ERFCX TEXEL
+//! variant OP_POLYGAMMA TEXEL
 #include "common.glsl"
 #include "float_math.glsl"
 #include "texel.glsl"
@@ -114,7 +128,7 @@ VEC4_OUTPUT(1, y4)   // the same words by vec4 (texel.glsl)
 layout(push_constant) uniform Params {
     int n;
     float lo, hi;    // OP_CLAMP bounds (+-inf when absent); LEAKY_RELU: lo the slope; ELU: lo alpha;
-                     // SOFTPLUS: lo beta, hi the threshold; POW: lo the exponent
+                     // SOFTPLUS: lo beta, hi the threshold; POW: lo the exponent; POLYGAMMA: lo n
 } p;
 
 float f(float v) {
@@ -202,6 +216,20 @@ float f(float v) {
     return digamma_f32(v);
 #elif defined(OP_ERFINV)
     return erfinv_f32(v);
+#elif defined(OP_I0)
+    return bessel_i_f32(v, false, false);
+#elif defined(OP_I0E)
+    return bessel_i_f32(v, false, true);
+#elif defined(OP_I1)
+    return bessel_i_f32(v, true, false);
+#elif defined(OP_I1E)
+    return bessel_i_f32(v, true, true);
+#elif defined(OP_NDTRI)
+    return ndtri_f32(v);
+#elif defined(OP_ERFCX)
+    return erfcx_f32(v);
+#elif defined(OP_POLYGAMMA)
+    return polygamma_f32(v, int(p.lo));
 #elif defined(OP_FLOOR)
     return floor(v);
 #elif defined(OP_CEIL)

@@ -149,6 +149,21 @@ UNARY_CASES = [
     ("erfinv", {}, rnd(9, 113, lo=-1, hi=1), ("ulp", 4)),
     ("erfinv", {}, (1 - np.exp(rnd(3, 37, lo=-16, hi=-1))) * np.sign(rnd(3, 37)), ("ulp", 4)),   # the tails
     ("erfinv", {}, rnd(3, 37, lo=-1e-4, hi=1e-4), ("ulp", 4)),
+    # Bessel I0 / I1 (scaled or not), ndtri, erfcx (float_math.glsl; measured on 20000 values, both
+    # drivers: i0, i1 6 ulp, i0e, i1e 3, ndtri 5, erfcx 6)
+    ("i0", {}, rnd(9, 113, lo=-8, hi=8), ("ulp", 7)),                   # the power series
+    ("i0", {}, rnd(9, 113, lo=-91, hi=91), ("ulp", 7)),                 # finite past 88.7, as I0 is
+    ("i0e", {}, rnd(9, 113, lo=-91, hi=91), ("ulp", 4)),
+    ("i0e", {}, np.exp(rnd(3, 37, lo=4, hi=80)), ("ulp", 4)),            # up to 5e34
+    ("i1", {}, rnd(9, 113, lo=-91, hi=91), ("ulp", 7)),
+    ("i1", {}, rnd(3, 37, lo=-1e-3, hi=1e-3), ("ulp", 7)),               # ~ x / 2
+    ("i1e", {}, rnd(9, 113, lo=-91, hi=91), ("ulp", 4)),
+    ("i1e", {}, rnd(3, 37, lo=7.5, hi=8.5), ("ulp", 4)),                 # where the two forms meet
+    ("ndtri", {}, rnd(9, 113, lo=0, hi=1), ("ulp", 6)),
+    ("ndtri", {}, np.exp(rnd(3, 37, lo=-85, hi=-2)), ("ulp", 6)),        # the lower tail to 1e-37
+    ("ndtri", {}, 1 - np.exp(rnd(3, 37, lo=-16, hi=-2)), ("ulp", 6)),    # the upper, 1 - p exact
+    ("erfcx", {}, rnd(9, 113, lo=-9.3, hi=12), ("ulp", 7)),
+    ("erfcx", {}, np.exp(rnd(3, 37, lo=2, hi=80)), ("ulp", 7)),          # ~ 1 / (x sqrt(pi)), no overflow
 ]
 
 
@@ -1308,6 +1323,77 @@ def test_inverse_hyperbolic_and_gamma_special_values_as_torch(device, op):
     # (torch's float32 digamma is itself 4 ulp off at 1; near their zeros both leave ~1e-7 absolute)
     atol = 1e-6 if op in ("lgamma", "digamma") else np.finfo(np.float32).tiny
     np.testing.assert_allclose(got[num], want[num], rtol=5 * EPS, atol=atol)
+
+
+@pytest.mark.parametrize("op", ["i0", "i0e", "i1", "i1e", "ndtri", "erfcx"])
+def test_bessel_ndtri_erfcx_special_values(device, op):
+    """The ends of each domain and the infinities give the function's values (scipy.special's, in
+    float64 rounded to float32, except I0(+-inf) = inf, I1(+-inf) = +-inf, where scipy and torch give
+    NaN); torch's float32 kernels agree except there and from 88.7 to 91.9 (inf there: their e^x
+    overflows first)."""
+    import scipy.special as sp
+    import torch
+    x = np.array([np.nan, 0.0, -0.0, np.inf, -np.inf, 1.0, -1.0, 0.5, 1e-30, -1e-30, 8.0, -8.0, 8.000001,
+                  30.0, 89.0, -91.0, 92.0, 1e30, -9.0, -9.5, 0.135335, 0.864665, 1e-37, 0.9999999], np.float32)
+    got, _ = run_op(device, op, [x], {}, x.shape)
+    fn = {"i0": sp.i0, "i0e": sp.i0e, "i1": sp.i1, "i1e": sp.i1e, "ndtri": sp.ndtri, "erfcx": sp.erfcx}[op]
+    with np.errstate(all="ignore"):
+        want = fn(x.astype(np.float64)).astype(np.float32)
+    if op in ("i0", "i1"):          # (scipy's Cephes, like torch, gives NaN at +-inf: inf * 0 / inf)
+        want[np.isinf(x)] = np.inf if op == "i0" else x[np.isinf(x)]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    num = ~np.isnan(want)
+    np.testing.assert_array_equal(np.isinf(got[num]), np.isinf(want[num]))
+    np.testing.assert_array_equal(np.signbit(got[num] * (got[num] != 0)), np.signbit(want[num] * (want[num] != 0)))
+    np.testing.assert_allclose(got[num], want[num], rtol=8 * EPS, atol=np.finfo(np.float32).tiny)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = getattr(torch.special, op)(torch.from_numpy(x)).numpy()
+    same = ~((np.abs(x) > 88.7) & (op in ("i0", "i1")))       # (+-inf among them)
+    np.testing.assert_allclose(got[same], t[same], rtol=32 * EPS, atol=np.finfo(np.float32).tiny, equal_nan=True)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 20, 34])
+def test_polygamma(device, n):
+    """polygamma(n, x) = (-1)^(n+1) n! zeta(n + 1, x) (float_math.glsl): within (4 + n) ulp above 0;
+    below 0, where the reflection's two terms cancel near its zeros, within (6 + n) ulp of their
+    size, n! (d^-(n+1) + 2) (d: x's distance to the nearest integer). Poles, infinities, NaN as the
+    reference says: +-inf at x <= 0 integral (torch's signs), +-0 at +inf, NaN at -inf."""
+    x = np.concatenate([rnd(7, 37, lo=0.01, hi=40), np.exp(rnd(3, 37, lo=-12, hi=12))]).astype(np.float32)
+    got, ref = run_op(device, "polygamma", [x], {"n": n}, x.shape)
+    finite = np.isfinite(ref)                  # (past FLT_MAX near 0: inf on both)
+    assert np.array_equal(got[~finite], ref[~finite]) and finite.mean() > 0.8
+    check(got[finite], ref[finite], ("ulp", 4 + n))
+    x = rnd(7, 37, lo=-25, hi=0)
+    x = np.where(x == np.round(x), x + 0.25, x).astype(np.float32)
+    got, ref = run_op(device, "polygamma", [x], {"n": n}, x.shape)
+    d = np.abs(x - np.round(x)).astype(np.float64)
+    with np.errstate(over="ignore"):
+        largest = math.factorial(n) * (d ** -(n + 1) + 2)
+    finite = np.isfinite(ref)
+    assert np.array_equal(np.isinf(got), np.isinf(ref)) and np.all(np.sign(got[~finite]) == np.sign(ref[~finite]))
+    check(got[finite], ref[finite], ("bound", (6 + n) * EPS * largest[finite]))
+    s = np.float32([0.0, -0.0, -3.0, np.inf, -np.inf, np.nan])
+    got, ref = run_op(device, "polygamma", [s], {"n": n}, s.shape)
+    sign = 1.0 if n % 2 else -1.0
+    np.testing.assert_array_equal(got, np.float32([sign * np.inf] * 3 + [sign * 0.0, np.nan, np.nan]))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(ref))
+
+
+def test_polygamma_reference_as_torch():
+    """The float64 reference against torch.polygamma in float64 (n = 1..6; below 0 as well, and
+    n = 0 is digamma), and refusing n < 0 or non-integral n with a message."""
+    import torch
+    x = np.concatenate([rnd(3, 37, lo=0.05, hi=30), rnd(3, 37, lo=-9.9, hi=-0.1)]).astype(np.float64)
+    x = x[np.abs(x - np.round(x)) > 1e-3]
+    for n in range(0, 7):
+        want = torch.polygamma(n, torch.from_numpy(x)).numpy()
+        got = fops.polygamma(x.astype(np.float32), n=n)
+        np.testing.assert_allclose(got, want.astype(np.float32), rtol=4 * EPS, atol=1e-30)
+    with pytest.raises(ValueError, match="polygamma: n = -1"):
+        fops.polygamma(x, n=-1)
+    with pytest.raises(ValueError, match="n = 1.5"):
+        fops.polygamma(x, n=1.5)
 
 
 @pytest.mark.parametrize("op,attrs,torch_fn", [

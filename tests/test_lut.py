@@ -86,6 +86,7 @@ FUNCTIONS = {
     "selu": F.selu, "exp": torch.exp, "abs": torch.abs, "scale": lambda x: x * 0.37, "shift": lambda x: x + 1.5,
     "cube": lambda x: torch.pow(x, 3.0), "rsub": lambda x: 1.0 - x, "div": lambda x: x / 3.0,
     "hardswish_inplace": lambda x: F.hardswish(x, inplace=True), "silu_inplace": lambda x: F.silu(x, inplace=True),
+    "i0e": torch.special.i0e, "i1": torch.special.i1, "erfcx": torch.special.erfcx,
 }
 
 

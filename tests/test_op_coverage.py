@@ -982,6 +982,10 @@ ELEMENTWISE = {      # name -> f(x, y), x and y float (2, 5, 6); each once with 
     "gamma_functions": lambda x, y: (torch.lgamma(x.abs() + 0.1) + torch.lgamma(-0.5 * torch.sigmoid(x) - 0.2)  # (-0.7, -0.2):
                                      + torch.special.gammaln(y.abs() + 0.5) + torch.digamma(x.abs() + 0.3)      # no poles, so
                                      + torch.special.psi(y.abs() + 0.5) + torch.erfinv(0.99 * torch.tanh(y))),  # int8 noise stays small
+    "bessel_normal": lambda x, y: (torch.i0(x) + torch.special.i0e(y) + torch.special.i1(x) + torch.special.i1e(y)
+                                   + torch.special.ndtri(torch.sigmoid(x)) + torch.special.erfcx(y)
+                                   + torch.special.log_ndtr(x) + torch.polygamma(1, y.abs() + 0.5)
+                                   + torch.special.polygamma(3, x.abs() + 1) + torch.polygamma(0, y.abs() + 1)),
     "count_bucketize": lambda x, y: (torch.count_nonzero(torch.round(x), -1)[..., None].float() * y
                                      + torch.bucketize(x, torch.tensor([-1.0, 0.0, 0.5, 2.0])).float()
                                      - torch.bucketize(y, torch.tensor([-0.5, 0.0, 1.0]), right=True, out_int32=True)),
@@ -1100,7 +1104,7 @@ def test_float_elementwise_rewrites_run_on_vulkan(device, name):
     xlogy, count_nonzero, bucketize, sgn, deg2rad / rad2deg, nansum, logaddexp(2), prod, aminmax, histc, cumsum to integers; scans:
     cumprod, cummax / cummin values and indices; float_unary:
     the inverse trigonometric and hyperbolic functions, tan, expm1, exp2, log10, lgamma, digamma,
-    erfinv; word_ops: float
+    erfinv, i0, i0e, i1, i1e, ndtri, erfcx (log_ndtr's), polygamma; word_ops: float
     remainder, fmod, floor and trunc division, atan2, hypot, copysign, pow of tensors; lower: maximum / minimum,
     clamp by tensors, reciprocal, rot90 and channel_shuffle as gathers): on Vulkan under the
     dynamic scheme, within float rounding of the reference and of the float model. The rewrites

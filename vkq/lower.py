@@ -274,6 +274,14 @@ def _unary(name):
     return lambda n, t: (name, [n.args[0]], {})
 
 
+def _polygamma(n, t):
+    """polygamma(n, x): digamma at n = 0; n < 0 is torch's error, left to the CPU."""
+    order, x = n.args[0], n.args[1]
+    if not isinstance(order, int) or order < 0:
+        return None
+    return ("digamma", [x], {}) if order == 0 else ("polygamma", [x], {"n": order})
+
+
 def _leaky_relu(n, t):
     return "leaky_relu", [n.args[0]], {"negative_slope": float(arg(n, 1, "negative_slope", 0.01))}
 
@@ -1092,7 +1100,9 @@ _FLOAT_RULES = {
        ("sigmoid", "tanh", "relu", "silu", "exp", "neg", "abs", "sqrt", "rsqrt", "hardswish", "hardsigmoid",
         "mish", "log", "log1p", "log2", "erf", "floor", "ceil", "round", "trunc", "sign", "sin", "cos",
         "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh", "expm1", "exp2", "log10", "erfc",
-        "lgamma", "digamma", "erfinv")},
+        "lgamma", "digamma", "erfinv", "i0")},
+    **{getattr(aten, f"special_{u}").default: _unary(u) for u in ("i0e", "i1", "i1e", "ndtri", "erfcx")},
+    aten.special_i0.default: _unary("i0"), aten.polygamma.default: _polygamma,
     aten.leaky_relu.default: _leaky_relu, aten.elu.default: _elu, aten.softplus.default: _softplus,
     aten.gelu.default: _gelu,
     aten.hardtanh.default: _hardtanh,

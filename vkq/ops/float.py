@@ -11,7 +11,8 @@ a build() that runs it as a float32 compute shader, so a float region stays on t
   gelu(x; approximate), hardtanh(x; min_val, max_val), clamp(x; min, max),
   sigmoid, tanh, relu, silu, exp, neg, abs, sqrt, rsqrt, hardswish, hardsigmoid, mish, log, log1p,
   log2, erf, floor, ceil, round, trunc, sign, sin, cos, tan, atan, asin, acos, sinh, cosh, asinh,
-  acosh, atanh, expm1, exp2, log10, erfc, lgamma, digamma, erfinv(x), pow(x; exponent),
+  acosh, atanh, expm1, exp2, log10, erfc, lgamma, digamma, erfinv, i0, i0e, i1, i1e, ndtri,
+  erfcx(x), pow(x; exponent), polygamma(x; n),
   leaky_relu(x; negative_slope), elu(x; alpha),
   softplus(x; beta, threshold)                                                     float_unary
   add, sub, mul, div, maximum, minimum(a[, b]; scalar, scalar_first, alpha)
@@ -69,6 +70,7 @@ from ..device import grid_1d
 from .. import packing
 from ..quant import dequantize, fake_quant_push, fake_quantize, inverse_scale, quantize
 from ..registry import register_op
+from .special import bessel_i64, digamma64, erf64, erfc64, erfcx64, erfinv64, lgamma64, ndtri64, polygamma64
 from ..vkinfo import DeviceLimit
 
 F32 = np.float32
@@ -99,18 +101,6 @@ REDUCE_ROW = 64        # float_reduce: from this many values an output, its lane
 
 def _f(x):
     return np.asarray(x, dtype=F32)
-
-
-_ERF, _ERFC = np.frompyfunc(math.erf, 1, 1), np.frompyfunc(math.erfc, 1, 1)
-
-
-def _erf(x):
-    """erf elementwise in float64 (math.erf; numpy has none)."""
-    return _ERF(np.asarray(x, np.float64)).astype(np.float64)
-
-
-def _erfc(x):
-    return _ERFC(np.asarray(x, np.float64)).astype(np.float64)
 
 
 # ---------------------------------------------------------------- numpy twins of float_math.glsl
@@ -193,7 +183,7 @@ def gelu(x, *, approximate="none"):
     if approximate == "tanh":
         y = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
     else:
-        y = 0.5 * x * (1 + _erf(x / math.sqrt(2)).astype(np.float64))
+        y = 0.5 * x * (1 + erf64(x / math.sqrt(2)).astype(np.float64))
     return y.astype(F32)
 
 
@@ -217,53 +207,6 @@ def _exp_neg(x):
     return np.exp(np.minimum(-_f(x).astype(np.float64), 700.0))
 
 
-def _lgamma64(x):
-    """log|Gamma(x)| in float64 (math.lgamma; inf at its poles, as torch)."""
-    def one(v):
-        try:
-            return math.lgamma(v)
-        except (ValueError, OverflowError):
-            return math.inf
-    return np.vectorize(one, otypes=[np.float64])(x)
-
-
-def _digamma64(x):
-    """digamma in float64: stepped up to x >= 10 by psi(x + 1) = psi(x) + 1/x, then the asymptotic
-    series to x^-12 (under 1e-14 there); x < 0 the reflection psi(1 - x) - pi / tan(pi x). As torch:
-    psi(+-0) = -+inf, NaN at the negative integers and -inf."""
-    neg = x < 0
-    refl = np.where(neg, -np.pi / np.tan(np.pi * (x - np.round(x))), 0.0)
-    y, acc = np.where(neg, 1 - x, x), np.zeros_like(x)
-    for _ in range(10):
-        small = y < 10
-        acc -= np.where(small, 1 / y, 0.0)
-        y = np.where(small, y + 1, y)
-    z = 1 / (y * y)
-    series = z * (1 / 12 - z * (1 / 120 - z * (1 / 252 - z * (1 / 240 - z * (1 / 132 - z * 691 / 32760)))))
-    r = refl + acc + np.log(y) - 0.5 / y - series
-    r = np.where(x == 0, np.copysign(np.inf, -x), r)
-    return np.where((neg & (x == np.floor(x))) | np.isnan(x), np.nan, np.where(np.isposinf(x), np.inf, r))
-
-
-_ERFINV_CENTRE = [2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
-                  -0.00125372503, -0.00417768164, 0.246640727, 1.50140941]
-_ERFINV_TAIL = [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
-                -0.0076224613, 0.00943887047, 1.00167406, 2.83297682]
-
-
-def _erfinv64(y):
-    """erfinv in float64: Giles' approximation (the shaders' erfinv_f32, ~3e-7) refined by two
-    Newton steps on erf (on erfc past |y| = 1/2, where 1 - |y| is exact); +-inf at +-1, NaN past."""
-    a = np.abs(y)
-    inside = a < 1
-    a_in = np.where(inside, a, 0.0)
-    w = -np.log((1 - a_in) * (1 + a_in))
-    x = np.where(w < 5, np.polyval(_ERFINV_CENTRE, w - 2.5), np.polyval(_ERFINV_TAIL, np.sqrt(w) - 3)) * a_in
-    for _ in range(2):      # erf(x) - a, as (1 - a) - erfc(x) near 1
-        f = np.where(a_in > 0.5, (1 - a_in) - _erfc(x), _erf(x) - a_in)
-        x = x - f / (2 / np.sqrt(np.pi) * np.exp(-x * x))
-    x = np.where(inside, x, np.where(a == 1, np.inf, np.nan))
-    return np.copysign(x, y)
 
 
 UNARY = {
@@ -283,7 +226,7 @@ UNARY = {
     "log": lambda x: np.log(_f(x).astype(np.float64)).astype(F32),
     "log1p": lambda x: np.log1p(_f(x).astype(np.float64)).astype(F32),
     "log2": lambda x: np.log2(_f(x).astype(np.float64)).astype(F32),
-    "erf": lambda x: _erf(x).astype(F32),
+    "erf": lambda x: erf64(x).astype(F32),
     "floor": lambda x: np.floor(_f(x)),
     "ceil": lambda x: np.ceil(_f(x)),
     "round": lambda x: np.round(_f(x)),      # half to even, as torch.round
@@ -294,8 +237,11 @@ UNARY = {
     **{name: (lambda fn: lambda x: _f64(fn, x))(fn) for name, fn in (
         ("atan", np.arctan), ("asin", np.arcsin), ("acos", np.arccos), ("tan", np.tan), ("sinh", np.sinh),
         ("cosh", np.cosh), ("asinh", np.arcsinh), ("acosh", np.arccosh), ("atanh", np.arctanh),
-        ("expm1", np.expm1), ("exp2", np.exp2), ("log10", np.log10), ("erfc", _erfc),
-        ("lgamma", _lgamma64), ("digamma", _digamma64), ("erfinv", _erfinv64))},
+        ("expm1", np.expm1), ("exp2", np.exp2), ("log10", np.log10), ("erfc", erfc64),
+        ("lgamma", lgamma64), ("digamma", digamma64), ("erfinv", erfinv64), ("ndtri", ndtri64),
+        ("erfcx", erfcx64))},
+    **{name: (lambda order, scaled: lambda x: _f64(lambda v: bessel_i64(v, order, scaled), x))(order, scaled)
+       for name, order, scaled in (("i0", 0, False), ("i0e", 0, True), ("i1", 1, False), ("i1e", 1, True))},
 }
 
 
@@ -338,6 +284,20 @@ def pow_(x, *, exponent):
     if exponent == 3:
         return (x * x) * x
     return np.power(x.astype(np.float64), float(exponent)).astype(F32)
+
+
+def polygamma(x, *, n):
+    """The n-th derivative of digamma (n = 0: digamma itself)."""
+    if n != int(n) or not 0 <= n <= 170:
+        raise ValueError(f"polygamma: n = {n}, not an integer in 0..170")
+    return _f64(lambda v: polygamma64(v, int(n)) if n else digamma64(v), x)
+
+
+def _polygamma_decline(node, tensors):
+    n = node.attrs["n"]
+    if n == int(n) and 1 <= n <= 34:
+        return None
+    return f"polygamma: n = {n} outside 1..34 (the kernel scales by n!, which passes FLT_MAX from 35!)"
 
 
 def _pow_variant(attrs):
@@ -1280,6 +1240,9 @@ _op("matmul_strided", matmul_strided, _matmul_strided_build, ("float_matmul",),
     "Float matmul of strided views of its inputs, written through a strided view of its output.")
 _op("pow", pow_, _unary_build(_pow_variant, lambda a: (a["exponent"], 0.0)), ("float_unary",),
     "Float x ** exponent for a scalar exponent (2 and 3 by products, as ATen; others pow_f32).")
+_op("polygamma", polygamma, _unary_build("OP_POLYGAMMA", lambda a: (a["n"], 0.0)), ("float_unary",),
+    "Float polygamma(n, x), the n-th derivative of digamma, n >= 1 (n! zeta(n + 1, x) summed in float32).",
+    _polygamma_decline)
 _op("mean", mean, _reduce_build("MEAN"), ("float_reduce",), "Float mean over dims.")
 _op("sum", sum_, _reduce_build("SUM"), ("float_reduce",), "Float sum over dims.")
 _op("vector_norm", vector_norm, _reduce_build("NORM2"), ("float_reduce",), "Float 2-norm over dims.")

@@ -43,7 +43,8 @@ UNARY_ELEMENTWISE = {getattr(aten, name).default for name in (
     "exp", "expm1", "log", "log1p", "log2", "abs", "neg", "sqrt", "rsqrt", "reciprocal", "square",
     "sin", "cos", "atan", "sinh", "cosh", "asinh", "erf", "erfc", "sign", "floor", "ceil", "round",
     "trunc", "frac", "tan", "asin", "acos", "acosh", "atanh", "exp2", "log10", "sgn", "deg2rad", "rad2deg",
-    "erfinv", "lgamma", "digamma", "special_i0", "i0")} | {
+    "erfinv", "lgamma", "digamma", "special_i0", "i0", "special_i0e", "special_i1", "special_i1e",
+    "special_ndtri", "special_erfcx", "polygamma")} | {
     aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Scalar,
     aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar, aten.pow.Tensor_Scalar}
 # Ops that pick elements without changing them: quantize(op(x)) == op(quantize(x)), so int8
