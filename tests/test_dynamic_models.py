@@ -1286,3 +1286,48 @@ def test_packed_attention_split_writes_and_repeats_with_a_dynamic_length(device)
         assert y.shape == (1, s + 1, 16)
         np.testing.assert_array_equal(y, prog.run_reference(x))
         np.testing.assert_allclose(y, vkq_on(static(torch.from_numpy(x)), device)(x), rtol=1e-5, atol=1e-6)
+
+
+class FourierMixing:
+    """FNet's token mixing (fftn over the sequence and hidden dims, real part) and other parts of
+    transforms along a dynamic length, each through a linear."""
+    @staticmethod
+    def make():
+        import torch
+        torch.manual_seed(0)
+
+        class Mixer(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(12, 5)
+
+            def forward(self, x):                  # x (batch, length, 12)
+                fft = torch.fft
+                return self.fc(fft.fftn(x, dim=(1, 2)).real + fft.fft(x, dim=1, norm="ortho").imag
+                               + fft.fft2(x, norm="forward").abs() * fft.rfft(x).real.mean(-1, keepdim=True))
+        return Mixer().eval()
+
+
+def test_fourier_transforms_along_a_dynamic_length(device):
+    """Fourier transforms along a dynamic dim (FNet compiled once for every sequence length) were
+    refused ("cannot tell how its shape follows the inputs' dynamic dims": the cos / sin tables
+    were constants of the example's length); the graph now computes them from the length, on
+    Vulkan, and the program at each length equals the one compiled for it and torch's float FFT
+    within float rounding (fft, fft2, fftn, any norm; rfft along a static dim. A one-sided
+    transform along the dynamic dim, of length n // 2 + 1, is not rewritten)."""
+    import torch
+    from torch.export import Dim
+    ds = ({0: Dim("batch", min=1, max=3), 1: Dim("length", min=2, max=70)},)
+    calib = [torch.randn(s) for s in [(2, 9, 12), (1, 31, 12)]]
+    model = FourierMixing.make()
+    dyn, static = _compile_both(model, (torch.randn(2, 13, 12),), calib, "dynamic", ds)
+    prog = vkq_on(dyn, device)
+    assert prog.fallback_ops == [] and set(prog.program.symbols.values()) == {(1, 3), (2, 70)}
+    assert sum(n.op in ("cos", "sin") for n in prog.program.nodes) >= 2
+    for shape in [(1, 2, 12), (3, 7, 12), (1, 70, 12)]:
+        x = torch.randn(shape)
+        y = prog(x.numpy())
+        assert y.shape == (shape[0], shape[1], 5)
+        want = vkq_on(static(x), device)(x.numpy())
+        np.testing.assert_allclose(y, want, rtol=0, atol=1e-5 * np.abs(want).max())
+        np.testing.assert_allclose(y, prog.run_reference(x.numpy()), rtol=0, atol=1e-5 * np.abs(want).max())

@@ -67,7 +67,7 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import SHAPE_OF, arg, aten, call_before, dynamic_size, finish, val
+from ._graph import SHAPE_OF, SYMBOLIC_SHAPES, arg, aten, call_before, dynamic_size, finish, size_node, val
 from .normalize_ops import _made
 
 
@@ -996,38 +996,61 @@ def dft_from_fft(node):
     x = fft.args[0]
     v = val(x)
     norm = arg(fft, 3, "norm")
-    if not isinstance(v, torch.Tensor) or not v.dtype.is_floating_point or v.dim() == 0 or dynamic_size(x) \
+    if not isinstance(v, torch.Tensor) or not v.dtype.is_floating_point or v.dim() == 0 \
             or norm not in _FOURIER_SCALE or not all(isinstance(n, int) for n in v.shape):
         return None
     dims = _fourier_dims(fft, v)
-    if dims is None or any(v.shape[d] == 0 for d in dims):
+    if dims is None or any(v.shape[d] == 0 for d in dims) or (
+            FOURIER[fft.target] and dynamic_size(x, [dims[-1]])):      # (a one-sided length n // 2 + 1)
         return None
+    # symbolic shapes of the nodes made here, where x's is dynamic (their vals hold the example's)
+    shapes = node.graph.owning_module.meta.get(SYMBOLIC_SHAPES) or {}
+    sym = list(shapes[x.name]) if isinstance(shapes.get(x.name), tuple) else None
+
+    def make(target, args, shape, kwargs=None):
+        new = call_before(node, target, args, kwargs)
+        if sym is not None:
+            shapes[new.name] = tuple(shape)
+        return new
+    src = x
     if v.dtype != torch.float32:
-        x = call_before(node, aten._to_copy.default, (x,), {"dtype": torch.float32})
+        x = make(aten._to_copy.default, (x,), sym, {"dtype": torch.float32})
     re, im = x, None
     for i, d in enumerate(dims):
         n = v.shape[d]
         k = n // 2 + 1 if FOURIER[fft.target] and i == len(dims) - 1 else n     # one-sided: the last dim
-        angle = 2 * math.pi * (torch.arange(n, dtype=torch.float64)[:, None] * torch.arange(k)[None, :] % n) / n
-        scale = _FOURIER_SCALE[norm](n)
+        if dynamic_size(src, [d]):
+            tables = _dynamic_fourier_tables(node, src, d, norm)
+        else:
+            angle = 2 * math.pi * (torch.arange(n, dtype=torch.float64)[:, None] * torch.arange(k)[None, :] % n) / n
+            scale = _FOURIER_SCALE[norm](n)
+            tables = {name: add_constant(node.graph.owning_module, f"{node.name}_{name}{i}",
+                                         (table(angle) * scale).float(), node)
+                      for name, table in (("cos", torch.cos), ("sin", torch.sin))}
+        before = after = None
+        if sym is not None:
+            before = list(sym)
+            after = before[:d] + [before[d] if k == n else k] + before[d + 1:]
+        swap = (lambda sh: sh[:d] + [sh[-1]] + sh[d + 1:-1] + [sh[d]]) if sym is not None else (lambda sh: sh)
 
-        def times(t, table, name):     # t's dim d times an (n, k) table
-            c = add_constant(node.graph.owning_module, f"{node.name}_{name}{i}", (table * scale).float(), node)
-            moved = call_before(node, aten.transpose.int, (t, d, -1))
-            return call_before(node, aten.transpose.int, (call_before(node, aten.matmul.default, (moved, c)), d, -1))
+        def times(t, name, d=d, tables=tables, before=before, after=after, swap=swap):   # t's dim d times an (n, k) table
+            moved = make(aten.transpose.int, (t, d, -1), swap(before) if before else None)
+            product = make(aten.matmul.default, (moved, tables[name]), swap(after) if after else None)
+            return make(aten.transpose.int, (product, d, -1), after)
         last = i == len(dims) - 1
         want_re = not last or node.target != aten.imag.default
         want_im = not last or node.target != aten.real.default
         new_re = new_im = None
         if want_re:
-            new_re = times(re, torch.cos(angle), "cos")
+            new_re = times(re, "cos")
             if im is not None:
-                new_re = call_before(node, aten.add.Tensor, (new_re, times(im, torch.sin(angle), "sin")))
+                new_re = make(aten.add.Tensor, (new_re, times(im, "sin")), after)
         if want_im:
-            new_im = call_before(node, aten.neg.default, (times(re, torch.sin(angle), "sin"),))
+            new_im = make(aten.neg.default, (times(re, "sin"),), after)
             if im is not None:
-                new_im = call_before(node, aten.add.Tensor, (times(im, torch.cos(angle), "cos"), new_im))
+                new_im = make(aten.add.Tensor, (times(im, "cos"), new_im), after)
         re, im = new_re, new_im
+        sym = after
     if node.target == aten.real.default:
         out = re
     elif node.target == aten.imag.default:
@@ -1039,6 +1062,33 @@ def dft_from_fft(node):
     if val(node).dtype != torch.float32:
         out = call_before(node, aten._to_copy.default, (out,), {"dtype": val(node).dtype})
     return out
+
+
+def _dynamic_fourier_tables(node, x, d, norm) -> dict:
+    """cos / sin (2 pi (j k mod n) / n) for x's dynamic dim d of length n, computed by the graph
+    (so one program serves every length): j k and its remainder exact in float32 (n < 4096), the
+    angle below 2 pi, so within a few ulp of the float64 tables a static length gets; n itself as
+    a tensor, the max of arange(n) plus 1, where arithmetic on sizes would need a number. Each new
+    node's symbolic shape is recorded (its val holds the example's length only)."""
+    shapes = node.graph.owning_module.meta[SYMBOLIC_SHAPES]
+    s = shapes[x.name][d]
+
+    def op(target, args, shape, kwargs=None):
+        new = call_before(node, target, args, kwargs)
+        shapes[new.name] = shape
+        return new
+    j = op(aten.arange.default, (size_node(node, x, d),), (s,), {"dtype": torch.float32})
+    jk = op(aten.mul.Tensor, (op(aten.unsqueeze.default, (j, 1), (s, 1)), op(aten.unsqueeze.default, (j, 0), (1, s))),
+            (s, s))
+    n = op(aten.add.Tensor, (op(aten.amax.default, (j,), ()), 1.0), ())
+    step = op(aten.mul.Tensor, (op(aten.reciprocal.default, (n,), ()), 2 * math.pi), ())
+    angle = op(aten.mul.Tensor, (op(aten.remainder.Tensor, (jk, n), (s, s)), step), (s, s))
+    scale = {"ortho": aten.rsqrt.default, "forward": aten.reciprocal.default}.get(norm)
+    tables = {}
+    for name, fn in (("cos", aten.cos.default), ("sin", aten.sin.default)):
+        t = op(fn, (angle,), (s, s))
+        tables[name] = t if scale is None else op(aten.mul.Tensor, (t, op(scale, (n,), ())), (s, s))
+    return tables
 
 
 def complex_abs_or_float(node):
