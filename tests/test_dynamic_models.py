@@ -1290,21 +1290,18 @@ def test_packed_attention_split_writes_and_repeats_with_a_dynamic_length(device)
 
 class FourierMixing:
     """FNet's token mixing (fftn over the sequence and hidden dims, real part) and other parts of
-    transforms along a dynamic length, each through a linear."""
+    transforms along a dynamic length (no linear after them: under the dynamic scheme its per-row
+    int8 rounding would turn float rounding into whole steps)."""
     @staticmethod
     def make():
         import torch
-        torch.manual_seed(0)
 
         class Mixer(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.fc = torch.nn.Linear(12, 5)
-
             def forward(self, x):                  # x (batch, length, 12)
                 fft = torch.fft
-                return self.fc(fft.fftn(x, dim=(1, 2)).real + fft.fft(x, dim=1, norm="ortho").imag
-                               + fft.fft2(x, norm="forward").abs() * fft.rfft(x).real.mean(-1, keepdim=True))
+                return (fft.fftn(x, dim=(1, 2)).real + fft.fft(x, dim=1, norm="ortho").imag
+                        + fft.fft2(x, norm="forward").abs() * fft.rfft(x).real.mean(-1, keepdim=True)
+                        + torch.view_as_real(fft.fft(x, dim=1))[..., 1])     # (imag, as an export may read it)
         return Mixer().eval()
 
 
@@ -1327,7 +1324,40 @@ def test_fourier_transforms_along_a_dynamic_length(device):
     for shape in [(1, 2, 12), (3, 7, 12), (1, 70, 12)]:
         x = torch.randn(shape)
         y = prog(x.numpy())
-        assert y.shape == (shape[0], shape[1], 5)
-        want = vkq_on(static(x), device)(x.numpy())
-        np.testing.assert_allclose(y, want, rtol=0, atol=1e-5 * np.abs(want).max())
-        np.testing.assert_allclose(y, prog.run_reference(x.numpy()), rtol=0, atol=1e-5 * np.abs(want).max())
+        assert y.shape == shape
+        want = model(x).numpy()
+        np.testing.assert_allclose(y, vkq_on(static(x), device)(x.numpy()), rtol=0, atol=2e-6 * np.abs(want).max())
+        np.testing.assert_allclose(y, prog.run_reference(x.numpy()), rtol=0, atol=2e-6 * np.abs(want).max())
+        np.testing.assert_allclose(y, want, rtol=0, atol=2e-5 * np.abs(want).max())
+
+
+def test_fnet_style_mixing_in_int8_with_a_dynamic_length(device):
+    """Hugging Face's FNet exports real(fftn) as select(view_as_real(fftn), -1, 0), and under the
+    static scheme PT2E quantizes the (re, im) pairs, the select then an int8 gather: view_as_real
+    becomes the two DFTs side by side, so FNet-style token mixing between int8 linears compiles
+    once for every length (it was refused), nothing on the CPU, agreeing with PT2E's model."""
+    import torch
+    from torch.export import Dim
+    from test_lower import cosine
+
+    class Mixing(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a, self.b, self.norm = torch.nn.Linear(12, 12), torch.nn.Linear(12, 5), torch.nn.LayerNorm(12)
+
+        def forward(self, x):                      # FNet's layer: norm(fftn(h).real + h), its real as
+            h = self.a(x)                          # Hugging Face's FNet exports it
+            return self.b(self.norm(torch.view_as_real(torch.fft.fftn(h, dim=(1, 2)))[..., 0] + h))
+    import vkq
+    ds = ({1: Dim("length", min=2, max=40)},)
+    model = Mixing().eval()
+    gm = vkq.quantize(model, (torch.randn(1, 9, 12),), [(torch.randn(1, n, 12),) for n in (5, 17, 33)], "static",
+                      dynamic_shapes=ds)
+    prog = vkq_on(vkq.CompiledProgram(vkq.compile(gm, (torch.randn(1, 9, 12),), dynamic_shapes=ds).program), device)
+    assert prog.fallback_ops == []
+    for n in (3, 21, 40):
+        x = torch.randn(1, n, 12)
+        y = prog(x.numpy())
+        np.testing.assert_array_equal(y, prog.run_reference(x.numpy()))
+        assert cosine(y, gm(x).detach().numpy()) > 0.99

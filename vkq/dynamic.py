@@ -26,6 +26,7 @@ from torch.fx import GraphModule, Node
 
 from . import symbolic
 from .passes._graph import SHAPE_OF
+from .passes.decompose_ops import FOURIER, fourier_shape
 from .program import Program, TensorSpec
 
 
@@ -140,7 +141,9 @@ def _shape_only(interp, n):
     - aten.pad (F.pad) and constant_pad_nd (an even-kernel padding="same"): their kernels guard
       on the batch, and take concrete sizes only (padding up to a multiple of a window computes
       them from a dynamic dim);
-    - im2col (F.unfold): its shape rule guards on the batch."""
+    - im2col (F.unfold): its shape rule guards on the batch;
+    - Fourier transforms of a real tensor (fft, fft2, fftn and the one-sided rfft*): their fake
+      kernel collapses the batch dims with a reshape that fixes a dynamic length (FNet's tokens)."""
     if n.op != "call_function":
         return None
     args, kwargs = interp.fetch_args_kwargs_from_env(n)
@@ -164,6 +167,10 @@ def _shape_only(interp, n):
             blocks = blocks * ((x.shape[-2 + d] + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1) // stride[d] + 1)
             rows = rows * kernel[d]
         return x.new_empty((*x.shape[:-3], rows, blocks))
+    if n.target in FOURIER and isinstance(args[0], torch.Tensor) and not args[0].is_complex():
+        shape = fourier_shape(n, args[0])
+        return None if shape is None else args[0].new_empty(shape, dtype=torch.complex64 if args[0].dtype != torch.float64
+                                                                       else torch.complex128)
     return None
 
 

@@ -31,8 +31,9 @@ lookup table), so only what is left in float is rewritten here:
                                                   its token embeddings)
   signbit(x)                                    -> x < 0; a float 0 by the sign of 1 / x
   linalg_vector_norm(x, ord != 2), dist(x, y, p) -> sum / amax / amin / count of |x|, or sum(|x|^p)^(1/p)
-  real / imag / abs of fft, fft2, fftn, rfft, rfft2, rfftn of a real tensor (FNet's token mixing)
-                                                -> products with constant cos / sin tables, dim by dim
+  real / imag / abs of fft, fft2, fftn, rfft, rfft2, rfftn of a real tensor (FNet's token mixing),
+  or view_as_real of one (and its selects)     -> products with constant cos / sin tables, dim by dim;
+                                                  along a dynamic dim tables the graph computes
                                                 -> where, compares, elu, softplus, trunc, ... as ATen
                                                   computes them (its comparisons: a NaN stays NaN)
   aten.topk(x, k <= 8, dim, largest) + getitems -> k rounds of argmax, gather and a where; a larger k
@@ -983,6 +984,19 @@ def _fourier_dims(node, v) -> list | None:
     return dims
 
 
+def fourier_shape(node, x) -> list | None:
+    """The shape of fft op node's complex output on a real x without running its fake kernel
+    (whose reshape fixes a dynamic length: vkq.dynamic): x's, the last transformed dim n // 2 + 1
+    where one-sided; None where n / s give other sizes."""
+    if arg(node, 1, "n" if node.target in (aten.fft_fft.default, aten.fft_rfft.default) else "s") is not None:
+        return None
+    dims = _fourier_dims(node, x)
+    shape = list(x.shape)
+    if FOURIER[node.target]:
+        shape[dims[-1]] = shape[dims[-1]] // 2 + 1
+    return shape
+
+
 def dft_from_fft(node):
     """real / imag / abs of fft, fft2, fftn, rfft, rfft2, rfftn of a real float tensor (static
     shape, no padding) -> the discrete Fourier transform as products with constant cos / sin
@@ -990,8 +1004,8 @@ def dft_from_fft(node):
     on the device where torch's complex FFT would run on the CPU. Within float rounding of
     torch's FFT (a sum of N products a term: sqrt(N) roundings)."""
     from ._graph import add_constant
-    fft = node.args[0]
-    if not isinstance(fft, Node) or fft.target not in FOURIER:
+    fft, part = _fourier_part(node)
+    if fft is None:
         return None
     x = fft.args[0]
     v = val(x)
@@ -1000,12 +1014,20 @@ def dft_from_fft(node):
             or norm not in _FOURIER_SCALE or not all(isinstance(n, int) for n in v.shape):
         return None
     dims = _fourier_dims(fft, v)
-    if dims is None or any(v.shape[d] == 0 for d in dims) or (
-            FOURIER[fft.target] and dynamic_size(x, [dims[-1]])):      # (a one-sided length n // 2 + 1)
+    if dims is None or any(v.shape[d] == 0 for d in dims):
         return None
-    # symbolic shapes of the nodes made here, where x's is dynamic (their vals hold the example's)
-    shapes = node.graph.owning_module.meta.get(SYMBOLIC_SHAPES) or {}
-    sym = list(shapes[x.name]) if isinstance(shapes.get(x.name), tuple) else None
+    # symbolic shapes of x and of the nodes made here, where x's is dynamic (their vals hold the
+    # example's). x made by a pass has none of its own: the fft's, with a one-sided dim's length
+    shapes = node.graph.owning_module.meta.get(SYMBOLIC_SHAPES)
+    sym = shapes.get(x.name) if shapes else None
+    if not isinstance(sym, tuple) and shapes and isinstance(shapes.get(fft.name), tuple):
+        sym = tuple(v.shape[d] if FOURIER[fft.target] and d == dims[-1] else e for d, e in enumerate(shapes[fft.name]))
+        if isinstance(shapes[fft.name][dims[-1]], str) and FOURIER[fft.target]:
+            return None
+        shapes[x.name] = sym
+    sym = list(sym) if isinstance(sym, tuple) and any(isinstance(e, str) for e in sym) else None
+    if sym is not None and FOURIER[fft.target] and isinstance(sym[dims[-1]], str):
+        return None                 # (a one-sided length n // 2 + 1 of a dynamic n)
 
     def make(target, args, shape, kwargs=None):
         new = call_before(node, target, args, kwargs)
@@ -1019,7 +1041,7 @@ def dft_from_fft(node):
     for i, d in enumerate(dims):
         n = v.shape[d]
         k = n // 2 + 1 if FOURIER[fft.target] and i == len(dims) - 1 else n     # one-sided: the last dim
-        if dynamic_size(src, [d]):
+        if sym is not None and isinstance(sym[d], str):
             tables = _dynamic_fourier_tables(node, src, d, norm)
         else:
             angle = 2 * math.pi * (torch.arange(n, dtype=torch.float64)[:, None] * torch.arange(k)[None, :] % n) / n
@@ -1038,8 +1060,8 @@ def dft_from_fft(node):
             product = make(aten.matmul.default, (moved, tables[name]), swap(after) if after else None)
             return make(aten.transpose.int, (product, d, -1), after)
         last = i == len(dims) - 1
-        want_re = not last or node.target != aten.imag.default
-        want_im = not last or node.target != aten.real.default
+        want_re = not last or part != "imag"
+        want_im = not last or part != "real"
         new_re = new_im = None
         if want_re:
             new_re = times(re, "cos")
@@ -1051,10 +1073,13 @@ def dft_from_fft(node):
                 new_im = make(aten.add.Tensor, (times(im, "cos"), new_im), after)
         re, im = new_re, new_im
         sym = after
-    if node.target == aten.real.default:
+    if part == "real":
         out = re
-    elif node.target == aten.imag.default:
+    elif part == "imag":
         out = im
+    elif part == "both":            # view_as_real: (re, im) in a last dim of 2
+        pair = [make(aten.unsqueeze.default, (t, -1), (sym or []) + [1]) for t in (re, im)]
+        out = make(aten.cat.default, (pair, -1), (sym or []) + [2])
     else:
         squares = call_before(node, aten.add.Tensor, (call_before(node, aten.mul.Tensor, (re, re)),
                                                       call_before(node, aten.mul.Tensor, (im, im))))
@@ -1062,6 +1087,22 @@ def dft_from_fft(node):
     if val(node).dtype != torch.float32:
         out = call_before(node, aten._to_copy.default, (out,), {"dtype": val(node).dtype})
     return out
+
+
+def _fourier_part(node) -> tuple:
+    """(the fft node, "real" | "imag" | "abs" | "both") of node = real / imag / abs of an fft op's
+    output, or of select(view_as_real(fft), -1, 0 or 1), the form of real / imag in a decomposed
+    export (FNet's), or view_as_real(fft) itself where other nodes read it; (None, None) otherwise."""
+    src = node.args[0] if node.args else None
+    part = {aten.real.default: "real", aten.imag.default: "imag", aten.abs.default: "abs"}.get(node.target)
+    if node.target == aten.select.int and isinstance(src, Node) and src.target == aten.view_as_real.default \
+            and isinstance(val(src), torch.Tensor) and node.args[1] in (-1, val(src).dim() - 1) and node.args[2] in (0, 1, -2, -1):
+        src, part = src.args[0], "real" if node.args[2] in (0, -2) else "imag"
+    if node.target == aten.view_as_real.default and not all(_fourier_part(u)[0] is src for u in node.users):
+        part = "both"               # (read otherwise than by those selects: its quantize, in a static scheme)
+    if part is None or not isinstance(src, Node) or src.target not in FOURIER:
+        return None, None
+    return src, part
 
 
 def _dynamic_fourier_tables(node, x, d, norm) -> dict:
@@ -1189,6 +1230,8 @@ DECOMPOSE = {
     aten.signbit.default: compares_from_signbit,
     aten.linalg_vector_norm.default: sums_from_vector_norm, aten.dist.default: sums_from_vector_norm,
     aten.real.default: dft_from_fft, aten.imag.default: dft_from_fft, aten.abs.default: complex_abs_or_float,
+    aten.select.int: dft_from_fft,          # (select(view_as_real(fft), -1, 0): real in a decomposed export)
+    aten.view_as_real.default: dft_from_fft,
 }
 
 
