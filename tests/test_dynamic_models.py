@@ -1361,3 +1361,40 @@ def test_fnet_style_mixing_in_int8_with_a_dynamic_length(device):
         y = prog(x.numpy())
         np.testing.assert_array_equal(y, prog.run_reference(x.numpy()))
         assert cosine(y, gm(x).detach().numpy()) > 0.99
+
+
+class Unfolds:
+    """nn.Unfold along dynamic dims: ConvBERT's span kernels over the tokens ((9, 1) windows of a
+    (batch, channels, length, 1) map, padded 4) and a strided, dilated 2-D unfold of an image."""
+    @staticmethod
+    def make():
+        import torch
+        F = torch.nn.functional
+
+        class M(torch.nn.Module):
+            def forward(self, tokens, image):      # tokens (B, L, 8), image (B, 3, H, W)
+                span = F.unfold(tokens.transpose(1, 2).unsqueeze(-1), (9, 1), padding=(4, 0))   # (B, 72, L)
+                patches = F.unfold(image, (3, 2), dilation=(2, 1), padding=1, stride=(2, 3))
+                return span.transpose(1, 2) * 0.5, patches
+        return M().eval()
+
+
+def test_unfold_along_dynamic_dims(device):
+    """F.unfold (im2col) ran as a take whose index map was made for the example's size, so
+    ConvBERT compiled for every length was refused; along a dynamic dim it is now the kernel's
+    shifted strided slices, concatenated: equal to torch at every size, batch dynamic too."""
+    import torch
+    from torch.export import Dim
+    ds = ({0: Dim("batch", min=1, max=3), 1: Dim("length", min=4, max=40)},
+          {0: Dim("batch", min=1, max=3), 2: Dim("h", min=6, max=30), 3: Dim("w", min=6, max=30)})
+    model = Unfolds.make()
+    example = (torch.randn(2, 11, 8), torch.randn(2, 3, 13, 10))
+    dyn, static = _compile_both(model, example, [example], "dynamic", ds)
+    prog = vkq_on(dyn, device)
+    assert prog.fallback_ops == []
+    assert not any(n.op == "take" for n in prog.program.nodes), [n.op for n in prog.program.nodes]
+    for b, length, h, w in [(1, 4, 6, 6), (3, 40, 30, 17), (2, 23, 9, 29)]:
+        xs = (torch.randn(b, length, 8), torch.randn(b, 3, h, w))
+        got = prog(*[x.numpy() for x in xs])
+        for g, want in zip(got, model(*xs)):
+            np.testing.assert_array_equal(g, want.numpy())

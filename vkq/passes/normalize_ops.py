@@ -59,7 +59,8 @@ differently; this pass rewrites the second kind into the first:
                                                   (RWKV's time shift: ZeroPad2d((0, 0, 1, -1)));
                                                   by nothing -> removed (Swin's windows at 224)
   aten.im2col(x, k, d, padding, s) (nn.Unfold)  -> im2col(constant_pad_nd(x, padding), k, d, 0, s): the pad
-                                                  a kernel, the rest a gather (ConvBERT)
+                                                  a kernel, the rest a gather (ConvBERT); along a
+                                                  dynamic dim a cat of strided slices, one a tap
   aten.col2im (nn.Fold), windows that overlap   -> conv_transpose2d of the columns by a one-hot weight, a
                                                   group a channel: the sums over windows (VOLO)
   aten.index.Tensor(x, [i0, .., ik-1]), an index computed in the graph, float x, static shapes
@@ -810,16 +811,70 @@ def crop_from_negative_pad(node):
 
 
 def im2col_after_pad(node):
+    """im2col (nn.Unfold) with its padding as a pad of its own; along a dynamic dim (ConvBERT's
+    span convs over the tokens) as a cat of the kernel's shifted strided slices, whose lengths
+    follow the dim (the take a static im2col becomes has an index map made for one size)."""
     x, kernel, dilation, padding, stride = node.args[:5]
-    padding = _pair(padding)
-    if not any(padding) or not isinstance(val(x), torch.Tensor) or not all(isinstance(p, int) for p in padding):
+    padding, kernel, dilation, stride = (_pair(v) for v in (padding, kernel, dilation, stride))
+    if not isinstance(val(x), torch.Tensor) or not all(isinstance(p, int) for p in padding + kernel + dilation + stride):
         return None
     shape = list(val(x).shape)
-    if not all(isinstance(d, int) for d in shape):
+    if not all(isinstance(d, int) for d in shape) or len(shape) != 4:
         return None
-    padded = _made(node, aten.constant_pad_nd.default, (x, [padding[1], padding[1], padding[0], padding[0]], 0.0),
-                   shape[:-2] + [shape[-2] + 2 * padding[0], shape[-1] + 2 * padding[1]], val(x).dtype)
-    return _new(node, aten.im2col.default, (padded, kernel, dilation, [0, 0], stride))
+    shapes = node.graph.owning_module.meta.get(SYMBOLIC_SHAPES)
+    sym = shapes.get(x.name) if shapes else None
+    dynamic = isinstance(sym, tuple) and any(isinstance(d, str) for d in sym)
+    if not any(padding) and not dynamic:
+        return None
+    grow = lambda d, k: d + k if isinstance(d, int) else f"({d}) + {k}"     # noqa: E731
+    if any(padding):
+        x = _made(node, aten.constant_pad_nd.default, (x, [padding[1], padding[1], padding[0], padding[0]], 0.0),
+                  shape[:-2] + [shape[-2] + 2 * padding[0], shape[-1] + 2 * padding[1]], val(x).dtype)
+        shape = list(val(x).shape)
+        if dynamic:
+            sym = (*sym[:-2], grow(sym[-2], 2 * padding[0]), grow(sym[-1], 2 * padding[1]))
+            shapes[x.name] = sym
+    if not dynamic:
+        return _new(node, aten.im2col.default, (x, kernel, dilation, [0, 0], stride))
+    return _im2col_by_slices(node, x, shape, list(sym), kernel, dilation, stride)
+
+
+def _im2col_by_slices(node, x, shape, sym, kernel, dilation, stride):
+    """im2col of an unpadded (N, C, H, W) x: for each kernel offset (i, j) the slice x[..., i d ::
+    s, j d :: s] cut (k - 1 - i) d before the end (its length the output's, at every size),
+    unsqueezed and concatenated to (N, C, KH KW, OH, OW), viewed as (N, C KH KW, OH OW)."""
+    shapes = node.graph.owning_module.meta[SYMBOLIC_SHAPES]
+    dtype = val(x).dtype
+    out, out_sym = list(shape), list(sym)
+    for d in (2, 3):
+        k, dd, ss = kernel[d - 2], dilation[d - 2], stride[d - 2]
+        out[d] = (shape[d] - (k - 1) * dd - 1) // ss + 1
+        out_sym[d] = out[d] if isinstance(sym[d], int) else f"((({sym[d]}) - {(k - 1) * dd + 1}) // {ss}) + 1"
+        if out[d] <= 0:
+            return None
+
+    def made(target, args, shp, sshp):
+        new = _made(node, target, args, shp, dtype)
+        shapes[new.name] = tuple(sshp)
+        return new
+    pieces = []
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            t, t_shape, t_sym = x, list(shape), list(sym)
+            for d, off in ((2, i), (3, j)):
+                k, dd, ss = kernel[d - 2], dilation[d - 2], stride[d - 2]
+                cut = (k - 1 - off) * dd
+                t_shape[d], t_sym[d] = out[d], out_sym[d]
+                t = made(aten.slice.Tensor, (t, d, off * dd, -cut if cut else END, ss), t_shape, t_sym)
+            pieces.append(made(aten.unsqueeze.default, (t, 2), t_shape[:2] + [1] + t_shape[2:],
+                               t_sym[:2] + [1] + t_sym[2:]))
+    taps = kernel[0] * kernel[1]
+    joined = made(aten.cat.default, (pieces, 2), out[:2] + [taps] + out[2:], out_sym[:2] + [taps] + out_sym[2:])
+    times = lambda a, b: a * b if isinstance(a, int) and isinstance(b, int) else f"({a}) * ({b})"    # noqa: E731
+    channels = made(aten.flatten.using_ints, (joined, 1, 2), [out[0], out[1] * taps] + out[2:],
+                    [out_sym[0], times(out_sym[1], taps)] + out_sym[2:])     # (no sizes: a dynamic batch stays)
+    return made(aten.flatten.using_ints, (channels, 2, 3), [out[0], out[1] * taps, out[2] * out[3]],
+                [out_sym[0], times(out_sym[1], taps), times(out_sym[2], out_sym[3])])
 
 
 def embedding_from_index(node):
