@@ -17,7 +17,8 @@ weight-only schemes and FNet's Fourier transforms on the CPU:
 
 With --dynamic (the token models, a dynamic sequence length) it found on 2026-11-29 the
 mixtures of experts' inverse permutation on the CPU, and BLOOM, DeepSeek-V3 and ModernBERT
-refused or partly on the CPU.
+refused or partly on the CPU; the next session, FNet's Fourier transform and ConvBERT's unfold
+refused (their shapes fixed to the example's length).
 
 Prints one line per (architecture, scheme); the exit status is the number of failures.
 """
