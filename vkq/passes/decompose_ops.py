@@ -998,11 +998,12 @@ def fourier_shape(node, x) -> list | None:
 
 
 def dft_from_fft(node):
-    """real / imag / abs of fft, fft2, fftn, rfft, rfft2, rfftn of a real float tensor (static
-    shape, no padding) -> the discrete Fourier transform as products with constant cos / sin
-    matrices, dim by dim in float32 (re + i im) -> (re C + im S) + i (im C - re S): float matmuls
-    on the device where torch's complex FFT would run on the CPU. Within float rounding of
-    torch's FFT (a sum of N products a term: sqrt(N) roundings)."""
+    """real / imag / abs of fft, fft2, fftn, rfft, rfft2, rfftn of a real float tensor (no padding;
+    _fourier_part says which) -> the discrete Fourier transform as products with constant cos /
+    sin matrices, dim by dim in float32 (re + i im) -> (re C + im S) + i (im C - re S): float
+    matmuls on the device where torch's complex FFT would run on the CPU; along a dynamic dim
+    the graph computes the matrices from its length. Within float rounding of torch's FFT (a sum
+    of N products a term: sqrt(N) roundings)."""
     from ._graph import add_constant
     fft, part = _fourier_part(node)
     if fft is None:
@@ -1081,9 +1082,8 @@ def dft_from_fft(node):
         pair = [make(aten.unsqueeze.default, (t, -1), (sym or []) + [1]) for t in (re, im)]
         out = make(aten.cat.default, (pair, -1), (sym or []) + [2])
     else:
-        squares = call_before(node, aten.add.Tensor, (call_before(node, aten.mul.Tensor, (re, re)),
-                                                      call_before(node, aten.mul.Tensor, (im, im))))
-        out = call_before(node, aten.sqrt.default, (squares,))
+        squares = make(aten.add.Tensor, (make(aten.mul.Tensor, (re, re), sym), make(aten.mul.Tensor, (im, im), sym)), sym)
+        out = make(aten.sqrt.default, (squares,), sym)
     if val(node).dtype != torch.float32:
         out = call_before(node, aten._to_copy.default, (out,), {"dtype": val(node).dtype})
     return out
