@@ -288,14 +288,14 @@ def pow_(x, *, exponent):
 
 def polygamma(x, *, n):
     """The n-th derivative of digamma (n = 0: digamma itself)."""
-    if n != int(n) or not 0 <= n <= 170:
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or n != int(n) or not 0 <= n <= 170:
         raise ValueError(f"polygamma: n = {n}, not an integer in 0..170")
     return _f64(lambda v: polygamma64(v, int(n)) if n else digamma64(v), x)
 
 
 def _polygamma_decline(node, tensors):
-    n = node.attrs["n"]
-    if n == int(n) and 1 <= n <= 34:
+    n = node.attrs.get("n")
+    if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 34:
         return None
     return f"polygamma: n = {n} outside 1..34 (the kernel scales by n!, which passes FLT_MAX from 35!)"
 
