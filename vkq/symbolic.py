@@ -40,6 +40,16 @@ def is_symbolic(dim) -> bool:
     return isinstance(dim, str)
 
 
+def plus(dim, k: int):
+    """dim + k, dim an int or an expression (a size a pass computes from a dynamic one)."""
+    return dim + k if isinstance(dim, int) else f"({dim}) + {k}"
+
+
+def times(a, b):
+    """a * b, each an int or an expression."""
+    return a * b if isinstance(a, int) and isinstance(b, int) else f"({a}) * ({b})"
+
+
 MAX_TEXT = 16384       # characters of one expression or condition (export's guards on Swin reach ~3000)
 
 

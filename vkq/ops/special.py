@@ -20,17 +20,17 @@ import numpy as np
 _ERF, _ERFC = np.frompyfunc(math.erf, 1, 1), np.frompyfunc(math.erfc, 1, 1)
 
 
-def _f64(x):
+def _as64(x):
     return np.asarray(x, np.float64)
 
 
 def erf64(x):
     """erf elementwise in float64 (math.erf; numpy has none)."""
-    return _ERF(_f64(x)).astype(np.float64)
+    return _ERF(_as64(x)).astype(np.float64)
 
 
 def erfc64(x):
-    return _ERFC(_f64(x)).astype(np.float64)
+    return _ERFC(_as64(x)).astype(np.float64)
 
 
 def lgamma64(x):
@@ -47,7 +47,7 @@ def digamma64(x):
     """digamma in float64: stepped up to x >= 10 by psi(x + 1) = psi(x) + 1/x, then the asymptotic
     series to x^-12 (under 1e-14 there); x < 0 the reflection psi(1 - x) - pi / tan(pi x). As torch:
     psi(+-0) = -+inf, NaN at the negative integers and -inf."""
-    x = _f64(x)
+    x = _as64(x)
     neg = x < 0
     refl = np.where(neg, -np.pi / np.tan(np.pi * (x - np.round(x))), 0.0)
     y, acc = np.where(neg, 1 - x, x), np.zeros_like(x)
@@ -71,7 +71,7 @@ _ERFINV_TAIL = [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 
 def erfinv64(y):
     """erfinv in float64: Giles' approximation (the shaders' erfinv_f32, ~3e-7) refined by two
     Newton steps on erf (on erfc past |y| = 1/2, where 1 - |y| is exact); +-inf at +-1, NaN past."""
-    y = _f64(y)
+    y = _as64(y)
     a = np.abs(y)
     inside = a < 1
     a_in = np.where(inside, a, 0.0)
@@ -90,7 +90,7 @@ def bessel_i64(x, order: int, scaled: bool):
     the asymptotic series e^|x| / sqrt(2 pi |x|) sum_k (-1)^k prod_j (4 order^2 - (2j - 1)^2) /
     (k! (8|x|)^k) (20 terms: under 1e-17 from 30 on). I1 odd (I1(-0) = +0, as torch); inf at +-inf
     (+-inf for I1), scaled +-0."""
-    x = _f64(x)
+    x = _as64(x)
     a = np.abs(x)
     small = np.minimum(a, 30.0)
     q = (small / 2) ** 2
@@ -136,7 +136,7 @@ def ndtri64(p):
     """x with Phi(x) = p: Cephes' ndtri in float64 (about 1e-16 relative): a rational function of
     (p - 1/2)^2 in the centre, of 1 / sqrt(-2 log y) in the tails (y the nearer tail's area).
     -inf at 0, inf at 1, NaN outside [0, 1]."""
-    p = _f64(p)
+    p = _as64(p)
     inside = (p > 0) & (p < 1)
     pi = np.where(inside, p, 0.5)
     upper = pi > 1 - math.exp(-2)
@@ -157,7 +157,7 @@ def erfcx64(x):
     """e^(x^2) erfc(x) in float64: as written up to |x| = 26 (e^676 and erfc(26) ~ 6e-296 are both
     float64s), past it 1 / (|x| sqrt(pi)) sum_k (-1)^k (2k - 1)!! / (2x^2)^k (8 terms: < 1e-20);
     below 0 2 e^(x^2) - erfcx(-x) (inf from x = -26.6)."""
-    x = _f64(x)
+    x = _as64(x)
     a = np.abs(x)
     mid = np.minimum(a, 26.0)
     big = np.maximum(a, 26.0)
@@ -215,7 +215,7 @@ def polygamma64(x, n: int):
     reflection psi^(n)(x) = -pi^(n+1) P_n(cot pi x) - n! zeta(n + 1, 1 - x) (summing the terms left
     of 0 instead cancels: two of 1e49 for psi^(34)(-0.5) = -2e32). Poles (x <= 0 integral): +inf,
     -inf for even n (torch's signs); +inf: +-0; -inf: NaN."""
-    x = _f64(x)
+    x = _as64(x)
     sgn = 1.0 if n % 2 else -1.0
     pole = (x <= 0) & (x == np.floor(x))
     finite = np.isfinite(x) & ~pole

@@ -176,6 +176,16 @@ def dynamic_size(node: Node, dims=None) -> bool:
     return any(isinstance(shape[d], str) for d in (range(len(shape)) if dims is None else dims))
 
 
+def record_symbolic(node: Node, shape) -> Node:
+    """node, a pass's new node (its val holds the example's shape only), with its symbolic shape
+    recorded beside the exported nodes' (SYMBOLIC_SHAPES), where the module has them and shape
+    is given: vkq.dynamic then need not guess how it follows the inputs."""
+    shapes = node.graph.owning_module.meta.get(SYMBOLIC_SHAPES)
+    if shapes is not None and shape is not None:
+        shapes[node.name] = tuple(shape)
+    return node
+
+
 def size_node(before: Node, x: Node, d: int) -> Node:
     """x's size along d as an integer FX node (aten.sym_size) inserted before `before`: its val
     the example's size, and where that dim is dynamic its expression recorded beside the

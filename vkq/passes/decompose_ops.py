@@ -68,7 +68,8 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
-from ._graph import SHAPE_OF, SYMBOLIC_SHAPES, arg, aten, call_before, dynamic_size, finish, size_node, val
+from ._graph import (SHAPE_OF, SYMBOLIC_SHAPES, arg, aten, call_before, dynamic_size, finish, record_symbolic,
+                     size_node, val)
 from .normalize_ops import _made
 
 
@@ -1025,16 +1026,13 @@ def dft_from_fft(node):
         sym = tuple(v.shape[d] if FOURIER[fft.target] and d == dims[-1] else e for d, e in enumerate(shapes[fft.name]))
         if isinstance(shapes[fft.name][dims[-1]], str) and FOURIER[fft.target]:
             return None
-        shapes[x.name] = sym
+        record_symbolic(x, sym)
     sym = list(sym) if isinstance(sym, tuple) and any(isinstance(e, str) for e in sym) else None
     if sym is not None and FOURIER[fft.target] and isinstance(sym[dims[-1]], str):
         return None                 # (a one-sided length n // 2 + 1 of a dynamic n)
 
     def make(target, args, shape, kwargs=None):
-        new = call_before(node, target, args, kwargs)
-        if sym is not None:
-            shapes[new.name] = tuple(shape)
-        return new
+        return record_symbolic(call_before(node, target, args, kwargs), shape if sym is not None else None)
     src = x
     if v.dtype != torch.float32:
         x = make(aten._to_copy.default, (x,), sym, {"dtype": torch.float32})
@@ -1115,9 +1113,7 @@ def _dynamic_fourier_tables(node, x, d, norm) -> dict:
     s = shapes[x.name][d]
 
     def op(target, args, shape, kwargs=None):
-        new = call_before(node, target, args, kwargs)
-        shapes[new.name] = shape
-        return new
+        return record_symbolic(call_before(node, target, args, kwargs), shape)
     j = op(aten.arange.default, (size_node(node, x, d),), (s,), {"dtype": torch.float32})
     jk = op(aten.mul.Tensor, (op(aten.unsqueeze.default, (j, 1), (s, 1)), op(aten.unsqueeze.default, (j, 0), (1, s))),
             (s, s))

@@ -108,10 +108,11 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
+from .. import symbolic
 from .functionalize import END, functionalize_inplace
 from ._graph import (DEQUANTIZE, DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE, SYMBOLIC_SHAPES, add_constant, arg, aten,
-                     call_before, const_value, dtype_of, dynamic_size, finish, first_outputs, is_call, pair, set_val,
-                     shape_of, size_node, val)
+                     call_before, const_value, dtype_of, dynamic_size, finish, first_outputs, is_call, pair,
+                     record_symbolic, set_val, shape_of, size_node, val)
 
 
 def _new(node: Node, target, args, kwargs=None) -> Node:
@@ -826,14 +827,13 @@ def im2col_after_pad(node):
     dynamic = isinstance(sym, tuple) and any(isinstance(d, str) for d in sym)
     if not any(padding) and not dynamic:
         return None
-    grow = lambda d, k: d + k if isinstance(d, int) else f"({d}) + {k}"     # noqa: E731
     if any(padding):
         x = _made(node, aten.constant_pad_nd.default, (x, [padding[1], padding[1], padding[0], padding[0]], 0.0),
                   shape[:-2] + [shape[-2] + 2 * padding[0], shape[-1] + 2 * padding[1]], val(x).dtype)
         shape = list(val(x).shape)
         if dynamic:
-            sym = (*sym[:-2], grow(sym[-2], 2 * padding[0]), grow(sym[-1], 2 * padding[1]))
-            shapes[x.name] = sym
+            sym = (*sym[:-2], symbolic.plus(sym[-2], 2 * padding[0]), symbolic.plus(sym[-1], 2 * padding[1]))
+            record_symbolic(x, sym)
     if not dynamic:
         return _new(node, aten.im2col.default, (x, kernel, dilation, [0, 0], stride))
     return _im2col_by_slices(node, x, shape, list(sym), kernel, dilation, stride)
@@ -843,7 +843,6 @@ def _im2col_by_slices(node, x, shape, sym, kernel, dilation, stride):
     """im2col of an unpadded (N, C, H, W) x: for each kernel offset (i, j) the slice x[..., i d ::
     s, j d :: s] cut (k - 1 - i) d before the end (its length the output's, at every size),
     unsqueezed and concatenated to (N, C, KH KW, OH, OW), viewed as (N, C KH KW, OH OW)."""
-    shapes = node.graph.owning_module.meta[SYMBOLIC_SHAPES]
     dtype = val(x).dtype
     out, out_sym = list(shape), list(sym)
     for d in (2, 3):
@@ -854,9 +853,7 @@ def _im2col_by_slices(node, x, shape, sym, kernel, dilation, stride):
             return None
 
     def made(target, args, shp, sshp):
-        new = _made(node, target, args, shp, dtype)
-        shapes[new.name] = tuple(sshp)
-        return new
+        return record_symbolic(_made(node, target, args, shp, dtype), sshp)
     pieces = []
     for i in range(kernel[0]):
         for j in range(kernel[1]):
@@ -870,11 +867,10 @@ def _im2col_by_slices(node, x, shape, sym, kernel, dilation, stride):
                                t_sym[:2] + [1] + t_sym[2:]))
     taps = kernel[0] * kernel[1]
     joined = made(aten.cat.default, (pieces, 2), out[:2] + [taps] + out[2:], out_sym[:2] + [taps] + out_sym[2:])
-    times = lambda a, b: a * b if isinstance(a, int) and isinstance(b, int) else f"({a}) * ({b})"    # noqa: E731
     channels = made(aten.flatten.using_ints, (joined, 1, 2), [out[0], out[1] * taps] + out[2:],
-                    [out_sym[0], times(out_sym[1], taps)] + out_sym[2:])     # (no sizes: a dynamic batch stays)
+                    [out_sym[0], symbolic.times(out_sym[1], taps)] + out_sym[2:])     # (no sizes: a dynamic batch stays)
     return made(aten.flatten.using_ints, (channels, 2, 3), [out[0], out[1] * taps, out[2] * out[3]],
-                [out_sym[0], times(out_sym[1], taps), times(out_sym[2], out_sym[3])])
+                [out_sym[0], symbolic.times(out_sym[1], taps), symbolic.times(out_sym[2], out_sym[3])])
 
 
 def embedding_from_index(node):
