@@ -181,6 +181,49 @@ def test_mlp_static():
     assert_matches_pt2e(program, gm, x)
 
 
+class TinyWeights(nn.Module):
+    """A conv whose batch norm has a dead channel (gamma ~ 0, beta 20: folded, its weights ~ 1e-9
+    beside a bias of 20) and a head of weights below 1e-4 reading large features (a head
+    initialised small, as BEiT's, which starts at 1e-3 of the usual scale)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32)
+        self.head = nn.Linear(32, 5)
+
+    def forward(self, x):
+        x = F.relu(self.bn(self.conv(x)))
+        return self.head(x.mean((2, 3)))
+
+
+def test_tiny_weights_keep_their_precision(device):
+    """Weights below 2^-12 / 2 were all zeros under XNNPACK's least weight scale (2^-12): this
+    head's output was 0. The least scale is float32's epsilon now, and the dead channel's bias,
+    20 / (x_scale * 2^-23) accumulator units, still fits int32: its weights are requantized
+    coarser by the lowering (vkq.quant.fit_bias_to_accumulator)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        m = TinyWeights().eval()
+        with torch.no_grad():
+            m.conv.weight.mul_(100)
+            m.bn.weight[2], m.bn.bias[2] = 1e-8, 20.0
+            m.head.weight.mul_(1e-4 / m.head.weight.abs().max())
+            m.head.bias.zero_()
+    assert m.head.weight.abs().max() < 2 ** -12 / 2
+    x = torch.randn(2, 3, 9, 9, generator=torch.Generator().manual_seed(0))
+    gm = api.quantize(m, (x,), calibration=batches((2, 3, 9, 9)), progress=False)
+    program = lower(gm, (x,))
+    assert ops(program) == ["quantize", "conv2d_q8", "adaptive_avg_pool2d_q8", "repack", "linear_q8"]
+    with torch.no_grad():
+        want = m(x).numpy()
+    got = run_reference(program, x.numpy())
+    assert np.abs(got).max() > 0.5 * np.abs(want).max()
+    assert cosine(got, want) > 0.98
+    assert_matches_pt2e(program, gm, x)
+    from vkq.executor import VulkanExecutor
+    np.testing.assert_array_equal(VulkanExecutor(program, device)(x.numpy()), got)
+
+
 def test_ops_without_int8_kernels_run_in_float():
     """softmax has no int8 kernel: it runs on a float32 shader (vkq.ops.float) after a
     dequantize; layer_norm between a dequantize and a quantize is one layer_norm_q8 (int8 in and

@@ -8,7 +8,7 @@ import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_
 
 from fractions import Fraction
 
-from vkq.quant import (FRAC_SHIFT, activation_bounds, dequantize, quantize, quantize_multiplier, requant_clamp_frac,
+from vkq.quant import (ACC_BIAS_LIMIT, FRAC_SHIFT, activation_bounds, dequantize, fit_bias_to_accumulator, quantize, quantize_multiplier, requant_clamp_frac,
                        requant_clamp_params, requant_tie_free, requantize, requantize_clamped, shift_word, split_bias)
 
 
@@ -133,6 +133,28 @@ def test_split_bias():
     whole, frac = split_bias(np.array([7, -3], np.int32), m[:2])
     assert whole.tolist() == [7, -3] and frac.tolist() == [0, 0]
     assert split_bias(np.array([0.25]), np.array([0]))[1].tolist() == [0]    # m = 0: nothing to add
+
+
+def test_fit_bias_to_accumulator_coarsens_only_the_channels_that_need_it():
+    """A channel whose bias at the accumulator's scale passes 2^29 gets the least power-of-two
+    coarser weight scale that brings it within, its weights divided by that power half to even;
+    the others keep PT2E's weights and scales to the bit."""
+    rng = np.random.default_rng(3)
+    wq = rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8)
+    ws = np.array([0.01, 1e-9, 3e-10, 0.02])
+    bias = np.array([0.5, 2.0, -3.0, 1e4])
+    x_scale = 0.02
+    got_w, got_s = fit_bias_to_accumulator(wq, ws, x_scale, bias)
+    for c in (0, 3):
+        assert got_s[c] == ws[c] and np.array_equal(got_w[c], wq[c])
+    for c in (1, 2):
+        k = round(np.log2(got_s[c] / ws[c]))
+        assert k >= 1 and got_s[c] == ws[c] * 2.0 ** k
+        assert abs(bias[c]) / (x_scale * got_s[c]) <= ACC_BIAS_LIMIT < abs(bias[c]) / (x_scale * got_s[c] / 2)
+        assert np.array_equal(got_w[c], np.rint(wq[c] / 2.0 ** k).astype(np.int8))
+    assert got_w.dtype == np.int8
+    same_w, same_s = fit_bias_to_accumulator(wq[:1], ws[:1], x_scale, bias[:1])
+    assert same_w is wq[:1].base or np.array_equal(same_w, wq[:1])
 
 
 def test_requantize_with_frac_is_exact():

@@ -117,6 +117,27 @@ def split_bias(bias, m) -> tuple[np.ndarray, np.ndarray]:
     return whole.astype(np.int64), f << FRAC_SHIFT
 
 
+ACC_BIAS_LIMIT = 1 << 29   # |bias| at the accumulator's scale: room left for sum (x - x_zp) * w in int32
+
+
+def fit_bias_to_accumulator(wq, ws, x_scale: float, bias) -> tuple[np.ndarray, np.ndarray]:
+    """int8 weights wq (C, ...) with per-channel scales ws (C,) and a float bias (C,) -> (wq, ws)
+    where the bias at the accumulator's scale, bias / (x_scale * ws), fits int32 with room for
+    the products (ACC_BIAS_LIMIT). A channel whose weights are tiny beside its bias (a batch norm
+    folded with gamma ~ 0 leaves w ~ 0 and bias = beta) would pass it: its weights are
+    requantized to the scale ws * 2^k, the least k that fits (wq / 2^k, half to even). There the
+    weights' share of the output, at most K * 2^14 accumulator units against a bias of 2^29, is
+    what the coarser step rounds; every other channel is left exactly as PT2E quantized it."""
+    wq = np.asarray(wq)
+    ws = np.asarray(ws, np.float64).reshape(-1)
+    need = np.abs(np.asarray(bias, np.float64).reshape(-1)) / (float(x_scale) * ws)
+    k = np.where(need > ACC_BIAS_LIMIT, np.ceil(np.log2(np.maximum(need, 1) / ACC_BIAS_LIMIT)), 0).astype(np.int64)
+    if not k.any():
+        return wq, ws
+    step = np.ldexp(1.0, k).reshape((-1,) + (1,) * (wq.ndim - 1))
+    return np.rint(wq / step).astype(wq.dtype), ws * np.ldexp(1.0, k)
+
+
 def requantize(acc, m, s, zero_point: int, qmin: int = INT8_MIN, qmax: int = INT8_MAX, frac=0) -> np.ndarray:
     """int32 accumulators -> int8 with the fixed-point multiplier (m, s) (scalars or per channel,
     broadcast against acc), plus a bias fraction frac (split_bias) in units of 1/m. The

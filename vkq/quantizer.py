@@ -58,7 +58,12 @@ from vkq.passes.torch_ops import ADAPTIVE_MAX_POOL2D, MAX_UNPOOL2D
 
 aten = torch.ops.aten
 SCHEMES = ("static", "dynamic", "weight_only")
-EPS = 2 ** -12
+EPS = 2 ** -12         # activations' least scale, as XNNPACK's quantizer (requantization ratios stay bounded)
+# Weights' least scale: float32's epsilon, torch's observer default. XNNPACK's 2^-12 would make every
+# channel whose weights stay below 2^-12 * 63.5 all zeros (BEiT's head, trained at 1e-3 of its
+# init scale: an all-zero output) and channels below 0.03 coarser than 8 bits; the lowering keeps
+# the int32 bias of a near-zero channel in range itself (vkq.quant.fit_bias_to_accumulator).
+WEIGHT_EPS = 2 ** -23
 
 CONV = {aten.conv2d.default, aten.convolution.default}
 LINEAR = {aten.linear.default}
@@ -102,7 +107,7 @@ def activation_spec(observer: str = "histogram") -> QuantizationSpec:
 def weight_spec(ch_axis: int = 0) -> QuantizationSpec:
     return QuantizationSpec(dtype=torch.int8, quant_min=-127, quant_max=127,
                             qscheme=torch.per_channel_symmetric, ch_axis=ch_axis,
-                            observer_or_fake_quant_ctr=PerChannelMinMaxObserver.with_args(eps=EPS))
+                            observer_or_fake_quant_ctr=PerChannelMinMaxObserver.with_args(eps=WEIGHT_EPS))
 
 
 # ------------------------------------------------------------------ small helpers

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch.fx import GraphModule, Node
 
-from ..quant import INT8_MAX, INT8_MIN
+from ..quant import INT8_MAX, INT8_MIN, fit_bias_to_accumulator
 from ._graph import (CHOOSE_QPARAMS, DEQUANTIZE, DEQUANTIZE_CHANNEL, DEQUANTIZE_TENSOR, HOST_FLOAT64, PERMUTES,
                      QUANTIZE, QUANTIZE_TENSOR, UNARY_ELEMENTWISE, add_constant, arg, aten, finish, is_call, op_name,
                      dtype_of, dynamic_size, graph_out_size, pair, q_args, qd, reject, set_val, shape_of,
@@ -231,6 +231,7 @@ def fold_conv(gm, conv: Node):
         return b
     from ..ops.conv import conv2d_q8_params
     out = q_args(q)
+    wq, ws = fit_bias_to_accumulator(wq, ws, x.scale, b)
     bacc, mult, shift, _, _ = conv2d_q8_params(x.scale, ws, out["scale"], b, None, out["zero_point"])
     attrs = {"stride": pair(arg(conv, 3, "stride", 1)), "padding": pair(padding),
              "dilation": pair(arg(conv, 5, "dilation", 1)), "groups": int(arg(conv, 6, "groups", 1)),
@@ -272,6 +273,7 @@ def fold_linear(gm, lin: Node):
     # PT2E clamps it to the calibrated range, and the program must compute what PT2E does.
     from ..ops.linear import linear_q8_params
     out = q_args(q)
+    wq, ws = fit_bias_to_accumulator(wq, ws, x.scale, b)
     try:
         bacc, mult, shift, _, _ = linear_q8_params(x.scale, ws, out["scale"], b, None, out["zero_point"])
     except ValueError as e:
