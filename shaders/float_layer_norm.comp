@@ -13,11 +13,16 @@
 // registers over the three passes (x read once), with no division j / HW; stores are vec4s.
 // TEXEL: x, w and bias through texel fetches (texel.glsl).
 // CENTER = 0 (specialization constant 6): rms_norm, mean taken as 0 (its bias is zeros).
-// Q8 (layer_norm_q8, VEC only): x an int8 tensor in 4H4W, dequantized as it is read, and y one
-// too, quantized as it is written (rows of the trailing dim: 4 values a word, a block's 4 rows
-// in consecutive words; the rows that pad H to a multiple of 4 written 0, as quantize does): the
-// dequantize -> layer_norm -> quantize of a transformer's static int8 graph in one pass that
-// moves int8, not two float tensors. The floats in between are the float path's.
+// Q8 (layer_norm_q8, VEC only): x an int8 tensor in 4H4W and y one too, quantized as it is
+// written (rows of the trailing dim: 4 values a word, a block's 4 rows in consecutive words; the
+// rows that pad H to a multiple of 4 written 0, as quantize does): the dequantize -> layer_norm
+// -> quantize of a transformer's static int8 graph in one pass that moves int8, not two float
+// tensors. Equal to its reference bit for bit on every device (vkq/ops/float.py layer_norm_q8):
+// the row statistics are integers (S1 = sum e, S2 = sum e^2, e = x - x_zp, and D^2 var = D S2 -
+// S1^2 in 64 bits), the same in any order of summation; what follows is float32 steps that are
+// correctly rounded in Vulkan (conversions of integers below 2^24, +, *; `precise`: no fused
+// multiply-adds), in one order, and 1/sqrt by Newton's iterations from a bit-pattern seed
+// (inversesqrt and / may be 2-3 ulp off, differently on each device).
 //! variant ROW_SUBGROUP
 //! variant ROW_LANE
 //! variant ROW_LANE TEXEL
@@ -31,6 +36,9 @@
 //! variant Q8 ROW_SUBGROUP TEXEL
 //! variant Q8 ROW_WORKGROUP TEXEL
 #extension GL_EXT_control_flow_attributes : require
+#ifdef Q8
+#define ROW_SUM_INT
+#endif
 #include "common.glsl"
 #include "texel.glsl"
 #include "int8x4.glsl"
@@ -55,6 +63,9 @@ layout(push_constant) uniform Params {
     int x_zp;
     float out_inv_scale;
     int out_zp, qmin, qmax;
+#ifdef Q8
+    float inv_d2, x_scale2, x_scale_d;   // float32(1 / D^2), float32(x_scale^2), float32(x_scale / D)
+#endif
 } p;
 #ifdef Q8
 layout(std430, binding = 3) writeonly buffer Y { int yq[]; };
@@ -63,9 +74,59 @@ int row_word(int r) {
     const int nc = r / p.H, h = r - nc * p.H;
     return ((nc * ((p.H + 3) / 4) + h / 4) * (p.D / 4)) * 4 + (h & 3);
 }
-#define X4(i) (vec4(unpack_int8x4(WORD(xb, i)) - p.x_zp) * p.x_scale)
+#define E4(i) (unpack_int8x4(WORD(xb, i)) - p.x_zp)
 #define STORE_Y4(i, v) yq[(i)] = pack_int8x4(quantize_vec4(v, p.out_inv_scale, p.out_zp, p.qmin, p.qmax))
 #define STEP 4
+
+float rsqrt_newton(float t) {   // 1 / sqrt(t), t > 0 normal, ~1 ulp: the same bits on every device
+    precise float y = intBitsToFloat(0x5f375a86 - (floatBitsToInt(t) >> 1));
+    precise float h = 0.5 * t;
+    [[unroll]] for (int i = 0; i < 2; ++i) y = y * (1.5 - h * y * y);
+    precise float r = y + y * (0.5 - h * y * y);   // the last correction added: 1.2 ulp, not 2.1
+    return r;
+}
+
+void row_q8(int r, int l, int n) {
+    const int D4 = p.D / 4, base4 = row_word(r), c4 = (r % p.G) * p.CG / 4;
+    ivec4 v[KEEP];
+    int s1 = 0, s2 = 0;
+    [[unroll]] for (int i = 0; i < KEEP; ++i) {
+        const int j4 = l + i * n;
+        v[i] = j4 < D4 ? E4(base4 + STEP * j4) : ivec4(0);
+        s1 += (v[i].x + v[i].y) + (v[i].z + v[i].w);
+        s2 += (v[i].x * v[i].x + v[i].y * v[i].y) + (v[i].z * v[i].z + v[i].w * v[i].w);
+    }
+    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) {
+        const ivec4 e = E4(base4 + STEP * j4);
+        s1 += (e.x + e.y) + (e.z + e.w);
+        s2 += (e.x * e.x + e.y * e.y) + (e.z * e.z + e.w * e.w);
+    }
+    s1 = row_sum_int(s1);
+    s2 = row_sum_int(s2);
+    uint h1, l1, h2, l2;                          // D^2 var = D S2 - S1^2 >= 0, in (hi, lo)
+    umulExtended(uint(p.D), uint(s2), h1, l1);
+    umulExtended(uint(abs(s1)), uint(abs(s1)), h2, l2);
+    const uint lo = l1 - l2, hi = h1 - h2 - uint(l1 < l2);
+    precise float vd = (float(hi) * 4294967296.0 + float(lo >> 16) * 65536.0) + float(lo & 0xFFFFu);
+    precise float t = vd * p.inv_d2 * p.x_scale2 + p.eps;
+    precise float scale_k = rsqrt_newton(t) * p.x_scale_d;
+    // y = (x - mean) rstd w + b = (e D - S1) (x_scale / D) rstd w + b
+    [[unroll]] for (int i = 0; i < KEEP; ++i) {
+        const int j4 = l + i * n;
+        if (j4 < D4) {
+            precise vec4 y = vec4(v[i] * p.D - s1) * scale_k * intBitsToFloat(LOAD4(wb, c4 + j4)) + intBitsToFloat(LOAD4(bb, c4 + j4));
+            STORE_Y4(base4 + STEP * j4, y);
+        }
+    }
+    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) {
+        precise vec4 y = vec4(E4(base4 + STEP * j4) * p.D - s1) * scale_k * intBitsToFloat(LOAD4(wb, c4 + j4)) + intBitsToFloat(LOAD4(bb, c4 + j4));
+        STORE_Y4(base4 + STEP * j4, y);
+    }
+    const int h = r - r / p.H * p.H;          // the last row of an image: the padding rows after it
+    if (h == p.H - 1)
+        for (int k = 1; k < 4 - (h & 3); ++k)
+            for (int j4 = l; j4 < D4; j4 += n) yq[base4 + k + 4 * j4] = 0;
+}
 #else
 #define X4(i) intBitsToFloat(LOAD4(xb, i))
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
@@ -75,6 +136,7 @@ int row_word(int r) { return r * (p.D / 4); }
 #define STEP 1
 #endif
 
+#ifndef Q8
 void row_vec4(int r, int l, int n) {
     const int D4 = p.D / 4, base4 = row_word(r), c4 = (r % p.G) * p.CG / 4;
     vec4 v[KEEP];
@@ -105,19 +167,14 @@ void row_vec4(int r, int l, int n) {
     }
     for (int j4 = l + KEEP * n; j4 < D4; j4 += n)
         STORE_Y4(base4 + STEP * j4, (X4(base4 + STEP * j4) - mean) * rstd * intBitsToFloat(LOAD4(wb, c4 + j4)) + intBitsToFloat(LOAD4(bb, c4 + j4)));
-#ifdef Q8
-    const int h = r - r / p.H * p.H;          // the last row of an image: the padding rows after it
-    if (h == p.H - 1)
-        for (int k = 1; k < 4 - (h & 3); ++k)
-            for (int j4 = l; j4 < D4; j4 += n) yq[base4 + k + 4 * j4] = 0;
-#endif
 }
+#endif
 
 void main() {
     int l = lane(), n = lanes();
     for (int r = first_row(); r < p.R; r += row_stride()) {   // uniform over a row's owner
 #ifdef Q8
-        row_vec4(r, l, n);
+        row_q8(r, l, n);
 #else
         if (VEC != 0) {
             row_vec4(r, l, n);

@@ -10,6 +10,7 @@
 // The including shader declares `const int LOCAL` (a power of two, the workgroup width) first.
 // Rows are grid-strided, so any subgroup size covers them all:
 //   for (int r = first_row(); r < R; r += row_stride()) { ... lane(), lanes(), row_sum(v) ... }
+// row_sum_int (integer sums, the same in any order): define ROW_SUM_INT before including.
 // Every lane of a row's owner must call row_sum/row_max (they synchronise the owner).
 // A row shader's vec4 path (vkq/ops/float.py: _row_dispatch sets both): a lane keeps KEEP vec4s
 // of its row in registers; VEC says the row is whole vec4s (vec4 loads and stores). VEC is a
@@ -25,6 +26,7 @@ int row_stride() { return int(gl_NumWorkGroups.x * gl_WorkGroupSize.x); }
 int lane() { return 0; }
 int lanes() { return 1; }
 float row_sum(float v) { return v; }
+int row_sum_int(int v) { return v; }
 float row_max(float v) { return v; }
 #elif defined(ROW_SUBGROUP)
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -33,6 +35,7 @@ int row_stride() { return int(gl_NumWorkGroups.x * gl_NumSubgroups); }
 int lane() { return int(gl_SubgroupInvocationID); }
 int lanes() { return int(gl_SubgroupSize); }
 float row_sum(float v) { return subgroupAdd(v); }
+int row_sum_int(int v) { return subgroupAdd(v); }
 float row_max(float v) { return subgroupMax(v); }
 #else
 shared float wg_red[LOCAL];
@@ -54,6 +57,23 @@ float row_sum(float v) {
     barrier();   // wg_red is free again for the next call
     return r;
 }
+
+#ifdef ROW_SUM_INT
+shared int wg_red_int[LOCAL];
+
+int row_sum_int(int v) {       // exact: the same sum in any order
+    int lid = lane();
+    wg_red_int[lid] = v;
+    barrier();
+    for (int s = LOCAL / 2; s > 0; s >>= 1) {
+        if (lid < s) wg_red_int[lid] += wg_red_int[lid + s];
+        barrier();
+    }
+    int r = wg_red_int[0];
+    barrier();
+    return r;
+}
+#endif
 
 float row_max(float v) {
     int lid = lane();

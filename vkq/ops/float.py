@@ -665,16 +665,58 @@ def _layer_norm_build(ctx, node):
 _NOT_Q8 = (1, F32(1.0), 0, F32(1.0), 0, -128, 127)     # float_layer_norm's Q8 push constants, unused
 
 
+LAYER_NORM_Q8_MAX_D = (1 << 31) // (128 * 128)     # S2 = sum (x - x_zp)^2 stays an int32
+
+
+def layer_norm_q8_constants(d: int, x_scale: float) -> tuple:
+    """float32(1 / D^2), float32(x_scale^2), float32(x_scale / D): the host's share of
+    layer_norm_q8, pushed to the shader as these bits."""
+    return F32(1.0 / (d * d)), F32(float(x_scale) ** 2), F32(float(x_scale) / d)
+
+
+def rsqrt_newton(t):
+    """1 / sqrt(t) for float32 t > 0 (normal) to ~1 ulp in float32 steps alone: a bit-pattern
+    seed and three Newton steps, as float_layer_norm.comp's rsqrt_newton (inversesqrt is 2 ulp
+    at best, and not the same bits on two devices). The last step adds its correction to y
+    (y + y (1/2 - t y^2 / 2)) rather than scaling y: 1.2 ulp at most instead of 2.1."""
+    t = np.asarray(t, F32)
+    y = (np.int32(0x5F375A86) - (t.view(np.int32) >> 1)).view(F32)
+    h = F32(0.5) * t
+    for _ in range(2):
+        y = y * (F32(1.5) - h * y * y)
+    return y + y * (F32(0.5) - h * y * y)
+
+
 def layer_norm_q8(x, weight, bias, *, normalized_shape, eps, x_scale, x_zp, out_scale, out_zp, qmin, qmax):
-    """dequantize -> layer_norm -> quantize (the static int8 graph's float island) as one op."""
-    y = layer_norm(dequantize(x, x_scale, x_zp), weight, bias, normalized_shape=normalized_shape, eps=eps)
+    """dequantize -> layer_norm -> quantize (the static int8 graph's float island) as one op,
+    computed so that every device gives these bits (shaders/float_layer_norm.comp Q8): with
+    e = x - x_zp, the row's S1 = sum e and D^2 var = D sum e^2 - S1^2 are integers (exact, in any
+    order); then float32 steps, each correctly rounded:
+        t = vd / D^2 * x_scale^2 + eps,  k = rsqrt_newton(t) * (x_scale / D)
+        y = (e D - S1) * k * w + b,  quantized.
+    PT2E's float32 layer norm rounds differently: within one step of it."""
+    x = np.asarray(x)
+    d = x.shape[-1]
+    if _numel(normalized_shape) != d or d > LAYER_NORM_Q8_MAX_D:
+        raise ValueError(f"layer_norm_q8 normalizes one last dim of at most {LAYER_NORM_Q8_MAX_D} values, "
+                         f"got {list(normalized_shape)} of {x.shape}")
+    inv_d2, x_scale2, x_scale_d = layer_norm_q8_constants(d, x_scale)
+    e = x.astype(np.int64) - int(x_zp)
+    s1 = e.sum(-1, keepdims=True)
+    v = d * (e * e).sum(-1, keepdims=True) - s1 * s1
+    hi, lo = v >> 32, v & 0xFFFFFFFF
+    vd = (hi.astype(F32) * F32(2.0 ** 32) + (lo >> 16).astype(F32) * F32(65536.0)) + (lo & 0xFFFF).astype(F32)
+    t = vd * inv_d2 * x_scale2 + F32(eps)
+    k = rsqrt_newton(t) * x_scale_d
+    y = (e * d - s1).astype(F32) * k * _f(weight).reshape(-1) + _f(bias).reshape(-1)
     return quantize(y, out_scale, out_zp, qmin, qmax)
 
 
 def _layer_norm_q8_decline(node, tensors):
     shape, d = tensors[node.inputs[0]].shape, _numel(node.attrs["normalized_shape"])
-    if len(shape) > 4 or len(node.attrs["normalized_shape"]) != 1 or d % 4:
-        return f"{node.op}: rank <= 4 and one normalized dim of a multiple of 4 values, got {shape} over {d}"
+    if len(shape) > 4 or len(node.attrs["normalized_shape"]) != 1 or d % 4 or d > LAYER_NORM_Q8_MAX_D:
+        return (f"{node.op}: rank <= 4 and one normalized dim of a multiple of 4 values, at most "
+                f"{LAYER_NORM_Q8_MAX_D}, got {shape} over {d}")
     return None
 
 
@@ -686,7 +728,7 @@ def _layer_norm_q8_build(ctx, node):
         raise ValueError(f"{node.name}: layer_norm_q8 weight/bias must have {d} values")
     rows = n * c * h
     push = (rows, d, F32(a["eps"]), 1, d, 1, h, F32(a["x_scale"]), a["x_zp"], inverse_scale(a["out_scale"]),
-            a["out_zp"], a["qmin"], a["qmax"])
+            a["out_zp"], a["qmin"], a["qmax"], *layer_norm_q8_constants(d, a["x_scale"]))
     return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b),
                                                     ctx.buffer(node.outputs[0])],
                           rows, d, push, defines=["Q8"], vec4s=d // 4, vec=True, center=True,
@@ -697,9 +739,8 @@ def _layer_norm_q8_build(ctx, node):
 class LayerNormQ8:
     """Layer norm of an int8 tensor to an int8 tensor over its last dim (4H4W rows): the
     dequantize, the float layer norm and the quantize of PT2E's graph in one pass
-    (float_layer_norm Q8; fold_qdq_patterns makes it). Its floats are the float path's: the
-    quantized result may differ from the reference by one step where a value rounds at a
-    boundary."""
+    (float_layer_norm Q8; fold_qdq_patterns makes it). Integer row statistics and correctly
+    rounded float32 steps: the same bits as the reference on every device."""
     name = "layer_norm_q8"
     shaders = ("float_layer_norm",)
     layouts = ("4H4W",)
