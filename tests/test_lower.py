@@ -224,6 +224,30 @@ def test_tiny_weights_keep_their_precision(device):
     np.testing.assert_array_equal(VulkanExecutor(program, device)(x.numpy()), got)
 
 
+def test_tiny_activations_keep_their_precision(device):
+    """A tensor of range 1e-5 before a norm (MobileNetV5's blocks: a layer scale of 1e-5 on the
+    main path, then an RMS norm): under XNNPACK's least scale, 2^-12, it quantized to one value
+    and the model's output was a constant. With float32's epsilon it keeps 8 bits."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(24, 32), nn.LayerNorm(32), nn.Linear(32, 6)).eval()
+        with torch.no_grad():
+            m[0].weight.mul_(1e-5)
+            m[0].bias.mul_(1e-5)
+            m[2].bias.zero_()          # (what the output holds is the norm's, not a constant)
+    x = torch.randn(5, 24, generator=torch.Generator().manual_seed(0))
+    gm = api.quantize(m, (x,), calibration=batches((5, 24)), progress=False)
+    program = lower(gm, (x,))
+    assert ops(program) == ["quantize", "linear_q8", "layer_norm_q8", "linear_q8"]
+    with torch.no_grad():
+        want = m(x).numpy()
+    got = run_reference(program, x.numpy())
+    assert cosine(got, want) > 0.99
+    assert_matches_pt2e(program, gm, x)
+    from vkq.executor import VulkanExecutor
+    np.testing.assert_array_equal(VulkanExecutor(program, device)(x.numpy()), got)
+
+
 def test_ops_without_int8_kernels_run_in_float():
     """softmax has no int8 kernel: it runs on a float32 shader (vkq.ops.float) after a
     dequantize; layer_norm between a dequantize and a quantize is one layer_norm_q8 (int8 in and

@@ -58,12 +58,14 @@ from vkq.passes.torch_ops import ADAPTIVE_MAX_POOL2D, MAX_UNPOOL2D
 
 aten = torch.ops.aten
 SCHEMES = ("static", "dynamic", "weight_only")
-EPS = 2 ** -12         # activations' least scale, as XNNPACK's quantizer (requantization ratios stay bounded)
-# Weights' least scale: float32's epsilon, torch's observer default. XNNPACK's 2^-12 would make every
-# channel whose weights stay below 2^-12 * 63.5 all zeros (BEiT's head, trained at 1e-3 of its
-# init scale: an all-zero output) and channels below 0.03 coarser than 8 bits; the lowering keeps
-# the int32 bias of a near-zero channel in range itself (vkq.quant.fit_bias_to_accumulator).
-WEIGHT_EPS = 2 ** -23
+# The least scale of activations and weights: float32's epsilon, torch's observer default, not
+# XNNPACK's 2^-12 (which keeps its kernels' scale ratios bounded; vkq's fixed point takes any).
+# Under 2^-12 a tensor whose range stays within +-2^-13 quantized to one value: MobileNetV5's
+# blocks (a layer scale of 1e-5 before a norm) and BEiT's head (weights below 1.2e-4) gave
+# all-zero outputs, and weights below 0.03 kept fewer than 8 bits. The int32 bias of a channel
+# whose weights are near zero beside it (a batch norm folded with gamma ~ 0) is kept in range
+# by the lowering (vkq.quant.fit_bias_to_accumulator).
+EPS = 2 ** -23
 
 CONV = {aten.conv2d.default, aten.convolution.default}
 LINEAR = {aten.linear.default}
@@ -107,7 +109,7 @@ def activation_spec(observer: str = "histogram") -> QuantizationSpec:
 def weight_spec(ch_axis: int = 0) -> QuantizationSpec:
     return QuantizationSpec(dtype=torch.int8, quant_min=-127, quant_max=127,
                             qscheme=torch.per_channel_symmetric, ch_axis=ch_axis,
-                            observer_or_fake_quant_ctr=PerChannelMinMaxObserver.with_args(eps=WEIGHT_EPS))
+                            observer_or_fake_quant_ctr=PerChannelMinMaxObserver.with_args(eps=EPS))
 
 
 # ------------------------------------------------------------------ small helpers
