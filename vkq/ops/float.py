@@ -676,9 +676,9 @@ def layer_norm_q8_constants(d: int, x_scale: float) -> tuple:
 
 def rsqrt_newton(t):
     """1 / sqrt(t) for float32 t > 0 (normal) to ~1 ulp in float32 steps alone: a bit-pattern
-    seed and three Newton steps, as float_layer_norm.comp's rsqrt_newton (inversesqrt is 2 ulp
-    at best, and not the same bits on two devices). The last step adds its correction to y
-    (y + y (1/2 - t y^2 / 2)) rather than scaling y: 1.2 ulp at most instead of 2.1."""
+    seed, two Newton steps and a third written as a correction added to y (y + y (1/2 - t y^2 / 2)
+    rather than y (3/2 - t y^2 / 2): 1.2 ulp at most instead of 2.1), as float_layer_norm.comp's
+    rsqrt_newton (inversesqrt is 2 ulp at best, and not the same bits on two devices)."""
     t = np.asarray(t, F32)
     y = (np.int32(0x5F375A86) - (t.view(np.int32) >> 1)).view(F32)
     h = F32(0.5) * t
