@@ -208,6 +208,15 @@ def _needs_clamp(src_qp: tuple, q: Node) -> bool:
         or a["qmin"] > INT8_MIN or a["qmax"] < INT8_MAX
 
 
+def emit_keeping_qparams(gm, q: Node, op: str, inputs: list, attrs: dict, src):
+    """An op whose int8 result keeps src's scale and zero point (a max, a placement, an
+    interpolation): q's own, or a clamp_q8 after it where q's qparams or range differ."""
+    if not _needs_clamp((src.scale, src.zero_point), q):
+        return emit_for_q(gm, q, op, inputs, {}, attrs)
+    node = emit(gm, q, op, inputs, {}, attrs, shape_of(q), qparams=(src.scale, src.zero_point))
+    return clamp_to(gm, node, (src.scale, src.zero_point), q)
+
+
 # ------------------------------------------------------------------ rules
 
 def fold_conv(gm, conv: Node):
@@ -431,10 +440,7 @@ def fold_max_pool(gm, node: Node):
     stride = arg(node, 2, "stride", None) or None
     attrs = max_pool2d_params(kernel, stride, arg(node, 3, "padding", 0), arg(node, 4, "dilation", 1),
                               arg(node, 5, "ceil_mode", False))
-    if not _needs_clamp((x.scale, x.zero_point), q):
-        return emit_for_q(gm, q, "max_pool2d_q8", [x.node], {}, attrs)
-    pooled = emit(gm, q, "max_pool2d_q8", [x.node], {}, attrs, shape_of(q), qparams=(x.scale, x.zero_point))
-    return clamp_to(gm, pooled, (x.scale, x.zero_point), q)
+    return emit_keeping_qparams(gm, q, "max_pool2d_q8", [x.node], attrs, x)
 
 
 def fold_adaptive_max_pool(gm, node: Node):
@@ -443,10 +449,7 @@ def fold_adaptive_max_pool(gm, node: Node):
         return operands
     x, q = operands
     attrs = {"output_size": [int(v) for v in node.args[1]]}
-    if not _needs_clamp((x.scale, x.zero_point), q):
-        return emit_for_q(gm, q, "adaptive_max_pool2d_q8", [x.node], {}, attrs)
-    pooled = emit(gm, q, "adaptive_max_pool2d_q8", [x.node], {}, attrs, shape_of(q), qparams=(x.scale, x.zero_point))
-    return clamp_to(gm, pooled, (x.scale, x.zero_point), q)
+    return emit_keeping_qparams(gm, q, "adaptive_max_pool2d_q8", [x.node], attrs, x)
 
 
 def fold_max_unpool(gm, node: Node):
@@ -461,10 +464,7 @@ def fold_max_unpool(gm, node: Node):
     attrs = {"kernel": pair(kernel), "stride": pair(stride), "padding": pair(padding), "dilation": pair(dilation),
              "ceil_mode": int(bool(ceil_mode)), "output_size": list(node.args[7]),    # (a size node: symbolic)
              "zero_point": v.zero_point}
-    if not _needs_clamp((v.scale, v.zero_point), q):
-        return emit_for_q(gm, q, "max_unpool2d_q8", [v.node, x.node], {}, attrs)
-    placed = emit(gm, q, "max_unpool2d_q8", [v.node, x.node], {}, attrs, shape_of(q), qparams=(v.scale, v.zero_point))
-    return clamp_to(gm, placed, (v.scale, v.zero_point), q)
+    return emit_keeping_qparams(gm, q, "max_unpool2d_q8", [v.node, x.node], attrs, v)
 
 
 def fold_upsample_bilinear(gm, node: Node):
@@ -474,10 +474,7 @@ def fold_upsample_bilinear(gm, node: Node):
         return operands
     x, q = operands
     attrs = graph_out_size(bilinear_attrs(node, shape_of(node)), node)
-    if not _needs_clamp((x.scale, x.zero_point), q):
-        return emit_for_q(gm, q, "upsample_bilinear2d", [x.node], {}, attrs)
-    up = emit(gm, q, "upsample_bilinear2d", [x.node], {}, attrs, shape_of(q), qparams=(x.scale, x.zero_point))
-    return clamp_to(gm, up, (x.scale, x.zero_point), q)
+    return emit_keeping_qparams(gm, q, "upsample_bilinear2d", [x.node], attrs, x)
 
 
 def fold_avg_pool(gm, node: Node):
