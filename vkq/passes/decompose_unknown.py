@@ -40,11 +40,11 @@ def _names_in(value, depth: int = 0):
 
 @functools.lru_cache(maxsize=1)
 def vkq_op_names() -> frozenset:
-    """Every ATen op name that a table in vkq.lower, vkq.quantizer, vkq.passes.* or vkq.ops.*
+    """Every ATen op name that a table in vkq.lower, vkq.aten_rules, vkq.quantizer, vkq.passes.* or vkq.ops.*
     holds: the ops vkq has a rule for, in some overload."""
     import vkq.ops
     import vkq.passes
-    modules = ["vkq.lower", "vkq.quantizer"]
+    modules = ["vkq.lower", "vkq.aten_rules", "vkq.quantizer"]
     for pkg in (vkq.passes, vkq.ops):
         modules += [f"{pkg.__name__}.{m.name}" for m in pkgutil.iter_modules(pkg.__path__)]
     names = set()

@@ -492,7 +492,7 @@ def conv_transpose_from_col2im(node):
     columns viewed as (N, C k_h k_w, L_h, L_w) by a one-hot weight, a group a channel (input
     channel (c, i, j) -> output channel c at kernel position (i, j)), which conv_transpose_as_conv
     then makes a conv with kernels (int8 where quantized: a one-hot weight is exact). Windows that
-    do not overlap stay col2im, a gather (lower.py _col2im)."""
+    do not overlap stay col2im, a gather (aten_rules.py _col2im)."""
     gm = node.graph.owning_module
     x = node.args[0]
     v, out = val(x), val(node)

@@ -1,0 +1,1056 @@
+"""The translation rules for aten ops that no pass folds into a vkq op: aten op -> (vkq op, inputs,
+attrs), a float32 op with a Vulkan shader (vkq.ops.float) or a CPU op (vkq.ops.cpu); an op with no
+rule (or whose rule declines) becomes the generic torch_op, and fallback_reason says why it runs
+on the CPU. vkq.lower's Translator applies them.
+
+Each rule gets the node and the Translator (t.const(array) makes a constant) and returns
+(op name, [input FX nodes or constant names], attrs), or None to use torch_op. The float ops
+(vkq.ops.float) have float32 shaders: their rules decline (-> torch_op) unless every tensor
+is float, so integer and bool arithmetic (masks, ids) stays with torch on the CPU.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch.fx import Node
+
+from .ops import cpu as _cpu_ops, creation as _creation_ops, float as _float_ops  # noqa: F401  (the ops the rules emit)
+from .ops.attention import default_scale
+from .passes._graph import (DEQUANTIZE_CHANNEL, PERMUTES, QUANTIZE_CHANNEL, VIEWS, arg, aten, dtype_of, dynamic_size,
+                            graph_out_size, op_name, pair, qparams, shape_of, val)
+from .passes.torch_ops import ADAPTIVE_MAX_POOL2D, CUMULATIVE_ARG_EXTREME, CUMULATIVE_EXTREME, EMBEDDING_BAG, MAX_UNPOOL2D
+
+# Ops that have int8 Vulkan kernels: if one of these still runs on the CPU, it is because its
+# operands were float (not quantized) or a fold rule said why not.
+HAS_INT8_KERNEL = {aten.conv2d.default, aten.conv1d.default, aten.linear.default, aten.add.Tensor, aten.mul.Tensor,
+                   aten.max_pool2d.default, aten.avg_pool2d.default, aten.adaptive_avg_pool2d.default,
+                   ADAPTIVE_MAX_POOL2D, MAX_UNPOOL2D, aten.cat.default, aten.relu.default, aten.hardtanh.default} | VIEWS
+
+
+def _is_float(n) -> bool:
+    """n (an FX node; other args count as float) and its tensor inputs are floating point."""
+    nodes = [n] + [a for a in n.all_input_nodes]
+    return all(dtype_of(x) is None or dtype_of(x).is_floating_point for x in nodes)
+
+
+def _float_only(rule):
+    return lambda n, t: rule(n, t) if _is_float(n) else None
+
+
+def _layer_norm(n, t):
+    x, shape = n.args[0], list(n.args[1])
+    w, b, eps = arg(n, 2, "weight"), arg(n, 3, "bias"), arg(n, 4, "eps", 1e-5)
+    w = w if w is not None else t.const(np.ones(shape, np.float32), "ones")
+    b = b if b is not None else t.const(np.zeros(shape, np.float32), "zeros")
+    return "layer_norm", [x, w, b], {"normalized_shape": shape, "eps": float(eps)}
+
+
+def _rms_norm(n, t):
+    """rms_norm's default eps (None) is the input dtype's machine epsilon, as torch computes it."""
+    x, shape = n.args[0], list(n.args[1])
+    w, eps = arg(n, 2, "weight"), arg(n, 3, "eps")
+    w = w if w is not None else t.const(np.ones(shape, np.float32), "ones")
+    eps = float(np.finfo(np.float32).eps) if eps is None else float(eps)
+    return "rms_norm", [x, w], {"normalized_shape": shape, "eps": eps}
+
+
+def _instance_norm(n, t):
+    """instance_norm over the input's own statistics is group_norm with one group per channel."""
+    if not arg(n, 5, "use_input_stats", True):
+        return None      # running statistics: a per-channel affine map (no float kernel for it)
+    x = n.args[0]
+    c = shape_of(x)[1]
+    w, b, eps = arg(n, 1, "weight"), arg(n, 2, "bias"), arg(n, 7, "eps", 1e-5)
+    w = w if w is not None else t.const(np.ones(c, np.float32), "ones")
+    b = b if b is not None else t.const(np.zeros(c, np.float32), "zeros")
+    return "group_norm", [x, w, b], {"groups": c, "eps": float(eps)}
+
+
+def _group_norm(n, t):
+    x, groups = n.args[0], int(n.args[1])
+    c = shape_of(x)[1]
+    w, b, eps = arg(n, 2, "weight"), arg(n, 3, "bias"), arg(n, 4, "eps", 1e-5)
+    w = w if w is not None else t.const(np.ones(c, np.float32), "ones")
+    b = b if b is not None else t.const(np.zeros(c, np.float32), "zeros")
+    return "group_norm", [x, w, b], {"groups": groups, "eps": float(eps)}
+
+
+def _pow(n, t):
+    """pow(x, e) with a scalar exponent: `pow` (x * x for RMS norms, (x * x) * x for GPT-2's gelu,
+    exp(e log|x|) for the rest: local response norm's 0.75), or the one existing op it is."""
+    x, e = n.args[0], n.args[1]
+    if isinstance(e, Node) or not _is_float(n):
+        return None
+    e = float(e)
+    if e == 1:
+        return "reshape", [x], {"shape": list(shape_of(n))}
+    if e == -1:
+        return "div", [x], {"scalar": 1.0, "scalar_first": True}
+    return {0.5: ("sqrt", [x], {}), -0.5: ("rsqrt", [x], {})}.get(e, ("pow", [x], {"exponent": e}))
+
+
+def _softmax(name):
+    def rule(n, t):
+        if arg(n, 2, "dtype") not in (None, False, torch.float32):   # softmax(x, dim, dtype=float32): Llama
+            return None
+        return name, [n.args[0]], {"dim": int(n.args[1])}
+    return rule
+
+
+def _unary(name):
+    return lambda n, t: (name, [n.args[0]], {})
+
+
+def _polygamma(n, t):
+    """polygamma(n, x): digamma at n = 0; n < 0 is torch's error, left to the CPU."""
+    order, x = n.args[0], n.args[1]
+    if not isinstance(order, int) or order < 0:
+        return None
+    return ("digamma", [x], {}) if order == 0 else ("polygamma", [x], {"n": order})
+
+
+def _leaky_relu(n, t):
+    return "leaky_relu", [n.args[0]], {"negative_slope": float(arg(n, 1, "negative_slope", 0.01))}
+
+
+def _elu(n, t):
+    if arg(n, 2, "scale", 1) != 1 or arg(n, 3, "input_scale", 1) != 1:      # (selu's form: declined)
+        return None
+    return "elu", [n.args[0]], {"alpha": float(arg(n, 1, "alpha", 1.0))}
+
+
+def _softplus(n, t):
+    return "softplus", [n.args[0]], {"beta": float(arg(n, 1, "beta", 1.0)),
+                                     "threshold": float(arg(n, 2, "threshold", 20.0))}
+
+
+def _gelu(n, t):
+    return "gelu", [n.args[0]], {"approximate": n.kwargs.get("approximate", arg(n, 1, "approximate", "none"))}
+
+
+def _hardtanh(n, t):
+    return "hardtanh", [n.args[0]], {"min_val": float(arg(n, 1, "min_val", -1.0)),
+                                     "max_val": float(arg(n, 2, "max_val", 1.0))}
+
+
+def _clamp(lo_name, hi_name):
+    def rule(n, t):
+        lo = arg(n, 1, lo_name) if lo_name else None
+        hi = (arg(n, 2 if lo_name else 1, hi_name) if hi_name else None)
+        if isinstance(lo, Node) or isinstance(hi, Node):
+            return None
+        return "clamp", [n.args[0]], {"min": None if lo is None else float(lo), "max": None if hi is None else float(hi)}
+    return rule
+
+
+def _scalar(t, v):
+    """v as a scalar operand's attr: a number as a float, an integer FX node (a size the graph
+    computes, x / (w - 1)) as itself (Translator.emit makes it its value, symbolic where it is
+    a dynamic dim's); None: v is a tensor."""
+    if isinstance(v, Node):
+        return v if v in t.ints else None
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def _binary(name):
+    def rule(n, t):
+        a, b = n.args[0], n.args[1]
+        alpha = n.kwargs.get("alpha", 1)
+        sa, sb = _scalar(t, a), _scalar(t, b)
+        if isinstance(a, Node) and sa is None and isinstance(b, Node) and sb is None:
+            return name, [a, b], {"alpha": alpha}
+        if isinstance(a, Node) and sa is None and sb is not None:
+            return name, [a], {"scalar": sb, "alpha": alpha}
+        if isinstance(b, Node) and sb is None and sa is not None and alpha == 1:
+            return name, [b], {"scalar": sa, "scalar_first": True}
+        return None
+    return rule
+
+
+def _linear(n, t):
+    x, w = n.args[0], n.args[1]
+    b = arg(n, 2, "bias")
+    b = b if b is not None else t.const(np.zeros(shape_of(w)[0], np.float32), "zeros")
+    return "linear", [x, w, b], {}
+
+
+def _conv(n, t):
+    """A float conv2d / conv1d (the op conv2d: a conv1d is one with H = 1). String padding:
+    "valid", or "same" where the padding is symmetric (an odd dilated kernel extent)."""
+    x, w = n.args[0], n.args[1]
+    one_d = n.target in (aten.conv1d.default, aten.conv1d.padding)
+    if len(shape_of(w)) != len(shape_of(x)) or len(shape_of(x)) != (3 if one_d else 4):
+        return None
+    stride, padding, dilation = (arg(n, 3, "stride", 1), arg(n, 4, "padding", 0), arg(n, 5, "dilation", 1))
+    if one_d:
+        stride, padding, dilation = ([1, *pair(v)[1:]] if not isinstance(v, str) else v
+                                     for v in (stride, padding, dilation))
+        if not isinstance(padding, str):
+            padding[0] = 0
+    stride, dilation = pair(stride), pair(dilation)
+    if padding == "valid":
+        padding = [0, 0]
+    elif padding == "same":
+        extent = [d * (k - 1) for d, k in zip(dilation, ([1] if one_d else []) + list(shape_of(w)[2:]))]
+        if any(e % 2 for e in extent):
+            return None      # asymmetric padding
+        padding = [e // 2 for e in extent]
+    b = arg(n, 2, "bias")
+    b = b if b is not None else t.const(np.zeros(shape_of(w)[0], np.float32), "zeros")
+    return "conv2d", [x, w, b], {"stride": stride, "padding": pair(padding), "dilation": dilation,
+                                 "groups": int(arg(n, 6, "groups", 1))}
+
+
+def _batch_norm(n, t):
+    """Eval-mode batch norm with constant statistics and affine: x * a + b per channel (dim 1),
+    a = weight / sqrt(var + eps), b = bias - mean * a (as ATen's CPU kernel computes it): the op
+    conv2d as a depthwise 1x1 conv over x's own rank."""
+    x = n.args[0]
+    if arg(n, 5, "training", False) or len(shape_of(x)) not in (2, 3, 4):
+        return None
+    from .passes.fold_constants import evaluate_constant
+    c = shape_of(x)[1]
+    w, b, mean, var = (arg(n, i, name) for i, name in enumerate(("weight", "bias", "running_mean", "running_var"), 1))
+    if mean is None or var is None:
+        return None
+    defaults = (np.ones(c), np.zeros(c), None, None)
+    values = [d if v is None else evaluate_constant(t.gm, v) for v, d in zip((w, b, mean, var), defaults)]
+    if any(v is None for v in values):
+        return None          # statistics or affine computed from activations
+    w, b, mean, var = (np.asarray(v, np.float64) for v in values)
+    a = w / np.sqrt(var + float(arg(n, 7, "eps", 1e-5)))
+    shift = b - mean * a
+    rank = len(shape_of(x))
+    weight = t.const(a.astype(np.float32).reshape((c, 1) + (1,) * (rank - 2)), "bn_scale")
+    return "conv2d", [x, weight, t.const(shift.astype(np.float32), "bn_shift")], \
+        {"stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "groups": c}
+
+
+def _max_pool(n, t):
+    from .ops.pool import max_pool2d_params
+    if len(shape_of(n.args[0])) not in (3, 4):
+        return None
+    stride = arg(n, 2, "stride") or None        # [] means the kernel
+    return "max_pool2d", [n.args[0]], max_pool2d_params(n.args[1], stride, arg(n, 3, "padding", 0),
+                                                         arg(n, 4, "dilation", 1), arg(n, 5, "ceil_mode", False))
+
+
+def _avg_pool(n, t):
+    from .ops.pool import avg_pool2d_geometry
+    if len(shape_of(n.args[0])) not in (3, 4):
+        return None
+    return "avg_pool2d", [n.args[0]], avg_pool2d_geometry(
+        n.args[1], arg(n, 2, "stride") or None, arg(n, 3, "padding", 0), arg(n, 4, "ceil_mode", False),
+        arg(n, 5, "count_include_pad", True), arg(n, 6, "divisor_override"))
+
+
+def _pool_1d(n, t):
+    """max_pool1d / avg_pool1d on a float (N, C, L) x (left float by the schemes that quantize
+    linears only): the 2-D pool over a (1, k) window, x seen as (C, H, W) = (N, C, L) planes."""
+    from .ops.pool import avg_pool2d_geometry, max_pool2d_params
+    from .passes.one_d_as_two_d import pool_args_2d
+    if len(shape_of(n.args[0])) != 3:
+        return None
+    target, rest = pool_args_2d(n)
+    if target == aten.max_pool2d.default:
+        return "max_pool2d", [n.args[0]], max_pool2d_params(*rest)
+    return "avg_pool2d", [n.args[0]], avg_pool2d_geometry(*rest)
+
+
+def _global_average(n, t):
+    """adaptive_avg_pool2d on a float x: to 1x1 the mean over H and W (float_reduce), else the
+    adaptive pool (a matmul by an averaging matrix)."""
+    x, size = n.args[0], n.args[1]
+    size = list(size) if isinstance(size, (list, tuple)) else [size, size]
+    if len(shape_of(x)) not in (3, 4):
+        return None
+    size = [int(s) if s is not None else d for s, d in zip(size, shape_of(x)[-2:])]
+    if size == [1, 1] and len(shape_of(x)) == 4:
+        return "mean", [x], {"dims": [2, 3], "keepdim": True}
+    return "adaptive_avg_pool2d", [x], {"output_size": size}
+
+
+def _global_average_1d(n, t):
+    """adaptive_avg_pool1d on a float (N, C, L) x (a 1-D CNN's head under the float-conv
+    schemes): to 1 the mean over L (any L, a dynamic one too), else the adaptive pool of x seen
+    as (C, H, W) = (N, C, L) with H kept (each of its bins is one row)."""
+    x, size = n.args[0], n.args[1]
+    size = int(size[0] if isinstance(size, (list, tuple)) else size)
+    rank = len(shape_of(x))
+    if rank not in (2, 3):
+        return None
+    if size == 1:
+        return "mean", [x], {"dims": [rank - 1], "keepdim": True}
+    if rank != 3:
+        return None
+    return "adaptive_avg_pool2d", [x], {"output_size": [shape_of(x)[-2], size]}
+
+
+def _adaptive_max(n, t):
+    """vkq.adaptive_max_pool2d on a float x: to 1 x 1 the max over H and W (float_reduce, a
+    parallel reduction, any size), else the adaptive max pool kernel."""
+    x, size = n.args[0], [int(s) for s in n.args[1]]
+    if len(shape_of(x)) < 2:
+        return None
+    if size == [1, 1]:
+        return "amax", [x], {"dims": [-2, -1], "keepdim": True}
+    return "adaptive_max_pool2d", [x], {"output_size": size}
+
+
+def _max_unpool(n, t):
+    """vkq.max_unpool2d on float v and x (normalize_ops made it): the op of that name (the CPU)."""
+    v, x, kernel, stride, padding, dilation, ceil_mode, size = n.args
+    return "max_unpool2d", [v, x], {"kernel": pair(kernel), "stride": pair(stride), "padding": pair(padding),
+                                    "dilation": pair(dilation), "ceil_mode": int(bool(ceil_mode)),
+                                    "output_size": list(size)}
+
+
+def _reshape(n, t):
+    return "reshape", [n.args[0]], {"shape": list(shape_of(n))}
+
+
+def _permute(n, t):
+    if n.target == aten.t.default:
+        rank = len(shape_of(n.args[0]))
+        return "permute", [n.args[0]], {"dims": [1, 0] if rank == 2 else list(range(rank))}
+    if n.target == aten.transpose.int:
+        return "transpose", [n.args[0]], {"dim0": int(n.args[1]), "dim1": int(n.args[2])}
+    return "permute", [n.args[0]], {"dims": [int(d) for d in n.args[1]]}
+
+
+def _expand(n, t):
+    return "expand", [n.args[0]], {"shape": list(shape_of(n))}
+
+
+def _reduce(name):
+    def rule(n, t):
+        if n.kwargs.get("dtype") is not None:
+            return None
+        dims = arg(n, 1, "dim")
+        return name, [n.args[0]], {"dims": None if dims is None or len(dims) == 0 else [int(d) for d in dims],
+                                   "keepdim": bool(arg(n, 2, "keepdim", False))}
+    return rule
+
+
+def _vector_norm(n, t):
+    if arg(n, 1, "ord", 2) != 2 or n.kwargs.get("dtype") is not None:
+        return None
+    dims = arg(n, 2, "dim")
+    return "vector_norm", [n.args[0]], {"dims": None if dims is None else [int(d) for d in dims],
+                                        "keepdim": bool(arg(n, 3, "keepdim", False))}
+
+
+def _cat(n, t):
+    tensors = list(n.args[0])
+    return "cat", tensors, {"dim": int(arg(n, 1, "dim", 0)) % len(shape_of(n))}
+
+
+def _identity(n, t):
+    return "reshape", [n.args[0]], {"shape": list(shape_of(n))}
+
+
+def _slice(n, t):
+    x = n.args[0]
+    rank = len(shape_of(x))
+    dim, start, end, step = (arg(n, 1, "dim", 0), arg(n, 2, "start"), arg(n, 3, "end"), arg(n, 4, "step", 1))
+    if any(isinstance(v, Node) and isinstance(val(v), torch.Tensor) for v in (start, end, step)):
+        return None
+    step = t.int_value(step) if step is not None else 1
+    if step < 1:
+        return None
+    size = shape_of(x)[int(dim) % rank]
+
+    def bound(v, edge):    # torch's ints may be huge; a size of a dynamic shape stays symbolic
+        if v is None or (not isinstance(v, Node) and int(v) * edge >= 2 ** 62):
+            return None    # (x[:, -1:] ends at sys.maxsize: "to the end" at every size, not the example's)
+        c = max(-size - 1, min(t.int_value(v), size))
+        return t.dim_attr(v, c)
+    return "slice", [x], {"dim": int(dim) % rank, "start": bound(start, -1), "end": bound(end, 1), "step": step}
+
+
+def _narrow(n, t):
+    x, dim, start, length = n.args[:4]
+    if isinstance(start, Node) or isinstance(length, Node):
+        return None
+    rank = len(shape_of(x))
+    start = int(start) % shape_of(x)[int(dim) % rank]
+    return "slice", [x], {"dim": int(dim) % rank, "start": start, "end": start + int(length), "step": 1}
+
+
+def _select(n, t):
+    x, dim, index = n.args[:3]
+    if isinstance(index, Node):
+        return None
+    return "select", [x], {"dim": int(dim) % len(shape_of(x)), "index": int(index)}
+
+
+def _split(n, t):
+    x = n.args[0]
+    dim = int(arg(n, 2, "dim", 0)) % len(shape_of(x))   # split(x, size, dim), chunk(x, chunks, dim)
+    return "split", [x], {"dim": dim, "sizes": [int(v.shape[dim]) for v in val(n)]}
+
+
+def _unbind(n, t):
+    x = n.args[0]
+    return "unbind", [x], {"dim": int(arg(n, 1, "dim", 0)) % len(shape_of(x))}
+
+
+def _sizes(t, values) -> tuple[list, list]:
+    """(attrs, ints): sizes as attrs (one computed from a dynamic dim, e.g. the padding up to a
+    multiple of a window, stays symbolic) and their values at the example."""
+    return [t.dim_attr(v, t.int_value(v)) for v in values], [t.int_value(v) for v in values]
+
+
+def _constant_pad(n, t):
+    x, (pad, at) = n.args[0], _sizes(t, n.args[1])
+    if n.target == aten.pad.default and arg(n, 2, "mode", "constant") != "constant":
+        return _remap(n, t)          # reflect / replicate / circular: a gather
+    value = arg(n, 3 if n.target == aten.pad.default else 2, "value", 0.0)
+    value = 0.0 if value is None else float(value)
+    if any(p < 0 for p in at):
+        return None
+    if dtype_of(x) == torch.int8:       # the int8 number that stands for value
+        qp = qparams(x)
+        if qp is None:
+            return None
+        value = int(np.clip(np.rint(np.float32(value) / np.float32(qp[0])) + qp[1], -128, 127))
+    elif dtype_of(x) is not None and not dtype_of(x).is_floating_point:
+        value = int(value)
+    return "constant_pad_nd", [x], {"pad": pad, "value": value}
+
+
+def _sdpa(n, t):
+    q, k, v = n.args[:3]
+    mask = arg(n, 3, "attn_mask")
+    dropout, causal, scale = arg(n, 4, "dropout_p", 0.0), arg(n, 5, "is_causal", False), arg(n, 6, "scale")
+    if dropout or arg(n, 7, "enable_gqa", False) or any(dtype_of(a) != torch.float32 for a in (q, k, v)):
+        return None
+    scale = default_scale(shape_of(q)[-1]) if scale is None else float(scale)
+    attrs = {"scale": scale, "causal": bool(causal), "mask_kind": "none"}
+    if mask is None:
+        return "scaled_dot_product_attention", [q, k, v], attrs
+    if not isinstance(mask, Node):
+        return None
+    attrs["mask_kind"] = "float" if dtype_of(mask).is_floating_point else "bool"
+    return "scaled_dot_product_attention", [q, k, v, mask], attrs
+
+
+def _word_dtype(d) -> str | None:
+    """The program dtype a torch dtype becomes for the word ops: float32 / int32 / bool, or None
+    (int8/uint8/int16 wrap around in ways the kernels do not model)."""
+    if d is None:
+        return None
+    if d == torch.bool:
+        return "bool"
+    if d.is_floating_point:
+        return "float32"
+    return "int32" if d in (torch.int32, torch.int64) else None
+
+
+def _cast(n, t):
+    x = n.args[0]
+    src, dst = _word_dtype(dtype_of(x)), _word_dtype(dtype_of(n))
+    if src is None or dst is None:
+        return None
+    return "cast", [x], {"dtype": dst}
+
+
+def _binary_any(name):
+    """add/sub/mul of float32 or of int32 tensors, or of one and a number or a size the graph
+    computes (a mix of tensor dtypes declines: the node runs on the CPU)."""
+    rule = _binary(name)
+    return lambda n, t: rule(n, t) if all(_word_dtype(dtype_of(a)) for a in n.all_input_nodes if a not in t.ints) \
+        else None
+
+
+def _unary_any(name):
+    """abs / sign of a float32 or an int32 tensor (T5's relative position buckets)."""
+    return lambda n, t: (name, [n.args[0]], {}) if _word_dtype(dtype_of(n)) in ("float32", "int32") \
+        and _word_dtype(dtype_of(n.args[0])) == _word_dtype(dtype_of(n)) else None
+
+
+def _rsub(n, t):
+    """rsub(x, other, alpha) = other - alpha * x ((1 - mask) of attention masks)."""
+    x, other = n.args[0], n.args[1]
+    if n.kwargs.get("alpha", arg(n, 2, "alpha", 1)) != 1:
+        return None
+    if isinstance(other, Node) and _scalar(t, other) is None:
+        return "sub", [other, x], {"alpha": 1}
+    if isinstance(other, Node):
+        return "sub", [x], {"scalar": other, "scalar_first": True}
+    return "sub", [x], {"scalar": float(other) if dtype_of(n).is_floating_point else int(other),
+                        "scalar_first": True}
+
+
+def _compare(name):
+    def rule(n, t):
+        a, b = n.args[0], n.args[1]
+        if not isinstance(a, Node) or _word_dtype(dtype_of(a)) is None:
+            return None
+        if isinstance(b, Node) and _scalar(t, b) is None:
+            return name, [a, b], {}
+        return name, [a], {"scalar": b}
+    return rule
+
+
+def _bitwise(name, bool_only=False):
+    def rule(n, t):
+        a, b = n.args[0], n.args[1]
+        if bool_only and any(dtype_of(x) != torch.bool for x in n.all_input_nodes):
+            return None
+        if any(_word_dtype(dtype_of(x)) not in ("int32", "bool") for x in n.all_input_nodes):
+            return None
+        return (name, [a, b], {}) if isinstance(b, Node) else (name, [a], {"scalar": int(b)})
+    return rule
+
+
+def _arith(name, ints=True):
+    """remainder / floor_divide / fmod of integer tensors, or of one and an integer scalar; these,
+    atan2, hypot, copysign and pow of float32 tensors, or of one and a number (either first).
+    div's trunc mode: trunc_divide (of integers C's division, of floats the trunc of the
+    correctly rounded quotient). A mix of float and integer operands declines (the CPU)."""
+    int_rule = _bitwise(name)
+
+    def rule(n, t):
+        a, b = n.args[0], n.args[1]
+        op = name
+        if n.target in (aten.div.Tensor_mode, aten.div.Scalar_mode) and n.kwargs.get("rounding_mode") != "floor":
+            if n.kwargs.get("rounding_mode") != "trunc":
+                return None
+            op = "trunc_divide"
+        if _word_dtype(dtype_of(n)) == "int32":
+            r = int_rule(n, t) if ints and not isinstance(b, float) and isinstance(a, Node) else None
+            return None if r is None else (op, *r[1:])
+        tensors = [v for v in (a, b) if isinstance(v, Node)]
+        if _word_dtype(dtype_of(n)) != "float32" or any(v in t.ints or _word_dtype(dtype_of(v)) != "float32"
+                                                         for v in tensors):
+            return None
+        if len(tensors) == 2:
+            return op, [a, b], {}
+        number = b if tensors == [a] else a
+        if not isinstance(number, (int, float)) or isinstance(number, bool):
+            return None
+        return op, tensors, {"scalar": float(number), **({"scalar_first": True} if tensors == [b] else {})}
+    return rule
+
+
+def _neg(n, t):
+    """neg of a float tensor (float_unary), or of an integer one: a multiply by -1 (wrapping,
+    as int32 does)."""
+    if _is_float(n):
+        return "neg", [n.args[0]], {}
+    return ("mul", [n.args[0]], {"scalar": -1}) if _word_dtype(dtype_of(n)) == "int32" else None
+
+
+def _logical_not(n, t):
+    return ("logical_not", [n.args[0]], {}) if dtype_of(n.args[0]) == torch.bool else None
+
+
+def _value_tensor(t, v, like):
+    """A scalar operand as a 0-d constant of node like's dtype."""
+    dtype = _word_dtype(dtype_of(like))
+    return t.const(np.array(v, np.float32 if dtype == "float32" else np.int32), "scalar")
+
+
+def _where(n, t):
+    cond, a, b = n.args[:3]
+    a = a if isinstance(a, Node) else _value_tensor(t, a, n)
+    b = b if isinstance(b, Node) else _value_tensor(t, b, n)
+    return "where", [cond, a, b], {}
+
+
+def _masked_fill(n, t):
+    x, mask, value = n.args[:3]
+    value = value if isinstance(value, Node) else _value_tensor(t, value, n)
+    return "where", [mask, value, x], {}
+
+
+def _embedding(n, t):
+    return "embedding", [n.args[0], n.args[1]], {}
+
+
+def _embedding_bag(n, t):
+    """vkq.embedding_bag of a float table (normalize_ops made it from nn.EmbeddingBag's aten op)."""
+    weight, ids, offsets, mode, weights, last, pad = n.args
+    if _word_dtype(dtype_of(weight)) != "float32" or len(shape_of(weight)) != 2 or mode not in (0, 1, 2):
+        return None
+    return "embedding_bag", [weight, ids, offsets] + ([weights] if weights is not None else []), \
+        {"mode": ("sum", "mean", "max")[mode], "include_last_offset": bool(last), "padding_idx": -1 if pad is None else pad}
+
+
+def _gather(n, t):
+    """A gather by a constant index is a take (its index map computed now); by an index the
+    model computes (RoBERTa's position ids), the gather op."""
+    took = _take(n, t)
+    if took is not None or len(n.args) < 3 or not isinstance(n.args[2], Node) or n.kwargs.get("sparse_grad"):
+        return took
+    if _word_dtype(dtype_of(n.args[0])) not in ("float32", "int32", "bool"):
+        return None
+    return "gather", [n.args[0], n.args[2]], {"dim": int(n.args[1])}
+
+
+# the scatter family -> (reduce, along): its reduction (None: from its arguments) and whether a
+# 1-D index names whole slices (index_add's form)
+_SCATTERS = {aten.scatter.src: ("none", False), aten.scatter.value: ("none", False),
+             aten.scatter.reduce: (None, False), aten.scatter.value_reduce: (None, False),
+             aten.scatter_add.default: ("sum", False), aten.scatter_reduce.two: (None, False),
+             aten.index_add.default: ("sum", True), aten.index_copy.default: ("none", True),
+             aten.index_fill.int_Scalar: ("none", True), aten.index_fill.int_Tensor: ("none", True)}
+
+
+def _scatter(n, t):
+    """scatter / scatter_add / scatter_reduce / index_add / index_copy / index_fill of float or
+    integer values by an index (computed or constant) -> the scatter op; a scalar value, a 0-d
+    constant. index_add with alpha != 1, another reduction, an integer mean: the CPU."""
+    from .ops.logic import SCATTER_REDUCE
+    reduce, along = _SCATTERS[n.target]
+    x, dim, index, src = n.args[:4]
+    dtype = _word_dtype(dtype_of(n))
+    if dtype not in ("float32", "int32") or _word_dtype(dtype_of(x)) != dtype or not isinstance(index, Node):
+        return None
+    if isinstance(src, Node) and _word_dtype(dtype_of(src)) != dtype:
+        return None
+    if n.target in (aten.scatter.reduce, aten.scatter.value_reduce):
+        reduce = {"add": "sum", "multiply": "prod"}.get(arg(n, 4, "reduce", None))
+    elif n.target == aten.scatter_reduce.two:
+        reduce = arg(n, 4, "reduce", None)
+    if n.target == aten.index_add.default and arg(n, 4, "alpha", 1) != 1 or reduce not in SCATTER_REDUCE \
+            or (reduce == "mean" and dtype != "float32"):
+        return None                 # (torch runs it: the kernel's reductions are float and int sum/prod/max/min)
+    if not isinstance(src, Node):
+        src = _value_tensor(t, src, n)
+    return "scatter", [x, index, src], {"dim": int(dim), "reduce": reduce, "along": along,
+                                        "include_self": bool(arg(n, 5, "include_self", True))}
+
+
+def _index(n, t):
+    """x[i0, ...] by indices: all constant, a take; computed ones, each an integer tensor on a
+    leading dim (transformers' padding mask at arange indices), the index op."""
+    took = _take(n, t)
+    indices = n.args[1]
+    if took is not None or not isinstance(indices, (list, tuple)) or not indices:
+        return took
+    if not all(isinstance(i, Node) and dtype_of(i) in (torch.int32, torch.int64) for i in indices):
+        return None           # None entries (a later dim indexed) and bool masks: torch runs them
+    if _word_dtype(dtype_of(n.args[0])) not in ("float32", "int32", "bool"):
+        return None
+    return "index", [n.args[0], *indices], {}
+
+
+def _arg_reduce(name):
+    def rule(n, t):
+        if _word_dtype(dtype_of(n.args[0])) not in ("float32", "int32"):
+            return None
+        dim = arg(n, 1, "dim")
+        return name, [n.args[0]], {"dim": None if dim is None else int(dim), "keepdim": bool(arg(n, 2, "keepdim", False))}
+    return rule
+
+
+def _argsort(n, t):
+    """argsort(x, dim, descending) (stable or not: the kernel's order is stable) of float32 or int32 x."""
+    x = n.args[0]
+    if _word_dtype(dtype_of(x)) not in ("float32", "int32"):
+        return None
+    if n.target == aten.argsort.stable:
+        dim, descending = n.kwargs.get("dim", -1), n.kwargs.get("descending", False)
+    else:
+        dim, descending = arg(n, 1, "dim", -1), arg(n, 2, "descending", False)
+    return "argsort", [x], {"dim": int(dim), "descending": bool(descending)}
+
+
+def _scan(name):
+    """cumprod (its dtype argument absent or the input's) / vkq.cumulative_extreme of float32 or int32 x."""
+    def rule(n, t):
+        x = n.args[0]
+        if _word_dtype(dtype_of(x)) not in ("float32", "int32") or _word_dtype(dtype_of(n)) != _word_dtype(dtype_of(x)):
+            return None
+        op = name or ("cummax" if n.args[2] else "cummin")
+        return op, [x], {"dim": int(n.args[1])}
+    return rule
+
+
+def _cumulative_index(n, t):
+    """vkq.cumulative_arg_extreme of float32 or int32 x: cummax_indices / cummin_indices (int32)."""
+    x = n.args[0]
+    if _word_dtype(dtype_of(x)) not in ("float32", "int32"):
+        return None
+    return ("cummax_indices" if n.args[2] else "cummin_indices"), [x], {"dim": int(n.args[1])}
+
+
+def _grouped_mm(n, t):
+    """transformers' grouped_mm_fallback(x, w, offs) (a mixture of experts' sorted rows) of float
+    tensors: grouped_matmul (offs as int32)."""
+    x, w, offs = n.args[0], n.args[1], n.kwargs.get("offs", n.args[2] if len(n.args) > 2 else None)
+    if not isinstance(offs, Node) or not all(_word_dtype(dtype_of(v)) == "float32" for v in (x, w)) \
+            or _word_dtype(dtype_of(offs)) != "int32" or len(shape_of(x)) != 2 or len(shape_of(w)) != 3:
+        return None
+    return "grouped_matmul", [x, w, offs], {}
+
+
+def _cumsum(n, t):
+    src, dst = _word_dtype(dtype_of(n.args[0])), _word_dtype(dtype_of(n))
+    dst = "int32" if dst == "bool" else dst
+    if src is None or dst is None or (src == "float32" and dst != "float32"):
+        return None
+    return "cumsum", [n.args[0]], {"dim": int(arg(n, 1, "dim")), "dtype": dst}
+
+
+
+# Tensors made from a shape (vkq/ops/creation.py). A static program has them as constants (folded
+# before this); a dynamic one where a shape or an arange bound is a size known only at run time.
+_FILLED = {aten.zeros.default: 0, aten.ones.default: 1, aten.new_zeros.default: 0, aten.new_ones.default: 1,
+           aten.zeros_like.default: 0, aten.ones_like.default: 1, aten.empty.memory_format: 0,
+           aten.new_empty.default: 0, aten.empty_like.default: 0}
+_FILL_ARG = {aten.full.default: 1, aten.new_full.default: 2, aten.full_like.default: 1}
+
+
+def _full(n, t):
+    dtype = _word_dtype(dtype_of(n))
+    if n.target in _FILL_ARG:
+        value = arg(n, _FILL_ARG[n.target], "fill_value")
+    else:
+        value = _FILLED[n.target]
+    if dtype is None or isinstance(value, bool) and dtype != "bool" or not isinstance(value, (bool, int, float)):
+        return None
+    if dtype == "int32" and not (math.isfinite(value) and value == int(value) and -2**31 <= value < 2**31):
+        return None           # an int64 beyond int32's words: torch runs it
+    value = bool(value) if dtype == "bool" else int(value) if dtype == "int32" else float(value)
+    return "full", [], {"shape": list(shape_of(n)), "value": value, "dtype": dtype}
+
+
+def _arange(n, t):
+    a = list(n.args)
+    start, end, step = ((0, a[0], 1) if n.target == aten.arange.default else
+                        (a[0], a[1], 1) if n.target == aten.arange.start else
+                        (a[0], a[1], a[2] if len(a) > 2 else 1))
+    dtype = _word_dtype(dtype_of(n))
+    bounds = []
+    for v in (start, end, step):
+        if isinstance(v, Node):
+            if v not in t.ints:                 # a tensor or a symbolic float
+                return None
+            v = t.dim_attr(v, t.int_value(v))
+        elif isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None
+        bounds.append(v)
+    if dtype not in ("float32", "int32"):
+        return None
+    return "arange", [], {"start": bounds[0], "end": bounds[1], "step": bounds[2], "dtype": dtype}
+
+
+def _triangle(name):
+    def rule(n, t):
+        return name, [n.args[0]], {"diagonal": int(arg(n, 1, "diagonal", 0))}
+    return rule
+
+
+# Ops that only move values: lowered to `take` with the index map they compute on the indices
+# themselves (every argument but the moved tensor must be a constant).
+MOVERS = {aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten._upsample_nearest_exact2d.vec,
+          aten._upsample_nearest_exact2d.default, aten.upsample_nearest1d.vec, aten.upsample_nearest3d.vec,
+          aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.replication_pad1d.default,
+          aten.replication_pad2d.default, aten.index.Tensor, aten.roll.default, aten.flip.default, aten.repeat.default,
+          aten.index_select.default, aten.gather.default, aten.pixel_shuffle.default,
+          aten.pixel_unshuffle.default, aten.unfold.default, aten.tile.default, aten.diagonal.default,
+          aten.as_strided.default, aten.movedim.int, aten.swapaxes.default, aten.permute_copy.default,
+          aten.narrow_copy.default, aten.slice_copy.Tensor, aten.select_copy.int, aten.im2col.default,
+          aten.rot90.default, aten.channel_shuffle.default, aten.native_channel_shuffle.default}
+
+
+def _col2im(n, t):
+    """col2im (F.fold) whose windows do not overlap (MobileViTV2's patches back to a map:
+    kernel = stride): each output value is one input value, a take. Overlapping windows sum
+    (the CPU)."""
+    args = list(n.args)
+    try:
+        with torch.no_grad():
+            ones = n.target(torch.ones(shape_of(args[0]), dtype=torch.float64), *args[1:])
+    except (RuntimeError, TypeError):
+        return None
+    return _take(n, t) if float(ones.max()) <= 1.0 else None
+
+
+_PAD_MODES = {aten.reflection_pad1d.default: "reflect", aten.reflection_pad2d.default: "reflect",
+              aten.reflection_pad3d.default: "reflect", aten.replication_pad1d.default: "replicate",
+              aten.replication_pad2d.default: "replicate", aten.replication_pad3d.default: "replicate"}
+
+
+def _remap(n, t):
+    """flip, roll and reflect / replicate / circular padding of a tensor with a dynamic dim:
+    remap, whose index map is made per shape (ESRGAN-like and CycleGAN-like image-to-image nets
+    at any resolution); of a static tensor, a take (its constant map)."""
+    x = n.args[0]
+    if not isinstance(x, Node) or not dynamic_size(x):
+        return _take(n, t)
+    rank = len(shape_of(x))
+    dims = [["keep"] for _ in range(rank)]
+    if n.target == aten.flip.default:
+        for d in arg(n, 1, "dims", []):
+            dims[int(d) % rank] = ["flip"]
+    elif n.target == aten.roll.default:
+        shifts, on = _sizes(t, arg(n, 1, "shifts", []))[0], list(arg(n, 2, "dims", []))
+        if len(on) != len(shifts) or len(set(int(d) % rank for d in on)) != len(on):
+            return None              # a roll of the flattened tensor, or twice along one dim
+        for shift, d in zip(shifts, on):
+            dims[int(d) % rank] = ["roll", shift]
+    else:
+        mode = _PAD_MODES.get(n.target) or arg(n, 2, "mode", "constant")
+        pad, at = _sizes(t, n.args[1])
+        if mode not in ("reflect", "replicate", "circular") or len(pad) % 2 or len(pad) > 2 * rank or min(at) < 0:
+            return None
+        for i in range(len(pad) // 2):
+            dims[rank - 1 - i] = [mode, pad[2 * i], pad[2 * i + 1]]
+    return "remap", [x], {"dims": dims}
+
+
+def _take(n, t):
+    from .passes.fold_constants import evaluate_constant
+    x = n.args[0]
+    if not isinstance(x, Node) or not isinstance(val(n), torch.Tensor):
+        return None
+    env = {}
+    for a in n.all_input_nodes:
+        if a is not x:
+            v = evaluate_constant(t.gm, a)
+            if v is None:
+                return None
+            env[a] = v
+    numel = int(np.prod(shape_of(x), dtype=np.int64))
+    if numel >= 2 ** 31:
+        return None
+    index = None
+    for dtype in (torch.int64, torch.float64):      # (some movers, e.g. upsampling, take floats only)
+        env[x] = torch.arange(1, numel + 1, dtype=dtype).reshape(shape_of(x))     # 0: a value the op made
+        args = torch.fx.node.map_arg(n.args, lambda a: env[a])
+        kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: env[a])
+        try:
+            with torch.no_grad():
+                index = n.target(*args, **kwargs)
+            break
+        except (RuntimeError, NotImplementedError):
+            continue
+    if not isinstance(index, torch.Tensor) or tuple(index.shape) != shape_of(n) or bool((index < 1).any()):
+        return None         # (a position no input value reaches, e.g. padding, is no gather)
+    index = index - 1
+    if dynamic_size(x):
+        dims = _picks(index.numpy(), shape_of(x))
+        if dims is not None:
+            return "remap", [x], {"dims": dims}
+    return "take", [x, t.const(index.numpy().astype(np.int64).astype(np.int32), "index")], {}
+
+
+def _repeat(n, t):
+    """repeat: a take (or remap) of the map it computes; by counts the graph computes from dynamic
+    dims (DeBERTa's relative embeddings repeated batch // heads times), or of a tensor with a
+    dynamic dim (BLOOM's alibi, repeat(1, 1, 1) along its sequence: a take's map is the
+    example's), remap's tiles with the counts kept symbolic."""
+    x, reps = n.args[0], list(n.args[1])
+    took = None if dynamic_size(n) else _take(n, t)
+    if took is not None or not isinstance(x, Node) or len(reps) != len(shape_of(x)):
+        return took
+    counts, at = _sizes(t, reps)
+    if min(at) < 1:
+        return None
+    return "remap", [x], {"dims": [["keep"] if c == 1 else ["tile", c] for c in counts]}
+
+
+def _picks(index: np.ndarray, shape) -> list | None:
+    """A take's index map (the output's shape, flat indices into x) as remap's per-dim maps,
+    where each output dim reads one input dim by indices of its own (x[:, idx], index_select,
+    repeat), so the map is remade at every size of the dims it keeps whole or tiles; None where
+    the map mixes dims. (Picks on a dynamic dim are kept: constant indices into a flattened map
+    stay right at every size; a map that only looks like picks at the example, e.g. a repeat's,
+    differs at vkq.dynamic.verify's probe size and is refused there.)"""
+    shape = tuple(int(v) for v in shape)
+    if index.ndim != len(shape) or not index.size:
+        return None
+    coords = np.unravel_index(index, shape)
+    dims = []
+    for d, c in enumerate(coords):
+        v = c[tuple(slice(None) if j == d else 0 for j in range(c.ndim))]
+        if not np.array_equal(c, v.reshape([-1 if j == d else 1 for j in range(c.ndim)]) + np.zeros_like(c)):
+            return None
+        tiles = v.size // shape[d]
+        if v.size % shape[d] == 0 and np.array_equal(v, np.arange(v.size) % shape[d]):
+            dims.append(["keep"] if tiles == 1 else ["tile", tiles])
+        else:
+            dims.append(["pick", *map(int, v)])
+    return dims
+
+
+def _upsample_nearest(n, t):
+    """Nearest 2-D resizing: its own op, whose index map is made per shape (a take's is not)."""
+    from .ops.resize import nearest_attrs
+    if not isinstance(val(n), torch.Tensor) or val(n).dim() < 3:
+        return None
+    return "upsample_nearest2d", [n.args[0]], graph_out_size(nearest_attrs(n, shape_of(n)), n)
+
+
+def _grid_sample(n, t):
+    """aten.grid_sampler(x, grid, mode, padding_mode, align_corners): bilinear and nearest on a
+    4-D float x (grid_sample); bicubic and 5-D: torch_op."""
+    from .ops.resize import GRID_MODES
+    x, grid, mode, padding, align = n.args[:5]
+    if mode not in GRID_MODES or len(shape_of(x)) != 4:
+        return None
+    return "grid_sample", [x, grid], {"mode": int(mode), "padding_mode": int(padding), "align_corners": bool(align)}
+
+
+def _upsample_antialias(n, t):
+    """_upsample_bilinear2d_aa / _upsample_bicubic2d_aa (interpolate(antialias=True); arguments as
+    bilinear's): float only."""
+    from .ops.resize import bilinear_attrs
+    mode = "bicubic" if "bicubic" in str(n.target) else "bilinear"
+    return "upsample_antialias2d", [n.args[0]], {"mode": mode, **graph_out_size(bilinear_attrs(n, shape_of(n)), n)}
+
+
+def _upsample_bicubic(n, t):
+    """upsample_bicubic2d (arguments as bilinear's): float only (PT2E leaves it float)."""
+    from .ops.resize import bilinear_attrs
+    return "upsample_bicubic2d", [n.args[0]], graph_out_size(bilinear_attrs(n, shape_of(n)), n)
+
+
+def _upsample_bilinear(n, t):
+    from .ops.resize import bilinear_attrs
+    return "upsample_bilinear2d", [n.args[0]], graph_out_size(bilinear_attrs(n, shape_of(n)), n)
+
+
+_FLOAT_RULES = {
+    aten.layer_norm.default: _layer_norm,
+    aten.rms_norm.default: _rms_norm,
+    aten.group_norm.default: _group_norm,
+    aten.instance_norm.default: _instance_norm,
+    aten.pow.Tensor_Scalar: _pow,
+    aten.softmax.int: _softmax("softmax"), aten._softmax.default: _softmax("softmax"),
+    aten.log_softmax.int: _softmax("log_softmax"), aten._log_softmax.default: _softmax("log_softmax"),
+    **{getattr(aten, u).default: _unary(u) for u in
+       ("sigmoid", "tanh", "relu", "silu", "exp", "neg", "abs", "sqrt", "rsqrt", "hardswish", "hardsigmoid",
+        "mish", "log", "log1p", "log2", "erf", "floor", "ceil", "round", "trunc", "sign", "sin", "cos",
+        "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh", "expm1", "exp2", "log10", "erfc",
+        "lgamma", "digamma", "erfinv", "i0")},
+    **{getattr(aten, f"special_{u}").default: _unary(u) for u in ("i0e", "i1", "i1e", "ndtri", "erfcx")},
+    aten.special_i0.default: _unary("i0"), aten.polygamma.default: _polygamma,
+    aten.leaky_relu.default: _leaky_relu, aten.elu.default: _elu, aten.softplus.default: _softplus,
+    aten.gelu.default: _gelu,
+    aten.hardtanh.default: _hardtanh,
+    aten.clamp.default: _clamp("min", "max"), aten.clamp_min.default: _clamp("min", None),
+    aten.clamp_max.default: _clamp(None, "max"),
+    **{getattr(aten, b).Tensor: _binary(b) for b in ("add", "sub", "mul", "div")},
+    **{getattr(aten, b).Scalar: _binary(b) for b in ("add", "sub", "mul", "div")},
+    aten.matmul.default: lambda n, t: ("matmul", [n.args[0], n.args[1]], {}),
+    aten.bmm.default: lambda n, t: ("bmm", [n.args[0], n.args[1]], {}),
+    aten.mm.default: lambda n, t: ("matmul", [n.args[0], n.args[1]], {}),
+    aten.mean.dim: _reduce("mean"), aten.mean.default: _reduce("mean"),
+    aten.sum.dim_IntList: _reduce("sum"), aten.sum.default: _reduce("sum"),
+    aten.linalg_vector_norm.default: _vector_norm,
+    aten.amax.default: _reduce("amax"), aten.amin.default: _reduce("amin"),
+    aten.max.default: _reduce("amax"), aten.min.default: _reduce("amin"),
+    aten.adaptive_avg_pool2d.default: _global_average, aten.adaptive_avg_pool1d.default: _global_average_1d,
+    aten.max_pool2d.default: _max_pool,
+    aten.max_pool1d.default: _pool_1d, aten.avg_pool1d.default: _pool_1d,
+    ADAPTIVE_MAX_POOL2D: _adaptive_max,
+    MAX_UNPOOL2D: _max_unpool,
+    aten.avg_pool2d.default: _avg_pool,
+}
+
+# ops of other libraries' namespaces (looked up by name: the library may not be imported)
+RULES_BY_NAME = {"transformers.grouped_mm_fallback": _grouped_mm}
+
+CPU_RULES = {
+    **{target: _float_only(rule) for target, rule in _FLOAT_RULES.items()},
+    aten.linear.default: _linear,
+    **{c: _conv for c in (aten.conv2d.default, aten.conv2d.padding, aten.conv1d.default, aten.conv1d.padding)},
+    aten.batch_norm.default: _batch_norm,
+    **{v: _reshape for v in VIEWS},
+    aten.unflatten.int: _reshape, aten.view_copy.default: _reshape, aten.alias_copy.default: _reshape,
+    **{p: _permute for p in PERMUTES},
+    aten.cat.default: _cat,
+    aten.expand.default: _expand, aten.expand_as.default: _expand,
+    aten.slice.Tensor: _slice, aten.narrow.default: _narrow, aten.select.int: _select,
+    aten.split.Tensor: _split, aten.split_with_sizes.default: _split,
+    aten.chunk.default: _split, aten.unbind.int: _unbind,
+    aten.constant_pad_nd.default: _constant_pad, aten.pad.default: _constant_pad,
+    **{m: _take for m in MOVERS}, aten.repeat.default: _repeat,
+    **{m: _remap for m in (*_PAD_MODES, aten.flip.default, aten.roll.default)},
+    aten.col2im.default: _col2im,
+    aten.gather.default: _gather, aten.index.Tensor: _index, **{s: _scatter for s in _SCATTERS},
+    aten.cumsum.default: _cumsum, aten.cumprod.default: _scan("cumprod"), CUMULATIVE_EXTREME: _scan(None),
+    CUMULATIVE_ARG_EXTREME: _cumulative_index,
+    aten.logcumsumexp.default: _scan("logcumsumexp"),
+    **{f: _full for f in (*_FILLED, *_FILL_ARG)},
+    **{a: _arange for a in (aten.arange.default, aten.arange.start, aten.arange.start_step)},
+    aten.tril.default: _triangle("tril"), aten.triu.default: _triangle("triu"),
+    aten.argmax.default: _arg_reduce("argmax"), aten.argmin.default: _arg_reduce("argmin"),
+    aten.argsort.default: _argsort, aten.argsort.stable: _argsort,
+    **{m: _upsample_nearest for m in (aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default,
+                                      aten._upsample_nearest_exact2d.vec, aten._upsample_nearest_exact2d.default)},
+    aten.scaled_dot_product_attention.default: _sdpa,
+    aten.upsample_bilinear2d.vec: _upsample_bilinear, aten.upsample_bilinear2d.default: _upsample_bilinear,
+    aten.grid_sampler.default: _grid_sample, aten.grid_sampler_2d.default: _grid_sample,
+    **{getattr(aten, f"_upsample_{m}2d_aa").vec: _upsample_antialias for m in ("bilinear", "bicubic")},
+    **{getattr(aten, f"_upsample_{m}2d_aa").default: _upsample_antialias for m in ("bilinear", "bicubic")},
+    aten.upsample_bicubic2d.vec: _upsample_bicubic, aten.upsample_bicubic2d.default: _upsample_bicubic,
+    **{c: _cast for c in (aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device,
+                          aten.type_as.default)},
+    **{getattr(aten, b).Tensor: _binary_any(b) for b in ("add", "sub", "mul")},
+    aten.maximum.default: _binary_any("maximum"), aten.minimum.default: _binary_any("minimum"),
+    aten.max.other: _binary_any("maximum"), aten.min.other: _binary_any("minimum"),
+    **{getattr(aten, u).default: _unary_any(u) for u in ("abs", "sign")},
+    aten.reciprocal.default: lambda n, t: ("div", [n.args[0]], {"scalar": 1.0, "scalar_first": True})
+    if _is_float(n) else None,
+    **{getattr(aten, b).Scalar: _binary_any(b) for b in ("add", "sub", "mul")},
+    aten.rsub.Scalar: _rsub, aten.rsub.Tensor: _rsub,
+    **{getattr(aten, c).Tensor: _compare(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
+    **{getattr(aten, c).Scalar: _compare(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
+    aten.bitwise_and.Tensor: _bitwise("bitwise_and"), aten.bitwise_and.Scalar: _bitwise("bitwise_and"),
+    aten.__and__.Tensor: _bitwise("bitwise_and"), aten.__and__.Scalar: _bitwise("bitwise_and"),
+    aten.bitwise_or.Tensor: _bitwise("bitwise_or"), aten.bitwise_or.Scalar: _bitwise("bitwise_or"),
+    aten.__or__.Tensor: _bitwise("bitwise_or"), aten.__or__.Scalar: _bitwise("bitwise_or"),
+    aten.bitwise_xor.Tensor: _bitwise("bitwise_xor"), aten.__xor__.Tensor: _bitwise("bitwise_xor"),
+    aten.logical_and.default: _bitwise("bitwise_and", bool_only=True),
+    aten.logical_or.default: _bitwise("bitwise_or", bool_only=True),
+    aten.logical_not.default: _logical_not, aten.bitwise_not.default: _logical_not,
+    aten.neg.default: _neg,
+    **{r: _arith("remainder") for r in (aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)},
+    **{f: _arith("floor_divide") for f in (aten.floor_divide.default, aten.floor_divide.Scalar,
+                                           aten.div.Tensor_mode, aten.div.Scalar_mode)},
+    **{f: _arith("fmod") for f in (aten.fmod.Tensor, aten.fmod.Scalar)},
+    aten.atan2.default: _arith("atan2", ints=False), aten.hypot.default: _arith("hypot", ints=False),
+    aten.copysign.Tensor: _arith("copysign", ints=False), aten.copysign.Scalar: _arith("copysign", ints=False),
+    aten.pow.Tensor_Tensor: _arith("pow_tensor", ints=False), aten.pow.Scalar: _arith("pow_tensor", ints=False),
+    aten.where.self: _where, aten.where.ScalarOther: _where, aten.where.ScalarSelf: _where,
+    aten.where.Scalar: _where,
+    aten.masked_fill.Scalar: _masked_fill, aten.masked_fill.Tensor: _masked_fill,
+    aten.embedding.default: _embedding, EMBEDDING_BAG: _embedding_bag,
+    aten.dropout.default: _identity, aten.clone.default: _identity, aten.contiguous.default: _identity,
+    aten.alias.default: _identity, aten.detach.default: _identity,
+}
+
+
+SPECIFIC_REASONS = {
+    aten.embedding.default: "a gather of table rows by int64 ids (the table stays in host memory); runs on the CPU",
+}
+
+
+def fallback_reason(node: Node) -> str:
+    if "vkq_reject" in node.meta:
+        return node.meta["vkq_reject"]
+    name = op_name(node.target)
+    if node.target in SPECIFIC_REASONS:
+        return f"{name}: {SPECIFIC_REASONS[node.target]}"
+    ints = sorted({str(dtype_of(a)).split(".")[-1] for a in [node, *node.all_input_nodes]
+                   if dtype_of(a) is not None and not dtype_of(a).is_floating_point and dtype_of(a) != torch.int8})
+    if node.target in (QUANTIZE_CHANNEL | DEQUANTIZE_CHANNEL):
+        return (f"{name}: a tensor computed in the graph quantized per channel when the model runs (a weight "
+                f"made from the input); no Vulkan kernel; runs on the CPU")
+    if ints:
+        return (f"{name}: no Vulkan kernel for this op on {'/'.join(ints)} tensors (ids and masks have the "
+                f"kernels of vkq/ops/logic.py); runs on the CPU")
+    int8_in = any(dtype_of(a) == torch.int8 for a in node.all_input_nodes)
+    if int8_in or dtype_of(node) == torch.int8:
+        return f"{name}: no Vulkan kernel for this op on int8 tensors; runs on the CPU"
+    if node.target in HAS_INT8_KERNEL:
+        return f"{name}: its operands are float (not quantized); runs in float on the CPU"
+    return f"{name}: no int8 Vulkan kernel; runs in float on the CPU"
