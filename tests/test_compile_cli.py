@@ -4,6 +4,7 @@ reference is within one step of PT2E; and clear errors for what cannot be used."
 import contextlib
 import io
 import sys
+import zipfile
 from types import SimpleNamespace
 
 import numpy as np
@@ -85,8 +86,23 @@ def cnn(tmp_path_factory):
     prog = vkq.compile(model, (example,), calibration)
     pt2e = vkq.quantize(model, (example,), calibration)
     x = np.random.default_rng(1).normal(0.2, 1.1, SHAPE).astype(np.float32)
-    return SimpleNamespace(model=model, pt2=pt2, images=images, out=out, stdout=stdout, batches=batches,
-                           prog=prog, pt2e=pt2e, x=x, tmp=tmp)
+    return SimpleNamespace(model=model, pt2=pt2, images=images, out=out, stdout=stdout, stderr=stderr,
+                           batches=batches, prog=prog, pt2e=pt2e, x=x, tmp=tmp)
+
+
+def test_compile_shows_each_stage_while_it_works(cnn, tmp_path):
+    """Quantizing and lowering a large model takes minutes: stderr says which stage runs, with bars
+    over the calibration batches and the passes (a log gets a line a stage, in order); --no-progress
+    shows none of it, and the program is the same."""
+    stages = ["vkq: exporting", "vkq: placing observers", "calibrating", "vkq: converting", "lowering",
+              "vkq: translating"]
+    at = [cnn.stderr.find(s) for s in stages]
+    assert -1 not in at and at == sorted(at), cnn.stderr[-3000:]
+    code, stdout, stderr = _run_main("compile", cnn.pt2, "-o", tmp_path / "quiet.vkq", "--calibration", cnn.images,
+                                     *IMAGE_ARGS, "--no-device", "--no-progress")
+    assert code == 0 and "vkq: " not in stderr and "calibrating" not in stderr, stderr[-3000:]
+    quiet, loud = zipfile.ZipFile(tmp_path / "quiet.vkq"), zipfile.ZipFile(cnn.out)     # (their times differ)
+    assert quiet.namelist() == loud.namelist() and all(quiet.read(n) == loud.read(n) for n in loud.namelist())
 
 
 def test_compile_reports_what_it_made(cnn):
@@ -335,6 +351,7 @@ def test_pt2_exported_with_dynamic_dims_compiles_to_one_program_for_every_shape(
                                      tmp_path / "c.npy")
     assert code == 0, stderr[-3000:]
     assert "dynamic: x (x_dim0, 3, x_dim2, 2*s" in stdout and "x_dim0 in [1, 4]" in stdout, stdout
+    assert "vkq: making the program's shapes symbolic" in stderr and "lowering at a second size" in stderr, stderr
     program = load_program(tmp_path / "dyn.vkq")
     ours = vkq.compile(model, (example,), [(c,) for c in calibration], dynamic_shapes=ds)
     for shape in [(1, 3, 9, 10), (4, 3, 40, 40), (3, 3, 17, 26)]:

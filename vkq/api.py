@@ -17,16 +17,8 @@ from torch.fx import GraphModule
 from .passes.conv_transpose_as_conv import fold_batch_norm_into_grouped
 from .passes.decompose_unknown import decompose_unknown_ops
 from .passes.inline_wrappers import inline_wrappers
+from .progress import bar, done, stage
 from .quantizer import VkqQuantizer
-
-
-def _progress(iterable, desc):
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:            # tqdm is optional: calibrate quietly without it
-        return iterable
-    total = len(iterable) if hasattr(iterable, "__len__") else None
-    return tqdm(iterable, desc=desc, total=total, unit="batch", leave=False)
 
 
 def _as_tuple(x):
@@ -49,15 +41,24 @@ def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: s
 
     model, example_inputs, calibration, dynamic_shapes = tensor_inputs(model, example_inputs, calibration,
                                                                        dynamic_shapes)
+    if progress:
+        stage(f"exporting {type(model).__name__}")
     gm = exported_for_quantization(model, example_inputs, dynamic_shapes)
+    if progress:
+        stage(f"placing observers ({len(gm.graph.nodes)} nodes)")
     prepared = prepare_pt2e(gm, quantizer or VkqQuantizer(scheme))
     batches = [example_inputs] if calibration is None else calibration
     with torch.no_grad():
-        for batch in (_progress(batches, "calibrating") if progress else batches):
+        for batch in (bar(batches, "calibrating", "batch") if progress else batches):
             batch = _as_tuple(batch)
             for chunk in ([batch] if dynamic_shapes is not None else _fit_batch(batch, example_inputs)):
                 prepared(*chunk)
-    return convert_pt2e(prepared)
+    if progress:
+        stage("converting to quantize / dequantize ops")
+    converted = convert_pt2e(prepared)
+    if progress:
+        done()
+    return converted
 
 
 class _TensorLeaves(torch.nn.Module):
@@ -223,22 +224,23 @@ def _fit_batch(batch: tuple, example: tuple):
 
 
 def compile(model_or_converted, example_inputs, calibration=None, scheme: str = "static",
-            device=None, dynamic_shapes=None):
+            device=None, dynamic_shapes=None, progress: bool = True):
     """Quantize (unless given a converted GraphModule) and lower to a vkq Program.
     Returns (program, program.fallback). `device` is accepted for the executor wrapper to come;
     the Program itself does not depend on it. dynamic_shapes (torch.export's) makes one
-    program for every input shape within the Dims' bounds."""
+    program for every input shape within the Dims' bounds. progress: each stage and a bar over
+    the calibration batches and the lowering's passes, on stderr."""
     from .lower import lower
 
     gm = model_or_converted
     if not _is_converted(gm):
         gm, example_inputs, calibration, dynamic_shapes = tensor_inputs(gm, example_inputs, calibration, dynamic_shapes)
-        gm = quantize(gm, example_inputs, calibration, scheme, dynamic_shapes=dynamic_shapes)
+        gm = quantize(gm, example_inputs, calibration, scheme, progress=progress, dynamic_shapes=dynamic_shapes)
     elif not any(t.dtype in HALF for t in itertools.chain(gm.parameters(), gm.buffers())):
         example_inputs = _to_float32(example_inputs)     # (quantize's graph of a half model is float32)
     example_inputs = _as_tuple(example_inputs)
     float_linear = scheme if scheme in ("dynamic", "weight_only") else "dynamic"
-    program = lower(gm, example_inputs, float_linear=float_linear, dynamic_shapes=dynamic_shapes)
+    program = lower(gm, example_inputs, float_linear=float_linear, dynamic_shapes=dynamic_shapes, progress=progress)
     return program, program.fallback
 
 

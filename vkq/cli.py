@@ -154,7 +154,8 @@ def cmd_compile(args) -> int:
         print(f"calibration: {len(calibration)} batch(es)")
     else:
         print("calibration: none given; the example inputs only")
-    program, fallback = compile_program(model, examples, calibration, args.scheme, dynamic_shapes=dims)
+    program, fallback = compile_program(model, examples, calibration, args.scheme, dynamic_shapes=dims,
+                                        progress=not args.no_progress)
     out = save_program(program, args.output or _default_output(args.model))
     on_cpu = sum(1 for n in program.nodes if cpu_reason(n, program.tensors) is not None)
     weights = sum(np.asarray(v).nbytes for v in program.constants.values())
@@ -306,6 +307,7 @@ def main(argv=None) -> int:
                    "shapes only (default: one program for every shape within its Dims' bounds)")
     _add_device_arg(p)
     p.add_argument("--no-device", action="store_true", help="no memory plan (needs no Vulkan device)")
+    p.add_argument("--no-progress", action="store_true", help="no stage lines or progress bars on stderr")
     p.set_defaults(func=cmd_compile)
     p = sub.add_parser("bench", help="roofline, kernels and models against torch and ncnn, same run")
     p.add_argument("suite", nargs="?", default="all", choices=("all", "roofline", "kernels", "models"))

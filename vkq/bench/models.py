@@ -269,7 +269,7 @@ def _vkq_model(s, case, model, calib, shape, ops, want, peer) -> tuple[Record, l
     if key not in _COMPILED:    # the Program does not depend on the device
         t0 = time.perf_counter()
         converted = quantize(model, (calib[0],), [(c,) for c in calib], progress=s.progress)
-        program, fallback = vkq_compile(converted, (calib[0],))
+        program, fallback = vkq_compile(converted, (calib[0],), progress=s.progress)
         _COMPILED[key] = program, fallback, time.perf_counter() - t0
     program, fallback, compile_s = _COMPILED[key]
     prog = CompiledProgram(program, s.device)

@@ -12,6 +12,7 @@ import time
 
 from torch.fx import GraphModule
 
+from ..progress import bar
 from ._graph import lint
 from .assign_layouts import assign_layouts
 from .drop_cancelling_qdq import drop_cancelling_qdq
@@ -57,10 +58,15 @@ PIPELINE = [
 ]
 
 
-def run_pipeline(gm: GraphModule, passes=None, log=None) -> dict:
-    """Run the passes on gm in place; returns {pass name: (changed, seconds)}."""
+def run_pipeline(gm: GraphModule, passes=None, log=None, progress: str | None = None) -> dict:
+    """Run the passes on gm in place; returns {pass name: (changed, seconds)}. progress: a bar
+    of that title over the passes (vkq.progress)."""
     report = {}
-    for p in (PIPELINE if passes is None else passes):
+    passes = PIPELINE if passes is None else passes
+    steps = bar(passes, progress, "pass") if progress else passes
+    for p in steps:
+        if hasattr(steps, "set_postfix_str"):
+            steps.set_postfix_str(p.__name__)
         start = time.perf_counter()
         changed = p(gm)
         lint(gm)
