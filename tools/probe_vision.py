@@ -16,9 +16,10 @@ layer_norm_q8 a step off its reference:
 on the device; only the linears int8), against the reference and PT2E by cosine.
 
 Models run in a subprocess each (a crash or a timeout is one failed line). Inputs: 64x64 images
-where the model takes them, else the first of 96, 128, 224 it takes; clips of 4-16 frames; RAFT two
-128x128 images. Detection models are left out (their outputs are lists of boxes, by data-dependent
-control flow). Prints one JSON line a model; the exit status is the number of failures.
+where the model takes them, else the first of 96, 128, 224 and timm's own size (HaloNet's 256) it
+takes; clips of 4-16 frames; RAFT two 128x128 images. Detection models are left out (their outputs
+are lists of boxes, by data-dependent control flow). Prints one JSON line a model; the exit status
+is the number of failures.
 """
 from __future__ import annotations
 
@@ -107,7 +108,9 @@ def _inputs(model, library: str, name: str):
             return tuple(torch.randn(batch, 3, 128, 128, generator=g) for _ in range(2))
         return pair
     video = library == "torchvision" and name.startswith(("r3d", "mc3", "r2plus1d", "s3d", "mvit", "swin3d"))
-    sizes = [(t, s) for t in (4, 8, 16) for s in (32, 64, 112, 224)] if video else [(0, s) for s in (64, 96, 128, 224)]
+    native = getattr(model, "pretrained_cfg", {}).get("input_size", (3, 224, 224))[-1]     # (timm's: HaloNet 256)
+    sizes = [(t, s) for t in (4, 8, 16) for s in (32, 64, 112, 224)] if video else \
+        [(0, s) for s in dict.fromkeys((64, 96, 128, 224, native))]
     for frames, size in sizes:
         make = zoo._video(frames, size) if video else zoo._image(size)
         try:
