@@ -338,7 +338,7 @@ def check(make, inputs, scheme: str, device, dtype: str = "float32", dynamic: bo
     x = cast(inputs())
     shapes = ({1: torch.export.Dim("seq", min=2, max=max(LENGTHS))},) if dynamic else None
     gm = quantize(model, x, [cast(inputs()) for _ in range(4)], scheme=scheme, progress=False, dynamic_shapes=shapes)
-    prog = vkq.CompiledProgram(vkq.compile(gm, x, dynamic_shapes=shapes).program, device)
+    prog = vkq.CompiledProgram(vkq.compile(gm, x, dynamic_shapes=shapes, progress=False).program, device)
     for x in ([ids(1, n) for n in LENGTHS] if dynamic else [x]):
         xs = list(x) if dtype == "bfloat16" else [t.numpy() for t in x]       # (numpy has no bfloat16)
         got, ref = prog(*xs), prog.run_reference(*xs)

@@ -455,7 +455,7 @@ def check(net, shape, kind, device, scheme="static", dynamic=None, rng=None) -> 
             raise NotExported(f"{type(e).__name__}: {e}") from e
     gm = quantize(net, (x,), calib, scheme=scheme, progress=False, dynamic_shapes=dims)
     with tempfile.TemporaryDirectory() as tmp:     # every model also goes through its .vkq file
-        prog = vkq.load(vkq.compile(gm, (x,), dynamic_shapes=dims).save(Path(tmp) / "m.vkq"), device)
+        prog = vkq.load(vkq.compile(gm, (x,), dynamic_shapes=dims, progress=False).save(Path(tmp) / "m.vkq"), device)
     # float ops on the device (layer norm, softmax, ...) round in the last bit unlike the
     # reference (vkq/ops/float.py), and a quantize after one may then land a step away
     floats = any(prog.program.tensors[o].dtype == "float32" for n in prog.program.nodes if n.op != "dequantize"

@@ -128,7 +128,7 @@ def build_programs(out: Path, quick: bool = False) -> list[dict]:
     for name, make in program_cases(quick).items():
         t0 = time.perf_counter()
         model, calib, x, what = make()
-        prog = vkq.compile(model, (x,), [(c,) for c in calib])
+        prog = vkq.compile(model, (x,), [(c,) for c in calib], progress=False)
         compile_s = time.perf_counter() - t0
         xn = x.numpy()
         t0 = time.perf_counter()
