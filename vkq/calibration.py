@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .progress import bar
+
 ARRAY_SUFFIXES = (".npy", ".npz")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 
@@ -70,13 +72,7 @@ def calibration_batches(sources, inputs: list[InputSpec], transform: ImageTransf
 
 
 def _bar(items, desc, progress):
-    if not progress or not items:
-        return items
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return items
-    return tqdm(items, desc=desc, unit="file", leave=False)
+    return bar(items, desc, "file") if progress and items else items
 
 
 def _files(sources) -> list[Path]:

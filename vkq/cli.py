@@ -149,7 +149,7 @@ def cmd_compile(args) -> int:
                 for d in (dims or [None] * len(examples))]      # (the Dims: calibration batches of any size)
         specs = [InputSpec(tuple(t.shape), t.detach().numpy().dtype, frozenset(f)) for t, f in zip(examples, free)]
         transform = ImageTransform(args.resize, args.crop, tuple(args.mean), tuple(args.std))
-        batches = calibration_batches(args.calibration, specs, transform, args.limit)
+        batches = calibration_batches(args.calibration, specs, transform, args.limit, progress=not args.no_progress)
         calibration = [tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in b) for b in batches]
         print(f"calibration: {len(calibration)} batch(es)")
     else:

@@ -1,25 +1,50 @@
-"""What long work shows while it runs, on stderr: a tqdm bar over its steps (tqdm is a
-dependency; without it the steps run silently) and a line for each stage that has no steps to
-count. Quantizing and lowering a large model (an unrolled LSTM of 5,000 nodes) takes minutes.
-On a terminal a stage's line is a status line, replaced by the next and cleared by done(), as
-the bars clear themselves; elsewhere (a log) each stage stays as a line of its own."""
+"""What long work shows while it runs, on stderr. On a terminal: a tqdm bar over its steps (tqdm is
+a dependency; without it there is no bar) and a status line for each stage that has no steps to
+count, replaced by the next and cleared by done(), as the bars clear themselves. Elsewhere (a log,
+a captured stream) a line for each stage and each counted step, and no bar redrawn into the file.
+Quantizing and lowering a large model (an unrolled LSTM of 5,000 nodes) takes minutes."""
 from __future__ import annotations
 
 import sys
 
 
-def bar(iterable, desc: str, unit: str):
-    """iterable, counted on a bar that clears itself when done."""
+def _terminal() -> bool:
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+def _tqdm():
     try:
         from tqdm.auto import tqdm
     except ImportError:
-        return iterable
+        return None
+    return tqdm
+
+
+def _plural(unit: str) -> str:
+    return unit + ("es" if unit.endswith(("s", "sh", "ch")) else "s")
+
+
+def bar(iterable, desc: str, unit: str):
+    """iterable, counted on a bar that clears itself when done."""
     total = len(iterable) if hasattr(iterable, "__len__") else None
-    return tqdm(iterable, desc=desc, total=total, unit=unit, leave=False)
+    if not _terminal() or _tqdm() is None:
+        stage(desc if total is None else f"{desc}: {total} {_plural(unit)}")
+        return iterable
+    return _tqdm()(iterable, desc=desc, total=total, unit=unit, leave=False)
 
 
-def _terminal() -> bool:
-    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+def named_steps(items: list, desc: str, unit: str, name=str):
+    """items one by one, each named on the bar while it runs (tqdm's own iteration redraws its
+    count late: a step that takes seconds showed the one before it)."""
+    if not _terminal() or _tqdm() is None:
+        stage(f"{desc}: {len(items)} {_plural(unit)}")
+        yield from items
+        return
+    with _tqdm()(total=len(items), desc=desc, unit=unit, leave=False) as shown:
+        for item in items:
+            shown.set_postfix_str(name(item))
+            yield item
+            shown.update(1)
 
 
 def stage(text: str) -> None:

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import models
+from .progress import bar
 from .runtime import CompiledProgram
 
 DEFAULT_LENGTHS = (16, 128)     # the fixed lengths a static encoder pads to
@@ -145,8 +146,7 @@ class VulkanSentenceEncoder:
         out = np.zeros((len(sentences), self.bert.config.hidden_size), np.float32)
         work = self.batches(sentences)
         if progress:
-            from tqdm.auto import tqdm
-            work = tqdm(work, desc="embedding", unit="batch")
+            work = bar(work, "embedding", "batch")
         for part, length in work:
             ids, mask = tokenize(self.tokenizer, [sentences[i] for i in part], length)
             out[part] = self.program(ids, mask)

@@ -14,9 +14,9 @@ import math
 import numpy as np
 
 from ..device import Device, get_device, grid_1d
+from ..progress import named_steps
 from . import ncnn_peer, torch_peers
 from .records import Record, Settings, gpu_record
-from .timing import progress
 
 VERIFY_MACS = 3e8    # check the int8 output against the numpy reference up to this size
 
@@ -77,7 +77,8 @@ def run_kernels(s: Settings, show_progress: bool = True) -> list[Record]:
     run = {"linear": bench_linear, "conv": bench_conv, "add": bench_add, "pool": bench_pool, "io": bench_io}
     cases = [c for c in kernel_cases(s.quick) if not s.only or s.only in c[1] or s.only == c[0]]
     records = []
-    for family, name, params in progress(cases, "kernels", show_progress, key=lambda c: c[1]):
+    for family, name, params in (named_steps(cases, "kernels", "kernel", lambda c: c[1][:40]) if show_progress
+                                 else cases):
         records += run[family](s, name, params)
     return records
 

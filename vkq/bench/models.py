@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from ..device import Device
+from ..progress import named_steps
 from . import ncnn_peer
 from .records import Record, Settings, note, times_record, wall_record
-from .timing import cpu_name, gpu_times, paired_wall_times, progress, quiet, stats_ms, torch_threads
+from .timing import cpu_name, gpu_times, paired_wall_times, quiet, stats_ms, torch_threads
 
 
 @dataclass
@@ -200,7 +201,8 @@ def run_models(s: Settings, names=DEFAULT_MODELS, show_progress: bool = True) ->
     quiet()
     cases = model_cases(s.quick)
     records = []
-    for name in progress([n for n in names if not s.only or s.only in n], "models", show_progress):
+    chosen = [n for n in names if not s.only or s.only in n]
+    for name in (named_steps(chosen, "models", "model") if show_progress else chosen):
         if name in MODEL_HOOKS and name not in cases:
             try:
                 case = MODEL_HOOKS[name](s.quick)

@@ -163,17 +163,3 @@ def quiet():
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def progress(items, desc, enabled, key=str):
-    """items, with a tqdm bar showing key(item) when enabled and tqdm is there."""
-    if not enabled:
-        yield from items
-        return
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        yield from items
-        return
-    bar = tqdm(items, desc=desc, leave=False)
-    for item in bar:
-        bar.set_postfix_str(key(item)[:40])
-        yield item

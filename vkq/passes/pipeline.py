@@ -12,7 +12,7 @@ import time
 
 from torch.fx import GraphModule
 
-from ..progress import bar
+from ..progress import named_steps
 from ._graph import lint
 from .assign_layouts import assign_layouts
 from .drop_cancelling_qdq import drop_cancelling_qdq
@@ -63,10 +63,7 @@ def run_pipeline(gm: GraphModule, passes=None, log=None, progress: str | None = 
     of that title over the passes (vkq.progress)."""
     report = {}
     passes = PIPELINE if passes is None else passes
-    steps = bar(passes, progress, "pass") if progress else passes
-    for p in steps:
-        if hasattr(steps, "set_postfix_str"):
-            steps.set_postfix_str(p.__name__)
+    for p in (named_steps(passes, progress, "pass", lambda p: p.__name__) if progress else passes):
         start = time.perf_counter()
         changed = p(gm)
         lint(gm)
