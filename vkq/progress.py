@@ -20,15 +20,15 @@ def _tqdm():
     return tqdm
 
 
-def _plural(unit: str) -> str:
-    return unit + ("es" if unit.endswith(("s", "sh", "ch")) else "s")
+def _count(n: int, unit: str) -> str:
+    return f"{n} {unit}" if n == 1 else f"{n} {unit}{'es' if unit.endswith(('s', 'sh', 'ch')) else 's'}"
 
 
 def bar(iterable, desc: str, unit: str):
     """iterable, counted on a bar that clears itself when done."""
     total = len(iterable) if hasattr(iterable, "__len__") else None
     if not _terminal() or _tqdm() is None:
-        stage(desc if total is None else f"{desc}: {total} {_plural(unit)}")
+        stage(desc if total is None else f"{desc}: {_count(total, unit)}")
         return iterable
     return _tqdm()(iterable, desc=desc, total=total, unit=unit, leave=False)
 
@@ -37,7 +37,7 @@ def named_steps(items: list, desc: str, unit: str, name=str):
     """items one by one, each named on the bar while it runs (tqdm's own iteration redraws its
     count late: a step that takes seconds showed the one before it)."""
     if not _terminal() or _tqdm() is None:
-        stage(f"{desc}: {len(items)} {_plural(unit)}")
+        stage(f"{desc}: {_count(len(items), unit)}")
         yield from items
         return
     with _tqdm()(total=len(items), desc=desc, unit=unit, leave=False) as shown:
