@@ -41,24 +41,25 @@ def quantize(model: torch.nn.Module, example_inputs, calibration=None, scheme: s
 
     model, example_inputs, calibration, dynamic_shapes = tensor_inputs(model, example_inputs, calibration,
                                                                        dynamic_shapes)
-    if progress:
-        stage(f"exporting {type(model).__name__}")
-    gm = exported_for_quantization(model, example_inputs, dynamic_shapes)
-    if progress:
-        stage(f"placing observers ({len(gm.graph.nodes)} nodes)")
-    prepared = prepare_pt2e(gm, quantizer or VkqQuantizer(scheme))
-    batches = [example_inputs] if calibration is None else calibration
-    with torch.no_grad():
-        for batch in (bar(batches, "calibrating", "batch") if progress else batches):
-            batch = _as_tuple(batch)
-            for chunk in ([batch] if dynamic_shapes is not None else _fit_batch(batch, example_inputs)):
-                prepared(*chunk)
-    if progress:
-        stage("converting to quantize / dequantize ops")
-    converted = convert_pt2e(prepared)
-    if progress:
-        done()
-    return converted
+    try:
+        if progress:
+            stage(f"exporting {type(model).__name__}")
+        gm = exported_for_quantization(model, example_inputs, dynamic_shapes)
+        if progress:
+            stage(f"placing observers ({len(gm.graph.nodes)} nodes)")
+        prepared = prepare_pt2e(gm, quantizer or VkqQuantizer(scheme))
+        batches = [example_inputs] if calibration is None else calibration
+        with torch.no_grad():
+            for batch in (bar(batches, "calibrating", "batch") if progress else batches):
+                batch = _as_tuple(batch)
+                for chunk in ([batch] if dynamic_shapes is not None else _fit_batch(batch, example_inputs)):
+                    prepared(*chunk)
+        if progress:
+            stage("converting to quantize / dequantize ops")
+        return convert_pt2e(prepared)
+    finally:         # (a failure too: a terminal's status line does not stay under the error)
+        if progress:
+            done()
 
 
 class _TensorLeaves(torch.nn.Module):
