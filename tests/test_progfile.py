@@ -67,7 +67,7 @@ def test_save_load_roundtrip(tmp_path):
     x = np.random.default_rng(0).normal(0, 2, (2, 5, 3, 7)).astype(np.float32)
     np.testing.assert_array_equal(run_reference(q, x), run_reference(p, x))
     m = _manifest(path)
-    assert m["version"] == 2 and m["digest"] == progfile.digest(m)
+    assert m["version"] == 3 and m["digest"] == progfile.digest(m)
 
 
 
@@ -164,7 +164,7 @@ def test_not_a_program_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("version, message", [
-    (3, r"version 3 is newer than this vkq reads \(versions 1 to 2\); update vkq"),
+    (4, r"version 4 is newer than this vkq reads \(versions 1 to 3\); update vkq"),
     (99, "version 99 is newer"), (0, "version 0 is not a version number"),
     ("2", "version '2' is not a version number"), (True, "version True is not"), (None, "version None")])
 def test_wrong_version_is_refused(saved, tmp_path, version, message):
@@ -610,9 +610,9 @@ def test_cli_and_api_report_a_damaged_file_in_one_line(small, tmp_path):
         res = run_cli_without_torch(command, bad, "--input", tmp_path / "x.npy")
         assert res.returncode == 2, res.stderr[-2000:]
         assert res.stderr.startswith("vkq: ") and res.stderr.count("\n") == 1 and "digest" in res.stderr, res.stderr
-    future = _rewrite(small, tmp_path / "future.vkq", edit_manifest=lambda m: m.update(version=3), resign=False)
+    future = _rewrite(small, tmp_path / "future.vkq", edit_manifest=lambda m: m.update(version=4), resign=False)
     res = run_cli_without_torch("run", future, "--input", tmp_path / "x.npy")
-    assert res.returncode == 2 and "version 3 is newer than this vkq reads" in res.stderr
+    assert res.returncode == 2 and "version 4 is newer than this vkq reads" in res.stderr
 
 
 # -- the rest of the format -------------------------------------------------------------------

@@ -262,7 +262,7 @@ def symbolize(program: Program, gm: GraphModule, shapes: dict, bounds: dict, nam
         new_nodes.append(type(node)(node.op, node.inputs, node.outputs, attrs, node.name))
     meta = {**program.meta, "symbol_names": _described(program, tensors, names)}
     dyn = Program(tensors, new_nodes, program.inputs, program.outputs, program.constants, program.fallback, meta,
-                  {s: bounds[s] for s in sorted(bounds)})
+                  {s: bounds[s] for s in sorted(bounds)}, state=program.state, state_init=program.state_init)
     dyn.validate()
     return dyn
 

@@ -40,12 +40,17 @@ def _as_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def run_reference(program: Program, *inputs, keep_all: bool = False):
+def run_reference(program: Program, *inputs, keep_all: bool = False, state: dict | None = None):
     """Run the program on the CPU with every op's numpy reference. Returns the outputs
-    (or, with keep_all, every tensor by name)."""
+    (or, with keep_all, every tensor by name). A program with state reads it from `state`
+    ({state tensor: value}, Program.state_init where None) and, where given, writes the new
+    values back into that dict: pass the same dict to every call to keep the state."""
     program = specialize_for(program, inputs)
     env = _bind_inputs(program, inputs)
     env.update(program.constants)
+    if program.state:
+        current = program.state_init if state is None else state
+        env.update({n: np.asarray(current.get(n, program.state_init[n])) for n in program.state})
     done = {} if keep_all else _last_reads(program)
     for i, node in enumerate(program.nodes):
         with _at(node):
@@ -53,16 +58,19 @@ def run_reference(program: Program, *inputs, keep_all: bool = False):
         _store(env, node, result, program)
         for t in done.get(i, ()):
             del env[t]          # (a video model's activations, all kept, took gigabytes)
+    if state is not None:
+        state.update({n: env[u] for n, u in program.state.items()})
     return env if keep_all else _outputs(program, env)
 
 
 def _last_reads(program: Program) -> dict:
-    """{node index: the tensors it is the last to read}, outputs and constants left out."""
+    """{node index: the tensors it is the last to read}, outputs, constants and state updates
+    left out."""
     last = {}
     for i, node in enumerate(program.nodes):
         for t in node.inputs:
             last[t] = i
-    keep = set(program.outputs) | set(program.constants)
+    keep = set(program.outputs) | set(program.constants) | set(program.state.values())
     done = {}
     for t, i in last.items():
         if t not in keep:
@@ -377,14 +385,22 @@ class VulkanExecutor:
         for i, n in enumerate(sized.nodes):
             if i in self.cpu_reasons:
                 self.host_side |= set(n.inputs) | set(n.outputs)
+        self._plan_state(sized)
         host_visible_all = self.host_visible_all
-        shared = plan_memory(sized, exclude=self.host_side | set(program.constants),
+        kept = set(program.state) | set(program.state.values())      # (state lives across calls)
+        shared = plan_memory(sized, exclude=self.host_side | set(program.constants) | kept,
                              aliases=memory_aliases(program, sized)) if not host_visible_all else {}
         self.arena_slots = {}
         on_device = {t for i, n in enumerate(sized.nodes) if i not in self.cpu_reasons
                      for t in list(n.inputs) + list(n.outputs)}
+        for name in self.state_on_device:     # allocated once, initialised from the program
+            spec = sized.tensors[name]
+            self.buffers[name] = self.device.buffer(spec.to_device(program.state_init[name]).view(spec.word_dtype))
+            self._pending_uploads.append(self.buffers[name])
+        for update, name in self._in_place.items():
+            self.buffers[update] = self.buffers[name]
         for name, spec in sized.tensors.items():
-            if name in program.constants:
+            if name in program.constants or name in self.buffers:
                 continue  # ops pack the constants they read (BuildContext.buffer uploads the rest)
             if name not in on_device:
                 continue  # read and written by CPU nodes only (or a program output no node makes)
@@ -400,6 +416,83 @@ class VulkanExecutor:
         naive = sum(sized.tensors[t].device_words() * 4 for t in shared)
         self.memory = {"arena_bytes": sum(b.nbytes for b in self.arena_slots.values()),
                        "naive_bytes": naive, "shared_tensors": len(shared)}
+
+    # -- program state ---------------------------------------------------------------------
+    def _plan_state(self, sized: Program) -> None:
+        """Where each state tensor lives. On the device (a buffer of its own, for the life of the
+        executor) unless a CPU node reads it or makes its update: then on the host, passed in
+        and taken back like an input and an output. Its update is written into the state's own
+        buffer (in place: no copy, no arena slot) where the node making it is a scatter of
+        slices into the state (index_copy_ of a KV cache at its positions) and nothing reads
+        the old value after it; else it gets a buffer of its own, copied into the state's at
+        the end of the call."""
+        program = self.program
+        self.state_on_device = [n for n, u in program.state.items()
+                                if n not in self.host_side and u not in self.host_side]
+        self._state_host = {n: program.state_init[n] for n in program.state if n not in self.state_on_device}
+        self.host_side |= {program.state[n] for n in self._state_host}      # (comes down after each call)
+        order = {t: i for i, node in enumerate(sized.nodes) for t in node.outputs}
+        self._in_place, self._state_copies = {}, []
+        for name in self.state_on_device:
+            update = program.state[name]
+            i = order.get(update)
+            node = sized.nodes[i] if i is not None else None
+            later_reads = any(name in n.inputs for n in sized.nodes[i + 1:]) if node is not None else True
+            if node is not None and node.op == "scatter" and node.inputs[0] == name and node.attrs.get("along") \
+                    and node.attrs.get("reduce", "none") == "none" and not later_reads:
+                self._in_place[update] = name
+            else:
+                self._state_copies.append((update, name))
+
+    def _state_copy_recording(self):
+        """The recording that copies each out-of-place update into its state's buffer (built once)."""
+        if not self._state_copies:
+            return None
+        if getattr(self, "_copy_rec", None) is None:
+            from .ops.shape import copy_words
+            ctx = BuildContext(self, self.program)
+            steps = [copy_words(ctx, self.buffers[u], self.buffers[n], self.program.tensors[n].device_words())
+                     for u, n in self._state_copies]
+            self._copy_rec = self.device.record(steps)
+        return self._copy_rec
+
+    def reset_state(self) -> None:
+        """Every state tensor back to its initial value (Program.state_init)."""
+        with self.lock:
+            for name in self.program.state:
+                self._write_state(name, self.program.state_init[name])
+
+    def read_state(self, name: str) -> np.ndarray:
+        """A state tensor's current value (downloaded from the device where it lives there)."""
+        with self.lock:
+            self._state_name(name)
+            if name not in self.state_on_device:
+                return np.array(self._state_host[name], copy=True)
+            spec, buf = self.program.tensors[name], self.buffers[name]
+            self.device.run([], download=[buf])
+            return spec.from_device(buf.read(spec.device_words()))
+
+    def write_state(self, name: str, value) -> None:
+        with self.lock:
+            self._write_state(name, value)
+
+    def _write_state(self, name, value):
+        spec = self.program.tensors[self._state_name(name)]
+        value = _as_words(_as_numpy(value), spec, f"state {name!r}")
+        if value.shape != spec.shape:
+            raise ValueError(f"state {name!r} has shape {spec.shape}, got {value.shape}")
+        if name not in self.state_on_device:
+            self._state_host[name] = value.copy()
+            return
+        buf = self.buffers[name]
+        buf.write(spec.to_device(value))
+        self.device.run([], upload=[buf])
+
+    def _state_name(self, name: str) -> str:
+        if name not in self.program.state:
+            known = ", ".join(self.program.state) or "none"
+            raise KeyError(f"{name!r} is not a state tensor of this program (its state: {known})")
+        return name
 
     @property
     def segments(self) -> list:
@@ -465,10 +558,14 @@ class VulkanExecutor:
         bindings = self.program.bind([np.shape(_as_numpy(x)) for x in inputs]) if self.program.dynamic else {}
         program = self.program.specialize(bindings)
         env = _bind_inputs(program, inputs)
-        words = {name: program.tensors[name].to_device(value) for name, value in env.items()
-                 if name in self.buffers}       # (an input only CPU nodes read has no buffer)
         with self.lock:
-            return self._call(self._build_for(bindings), env, words, keep_all)
+            env.update(self._state_host)        # (state a CPU node touches: passed in as an input)
+            words = {name: program.tensors[name].to_device(value) for name, value in env.items()
+                     if name in self.buffers}       # (an input only CPU nodes read has no buffer)
+            out = self._call(self._build_for(bindings), env, words, keep_all)
+            if self._state_copies:
+                self._state_copy_recording().run()
+            return out
 
     def _call(self, build: _Build, env: dict, words: dict, keep_all: bool):
         program = build.program
@@ -494,10 +591,17 @@ class VulkanExecutor:
                     host[t] = spec.from_device(self.buffers[t].read(spec.device_words()))
             if not keep_all:
                 for t in frees:
-                    host.pop(t, None)
+                    if t not in self._state_updates_host:
+                        host.pop(t, None)
+        for name in self._state_host:
+            self._state_host[name] = host[program.state[name]]
         if keep_all:
             return host
         return _outputs(program, host)
+
+    @property
+    def _state_updates_host(self) -> set:
+        return {self.program.state[n] for n in self._state_host}
 
 
 

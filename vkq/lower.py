@@ -32,6 +32,7 @@ from torch.fx import GraphModule, Node
 from . import dynamic
 from .aten_rules import CPU_RULES, RULES_BY_NAME, fallback_reason
 from .passes import run_pipeline
+from .passes.functionalize import STATE, functionalize_inplace
 from .passes._graph import (DEQUANTIZE, HOST_FLOAT64, QUANTIZE, SYMBOLIC_SHAPES, const_value, dtype_of, is_call,
                             op_name, q_args, qparams, record_shapes, shape_of, val, vkq_op_of)
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
@@ -124,6 +125,9 @@ def _lower_at(gm: GraphModule, example_inputs, float_linear: str, report: dict |
     symbolic shape (the passes read it as SYMBOLIC_SHAPES: a size that only looks static at
     the example); progress: the title of a bar over the passes."""
     gm = copy.deepcopy(gm)
+    functionalize_inplace(gm)      # (a graph PT2E converted without vkq's quantizer: its buffer writes)
+    state = lift_state(gm, shapes)
+    example_inputs = tuple(example_inputs) + tuple(init for _, init in state)
     record_shapes(gm, example_inputs)
     gm.meta[SYMBOLIC_SHAPES] = shapes or {}
     gm.meta["vkq_float_linear"] = float_linear
@@ -137,12 +141,63 @@ def _lower_at(gm: GraphModule, example_inputs, float_linear: str, report: dict |
     if progress:
         stage(f"translating {len(gm.graph.nodes)} nodes into a program")
     program = Translator(gm, exprs).program()
+    if state:
+        _split_state(program, state)
     if exprs is None and not dynamic_graph:
         rewrite_for_shapes(program)      # a dynamic program gets them per shape (vkq/rewrites.py)
     schedule_host_first(program)
     program.meta["passes"] = list(passes)
     program.validate()
     return program, gm
+
+
+# ------------------------------------------------------------------ program state
+
+def lift_state(gm: GraphModule, shapes: dict | None = None) -> list:
+    """The module buffers the graph writes (gm.meta[STATE], vkq.passes.functionalize: their new
+    values are the graph's trailing outputs) as trailing placeholders: to the passes they are
+    inputs like any other (never folded as constants), and the program reads them as its state.
+    Returns [(placeholder name, initial value)] in the order of those outputs; shapes (a
+    dynamic graph's) gets each placeholder's shape under its new name."""
+    lifted = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for target in gm.meta.get(STATE, []):
+        reads = [n for n in gm.graph.nodes if n.op == "get_attr" and n.target == target]
+        value = gm.get_buffer(target).detach().clone()
+        if value.dtype not in (torch.float32, torch.int32, torch.int64, torch.bool):
+            raise NotImplementedError(f"buffer {target!r} is written in place and is {value.dtype}: vkq keeps "
+                                      "program state as float32 or 32-bit integers")
+        after = placeholders[-1] if placeholders else next(iter(gm.graph.nodes))
+        with gm.graph.inserting_after(after) if placeholders else gm.graph.inserting_before(after):
+            ph = gm.graph.placeholder("state_" + target.replace(".", "_"))
+        ph.meta["val"] = value
+        placeholders.append(ph)
+        for r in reads:
+            if shapes is not None and r.name in shapes:
+                shapes[ph.name] = shapes[r.name]
+            r.replace_all_uses_with(ph)
+            gm.graph.erase_node(r)
+        lifted.append((ph.name, value))
+    if lifted:
+        gm.recompile()
+    return lifted
+
+
+def _split_state(program: Program, state: list) -> None:
+    """The program lowered with its state as trailing inputs and their new values as trailing
+    outputs -> those inputs and outputs as Program.state."""
+    k = len(state)
+    names, updates = program.inputs[-k:], program.outputs[-k:]
+    program.inputs, program.outputs = program.inputs[:-k], program.outputs[:-k]
+    program.state = dict(zip(names, updates))
+    program.state_init = {}
+    for name, (_, value) in zip(names, state):
+        spec = program.tensors[name]
+        program.state_init[name] = value.numpy().astype(spec.numpy_dtype)
+    dtypes = program.meta.get("output_dtypes", {})
+    for u in updates:
+        if u not in program.outputs:
+            dtypes.pop(u, None)
 
 
 # ------------------------------------------------------------------ specs and dtypes

@@ -11,7 +11,9 @@ refused; bytes nothing reads (zip timestamps, comments) may differ. The file is 
 completely (types, bounds, names, sizes capped before anything is inflated) before anything
 runs, and anything malformed raises ProgramFileError saying what is wrong.
 
-Versions: 2 adds the digest; 1 (per-constant checksums only) still loads.
+Versions: 3 adds program state ("state": each state tensor's update and its initial value, a
+.npy like a constant) and lets constants of equal bytes share one file (a tied embedding and
+lm_head); 2 adds the digest; 1 (per-constant checksums only) still loads.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from . import packing, symbolic
 from .program import DTYPES, Node, Program, TensorSpec
 
 FORMAT = "vkq-program"
-VERSION = 2
+VERSION = 3
 _CONST_DTYPES = {"int8", "int32", "float32", "float64"}
 MANIFEST = "manifest.json"
 
@@ -89,17 +91,21 @@ def save_program(program: Program, path) -> Path:
     """Write `program` to `path` (a .vkq zip), atomically. Returns the path."""
     program.validate()
     path = Path(path)
-    consts = {}
-    files = {}
-    for i, (name, value) in enumerate(program.constants.items()):
+    files, by_sha = {}, {}
+
+    def entry(name, value, folder, i):
         value = np.asarray(value)
         if value.dtype.name not in _CONST_DTYPES:
-            raise TypeError(f"constant {name!r} has dtype {value.dtype}; expected one of {sorted(_CONST_DTYPES)}")
+            raise TypeError(f"{folder[:-1]} {name!r} has dtype {value.dtype}; expected one of {sorted(_CONST_DTYPES)}")
         data = _npy_bytes(value)
-        fname = f"constants/{i:06d}.npy"
+        sha = hashlib.sha256(data).hexdigest()
+        fname = by_sha.setdefault(sha, f"{folder}/{i:06d}.npy")     # (equal bytes: one file)
         files[fname] = data
-        consts[name] = {"file": fname, "dtype": value.dtype.name, "shape": list(value.shape),
-                        "sha256": hashlib.sha256(data).hexdigest()}
+        return {"file": fname, "dtype": value.dtype.name, "shape": list(value.shape), "sha256": sha}
+
+    consts = {name: entry(name, value, "constants", i) for i, (name, value) in enumerate(program.constants.items())}
+    state = {name: {"update": program.state[name], **entry(name, program.state_init[name], "state", i)}
+             for i, name in enumerate(program.state)}
     manifest = {
         "format": FORMAT, "version": VERSION,
         "tensors": {n: {"shape": list(s.shape), "dtype": s.dtype, "layout": s.layout,
@@ -115,6 +121,8 @@ def save_program(program: Program, path) -> Path:
         manifest["symbols"] = {s: [int(lo), int(hi)] for s, (lo, hi) in program.symbols.items()}
     if program.checks:
         manifest["checks"] = list(program.checks)
+    if state:
+        manifest["state"] = state
     # What is saved is what load will see: JSON turns tuples into lists, keys into strings.
     manifest = json.loads(json.dumps(manifest))
     manifest["digest"] = digest(manifest)
@@ -229,8 +237,8 @@ def _node(i, entry) -> Node:
                 dict(attrs), name)
 
 
-def _constant_entry(name, entry, tensors) -> dict:
-    where = f"constant {name!r}"
+def _constant_entry(name, entry, tensors, where=None) -> dict:
+    where = where or f"constant {name!r}"
     _keys(_typed(entry, dict, where), ("file", "dtype", "shape", "sha256"), (), where)
     _require(name in tensors, f"{where} has no tensor spec")
     spec = tensors[name]
@@ -330,7 +338,8 @@ def _check_version(manifest: dict) -> int:
 
 def _program_from(manifest: dict, version: int, archive: _Archive) -> Program:
     top = ("format", "version", "tensors", "nodes", "inputs", "outputs", "constants")
-    _keys(manifest, top + (("digest",) if version >= 2 else ()), ("fallback", "meta", "symbols", "checks"), MANIFEST)
+    _keys(manifest, top + (("digest",) if version >= 2 else ()),
+          ("fallback", "meta", "symbols", "checks") + (("state",) if version >= 3 else ()), MANIFEST)
     tensors = {name: _tensor_spec(name, t) for name, t in _typed(manifest["tensors"], dict, "tensors").items()}
     nodes = [_node(i, n) for i, n in enumerate(_typed(manifest["nodes"], list, "nodes"))]
     inputs, outputs = _names(manifest["inputs"], "inputs"), _names(manifest["outputs"], "outputs")
@@ -343,13 +352,31 @@ def _program_from(manifest: dict, version: int, archive: _Archive) -> Program:
     checks = _typed(manifest.get("checks", []), list, "checks")
     _require(all(isinstance(c, str) for c in checks), "checks: every check is a condition string")
 
-    files = [c["file"] for c in entries.values()]
-    _require(len(set(files)) == len(files), "two constants name the same file")
+    state_entries = {}
+    for name, st in _typed(manifest.get("state", {}), dict, "state").items():
+        where = f"state {name!r}"
+        _typed(st, dict, where)
+        _require(isinstance(st.get("update"), str), f"{where} has no update tensor name")
+        state_entries[name] = _constant_entry(name, {k: v for k, v in st.items() if k != "update"}, tensors, where)
+    files = [c["file"] for c in list(entries.values()) + list(state_entries.values())]
+    shared = {}
+    for c in list(entries.values()) + list(state_entries.values()):     # (version 3: equal bytes, one file)
+        _require(shared.setdefault(c["file"], c["sha256"]) == c["sha256"] and (version >= 3 or files.count(c["file"]) == 1),
+                 f"two constants name the same file {c['file']!r} with different contents")
     for extra in sorted(set(archive.infos) - set(files) - {MANIFEST}):
         raise ProgramFileError(f"the archive holds an entry nothing uses: {extra!r}")
-    constants = {name: _read_constant(archive, name, entry, tensors[name]) for name, entry in entries.items()}
+    read = {}
+    def value_of(name, entry):
+        key = (entry["file"], entry["dtype"], tuple(entry["shape"]))
+        if key not in read:
+            read[key] = _read_constant(archive, name, entry, tensors[name])
+        return read[key]
+    constants = {name: value_of(name, entry) for name, entry in entries.items()}
+    state = {name: st["update"] for name, st in manifest.get("state", {}).items()}
+    state_init = {name: value_of(name, entry).copy() for name, entry in state_entries.items()}
 
-    program = Program(tensors, nodes, inputs, outputs, constants, fallback, dict(meta), symbols, checks)
+    program = Program(tensors, nodes, inputs, outputs, constants, fallback, dict(meta), symbols, checks,
+                      state=state, state_init=state_init)
     try:
         program.validate()
     except ValueError as e:

@@ -149,6 +149,13 @@ class Program:
     meta: dict = field(default_factory=dict)
     symbols: dict = field(default_factory=dict)     # symbol -> (min, max): the dynamic dims' bounds
     checks: list = field(default_factory=list)      # conditions on the symbols the graph holds under
+    # Program state: tensors that outlive a call (a KV cache, a counter: the buffers a model
+    # writes in place). {state tensor: the tensor holding its value after the call}; the nodes
+    # read the state tensor as an input no caller passes, and the executors keep its value
+    # between calls (on the device, never uploaded or downloaded per call), starting from
+    # state_init (the model's buffer values when it was compiled).
+    state: dict = field(default_factory=dict)
+    state_init: dict = field(default_factory=dict)  # state tensor -> np.ndarray (logical value)
 
     # -- dynamic shapes ----------------------------------------------------------------------
     @property
@@ -258,7 +265,8 @@ class Program:
         nodes = [Node(n.op, n.inputs, n.outputs, symbolic.specialize_attrs(copy.deepcopy(n.attrs), bindings), n.name)
                  for n in self.nodes]
         meta = {**self.meta, "bindings": dict(bindings)}
-        return Program(tensors, nodes, self.inputs, self.outputs, self.constants, self.fallback, meta)
+        return Program(tensors, nodes, self.inputs, self.outputs, self.constants, self.fallback, meta,
+                       state=self.state, state_init=self.state_init)
 
     def validate(self) -> None:
         """Every name is defined once before use, shapes of constants match their specs,
@@ -290,9 +298,22 @@ class Program:
         for name in self.constants:
             if name in self.tensors and self.tensors[name].symbolic:
                 raise ValueError(f"constant {name!r} has a symbolic shape")
-        known = set(self.inputs) | set(self.constants)
-        if len(known) != len(self.inputs) + len(self.constants):
-            raise ValueError("a program input is named twice, or is also a constant")
+        known = set(self.inputs) | set(self.constants) | set(self.state)
+        if len(known) != len(self.inputs) + len(self.constants) + len(self.state):
+            raise ValueError("a program input is named twice, or is also a constant or a state tensor")
+        if not isinstance(self.state, dict) or set(self.state_init) != set(self.state):
+            raise ValueError("every state tensor needs an initial value, and only state tensors have one")
+        for name, update in self.state.items():
+            if name not in self.tensors or update not in self.tensors:
+                raise ValueError(f"state tensor {name!r} or its update {update!r} has no spec")
+            spec, new = self.tensors[name], self.tensors[update]
+            if spec.symbolic or (spec.shape, spec.dtype) != (new.shape, new.dtype) or spec.dtype not in ("float32", "int32"):
+                raise ValueError(f"state tensor {name!r} {spec.dtype}{list(spec.shape)} is updated by {update!r} "
+                                 f"{new.dtype}{list(new.shape)}: a state is a float32 or int32 tensor of static "
+                                 "shape, and its update has its shape and dtype")
+            if tuple(np.shape(self.state_init[name])) != spec.shape:
+                raise ValueError(f"state tensor {name!r}: initial value of shape {np.shape(self.state_init[name])}, "
+                                 f"its spec says {spec.shape}")
         for name in list(self.inputs) + list(self.constants):
             if name not in self.tensors:
                 raise ValueError(f"tensor {name!r} has no spec")
@@ -318,6 +339,9 @@ class Program:
         for t in self.outputs:
             if t not in known:
                 raise ValueError(f"program output {t!r} is never produced")
+        for name, update in self.state.items():
+            if update not in known or update in self.constants:
+                raise ValueError(f"state tensor {name!r}: its update {update!r} is never produced")
 
 
 def _attr_exprs(value):

@@ -5,13 +5,20 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import numpy as np
+
 from .executor import VulkanExecutor, run_reference
 from .program import Program
 from .progfile import ProgramFileError, load_program, save_program
 
 
 class CompiledProgram:
-    """prog(*inputs) on the device; prog.run_reference(*inputs) on the CPU; prog.save(path)."""
+    """prog(*inputs) on the device; prog.run_reference(*inputs) on the CPU; prog.save(path).
+
+    A program with state (buffers the model writes in place: a KV cache) keeps it between
+    calls, on the device for prog(...) and separately for prog.run_reference(...), both from
+    the program's initial values: prog.reset() starts both again; prog.read_state(name) /
+    prog.write_state(name, value) (reference=True: the reference's) for tests and tools."""
 
     def __init__(self, program: Program, device=None, arguments=None):
         self.program = program
@@ -19,6 +26,7 @@ class CompiledProgram:
         self._device_choice = device
         self._executor = None
         self._build_lock = threading.Lock()
+        self._reference_state = {n: v.copy() for n, v in program.state_init.items()}
 
     @property
     def executor(self) -> VulkanExecutor:
@@ -50,7 +58,40 @@ class CompiledProgram:
         return self.executor(*self._tensors(inputs))
 
     def run_reference(self, *inputs):
-        return run_reference(self.program, *self._tensors(inputs))
+        return run_reference(self.program, *self._tensors(inputs), state=self._reference_state)
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def state_names(self) -> list:
+        return list(self.program.state)
+
+    def reset(self) -> None:
+        """The state back to its initial values, on the device and in the reference."""
+        self._reference_state = {n: v.copy() for n, v in self.program.state_init.items()}
+        if self._executor is not None:
+            self._executor.reset_state()
+
+    def read_state(self, name: str, reference: bool = False):
+        if reference:
+            self._state_name(name)
+            return self._reference_state[name].copy()
+        return self.executor.read_state(name)
+
+    def write_state(self, name: str, value, reference: bool = False) -> None:
+        if reference:
+            spec = self.program.tensors[self._state_name(name)]
+            value = np.asarray(value)
+            if value.shape != spec.shape:
+                raise ValueError(f"state {name!r} has shape {spec.shape}, got {value.shape}")
+            self._reference_state[name] = value.astype(spec.numpy_dtype)
+        else:
+            self.executor.write_state(name, value)
+
+    def _state_name(self, name: str) -> str:
+        if name not in self.program.state:
+            raise KeyError(f"{name!r} is not a state tensor of this program (its state: "
+                           f"{', '.join(self.program.state) or 'none'})")
+        return name
 
     def _tensors(self, inputs):
         return inputs if self._arguments is None else self._arguments(inputs)

@@ -526,6 +526,8 @@ def _scatter_build(ctx, node):
     n = _numel(xs)
     if n == 0:
         return []
+    if ctx.buffer(x) is ctx.buffer(node.outputs[0]):      # in place: a state's rows (the executor's plan)
+        return _index_copy_rows(ctx, node, xs, dim, k, bool(sshape))
     sstride = strides_of(sshape) if sshape else [0] * rank
     push = (n, rank, dim, k, xs[dim], 0, _pad(xs, MAX_RANK, 1), _pad(istride, MAX_RANK), _pad(sstride, MAX_RANK),
             _pad(iext, MAX_RANK, 1))
@@ -545,6 +547,29 @@ def _scatter_build(ctx, node):
     ctx.device.info.check_loop_budget(PER * (walk + rank + 3), f"scatter: {PER} values an invocation each "
                                                                f"walking {walk} index elements")
     return [_elementwise(ctx, "scatter", buffers, n, push, defines or None, spec)]
+
+
+INDEX_COPY_CHUNK = 64      # words an invocation of index_copy_rows writes
+
+
+def _index_copy_rows(ctx, node, xs, dim, k, has_src):
+    """index_copy_ into x's own buffer (vkq.executor plans a state's update there only for a
+    scatter along a dim with reduce "none"): the rows named, nothing else read or written."""
+    a = node.attrs
+    if not a.get("along") or a.get("reduce", "none") != "none":
+        raise ValueError(f"{node.name}: an in-place scatter must be index_copy's (along a dim, reduce none)")
+    outer, inner = _numel(xs[:dim]), _numel(xs[dim + 1:])
+    chunks = max(1, -(-inner // INDEX_COPY_CHUNK))
+    ctx.device.info.check_loop_budget(INDEX_COPY_CHUNK + k, f"index_copy: {k} index elements and rows "
+                                                            f"of {INDEX_COPY_CHUNK} words an invocation")
+    n = outer * k * chunks
+    if n == 0 or inner == 0:
+        return []
+    x, index, src = node.inputs
+    push = (outer, xs[dim], inner, k, chunks)
+    return [ctx.device.dispatch("index_copy_rows", [ctx.buffer(node.outputs[0]), ctx.buffer(index), ctx.buffer(src)],
+                                grid_1d(n, 64), local=(64,), spec=(INDEX_COPY_CHUNK,), push=push,
+                                defines=None if has_src else ["SCALAR"])]
 
 
 def scatter_lists(index, size: int) -> np.ndarray:
@@ -585,6 +610,6 @@ _op("index", index, _index_build, _index_decline, ("index",),
     "x[i0, i1, i2] by int32 index tensors computed on the device, broadcast (a padding mask's gather).")
 _op("gather", gather, _gather_build, _gather_decline, ("gather",),
     "torch.gather of float32/int32 values by an int32 index computed on the device.")
-_op("scatter", scatter, _scatter_build, _scatter_decline, ("scatter",),
+_op("scatter", scatter, _scatter_build, _scatter_decline, ("scatter", "index_copy_rows"),
     "torch.scatter / scatter_add / scatter_reduce / index_add / index_copy / index_fill of float32/int32 "
     "words by an int32 index, its elements in order.")

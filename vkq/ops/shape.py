@@ -356,6 +356,13 @@ def _float_steps(ctx, node, g: Gather):
     return steps
 
 
+def copy_words(ctx, src, dst, n: int):
+    """One dispatch copying the first n 32-bit words of Buffer src into Buffer dst (a state
+    tensor's new value into its own buffer at the end of a call: vkq.executor)."""
+    push = (n, 1, 0, 0, _pad([n], MAX_RANK, 1), _pad([1], MAX_RANK), _pad([1], MAX_RANK), 0)
+    return _elementwise(ctx, "float_copy", [src, dst], n, push, ["CONTIG"])
+
+
 def _int8_dispatch(ctx, node, src, dst, view, variant, rank=0, sbase=0, fill=0):
     si, so = ctx.spec(src), ctx.spec(dst)
     view = np.asarray(view, np.int32).reshape(-1)

@@ -13,6 +13,12 @@ again from it); a base that is a constant (a mask or table built in forward by w
 zeros(): Swin's shifted-window masks, ConViT's relative positions) is its value once written.
 What cannot be written back (a view op without a rule here) is refused with its name rather
 than computed wrong.
+
+A write into one of the module's buffers (a static KV cache's index_copy_ at cache_position, a
+step counter's add_) is program state: it outlives the call. The buffer's value after the last
+write becomes an extra output of the graph, and gm.meta[STATE] names the buffers those trailing
+outputs update, in order; the lowering makes each such buffer a state tensor of the Program
+(vkq.lower.lift_state) and the executors keep its value between calls.
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from ._graph import add_constant, call_before, val
 from .fold_constants import evaluate_constant
 
 aten = torch.ops.aten
+STATE = "vkq_state"     # gm.meta: the buffers the graph's trailing outputs update, in order
 END = 9223372036854775807       # a slice's "to the end", as export writes it
 
 # views whose value is the parent's elements in another shape: written back by a reshape
@@ -135,9 +142,11 @@ def _taken_again(view: Node, base: Node, new_base: Node, at: Node) -> Node:
     return out
 
 
-def _functionalize(gm: GraphModule, node: Node, target) -> None:
+def _functionalize(gm: GraphModule, node: Node, target, written: dict, final: dict) -> None:
     """One in-place node -> its functional op, written back through the views it writes through;
-    the reads after it of what it wrote read the new values."""
+    the reads after it of what it wrote read the new values. written: {node: the module buffer
+    whose value it is, after writes}, and final: {buffer: its last value}, updated here (a
+    buffer's writes: program state)."""
     chain, base = [], node.args[0]
     while _is_view(base):
         chain.append(base)
@@ -146,7 +155,10 @@ def _functionalize(gm: GraphModule, node: Node, target) -> None:
     new_base = new
     for view in chain:                  # innermost first
         new_base = _write_back(view, new_base, node)
-    if chain and (value := evaluate_constant(gm, new_base)) is not None:
+    buffer = written.get(base) or (base.target if base.op == "get_attr" and _is_buffer(gm, base.target) else None)
+    if buffer is not None:      # (never folded to a constant: its value changes from call to call)
+        written[new_base], final[buffer] = buffer, new_base
+    elif chain and (value := evaluate_constant(gm, new_base)) is not None:
         new_base = add_constant(gm, f"{base.name}_written", value, node)    # a table built by writes: its value
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     here = order[node]
@@ -171,12 +183,35 @@ def _functionalize(gm: GraphModule, node: Node, target) -> None:
 def functionalize_inplace(gm: GraphModule) -> bool:
     """Every in-place aten op -> its functional form (this module's docstring). Run by the
     quantizer before annotating too, so that PT2E's reference graph computes the writes."""
-    changed = False
+    changed, written, final = False, {}, {}
     for node in list(gm.graph.nodes):
         target = functional_target(node.target) if node.op == "call_function" else None
         if target is not None:
-            _functionalize(gm, node, target)
+            _functionalize(gm, node, target, written, final)
             changed = True
+    if final:
+        _output_state(gm, final)
     if changed:
         gm.recompile()
     return changed
+
+
+def _is_buffer(gm: GraphModule, target: str) -> bool:
+    return target in dict(gm.named_buffers())
+
+
+def _output_state(gm: GraphModule, final: dict) -> None:
+    """The written buffers' last values as trailing outputs of the graph (gm.meta[STATE] names
+    them); a pytree output spec (torch.export's) becomes (the model's outputs, *states)."""
+    import torch.utils._pytree as pytree
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    flat = list(out.args[0]) if isinstance(out.args[0], (tuple, list)) else [out.args[0]]
+    names = [b for b in final if b not in gm.meta.get(STATE, [])]
+    out.args = (tuple(flat + [final[b] for b in names]),)
+    codegen = gm.graph._codegen
+    info = getattr(codegen, "pytree_info", None)
+    if info is not None and info.out_spec is not None:
+        model_out = pytree.tree_unflatten([0] * info.out_spec.num_leaves, info.out_spec)
+        spec = pytree.tree_structure((model_out, *[0] * len(names)))
+        codegen.pytree_info = info._replace(out_spec=spec)
+    gm.meta[STATE] = list(gm.meta.get(STATE, [])) + names
