@@ -12,9 +12,10 @@
 // its sum of exp(s_j - m) and its exp-weighted sum of v rows, rescaled by exp(m_old - m) when the
 // max grows), then the workgroup takes the max of the lanes' maxima, each lane scales its sum and
 // vector by exp(m_lane - m), and a shared-memory tree over the LOCAL lanes (pairs l, l + half,
-// halves LOCAL/2, ..., 1) adds them. So every sum runs in an order set by LOCAL alone (the host
-// chooses it from Dv), not by the subgroup size or the device; `precise` keeps the compiler from
-// contracting the products and sums into FMAs. exp is exp_f32, tanh tanh_f32 (float_math.glsl).
+// halves LOCAL/2, ..., 1) adds them, CH4 vec4s of the vectors at a time (16 KiB of shared memory
+// at most). So every sum runs in an order set by LOCAL alone (vkq/ops/attention_cached.py: 64),
+// not by the subgroup size or the device; `precise` keeps the compiler from contracting the
+// products and sums into FMAs. exp is exp_f32, tanh tanh_f32 (float_math.glsl).
 // The dot product sums q*k in 4 partial sums over d % 4 (d = 4i + c, i ascending), then
 // (c0 + c1) + (c2 + c3); D and DV are specialization constants (the loops over them unroll).
 // A cache row is read as vec4s where D (DV) % 4 == 0 (every row starts on one), else word by word.
@@ -44,7 +45,8 @@ layout(push_constant) uniform Params {
 
 shared float red_m[LOCAL];
 shared float red_s[LOCAL];
-shared vec4 red_v[LOCAL * DV4];          // lane l's vector at l * DV4 (the host keeps it <= 24 KiB)
+const int CH4 = DV4 < 16 ? DV4 : 16;     // vec4s of each lane's vector a step of the final tree takes
+shared vec4 red_v[LOCAL * CH4];          // lane l's part at l * CH4 (16 KiB at most)
 
 // vec4 i of a row of `width` values starting at word `base` (zeros past width)
 vec4 row4(bool k, int base, int i, int width) {
@@ -99,17 +101,20 @@ void main() {
     const float mx = red_m[0];
     precise float f = exp_f32(m - mx);                   // a lane without keys: exp(-inf) = 0 (s, acc 0)
     red_s[l] = s * f;
-    [[unroll]] for (int i = 0; i < DV4; ++i) red_v[l * DV4 + i] = acc[i] * f;
-    barrier();
-    for (int half_ = LOCAL / 2; half_ > 0; half_ >>= 1) {   // lane pairs (r, r + half_), r < half_
-        if (l < half_) red_s[l] += red_s[l + half_];
-        for (int w = l; w < half_ * DV4; w += LOCAL) {       // their half_ * DV4 vec4 sums over all lanes
-            const int r = w / DV4, i = w - r * DV4;
-            red_v[r * DV4 + i] += red_v[(r + half_) * DV4 + i];
-        }
+    [[unroll]] for (int c0 = 0; c0 < DV4; c0 += CH4) {   // CH4 vec4s of the lanes' vectors at a time
+        if (c0 > 0) barrier();                           // the last chunk's sums are stored
+        [[unroll]] for (int i = 0; i < CH4; ++i) red_v[l * CH4 + i] = acc[min(c0 + i, DV4 - 1)] * f;
         barrier();
+        for (int half_ = LOCAL / 2; half_ > 0; half_ >>= 1) {   // lane pairs (r, r + half_), r < half_
+            if (c0 == 0 && l < half_) red_s[l] += red_s[l + half_];
+            for (int w = l; w < half_ * CH4; w += LOCAL) {       // their half_ * CH4 vec4 sums over all lanes
+                const int r = w / CH4, i = w - r * CH4;
+                red_v[r * CH4 + i] += red_v[(r + half_) * CH4 + i];
+            }
+            barrier();
+        }
+        const float total = red_s[0];
+        const int obase = ((b * p.H + h) * p.T + t) * DV + 4 * c0;
+        for (int d = l; d < 4 * CH4 && 4 * c0 + d < DV; d += LOCAL) o[obase + d] = red_v[d >> 2][d & 3] / total;
     }
-    const float total = red_s[0];
-    const int obase = ((b * p.H + h) * p.T + t) * DV;
-    for (int d = l; d < DV; d += LOCAL) o[obase + d] = red_v[d >> 2][d & 3] / total;
 }

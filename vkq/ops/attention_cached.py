@@ -29,8 +29,8 @@ import numpy as np
 from ..registry import register_op
 
 F32 = np.float32
-LOCAL = 64                # lanes a (b, h, t), at most: 64 keys a step
-SHARED_BYTES = 24576      # the lanes' vectors for the final tree (red_v, red_m, red_s), at most
+LOCAL = 64                # lanes a (b, h, t), 64 keys a step: sets the order of every sum
+CHUNK = 16                # vec4s of the lanes' value vectors the final tree takes at a time (CH4 in the shader)
 MAX_HEAD_DIM = 1024       # D and Dv a lane keeps in registers (vec4 arrays), at most
 
 
@@ -62,7 +62,8 @@ def _shapes(q_shape, k_shape, v_shape, pos_shape):
 
 
 def attention_cached(q, k_cache, v_cache, positions, *, scale, window=0, softcap=0.0):
-    """The specification, in float64 from the float32 inputs, rounded to float32 once."""
+    """The specification, in float64 from the float32 inputs (scale and softcap too, as float32
+    push constants take them), rounded to float32 once."""
     q, k, v = (np.asarray(a, F32) for a in (q, k_cache, v_cache))
     B, H, T, D, Hkv, N, Dv = _shapes(q.shape, k.shape, v.shape, np.shape(positions))
     if int(window) < 0 or float(softcap) < 0:
@@ -76,29 +77,22 @@ def attention_cached(q, k_cache, v_cache, positions, *, scale, window=0, softcap
         vals = v[:, kv_head, lo:p + 1].astype(np.float64)
         s = np.einsum("bhd,bhnd->bhn", q[:, :, t].astype(np.float64), keys) * float(F32(scale))
         if softcap:
-            s = float(softcap) * np.tanh(s / float(softcap))
+            cap = float(F32(softcap))
+            s = cap * np.tanh(s / cap)
         w = np.exp(s - s.max(axis=-1, keepdims=True))
         out[:, :, t] = np.einsum("bhn,bhnd->bhd", w / w.sum(axis=-1, keepdims=True), vals).astype(F32)
     return out
 
 
-def lanes_for(dv: int) -> int:
-    """The workgroup width for value rows of dv: LOCAL, halved until the final tree's shared
-    memory (a vec4 per 4 values a lane, a max and a sum) fits SHARED_BYTES."""
-    lanes = LOCAL
-    while lanes > 1 and lanes * (16 * (-(-dv // 4)) + 8) > SHARED_BYTES:
-        lanes //= 2
-    return lanes
-
-
-def loop_iterations(keys: int, d: int, dv: int, lanes: int) -> int:
+def loop_iterations(keys: int, d: int, dv: int, lanes: int = LOCAL) -> int:
     """An upper bound on the loop iterations one invocation runs (llvmpipe's loop budget):
     its keys, each with the dot product (d / 4), a rescale and the weighted sum (dv / 4 each)
-    where the loops over d do not unroll; the two trees; the stores."""
+    where the loops over d do not unroll; the max tree; per chunk of CHUNK vec4s of the value
+    vector its tree and stores."""
     d4, dv4 = -(-d // 4), -(-dv // 4)
-    steps = lanes.bit_length()
-    return (-(-keys // lanes) + 1) * (d4 + 2 * dv4 + 2) + d4 + dv4 + steps * (dv4 + 3) + 2 * steps \
-        + -(-dv // lanes) + 8
+    steps, chunks, ch4 = lanes.bit_length(), -(-dv4 // CHUNK), min(dv4, CHUNK)
+    return (-(-keys // lanes) + 1) * (d4 + 2 * dv4 + 2) + d4 + dv4 + steps \
+        + chunks * (2 * ch4 + steps * (-(-ch4 * lanes // 2 // lanes) + 2) + -(-4 * ch4 // lanes) + 2) + 8
 
 
 def _decline(node, tensors):
@@ -125,7 +119,7 @@ def _build(ctx, node):
     out = node.outputs[0]
     B, H, T, D, Hkv, N, Dv = _shapes(ctx.spec(q).shape, ctx.spec(k).shape, ctx.spec(v).shape, ctx.spec(pos).shape)
     window, softcap = int(node.attrs.get("window", 0)), float(node.attrs.get("softcap", 0.0))
-    lanes = lanes_for(Dv)
+    lanes = LOCAL
     keys = min(N, window) if window else N
     ctx.device.info.check_loop_budget(loop_iterations(keys, D, Dv, lanes), f"{node.name}: attention_cached")
     push = (H, T, N, Hkv, window, F32(node.attrs["scale"]), F32(softcap))
