@@ -17,6 +17,9 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
   argmax, argmin      x int32/f32 -> int32 indices along a dim or over all; attrs dim, keepdim (scan.py)
   upsample_bilinear2d x f32 or int8 (N, C, H, W) -> same (N, C, Ho, Wo); attrs out_size, align_corners, scales
   scaled_dot_product_attention   q, k, v f32 [, mask f32/int32] -> f32; attrs scale, causal, mask_kind
+  attention_cached    q f32 (B, H, T, D), k_cache f32 (B, Hkv, N, D), v_cache f32 (B, Hkv, N, Dv), positions int32 (T,)
+                      -> f32 (B, H, T, Dv); attrs scale, window (0: none), softcap (0.0: none): query t attends to
+                      cache rows lo..positions[t] (a window: lo = p - window + 1), head h to cache head h // (H // Hkv)
   linear_q8           x int8 4H4W (..., K), weight int8 (N, K), bias float64 or int32 (N,),
                       multiplier int32 (N,), shift int32 (N,) -> int8 4H4W (..., N)
                       attrs x_zp, out_zp, qmin, qmax (qmin/qmax carry a fused relu/relu6/clamp)
@@ -40,4 +43,4 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
 Each op module also exports a `*_params` helper that turns float scales (and a float bias) into
 the integer constants/attrs above, used by the lowering and by tests alike.
 """
-from . import io, linear, conv, eltwise, pool, lut, cpu, float, shape, attention, logic, creation, resize, scan  # noqa: F401
+from . import io, linear, conv, eltwise, pool, lut, cpu, float, shape, attention, attention_cached, logic, creation, resize, scan  # noqa: F401

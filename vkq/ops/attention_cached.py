@@ -1,0 +1,138 @@
+"""attention_cached: attention of new queries over a static KV cache, in float32 on Vulkan.
+
+    q f32 (B, H, T, D), k_cache f32 (B, Hkv, N, D), v_cache f32 (B, Hkv, N, Dv), positions int32 (T,)
+    -> out f32 (B, H, T, Dv);  attrs scale, window (0: none), softcap (0.0: none)
+
+For each b, h, t: p = positions[t] (the caches already hold query t's own key and value at row
+p), kh = h // (H // Hkv) (grouped-query heads: the cache head is indexed, not repeated), keys
+j = lo .. p with lo = max(0, p - window + 1) if window else 0 (a sliding window);
+s_j = dot(q[b,h,t], k_cache[b,kh,j]) * scale, then softcap * tanh(s_j / softcap) if softcap;
+out[b,h,t] = sum_j softmax(s)_j v_cache[b,kh,j]. Rows of the cache past p are never read (a
+static cache past its filled prefix may hold anything). A position outside [0, N) is an error
+of the reference (the shader clamps it, so it never reads out of bounds).
+
+One dispatch of shaders/attention_cached.comp: a workgroup of LOCAL lanes per (b, h, t), the
+keys strided over the lanes (each an online softmax), then a fixed tree over the lanes. The
+work follows the filled prefix: the loop runs to positions[t] read from the buffer, so a
+decode step at position 20 of an 8192-row cache reads 21 rows. The order of every float sum
+is set by LOCAL alone (chosen from Dv here, not from the device), so the same query gives the
+same bits in a prefill and in a decode step, at any subgroup size.
+
+The reference computes in float64 from the float32 inputs, rounded once at the end; the shader
+sums in float32 (exp_f32 / tanh_f32 of float_math.glsl): tests/test_attention_cached.py states
+the bound, as tests/test_float_ops.py does for softmax and matmul.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import register_op
+
+F32 = np.float32
+LOCAL = 64                # lanes a (b, h, t), 64 keys a step: sets the order of every sum
+CHUNK = 16                # vec4s of the lanes' value vectors the final tree takes at a time (CH4 in the shader)
+MAX_HEAD_DIM = 1024       # D and Dv a lane keeps in registers (vec4 arrays), at most
+
+
+def _positions(positions, n: int) -> np.ndarray:
+    pos = np.asarray(positions).reshape(-1)
+    if pos.dtype.kind not in "iu":
+        raise ValueError(f"attention_cached: positions must be integers, got {pos.dtype}")
+    bad = np.flatnonzero((pos < 0) | (pos >= n))
+    if bad.size:
+        raise ValueError(f"attention_cached: positions[{int(bad[0])}] = {int(pos[bad[0]])} is outside "
+                         f"the cache's rows [0, {n})")
+    return pos.astype(np.int64)
+
+
+def _shapes(q_shape, k_shape, v_shape, pos_shape):
+    """(B, H, T, D, Hkv, N, Dv), or ValueError saying what does not fit."""
+    if len(q_shape) != 4 or len(k_shape) != 4 or len(v_shape) != 4:
+        raise ValueError(f"attention_cached: q, k_cache, v_cache must be 4-D, got {q_shape}, {k_shape}, {v_shape}")
+    B, H, T, D = q_shape
+    Bk, Hkv, N, Dk = k_shape
+    if (Bk, Dk) != (B, D) or tuple(v_shape[:3]) != (B, Hkv, N):
+        raise ValueError(f"attention_cached: q {q_shape}, k_cache {k_shape}, v_cache {v_shape} do not fit "
+                         "(B, H, T, D), (B, Hkv, N, D), (B, Hkv, N, Dv)")
+    if Hkv < 1 or H % Hkv:
+        raise ValueError(f"attention_cached: {H} query heads are not a multiple of {Hkv} cache heads")
+    if tuple(pos_shape) != (T,):
+        raise ValueError(f"attention_cached: positions {tuple(pos_shape)} must be ({T},), a position per query")
+    return B, H, T, D, Hkv, N, v_shape[3]
+
+
+def attention_cached(q, k_cache, v_cache, positions, *, scale, window=0, softcap=0.0):
+    """The specification, in float64 from the float32 inputs (scale and softcap too, as float32
+    push constants take them), rounded to float32 once."""
+    q, k, v = (np.asarray(a, F32) for a in (q, k_cache, v_cache))
+    B, H, T, D, Hkv, N, Dv = _shapes(q.shape, k.shape, v.shape, np.shape(positions))
+    if int(window) < 0 or float(softcap) < 0:
+        raise ValueError(f"attention_cached: window {window} and softcap {softcap} must be >= 0")
+    pos = _positions(positions, N)
+    kv_head = np.arange(H) // (H // Hkv)                  # grouped heads: the cache head of each
+    out = np.empty((B, H, T, Dv), F32)
+    for t, p in enumerate(pos):
+        lo = max(0, p - int(window) + 1) if window else 0
+        keys = k[:, kv_head, lo:p + 1].astype(np.float64)      # (B, H, n, D)
+        vals = v[:, kv_head, lo:p + 1].astype(np.float64)
+        s = np.einsum("bhd,bhnd->bhn", q[:, :, t].astype(np.float64), keys) * float(F32(scale))
+        if softcap:
+            cap = float(F32(softcap))
+            s = cap * np.tanh(s / cap)
+        w = np.exp(s - s.max(axis=-1, keepdims=True))
+        out[:, :, t] = np.einsum("bhn,bhnd->bhd", w / w.sum(axis=-1, keepdims=True), vals).astype(F32)
+    return out
+
+
+def loop_iterations(keys: int, d: int, dv: int, lanes: int = LOCAL) -> int:
+    """An upper bound on the loop iterations one invocation runs (llvmpipe's loop budget):
+    its keys, each with the dot product (d / 4), a rescale and the weighted sum (dv / 4 each)
+    where the loops over d do not unroll; the max tree; per chunk of CHUNK vec4s of the value
+    vector its tree and stores."""
+    d4, dv4 = -(-d // 4), -(-dv // 4)
+    steps, chunks, ch4 = lanes.bit_length(), -(-dv4 // CHUNK), min(dv4, CHUNK)
+    return (-(-keys // lanes) + 1) * (d4 + 2 * dv4 + 2) + d4 + dv4 + steps \
+        + chunks * (2 * ch4 + steps * (-(-ch4 * lanes // 2 // lanes) + 2) + -(-4 * ch4 // lanes) + 2) + 8
+
+
+def _decline(node, tensors):
+    q, k, v, pos = (tensors[t] for t in node.inputs[:4])
+    out = tensors[node.outputs[0]]
+    kinds = [s.dtype for s in (q, k, v, out)]
+    if kinds != ["float32"] * 4 or pos.dtype != "int32":
+        return f"attention_cached: takes float32 q, k_cache, v_cache, out and int32 positions, got {kinds + [pos.dtype]}"
+    try:
+        B, H, T, D, Hkv, N, Dv = _shapes(q.shape, k.shape, v.shape, pos.shape)
+    except ValueError as e:
+        return str(e)
+    if max(D, Dv) > MAX_HEAD_DIM or min(D, Dv, N, T, B) < 1:
+        return f"attention_cached: head dims {D}, {Dv} (at most {MAX_HEAD_DIM}), N {N}, T {T}, B {B} (at least 1)"
+    if max(T, H, B) > 65535:
+        return f"attention_cached: a workgroup per (t, h, b): {T} x {H} x {B} passes 65535 in a grid dimension"
+    if int(node.attrs.get("window", 0)) < 0 or float(node.attrs.get("softcap", 0.0)) < 0:
+        return "attention_cached: a negative window or softcap"
+    return None
+
+
+def _build(ctx, node):
+    q, k, v, pos = node.inputs[:4]
+    out = node.outputs[0]
+    B, H, T, D, Hkv, N, Dv = _shapes(ctx.spec(q).shape, ctx.spec(k).shape, ctx.spec(v).shape, ctx.spec(pos).shape)
+    window, softcap = int(node.attrs.get("window", 0)), float(node.attrs.get("softcap", 0.0))
+    lanes = LOCAL
+    keys = min(N, window) if window else N
+    ctx.device.info.check_loop_budget(loop_iterations(keys, D, Dv, lanes), f"{node.name}: attention_cached")
+    push = (H, T, N, Hkv, window, F32(node.attrs["scale"]), F32(softcap))
+    bufs = [ctx.buffer(t) for t in (q, k, v, pos, out)]
+    return [ctx.device.dispatch("attention_cached", bufs, (T, H, B), local=(lanes,), spec=(lanes, D, Dv), push=push)]
+
+
+@register_op
+class AttentionCached:
+    """Float attention of T new queries over the filled prefix of a static KV cache (grouped heads,
+    sliding window, softcap)."""
+    name = "attention_cached"
+    shaders = ("attention_cached",)
+    reference = staticmethod(attention_cached)
+    build = staticmethod(_build)
+    decline = staticmethod(_decline)
