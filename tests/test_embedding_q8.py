@@ -1,0 +1,97 @@
+"""embedding_q8rows (vkq/ops/embedding_q8.py): int8 table rows times their float32 scale, Vulkan
+against the reference bit for bit."""
+import numpy as np
+import pytest
+
+from oputil import single_op_program, spec
+from vkq.executor import VulkanExecutor, run_reference
+from vkq.ops.embedding_q8 import embedding_q8rows, pack_rows
+from vkq.packing import unpack
+from vkq.registry import cpu_reason
+
+R = np.random.default_rng(57)
+
+
+def table_and_scale(v, h):
+    q = R.integers(-128, 128, (v, h)).astype(np.int8)
+    q[1] = 0                                             # a row of zeros
+    scale = R.uniform(1e-4, 0.05, v).astype(np.float32)
+    scale[::5] *= -1.0                                   # (nothing in the op assumes a sign)
+    return q, scale
+
+
+def some_ids(v, shape):
+    ids = R.integers(0, v, shape).astype(np.int32)
+    flat = ids.reshape(-1)
+    flat[0], flat[-1] = (0, v - 1) if flat.size > 1 else (v - 1, v - 1)
+    if flat.size > 3:
+        flat[2] = flat[1]                                # a repeated id
+    return ids
+
+
+def program(ids, q, scale):
+    v, h = q.shape
+    return single_op_program("embedding_q8rows", [("ids", spec(ids.shape, "int32"))],
+                             [("y", spec(ids.shape + (h,)))], {},
+                             {"table": (spec((v, h), "int8", "4H4W"), q), "scale": (spec((v,)), scale)})
+
+
+@pytest.mark.parametrize("v", [37, 1000])
+@pytest.mark.parametrize("h", [576, 23, 5])
+@pytest.mark.parametrize("shape", [(1, 7), (3, 11), (1,)])
+def test_embedding_q8rows_equals_reference(device, v, h, shape):
+    q, scale = table_and_scale(v, h)
+    ids = some_ids(v, shape)
+    prog = program(ids, q, scale)
+    assert cpu_reason(prog.nodes[0], prog.tensors) is None
+    ref = run_reference(prog, ids)
+    # the formula: each row's values times its scale, one float32 multiply
+    want = (q.astype(np.float32) * scale[:, None])[ids]
+    assert ref.shape == shape + (h,) and ref.dtype == np.float32
+    np.testing.assert_array_equal(ref, want)
+    np.testing.assert_array_equal(VulkanExecutor(prog, device)(ids), ref)
+
+
+@pytest.mark.parametrize("h", [576, 23])
+def test_embedding_q8rows_texel_and_storage_loads(loads_device, h):
+    q, scale = table_and_scale(101, h)
+    ids = some_ids(101, (3, 11))
+    prog = program(ids, q, scale)
+    np.testing.assert_array_equal(VulkanExecutor(prog, loads_device)(ids), run_reference(prog, ids))
+
+
+def test_out_of_range_ids_raise_in_the_reference_and_clamp_on_the_device(device):
+    q, scale = table_and_scale(37, 23)
+    for bad in (37, -1, 1000):
+        ids = np.array([[3, bad, 5]], np.int32)
+        with pytest.raises(ValueError, match=f"id {bad} is outside the table's rows \\[0, 37\\)"):
+            embedding_q8rows(ids, q, scale)
+        got = VulkanExecutor(program(ids, q, scale), device)(ids)
+        np.testing.assert_array_equal(got, embedding_q8rows(np.clip(ids, 0, 36), q, scale))
+
+
+def test_bad_operands_are_named():
+    q, scale = table_and_scale(37, 5)
+    with pytest.raises(ValueError, match="int8 table"):
+        embedding_q8rows(np.zeros(2, np.int32), q.astype(np.float32), scale)
+    with pytest.raises(ValueError, match="scales"):
+        embedding_q8rows(np.zeros(2, np.int32), q, scale[:-1])
+    prog = single_op_program("embedding_q8rows", [("ids", spec((2,), "float32"))], [("y", spec((2, 5)))], {},
+                             {"table": (spec((37, 5), "int8", "4H4W"), q), "scale": (spec((37,)), scale)})
+    assert "int32 ids" in cpu_reason(prog.nodes[0], prog.tensors)
+
+
+@pytest.mark.parametrize("h", [5, 8, 23])
+def test_pack_rows_puts_value_j_at_byte_j_mod_4_of_word_j_div_4(h):
+    q, _ = table_and_scale(7, h)
+    words = pack_rows(q)
+    w = -(-h // 4)
+    assert words.dtype == np.int32 and words.size >= 7 * w and words.size % 4 == 0
+    rows = words[:7 * w].reshape(7, w)
+    for r in range(7):
+        for j in range(h):
+            assert (int(rows[r, j // 4]) >> (8 * (j % 4))) & 0xFF == int(q[r, j]) & 0xFF
+        for j in range(h, 4 * w):
+            assert (int(rows[r, j // 4]) >> (8 * (j % 4))) & 0xFF == 0
+    assert not words[7 * w:].any()
+    np.testing.assert_array_equal(unpack(words, "ROW", (7, 4 * w))[:, :h], q)
