@@ -1,12 +1,15 @@
 """embedding_q8rows (vkq/ops/embedding_q8.py): int8 table rows times their float32 scale, Vulkan
-against the reference bit for bit."""
+against the reference bit for bit; quantize_rows (vkq/quantizer.py) against the dynamic scheme's
+own weight quantization."""
 import numpy as np
 import pytest
+import torch
 
 from oputil import single_op_program, spec
 from vkq.executor import VulkanExecutor, run_reference
 from vkq.ops.embedding_q8 import embedding_q8rows, pack_rows
 from vkq.packing import unpack
+from vkq.quantizer import quantize_rows
 from vkq.registry import cpu_reason
 
 R = np.random.default_rng(57)
@@ -95,3 +98,62 @@ def test_pack_rows_puts_value_j_at_byte_j_mod_4_of_word_j_div_4(h):
             assert (int(rows[r, j // 4]) >> (8 * (j % 4))) & 0xFF == 0
     assert not words[7 * w:].any()
     np.testing.assert_array_equal(unpack(words, "ROW", (7, 4 * w))[:, :h], q)
+
+
+# ------------------------------------------------------------------ the rows' quantization
+
+class Tied(torch.nn.Module):
+    """A tiny decoder: token embedding -> linear (+ relu) -> lm_head sharing the embedding's weight."""
+
+    def __init__(self, vocab=101, hidden=24):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, hidden)
+        self.mid = torch.nn.Linear(hidden, hidden)
+        self.lm_head = torch.nn.Linear(hidden, vocab, bias=False)
+        self.lm_head.weight = self.embed.weight
+        with torch.no_grad():
+            self.embed.weight[7] = 0.0                   # a row of zeros: the least scale
+            self.embed.weight[11, 3] = 9.0               # an outlier: its row's scale
+            self.embed.weight[13] *= 1e-3                # a row of small values
+
+    def forward(self, ids):
+        return self.lm_head(torch.relu(self.mid(self.embed(ids))))
+
+
+@pytest.fixture(scope="module")
+def tied():
+    torch.manual_seed(0)
+    return Tied().eval()
+
+
+IDS = torch.tensor([[0, 5, 7, 7, 11, 13, 100, 42, 64]])
+
+
+def _compile(model, **kw):
+    from vkq.api import compile
+    return compile(model, (IDS,), scheme=kw.pop("scheme", "dynamic"), progress=False, **kw)[0]
+
+
+def _node(prog, op):
+    found = [n for n in prog.nodes if n.op == op]
+    assert found, f"no {op} in {[n.op for n in prog.nodes]}"
+    return found
+
+
+def test_quantize_rows_is_the_dynamic_schemes_linear_weight(tied):
+    """The lm_head's linear_dynamic weight (convert_pt2e's int8 constant) and scales, lowered
+    without int8 embeddings, are quantize_rows of the tied table."""
+    prog = _compile(tied)
+    head = _node(prog, "linear_dynamic")[-1]
+    weight, w_scale = (prog.constants[t] for t in head.inputs[1:3])
+    q, scale = quantize_rows(tied.embed.weight.detach().numpy())
+    assert q.dtype == np.int8 and scale.dtype == np.float32 and q.shape == (101, 24) and scale.shape == (101,)
+    np.testing.assert_array_equal(q, weight)
+    np.testing.assert_array_equal(scale, w_scale)
+    assert scale[7] == np.float32(2 ** -23) and not q[7].any()
+    assert q[11, 3] == 127 and np.abs(q).max() <= 127
+
+
+def test_quantize_rows_refuses_other_ranks():
+    with pytest.raises(ValueError, match="2-D"):
+        quantize_rows(np.zeros((3, 4, 5), np.float32))
