@@ -1,6 +1,6 @@
 """embedding_q8rows (vkq/ops/embedding_q8.py): int8 table rows times their float32 scale, Vulkan
 against the reference bit for bit; quantize_rows (vkq/quantizer.py) against the dynamic scheme's
-own weight quantization."""
+own weight quantization; lower(..., int8_embeddings=True) on a tied decoder."""
 import numpy as np
 import pytest
 import torch
@@ -157,3 +157,60 @@ def test_quantize_rows_is_the_dynamic_schemes_linear_weight(tied):
 def test_quantize_rows_refuses_other_ranks():
     with pytest.raises(ValueError, match="2-D"):
         quantize_rows(np.zeros((3, 4, 5), np.float32))
+
+
+def test_tied_weights_are_one_constant(tied):
+    prog = _compile(tied, int8_embeddings=True)
+    emb, = _node(prog, "embedding_q8rows")
+    head = _node(prog, "linear_dynamic")[-1]
+    table, scale = emb.inputs[1:3]
+    q, s = quantize_rows(tied.embed.weight.detach().numpy())
+    np.testing.assert_array_equal(prog.constants[table], q)
+    np.testing.assert_array_equal(prog.constants[scale], s)
+    np.testing.assert_array_equal(prog.constants[head.inputs[1]], prog.constants[table])
+    np.testing.assert_array_equal(prog.constants[head.inputs[2]], prog.constants[scale])
+    assert head.inputs[1:3] == [table, scale]          # stored once
+
+
+def _float_tables(prog):
+    return [k for k, a in prog.constants.items() if a.dtype == np.float32 and a.shape == (101, 24)]
+
+
+def test_tied_decoder_runs_on_vulkan_with_int8_embeddings(tied, device):
+    prog = _compile(tied, int8_embeddings=True)
+    assert not _float_tables(prog) and not prog.fallback
+    ids = IDS.numpy().astype(np.int32)
+    ref = run_reference(prog, ids)
+    np.testing.assert_array_equal(VulkanExecutor(prog, device)(ids), ref)
+    with torch.no_grad():
+        fp = tied(IDS).numpy()
+    cos = float((ref * fp).sum() / np.linalg.norm(ref) / np.linalg.norm(fp))
+    assert cos > 0.999 and np.abs(ref - fp).max() < 0.05 * np.abs(fp).max(), (cos, np.abs(ref - fp).max())
+
+
+@pytest.mark.parametrize("scheme", ["static", "weight_only"])
+def test_int8_embeddings_under_every_scheme(tied, scheme):
+    prog = _compile(tied, scheme=scheme, int8_embeddings=True)
+    _node(prog, "embedding_q8rows")
+    assert not _float_tables(prog)
+
+
+def test_without_the_option_the_float_table_stays(tied):
+    prog = _compile(tied)
+    emb, = _node(prog, "embedding")
+    assert prog.constants[emb.inputs[0]].dtype == np.float32 and _float_tables(prog) == [emb.inputs[0]]
+    assert not [n for n in prog.nodes if n.op == "embedding_q8rows"]
+
+
+def test_dynamic_sequence_length(tied, device):
+    """One program for every sequence length within the bounds (a prompt, then one token a step)."""
+    seq = torch.export.Dim("seq", min=1, max=64)
+    prog = _compile(tied, int8_embeddings=True, dynamic_shapes=({1: seq},))
+    assert prog.dynamic
+    _node(prog, "embedding_q8rows")
+    ex = VulkanExecutor(prog, device)
+    for n in (1, 5, 33):
+        ids = R.integers(0, 101, (1, n)).astype(np.int32)
+        got = ex(ids)
+        assert got.shape == (1, n, 101)
+        np.testing.assert_array_equal(got, run_reference(prog, ids))
