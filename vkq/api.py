@@ -225,12 +225,13 @@ def _fit_batch(batch: tuple, example: tuple):
 
 
 def compile(model_or_converted, example_inputs, calibration=None, scheme: str = "static",
-            device=None, dynamic_shapes=None, progress: bool = True):
+            device=None, dynamic_shapes=None, progress: bool = True, int8_embeddings: bool = False):
     """Quantize (unless given a converted GraphModule) and lower to a vkq Program.
     Returns (program, program.fallback). `device` is accepted for the executor wrapper to come;
     the Program itself does not depend on it. dynamic_shapes (torch.export's) makes one
     program for every input shape within the Dims' bounds. progress: each stage and a bar over
-    the calibration batches and the lowering's passes, on stderr."""
+    the calibration batches and the lowering's passes, on stderr. int8_embeddings: embeddings of
+    float tables as int8 rows (vkq.lower.lower's; a table tied to the lm_head is stored once)."""
     from .lower import lower
 
     gm = model_or_converted
@@ -241,7 +242,8 @@ def compile(model_or_converted, example_inputs, calibration=None, scheme: str = 
         example_inputs = _to_float32(example_inputs)     # (quantize's graph of a half model is float32)
     example_inputs = _as_tuple(example_inputs)
     float_linear = scheme if scheme in ("dynamic", "weight_only") else "dynamic"
-    program = lower(gm, example_inputs, float_linear=float_linear, dynamic_shapes=dynamic_shapes, progress=progress)
+    program = lower(gm, example_inputs, float_linear=float_linear, dynamic_shapes=dynamic_shapes, progress=progress,
+                    int8_embeddings=int8_embeddings)
     return program, program.fallback
 
 

@@ -36,6 +36,7 @@ from .passes.functionalize import STATE, functionalize_inplace
 from .passes._graph import (DEQUANTIZE, HOST_FLOAT64, QUANTIZE, SYMBOLIC_SHAPES, const_value, dtype_of, is_call,
                             op_name, q_args, qparams, record_shapes, shape_of, val, vkq_op_of)
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
+from .passes.int8_embeddings import KEY as INT8_EMBEDDINGS
 from .program import Node as PNode, Program, TensorSpec
 from .progress import done, stage
 from .rewrites import rewrite_for_shapes
@@ -43,29 +44,34 @@ from .registry import cpu_reason, get_op
 
 
 def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", report: dict | None = None,
-          dynamic_shapes=None, static: bool = False, progress: bool = False) -> Program:
+          dynamic_shapes=None, static: bool = False, progress: bool = False,
+          int8_embeddings: bool = False) -> Program:
     """Lower a converted PT2E GraphModule to a Program. float_linear ("dynamic" or
     "weight_only") says what a linear with a float input and int8 weights becomes when the
     quantizer did not say (graphs from other quantizers). A graph exported with dynamic dims
     gives a symbolic Program (vkq.dynamic), unless static=True (a program for the example
     inputs' shapes only); dynamic_shapes (what was given to torch.export) gives the dims'
-    names and bounds. progress: a bar over the passes and a line for each later stage, on stderr."""
+    names and bounds. progress: a bar over the passes and a line for each later stage, on stderr.
+    int8_embeddings: an embedding of a float constant table becomes embedding_q8rows of its int8
+    rows (vkq/passes/int8_embeddings.py; a table tied to a linear weight is stored once), under
+    every scheme; off: the float table and gather."""
     try:
-        return _lower(gm, example_inputs, float_linear, report, dynamic_shapes, static, progress)
+        return _lower(gm, example_inputs, {"vkq_float_linear": float_linear, INT8_EMBEDDINGS: bool(int8_embeddings)},
+                      report, dynamic_shapes, static, progress)
     finally:
         if progress:
             done()
 
 
-def _lower(gm, example_inputs, float_linear, report, dynamic_shapes, static, progress) -> Program:
+def _lower(gm, example_inputs, options, report, dynamic_shapes, static, progress) -> Program:
     example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     fakes = None if static else dynamic.input_fake_values(gm)
     if fakes is None:
-        return _lower_at(gm, example_inputs, float_linear, report, progress="lowering" if progress else None)[0]
+        return _lower_at(gm, example_inputs, options, report, progress="lowering" if progress else None)[0]
     shapes, bounds = dynamic.symbolic_shapes(gm, fakes)
     bounds, names = dynamic.user_bounds(gm, shapes, bounds, dynamic_shapes)
     exprs = {k: v for k, v in shapes.items() if not isinstance(v, tuple)}
-    program, lowered = _lower_at(gm, example_inputs, float_linear, report, exprs, dynamic_graph=True, shapes=shapes,
+    program, lowered = _lower_at(gm, example_inputs, options, report, exprs, dynamic_graph=True, shapes=shapes,
                                  progress="lowering" if progress else None)
     if progress:
         stage("making the program's shapes symbolic")
@@ -77,7 +83,7 @@ def _lower(gm, example_inputs, float_linear, report, dynamic_shapes, static, pro
     if probe != example:
         probe_inputs = tuple(_resized(x, dyn.tensors[name].shape, probe) for x, name in zip(example_inputs, dyn.inputs))
         try:
-            at_probe = _lower_at(gm, probe_inputs, float_linear, None, dynamic_graph=True, shapes=shapes,
+            at_probe = _lower_at(gm, probe_inputs, options, None, dynamic_graph=True, shapes=shapes,
                                  progress="lowering at a second size (to check the dynamic program)" if progress else None)[0]
         except AssertionError as e:         # export's _guards_fn: the graph holds where a guard does
             if "Guard failed" not in str(e):
@@ -118,19 +124,20 @@ def _resized(x, sym_shape, bindings):
     return torch.from_numpy(np.resize(x.detach().cpu().numpy(), shape).copy())
 
 
-def _lower_at(gm: GraphModule, example_inputs, float_linear: str, report: dict | None, exprs=None,
+def _lower_at(gm: GraphModule, example_inputs, options: dict, report: dict | None, exprs=None,
               dynamic_graph: bool = False, shapes=None, progress: str | None = None):
     """(Program at the example inputs' shapes, the lowered GraphModule); exprs: the integer
     nodes' symbolic values (vkq.dynamic), for a symbolic program; shapes: every exported node's
     symbolic shape (the passes read it as SYMBOLIC_SHAPES: a size that only looks static at
-    the example); progress: the title of a bar over the passes."""
+    the example); progress: the title of a bar over the passes; options: lower()'s choices, as the
+    gm.meta keys the passes read them by."""
     gm = copy.deepcopy(gm)
     functionalize_inplace(gm)      # (a graph PT2E converted without vkq's quantizer: its buffer writes)
     state = lift_state(gm, shapes)
     example_inputs = tuple(example_inputs) + tuple(init for _, init in state)
     record_shapes(gm, example_inputs)
     gm.meta[SYMBOLIC_SHAPES] = shapes or {}
-    gm.meta["vkq_float_linear"] = float_linear
+    gm.meta.update(options)
     stands_for = gm.meta["vkq_stands_for"] = {}       # node -> the node whose value it took over
     gm._register_replace_node_hook(lambda old, new, user: stands_for.setdefault(new, old.name))
     passes = run_pipeline(gm, progress=progress)

@@ -43,6 +43,7 @@ share their input's qparams and the elementwise ones, in graph order so chains p
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e import MinMaxObserver, PerChannelMinMaxObserver
@@ -110,6 +111,27 @@ def weight_spec(ch_axis: int = 0) -> QuantizationSpec:
     return QuantizationSpec(dtype=torch.int8, quant_min=-127, quant_max=127,
                             qscheme=torch.per_channel_symmetric, ch_axis=ch_axis,
                             observer_or_fake_quant_ctr=PerChannelMinMaxObserver.with_args(eps=EPS))
+
+
+def quantize_rows(w) -> tuple:
+    """float (V, H) -> (int8 (V, H), float32 scale (V,)): each row quantized as the linear-only
+    schemes quantize a linear weight's output channel: weight_spec()'s observer made as
+    prepare_pt2e makes it (PerChannelMinMaxObserver, symmetric -127..127, the least scale EPS),
+    its qparams, and quantized_decomposed.quantize_per_channel, which convert_pt2e folds into the
+    weight's int8 constant. So a token embedding tied to its lm_head gets exactly the lm_head's
+    int8 weight and scales (vkq.ops.embedding_q8; the program then stores them once). (Not
+    vkq.ops.linear.quantize_rows, which quantizes activations per row on the device.)"""
+    from torchao.quantization.pt2e.prepare import _create_obs_or_fq_from_qspec
+    w = torch.as_tensor(np.asarray(w, dtype=np.float32))
+    if w.dim() != 2:
+        raise ValueError(f"quantize_rows takes a 2-D (rows, values) matrix, got shape {tuple(w.shape)}")
+    spec = weight_spec()
+    observer = _create_obs_or_fq_from_qspec(spec, {}, False)
+    observer(w)
+    scale, zero_point = observer.calculate_qparams()
+    q = torch.ops.quantized_decomposed.quantize_per_channel.default(
+        w, scale, zero_point, spec.ch_axis, spec.quant_min, spec.quant_max, spec.dtype)
+    return q.numpy(), scale.to(torch.float32).numpy()
 
 
 # ------------------------------------------------------------------ small helpers

@@ -12,6 +12,9 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
   reshape, permute, transpose, expand, cat, slice, select, split, unbind, constant_pad_nd, take
                       any dtype -> the same dtype: values moved, not changed (vkq/ops/shape.py)
   eq/ne/lt/le/gt/ge, bitwise_and/or/xor, logical_not, cast, where, embedding, gather   ids and masks (logic.py)
+  embedding_q8rows    ids int32 (*S), table int8 (V, H) constant, scale f32 (V,) constant -> f32 (*S, H)
+                      out[..., :] = f32(table[id, :]) * scale[id]; an id outside [0, V) raises in the
+                      reference, is clamped by the kernel (embedding_q8.py)
   full, arange        () -> f32/int32/bool of a shape known at run time; tril, triu  x -> x  (creation.py)
   cumsum              x int32/f32 -> int32/f32 along a dim; attrs dim, dtype (scan.py)
   argmax, argmin      x int32/f32 -> int32 indices along a dim or over all; attrs dim, keepdim (scan.py)
@@ -43,4 +46,4 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
 Each op module also exports a `*_params` helper that turns float scales (and a float bias) into
 the integer constants/attrs above, used by the lowering and by tests alike.
 """
-from . import io, linear, conv, eltwise, pool, lut, cpu, float, shape, attention, attention_cached, logic, creation, resize, scan  # noqa: F401
+from . import io, linear, conv, eltwise, pool, lut, cpu, float, shape, attention, attention_cached, logic, creation, resize, scan, embedding_q8  # noqa: F401

@@ -23,6 +23,7 @@ from .fold_constants import fold_constant_computations, fold_constants
 from .fold_qdq_patterns import fold_qdq_patterns
 from .fuse_activation import fuse_activation
 from .inline_wrappers import inline_wrappers
+from .int8_embeddings import int8_embeddings
 from .fuse_epilogue import fuse_epilogue
 from .lift_quantize import lift_quantize
 from .normalize_ops import normalize_ops
@@ -43,6 +44,8 @@ PIPELINE = [
     lift_quantize,          # quantize above view chains, identical quantizes merged: dq -> pool -> q adjacent
     drop_cancelling_qdq,    # q(dq(x)) with equal params -> x: int8 stays int8 between ops
     fold_qdq_patterns,      # dq -> op -> q -> one vkq integer op (needs the three passes above)
+    int8_embeddings,        # opt-in (lower's int8_embeddings): an embedding of a float table -> embedding_q8rows;
+                            #   after fold_constant_computations, which made gathers by constant ids values
     decompose_ops,          # float ops no kernel runs -> the few ATen computes them with (var, lerp,
                             #   max.dim, ...); after folding, so that an int8 selu or threshold stays
                             #   one lookup table
