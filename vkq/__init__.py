@@ -8,6 +8,9 @@
     prog.fallback_ops                       # (op, reason) that run on the CPU
     prog.save("model.vkq"); prog = vkq.load("model.vkq", device=None)
 
+    lm = vkq.compile_lm(hf_causal_lm, tokenizer, max_context=512)   # text generation (vkq.lm)
+    lm.generate("Once upon a time", max_new_tokens=32); lm.save("lm.vkq"); vkq.load_lm("lm.vkq")
+
     vkq.devices()                           # what the Vulkan loader sees
     words = vkq.pack(q_int8, "4W4C")        # Int8x4 packing; vkq.unpack(words, layout, shape)
 
@@ -17,9 +20,10 @@ from .device import devices, get_device, select as select_device
 from .packing import pack, unpack
 from .progfile import ProgramFileError
 from .runtime import CompiledProgram, load
+from .lm import LanguageModel, compile_lm, load_lm
 from .shaders import ShaderCompileError
 
-__all__ = ["quantize", "compile", "load", "CompiledProgram", "devices", "get_device", "select_device",
+__all__ = ["quantize", "compile", "load", "CompiledProgram", "compile_lm", "load_lm", "LanguageModel", "devices", "get_device", "select_device",
            "pack", "unpack", "ShaderCompileError", "ProgramFileError"]
 
 

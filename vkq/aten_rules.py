@@ -437,6 +437,15 @@ def _sdpa(n, t):
     return "scaled_dot_product_attention", [q, k, v, mask], attrs
 
 
+def _cached_attention(n, t):
+    """vkq::cached_attention (vkq.lm_compile: a decoder's attention over its KV cache)."""
+    q, k, v, positions, scale, window, softcap = n.args[:7]
+    if any(dtype_of(a) != torch.float32 for a in (q, k, v)):
+        return None
+    return "attention_cached", [q, k, v, positions], {"scale": float(scale), "window": int(window),
+                                                      "softcap": float(softcap)}
+
+
 def _word_dtype(d) -> str | None:
     """The program dtype a torch dtype becomes for the word ops: float32 / int32 / bool, or None
     (int8/uint8/int16 wrap around in ways the kernels do not model)."""
@@ -956,7 +965,7 @@ _FLOAT_RULES = {
 }
 
 # ops of other libraries' namespaces (looked up by name: the library may not be imported)
-RULES_BY_NAME = {"transformers.grouped_mm_fallback": _grouped_mm}
+RULES_BY_NAME = {"transformers.grouped_mm_fallback": _grouped_mm, "vkq.cached_attention": _cached_attention}
 
 CPU_RULES = {
     **{target: _float_only(rule) for target, rule in _FLOAT_RULES.items()},

@@ -140,13 +140,13 @@ def _store(env, node: Node, result, program: Program):
             raise NodeError(f"node {node.name!r} ({node.op}): {e}") from None
 
 
-def _outputs(program: Program, env):
-    """The outputs as the model gives them: in torch's dtype where that is not their words'
-    (a bool mask, int64 indices: meta output_dtypes), and a constant output as a copy (the
-    caller may write to it)."""
+def _outputs(program: Program, env, names=None):
+    """The outputs (or those of `names`) as the model gives them: in torch's dtype where that is
+    not their words' (a bool mask, int64 indices: meta output_dtypes), and a constant output as
+    a copy (the caller may write to it)."""
     dtypes = program.meta.get("output_dtypes", {})
     outs = []
-    for t in program.outputs:
+    for t in (program.outputs if names is None else names):
         value = program.constants[t] if t in program.constants else env[t]
         if dtypes.get(t) == "complex64":        # from its (real, imaginary) pairs
             value = np.ascontiguousarray(value, np.float32).view(np.complex64).reshape(value.shape[:-1])
@@ -499,8 +499,9 @@ class VulkanExecutor:
         """The segments of the most recently used build (the only one of a static program)."""
         return next(reversed(self._builds.values())).segments
 
-    def _build_for(self, bindings: dict) -> _Build:
-        key = tuple(sorted(bindings.items()))
+    def _build_for(self, bindings: dict, skip=frozenset()) -> _Build:
+        """The build at these symbol values; skip: program outputs it does not download."""
+        key = (tuple(sorted(bindings.items())), skip)
         build = self._builds.get(key)
         if build is not None:
             self._builds.move_to_end(key)
@@ -523,7 +524,7 @@ class VulkanExecutor:
                 run.append(node)
                 continue
             if run:
-                segments.append(self._segment(ctx, program, run))
+                segments.append(self._segment(ctx, program, run, skip))
                 run = []
             if node is not None:
                 segments.append(("cpu", node))
@@ -535,7 +536,7 @@ class VulkanExecutor:
             self._builds.popitem(last=False)
         return build
 
-    def _segment(self, ctx, program, nodes):
+    def _segment(self, ctx, program, nodes, skip=frozenset()):
         steps = []
         for node in nodes:
             if all(0 in program.tensors[t].shape for t in node.outputs):
@@ -550,11 +551,21 @@ class VulkanExecutor:
         produced = {t for n in nodes for t in n.outputs}
         consumed = {t for n in nodes for t in n.inputs}
         ups = [t for t in sorted(consumed - produced) if t in self.host_side and t not in program.constants]
-        downs = [t for t in sorted(produced) if t in self.host_side or self.host_visible_all]
+        downs = [t for t in sorted(produced) if (t in self.host_side or self.host_visible_all) and t not in skip]
         rec = self.device.record(steps, [self.buffers[t] for t in ups], [self.buffers[t] for t in downs])
         return ("vulkan", rec, ups, downs, nodes)
 
-    def __call__(self, *inputs, keep_all: bool = False):
+    def __call__(self, *inputs, keep_all: bool = False, outputs=None):
+        """The program's outputs for these inputs; outputs (a list of output names): those alone,
+        in that order, the others not brought back from the device (a decode step's next token
+        without its logits)."""
+        skip = frozenset()
+        if outputs is not None:
+            unknown = [o for o in outputs if o not in self.program.outputs]
+            if unknown:
+                raise KeyError(f"{unknown[0]!r} is not an output of the program ({', '.join(self.program.outputs)})")
+            cpu_reads = {t for i, n in enumerate(self.program.nodes) if i in self.cpu_reasons for t in n.inputs}
+            skip = frozenset(o for o in self.program.outputs if o not in outputs and o not in cpu_reads)
         bindings = self.program.bind([np.shape(_as_numpy(x)) for x in inputs]) if self.program.dynamic else {}
         program = self.program.specialize(bindings)
         env = _bind_inputs(program, inputs)
@@ -562,12 +573,12 @@ class VulkanExecutor:
             env.update(self._state_host)        # (state a CPU node touches: passed in as an input)
             words = {name: program.tensors[name].to_device(value) for name, value in env.items()
                      if name in self.buffers}       # (an input only CPU nodes read has no buffer)
-            out = self._call(self._build_for(bindings), env, words, keep_all)
+            out = self._call(self._build_for(bindings, skip), env, words, keep_all, outputs)
             if self._state_copies:
                 self._state_copy_recording().run()
             return out
 
-    def _call(self, build: _Build, env: dict, words: dict, keep_all: bool):
+    def _call(self, build: _Build, env: dict, words: dict, keep_all: bool, outputs=None):
         program = build.program
         for name, value in words.items():
             self.buffers[name].write(value)
@@ -597,6 +608,9 @@ class VulkanExecutor:
             self._state_host[name] = host[program.state[name]]
         if keep_all:
             return host
+        if outputs is not None:
+            picked = _outputs(program, host, list(outputs))
+            return picked if isinstance(picked, tuple) else (picked,)
         return _outputs(program, host)
 
     @property

@@ -1,0 +1,209 @@
+"""A Hugging Face causal LM -> one vkq program that prefills and decodes over a KV cache kept
+on the device (vkq.lm runs it, without torch).
+
+    lm = vkq.compile_lm(hf_model, tokenizer, max_context=512, scheme="dynamic")
+
+What is exported (CachedDecoder): forward(ids (1, T), positions (T,), logit_index (K,)) ->
+(logits (K, vocab), next_token (1,)), T and K dynamic in [1, max_context]. A prompt is one call
+with T = its length and K = 1 (the last position's logits only); a decode step T = K = 1;
+teacher-forced logits K = T. next_token is the argmax of the last logits row, on the device:
+greedy decoding takes one int32 back a step.
+The cache is two buffers a layer, (1, kv heads, max_context, head_dim), written in place
+(index_copy_ at the positions): vkq makes them program state (vkq.passes.functionalize,
+Program.state), kept on the device and written a row a step. Attention runs through a
+transformers attention function of our own ("vkq", registered with transformers'
+AttentionInterface) that writes the new keys and values into the cache and calls
+vkq::cached_attention: the new queries over the cache's filled prefix only (rows up to each
+query's position, a sliding window where the layer has one, Gemma 2's softcap), its grouped KV
+heads indexed, not repeated (vkq.ops.attention_cached). With an attention implementation
+transformers has no mask function for, the model builds no mask: the positions are the mask.
+Any decoder whose attention layers call transformers' attention interface with
+(module, query, key, value, ...) after their rotary embedding compiles this way (Llama, Qwen2/3,
+Mistral, Phi-3, Gemma 1/2/3, ...).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numpy as np
+import torch
+from torch import nn
+
+ATTENTION = "vkq"
+_CONTEXT = threading.local()      # the CachedDecoder being run: its positions and cache buffers
+
+
+@torch.library.custom_op("vkq::cached_attention", mutates_args=())
+def cached_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
+                     scale: float, window: int, softcap: float) -> torch.Tensor:
+    """q (B, H, T, D) over the caches (B, Hkv, N, D|Dv) at positions (T,): each query attends rows
+    lo..positions[t] (lo = positions[t] - window + 1 with a window), heads grouped. The eager
+    computation (calibration, PT2E's reference); vkq.ops.attention_cached is its specification."""
+    B, H, T, _ = q.shape
+    hkv = k_cache.shape[1]
+    top = int(positions.max()) + 1 if positions.numel() else 0
+    k = k_cache[:, :, :top].repeat_interleave(H // hkv, dim=1).float()
+    v = v_cache[:, :, :top].repeat_interleave(H // hkv, dim=1).float()
+    s = torch.matmul(q.float(), k.transpose(-1, -2)) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    j = torch.arange(top, device=q.device)
+    p = positions.reshape(T, 1)
+    keep = j[None, :] <= p
+    if window:
+        keep &= j[None, :] > p - window
+    s = s.masked_fill(~keep, float("-inf"))
+    return torch.matmul(torch.softmax(s, dim=-1), v).to(q.dtype)
+
+
+@cached_attention.register_fake
+def _(q, k_cache, v_cache, positions, scale, window, softcap):
+    return q.new_empty((*q.shape[:-1], v_cache.shape[-1]))
+
+
+def vkq_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None,
+                  softcap=None, **kwargs):
+    """transformers' attention interface: the new keys and values written into the layer's cache
+    at the positions, then attention over the cache. Returns (B, T, H, Dv) as transformers'
+    own functions do."""
+    lm = getattr(_CONTEXT, "lm", None)
+    if lm is None:
+        raise RuntimeError("the 'vkq' attention runs inside vkq.lm_compile.CachedDecoder only")
+    i = module.layer_idx
+    k_cache, v_cache = lm.caches(i)
+    k_cache.index_copy_(2, _CONTEXT.positions, key.to(k_cache.dtype))
+    v_cache.index_copy_(2, _CONTEXT.positions, value.to(v_cache.dtype))
+    scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
+    out = torch.ops.vkq.cached_attention(query, k_cache, v_cache, _CONTEXT.positions, scale,
+                                         int(sliding_window or 0), float(softcap or 0.0))
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register():
+    from transformers import AttentionInterface
+    AttentionInterface.register(ATTENTION, vkq_attention)
+
+
+def model_shape(config) -> dict:
+    """Layers, KV heads and head size of a transformers decoder config (a multimodal model's
+    text_config)."""
+    config = getattr(config, "text_config", None) or config
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return {"layers": config.num_hidden_layers, "kv_heads": kv, "head_dim": head_dim, "heads": heads,
+            "vocab": config.vocab_size}
+
+
+class CachedDecoder(nn.Module):
+    """forward(ids (1, T), positions (T,), logit_index (K,)) -> (logits (K, V), next_token (1,))
+    over a static KV cache kept in this module's buffers (written in place)."""
+
+    def __init__(self, model: nn.Module, max_context: int):
+        super().__init__()
+        self.model = model
+        shape = model_shape(model.config)
+        self.n_layers = shape["layers"]
+        for i in range(self.n_layers):
+            for kind in "kv":
+                self.register_buffer(f"{kind}_cache_{i}", torch.zeros(1, shape["kv_heads"], max_context,
+                                                                       shape["head_dim"]), persistent=False)
+
+    def caches(self, i: int):
+        return getattr(self, f"k_cache_{i}"), getattr(self, f"v_cache_{i}")
+
+    def forward(self, ids, positions, logit_index):
+        _CONTEXT.lm, _CONTEXT.positions = self, positions
+        try:
+            hidden = self.model.get_decoder()(input_ids=ids, position_ids=positions[None],
+                                              use_cache=False).last_hidden_state
+        finally:
+            _CONTEXT.lm = None
+        logits = self.model.get_output_embeddings()(hidden[0][logit_index])    # the rows asked for only
+        config = getattr(self.model.config, "text_config", None) or self.model.config
+        if getattr(config, "final_logit_softcapping", None):                    # Gemma 2 / 3
+            cap = config.final_logit_softcapping
+            logits = torch.tanh(logits / cap) * cap
+        if getattr(config, "logit_scale", None) not in (None, 1.0):             # Cohere
+            logits = logits * config.logit_scale
+        return logits, torch.argmax(logits[-1:], dim=-1).to(torch.int32)
+
+
+@contextlib.contextmanager
+def vkq_attention_on(model: nn.Module):
+    """The model's attention implementation set to "vkq" while exporting, then as it was."""
+    _register()
+    before = model.config._attn_implementation
+    model.set_attn_implementation(ATTENTION)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+
+
+def tokenizer_json(tokenizer) -> str:
+    """A tokenizer as the `tokenizers` package's JSON: a transformers (fast) tokenizer, a
+    tokenizers.Tokenizer, or a path to a tokenizer.json."""
+    from pathlib import Path
+    if isinstance(tokenizer, (str, Path)):
+        path = Path(tokenizer)
+        if not path.is_file():
+            raise FileNotFoundError(f"no tokenizer.json at {path}")
+        return path.read_text(encoding="utf-8")
+    backend = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None) or tokenizer
+    if not hasattr(backend, "to_str"):
+        raise TypeError(f"{type(tokenizer).__name__} is not a tokenizer vkq can store: pass a transformers fast "
+                        "tokenizer, a tokenizers.Tokenizer or the path of a tokenizer.json")
+    return backend.to_str()
+
+
+def lm_meta(model: nn.Module, tokenizer, max_context: int) -> dict:
+    """What the runner needs besides the program: the tokenizer, BOS/EOS, the chat template,
+    the context length (all from the model's config and tokenizer)."""
+    from tokenizers import Tokenizer
+    config = model.config
+    text = getattr(config, "text_config", None) or config
+    js = tokenizer_json(tokenizer)
+    vocab = Tokenizer.from_str(js).get_vocab_size(with_added_tokens=True)
+    if vocab > text.vocab_size:
+        raise ValueError(f"the tokenizer has {vocab} tokens, the model's vocabulary {text.vocab_size}: "
+                         "they do not belong together")
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+    eos = eos if eos is not None else getattr(config, "eos_token_id", None)
+    eos = getattr(tokenizer, "eos_token_id", None) if eos is None and not isinstance(tokenizer, str) else eos
+    bos = getattr(config, "bos_token_id", None)
+    template = getattr(tokenizer, "chat_template", None) if not isinstance(tokenizer, str) else None
+    return {"tokenizer": js, "max_context": int(max_context), "vocab_size": int(text.vocab_size),
+            "bos_token_id": None if bos is None else int(bos),
+            "eos_token_ids": sorted({int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])
+                                     if e is not None}),
+            "add_bos": bool(getattr(tokenizer, "add_bos_token", False)) if not isinstance(tokenizer, str) else False,
+            "chat_template": template if isinstance(template, str) else None,
+            "architecture": type(model).__name__, **model_shape(config)}
+
+
+def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: str = "dynamic", device=None,
+               progress: bool = True, meta: dict | None = None):
+    """Compile a transformers causal LM with a static KV cache of max_context positions; every
+    linear int8 (scheme "dynamic": per-token activations; "weight_only"; "static"), the token
+    embedding as int8 rows (tied to the lm_head: stored once). Returns a vkq.lm.LanguageModel."""
+    from torch.export import Dim
+    from .api import compile as _compile
+    from .lm import LanguageModel
+    if scheme not in ("dynamic", "weight_only", "static"):
+        raise ValueError(f"scheme must be 'dynamic', 'weight_only' or 'static', got {scheme!r}")
+    max_context = int(max_context)
+    if max_context < 4:
+        raise ValueError(f"max_context must be at least 4, got {max_context}")
+    info = {**lm_meta(hf_model, tokenizer, max_context), **(meta or {})}
+    model = hf_model.eval().float()
+    decoder = CachedDecoder(model, max_context).eval()
+    example = (torch.tensor([[1, 2, 3]]), torch.arange(3), torch.tensor([1, 2]))
+    t, k = Dim("tokens", min=1, max=max_context), Dim("logits", min=1, max=max_context)
+    with vkq_attention_on(model), torch.no_grad():
+        program, _ = _compile(decoder, example, None, scheme, dynamic_shapes=({1: t}, {0: t}, {0: k}),
+                              progress=progress, int8_embeddings=True)
+    program.meta["lm"] = info
+    return LanguageModel(program, device)
