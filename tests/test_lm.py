@@ -1,0 +1,185 @@
+"""Text generation (vkq.compile_lm, vkq.lm): small random decoders of several architectures
+through the same contract as the real model, and SmolLM2-135M end to end (test_smollm2_*)."""
+import io
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+import vkq
+from vkq.lm import NotAnLM, PromptTooLong, TextStream, sample
+from oputil import run_cli_without_torch
+
+CONTEXT = 24
+IDS = [3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37]
+COMMON = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2)
+# grouped heads (Llama), a sliding window and attention / final softcaps (Gemma 2), learned positions
+# and a fused qkv Conv1D (GPT-2)
+ARCHS = {
+    "llama": lambda: T.LlamaForCausalLM(T.LlamaConfig(**COMMON, tie_word_embeddings=True)),
+    "gemma2": lambda: T.Gemma2ForCausalLM(T.Gemma2Config(**COMMON, head_dim=8, sliding_window=4,
+                                                         attn_logit_softcapping=50.0, final_logit_softcapping=30.0)),
+    "gpt2": lambda: T.GPT2LMHeadModel(T.GPT2Config(vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=128,
+                                                   bos_token_id=1, eos_token_id=2)),
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer_file(tmp_path_factory):
+    """A byte-level BPE tokenizer of 97 tokens (multi-byte characters cut between tokens)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=97, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()[:60],
+                                  special_tokens=["<unk>", "<s>", "</s>"], show_progress=False)
+    tok.train_from_iterator(["once upon a time there was a cat", "the cat sat on a mat"] * 20, trainer)
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return str(path)
+
+
+_BUILT = {}
+
+
+def build(name, tokenizer_file):
+    if name not in _BUILT:
+        torch.manual_seed(0)
+        model = ARCHS[name]().eval()
+        _BUILT[name] = model, vkq.compile_lm(model, tokenizer_file, max_context=CONTEXT, progress=False)
+    return _BUILT[name]
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_program_is_one_device_segment_with_the_cache_as_state(arch, tokenizer_file):
+    _, lm = build(arch, tokenizer_file)
+    p = lm.program
+    assert not p.fallback and p.inputs == ["ids", "positions", "logit_index"]
+    n_layers = 2
+    assert len(p.state) == 2 * n_layers and all(p.tensors[s].shape[2] == CONTEXT for s in p.state)
+    ops = [n.op for n in p.nodes]
+    assert ops.count("attention_cached") == n_layers and "embedding" not in ops
+    assert lm.max_context == CONTEXT and lm.eos_token_ids == {2}
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_reference_logits_follow_torch(arch, tokenizer_file):
+    model, lm = build(arch, tokenizer_file)
+    got = lm.reference.logits(IDS)
+    with torch.no_grad():
+        want = model(torch.tensor([IDS])).logits[0].numpy()
+    assert got.shape == (len(IDS), 97) and got.dtype == np.float32
+    # int8 weights and per-token int8 activations: a few percent of the logits' range
+    assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_cache_gives_the_teacher_forced_logits(arch, tokenizer_file):
+    """A prefill of 4 tokens then one call a token, over the cache, is the forward pass over all."""
+    _, lm = build(arch, tokenizer_file)
+    ref = lm.reference
+    full = ref.logits(IDS)
+    ref.reset()
+    steps = [ref._run(IDS[:4], 0, [3], True)[0][-1]]
+    for pos in range(4, len(IDS)):
+        steps.append(ref._run([IDS[pos]], pos, [0], True)[0][-1])
+    np.testing.assert_allclose(np.stack(steps), full[3:], rtol=0, atol=1e-5 * np.abs(full).max())
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_device_generates_the_reference_tokens(arch, tokenizer_file, device):
+    _, lm = build(arch, tokenizer_file)
+    on = vkq.LanguageModel(lm.program, device)
+    np.testing.assert_allclose(on.logits(IDS), lm.reference.logits(IDS), rtol=0, atol=1e-2)
+    got = on.generate(IDS[:5], max_new_tokens=16)
+    want = lm.reference.generate(IDS[:5], max_new_tokens=16)
+    assert got.tokens == want.tokens and got.text == want.text
+    s = got.stats
+    assert s["prompt_tokens"] == 5 and s["new_tokens"] == len(got.tokens)
+    assert s["submits_per_step"] == 1 and s["dispatches_per_step"] > 0
+    assert s["memory_bytes"]["cache"] == 2 * 2 * lm.program.tensors[next(iter(lm.program.state))].device_words() * 4
+
+
+def test_sampling_is_seeded(tokenizer_file):
+    _, lm = build("llama", tokenizer_file)
+    ref = lm.reference
+    a = ref.generate(IDS[:3], max_new_tokens=10, temperature=1.5, top_k=40, top_p=0.95, seed=7).tokens
+    assert a == ref.generate(IDS[:3], max_new_tokens=10, temperature=1.5, top_k=40, top_p=0.95, seed=7).tokens
+    others = {tuple(ref.generate(IDS[:3], max_new_tokens=10, temperature=1.5, seed=s).tokens) for s in range(4)}
+    assert len(others) > 1
+    greedy = ref.generate(IDS[:3], max_new_tokens=10).tokens
+    assert ref.generate(IDS[:3], max_new_tokens=10, temperature=0.7, top_k=1, seed=3).tokens == greedy
+
+
+def test_sample_restricts_to_top_k_and_top_p():
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    rng = np.random.default_rng(0)
+    assert {sample(logits, 1.0, 2, 1.0, rng) for _ in range(200)} == {0, 1}
+    assert {sample(logits, 1.0, 0, 0.75, rng) for _ in range(200)} == {0, 1}      # 0.5 + 0.3 reach 0.75
+    assert {sample(logits, 1.0, 0, 0.5, rng) for _ in range(50)} == {0}
+
+
+def test_stream_writes_whole_characters():
+    """Byte-level BPE cuts a multi-byte character between tokens: the stream waits for the rest."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["the cat sat"] * 5, trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    text = "the cat é 日本"
+    ids = tok.encode(text).ids
+    assert len(ids) > len(text.split())           # (the multi-byte characters are several tokens)
+
+    class Decoder:
+        def decode(self, ids):
+            return tok.decode(ids)
+
+    class Recording(io.StringIO):
+        chunks = []
+
+        def write(self, s):
+            self.chunks.append(s)
+            return super().write(s)
+    out = Recording()
+    stream = TextStream(Decoder(), out)
+    for i in ids:
+        stream.add(i)
+    stream.finish()
+    assert out.getvalue() == text and not any("\ufffd" in c for c in out.chunks) and len(out.chunks) > 3
+
+
+def test_bad_input_is_named(tokenizer_file, tmp_path):
+    model, lm = build("llama", tokenizer_file)
+    with pytest.raises(PromptTooLong, match=f"{CONTEXT} tokens; the model's context is {CONTEXT}"):
+        lm.reference.generate(list(range(3, 3 + CONTEXT)))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        lm.reference.generate([5, 97])
+    with pytest.raises(ValueError, match="no chat template"):
+        lm.reference.generate("the cat", chat=True)
+    big = Tokenizer(models.BPE(vocab={f"t{i}": i for i in range(200)}, merges=[]))
+    big.save(str(tmp_path / "big.json"))
+    with pytest.raises(ValueError, match="200 tokens, the model's vocabulary 97"):
+        vkq.compile_lm(model, str(tmp_path / "big.json"), max_context=8, progress=False)
+    digits = vkq.compile(torch.nn.Linear(3, 2).eval(), (torch.randn(1, 3),), progress=False)
+    digits.save(tmp_path / "plain.vkq")
+    with pytest.raises(NotAnLM, match="not a language model"):
+        vkq.load_lm(tmp_path / "plain.vkq")
+
+
+def test_saved_lm_generates_without_torch(tokenizer_file, tmp_path):
+    _, lm = build("llama", tokenizer_file)
+    path = lm.save(tmp_path / "tiny.vkq")
+    loaded = vkq.load_lm(path)
+    assert loaded.reference.generate("the cat", max_new_tokens=6).tokens == lm.reference.generate(
+        "the cat", max_new_tokens=6).tokens
+    res = run_cli_without_torch("generate", path, "--prompt", "the cat", "--max-new-tokens", "5")
+    assert res.returncode == 0, res.stderr[-2000:]
+    want = lm.generate("the cat", max_new_tokens=5)
+    assert res.stdout.rstrip("\n") == want.text
+    assert "prompt tokens" in res.stderr and "dispatches a decode step" in res.stderr
+    bad = run_cli_without_torch("generate", "nosuch-model", "--prompt", "x")
+    assert bad.returncode == 2 and "unknown model 'nosuch-model'" in bad.stderr
+    res = run_cli_without_torch("generate", path, "--prompt", "the cat " * 40)
+    assert res.returncode == 2 and "the model's context is 24" in res.stderr and res.stderr.count("\n") == 1
