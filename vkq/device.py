@@ -64,7 +64,7 @@ def _widen_lavapipe() -> None:
     (LP_NATIVE_VECTOR_WIDTH). llvmpipe JIT-compiles a shader for one SIMD width and runs one
     invocation per lane; it caps that width at 256 bits by default, even on a CPU with AVX-512.
     With 512 bits (16 lanes, subgroup size 16) MobileNetV2's kernels took 0.63-0.71x the GPU
-    time on this project's AVX-512 machine (bench/README.md); torch's own CPU kernels use
+    time on this project's AVX-512 machine (bench/LOG.md); torch's own CPU kernels use
     AVX-512 there too. Only llvmpipe reads the variable, and only at its first device in the
     process: this runs on import, before any Vulkan call. The kernels' lane sharing follows the
     subgroup size (tools/test.sh runs them at 4, 8 and 16 lanes)."""
@@ -158,7 +158,7 @@ def default_texel_loads(info: DeviceInfo) -> bool:
     variants, shaders/include/texel.glsl) on a device, unless the caller forces it
     (get_device(..., texel_loads=)). Measured, so chosen per driver: on llvmpipe a texel fetch
     is a vector gather and a storage-buffer load a loop over the lanes (MobileNetV2's kernels
-    7.6% less GPU time, depthwise 14%; bench/README.md). SwiftShader: no gain (convs that fit
+    7.6% less GPU time, depthwise 14%; bench/LOG.md). SwiftShader: no gain (convs that fit
     its 64K texels took 1.01-1.10x the time) and no GPU measured yet: storage buffers there."""
     return info.driver == "llvmpipe"
 
@@ -457,7 +457,7 @@ class Device:
     def wide_stores(self) -> bool:
         """STORE4_PAIR (texel.glsl) writes its two ivec4s as one 32-byte store here: the TEXEL
         variants where shaderInt64 is enabled (llvmpipe, where a storage-buffer store is a loop
-        over the lanes whose passes cost the time, not the bytes: bench/README.md, "Stores on
+        over the lanes whose passes cost the time, not the bytes: bench/LOG.md, "Stores on
         llvmpipe"). Elsewhere it is two ivec4 stores, and kernels keep one block an invocation."""
         return self.texel_loads and "shaderInt64" in self.features_enabled
 

@@ -22,7 +22,7 @@ Records are plain dicts, one per measurement:
     {suite, name, shape, dtype, backend, device, median_ms, p90_ms, gops, intensity, roof_gops,
      roofline_fraction}
 plus extras (timing: "gpu" | "wall", kernel, roofline, bound, bytes_moved, gbps, the models'
-per-call and memory figures, ...). See bench/README.md.
+per-call and memory figures, ...). See docs/benchmarks.md; the results: bench/README.md.
 """
 from .kernels import kernel_cases, paths
 from .models import DEFAULT_MODELS, MODEL_HOOKS, model_cases, tiny_mobilenet, tiny_resnet

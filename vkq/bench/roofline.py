@@ -11,7 +11,7 @@ peak: on a shared machine the median drifts with the load):
 and the fixed costs (median wall clock) of one dispatch and of one host<->device round trip,
 and what one more dispatch costs inside a recorded sequence of dependent ones (chain_dispatch_ms:
 what a model pays per node beyond its kernels' work; on lavapipe the hand-over of each dispatch
-to its worker threads and back, 35-60 us on the 2-core machine of bench/README.md).
+to its worker threads and back, 35-60 us on the 2-core machine of bench/LOG.md).
 
 The model: a kernel that does `ops` operations (2 x multiply-adds; one per element or window
 tap for the memory-bound kernels) and moves `bytes` (each input, weight and output read or
@@ -24,7 +24,7 @@ The roofs a kernel record is judged by are sampled beside it: RoofProbe runs the
 compute-roof shaders once right after each of the kernel's repeats, and the record takes the
 median of those samples, as it takes the median of the kernel's times. Why: on a shared
 machine the speed of everything drifts within a run (2x within minutes on the 2-core machine
-of bench/README.md), so a roof measured at the start misjudges a kernel timed minutes later,
+of bench/LOG.md), so a roof measured at the start misjudges a kernel timed minutes later,
 in either direction; the same-moment ratio is the one that means something. (Before, the
 best of 3 samples before and 3 after the repeats: a peak against the kernel's median, so a
 slow phase during the repeats read as a slow kernel: the same depthwise kernel 0.12 and 0.19

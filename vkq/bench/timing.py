@@ -18,7 +18,7 @@ CPU_THREADS = 2      # torch and ncnn on the CPU: the machine's cores, shared wi
 # later machine (KVM, 2 vCPUs) torch's thread spun 4.5-6 ms, and a 20 ms pause then sometimes
 # slowed the Vulkan call itself (MobileNetV2 alone, medians of 18: 20.4 ms after no pause, 20.0
 # after 5 ms, 32.7 after 20 ms, 34.4 after 100 ms; torch alone 21.9 and 22.9): an idle machine
-# wakes slowly (bench/README.md, "Timing beside torch").
+# wakes slowly (bench/LOG.md, "Timing beside torch").
 SETTLE_S = 0.05      # the longest wait for them
 _POLL_S = 0.0002
 

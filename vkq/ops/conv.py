@@ -33,7 +33,7 @@ Paths: the general and pointwise kernels multiply-add in fp32 (exact for these i
 conv2d_general.comp) or, where the device chose the integer dot product (use_dot_product),
 with OpSDotAccSat on the packed words (DOT variants; shaders/include/dot4x8.glsl).
 
-Speed (bench/bench_conv.py; bench/README.md has what was tried). What limits it on the CPU
+Speed (bench/bench_conv.py; bench/LOG.md has what was tried). What limits it on the CPU
 drivers is memory access: llvmpipe runs every buffer load or store as a loop over the SIMD lanes
 with a bounds check per lane (about 340 instructions per ivec4 and 8 lanes, the cost of ~170
 lane multiply-adds; seen in the JIT code with gdb), so the kernels load each word once and
@@ -449,7 +449,7 @@ def _depthwise_rows(g: ConvGeometry, info) -> bool:
     """Whether a depthwise conv takes conv2d_depthwise_rows (its header says why) instead of
     conv2d_depthwise. llvmpipe does where the window (WH rows of NB blocks) stays within
     MAX_WINDOW_WORDS and the walk along a row within the loop budget: GPU time, interleaved in
-    one process (bench/README.md, "Stores on llvmpipe"), 32 @112 0.65x, 96 @112 s2 0.79x, 960
+    one process (bench/LOG.md, "Stores on llvmpipe"), 32 @112 0.65x, 96 @112 s2 0.79x, 960
     @7 0.91x. Elsewhere conv2d_depthwise, whose lanes share their loads: SwiftShader ran the
     rows kernel 1.8-2.7x slower, and GPUs want lanes on neighbouring addresses."""
     wh = (g.kh - 1) * g.dh + 1
