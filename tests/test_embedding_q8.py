@@ -172,6 +172,16 @@ def test_tied_weights_are_one_constant(tied):
     assert head.inputs[1:3] == [table, scale]          # stored once
 
 
+def test_tied_program_saves_once_and_loads(tied, tmp_path):
+    from vkq.progfile import load_program, save_program
+    prog = _compile(tied, int8_embeddings=True)
+    path = save_program(prog, tmp_path / "tied.vkq")
+    loaded = load_program(path)
+    assert sorted(loaded.constants) == sorted(prog.constants)
+    ids = IDS.numpy().astype(np.int32)
+    np.testing.assert_array_equal(run_reference(loaded, ids), run_reference(prog, ids))
+
+
 def _float_tables(prog):
     return [k for k, a in prog.constants.items() if a.dtype == np.float32 and a.shape == (101, 24)]
 
