@@ -134,8 +134,9 @@ def test_reference_is_attention(name, B, H, Hkv, N, D, Dv, positions, window, so
 
 
 def test_decode_step_gives_the_bits_of_its_prefill_row(device):
-    """A query computes the same bits whether it comes alone (a decode step) or among others (a
-    prefill), and whatever the rows past its position hold: the sums' order is the kernel's."""
+    """A query computes the same bits whether it comes alone (a decode step: on CPU drivers a
+    subgroup's worth of lanes a query) or among others (a prefill: a lane a query there), and
+    whatever the rows past its position hold: the sums' order is the kernel's."""
     rng = np.random.default_rng(5)
     q, k, v, pos = make(rng, 2, 9, 3, 300, 64, 64, list(range(11, 18)))
     attrs = {"scale": 0.125, "window": 0, "softcap": 0.0}
@@ -177,12 +178,42 @@ def test_shapes_it_cannot_take_are_declined():
 
 
 def test_the_loop_budget_holds_to_8192_rows():
-    """llvmpipe stops an invocation after 65535 loop iterations: SmolLM2's heads (64) and wider
-    ones over 8192 rows stay far below it; a shape past it runs on the CPU (next test)."""
-    for d in (64, 128, 256):
-        assert ac.loop_iterations(8192, d, d) < 65535 // 2, d
-    assert ac.loop_iterations(8192, 64, 64) < 8000
-    assert ac.loop_iterations(8192, 1024, 1024) > 65535
+    """llvmpipe stops an invocation after 65535 loop iterations: a lane a query over 8192 rows
+    stays far below it, at any head dim (the loops over D and Dv unroll: next test)."""
+    assert ac.loop_iterations(8192, 64, 1) < 65535 // 6
+    assert ac.loop_iterations(8192, 512, 1) < 65535 // 6
+    assert ac.loop_iterations(8192, 64, 8) < 2000
+
+
+def test_the_head_dim_loops_unroll(device, monkeypatch):
+    """A lane a query over 8192 keys with D = Dv = 64 would run 64 x 129 x 48 loop iterations
+    (past llvmpipe's 65535, which would leave keys out silently) if the loops over D and Dv did
+    not unroll; the output is right, so they do (what loop_iterations counts on)."""
+    from vkq.vkinfo import DeviceInfo
+    q, k, v, pos = make(np.random.default_rng(9), 1, 2, 1, 8192, 64, 64, [8191])
+    attrs = {"scale": 0.125, "window": 0, "softcap": 0.0}
+    prog = program(q, k, v, pos, attrs)
+    ref = run_reference(prog, q, k, v, pos)
+    monkeypatch.setattr(DeviceInfo, "loop_budget", property(lambda self: None))     # no check by the build
+    monkeypatch.setattr(ac, "LANES", (1, 4))
+    got = VulkanExecutor(prog, device)(q, k, v, pos)
+    assert np.all(np.abs(got - ref) <= bound(q, k, v, pos, 0.125, 0, 0.0))
+
+
+LANE_CHOICES = [(1, 1), (1, 8), (2, 1), (4, 2), (64, 1)]
+
+
+@pytest.mark.parametrize("case", [CASES[3], CASES[7], CASES[8]], ids=[CASES[i][0] for i in (3, 7, 8)])
+def test_the_bits_do_not_depend_on_the_workgroup_shape(device, monkeypatch, case):
+    """Lanes a query (COOP) and queries a workgroup (QW) change who computes what, not the order
+    of any sum: the same bits at every choice (the device's own among them)."""
+    name, B, H, Hkv, N, D, Dv, positions, window, softcap = case
+    q, k, v, pos = make(np.random.default_rng(11), B, H, Hkv, N, D, Dv, positions)
+    prog = program(q, k, v, pos, {"scale": 0.3, "window": window, "softcap": softcap})
+    want = VulkanExecutor(prog, device)(q, k, v, pos)
+    for lanes in LANE_CHOICES:
+        monkeypatch.setattr(ac, "LANES", lanes)
+        np.testing.assert_array_equal(VulkanExecutor(prog, device)(q, k, v, pos), want, err_msg=str(lanes))
 
 
 def test_past_the_loop_budget_it_runs_on_the_cpu(device, monkeypatch):

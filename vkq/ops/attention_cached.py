@@ -11,12 +11,14 @@ out[b,h,t] = sum_j softmax(s)_j v_cache[b,kh,j]. Rows of the cache past p are ne
 static cache past its filled prefix may hold anything). A position outside [0, N) is an error
 of the reference (the shader clamps it, so it never reads out of bounds).
 
-One dispatch of shaders/attention_cached.comp: a workgroup of LOCAL lanes per (b, h, t), the
-keys strided over the lanes (each an online softmax), then a fixed tree over the lanes. The
-work follows the filled prefix: the loop runs to positions[t] read from the buffer, so a
-decode step at position 20 of an 8192-row cache reads 21 rows. The order of every float sum
-is set by LOCAL alone (chosen from Dv here, not from the device), so the same query gives the
-same bits in a prefill and in a decode step, at any subgroup size.
+One dispatch of shaders/attention_cached.comp: the keys of a query dealt into SPLIT partitions,
+each an online softmax, merged by a fixed tree (the shader's header says how), run by COOP lanes
+a query, QW queries a workgroup (`lanes_for`: a workgroup a query and a lane a partition on a
+GPU; on CPU drivers a subgroup's worth of lanes a query in a decode step, a lane a query in a
+prefill). The work follows the filled prefix: the loops run to positions[t] read from the
+buffer, so a decode step at position 20 of an 8192-row cache reads 21 rows. The order of every
+float sum is set by SPLIT alone, not by COOP or QW, the subgroup size or the device: the same
+query gives the same bits in a prefill and in a decode step, at any workgroup shape.
 
 The reference computes in float64 from the float32 inputs, rounded once at the end; the shader
 sums in float32 (exp_f32 / tanh_f32 of float_math.glsl): tests/test_attention_cached.py states
@@ -26,12 +28,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..device import grid_1d
 from ..registry import register_op
 
 F32 = np.float32
-LOCAL = 64                # lanes a (b, h, t), 64 keys a step: sets the order of every sum
-CHUNK = 16                # vec4s of the lanes' value vectors the final tree takes at a time (CH4 in the shader)
-MAX_HEAD_DIM = 1024       # D and Dv a lane keeps in registers (vec4 arrays), at most
+SPLIT = 64                # key partitions: their number (and the tree over them) sets the order of every sum
+SHARED_BYTES = 16384      # the lanes' value vectors in shared memory, at most
+MANY_QUERIES = 32         # from this many queries a node (B H T) CPU drivers give each a lane of its own
+LANES = None              # tests: force (COOP, QW), lanes a query and queries a workgroup
+MAX_HEAD_DIM = 512        # D and Dv a lane keeps in registers (vec4 arrays), at most
 
 
 def _positions(positions, n: int) -> np.ndarray:
@@ -84,15 +89,39 @@ def attention_cached(q, k_cache, v_cache, positions, *, scale, window=0, softcap
     return out
 
 
-def loop_iterations(keys: int, d: int, dv: int, lanes: int = LOCAL) -> int:
-    """An upper bound on the loop iterations one invocation runs (llvmpipe's loop budget):
-    its keys, each with the dot product (d / 4), a rescale and the weighted sum (dv / 4 each)
-    where the loops over d do not unroll; the max tree; per chunk of CHUNK vec4s of the value
-    vector its tree and stores."""
-    d4, dv4 = -(-d // 4), -(-dv // 4)
-    steps, chunks, ch4 = lanes.bit_length(), -(-dv4 // CHUNK), min(dv4, CHUNK)
-    return (-(-keys // lanes) + 1) * (d4 + 2 * dv4 + 2) + d4 + dv4 + steps \
-        + chunks * (2 * ch4 + steps * (-(-ch4 * lanes // 2 // lanes) + 2) + -(-4 * ch4 // lanes) + 2) + 8
+def loop_iterations(keys: int, dv: int, coop: int) -> int:
+    """The loop iterations one invocation runs at most (llvmpipe's loop budget), with COOP lanes
+    a query: per partition of its own its keys (the loops over D and Dv inside are unrolled: they
+    are [[unroll]] with trip counts the specialization fixes; tests/test_attention_cached.py
+    checks it on llvmpipe) and its carries, then the tree over the lanes and the stores."""
+    own = SPLIT // coop
+    return own * (-(-keys // SPLIT) + 3) + coop.bit_length() + -(-dv // coop) + 8
+
+
+def lanes_for(info, queries: int, keys: int, dv: int) -> tuple[int, int]:
+    """(COOP, QW): lanes a query and queries a workgroup. They do not change the bits. On a GPU
+    a lane a partition, a workgroup a query (at most what keeps the lanes' vectors in
+    SHARED_BYTES). On a CPU driver a workgroup runs on one thread and its lanes are SIMD lanes:
+    more of them are more SIMD groups taking turns at each barrier, and a tree through shared
+    memory costs more than the keys of a short prefix. So: at least MANY_QUERIES queries (a
+    prefill) a lane a query, a subgroup's worth a workgroup; fewer (decode) a subgroup's worth
+    of lanes a query, widened until an invocation's loops take at most half the loop budget."""
+    widest = SPLIT
+    while widest > 1 and widest * 16 * (-(-dv // 4)) > SHARED_BYTES:
+        widest //= 2
+    widest = min(widest, int(info.max_workgroup_invocations), int(info.max_workgroup_size[0]))
+    if info.type != "cpu":
+        return widest, 1
+    sg, limit = 1, info.loop_budget
+    while sg < max(4, int(info.subgroup_size)):
+        sg *= 2
+    sg = min(sg, int(info.max_workgroup_invocations))
+    if queries >= MANY_QUERIES and (limit is None or loop_iterations(keys, dv, 1) <= limit // 2):
+        return 1, sg
+    coop = min(sg, widest)
+    while limit is not None and coop < widest and loop_iterations(keys, dv, coop) > limit // 2:
+        coop *= 2
+    return coop, 1
 
 
 def _decline(node, tensors):
@@ -107,8 +136,6 @@ def _decline(node, tensors):
         return str(e)
     if max(D, Dv) > MAX_HEAD_DIM or min(D, Dv, N, T, B) < 1:
         return f"attention_cached: head dims {D}, {Dv} (at most {MAX_HEAD_DIM}), N {N}, T {T}, B {B} (at least 1)"
-    if max(T, H, B) > 65535:
-        return f"attention_cached: a workgroup per (t, h, b): {T} x {H} x {B} passes 65535 in a grid dimension"
     if int(node.attrs.get("window", 0)) < 0 or float(node.attrs.get("softcap", 0.0)) < 0:
         return "attention_cached: a negative window or softcap"
     return None
@@ -119,12 +146,13 @@ def _build(ctx, node):
     out = node.outputs[0]
     B, H, T, D, Hkv, N, Dv = _shapes(ctx.spec(q).shape, ctx.spec(k).shape, ctx.spec(v).shape, ctx.spec(pos).shape)
     window, softcap = int(node.attrs.get("window", 0)), float(node.attrs.get("softcap", 0.0))
-    lanes = LOCAL
     keys = min(N, window) if window else N
-    ctx.device.info.check_loop_budget(loop_iterations(keys, D, Dv, lanes), f"{node.name}: attention_cached")
-    push = (H, T, N, Hkv, window, F32(node.attrs["scale"]), F32(softcap))
+    coop, qw = LANES or lanes_for(ctx.device.info, B * H * T, keys, Dv)
+    ctx.device.info.check_loop_budget(loop_iterations(keys, Dv, coop), f"{node.name}: attention_cached")
+    push = (B, H, T, N, Hkv, window, F32(node.attrs["scale"]), F32(softcap))
     bufs = [ctx.buffer(t) for t in (q, k, v, pos, out)]
-    return [ctx.device.dispatch("attention_cached", bufs, (T, H, B), local=(lanes,), spec=(lanes, D, Dv), push=push)]
+    return [ctx.device.dispatch("attention_cached", bufs, grid_1d(B * H * T, qw), local=(coop * qw,),
+                                spec=(coop, D, Dv, SPLIT, (SPLIT // coop).bit_length(), qw), push=push)]
 
 
 @register_op
