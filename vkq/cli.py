@@ -353,7 +353,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-progress", action="store_true", help="no stage lines or progress bars on stderr")
     p.set_defaults(func=cmd_compile)
     p = sub.add_parser("bench", help="roofline, kernels and models against torch and ncnn, same run")
-    p.add_argument("suite", nargs="?", default="all", choices=("all", "roofline", "kernels", "models"))
+    p.add_argument("suite", nargs="?", default="all", choices=("all", "roofline", "kernels", "models", "lm"))
     _add_device_arg(p)
     p.add_argument("--quick", action="store_true", help="tiny shapes, few repeats (a smoke test for CI)")
     p.add_argument("--repeats", type=int, default=None, help="timed repeats a measurement (default 10, quick 2)")

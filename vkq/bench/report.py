@@ -55,7 +55,7 @@ def _print(records, columns):
 def print_tables(records) -> None:
     """The roofline and kernel records, then the models."""
     rs = with_model_ratios(records)
-    _print([r for r in rs if r["suite"] != "models"], KERNEL_COLUMNS)
+    _print([r for r in rs if r["suite"] not in ("models", "lm")], KERNEL_COLUMNS)
     models = [r for r in rs if r["suite"] == "models"]
     if models:
         print()
@@ -80,7 +80,7 @@ def markdown_table(records) -> str:
     """The records as Markdown tables (what bench/README.md shows): kernels, then models."""
     rs = with_model_ratios(records)
     out = []
-    for rows, columns in (([r for r in rs if r["suite"] != "models"], KERNEL_COLUMNS),
+    for rows, columns in (([r for r in rs if r["suite"] not in ("models", "lm")], KERNEL_COLUMNS),
                           ([r for r in rs if r["suite"] == "models"], MODEL_COLUMNS)):
         if not rows:
             continue

@@ -11,7 +11,7 @@ from .report import print_models_memory, print_tables, targets, write_json
 from .roofline import measure
 from .timing import cpu_name, quiet, torch_threads
 
-SUITES = ("roofline", "kernels", "models")
+SUITES = ("roofline", "kernels", "models", "lm")
 
 
 def run(suites=("kernels", "models"), device=None, quick: bool = False, repeats: int | None = None,
@@ -32,6 +32,9 @@ def run(suites=("kernels", "models"), device=None, quick: bool = False, repeats:
         records += run_kernels(s, progress)
     if "models" in suites:
         records += run_models(s, model_names, progress)
+    if "lm" in suites:
+        from .lm import run_lm
+        records += run_lm(s, progress)
     s.load_avg.append(os.getloadavg()[0])
     for r in roof["records"]:
         r.extra["load_avg_1m"] = s.load_avg    # at the start and the end of the run
@@ -51,6 +54,8 @@ def main(args) -> int:
           "roof, 'roofline_fraction_at_start' is the fraction against the roofs measured first)")
     print_tables(records)
     print_models_memory(records)
+    from .lm import print_lm
+    print_lm(records)
     for what, got, met in ([] if s.quick else targets(records)):   # quick shapes are not the targets' shapes
         print(f"target: {what}: {got} -> {'met' if met else 'NOT met'}")
     for text in s.notes:
