@@ -11,7 +11,8 @@ from .progfile import ProgramFileError, load_program, save_program
 
 
 class CompiledProgram:
-    """prog(*inputs) on the device; prog.run_reference(*inputs) on the CPU; prog.save(path)."""
+    """prog(*inputs) on the device; prog.run_reference(*inputs) on the CPU; prog.verify(*inputs) both,
+    node by node; prog.save(path)."""
 
     def __init__(self, program: Program, device=None, arguments=None):
         self.program = program
@@ -51,6 +52,13 @@ class CompiledProgram:
 
     def run_reference(self, *inputs):
         return run_reference(self.program, *self._tensors(inputs))
+
+    def verify(self, *inputs):
+        """Run on the device and on the references node by node, streaming (vkq.verify): a
+        VerifyResult saying identical, or the first node whose bits differ, its op, shader
+        variants and device, and by how much."""
+        from .verify import verify
+        return verify(self.program, *self._tensors(inputs), device=self._device_choice)
 
     def _tensors(self, inputs):
         return inputs if self._arguments is None else self._arguments(inputs)
