@@ -2,7 +2,9 @@
 CompiledProgram.verify, `vkq compare`). A planted fault (one op's reference changed in one
 element) is named exactly: node, op, how much; the run holds a few tensors, whatever the
 program's length; the device's values are those of a normal run."""
+import contextlib
 import dataclasses
+import io
 
 import numpy as np
 import pytest
@@ -185,10 +187,13 @@ def test_a_float_program_is_identical_or_names_its_first_differing_node(encoder,
     assert result.identical == (not differing) == (result.first is None)
     if differing:
         assert result.first is differing[0] and result.summary().startswith(f"differs at node {differing[0].index} ")
-    for n in differing:
-        assert n.where == "vulkan" and n.shaders
+    for n in result.nodes:
         for o in n.outputs:
-            assert (o.differing > 0) == (o.max_ulps is not None and o.max_ulps > 0 or o.max_abs > 0) or o.dtype == "int8"
+            size = int(np.prod(o.shape))
+            assert 0 <= o.differing <= size and (o.differing == 0) == (o.max_abs == 0), o
+            if o.differing and o.dtype == "float32":
+                assert o.max_ulps >= 1, o
+        assert n.identical or (n.where == "vulkan" and n.shaders), n
     (out,) = program.outputs
     assert result.outputs[out].tobytes() == VulkanExecutor(program, device)(x).tobytes()
 
@@ -207,10 +212,10 @@ def test_a_planted_float_fault_is_named_in_ulps_and_absolute(device, monkeypatch
     adds = [c for c in result.nodes if c.op == "add"]
     assert result.first is adds[0] and result.first.name == p.nodes[5].name and result.differing_nodes == adds
     (o,) = result.first.outputs
-    want = run_reference(p, x, keep_all=True)["f1"][..., None].reshape(-1)[10:11]     # (the fault planted: here too)
-    moved, want = want, (want.view(np.int32) - 5).view(np.float32)
+    moved = run_reference(p, x, keep_all=True)["f1"].reshape(-1)[10:11]      # (the planted fault's value)
+    right = (moved.view(np.int32) - 5).view(np.float32)
     assert (o.differing, o.max_ulps) == (1, 5)
-    assert o.max_abs == abs(float(moved[0]) - float(want[0])) > 0, o
+    assert o.max_abs == abs(float(moved[0]) - float(right[0])) > 0, o
     assert "(5 ulps)" in result.summary() and "1 of 1155 elements differ" in result.summary(), result.summary()
 
 
@@ -247,13 +252,15 @@ def test_the_stream_holds_a_few_tensors_whatever_the_length(device, monkeypatch)
 
 # -- the command line -------------------------------------------------------------------------
 
-def _main(capsys, *args):
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
+def _main(*args):
+    """(exit code, stdout, stderr) of `vkq ARGS` in this process (a planted fault holds here)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return code, out.getvalue(), err.getvalue()
 
 
-def test_vkq_verify_says_identical_or_names_the_node(cnn, device, tmp_path, capsys, monkeypatch):
+def test_vkq_verify_says_identical_or_names_the_node(cnn, device, tmp_path, monkeypatch):
     program, x = cnn
     vkq.CompiledProgram(program).save(tmp_path / "cnn.vkq")
     np.save(tmp_path / "x.npy", x)
@@ -262,11 +269,11 @@ def test_vkq_verify_says_identical_or_names_the_node(cnn, device, tmp_path, caps
     assert res.returncode == 0 and res.stdout.startswith("identical: "), res.stdout + res.stderr[-2000:]
     _plant(monkeypatch, "max_pool2d_q8", _bump_int8(3))
     target = next(n for n in program.nodes if n.op == "max_pool2d_q8")
-    code, out, _ = _main(capsys, "verify", tmp_path / "cnn.vkq", "--input", tmp_path / "x.npy",
+    code, out, _ = _main("verify", tmp_path / "cnn.vkq", "--input", tmp_path / "x.npy",
                          "--device", device.info.name, "--all")
     assert code == 1 and f"differs at node {program.nodes.index(target)} {target.name!r} ({target.op})" in out, out
     assert out.count("\n") == len(program.nodes) + 1 + 2     # header, a row a node, the summary's two lines
-    code, out, _ = _main(capsys, "compare", tmp_path / "cnn.vkq", "--input", tmp_path / "x.npy",
+    code, out, _ = _main("compare", tmp_path / "cnn.vkq", "--input", tmp_path / "x.npy",
                          "--device", device.info.name)
     row = next(line for line in out.splitlines() if line.startswith(target.name[:40]))
     assert code == 1 and row.split()[-6:] == ["1", "int8", "steps"] * 2 and "MISMATCH: up to 1 int8 steps" in out, out
