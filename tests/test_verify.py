@@ -41,6 +41,14 @@ def _bump_int8(k):
     return fault
 
 
+def _bump_float(ulps, k=1):
+    """ulps units in the last place away from zero at flat index k."""
+    def fault(a):
+        a.view(np.int32).flat[k] += ulps
+        return a
+    return fault
+
+
 # -- the comparison itself (no device) --------------------------------------------------------
 
 def test_differences_count_bits_steps_and_ulps():
@@ -203,11 +211,7 @@ def test_a_planted_float_fault_is_named_in_ulps_and_absolute(device, monkeypatch
     ulps off in one element, verify names the first add with 5 ulps and their absolute size."""
     p = _chain(3)
     x = np.random.default_rng(7).normal(0, 1, (3, 5, 7, 11)).astype(np.float32)
-
-    def fault(a):
-        a.view(np.int32).flat[10] += 5
-        return a
-    _plant(monkeypatch, "add", fault)
+    _plant(monkeypatch, "add", _bump_float(5, 10))
     result = verify(p, x, device=device)
     adds = [c for c in result.nodes if c.op == "add"]
     assert result.first is adds[0] and result.first.name == p.nodes[5].name and result.differing_nodes == adds
@@ -248,6 +252,26 @@ def test_the_stream_holds_a_few_tensors_whatever_the_length(device, monkeypatch)
         assert [c.outputs[0].run_abs == pytest.approx(k + 1, rel=1e-4) for k, c in enumerate(adds)] == [True] * n
         peaks.append(result.peak_tensors)
     assert peaks[2] == peaks[3] == 7, peaks       # + the reference run's input and output of the node
+
+
+def test_a_node_without_a_kernel_runs_on_the_host_between_device_nodes(device, monkeypatch):
+    """add (Vulkan) -> linear (no kernel: the CPU) -> add (Vulkan, reading what the CPU made,
+    uploaded): the CPU node is the reference itself; a fault in add is named at each add."""
+    rng = np.random.default_rng(11)
+    t = {"x": TensorSpec((5, 7)), "a": TensorSpec((5, 7)), "w": TensorSpec((3, 7)), "b": TensorSpec((3,)),
+         "h": TensorSpec((5, 3)), "y": TensorSpec((5, 3))}
+    consts = {"w": rng.normal(0, 1, (3, 7)).astype(np.float32), "b": rng.normal(0, 1, 3).astype(np.float32)}
+    p = Program(t, [Node("add", ["x", "x"], ["a"]), Node("linear", ["a", "w", "b"], ["h"]), Node("add", ["h", "h"], ["y"])],
+                ["x"], ["y"], consts)
+    p.validate()
+    x = rng.normal(0, 1, (5, 7)).astype(np.float32)
+    result = verify(p, x, device=device)
+    assert [n.where for n in result.nodes] == ["vulkan", "cpu", "vulkan"] and result.identical, result.table()
+    assert result.nodes[1].shaders == () and result.outputs["y"].tobytes() == run_reference(p, x).tobytes()
+    _plant(monkeypatch, "add", _bump_float(4))
+    result = verify(p, x, device=device)
+    assert [n.index for n in result.differing_nodes] == [0, 2] and result.first.index == 0
+    assert [n.outputs[0].max_ulps for n in result.differing_nodes] == [4, 4]
 
 
 # -- the command line -------------------------------------------------------------------------
