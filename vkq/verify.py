@@ -87,8 +87,8 @@ class VerifyResult:
     identical: bool
     device: str
     first: NodeCheck | None
-    nodes: list
-    peak_tensors: int
+    nodes: list = field(repr=False)
+    peak_tensors: int = 0
     outputs: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -109,6 +109,8 @@ class VerifyResult:
                  f"{self.nodes_checked} nodes differ on their own inputs)"]
         lines += [f"  {o.describe()}" for o in n.outputs if o.differing]
         return "\n".join(lines)
+
+    __str__ = summary
 
     def table(self) -> str:
         """Every node: index, name, op, where, each output and how many elements differ."""
