@@ -187,11 +187,9 @@ def _lockstep(ex, build, env: dict, chain: bool) -> VerifyResult:
     checks, first, peak = [], None, len(host)
     for i, (node, seg) in enumerate(zip(program.nodes, build.segments)):
         args = lambda values: [values[t] if t in values else consts[t] for t in node.inputs]
-        if seg[0] == "cpu":
-            with _at(node):
-                result = get_op(node.op).reference(*args(host), **node.attrs)
-            _store(host, node, result, program)
-            ref, shaders = {t: host[t] for t in node.outputs}, ()
+        if seg[0] == "cpu":     # (the device's run is the reference here: the same call, the same values)
+            ref, shaders = _reference(node, args(host), program), ()
+            host.update(ref)
         else:
             _, rec, ups, downs, _ = seg
             for t in ups:
@@ -205,21 +203,22 @@ def _lockstep(ex, build, env: dict, chain: bool) -> VerifyResult:
             shaders = tuple(dict.fromkeys(st.variant for st in rec.steps))
         outs = []
         diverged = chain and any(t in run for t in node.inputs)
-        mine = _reference(node, args({**host, **run}), program) if diverged else ref
+        in_run = _reference(node, args({**host, **run}), program) if diverged else ref
         for t in node.outputs:
             spec = program.tensors[t]
             o = OutputCheck(t, spec.dtype, spec.shape, *differences(host[t], ref[t], spec.dtype))
             if chain:
-                o.run_differing, o.run_abs = differences(host[t], mine[t], spec.dtype)[:2]
+                o.run_differing, o.run_abs = differences(host[t], in_run[t], spec.dtype)[:2]
                 if o.run_differing:
-                    run[t] = mine[t]
+                    run[t] = in_run[t]
             outs.append(o)
-        peak = max(peak, len(host) + len(run) + (len(ref) if seg[0] != "cpu" else 0) + (len(mine) if diverged else 0))
+        held = len(host) + len(run) + (len(ref) if seg[0] != "cpu" else 0) + (len(in_run) if diverged else 0)
+        peak = max(peak, held)
         check = NodeCheck(i, node.name, node.op, "cpu" if seg[0] == "cpu" else "vulkan", shaders, outs)
         checks.append(check)
         if first is None and not check.identical:
             first = check
-        del ref, mine
+        del ref, in_run
         for t in frees[i]:
             host.pop(t, None)
             run.pop(t, None)
