@@ -181,7 +181,8 @@ def test_a_planted_int8_fault_is_named_exactly(cnn, device, monkeypatch):
     assert (o.tensor, o.dtype, o.differing, o.max_abs, o.max_ulps) == (target.outputs[0], "int8", 1, 1.0, None)
     assert result.first.shaders and all(s.startswith("conv") for s in result.first.shaders), result.first.shaders
     text = result.summary()
-    assert f"node {result.first.index} {target.name!r} (conv2d_q8) on vulkan, shaders: {result.first.shaders[0]}" in text
+    first = result.first
+    assert f"node {first.index} {target.name!r} (conv2d_q8) on vulkan, shaders: {first.shaders[0]}" in text
     assert device.info.name in text and "1 of " in text and "max |difference| 1 int8 steps" in text, text
 
 
@@ -261,8 +262,8 @@ def test_a_node_without_a_kernel_runs_on_the_host_between_device_nodes(device, m
     t = {"x": TensorSpec((5, 7)), "a": TensorSpec((5, 7)), "w": TensorSpec((3, 7)), "b": TensorSpec((3,)),
          "h": TensorSpec((5, 3)), "y": TensorSpec((5, 3))}
     consts = {"w": rng.normal(0, 1, (3, 7)).astype(np.float32), "b": rng.normal(0, 1, 3).astype(np.float32)}
-    p = Program(t, [Node("add", ["x", "x"], ["a"]), Node("linear", ["a", "w", "b"], ["h"]), Node("add", ["h", "h"], ["y"])],
-                ["x"], ["y"], consts)
+    nodes = [Node("add", ["x", "x"], ["a"]), Node("linear", ["a", "w", "b"], ["h"]), Node("add", ["h", "h"], ["y"])]
+    p = Program(t, nodes, ["x"], ["y"], consts)
     p.validate()
     x = rng.normal(0, 1, (5, 7)).astype(np.float32)
     result = verify(p, x, device=device)

@@ -199,7 +199,8 @@ def check(name: str, library: str, device: str, scheme: str = "static") -> dict:
             # the nodes whose integer outputs differ from their reference on the device's own inputs
             steps = [n for n in verify(program, *xs, device=device).differing_nodes
                      if any(o.differing and o.dtype != "float32" for o in n.outputs)]
-            exact = [n for n in steps if all(program.tensors[i].dtype != "float32" for i in program.nodes[n.index].inputs)]
+            exact = [n for n in steps
+                     if all(program.tensors[i].dtype != "float32" for i in program.nodes[n.index].inputs)]
             if exact:
                 r["problem"] = f"{exact[0].op} {exact[0].name} differs from its reference with the same int8 inputs"
             else:
