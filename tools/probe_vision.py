@@ -2,7 +2,7 @@
 torchvision builder module and of each timm module, with random weights (BatchNorm statistics
 from training-mode passes, vkq.zoo), static int8, compiled and run on Vulkan. Each is checked
 against the CPU reference (outputs bit for bit where the program is all-integer, else cosine
->= 0.9995: float islands round differently; every tensor kept only to name where they part) and
+>= 0.9995: float islands round differently; where they part, vkq.verify names the node, streaming) and
 PT2E's eager output (cosine >= 0.99; below that the op-by-op check decides: when every node, fed
 PT2E's inputs, is within one step of PT2E, the random network amplifies rounding, which is
 reported, not counted). The check that found, on 2026-11-29, timm's
@@ -146,17 +146,6 @@ def _first(out):
     return np.asarray(out[0] if isinstance(out, (tuple, list)) else out)
 
 
-def _first_difference(program, got, ref):
-    """The first node whose integer output differs between the device and the reference while
-    its integer inputs agree (its float inputs may differ by rounding); None: none such."""
-    exact = lambda t: program.tensors[t].dtype != "float32"
-    same = lambda t: t not in got or t not in ref or np.array_equal(got[t], ref[t])
-    for node in program.nodes:
-        if all(same(i) for i in node.inputs if exact(i)) and not all(same(t) for t in node.outputs if exact(t)):
-            return node
-    return None
-
-
 def check(name: str, library: str, device: str, scheme: str = "static") -> dict:
     sys.path.insert(0, str(ROOT / "tests"))
     from test_lower import assert_matches_pt2e, cosine
@@ -164,6 +153,7 @@ def check(name: str, library: str, device: str, scheme: str = "static") -> dict:
     from vkq.executor import VulkanExecutor, run_reference
     from vkq.lower import lower
     from vkq.registry import cpu_reason
+    from vkq.verify import verify
     r = {"model": name, "library": library} | ({"scheme": scheme} if scheme != "static" else {})
     model, make = _build(name, library)
     inputs, calibration = make(1, 0), [make(1, 1 + i) for i in range(2)]
@@ -180,8 +170,8 @@ def check(name: str, library: str, device: str, scheme: str = "static") -> dict:
         fp32 = _first(model(*inputs))
     r["cos_pt2e_fp32"] = round(cosine(want, fp32), 4) if np.abs(want).max() > 0 else 0.0   # (quantization's own loss)
     outputs = lambda o: dict(zip(program.outputs, o if isinstance(o, tuple) else (o,)))
-    ref = outputs(run_reference(program, *xs))     # (every tensor kept only to diagnose: a video
-    out = _first([ref[t] for t in program.outputs])   # model's intermediates outgrew 23 GB)
+    ref = outputs(run_reference(program, *xs))
+    out = _first([ref[t] for t in program.outputs])
     r["cos_pt2e"] = round(cosine(out, want), 4) if np.abs(want).max() > 0 else None
     if not np.abs(want).max() > 0:
         r["problem"] = "PT2E's output is all zeros"
@@ -195,27 +185,29 @@ def check(name: str, library: str, device: str, scheme: str = "static") -> dict:
         except AssertionError as e:
             r["problem"] = f"op by op: {str(e)[:200]}"
     got = outputs(VulkanExecutor(program, device)(*xs))
-    everything = lambda: (run_reference(program, *xs, keep_all=True),
-                          VulkanExecutor(program, device, host_visible_all=True)(*xs, keep_all=True))
     ends = set(program.inputs) | set(program.outputs)
     integer = all(program.tensors[t].dtype != "float32" or t in ends for n in program.nodes for t in n.outputs)
     if integer:
         if not all(np.array_equal(got[t], ref[t]) for t in program.outputs):
-            ref, got = everything()
-            bad = [t for t in ref if t in got and t not in program.constants and not np.array_equal(got[t], ref[t])]
-            r["problem"] = f"Vulkan differs from the reference at {bad[0] if bad else '?'} (all-integer program)"
+            first = verify(program, *xs, device=device).first
+            at = f"{first.name} ({first.op}; {', '.join(first.shaders)})" if first else "?"
+            r["problem"] = f"Vulkan differs from the reference at {at} (all-integer program)"
     else:
         c = min(cosine(got[t], ref[t]) for t in program.outputs)
         r["cos_vulkan_ref"] = round(c, 6)
         if c < 0.9995:
-            ref, got = everything()
-            node = _first_difference(program, got, ref)
-            if node is None or any(program.tensors[i].dtype == "float32" for i in node.inputs):
+            # the nodes whose integer outputs differ from their reference on the device's own inputs
+            steps = [n for n in verify(program, *xs, device=device).differing_nodes
+                     if any(o.differing and o.dtype != "float32" for o in n.outputs)]
+            exact = [n for n in steps
+                     if all(program.tensors[i].dtype != "float32" for i in program.nodes[n.index].inputs)]
+            if exact:
+                r["problem"] = f"{exact[0].op} {exact[0].name} differs from its reference with the same int8 inputs"
+            else:
+                node = steps[0] if steps else None
                 r["note"] = (f"Vulkan's output at cosine {c:.6f} with the reference, from "
                              f"{node.op if node else '?'} {node.name if node else ''} of float inputs: "
                              f"float rounding across a step, amplified")
-            else:
-                r["problem"] = f"{node.op} {node.name} differs from its reference with equal int8 inputs"
     if cpu:
         r["problem"] = r.get("problem") or f"on the CPU: {cpu}"
     return r

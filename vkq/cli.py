@@ -1,4 +1,4 @@
-"""The `vkq` command line: devices, demo, compile, run, compare, bench, embed, generate, compile-lm."""
+"""The `vkq` command line: devices, demo, compile, run, compare, verify, bench, embed, generate, compile-lm."""
 from __future__ import annotations
 
 import argparse
@@ -97,30 +97,28 @@ def cmd_run(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    """Per-node agreement between the device and the CPU reference of the same program."""
+    """Per-node agreement between the device and the CPU reference of the same program, node
+    by node and streaming (vkq.verify): the device's values against the reference's own run,
+    and against the reference on the device's inputs (what the node itself computes)."""
     import numpy as np
-    from .executor import VulkanExecutor, run_reference, specialize_for
     from .progfile import load_program
+    from .verify import verify
     program = load_program(args.program)
     inputs = _load_inputs(args.input)
-    got = VulkanExecutor(program, args.device, host_visible_all=True)(*inputs, keep_all=True)
-    ref = run_reference(program, *inputs, keep_all=True)
-    program = specialize_for(program, inputs)      # (a dynamic program: the shapes of these inputs)
+    if args.expect and len(args.expect) != len(program.outputs):       # (before the run, which may be long)
+        raise ValueError(f"the program has {len(program.outputs)} outputs, got {len(args.expect)} --expect files")
+    result = verify(program, *inputs, device=args.device, chain=True)
     worst = 0.0
-    print(f"{'node':<40} {'op':<22} {'output':<28} max |vulkan - reference|")
-    for node in program.nodes:
-        for t in node.outputs:
-            spec = program.tensors[t]
-            a, b = got[t], ref[t]
-            diff = float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max()) if a.size else 0.0
-            unit = "steps" if spec.dtype == "int8" else ""
-            worst = max(worst, diff if spec.dtype != "float32" else 0.0)
-            print(f"{node.name[:40]:<40} {node.op:<22} {spec.dtype + str(list(spec.shape)):<28} {diff:g} {unit}")
+    print(f"{'node':<40} {'op':<22} {'output':<28} {'max |vulkan - reference|':<26} on the device's inputs")
+    for node in result.nodes:
+        for o in node.outputs:
+            worst = max(worst, o.run_abs if o.dtype != "float32" else 0.0)
+            alone = "(cpu)" if node.where == "cpu" else f"{o.max_abs:g}{o.unit}"
+            print(f"{node.name[:40]:<40} {node.op:<22} {o.dtype + str(list(o.shape)):<28} "
+                  f"{f'{o.run_abs:g}{o.unit}':<26} {alone}")
     if args.expect:
-        if len(args.expect) != len(program.outputs):
-            raise ValueError(f"the program has {len(program.outputs)} outputs, got {len(args.expect)} --expect files")
         for path, t, want in zip(args.expect, program.outputs, _load_inputs(args.expect)):
-            y = got[t].astype(np.float64).reshape(-1)
+            y = result.outputs[t].astype(np.float64).reshape(-1)
             if want.size != y.size:
                 raise ValueError(f"{path}: {want.size} values, the output {t!r} has {y.size}")
             want = want.astype(np.float64).reshape(-1)
@@ -129,6 +127,17 @@ def cmd_compare(args) -> int:
             print(f"output {t}: cosine with the float model {cos:.6f}, same argmax: {bool(top)}")
     print("integer tensors agree bit for bit" if worst == 0 else f"MISMATCH: up to {worst:g} int8 steps")
     return 0 if worst == 0 else 1
+
+
+def cmd_verify(args) -> int:
+    """Identical to the reference, bit for bit, or the first node that is not (exit 1)."""
+    from .runtime import load
+    prog = load(args.program, device=args.device)
+    result = prog.verify(*_load_inputs(args.input))
+    if args.all:
+        print(result.table())
+    print(result.summary())
+    return 0 if result.identical else 1
 
 
 def cmd_compile(args) -> int:
@@ -327,6 +336,13 @@ def main(argv=None) -> int:
     p.add_argument("--expect", action="append", help="the float model's output (.npy), to report agreement")
     _add_device_arg(p)
     p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("verify", help="whether the device gives the reference's bits, node by node; else the "
+                       "first node that does not (exit 1)")
+    p.add_argument("program")
+    p.add_argument("--input", action="append", required=True, help=".npy file, once per program input")
+    p.add_argument("--all", action="store_true", help="a line for every node's outputs too")
+    _add_device_arg(p)
+    p.set_defaults(func=cmd_verify)
     p = sub.add_parser("compile", help="quantize a model (.pt2 or module:function) with calibration data and "
                        "compile it into a .vkq program")
     p.add_argument("model", help="a torch.export.save'd .pt2 file, or package.module:function (or file.py:function) "

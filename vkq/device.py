@@ -316,6 +316,10 @@ class Dispatch:
         self.spec = tuple(spec)                # specialization constants 3, 4, ... (after the workgroup size)
         self.reads, self.writes = frozenset(reads), frozenset(writes)
         self.defines = frozenset(defines)      # the variant: define names (the benchmark reads DOT)
+        values = defines.items() if isinstance(defines, dict) else ((d, "1") for d in defines)
+        # the variant as a report names it: shader(DEFINE, NAME=value, ...) (vkq verify)
+        self.variant = name + (f"({', '.join(k if str(v) == '1' else f'{k}={v}' for k, v in sorted(values))})"
+                               if self.defines else "")
 
     def op(self):
         import kp    # the workgroup counts go with the op: a cached pipeline serves several shapes

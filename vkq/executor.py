@@ -326,12 +326,18 @@ class VulkanExecutor:
     Calls from several threads take turns (self.lock): a call owns the executor's buffers,
     the host copies of its inputs and outputs and the intermediates, from its first upload
     to its last download. Programs sharing a device also take turns at its queue.
-    max_shapes: how many concrete shapes of a dynamic program stay built."""
+    max_shapes: how many concrete shapes of a dynamic program stay built.
+    node_by_node: each Vulkan node its own recorded segment, which downloads the node's
+    outputs after its dispatches, with the memory plan of a normal run (the arena's slots
+    host-visible, so a tensor is read back before a later node reuses its slot): vkq.verify
+    compares each node with its reference this way, holding one run's tensors, not all."""
 
-    def __init__(self, program: Program, device=None, *, host_visible_all: bool = False, max_shapes: int = 8):
+    def __init__(self, program: Program, device=None, *, host_visible_all: bool = False, max_shapes: int = 8,
+                 node_by_node: bool = False):
         self.program = program
         self.lock = threading.Lock()
         self.host_visible_all = host_visible_all
+        self.node_by_node = node_by_node
         self.max_shapes = max(1, int(max_shapes))
         self.device = device if isinstance(device, Device) else get_device(device)
         self._pipelines: dict = {}
@@ -407,7 +413,7 @@ class VulkanExecutor:
             if name in shared:
                 slot, words = shared[name]
                 if slot not in self.arena_slots:
-                    self.arena_slots[slot] = self.device.buffer(size=words, host_visible=False)
+                    self.arena_slots[slot] = self.device.buffer(size=words, host_visible=self.node_by_node)
                 self.buffers[name] = self.arena_slots[slot]
                 continue
             self.buffers[name] = self.device.buffer(
@@ -522,7 +528,9 @@ class VulkanExecutor:
         for i, node in enumerate(program.nodes + [None]):
             if node is not None and i not in self.cpu_reasons:
                 run.append(node)
-                continue
+                if not self.node_by_node:
+                    continue
+                node = None     # (node by node: this one is its segment)
             if run:
                 segments.append(self._segment(ctx, program, run, skip))
                 run = []
@@ -551,7 +559,8 @@ class VulkanExecutor:
         produced = {t for n in nodes for t in n.outputs}
         consumed = {t for n in nodes for t in n.inputs}
         ups = [t for t in sorted(consumed - produced) if t in self.host_side and t not in program.constants]
-        downs = [t for t in sorted(produced) if (t in self.host_side or self.host_visible_all) and t not in skip]
+        downs = [t for t in sorted(produced)
+                 if (t in self.host_side or self.host_visible_all or self.node_by_node) and t not in skip]
         rec = self.device.record(steps, [self.buffers[t] for t in ups], [self.buffers[t] for t in downs])
         return ("vulkan", rec, ups, downs, nodes)
 

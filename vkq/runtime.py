@@ -13,7 +13,8 @@ from .progfile import ProgramFileError, load_program, save_program
 
 
 class CompiledProgram:
-    """prog(*inputs) on the device; prog.run_reference(*inputs) on the CPU; prog.save(path).
+    """prog(*inputs) on the device; prog.run_reference(*inputs) on the CPU; prog.verify(*inputs)
+    both, node by node; prog.save(path).
 
     A program with state (buffers the model writes in place: a KV cache) keeps it between
     calls, on the device for prog(...) and separately for prog.run_reference(...), both from
@@ -92,6 +93,13 @@ class CompiledProgram:
             raise KeyError(f"{name!r} is not a state tensor of this program (its state: "
                            f"{', '.join(self.program.state) or 'none'})")
         return name
+
+    def verify(self, *inputs):
+        """Run on the device and on the references node by node, streaming (vkq.verify): a
+        VerifyResult saying identical, or the first node whose bits differ, its op, shader
+        variants and device, and by how much."""
+        from .verify import verify
+        return verify(self.program, *self._tensors(inputs), device=self._device_choice)
 
     def _tensors(self, inputs):
         return inputs if self._arguments is None else self._arguments(inputs)
