@@ -62,6 +62,9 @@ def test_program_is_one_device_segment_with_the_cache_as_state(arch, tokenizer_f
     ops = [n.op for n in p.nodes]
     assert ops.count("attention_cached") == n_layers and "embedding" not in ops
     assert lm.max_context == CONTEXT and lm.eos_token_ids == {2}
+    if arch == "llama":      # RMSNorm's weight is the norm's own (one dispatch, not a norm and a multiply)
+        norms = {n.outputs[0] for n in p.nodes if n.op == "rms_norm"}
+        assert len(norms) == 5 and not any(n.op == "mul" and set(n.inputs) & norms for n in p.nodes)
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))

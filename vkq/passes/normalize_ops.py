@@ -1057,6 +1057,24 @@ def rms_norm_from_parts(node):
     return None
 
 
+def rms_norm_weighted(node):
+    """rms_norm(x) * w with w a constant of the normalized shape (LLaMA's RMSNorm weight, after
+    rms_norm_from_parts) -> rms_norm(x, weight=w): one float op, not a norm and a multiply."""
+    made = rms_norm_from_parts(node)
+    if made is not None or len(node.args) != 2:
+        return made
+    for n, w in (node.args, node.args[::-1]):
+        if not (is_call(n, {aten.rms_norm.default}) and len(n.users) == 1 and isinstance(w, Node)
+                and w.op == "get_attr" and dtype_of(w) == torch.float32 and dtype_of(n) == torch.float32):
+            continue
+        args = list(n.args) + [None] * (4 - len(n.args))
+        if args[2] is not None or n.kwargs or tuple(val(w).shape) != tuple(args[1]) \
+                or tuple(val(node).shape) != tuple(val(n).shape):
+            continue
+        return _new(node, aten.rms_norm.default, (args[0], args[1], w, args[3]))
+    return None
+
+
 # Rules the quantizer applies too, before it annotates (normalize_for_annotation): its annotators
 # know only the forms on the right, so a model spelling the left would stay float.
 BEFORE_ANNOTATION = {
@@ -1093,7 +1111,7 @@ BEFORE_ANNOTATION = {
     **{t: identity for t in DROPOUTS},
     aten.instance_norm.default: batch_norm_from_instance_norm,
     aten._native_batch_norm_legit_no_training.default: batch_norm_from_legit,
-    aten.mul.Tensor: rms_norm_from_parts,
+    aten.mul.Tensor: rms_norm_weighted,
 }
 
 NORMALIZE = {
