@@ -965,7 +965,8 @@ _FLOAT_RULES = {
 }
 
 # ops of other libraries' namespaces (looked up by name: the library may not be imported)
-RULES_BY_NAME = {"transformers.grouped_mm_fallback": _grouped_mm, "vkq.cached_attention": _cached_attention}
+RULES_BY_NAME = {"transformers.grouped_mm_fallback": _grouped_mm, "vkq.cached_attention": _cached_attention,
+                 "vkq.rotary": _float_only(lambda n, t: ("rotary", list(n.args[:3]), {}))}
 
 CPU_RULES = {
     **{target: _float_only(rule) for target, rule in _FLOAT_RULES.items()},

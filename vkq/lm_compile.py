@@ -62,6 +62,61 @@ def _(q, k_cache, v_cache, positions, scale, window, softcap):
     return q.new_empty((*q.shape[:-1], v_cache.shape[-1]))
 
 
+@torch.library.custom_op("vkq::rotary", mutates_args=())
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (B, H, T, D) * cos + rotate_half(x) * sin, cos / sin (B, T, D) shared by the heads: what
+    transformers' apply_rotary_pos_emb computes for one of q, k (vkq.ops.rotary, one dispatch)."""
+    half = x.shape[-1] // 2
+    return x * cos.unsqueeze(1) + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin.unsqueeze(1)
+
+
+@rotary.register_fake
+def _(x, cos, sin):
+    return x.new_empty(x.shape)
+
+
+def _rotary_like(apply):
+    """apply_rotary_pos_emb routed through vkq::rotary where it is the full rotation of the head
+    (cos as wide as the head, heads at dim 1), else the model's own."""
+    def routed(q, k, cos, sin, *args, unsqueeze_dim=1, **kwargs):
+        if args or kwargs or unsqueeze_dim != 1 or cos.dim() != 3 or cos.shape[-1] != q.shape[-1] \
+                or q.shape[-1] != k.shape[-1] or q.shape[-1] % 2:
+            return apply(q, k, cos, sin, *args, unsqueeze_dim=unsqueeze_dim, **kwargs)
+        return torch.ops.vkq.rotary(q, cos, sin), torch.ops.vkq.rotary(k, cos, sin)
+    return routed
+
+
+def _computes_rotary(apply) -> bool:
+    """Whether a model's apply_rotary_pos_emb gives vkq::rotary's values, bit for bit, on a probe."""
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 3, 5, 8, generator=g), torch.randn(1, 1, 5, 8, generator=g)
+    cos, sin = torch.randn(1, 5, 8, generator=g), torch.randn(1, 5, 8, generator=g)
+    try:
+        a, b = apply(q, k, cos, sin)
+    except Exception:
+        return False
+    return torch.equal(a, rotary(q, cos, sin)) and torch.equal(b, rotary(k, cos, sin))
+
+
+@contextlib.contextmanager
+def rotary_routed(model: nn.Module):
+    """While exporting: each modeling module's apply_rotary_pos_emb that computes vkq::rotary's
+    values routed through it (one dispatch for q, one for k, instead of seven each)."""
+    import sys
+    patched = []
+    for name in {type(m).__module__ for m in model.modules()}:
+        module = sys.modules.get(name)
+        apply = getattr(module, "apply_rotary_pos_emb", None)
+        if apply is not None and _computes_rotary(apply):
+            module.apply_rotary_pos_emb = _rotary_like(apply)
+            patched.append((module, apply))
+    try:
+        yield
+    finally:
+        for module, apply in patched:
+            module.apply_rotary_pos_emb = apply
+
+
 def vkq_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None,
                   softcap=None, **kwargs):
     """transformers' attention interface: the new keys and values written into the layer's cache
@@ -202,7 +257,7 @@ def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: s
     decoder = CachedDecoder(model, max_context).eval()
     example = (torch.tensor([[1, 2, 3]]), torch.arange(3), torch.tensor([1, 2]))
     t, k = Dim("tokens", min=1, max=max_context), Dim("logits", min=1, max=max_context)
-    with vkq_attention_on(model), torch.no_grad():
+    with vkq_attention_on(model), rotary_routed(model), torch.no_grad():
         program, _ = _compile(decoder, example, None, scheme, dynamic_shapes=({1: t}, {0: t}, {0: k}),
                               progress=progress, int8_embeddings=True)
     program.meta["lm"] = info

@@ -20,6 +20,7 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
   argmax, argmin      x int32/f32 -> int32 indices along a dim or over all; attrs dim, keepdim (scan.py)
   upsample_bilinear2d x f32 or int8 (N, C, H, W) -> same (N, C, Ho, Wo); attrs out_size, align_corners, scales
   scaled_dot_product_attention   q, k, v f32 [, mask f32/int32] -> f32; attrs scale, causal, mask_kind
+  rotary              x f32 (B, H, T, D), cos, sin f32 (B|1, T, D) -> f32: x*cos + rotate_half(x)*sin
   attention_cached    q f32 (B, H, T, D), k_cache f32 (B, Hkv, N, D), v_cache f32 (B, Hkv, N, Dv), positions int32 (T,)
                       -> f32 (B, H, T, Dv); attrs scale, window (0: none), softcap (0.0: none): query t attends to
                       cache rows lo..positions[t] (a window: lo = p - window + 1), head h to cache head h // (H // Hkv)
@@ -46,4 +47,4 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
 Each op module also exports a `*_params` helper that turns float scales (and a float bias) into
 the integer constants/attrs above, used by the lowering and by tests alike.
 """
-from . import io, linear, conv, eltwise, pool, lut, cpu, float, shape, attention, attention_cached, logic, creation, resize, scan, embedding_q8  # noqa: F401
+from . import io, linear, conv, eltwise, pool, lut, cpu, float, shape, attention, attention_cached, rotary, logic, creation, resize, scan, embedding_q8  # noqa: F401
