@@ -235,6 +235,9 @@ class BuildContext:
         self._ex, self._program = executor, program
         self.device = _PipelineReuse(executor.device, executor._pipelines)
         self._node, self._scratch_n = None, 0
+        # what one node of this build made that later nodes may reuse: (op's key) -> its value
+        # (linear_dynamic: the row quantization of an input that q, k and v all read)
+        self.memo: dict = {}
 
     def spec(self, name: str) -> TensorSpec:
         return self._program.tensors[name]
