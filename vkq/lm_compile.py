@@ -244,9 +244,11 @@ def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: s
     """Compile a transformers causal LM with a static KV cache of max_context positions; every
     linear int8 (scheme "dynamic": per-token activations; "weight_only"; "static"), the token
     embedding as int8 rows (tied to the lm_head: stored once). Returns a vkq.lm.LanguageModel."""
+    import vkq
     from torch.export import Dim
     from .api import compile as _compile
     from .lm import LanguageModel
+    vkq._quiet_third_party_logs()
     if scheme not in ("dynamic", "weight_only", "static"):
         raise ValueError(f"scheme must be 'dynamic', 'weight_only' or 'static', got {scheme!r}")
     max_context = int(max_context)
