@@ -126,6 +126,24 @@ def test_device_generates_the_reference_tokens(arch, tokenizer_file, device):
     assert s["memory_bytes"]["cache"] == 2 * 2 * lm.program.tensors[next(iter(lm.program.state))].device_words() * 4
 
 
+@pytest.mark.parametrize("scheme", ["static", "weight_only"])
+def test_other_schemes(scheme, tokenizer_file, device):
+    """static: per-tensor int8 activations with ranges from calibration prompts (texts or ids)."""
+    torch.manual_seed(0)
+    model = ARCHS["llama"]().eval()
+    calibration = ["once upon a time", "the cat sat on a mat"] + [IDS[::-1]]
+    lm = vkq.compile_lm(model, tokenizer_file, max_context=CONTEXT, scheme=scheme, calibration=calibration,
+                        progress=False)
+    ops = {n.op for n in lm.program.nodes}
+    assert ("linear_q8" if scheme == "static" else "linear_weight_only") in ops and not lm.program.fallback
+    with torch.no_grad():
+        want = model(torch.tensor([IDS])).logits[0].numpy()
+    ref = lm.reference.logits(IDS)
+    assert np.abs(ref - want).max() <= 0.15 * np.abs(want).max()
+    on = vkq.LanguageModel(lm.program, device)
+    assert on.generate(IDS[:4], max_new_tokens=8).tokens == lm.reference.generate(IDS[:4], max_new_tokens=8).tokens
+
+
 def test_sampling_is_seeded(tokenizer_file):
     _, lm = build("llama", tokenizer_file)
     ref = lm.reference

@@ -239,6 +239,17 @@ def lm_meta(model: nn.Module, tokenizer, max_context: int) -> dict:
             "architecture": type(model).__name__, **model_shape(config)}
 
 
+def _prompt(sample, tokenizer, max_context: int) -> tuple:
+    """A calibration sample (a text or token ids) as CachedDecoder's inputs: one prompt.
+    tokenizer: a tokenizers.Tokenizer."""
+    if isinstance(sample, str):
+        ids = tokenizer.encode(sample).ids
+    else:
+        ids = [int(i) for i in sample]
+    ids = ids[:max_context] or [0]
+    return torch.tensor([ids]), torch.arange(len(ids)), torch.tensor([len(ids) - 1])
+
+
 PORTABLE_BUFFER_BYTES = 1 << 27      # Vulkan's least maxStorageBufferRange (llvmpipe's): 128 MiB
 
 
@@ -249,10 +260,12 @@ def logit_rows(max_context: int, vocab: int) -> int:
 
 
 def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: str = "dynamic", device=None,
-               progress: bool = True, meta: dict | None = None):
+               progress: bool = True, meta: dict | None = None, calibration=None):
     """Compile a transformers causal LM with a static KV cache of max_context positions; every
-    linear int8 (scheme "dynamic": per-token activations; "weight_only"; "static"), the token
-    embedding as int8 rows (tied to the lm_head: stored once). Returns a vkq.lm.LanguageModel."""
+    linear int8 (scheme "dynamic": per-token activations; "weight_only"; "static": per-tensor
+    activations, their ranges from `calibration`, texts or token-id lists run as prompts), the
+    token embedding as int8 rows (tied to the lm_head: stored once). The model given is not
+    changed (a half-precision one is compiled from a float32 copy). Returns a vkq.lm.LanguageModel."""
     import vkq
     from torch.export import Dim
     from .api import compile as _compile
@@ -264,13 +277,20 @@ def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: s
     if max_context < 4:
         raise ValueError(f"max_context must be at least 4, got {max_context}")
     info = {**lm_meta(hf_model, tokenizer, max_context), **(meta or {})}
-    model = hf_model.eval().float()
+    model = hf_model.eval()
+    if any(p.dtype != torch.float32 for p in model.parameters()):
+        import copy
+        model = copy.deepcopy(model).float()
     decoder = CachedDecoder(model, max_context).eval()
     example = (torch.tensor([[1, 2, 3]]), torch.arange(3), torch.tensor([1, 2]))
     info["max_logit_rows"] = logit_rows(max_context, info["vocab"])
     t, k = Dim("tokens", min=1, max=max_context), Dim("logits", min=1, max=info["max_logit_rows"])
+    if calibration is not None:
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_str(info["tokenizer"])
+        calibration = [_prompt(c, tok, max_context) for c in calibration]
     with vkq_attention_on(model), rotary_routed(model), torch.no_grad():
-        program, _ = _compile(decoder, example, None, scheme, dynamic_shapes=({1: t}, {0: t}, {0: k}),
+        program, _ = _compile(decoder, example, calibration, scheme, dynamic_shapes=({1: t}, {0: t}, {0: k}),
                               progress=progress, int8_embeddings=True)
     program.meta["lm"] = info
     return LanguageModel(program, device)
