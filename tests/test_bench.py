@@ -32,7 +32,15 @@ def test_quick_run(device, tmp_path, capfd):
         assert positive(r["median_ms"]) and positive(r["p90_ms"]), r
         for k in ("gops", "intensity", "roof_gops", "roofline_fraction"):
             assert r[k] is None or positive(r[k]), (k, r)
-    assert {r["suite"] for r in records} == {"roofline", "kernels", "models"}
+    assert {r["suite"] for r in records} == {"roofline", "kernels", "models", "lm"}
+    lm = {(r["name"], r["backend"]): r for r in records if r["suite"] == "lm"}      # (a tiny random Llama)
+    for backend in ("vkq int8 (Vulkan)", "torch fp32 CPU", "torch int8 CPU"):
+        assert positive(lm[("prefill", backend)]["tok_s"]) and positive(lm[("decode@20", backend)]["tok_s"])
+    step = lm[("decode@32", "vkq int8 (Vulkan)")]
+    assert step["dispatches"] > 0 and step["submits"] == 1 and positive(step["bandwidth_fraction"]), step
+    acc = lm[("accuracy", "vkq int8 (Vulkan)")]
+    assert 0 <= acc["top1_agreement"] <= 1 and positive(acc["perplexity"]) and positive(acc["perplexity_fp32"])
+    assert "text generation (tok/s)" in printed
 
     roof_rows = {r["name"]: r for r in records if r["suite"] == "roofline"}
     assert {"fp32_gflops", "int32_gops", "copy_gbps", "dispatch_ms", "round_trip_ms", "chain_dispatch_ms"} <= set(roof_rows)

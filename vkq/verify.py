@@ -170,6 +170,7 @@ def stream(ex: VulkanExecutor, *inputs, chain: bool = False) -> VerifyResult:
         raise ValueError("stream() needs an executor built with node_by_node=True")
     bindings = ex.program.bind([np.shape(_as_numpy(x)) for x in inputs]) if ex.program.dynamic else {}
     env = _bind_inputs(ex.program.specialize(bindings), inputs)
+    env.update({n: ex.read_state(n) for n in ex.program.state})     # (the state as the call finds it)
     with ex.lock:
         build = ex._build_for(bindings)
         program = build.program
