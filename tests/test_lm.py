@@ -62,6 +62,9 @@ def test_program_is_one_device_segment_with_the_cache_as_state(arch, tokenizer_f
     ops = [n.op for n in p.nodes]
     assert ops.count("attention_cached") == n_layers and "embedding" not in ops
     assert lm.max_context == CONTEXT and lm.eos_token_ids == {2}
+    assert "cos" not in ops and "sin" not in ops       # the rotary tables are gathered (the same bits everywhere)
+    model, _ = build(arch, tokenizer_file)          # and the model given is as it was
+    assert model.config._attn_implementation != "vkq" and not any(hasattr(m, "vkq_cos_table") for m in model.modules())
     if arch == "llama":      # RMSNorm's weight is the norm's own (one dispatch, not a norm and a multiply)
         norms = {n.outputs[0] for n in p.nodes if n.op == "rms_norm"}
         assert len(norms) == 5 and not any(n.op == "mul" and set(n.inputs) & norms for n in p.nodes)

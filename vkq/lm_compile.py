@@ -117,6 +117,55 @@ def rotary_routed(model: nn.Module):
             module.apply_rotary_pos_emb = apply
 
 
+@contextlib.contextmanager
+def rotary_tables(model: nn.Module, max_context: int):
+    """While exporting: each rotary embedding module (forward(x, position_ids) -> cos, sin) whose
+    values depend on the position alone gathers its rows from a table of positions
+    0..max_context-1 that the module itself computed once, instead of computing cos and sin of
+    position x frequency in the graph: a gather gives the reference's bits on every device
+    (Vulkan leaves cos / sin's precision to the driver), and five dispatches a step go. Kept
+    where a probe of a few positions gives the module's own values; a rope whose frequencies
+    follow the sequence length (dynamic NTK, longrope) keeps its own."""
+    patched = []
+    positions = torch.arange(max_context)[None]
+    for m in model.modules():
+        rope = str(getattr(m, "rope_type", "default"))
+        if not type(m).__name__.endswith("RotaryEmbedding") or not hasattr(m, "inv_freq") \
+                or "dynamic" in rope or "longrope" in rope:
+            continue
+        x = torch.zeros(1, dtype=torch.float32)
+        try:
+            with torch.no_grad():
+                cos, sin = m(x, positions)
+        except Exception:
+            continue
+        if cos.shape != sin.shape or cos.dim() != 3 or cos.shape[:2] != (1, max_context):
+            continue
+        m.register_buffer("vkq_cos_table", cos[0].float().contiguous(), persistent=False)
+        m.register_buffer("vkq_sin_table", sin[0].float().contiguous(), persistent=False)
+        own = m.forward
+
+        def gathered(x, position_ids, *args, _m=m, _own=own, **kwargs):
+            if args or kwargs or position_ids.dim() != 2 or position_ids.shape[0] != 1:
+                return _own(x, position_ids, *args, **kwargs)
+            at = position_ids[0]
+            return _m.vkq_cos_table[at][None].to(x.dtype), _m.vkq_sin_table[at][None].to(x.dtype)
+        probe = torch.tensor([[0, 1, 7, max_context - 1]])
+        with torch.no_grad():
+            a, b = gathered(x, probe), own(x, probe)
+        if not all(torch.allclose(u, v, rtol=0, atol=1e-6) for u, v in zip(a, b)):
+            del m.vkq_cos_table, m.vkq_sin_table
+            continue
+        m.forward = gathered
+        patched.append((m, own))
+    try:
+        yield
+    finally:
+        for m, own in patched:
+            m.forward = own
+            del m.vkq_cos_table, m.vkq_sin_table
+
+
 def vkq_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None,
                   softcap=None, **kwargs):
     """transformers' attention interface: the new keys and values written into the layer's cache
@@ -289,7 +338,7 @@ def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: s
         from tokenizers import Tokenizer
         tok = Tokenizer.from_str(info["tokenizer"])
         calibration = [_prompt(c, tok, max_context) for c in calibration]
-    with vkq_attention_on(model), rotary_routed(model), torch.no_grad():
+    with vkq_attention_on(model), rotary_routed(model), rotary_tables(model, max_context), torch.no_grad():
         program, _ = _compile(decoder, example, calibration, scheme, dynamic_shapes=({1: t}, {0: t}, {0: k}),
                               progress=progress, int8_embeddings=True)
     program.meta["lm"] = info
