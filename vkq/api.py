@@ -225,8 +225,11 @@ def _fit_batch(batch: tuple, example: tuple):
 
 
 def compile(model_or_converted, example_inputs, calibration=None, scheme: str = "static",
-            device=None, dynamic_shapes=None, progress: bool = True):
+            device=None, dynamic_shapes=None, progress: bool = True, group_size: int = 32,
+            symmetric: bool = True):
     """Quantize (unless given a converted GraphModule) and lower to a vkq Program.
+    scheme "int4" / "8da4w": every linear's weight in int4 groups of group_size along K
+    (symmetric, or a zero point a group), float / per-row int8 activations (vkq/ops/linear_int4.py).
     Returns (program, program.fallback). `device` is accepted for the executor wrapper to come;
     the Program itself does not depend on it. dynamic_shapes (torch.export's) makes one
     program for every input shape within the Dims' bounds. progress: each stage and a bar over
@@ -240,8 +243,9 @@ def compile(model_or_converted, example_inputs, calibration=None, scheme: str = 
     elif not any(t.dtype in HALF for t in itertools.chain(gm.parameters(), gm.buffers())):
         example_inputs = _to_float32(example_inputs)     # (quantize's graph of a half model is float32)
     example_inputs = _as_tuple(example_inputs)
-    float_linear = scheme if scheme in ("dynamic", "weight_only") else "dynamic"
-    program = lower(gm, example_inputs, float_linear=float_linear, dynamic_shapes=dynamic_shapes, progress=progress)
+    float_linear = scheme if scheme in ("dynamic", "weight_only", "int4", "8da4w") else "dynamic"
+    program = lower(gm, example_inputs, float_linear=float_linear, dynamic_shapes=dynamic_shapes, progress=progress,
+                    group_size=group_size, symmetric=symmetric)
     return program, program.fallback
 
 

@@ -37,20 +37,28 @@ from .passes._graph import (DEQUANTIZE, HOST_FLOAT64, QUANTIZE, SYMBOLIC_SHAPES,
 from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layout
 from .program import Node as PNode, Program, TensorSpec
 from .progress import done, stage
+from .int4 import GROUP_SIZES, GroupFormatError
 from .rewrites import rewrite_for_shapes
 from .registry import cpu_reason, get_op
 
 
 def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", report: dict | None = None,
-          dynamic_shapes=None, static: bool = False, progress: bool = False) -> Program:
+          dynamic_shapes=None, static: bool = False, progress: bool = False, group_size: int = 32,
+          symmetric: bool = True) -> Program:
     """Lower a converted PT2E GraphModule to a Program. float_linear ("dynamic" or
     "weight_only") says what a linear with a float input and int8 weights becomes when the
-    quantizer did not say (graphs from other quantizers). A graph exported with dynamic dims
+    quantizer did not say (graphs from other quantizers); "int4" or "8da4w": every linear with
+    a constant float weight (the int4 schemes leave them float) becomes linear_int4 /
+    linear_8da4w, its weight quantized in groups of group_size along K (vkq.int4.quantize_groups,
+    symmetric or with a zero point a group). A graph exported with dynamic dims
     gives a symbolic Program (vkq.dynamic), unless static=True (a program for the example
     inputs' shapes only); dynamic_shapes (what was given to torch.export) gives the dims'
     names and bounds. progress: a bar over the passes and a line for each later stage, on stderr."""
     try:
-        return _lower(gm, example_inputs, float_linear, report, dynamic_shapes, static, progress)
+        if float_linear in ("int4", "8da4w") and group_size not in GROUP_SIZES:
+            raise GroupFormatError(f"group size {group_size}: expected one of {GROUP_SIZES}")
+        groups = {"group_size": int(group_size), "symmetric": bool(symmetric)}
+        return _lower(gm, example_inputs, (float_linear, groups), report, dynamic_shapes, static, progress)
     finally:
         if progress:
             done()
@@ -117,7 +125,7 @@ def _resized(x, sym_shape, bindings):
     return torch.from_numpy(np.resize(x.detach().cpu().numpy(), shape).copy())
 
 
-def _lower_at(gm: GraphModule, example_inputs, float_linear: str, report: dict | None, exprs=None,
+def _lower_at(gm: GraphModule, example_inputs, float_linear: tuple, report: dict | None, exprs=None,
               dynamic_graph: bool = False, shapes=None, progress: str | None = None):
     """(Program at the example inputs' shapes, the lowered GraphModule); exprs: the integer
     nodes' symbolic values (vkq.dynamic), for a symbolic program; shapes: every exported node's
@@ -126,7 +134,7 @@ def _lower_at(gm: GraphModule, example_inputs, float_linear: str, report: dict |
     gm = copy.deepcopy(gm)
     record_shapes(gm, example_inputs)
     gm.meta[SYMBOLIC_SHAPES] = shapes or {}
-    gm.meta["vkq_float_linear"] = float_linear
+    gm.meta["vkq_float_linear"], gm.meta["vkq_groups"] = float_linear     # (scheme, the int4 schemes' groups)
     stands_for = gm.meta["vkq_stands_for"] = {}       # node -> the node whose value it took over
     gm._register_replace_node_hook(lambda old, new, user: stands_for.setdefault(new, old.name))
     passes = run_pipeline(gm, progress=progress)
