@@ -20,8 +20,9 @@
 // s, z, m: the group's scale, zero point and offset; z is the push constant ZC for every group
 // unless ZERO (per group); m only with OFFSET.
 //
-// Tiling (the decoder's GEMV, M = 1, and the same kernel over row blocks for M > 1): a
-// workgroup of 8 lanes owns TN columns of one 4-row block; lane j is strand j and takes groups
+// Tiling (the decoder's GEMV, M = 1, and the same kernel over row blocks for M > 1): a row of
+// 8 lanes owns TN columns of one 4-row block (a workgroup: CT such rows, CT column tiles, so
+// that a CPU driver's SIMD vector of 16 lanes is full); lane j is strand j and takes groups
 // j, j + 8, ...: per group it reads whole words, G/8 of them a column (one ivec4 per 4 columns
 // per word: 4 columns' word i), and the group's 4-column scales with one vec4 load. The 8
 // strands are added in shared memory in the fixed tree above (no subgroup operations: a
@@ -64,12 +65,13 @@ layout(constant_id = 3) const int MR = 4;     // rows computed of the 4-row bloc
 layout(constant_id = 4) const int TN = 16;    // columns per workgroup, a multiple of 4
 layout(constant_id = 5) const int G = 32;     // group size, a multiple of 32
 const int TN4 = TN / 4, GW = G / 8;           // GW words a column a group
-const int STRANDS = 8;                        // = the workgroup width (the host dispatches 8 lanes)
+const int STRANDS = 8;                        // = the workgroup width x (the host dispatches 8 lanes)
+const int CT = int(gl_WorkGroupSize.y);       // column tiles a workgroup, one a row of 8 lanes
 const int M4 = 0x0F0F0F0F;
 
 #ifdef X_F32
 #ifdef VEC4
-layout(std430, binding = 0) readonly buffer X { vec4 x4[]; };   // (R, K / 4)
+IVEC4_INPUT(0, x4)   // (R, K / 4) vec4 as their bits (a texel buffer in TEXEL: texel.glsl)
 #else
 layout(std430, binding = 0) readonly buffer X { float x[]; };   // (R, K)
 #endif
@@ -80,7 +82,8 @@ IVEC4_INPUT(0, xq)   // 4H4W: ivec4 (rb*K4 + kb) = rows 4rb..+3 (one per int32) 
 //    ivec4 ((nt*NG + g)*TN4 + j)*GW + i = word i of group g of columns nt*TN + 4j + (0..3)
 IVEC4_INPUT(1, w)
 // per (column tile, group, 4 columns): vec4 scales; ZERO / OFFSET: then a vec4 of f32(z) / m
-layout(std430, binding = 2) readonly buffer Prm { vec4 prm[]; };
+// (their bits: read as texels in TEXEL, where a storage-buffer load costs a loop over the lanes)
+IVEC4_INPUT(2, prm)
 layout(std430, binding = 3) readonly buffer Bias { vec4 bias4[]; };   // (NT*TN) per column
 layout(std430, binding = 4) writeonly buffer Out { float out_f[]; };  // (R, N) row-major
 #ifdef X_Q8
@@ -96,13 +99,13 @@ layout(push_constant) uniform Params {
     int ZC;   // the zero point of every group (unless ZERO)
 } p;
 
-shared vec4 part[STRANDS][MR * TN4];
+shared vec4 part[CT][STRANDS][MR * TN4];
 
 #ifdef X_F32
 // x[row, k0 .. k0+3], 0 past K
 vec4 load_x4(int row, int k0) {
 #ifdef VEC4
-    vec4 v = x4[(row * p.K + min(k0, p.K - 4)) / 4];
+    vec4 v = intBitsToFloat(LOAD4(x4, (row * p.K + min(k0, p.K - 4)) / 4));
     return k0 < p.K ? v : vec4(0.0);
 #else
     vec4 v;
@@ -117,7 +120,9 @@ vec4 load_x4(int row, int k0) {
 
 void main() {
     const int lane = int(gl_LocalInvocationID.x);
-    const int nt = int(gl_WorkGroupID.x), rb = int(gl_WorkGroupID.y);
+    const int ct = int(gl_LocalInvocationID.y);
+    const int nt_real = int(gl_WorkGroupID.x) * CT + ct, rb = int(gl_WorkGroupID.y);
+    const int nt = min(nt_real, (p.N + TN - 1) / TN - 1);   // past the last tile: a copy of it, not stored
     int rows[MR];
     [[unroll]] for (int r = 0; r < MR; ++r) rows[r] = min(4 * rb + r, p.R - 1);
 #ifdef X_Q8
@@ -138,14 +143,14 @@ void main() {
 #endif
         vec4 sc[TN4], zf[TN4], off[TN4];
         [[unroll]] for (int j = 0; j < TN4; ++j) {
-            sc[j] = prm[PS * (pb + j)];
+            sc[j] = intBitsToFloat(LOAD4(prm, PS * (pb + j)));
 #ifdef ZERO
-            zf[j] = prm[PS * (pb + j) + 1];
+            zf[j] = intBitsToFloat(LOAD4(prm, PS * (pb + j) + 1));
 #else
             zf[j] = vec4(float(p.ZC));
 #endif
 #ifdef OFFSET
-            off[j] = prm[PS * (pb + j) + 1];
+            off[j] = intBitsToFloat(LOAD4(prm, PS * (pb + j) + 1));
 #endif
         }
         const int kg = g * G;
@@ -259,8 +264,9 @@ void main() {
 
     // the 8 strands in a fixed tree; lane j then finishes column block j (j < TN4), j + 8, ...
     [[unroll]] for (int r = 0; r < MR; ++r)
-        [[unroll]] for (int j = 0; j < TN4; ++j) part[lane][r * TN4 + j] = S[r][j];
+        [[unroll]] for (int j = 0; j < TN4; ++j) part[ct][lane][r * TN4 + j] = S[r][j];
     barrier();
+    if (nt_real != nt) return;
     for (int j = lane; j < TN4; j += STRANDS) {
         const int n0 = nt * TN + 4 * j;
         if (n0 >= p.N) break;
@@ -269,8 +275,8 @@ void main() {
             const int row = 4 * rb + r;
             if (row >= p.R) break;
             const int e = r * TN4 + j;
-            precise vec4 s01 = part[0][e] + part[1][e], s23 = part[2][e] + part[3][e];
-            precise vec4 s45 = part[4][e] + part[5][e], s67 = part[6][e] + part[7][e];
+            precise vec4 s01 = part[ct][0][e] + part[ct][1][e], s23 = part[ct][2][e] + part[ct][3][e];
+            precise vec4 s45 = part[ct][4][e] + part[ct][5][e], s67 = part[ct][6][e] + part[ct][7][e];
             precise vec4 s03 = s01 + s23, s47 = s45 + s67;
             precise vec4 acc = s03 + s47;
 #ifdef X_Q8
