@@ -28,7 +28,12 @@
 // strands are added in shared memory in the fixed tree above (no subgroup operations: a
 // subgroup's float sum has no defined order, and this kernel takes any subgroup size).
 // DOT (X_Q8): (word & 0x0F0F0F0F) holds values 8i..8i+3 of a column as bytes, ((word >> 4) &
-// 0x0F0F0F0F) values 8i+4..8i+7: one 4x8-bit dot product each against the x words.
+// 0x0F0F0F0F) values 8i+4..8i+7: one 4x8-bit dot product each against the x words. X_Q8
+// without DOT: the weights packed another way (pack_int4_swar, TN = 32) for two products a
+// 32-bit multiply (see below): lavapipe, CPU time, 1x4096x4096: 3.53 -> 2.96 ms. Without its
+// multiply-adds the same loop took 1.83 ms: the loads and the per-group work, not the
+// arithmetic, are most of what is left. Tried: the 8 strands' words of a step side by side
+// (one contiguous read a step instead of 8 streams): no faster.
 //! variant X_F32
 //! variant X_F32 VEC4
 //! variant X_F32 ZERO
@@ -204,25 +209,15 @@ void main() {
             [[unroll]] for (int j = 0; j < TN4; ++j) P[r][j] = ivec4(0);
         }
         [[unroll]] for (int j = 0; j < TN4; ++j) U[j] = ivec4(0);
+#ifdef DOT
         for (int i = 0; i < GW; ++i) {   // rolled: G/8 words, nothing indexed by i
             const int kb = kg / 4 + 2 * i;      // x words: k 4kb..+3 and 4kb+4..+7 (0 past K)
             ivec4 xa = LOAD4(xq, rb * p.K4 + min(kb, p.K4 - 1));
             ivec4 xb = LOAD4(xq, rb * p.K4 + min(kb + 1, p.K4 - 1));
             xa = kb < p.K4 ? xa : ivec4(0);
             xb = kb + 1 < p.K4 ? xb : ivec4(0);
-#ifndef DOT
-            ivec4 xsa[MR], xsb[MR];
-#endif
-            [[unroll]] for (int r = 0; r < MR; ++r) {
-#ifdef DOT
+            [[unroll]] for (int r = 0; r < MR; ++r)
                 X[r] = dot4x8_acc(xa[r], 0x01010101, dot4x8_acc(xb[r], 0x01010101, X[r]));
-#else
-                xsa[r] = unpack_int8x4(xa[r]);
-                xsb[r] = unpack_int8x4(xb[r]);
-                ivec4 xs = xsa[r] + xsb[r];
-                X[r] += (xs.x + xs.y) + (xs.z + xs.w);
-#endif
-            }
             [[unroll]] for (int j = 0; j < TN4; ++j) {
                 ivec4 word = LOAD4(w, (pb + j) * GW + i);
                 ivec4 lo = word & M4, hi = (word >> 4) & M4;   // values 8i..+3, 8i+4..+7 as bytes
@@ -230,20 +225,61 @@ void main() {
                 us += us >> 8;
                 us += us >> 16;
                 U[j] += us & 0xFF;
-#ifdef DOT
                 [[unroll]] for (int r = 0; r < MR; ++r)
                     P[r][j] = ivec4(dot4x8_acc(xb[r], hi.x, dot4x8_acc(xa[r], lo.x, P[r][j].x)),
                                     dot4x8_acc(xb[r], hi.y, dot4x8_acc(xa[r], lo.y, P[r][j].y)),
                                     dot4x8_acc(xb[r], hi.z, dot4x8_acc(xa[r], lo.z, P[r][j].z)),
                                     dot4x8_acc(xb[r], hi.w, dot4x8_acc(xa[r], lo.w, P[r][j].w)));
-#else
-                [[unroll]] for (int b = 0; b < 4; ++b) {
-                    ivec4 ua = (lo >> (8 * b)) & 0xFF, ub = (hi >> (8 * b)) & 0xFF;   // 4 columns' u
-                    [[unroll]] for (int r = 0; r < MR; ++r) P[r][j] += xsa[r][b] * ua + xsb[r][b] * ub;
-                }
-#endif
             }
         }
+#else
+        // SWAR (TN = 32): ivec4 (nt*NG + g)*G + kk holds value k = kg + kk of the 32 columns,
+        // column 8j + 4h + c at nibble j + 4h of component c, so that (word >> 4j) & 0x000F000F
+        // puts columns 8j + c and 8j + 4 + c (column blocks 2j and 2j + 1) in two 16-bit
+        // fields; one 32-bit multiply by x' = q + 128 (0..255) makes both products (<= 3825),
+        // and 16 of them (<= 61200) fit a field before they are moved out (every 16 k).
+        // P' = sum x' u, Xp = sum x' over the G positions (padding x' = 128), then
+        // sum q u = P' - 128 U and sum q = Xp - 128 G.
+        uvec4 acc[MR][4], uf[4];
+        [[unroll]] for (int jj = 0; jj < 4; ++jj) {
+            uf[jj] = uvec4(0);
+            [[unroll]] for (int r = 0; r < MR; ++r) acc[r][jj] = uvec4(0);
+        }
+        for (int kk0 = 0; kk0 < G; kk0 += 16) {   // rolled
+            for (int kq = 0; kq < 16; kq += 4) {   // rolled: one x word of each row per 4 k
+                const int kb = (kg + kk0 + kq) / 4;
+                ivec4 xw = LOAD4(xq, rb * p.K4 + min(kb, p.K4 - 1));
+                xw = kb < p.K4 ? xw : ivec4(0);
+                [[unroll]] for (int b = 0; b < 4; ++b) {
+                    uvec4 wv = uvec4(LOAD4(w, (pb / TN4) * G + kk0 + kq + b));
+                    uint xp[MR];
+                    [[unroll]] for (int r = 0; r < MR; ++r) {
+                        xp[r] = ((uint(xw[r]) >> (8 * b)) & 0xFFu) ^ 0x80u;
+                        X[r] += int(xp[r]);
+                    }
+                    [[unroll]] for (int jj = 0; jj < 4; ++jj) {
+                        uvec4 t = (wv >> (4 * jj)) & 0x000F000Fu;
+                        uf[jj] += t;
+                        [[unroll]] for (int r = 0; r < MR; ++r) acc[r][jj] += xp[r] * t;
+                    }
+                }
+            }
+            [[unroll]] for (int jj = 0; jj < 4; ++jj)
+                [[unroll]] for (int r = 0; r < MR; ++r) {
+                    P[r][2 * jj] += ivec4(acc[r][jj] & 0xFFFFu);
+                    P[r][2 * jj + 1] += ivec4(acc[r][jj] >> 16);
+                    acc[r][jj] = uvec4(0);
+                }
+        }
+        [[unroll]] for (int jj = 0; jj < 4; ++jj) {
+            U[2 * jj] = ivec4(uf[jj] & 0xFFFFu);
+            U[2 * jj + 1] = ivec4(uf[jj] >> 16);
+        }
+        [[unroll]] for (int r = 0; r < MR; ++r) {
+            [[unroll]] for (int j = 0; j < TN4; ++j) P[r][j] -= 128 * U[j];
+            X[r] -= 128 * G;
+        }
+#endif
         const int ng = min(G, p.K - kg);   // real values in this group
         [[unroll]] for (int j = 0; j < TN4; ++j) {
             ivec4 z = ivec4(zf[j]);

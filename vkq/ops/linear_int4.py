@@ -146,6 +146,26 @@ def pack_int4_tiles(qweight, ng: int, g: int, tn: int) -> np.ndarray:
     return np.ascontiguousarray(p.reshape(nt, tn // 4, 4, ng, gw).transpose(0, 3, 1, 4, 2)).reshape(-1)
 
 
+SWAR_TN = 32     # linear_8da4w without the dot product: its weight tiling's width
+
+
+def pack_int4_swar(qweight, ng: int, g: int) -> np.ndarray:
+    """qweight int32 (N, ng * g / 8) -> the tiling of linear_8da4w without the dot product
+    (shaders/linear_int4.comp, SWAR): N padded to a multiple of 32 with u = 0; ivec4
+    (nt*ng + grp)*g + kk holds value k = grp*g + kk of columns nt*32 .. +31, column 8j + 4h + c
+    in nibble j + 4h of component c (so that one mask puts column blocks 2j and 2j + 1 into the
+    two 16-bit halves of the words)."""
+    n = qweight.shape[0]
+    nt = -(-n // SWAR_TN)
+    u = np.zeros((nt * SWAR_TN, ng * g), np.uint32)
+    u[:n] = unpack(qweight)
+    u = u.reshape(nt, SWAR_TN, ng, g).transpose(0, 2, 3, 1)          # (nt, grp, kk, column)
+    p = np.arange(8)
+    cols = 8 * (p % 4)[None, :] + 4 * (p // 4)[None, :] + np.arange(4)[:, None]   # (c, nibble) -> column
+    words = np.bitwise_or.reduce(u[..., cols] << (4 * p).astype(np.uint32), axis=-1)   # (nt, grp, kk, c)
+    return np.ascontiguousarray(words).view(np.int32).reshape(-1)
+
+
 def pack_group_params(tn: int, *arrays) -> np.ndarray:
     """(N, ng) float32 arrays -> vec4 (nt, grp, j, a) = array a of columns nt*tn + 4j .. +3
     (padding columns 0)."""
@@ -187,18 +207,20 @@ def _build(ctx, node, quantized_x: bool):
     if offset is not None and not uniform:
         raise Int4NodeError(f"{node.name}: per-group zero points with an offset: no kernel takes both "
                             "(GGUF Q4_1 has zero 0, torchao's groups no offset)")
-    tn = GEMV_TN if r == 1 else INT4_TN
+    dot = quantized_x and use_dot_product(ctx.device, k)
+    swar = quantized_x and not dot
+    tn = SWAR_TN if swar else GEMV_TN if r == 1 else INT4_TN
     nt = -(-n // tn)
     second = (zero.astype(np.float32),) if not uniform else (offset,) if offset is not None else ()
     defines = {"X_Q8" if quantized_x else "X_F32": 1}
     defines.update({"ZERO": 1} if not uniform else {"OFFSET": 1} if offset is not None else {})
     if not quantized_x and k % 4 == 0:
         defines["VEC4"] = 1
-    if quantized_x and use_dot_product(ctx.device, k):
+    if dot:
         defines["DOT"] = 1
     pad_bias = np.zeros(nt * tn, np.float32)
     pad_bias[:n] = bias.reshape(n)
-    bufs = [ctx.const_buffer(pack_int4_tiles(qw, ng, g, tn)),
+    bufs = [ctx.const_buffer(pack_int4_swar(qw, ng, g) if swar else pack_int4_tiles(qw, ng, g, tn)),
             ctx.const_buffer(pack_group_params(tn, scale.astype(np.float32), *second)),
             ctx.const_buffer(pad_bias), ctx.buffer(node.outputs[0])]
     mr = min(r, MAX_ROWS)
