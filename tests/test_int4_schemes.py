@@ -143,3 +143,36 @@ def test_cli_compile_int4(tmp_path):
     from vkq.progfile import load_program
     prog = load_program(out)
     assert [n.op for n in prog.nodes].count("linear_int4") == 2
+
+
+@pytest.mark.parametrize("group_size", [32, 128])
+@pytest.mark.parametrize("config,op", [("IntxWeightOnlyConfig", "linear_int4"),
+                                       ("Int8DynamicActivationIntxWeightConfig", "linear_8da4w")])
+def test_torchao_quantized_model_keeps_its_integers(device, config, op, group_size):
+    """A model quantized by torchao's quantize_ (int4, PerGroup) lowers to the int4 ops with
+    torchao's own values, scales and zero points, and agrees with torchao's eager output."""
+    tq = pytest.importorskip("torchao.quantization")
+    from torchao.quantization.granularity import PerGroup
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 37)).eval()
+    if config == "IntxWeightOnlyConfig":
+        cfg = tq.IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(group_size))
+    else:
+        cfg = tq.Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size))
+    tq.quantize_(model, cfg)
+    x = torch.randn(3, 256)
+    program, fallback = api.compile(model, (x,), progress=False)
+    assert fallback == [] and [n.op for n in program.nodes] == [op, "relu", op]
+    for lin, node in zip((model[0], model[2]), linear_nodes(program, op)):
+        w = lin.weight
+        assert node.attrs["group_size"] == group_size
+        u = int4.unpack(program.constants[node.inputs[1]])[:, :w.qdata.shape[1]]
+        np.testing.assert_array_equal(u, w.qdata.numpy().astype(np.int32) + 8)
+        np.testing.assert_array_equal(program.constants[node.inputs[2]], w.scale.numpy())
+        np.testing.assert_array_equal(program.constants[node.inputs[3]], w.zero_point.numpy().astype(np.int32) + 8)
+    with torch.no_grad():
+        want = model(x).numpy()
+    ref = run_reference(program, x.numpy())
+    assert cosine(ref, want) >= 0.999
+    got = VulkanExecutor(program, device)(x.numpy())
+    oputil.assert_same((got,), (ref,))

@@ -21,7 +21,7 @@ exactly to float32):
                (gguf.quants computes (d * q) + m in float32: the same two roundings)
     torchao int4 (IntxWeightOnlyConfig / Int8DynamicActivationIntxWeightConfig, int8-coded
                values q in [-8, 7], integer zero point zp in [-8, 7]): w = f32(q - zp) * s
-               u = q + 8, zero = zp + 8, scale = s, offset None
+               u = q + 8, zero = zp + 8, scale = s, offset None  (from_torchao)
     vkq's own quantize_groups: symmetric (zero = 8) or asymmetric (integer zero point).
 GGUF Q8_0 (w = d * q, q int8, blocks of 32) is a separate kind, bits = 8: int8 values q in
 place of u - zero (zero 0, no offset), w = f32(q) * scale; vkq's int8 weights (one scale a
@@ -207,6 +207,53 @@ def from_int_values(q, scale, zero_point, group_size: int, k: int | None = None)
     u[:, ~padding_mask(k, group_size)] = 0
     return GroupWeights(n, k, group_size, pack(u.reshape(n, -1)), scale.astype(np.float32),
                         (zp.astype(np.int64) + 8).astype(np.int32))
+
+
+# -- torchao's quantized weights -----------------------------------------------------------------
+
+def from_torchao(t) -> GroupWeights | None:
+    """A torchao int4 group-wise weight (IntxUnpackedToInt8Tensor: what IntxWeightOnlyConfig and
+    Int8DynamicActivationIntxWeightConfig make, int8-coded values in [-8, 7], block (1, G), a
+    scale and an integer zero point a group) -> GroupWeights with its own integers and scales,
+    or None for any other tensor."""
+    if not all(hasattr(t, a) for a in ("qdata", "scale", "zero_point", "block_size")):
+        return None
+    import torch
+    if getattr(t, "target_dtype", None) not in (torch.int4, torch.uint4) or t.qdata.dim() != 2:
+        return None
+    n, k = t.qdata.shape
+    if tuple(t.block_size) != (1, t.block_size[1]) or t.block_size[1] not in GROUP_SIZES:
+        return None
+    q = t.qdata.to(torch.int32).numpy()
+    zp = None if t.zero_point is None else t.zero_point.to(torch.int32).numpy()
+    if getattr(t, "target_dtype", None) == torch.uint4:      # values 0..15: the same integers, shifted by 8
+        q, zp = q - 8, (np.zeros(t.scale.shape, np.int32) if zp is None else zp) - 8
+    return from_int_values(q, t.scale.float().numpy(), zp, int(t.block_size[1]), k)
+
+
+def torchao_weights(model):
+    """model with torchao int4 group-wise Linear weights -> (a copy whose those weights are plain
+    float Parameters holding exactly torchao's dequantized values, {sha1 of those float32 bytes:
+    their GroupWeights}, whether any quantizes its activations per token (8da4w)); (model, {},
+    False) when there are none. The lowering recognizes the weights by their bytes and keeps
+    torchao's integers and scales (no second rounding)."""
+    import copy
+    import hashlib
+    import torch
+    found = {name: gw for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)
+             and (gw := from_torchao(m.weight)) is not None}
+    if not found:
+        return model, {}, False
+    dynamic = any(getattr(m.weight, "activation_quantization", None) for name, m in model.named_modules()
+                  if name in found)
+    model = copy.deepcopy(model)
+    known = {}
+    for name, gw in found.items():
+        m = model.get_submodule(name)
+        w = dequantize(gw)
+        m.weight = torch.nn.Parameter(torch.from_numpy(w), requires_grad=False)
+        known[hashlib.sha1(w.tobytes()).hexdigest()] = gw
+    return model, known, dynamic
 
 
 # -- GGUF blocks ------------------------------------------------------------------------------

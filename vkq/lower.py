@@ -44,20 +44,21 @@ from .registry import cpu_reason, get_op
 
 def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", report: dict | None = None,
           dynamic_shapes=None, static: bool = False, progress: bool = False, group_size: int = 32,
-          symmetric: bool = True) -> Program:
+          symmetric: bool = True, known_groups: dict | None = None) -> Program:
     """Lower a converted PT2E GraphModule to a Program. float_linear ("dynamic" or
     "weight_only") says what a linear with a float input and int8 weights becomes when the
     quantizer did not say (graphs from other quantizers); "int4" or "8da4w": every linear with
     a constant float weight (the int4 schemes leave them float) becomes linear_int4 /
     linear_8da4w, its weight quantized in groups of group_size along K (vkq.int4.quantize_groups,
-    symmetric or with a zero point a group). A graph exported with dynamic dims
+    symmetric or with a zero point a group); known_groups: {sha1 of a float32 weight's bytes:
+    vkq.int4.GroupWeights} whose integers such a weight keeps (vkq.int4.torchao_weights). A graph exported with dynamic dims
     gives a symbolic Program (vkq.dynamic), unless static=True (a program for the example
     inputs' shapes only); dynamic_shapes (what was given to torch.export) gives the dims'
     names and bounds. progress: a bar over the passes and a line for each later stage, on stderr."""
     try:
         if float_linear in ("int4", "8da4w") and group_size not in GROUP_SIZES:
             raise GroupFormatError(f"group size {group_size}: expected one of {GROUP_SIZES}")
-        groups = {"group_size": int(group_size), "symmetric": bool(symmetric)}
+        groups = {"group_size": int(group_size), "symmetric": bool(symmetric), "known": known_groups or {}}
         return _lower(gm, example_inputs, (float_linear, groups), report, dynamic_shapes, static, progress)
     finally:
         if progress:

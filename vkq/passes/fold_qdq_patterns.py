@@ -37,6 +37,7 @@ walks its own q/dq neighbours with the helpers below. The patterns:
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import operator
 from dataclasses import dataclass
@@ -385,8 +386,11 @@ def fold_int4_linear(gm, lin: Node, op: str):
     if isinstance(b, str):
         return b
     groups = gm.meta.get("vkq_groups") or {"group_size": 32, "symmetric": True}
-    try:
-        gw = quantize_groups(w.detach().float().numpy(), groups["group_size"], groups["symmetric"])
+    w = w.detach().float().numpy()
+    gw = groups.get("known", {}).get(hashlib.sha1(np.ascontiguousarray(w).tobytes()).hexdigest())
+    try:       # (known: a torchao weight's own groups, vkq.int4.torchao_weights)
+        gw = gw if gw is not None and gw.n == w.shape[0] else quantize_groups(w, groups["group_size"],
+                                                                                groups["symmetric"])
     except GroupFormatError as e:
         return str(e)
     node = emit(gm, lin, op, [lin.args[0]], int4_constants(gw, b), {"group_size": gw.group_size},
