@@ -79,7 +79,7 @@ def test_quick_run(device, tmp_path, capfd):
             assert r["roof_gops"] == pytest.approx(want, rel=1e-9), r
             assert r["roofline_fraction"] == pytest.approx(r["gops"] / r["roof_gops"], rel=1e-9), r
             assert r["bound"] == ("memory" if r["intensity"] * here["copy_gbps"] < here[r["roofline"]] else "compute")
-            assert r["roofline"] == ("fp32_gflops" if r["dtype"] in ("fp32", "int8-weight-only") else
+            assert r["roofline"] == ("fp32_gflops" if r["dtype"] in ("fp32", "int8-weight-only", "int4") else
                                      "dot4_gops" if r.get("dot_variant") else "int32_gops"), r
             assert not r.get("dot_variant") or r["backend"] == "vulkan-dot", r
         else:   # CPU peers: no roof of theirs was measured
@@ -89,6 +89,13 @@ def test_quick_run(device, tmp_path, capfd):
     assert ("dot4_gops" in roof) == dot
     for family, name, params in bench.kernel_cases(quick=True):
         rows = {(r["backend"], r["dtype"]): r for r in kernels if r["name"] == name}
+        if family == "int4":    # linear_int4 once, linear_8da4w on each int8 path; no CPU peers
+            assert {("vulkan", "int4"), ("vulkan", "8da4w")} <= set(rows) and \
+                (("vulkan-dot", "8da4w") in rows) == dot, (name, sorted(rows))
+            for r in rows.values():
+                assert r["timing"] == "gpu" and positive(r["gops"]) and positive(r["roofline_fraction"]), r
+                assert r["kernel"] in ("linear_int4", "linear_rowq+linear_int4"), r
+            continue
         ours = rows[("vulkan", "int8")]
         assert ours["timing"] == "gpu" and positive(ours["gops"]) and positive(ours["roofline_fraction"]), ours
         assert ours["dot_product"] is False, ours

@@ -134,6 +134,17 @@ def test_linear_only_schemes_keep_activations_float(scheme):
     assert F.cosine_similarity(models.mlp()(x).flatten(), gm(x).flatten(), dim=0) > 0.999
 
 
+@pytest.mark.parametrize("scheme", ["int4", "8da4w"])
+def test_int4_schemes_mark_linears_and_observe_nothing(scheme):
+    """The int4 schemes leave every weight float (the lowering quantizes it in groups: no
+    second rounding through int8) and mark the linears with the scheme."""
+    x = torch.randn(3, 64)
+    gm = api.quantize(models.mlp(), (x,), scheme=scheme, progress=False)
+    assert not any("quantized_decomposed" in str(n.target) for n in gm.graph.nodes)
+    linears = calls(gm, aten.linear.default)
+    assert len(linears) == 3 and all(lin.meta["vkq_scheme"] == scheme for lin in linears)
+
+
 def test_calibration_sets_the_ranges():
     """Calibration data, not the example input, decides the activation scales."""
     x = torch.randn(2, 64) * 0.01
@@ -171,7 +182,7 @@ def test_calibration_progress_bar(capsys):
 
 def test_unknown_scheme():
     with pytest.raises(ValueError, match="scheme"):
-        VkqQuantizer("int4")
+        VkqQuantizer("int3")
 
 
 def test_pool_on_the_float_input_is_quantized():

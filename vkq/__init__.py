@@ -47,19 +47,23 @@ def quantize(model, example_inputs, calibration=None, scheme: str = "static", dy
 
 
 def compile(model_or_converted, example_inputs, calibration=None, scheme: str = "static",
-            device=None, dynamic_shapes=None, progress: bool = True) -> CompiledProgram:
+            device=None, dynamic_shapes=None, progress: bool = True, group_size: int = 32,
+            symmetric: bool = True) -> CompiledProgram:
     """A float nn.Module is quantized with vkq's quantizer first; an already converted PT2E
     GraphModule (any quantizer) is lowered as it is. Prints which ops fall back to the CPU.
     dynamic_shapes (torch.export's: a torch.export.Dim("batch", min=1, max=16) per dynamic
     input dimension) makes one program for every shape within the bounds. Inputs may nest
     tensors in lists / tuples / dicts or sit beside Python values: the program is called with
     the same structure (the Python values as compiled), or with its tensors alone, in order.
-    progress: each stage (export, calibration, the lowering's passes) shown on stderr."""
+    progress: each stage (export, calibration, the lowering's passes) shown on stderr.
+    scheme "int4" / "8da4w": int4 weights in groups of group_size along K (symmetric, or a zero
+    point a group), float / per-row dynamic int8 activations (vkq/ops/linear_int4.py)."""
     _quiet_third_party_logs()
     from .api import argument_flattener
     from .api import compile as _compile
     program, fallback = _compile(model_or_converted, example_inputs, calibration, scheme,
-                                 dynamic_shapes=dynamic_shapes, progress=progress)
+                                 dynamic_shapes=dynamic_shapes, progress=progress, group_size=group_size,
+                                 symmetric=symmetric)
     if fallback:
         print(f"vkq: {len(fallback)} op(s) run on the CPU:")
         for op, reason in fallback:

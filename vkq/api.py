@@ -225,8 +225,14 @@ def _fit_batch(batch: tuple, example: tuple):
 
 
 def compile(model_or_converted, example_inputs, calibration=None, scheme: str = "static",
-            device=None, dynamic_shapes=None, progress: bool = True, int8_embeddings: bool = False):
+            device=None, dynamic_shapes=None, progress: bool = True, int8_embeddings: bool = False,
+            group_size: int = 32, symmetric: bool = True):
     """Quantize (unless given a converted GraphModule) and lower to a vkq Program.
+    scheme "int4" / "8da4w": every linear's weight in int4 groups of group_size along K
+    (symmetric, or a zero point a group), float / per-row int8 activations (vkq/ops/linear_int4.py).
+    A model quantized by torchao (IntxWeightOnlyConfig / Int8DynamicActivationIntxWeightConfig,
+    int4 in groups) lowers to the same ops with its own integers and scales: "int4", or "8da4w"
+    where it quantizes activations per token (vkq's own per-row quantization takes that place).
     Returns (program, program.fallback). `device` is accepted for the executor wrapper to come;
     the Program itself does not depend on it. dynamic_shapes (torch.export's) makes one
     program for every input shape within the Dims' bounds. progress: each stage and a bar over
@@ -234,16 +240,21 @@ def compile(model_or_converted, example_inputs, calibration=None, scheme: str = 
     float tables as int8 rows (vkq.lower.lower's; a table tied to the lm_head is stored once)."""
     from .lower import lower
 
-    gm = model_or_converted
+    gm, known = model_or_converted, {}
+    if isinstance(gm, torch.nn.Module) and not isinstance(gm, GraphModule):
+        from .int4 import torchao_weights
+        gm, known, per_token = torchao_weights(gm)     # a torchao int4 model: its own ops and integers
+        if known and scheme not in ("int4", "8da4w"):
+            scheme = "8da4w" if per_token else "int4"
     if not _is_converted(gm):
         gm, example_inputs, calibration, dynamic_shapes = tensor_inputs(gm, example_inputs, calibration, dynamic_shapes)
         gm = quantize(gm, example_inputs, calibration, scheme, progress=progress, dynamic_shapes=dynamic_shapes)
     elif not any(t.dtype in HALF for t in itertools.chain(gm.parameters(), gm.buffers())):
         example_inputs = _to_float32(example_inputs)     # (quantize's graph of a half model is float32)
     example_inputs = _as_tuple(example_inputs)
-    float_linear = scheme if scheme in ("dynamic", "weight_only") else "dynamic"
+    float_linear = scheme if scheme in ("dynamic", "weight_only", "int4", "8da4w") else "dynamic"
     program = lower(gm, example_inputs, float_linear=float_linear, dynamic_shapes=dynamic_shapes, progress=progress,
-                    int8_embeddings=int8_embeddings)
+                    int8_embeddings=int8_embeddings, group_size=group_size, symmetric=symmetric, known_groups=known)
     return program, program.fallback
 
 

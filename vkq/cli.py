@@ -164,7 +164,8 @@ def cmd_compile(args) -> int:
     else:
         print("calibration: none given; the example inputs only")
     program, fallback = compile_program(model, examples, calibration, args.scheme, dynamic_shapes=dims,
-                                        progress=not args.no_progress)
+                                        progress=not args.no_progress, group_size=args.group_size,
+                                        symmetric=not args.asymmetric)
     out = save_program(program, args.output or _default_output(args.model))
     on_cpu = sum(1 for n in program.nodes if cpu_reason(n, program.tensors) is not None)
     weights = sum(np.asarray(v).nbytes for v in program.constants.values())
@@ -351,7 +352,13 @@ def main(argv=None) -> int:
     p.add_argument("--calibration", nargs="+", metavar="DIR_OR_NPY",
                    help="calibration inputs: .npy files (one batch, or a stack of batches), .npz files (one array "
                         "per input), or folders of those or of images (default: the example inputs once)")
-    p.add_argument("--scheme", default="static", choices=("static", "dynamic", "weight_only"))
+    p.add_argument("--scheme", default="static", choices=("static", "dynamic", "weight_only", "int4", "8da4w"),
+                   help="int4 / 8da4w: every linear's weight in int4 groups along K, float / per-row int8 "
+                        "activations (see --group-size, --asymmetric)")
+    p.add_argument("--group-size", type=int, default=32, choices=(32, 64, 128, 256),
+                   help="int4 / 8da4w: weights a group along K (default 32)")
+    p.add_argument("--asymmetric", action="store_true",
+                   help="int4 / 8da4w: a zero point a group (default: symmetric groups)")
     p.add_argument("--input-shape", action="append", type=_shape_arg, metavar="1,3,224,224",
                    help="an input's shape, once per input: for a .pt2 saved without example inputs "
                         "(or instead of a function's)")

@@ -39,16 +39,22 @@ from .passes.assign_layouts import KEY as LAYOUT_KEY, default_layout, rank_layou
 from .passes.int8_embeddings import KEY as INT8_EMBEDDINGS
 from .program import Node as PNode, Program, TensorSpec
 from .progress import done, stage
+from .int4 import GROUP_SIZES, GroupFormatError
 from .rewrites import rewrite_for_shapes
 from .registry import cpu_reason, get_op
 
 
 def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", report: dict | None = None,
           dynamic_shapes=None, static: bool = False, progress: bool = False,
-          int8_embeddings: bool = False) -> Program:
+          int8_embeddings: bool = False, group_size: int = 32, symmetric: bool = True,
+          known_groups: dict | None = None) -> Program:
     """Lower a converted PT2E GraphModule to a Program. float_linear ("dynamic" or
     "weight_only") says what a linear with a float input and int8 weights becomes when the
-    quantizer did not say (graphs from other quantizers). A graph exported with dynamic dims
+    quantizer did not say (graphs from other quantizers); "int4" or "8da4w": every linear with
+    a constant float weight (the int4 schemes leave them float) becomes linear_int4 /
+    linear_8da4w, its weight quantized in groups of group_size along K (vkq.int4.quantize_groups,
+    symmetric or with a zero point a group); known_groups: {sha1 of a float32 weight's bytes:
+    vkq.int4.GroupWeights} whose integers such a weight keeps (vkq.int4.torchao_weights). A graph exported with dynamic dims
     gives a symbolic Program (vkq.dynamic), unless static=True (a program for the example
     inputs' shapes only); dynamic_shapes (what was given to torch.export) gives the dims'
     names and bounds. progress: a bar over the passes and a line for each later stage, on stderr.
@@ -56,8 +62,11 @@ def lower(gm: GraphModule, example_inputs, *, float_linear: str = "dynamic", rep
     rows (vkq/passes/int8_embeddings.py; a table tied to a linear weight is stored once), under
     every scheme; off: the float table and gather."""
     try:
-        return _lower(gm, example_inputs, {"vkq_float_linear": float_linear, INT8_EMBEDDINGS: bool(int8_embeddings)},
-                      report, dynamic_shapes, static, progress)
+        if float_linear in ("int4", "8da4w") and group_size not in GROUP_SIZES:
+            raise GroupFormatError(f"group size {group_size}: expected one of {GROUP_SIZES}")
+        groups = {"group_size": int(group_size), "symmetric": bool(symmetric), "known": known_groups or {}}
+        options = {"vkq_float_linear": float_linear, INT8_EMBEDDINGS: bool(int8_embeddings), "vkq_groups": groups}
+        return _lower(gm, example_inputs, options, report, dynamic_shapes, static, progress)
     finally:
         if progress:
             done()
@@ -137,7 +146,7 @@ def _lower_at(gm: GraphModule, example_inputs, options: dict, report: dict | Non
     example_inputs = tuple(example_inputs) + tuple(init for _, init in state)
     record_shapes(gm, example_inputs)
     gm.meta[SYMBOLIC_SHAPES] = shapes or {}
-    gm.meta.update(options)
+    gm.meta.update(options)     # (the scheme, int8 embeddings, the int4 schemes' groups)
     stands_for = gm.meta["vkq_stands_for"] = {}       # node -> the node whose value it took over
     gm._register_replace_node_hook(lambda old, new, user: stands_for.setdefault(new, old.name))
     passes = run_pipeline(gm, progress=progress)

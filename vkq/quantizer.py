@@ -23,6 +23,10 @@ Schemes
                these linears into `linear_dynamic` (the device quantizes x per row), so no
                per-tensor choose_qparams is put in the graph.
   weight_only  linear only: int8 per-channel weights -> `linear_weight_only`.
+  int4, 8da4w  linear only, nothing observed: the linears stay float (and so does everything
+               else, as under dynamic); the lowering quantizes each constant weight in groups
+               along K itself (vkq.int4: int4 values, a scale a group, no second rounding
+               through int8) -> `linear_int4` (float x) / `linear_8da4w` (x int8 per row).
 
 dynamic and weight_only produce the same converted graph (float x, dequantized int8 weights);
 the scheme is written into each annotated linear's node.meta["vkq_scheme"], which survives
@@ -58,7 +62,8 @@ from vkq.observer import HistogramObserver  # torchao's, with its min/max search
 from vkq.passes.torch_ops import ADAPTIVE_MAX_POOL2D, MAX_UNPOOL2D
 
 aten = torch.ops.aten
-SCHEMES = ("static", "dynamic", "weight_only")
+SCHEMES = ("static", "dynamic", "weight_only", "int4", "8da4w")
+INT4_SCHEMES = ("int4", "8da4w")
 # The least scale of activations and weights: float32's epsilon, torch's observer default, not
 # XNNPACK's 2^-12 (which keeps its kernels' scale ratios bounded; vkq's fixed point takes any).
 # Under 2^-12 a tensor whose range stays within +-2^-13 quantized to one value: MobileNetV5's
@@ -557,6 +562,14 @@ def annotate_linear_weights(gm: GraphModule, scheme: str) -> None:
         node.meta["vkq_scheme"] = scheme
 
 
+def mark_linears(gm: GraphModule, scheme: str) -> None:
+    """The int4 schemes: the linears annotate_linear_weights would take get the scheme in their
+    meta and no observer (the lowering quantizes their float weights in groups)."""
+    for node in gm.graph.nodes:
+        if not _annotated(node) and (_is(node, LINEAR) or _matmul_weight(node) is not None):
+            node.meta["vkq_scheme"] = scheme
+
+
 class VkqQuantizer(Quantizer):
     """PT2E quantizer for vkq. VkqQuantizer("static"), ("dynamic") or ("weight_only");
     observer="histogram" (default) or "minmax" for activations."""
@@ -601,6 +614,8 @@ class VkqQuantizer(Quantizer):
             act = activation_spec(self.observer)
             for annotator in STATIC_ANNOTATORS:
                 annotator(model, act)
+        elif self.scheme in INT4_SCHEMES:
+            mark_linears(model, self.scheme)
         else:
             annotate_linear_weights(model, self.scheme)
         return model

@@ -33,6 +33,14 @@ LINEAR = [("linear 256x256x512", 256, 256, 512),
 LINEAR_QUICK = [("linear 16x64x64", 16, 64, 64), ("minilm-like 8x32x96", 8, 32, 96), ("gemv 1x96x40", 1, 96, 40)]
 FLOAT_LINEAR = "minilm"   # cases whose name starts with this also run linear_dynamic / weight-only
 
+# int4 group-wise linears (vkq/ops/linear_int4.py), groups of 32, symmetric: (name, M, K, N).
+# SmolLM2-135M's decoder shapes (576 x 1536 MLP, 576 x 49152 lm_head) and the square ones.
+INT4 = [("int4 gemv 1x576x1536", 1, 576, 1536), ("int4 gemv 1x1536x576", 1, 1536, 576),
+        ("int4 gemv 1x576x49152", 1, 576, 49152), ("int4 gemv 1x2048x2048", 1, 2048, 2048),
+        ("int4 gemv 1x4096x4096", 1, 4096, 4096), ("int4 gemm 128x576x1536", 128, 576, 1536)]
+INT4_QUICK = [("int4 gemv 1x96x40", 1, 96, 40), ("int4 gemm 8x64x37", 8, 64, 37)]
+INT4_GROUP = 32
+
 # conv: name -> (N, C, H, W, OC, K, stride, pad, groups)
 CONV = {"resnet18 conv3x3 64->64 @56": (1, 64, 56, 56, 64, 3, 1, 1, 1),
         "resnet18 stem 7x7 s2 3->64 @224": (1, 3, 224, 224, 64, 7, 2, 3, 1),
@@ -67,14 +75,16 @@ def kernel_cases(quick: bool) -> list[tuple[str, str, tuple]]:
     """(family, name, parameters) of every kernel case, in the order they run."""
     lin, conv, add, pool, io = ((LINEAR_QUICK, CONV_QUICK, ADD_QUICK, POOL_QUICK, IO_QUICK) if quick
                                 else (LINEAR, CONV, ADD, POOL, IO))
-    return ([("linear", n, (m, k, nn)) for n, m, k, nn in lin] + [("conv", n, p) for n, p in conv.items()]
+    i4 = INT4_QUICK if quick else INT4
+    return ([("linear", n, (m, k, nn)) for n, m, k, nn in lin] + [("int4", n, (m, k, nn)) for n, m, k, nn in i4]
+            + [("conv", n, p) for n, p in conv.items()]
             + [("add", n, p) for n, p in add.items()] + [("pool", n, p) for n, p in pool.items()]
             + [("io", n, p) for n, p in io.items()])
 
 
 def run_kernels(s: Settings, show_progress: bool = True) -> list[Record]:
     """The kernel suite on s.device, with the CPU and ncnn peers in the same run."""
-    run = {"linear": bench_linear, "conv": bench_conv, "add": bench_add, "pool": bench_pool, "io": bench_io}
+    run = {"linear": bench_linear, "int4": bench_int4, "conv": bench_conv, "add": bench_add, "pool": bench_pool, "io": bench_io}
     cases = [c for c in kernel_cases(s.quick) if not s.only or s.only in c[1] or s.only == c[0]]
     records = []
     for family, name, params in (named_steps(cases, "kernels", "kernel", lambda c: c[1][:40]) if show_progress
@@ -129,11 +139,11 @@ def program_bytes(program) -> int:
 
 
 def vkq_records(s: Settings, name, shape, dtype, program, inputs, ops, compute, verify, kind,
-                on_paths=True) -> list[Record]:
+                on_paths=True, nbytes=None) -> list[Record]:
     """One record per path (on_paths) or on s.device: `program` run by the executor, timed by
     timestamps. compute: "int8" (the path's integer roof) or a roof key. kind: what the
     targets hold the kernel to (vkq.bench.report.targets): "gemm", "gemv", "depthwise",
-    "memory", or "" for none."""
+    "memory", or "" for none. nbytes: the bytes the kernels move (default program_bytes)."""
     runs = paths(s.device) if on_paths else [("vulkan", s.device)]
     largest = max(_device_bytes(program.tensors[t]) for n in program.nodes for t in n.inputs + n.outputs)
     out = []
@@ -142,7 +152,7 @@ def vkq_records(s: Settings, name, shape, dtype, program, inputs, ops, compute, 
         dot_variant = any("DOT" in st.defines for st in steps)
         texel_variant = any("TEXEL" in st.defines for st in steps)
         roof = int8_roof(dot_variant) if compute == "int8" else compute
-        out.append(gpu_record(s, "kernels", name, shape, dtype, steps, ops, program_bytes(program), roof,
+        out.append(gpu_record(s, "kernels", name, shape, dtype, steps, ops, nbytes or program_bytes(program), roof,
                               {"op": program.nodes[0].op, "kind": kind, "largest_tensor_bytes": largest,
                                "dot_variant": dot_variant, "texel_variant": texel_variant},
                               device=dev, backend=backend))
@@ -232,6 +242,41 @@ def bench_linear(s: Settings, name, mkn) -> list[Record]:
                                on_paths=op == "linear_dynamic")
     out += torch_peers.linear(s, name, shape, m, k, n, ops)
     out += ncnn_peer.kernel(s, name, shape, ops, *ncnn_peer.linear_layer(m, k, n, rng))
+    return out
+
+
+# -- int4 linears ---------------------------------------------------------------------
+def int4_program(op, m, k, n, rng, group_size=INT4_GROUP):
+    """A one-node linear_int4 / linear_8da4w program (symmetric int4 groups), its input, and the
+    bytes its kernels move: the packed weights and group scales (the symmetric kernel reads no
+    zero points), the bias, x and y (8da4w: also x's int8 rows, written and read)."""
+    from ..int4 import quantize_groups
+    from ..ops.linear_int4 import int4_constants
+    from ..program import Node, Program, TensorSpec
+    gw = quantize_groups(rng.normal(0, 1, (n, k)).astype(np.float32), group_size, True)
+    consts = int4_constants(gw, rng.normal(0, 1, n))
+    tensors = {"x": TensorSpec((m, k)), "y": TensorSpec((m, n)),
+               **{c: TensorSpec(a.shape, str(a.dtype)) for c, a in consts.items()}}
+    prog = Program(tensors, [Node(op, ["x", *consts], ["y"], {"group_size": group_size})], ["x"], ["y"], consts)
+    nbytes = gw.qweight.nbytes + gw.scale.nbytes + 4 * n + 4 * m * k + 4 * m * n
+    if op == "linear_8da4w":
+        nbytes += 2 * (-(-m // 4) * 4) * (-(-k // 4) * 4) + 8 * m
+    return prog, rng.normal(0, 1, (m, k)).astype(np.float32), nbytes
+
+
+def bench_int4(s: Settings, name, mkn) -> list[Record]:
+    """linear_int4 (float x; against the fp32 roof) and linear_8da4w (on each int8 path) at a
+    shape; "gemv" rows (M = 1) are held to the copy-bandwidth target on their weight bytes."""
+    m, k, n = mkn
+    rng = np.random.default_rng(0)
+    shape, ops = f"M{m} K{k} N{n} G{INT4_GROUP}", 2 * m * k * n
+    verify = m * k * n <= VERIFY_MACS
+    kind = "gemv" if m == 1 else "gemm" if m >= 128 else ""
+    out = []
+    for op, dtype, compute in (("linear_int4", "int4", "fp32_gflops"), ("linear_8da4w", "8da4w", "int8")):
+        prog, x, nbytes = int4_program(op, m, k, n, rng)
+        out += vkq_records(s, name, shape, dtype, prog, [x], ops, compute, verify, kind,
+                           on_paths=op == "linear_8da4w", nbytes=nbytes)
     return out
 
 

@@ -36,6 +36,11 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
   linear_dynamic      x f32 (..., K), weight int8 (N, K), w_scale f32 (N,), bias f32 (N,) -> f32 (..., N)
                       per-row int8 quantization of x on the device, int8 GEMM, float out
   linear_weight_only  x f32 (..., K), weight int8 (N, K), w_scale f32 (N,), bias f32 (N,) -> f32 (..., N)
+  linear_int4         x f32 (..., K), qweight int32 (N, ng*G/8), scale f32 (N, ng), zero int32 (N, ng),
+                      bias f32 (N,) [, offset f32 (N, ng)] -> f32 (..., N); attrs group_size
+                      int4 group-wise weights (vkq/int4.py), float activations (linear_int4.py)
+  linear_8da4w        the same inputs and attrs: x quantized per row to int8 on the device
+                      (as linear_dynamic), int8 x int4 sums exact per group, group scales in float
   conv2d_q8           x int8 4W4C (N, C, H, W), weight int8 (OC, C/groups, KH, KW), bias float64/int32 (OC,),
                       multiplier int32 (OC,), shift int32 (OC,) -> int8 4W4C (N, OC, OH, OW)
                       attrs stride [2], padding [2], dilation [2], groups, x_zp, out_zp, qmin, qmax
@@ -47,4 +52,4 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
 Each op module also exports a `*_params` helper that turns float scales (and a float bias) into
 the integer constants/attrs above, used by the lowering and by tests alike.
 """
-from . import io, linear, conv, eltwise, pool, lut, cpu, float, shape, attention, attention_cached, rotary, logic, creation, resize, scan, embedding_q8  # noqa: F401
+from . import io, linear, linear_int4, conv, eltwise, pool, lut, cpu, float, shape, attention, attention_cached, rotary, logic, creation, resize, scan, embedding_q8  # noqa: F401

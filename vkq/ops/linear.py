@@ -385,29 +385,38 @@ class LinearDynamic:
         shape = ctx.spec(x).shape
         r, k = _rows(shape), shape[-1]
         w = _weight(ctx, node, k)
-        rows4, k4 = _up4(r), _up4(k) // 4
-        steps = []
-        key = ("linear_rowq", x)        # the linears reading one x (q, k, v; gate, up) quantize it once
-        if key not in ctx.memo:
-            q = ctx.scratch(rows4 * k4)
-            rowq = ctx.scratch(2 * r, np.float32)
-            sg = subgroup_lanes(ctx.device.info)
-            width = sg or min(ROWQ_WIDTH, 1 << (ctx.device.info.max_workgroup_invocations.bit_length() - 1))
-            defines = {"PLAIN": 1} if not sg else {}
-            if k % 4 == 0:
-                defines["VEC4"] = 1
-            # two passes over a row's k-blocks (its range, then its values), PLAIN's reductions
-            ctx.device.info.check_loop_budget(2 * -(-k4 // width) + 16 + (0 if sg else 2 * width.bit_length()),
-                                              f"linear_rowq over K = {k}")
-            steps.append(ctx.device.dispatch("linear_rowq", [ctx.buffer(x), q, rowq], grid_1d(rows4 // 4, 1),
-                                             local=(width,), push=(r, k), defines=defines))
-            ctx.memo[key] = (q, rowq)
-        q, rowq = ctx.memo[key]
+        rows4 = _up4(r)
+        quant, q, rowq = quantize_rows_dispatch(ctx, x, r, k)
         cols = [w.sum(axis=1, dtype=np.int64), np.asarray(ctx.constant(sname), np.float32),
                 np.asarray(ctx.constant(bname), np.float32), np.zeros(w.shape[0])]
         gemm = _gemm_q8(ctx, ("OUT_F32", "ROW_QPARAMS"), q, rows4, r, k, w, cols,
                         ctx.buffer(node.outputs[0]), extra_buf=rowq)
-        return steps + [gemm]
+        return [s for s in (quant, gemm) if s is not None]
+
+
+def quantize_rows_dispatch(ctx, x: str, r: int, k: int):
+    """The device's quantize_rows of float x (r, K) (shaders/linear_rowq.comp): (dispatch, q, rowq),
+    q the 4H4W int8 rows (up4(r) x up4(K) / 4 words, scratch), rowq (scale, zero point) per row.
+    Once a build for an x that several linears read (q, k and v; gate and up: ctx.memo): the
+    dispatch is None for the later ones, which read the first one's q and rowq."""
+    key = ("linear_rowq", x)
+    if key in ctx.memo:
+        return (None, *ctx.memo[key])
+    rows4, k4 = _up4(r), _up4(k) // 4
+    q = ctx.scratch(rows4 * k4)
+    rowq = ctx.scratch(2 * r, np.float32)
+    sg = subgroup_lanes(ctx.device.info)
+    width = sg or min(ROWQ_WIDTH, 1 << (ctx.device.info.max_workgroup_invocations.bit_length() - 1))
+    defines = {"PLAIN": 1} if not sg else {}
+    if k % 4 == 0:
+        defines["VEC4"] = 1
+    # two passes over a row's k-blocks (its range, then its values), PLAIN's reductions
+    ctx.device.info.check_loop_budget(2 * -(-k4 // width) + 16 + (0 if sg else 2 * width.bit_length()),
+                                      f"linear_rowq over K = {k}")
+    quant = ctx.device.dispatch("linear_rowq", [ctx.buffer(x), q, rowq], grid_1d(rows4 // 4, 1),
+                                local=(width,), push=(r, k), defines=defines)
+    ctx.memo[key] = (q, rowq)
+    return quant, q, rowq
 
 
 def float_gemm(ctx, x_buf, r: int, k: int, w, scale, bias, out_buf):

@@ -17,6 +17,7 @@ walks its own q/dq neighbours with the helpers below. The patterns:
                              dq x, dq w, float out (the quantizer left it unquantized)
                                                                -> linear_q8_fout
                              float x, dq w                     -> linear_dynamic / linear_weight_only
+                             float x, float constant w, scheme int4 / 8da4w -> linear_int4 / linear_8da4w
                              dq.tensor(q.tensor(x, choose_qparams(x))) x, dq w -> linear_dynamic
                              x of rank > 4: each of the above on x viewed as (rows, C), the
                              output viewed back (_linear_over_rows)
@@ -36,6 +37,7 @@ walks its own q/dq neighbours with the helpers below. The patterns:
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import operator
 from dataclasses import dataclass
@@ -257,7 +259,13 @@ def _exact_bias(node: Node) -> Node:
     return node
 
 
+INT4_SCHEMES = {"int4": "linear_int4", "8da4w": "linear_8da4w"}
+
+
 def fold_linear(gm, lin: Node):
+    scheme = lin.meta.get("vkq_scheme") or gm.meta.get("vkq_float_linear", "dynamic")
+    if scheme in INT4_SCHEMES and dq_source(lin.args[0]) is None:
+        return fold_int4_linear(gm, lin, INT4_SCHEMES[scheme])
     w = weight(gm, lin.args[1])
     if isinstance(w, str):
         return w
@@ -361,6 +369,32 @@ def _fold_float_linear(gm, lin, wq, ws, b):
         op = "linear_weight_only" if scheme == "weight_only" else "linear_dynamic"
     node = emit(gm, lin, op, [x], {"weight": wq, "w_scale": ws.astype(np.float32),
                                    "bias": b.astype(np.float32)}, {}, shape_of(lin), torch.float32)
+    lin.replace_all_uses_with(node)
+    return node
+
+
+def fold_int4_linear(gm, lin: Node, op: str):
+    """linear on a float x with a constant float weight, under the int4 schemes: the weight
+    quantized in groups along K (vkq.int4.quantize_groups, lower()'s group_size and symmetric)
+    -> linear_int4 / linear_8da4w. Any rank of x (its rows flattened by the kernel)."""
+    from ..int4 import GroupFormatError, quantize_groups
+    from ..ops.linear_int4 import int4_constants
+    w = evaluate_constant(gm, lin.args[1])
+    if w is None or not w.is_floating_point() or w.dim() != 2:
+        return "its weight is not a constant float matrix"
+    b = bias(gm, arg(lin, 2, "bias", None), w.shape[0])
+    if isinstance(b, str):
+        return b
+    groups = gm.meta.get("vkq_groups") or {"group_size": 32, "symmetric": True}
+    w = w.detach().float().numpy()
+    gw = groups.get("known", {}).get(hashlib.sha1(np.ascontiguousarray(w).tobytes()).hexdigest())
+    try:       # (known: a torchao weight's own groups, vkq.int4.torchao_weights)
+        gw = gw if gw is not None and gw.n == w.shape[0] else quantize_groups(w, groups["group_size"],
+                                                                                groups["symmetric"])
+    except GroupFormatError as e:
+        return str(e)
+    node = emit(gm, lin, op, [lin.args[0]], int4_constants(gw, b), {"group_size": gw.group_size},
+                shape_of(lin), torch.float32)
     lin.replace_all_uses_with(node)
     return node
 
