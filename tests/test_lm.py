@@ -129,7 +129,7 @@ def test_device_generates_the_reference_tokens(arch, tokenizer_file, device):
     assert s["memory_bytes"]["cache"] == 2 * 2 * lm.program.tensors[next(iter(lm.program.state))].device_words() * 4
 
 
-@pytest.mark.parametrize("scheme", ["static", "weight_only"])
+@pytest.mark.parametrize("scheme", ["static", "weight_only", "8da4w"])
 def test_other_schemes(scheme, tokenizer_file, device):
     """static: per-tensor int8 activations with ranges from calibration prompts (texts or ids)."""
     torch.manual_seed(0)
@@ -138,7 +138,8 @@ def test_other_schemes(scheme, tokenizer_file, device):
     lm = vkq.compile_lm(model, tokenizer_file, max_context=CONTEXT, scheme=scheme, calibration=calibration,
                         progress=False)
     ops = {n.op for n in lm.program.nodes}
-    assert ("linear_q8" if scheme == "static" else "linear_weight_only") in ops and not lm.program.fallback
+    assert {"static": "linear_q8", "weight_only": "linear_weight_only", "8da4w": "linear_8da4w"}[scheme] in ops
+    assert not lm.program.fallback
     with torch.no_grad():
         want = model(torch.tensor([IDS])).logits[0].numpy()
     ref = lm.reference.logits(IDS)

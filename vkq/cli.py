@@ -299,7 +299,7 @@ def cmd_compile_lm(args) -> int:
     from .modelsource import import_function
     model, tokenizer = _model_and_tokenizer(import_function(args.model)(), args.model)
     lm = compile_lm(model, tokenizer, max_context=args.max_context, scheme=args.scheme,
-                    progress=not args.no_progress)
+                    progress=not args.no_progress, group_size=args.group_size)
     out = lm.save(args.output or _default_output(args.model))
     print(f"wrote {out}: {len(lm.program.nodes)} nodes, {len(lm.program.fallback)} op(s) on the CPU, context "
           f"{lm.max_context}, vocabulary {lm.vocab_size}")
@@ -418,7 +418,8 @@ def main(argv=None) -> int:
     p.add_argument("model", help="package.module:function or file.py:function returning (model, tokenizer)")
     p.add_argument("-o", "--output", help="the .vkq file to write")
     p.add_argument("--max-context", type=int, default=512)
-    p.add_argument("--scheme", default="dynamic", choices=("dynamic", "weight_only", "static"))
+    p.add_argument("--scheme", default="dynamic", choices=("dynamic", "weight_only", "static", "int4", "8da4w"))
+    p.add_argument("--group-size", type=int, default=32, help="int4 / 8da4w: weights in groups of this many along K")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_compile_lm)
     args = parser.parse_args(argv)

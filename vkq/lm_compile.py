@@ -308,11 +308,16 @@ def logit_rows(max_context: int, vocab: int) -> int:
     return max(1, min(max_context, PORTABLE_BUFFER_BYTES // (4 * vocab)))
 
 
+SCHEMES = ("dynamic", "weight_only", "static", "int4", "8da4w")
+
+
 def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: str = "dynamic", device=None,
-               progress: bool = True, meta: dict | None = None, calibration=None):
+               progress: bool = True, meta: dict | None = None, calibration=None, group_size: int = 32,
+               symmetric: bool = True):
     """Compile a transformers causal LM with a static KV cache of max_context positions; every
     linear int8 (scheme "dynamic": per-token activations; "weight_only"; "static": per-tensor
-    activations, their ranges from `calibration`, texts or token-id lists run as prompts), the
+    activations, their ranges from `calibration`, texts or token-id lists run as prompts) or int4
+    in groups of group_size ("int4": float activations; "8da4w": per-token int8 ones), the
     token embedding as int8 rows (tied to the lm_head: stored once). The model given is not
     changed (a half-precision one is compiled from a float32 copy). Returns a vkq.lm.LanguageModel."""
     import vkq
@@ -320,8 +325,8 @@ def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: s
     from .api import compile as _compile
     from .lm import LanguageModel
     vkq._quiet_third_party_logs()
-    if scheme not in ("dynamic", "weight_only", "static"):
-        raise ValueError(f"scheme must be 'dynamic', 'weight_only' or 'static', got {scheme!r}")
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
     max_context = int(max_context)
     if max_context < 4:
         raise ValueError(f"max_context must be at least 4, got {max_context}")
@@ -340,6 +345,7 @@ def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: s
         calibration = [_prompt(c, tok, max_context) for c in calibration]
     with vkq_attention_on(model), rotary_routed(model), rotary_tables(model, max_context), torch.no_grad():
         program, _ = _compile(decoder, example, calibration, scheme, dynamic_shapes=({1: t}, {0: t}, {0: k}),
-                              progress=progress, int8_embeddings=True)
+                              progress=progress, int8_embeddings=True,
+                              **({"group_size": group_size, "symmetric": symmetric} if scheme in ("int4", "8da4w") else {}))
     program.meta["lm"] = info
     return LanguageModel(program, device)
