@@ -226,7 +226,7 @@ def _fit_batch(batch: tuple, example: tuple):
 
 def compile(model_or_converted, example_inputs, calibration=None, scheme: str = "static",
             device=None, dynamic_shapes=None, progress: bool = True, int8_embeddings: bool = False,
-            group_size: int = 32, symmetric: bool = True):
+            group_size: int = 32, symmetric: bool = True, known_groups: dict | None = None):
     """Quantize (unless given a converted GraphModule) and lower to a vkq Program.
     scheme "int4" / "8da4w": every linear's weight in int4 groups of group_size along K
     (symmetric, or a zero point a group), float / per-row int8 activations (vkq/ops/linear_int4.py).
@@ -237,14 +237,17 @@ def compile(model_or_converted, example_inputs, calibration=None, scheme: str = 
     the Program itself does not depend on it. dynamic_shapes (torch.export's) makes one
     program for every input shape within the Dims' bounds. progress: each stage and a bar over
     the calibration batches and the lowering's passes, on stderr. int8_embeddings: embeddings of
-    float tables as int8 rows (vkq.lower.lower's; a table tied to the lm_head is stored once)."""
+    float tables as int8 rows (vkq.lower.lower's; a table tied to the lm_head is stored once).
+    known_groups: {sha1 of a linear's float32 weight bytes: vkq.int4.GroupWeights} that the int4
+    schemes take as they are (a GGUF's blocks: vkq.models.gguf_llama)."""
     from .lower import lower
 
-    gm, known = model_or_converted, {}
+    gm, known = model_or_converted, dict(known_groups or {})
     if isinstance(gm, torch.nn.Module) and not isinstance(gm, GraphModule):
         from .int4 import torchao_weights
-        gm, known, per_token = torchao_weights(gm)     # a torchao int4 model: its own ops and integers
-        if known and scheme not in ("int4", "8da4w"):
+        gm, found, per_token = torchao_weights(gm)     # a torchao int4 model: its own ops and integers
+        known.update(found)
+        if found and scheme not in ("int4", "8da4w"):
             scheme = "8da4w" if per_token else "int4"
     if not _is_converted(gm):
         gm, example_inputs, calibration, dynamic_shapes = tensor_inputs(gm, example_inputs, calibration, dynamic_shapes)

@@ -274,7 +274,7 @@ def cmd_generate(args) -> int:
     from pathlib import Path
     from .lm import PACKAGED, load_lm, packaged_lm
     if args.model in PACKAGED:
-        lm = packaged_lm(args.model, args.max_context, device=args.device, progress=not args.no_progress)
+        lm = packaged_lm(args.model, args.max_context, args.scheme, device=args.device, progress=not args.no_progress)
     elif Path(args.model).suffix == ".vkq" or Path(args.model).is_file():
         lm = load_lm(args.model, device=args.device)
     else:
@@ -410,6 +410,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=None, help="the sampler's seed (the same seed, the same text)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     p.add_argument("--max-context", type=int, default=2048, help="a packaged model's context when it is built")
+    p.add_argument("--scheme", default="dynamic", choices=("dynamic", "int4", "8da4w"),
+                   help="a packaged model's weights: int8 (dynamic), or the GGUF's own int4 blocks")
     _add_device_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no stage lines while a packaged model is built")
     p.set_defaults(func=cmd_generate)

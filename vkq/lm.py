@@ -306,8 +306,9 @@ def packaged_lm(name: str, max_context: int = 2048, scheme: str = "dynamic", dev
               file=sys.stderr)
     from . import models
     from .lm_compile import compile_lm as _compile_lm
-    model, tokenizer = models.load_smollm2()
-    lm = _compile_lm(model, tokenizer, max_context=max_context, scheme=scheme, device=device, progress=progress)
+    model, tokenizer, groups = models.load_smollm2(groups=True)     # (int4: the GGUF's own Q4_1 blocks)
+    lm = _compile_lm(model, tokenizer, max_context=max_context, scheme=scheme, device=device, progress=progress,
+                     known_groups=groups)
     path.parent.mkdir(parents=True, exist_ok=True)
     lm.save(path)
     return lm

@@ -313,11 +313,12 @@ SCHEMES = ("dynamic", "weight_only", "static", "int4", "8da4w")
 
 def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: str = "dynamic", device=None,
                progress: bool = True, meta: dict | None = None, calibration=None, group_size: int = 32,
-               symmetric: bool = True):
+               symmetric: bool = True, known_groups: dict | None = None):
     """Compile a transformers causal LM with a static KV cache of max_context positions; every
     linear int8 (scheme "dynamic": per-token activations; "weight_only"; "static": per-tensor
     activations, their ranges from `calibration`, texts or token-id lists run as prompts) or int4
-    in groups of group_size ("int4": float activations; "8da4w": per-token int8 ones), the
+    in groups of group_size ("int4": float activations; "8da4w": per-token int8 ones; known_groups:
+    a GGUF's own blocks for the weights they dequantize to, vkq.models.gguf_llama), the
     token embedding as int8 rows (tied to the lm_head: stored once). The model given is not
     changed (a half-precision one is compiled from a float32 copy). Returns a vkq.lm.LanguageModel."""
     import vkq
@@ -346,6 +347,7 @@ def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: s
     with vkq_attention_on(model), rotary_routed(model), rotary_tables(model, max_context), torch.no_grad():
         program, _ = _compile(decoder, example, calibration, scheme, dynamic_shapes=({1: t}, {0: t}, {0: k}),
                               progress=progress, int8_embeddings=True,
-                              **({"group_size": group_size, "symmetric": symmetric} if scheme in ("int4", "8da4w") else {}))
+                              **({"group_size": group_size, "symmetric": symmetric, "known_groups": known_groups}
+                                 if scheme in ("int4", "8da4w") else {}))
     program.meta["lm"] = info
     return LanguageModel(program, device)

