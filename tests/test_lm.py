@@ -267,3 +267,23 @@ def test_smollm2_file_holds_int8_weights_stored_once(smollm2):
     ints = sum(v.nbytes for v in p.constants.values() if v.dtype == np.int8)
     # 30 layers of 3,538,944 weights and the 49152 x 576 table shared by the embedding and the lm_head
     assert ints == 30 * 3538944 + 49152 * 576 and floats < 0.01 * ints
+
+
+@pytest.mark.slow
+def test_smollm2_int4_groups_are_the_files_blocks():
+    """gguf_llama's groups: each linear's float32 weight is exactly its Q4_1 blocks dequantized
+    (q and k rows back in rotary order), so the int4 schemes keep the shipped integers and scales."""
+    import hashlib
+    from vkq import int4, models
+    try:
+        model, meta = models.gguf_llama(models.smollm2_path())
+    except ModuleNotFoundError as e:
+        pytest.skip(str(e))
+    groups = meta["vkq.int4_groups"]
+    assert len(groups) == 7 * 30
+    layer = model.model.layers[17]
+    for lin in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.mlp.down_proj):
+        w = lin.weight.detach().numpy()
+        gw = groups[hashlib.sha1(np.ascontiguousarray(w).tobytes()).hexdigest()]
+        assert gw.group_size == 32 and gw.offset is not None          # Q4_1: a scale and a min a block
+        np.testing.assert_array_equal(int4.dequantize(gw), w)

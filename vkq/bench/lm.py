@@ -2,6 +2,7 @@
 
   vkq int8 (Vulkan)   the packaged LM (vkq.lm.packaged_lm: every linear int8 with per-token
                       activations, int8 embedding rows, the KV cache on the device)
+  vkq int4 / 8da4w    the same with the GGUF's own Q4_1 blocks (float / per-token int8 activations)
   torch fp32 CPU      the same float model, eager, with transformers' StaticCache
   torch int8 CPU      torch.ao.quantization.quantize_dynamic of its linears (qint8), likewise
 
@@ -73,11 +74,35 @@ def run_lm(s: Settings, progress: bool = True) -> list:
     if s.quick:
         note(s, "lm: quick run: a 2-layer random Llama, not SmolLM2")
         lm, model = _tiny(dev)
+        lms = [("vkq int8 (Vulkan)", lm)]
     else:
-        lm = lm_mod.packaged_lm("smollm2", CONTEXT, device=dev, progress=progress)
         model, _ = models.load_smollm2()
+        lms = [(f"vkq {label} (Vulkan)", lm_mod.packaged_lm("smollm2", CONTEXT, scheme, device=dev, progress=progress))
+               for label, scheme in SCHEMES]
+    for backend, lm in lms:
+        records += _vkq_records(s, backend, lm)
+    lm = lms[0][1]
     positions = tuple(p for p in POSITIONS if p < lm.max_context - 1)
-    prompt = list(np.random.default_rng(0).integers(3, lm.vocab_size, min(PROMPT, lm.max_context // 2)))
+    prompt = _prompt(lm)
+    for backend, m in (("torch fp32 CPU", model), ("torch int8 CPU", _torch_int8(model))):
+        records += _torch_records(s, backend, m, prompt, positions, lm.max_context)
+    for backend, lm in lms:
+        records.append(_accuracy(s, backend, lm, model))
+    return records
+
+
+SCHEMES = (("int8", "dynamic"), ("int4", "int4"), ("8da4w", "8da4w"))     # SmolLM2's: int8; the GGUF's int4 blocks
+
+
+def _prompt(lm) -> list:
+    return [int(i) for i in np.random.default_rng(0).integers(3, lm.vocab_size, min(PROMPT, lm.max_context // 2))]
+
+
+def _vkq_records(s, backend, lm) -> list:
+    """Prefill and decode steps of one compiled LM."""
+    records = []
+    positions = tuple(p for p in POSITIONS if p < lm.max_context - 1)
+    prompt = _prompt(lm)
     reps, warm = s.repeats, s.warmup
 
     def prefill():
@@ -85,7 +110,7 @@ def run_lm(s: Settings, progress: bool = True) -> list:
         lm._run(prompt, 0, [len(prompt) - 1], False)
     t = wall_times(prefill, max(3, reps // 3), 1, s.budget_s)
     med, p90 = stats_ms(t)
-    records.append(_rec(s, "prefill", len(prompt), "vkq int8 (Vulkan)", med, p90, len(prompt) / med * 1e3))
+    records.append(_rec(s, "prefill", len(prompt), backend, med, p90, len(prompt) / med * 1e3))
     copy = s.roof.get("copy_gbps")      # (bytes read + written a second: the roofline's copy)
     for pos in positions:
         t = wall_times(lambda: lm._run([5], pos, [0], False), reps, warm, s.budget_s)
@@ -97,15 +122,12 @@ def run_lm(s: Settings, progress: bool = True) -> list:
                  "submits": len(recs), "bytes_read": nbytes}
         if copy:
             extra["bandwidth_fraction"] = nbytes / (copy * 1e9) / (med / 1e3)
-        records.append(_rec(s, f"decode@{pos}", 1, "vkq int8 (Vulkan)", med, p90, 1e3 / med, extra))
-    for backend, m in (("torch fp32 CPU", model), ("torch int8 CPU", _torch_int8(model))):
-        records += _torch_records(s, backend, m, prompt, positions, lm.max_context)
-    records.append(_accuracy(s, lm, model))
+        records.append(_rec(s, f"decode@{pos}", 1, backend, med, p90, 1e3 / med, extra))
     return records
 
 
 def _rec(s, name, tokens, backend, med, p90, tok_s, extra=None) -> Record:
-    r = Record("lm", name, f"{tokens} token(s)", "int8" if "int8" in backend else "fp32", backend, s.name, med, p90)
+    r = Record("lm", name, f"{tokens} token(s)", backend.split()[1], backend, s.name, med, p90)
     r.extra.update({"tok_s": tok_s, **(extra or {})})
     return r
 
@@ -174,13 +196,13 @@ def accuracy(lm, model, text: str | None = None, tokens: int = 320) -> dict:
             "perplexity": ppl(got), "perplexity_fp32": ppl(want)}
 
 
-def _accuracy(s, lm, model) -> Record:
+def _accuracy(s, backend, lm, model) -> Record:
     """Its time: the teacher-forced logits' call (wall clock, once)."""
     import time
     t = time.perf_counter()
     a = accuracy(lm, model)
     ms = (time.perf_counter() - t) * 1e3
-    r = Record("lm", "accuracy", f"{a['tokens']} tokens", "int8", "vkq int8 (Vulkan)", s.name, ms, ms)
+    r = Record("lm", "accuracy", f"{a['tokens']} tokens", backend.split()[1], backend, s.name, ms, ms)
     r.extra.update(a)
     return r
 
@@ -192,15 +214,17 @@ def print_lm(records) -> None:
         return
     names = [n for n in dict.fromkeys(r["name"] for r in rows) if n != "accuracy"]
     backends = list(dict.fromkeys(r["backend"] for r in rows if r["name"] != "accuracy"))
-    print("\ntext generation (tok/s)      " + "".join(f"{b:>22}" for b in backends) + "   dispatches  bw fraction")
+    print("\ntext generation (tok/s)" + "".join(f"{b:>20}" for b in backends))
     for n in names:
         cells = {r["backend"]: r for r in rows if r["name"] == n}
-        line = f"{n:28}" + "".join(f"{cells[b]['tok_s']:22.1f}" if b in cells else f"{'-':>22}" for b in backends)
-        v = cells.get("vkq int8 (Vulkan)", {})
-        if "dispatches" in v:
-            line += f"   {v['dispatches']:10d}  {v.get('bandwidth_fraction', float('nan')):11.2f}"
-        print(line)
+        print(f"{n:23}" + "".join(f"{cells[b]['tok_s']:20.1f}" if b in cells else f"{'-':>20}" for b in backends))
+        for b in backends:
+            v = cells.get(b, {})
+            if "dispatches" in v:
+                print(f"    {b}: {v['dispatches']} dispatches, {v['barriers']} barriers, {v['submits']} submit(s), "
+                      f"{v['bytes_read'] / 2**20:.1f} MiB read, {v.get('bandwidth_fraction', float('nan')):.2f} of copy "
+                      "bandwidth")
     for r in rows:
         if r["name"] == "accuracy":
-            print(f"accuracy over {r['tokens']} tokens of real text: top-1 agreement with fp32 {r['top1_agreement']:.3f}; "
-                  f"perplexity {r['perplexity']:.3f} (fp32 {r['perplexity_fp32']:.3f})")
+            print(f"{r['backend']}: over {r['tokens']} tokens of real text, top-1 agreement with fp32 "
+                  f"{r['top1_agreement']:.3f}; perplexity {r['perplexity']:.3f} (fp32 {r['perplexity_fp32']:.3f})")
