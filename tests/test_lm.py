@@ -139,6 +139,10 @@ def test_other_schemes(scheme, tokenizer_file, device):
                         progress=False)
     ops = {n.op for n in lm.program.nodes}
     assert {"static": "linear_q8", "weight_only": "linear_weight_only", "8da4w": "linear_8da4w"}[scheme] in ops
+    if scheme == "8da4w":     # the tied lm_head stays int8 by rows: the embedding's own table
+        head = [n for n in lm.program.nodes if n.op == "linear_dynamic"]
+        table = next(n for n in lm.program.nodes if n.op == "embedding_q8rows")
+        assert len(head) == 1 and head[0].inputs[1] == table.inputs[1]
     assert not lm.program.fallback
     with torch.no_grad():
         want = model(torch.tensor([IDS])).logits[0].numpy()

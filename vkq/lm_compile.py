@@ -313,12 +313,14 @@ SCHEMES = ("dynamic", "weight_only", "static", "int4", "8da4w")
 
 def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: str = "dynamic", device=None,
                progress: bool = True, meta: dict | None = None, calibration=None, group_size: int = 32,
-               symmetric: bool = True, known_groups: dict | None = None):
+               symmetric: bool = True, known_groups: dict | None = None, int4_lm_head: bool = False):
     """Compile a transformers causal LM with a static KV cache of max_context positions; every
     linear int8 (scheme "dynamic": per-token activations; "weight_only"; "static": per-tensor
     activations, their ranges from `calibration`, texts or token-id lists run as prompts) or int4
     in groups of group_size ("int4": float activations; "8da4w": per-token int8 ones; known_groups:
-    a GGUF's own blocks for the weights they dequantize to, vkq.models.gguf_llama), the
+    a GGUF's own blocks for the weights they dequantize to, vkq.models.gguf_llama; the lm_head
+    stays int8 by rows unless int4_lm_head: its logits decide every token, and a tied one is then
+    the embedding's own int8 table), the
     token embedding as int8 rows (tied to the lm_head: stored once). The model given is not
     changed (a half-precision one is compiled from a float32 copy). Returns a vkq.lm.LanguageModel."""
     import vkq
@@ -339,6 +341,10 @@ def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: s
     decoder = CachedDecoder(model, max_context).eval()
     example = (torch.tensor([[1, 2, 3]]), torch.arange(3), torch.tensor([1, 2]))
     info["max_logit_rows"] = logit_rows(max_context, info["vocab"])
+    if scheme in ("int4", "8da4w") and not int4_lm_head:      # the lm_head int8 by rows (the embedding's table)
+        import hashlib
+        head = model.get_output_embeddings().weight.detach().float().numpy()
+        known_groups = {**(known_groups or {}), hashlib.sha1(np.ascontiguousarray(head).tobytes()).hexdigest(): "int8"}
     t, k = Dim("tokens", min=1, max=max_context), Dim("logits", min=1, max=info["max_logit_rows"])
     if calibration is not None:
         from tokenizers import Tokenizer

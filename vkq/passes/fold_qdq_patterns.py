@@ -366,7 +366,7 @@ def _fold_float_linear(gm, lin, wq, ws, b):
     else:
         x = lin.args[0]
         scheme = lin.meta.get("vkq_scheme") or gm.meta.get("vkq_float_linear", "dynamic")
-        op = "linear_weight_only" if scheme == "weight_only" else "linear_dynamic"
+        op = "linear_weight_only" if scheme in ("weight_only", "int4") else "linear_dynamic"
     node = emit(gm, lin, op, [x], {"weight": wq, "w_scale": ws.astype(np.float32),
                                    "bias": b.astype(np.float32)}, {}, shape_of(lin), torch.float32)
     lin.replace_all_uses_with(node)
@@ -388,6 +388,10 @@ def fold_int4_linear(gm, lin: Node, op: str):
     groups = gm.meta.get("vkq_groups") or {"group_size": 32, "symmetric": True}
     w = w.detach().float().numpy()
     gw = groups.get("known", {}).get(hashlib.sha1(np.ascontiguousarray(w).tobytes()).hexdigest())
+    if isinstance(gw, str) and gw == "int8":      # kept int8 by rows (an LM's lm_head: vkq.lm_compile)
+        from ..quantizer import quantize_rows
+        wq, ws = quantize_rows(w)
+        return _fold_float_linear(gm, lin, wq, ws, b)
     try:       # (known: a torchao weight's own groups, vkq.int4.torchao_weights)
         gw = gw if gw is not None and gw.n == w.shape[0] else quantize_groups(w, groups["group_size"],
                                                                                 groups["symmetric"])
