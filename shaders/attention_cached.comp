@@ -52,6 +52,7 @@ IVEC4_WORDS_INPUT(1, kc)
 IVEC4_WORDS_INPUT(2, vc)
 layout(std430, binding = 3) readonly buffer Pos { int positions[]; };
 layout(std430, binding = 4) writeonly buffer Out { float o[]; };
+layout(std430, binding = 4) writeonly buffer Out4 { vec4 o4[]; };   // the same words (DV % 4 == 0: rows on vec4s)
 layout(push_constant) uniform Params {
     int B, H, T, N, Hkv, window;
     float scale, softcap;                // softcap 0: none
@@ -151,7 +152,12 @@ void main() {
     }                                                    // top = 1: the lane's partitions merged in sa0
     const int obase = qc * DV;
     if (COOP == 1) {                                     // a lane a query: done
-        if (qi < nq) [[unroll]] for (int d = 0; d < DV; ++d) o[obase + d] = sa0[d >> 2][d & 3] / st_s[0];
+        if (qi < nq) {
+            if (DV % 4 == 0)                             // vec4 stores (a store is a loop over the lanes on llvmpipe)
+                [[unroll]] for (int c = 0; c < DV4; ++c) o4[obase / 4 + c] = sa0[c] / st_s[0];
+            else
+                [[unroll]] for (int d = 0; d < DV; ++d) o[obase + d] = sa0[d >> 2][d & 3] / st_s[0];
+        }
         return;
     }
     const int me = slot * COOP + l;
@@ -174,6 +180,10 @@ void main() {
         barrier();
     }
     const int first = slot * COOP;                       // the query's root
-    if (qi < nq)
-        for (int d = l; d < DV; d += COOP) o[obase + d] = red_a[first * DV4 + (d >> 2)][d & 3] / red_s[first];
+    if (qi < nq) {
+        if (DV % 4 == 0)
+            for (int c = l; c < DV4; c += COOP) o4[obase / 4 + c] = red_a[first * DV4 + c] / red_s[first];
+        else
+            for (int d = l; d < DV; d += COOP) o[obase + d] = red_a[first * DV4 + (d >> 2)][d & 3] / red_s[first];
+    }
 }

@@ -6,8 +6,10 @@ to a float bound (as tests/test_float_ops.py holds softmax and matmul), stated i
   the scores: a float32 dot product of D terms, |error| <= 2 D eps scale sum_d |q k| (the
   recursive-summation bound), plus tanh_f32's 2e-7 absolute error times softcap; a score error
   ds changes a softmax weight by a relative 2 ds at most;
-  the weighted sum of n value rows in float32 (and its exp_f32 weights, <= 2 ulp each):
-  |error| <= 2 (n + 8) eps max |v|.
+  the weighted sum of n value rows in float32, in the kernel's order: SPLIT partitions of
+  n / SPLIT keys each (a rounding a key, and an exp_f32 rescale of <= 2 ulp at most a key), then
+  log2(SPLIT) = 6 merges (two exp_f32 factors, a product and a sum each): a depth of at most
+  4 n / SPLIT + 32 roundings, so |error| <= 2 (4 ceil(n / SPLIT) + 32) eps max |v|.
 The reference itself is checked against PyTorch's attention in float64 on the cache sliced to
 each query's keys, its heads repeated (what the op avoids doing).
 """
@@ -59,7 +61,8 @@ def bound(q, k, v, pos, scale, window, softcap):
         s_abs = scale * np.einsum("bhd,bhnd->bhn", np.abs(q[:, :, t].astype(np.float64)), np.abs(kk)).max(-1)
         ds = 2 * D * EPS * s_abs + (4e-7 * softcap if softcap else 0)
         vmax = np.abs(vv).max(axis=(-2, -1))
-        out[:, :, t] = (vmax * (2 * ds + 2 * (hi - lo + 8) * EPS))[..., None]
+        depth = 4 * -(-(hi - lo) // ac.SPLIT) + 32
+        out[:, :, t] = (vmax * (2 * ds + 2 * depth * EPS))[..., None]
     return out
 
 

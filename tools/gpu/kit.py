@@ -26,7 +26,7 @@ import numpy as np
 NO_TORCH_TESTS = ["test_devices.py", "test_packing.py", "test_guards.py", "test_progfile.py", "test_dynamic.py",
                   "test_symbolic.py", "test_logic_ops.py", "test_shape_ops.py"]
 TORCH_REFERENCE_TESTS = ["test_eltwise.py", "test_io_ops.py", "test_pool.py", "test_quant.py", "test_conv.py",
-                         "test_linear.py", "test_resize_ops.py", "test_float_ops.py"]
+                         "test_linear.py", "test_resize_ops.py", "test_float_ops.py", "test_attention_cached.py"]
 HOST_ONLY_TESTS = {
     "test_shaders.py": "the shader toolchain: spirv-val and a wheel built from the repo (not carried)",
     "test_bench.py": "vkq bench with its CPU and ncnn peers (run.sh runs `vkq bench kernels` instead)",
