@@ -604,14 +604,7 @@ class VulkanExecutor:
                     result = get_op(node.op).reference(*args, **node.attrs)
                 _store(host, node, result, program)
             else:
-                _, rec, ups, downs, _ = seg
-                for t in ups:
-                    if t not in env:   # produced on the CPU since the last upload
-                        self.buffers[t].write(program.tensors[t].to_device(host[t]))
-                rec.run()
-                for t in downs:
-                    spec = program.tensors[t]
-                    host[t] = spec.from_device(self.buffers[t].read(spec.device_words()))
+                self.run_segment(seg, program, env, host)
             if not keep_all:
                 for t in frees:
                     if t not in self._state_updates_host:
@@ -624,6 +617,19 @@ class VulkanExecutor:
             picked = _outputs(program, host, list(outputs))
             return picked if isinstance(picked, tuple) else (picked,)
         return _outputs(program, host)
+
+    def run_segment(self, seg, program: Program, env: dict, host: dict) -> None:
+        """One recorded ("vulkan") segment of a call: what the CPU made since the last upload goes
+        up (env: the call's inputs, written before), the recording runs, its downloads come down
+        into host."""
+        _, rec, ups, downs, _ = seg
+        for t in ups:
+            if t not in env:   # produced on the CPU since the last upload
+                self.buffers[t].write(program.tensors[t].to_device(host[t]))
+        rec.run()
+        for t in downs:
+            spec = program.tensors[t]
+            host[t] = spec.from_device(self.buffers[t].read(spec.device_words()))
 
     @property
     def _state_updates_host(self) -> set:

@@ -192,14 +192,8 @@ def _lockstep(ex, build, env: dict, chain: bool) -> VerifyResult:
             ref, shaders = _reference(node, args(host), program), ()
             host.update(ref)
         else:
-            _, rec, ups, downs, _ = seg
-            for t in ups:
-                if t not in env:    # produced on the CPU since the last upload
-                    ex.buffers[t].write(program.tensors[t].to_device(host[t]))
-            rec.run()
-            for t in downs:
-                spec = program.tensors[t]
-                host[t] = spec.from_device(ex.buffers[t].read(spec.device_words()))
+            ex.run_segment(seg, program, env, host)
+            rec = seg[1]
             ref = _reference(node, args(host), program)
             shaders = tuple(dict.fromkeys(st.variant for st in rec.steps))
         outs = []
