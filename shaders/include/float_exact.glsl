@@ -26,8 +26,8 @@ vec4 ftz(vec4 v) {
     return mix(v, intBitsToFloat(b & int(0x80000000u)), equal(b & 0x7f800000, ivec4(0)));
 }
 
-// 1/s for s in [1, 2^100] (past ~2^109 the correction is subnormal, flushed: ~1e-5 relative):
-// a bit-pattern guess, two Newton steps y (2 - s y), the
+// 1/s for s in [1, 2^100] (every step normal: past ~2^109 the correction y (1 - s y) is
+// subnormal, which some devices flush): a bit-pattern guess, two Newton steps y (2 - s y), the
 // last written as a correction added to y, y + y (1 - s y): 1.21 ulp at most (three plain steps,
 // vkq/ops/linear.py reciprocal's: 1.97), 1/1 = 1 and 1/2 = 0.5 exactly. NaN gives NaN.
 // (vkq/ops/float.py recip_newton is its twin)
@@ -37,8 +37,7 @@ float recip_newton(float s) {
         precise float yn = y * (2.0 - s * y);
         y = yn;
     }
-    precise float c = y * (1.0 - s * y);
-    precise float r = y + ftz(c);   // (c is subnormal for s past ~2^102: flushed on some devices)
+    precise float r = y + y * (1.0 - s * y);
     return r;
 }
 

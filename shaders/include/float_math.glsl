@@ -681,9 +681,8 @@ float sigmoid_f32(float x) { return 1.0 / (1.0 + exp_f32(-x)); }
 float silu_f32(float x) {
     const int b = floatBitsToInt(x);
     precise float s = 1.0 + exp_f32(-x);
-    const bool big = s > 1.8446744e19;             // 2^64: 1/s taken as 2^-64 / (s 2^-64), both exact,
-    precise float sb = big ? s * 5.421010862427522e-20 : s;     // so that no step of it is subnormal
-    precise float y = x * (recip_newton(sb) * (big ? 5.421010862427522e-20 : 1.0));
+    const float k = s > 1.8446744e19 ? 5.421010862427522e-20 : 1.0;   // past 2^64: 1/s = 2^-64 / (s 2^-64),
+    precise float y = x * (recip_newton(s * k) * k);                   // exact scalings: no step subnormal
     return x < -87.0 || (b & 0x7fffffff) < 0x01800000 ? intBitsToFloat(b & int(0x80000000u)) : y;
 }
 
