@@ -12,7 +12,8 @@
 // as float_softmax.comp's vec path, a lane reads its values as vec4s and keeps KEEP of them in
 // registers over the three passes (x read once), with no division j / HW; stores are vec4s.
 // TEXEL: x, w and bias through texel fetches (texel.glsl).
-// CENTER = 0 (specialization constant 6): rms_norm, mean taken as 0 (its bias is zeros).
+// CENTER = 0 (specialization constant 6): rms_norm, bit-exact on every path and device: row_rms
+// below (its own canonical order of summation; constants 7, 8: PART_LANES, PART_T).
 // Q8 (layer_norm_q8, VEC only): x an int8 tensor in 4H4W and y one too, quantized as it is
 // written (rows of the trailing dim: 4 values a word, a block's 4 rows in consecutive words; the
 // rows that pad H to a multiple of 4 written 0, as quantize does): the dequantize -> layer_norm

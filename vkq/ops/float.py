@@ -33,8 +33,10 @@ shapes on every test device):
   add, sub, mul, maximum, minimum, relu, neg, abs, clamp, hardtanh, the copies
                             bit for bit (one rounding each)
   div                       <= 2.5 ulp (Vulkan's division is not correctly rounded)
-  exp, sigmoid, silu, tanh  exp_f32: Cody-Waite + Cephes polynomial, <= 2 ulp relative (the
+  exp, sigmoid, tanh        exp_f32: Cody-Waite + Cephes polynomial, <= 2 ulp relative (the
                             driver's exp may be 3 + 2|x| ulp, so the shaders do not use it)
+  silu, rms_norm            bit for bit (float_exact.glsl's rules: silu_f32, 3 ulp from float64;
+                            rms_norm's canonical sum of squares, sum_squares_canonical)
   gelu, erf                 erf_f32 (Eigen/XLA rational, float32): |error| <= 4.0e-7 on erf,
                             so <= 0.5 |x| 4e-7 + rounding on gelu
   log, softplus, mish, elu  log_f32 (Cephes logf, <= 2 ulp), log1p_f32 (Goldberg), exp_f32:
@@ -50,7 +52,7 @@ shapes on every test device):
   lgamma, digamma, erfinv   float_math.glsl, measured: 4 ulp (x > 0; x < 0 3 ulp + 1e-6 absolute),
                             5 ulp + 1e-6 absolute (near its zeros), 3 ulp
   softmax(_masked), log_   exp_f32, float32 sums vs float64 in the reference: ~1e-6 rel
-  layer_norm, rms_norm      float32 sums of the row vs float64: ~1e-6 rel
+  layer_norm, group_norm    float32 sums of the row vs float64: ~1e-6 rel
   matmul(_strided), sum,    float32 accumulation in another order: |error| <= 2 K eps sum |a b|
   mean, vector_norm
 
