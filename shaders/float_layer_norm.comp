@@ -12,7 +12,8 @@
 // as float_softmax.comp's vec path, a lane reads its values as vec4s and keeps KEEP of them in
 // registers over the three passes (x read once), with no division j / HW; stores are vec4s.
 // TEXEL: x, w and bias through texel fetches (texel.glsl).
-// CENTER = 0 (specialization constant 6): rms_norm, mean taken as 0 (its bias is zeros).
+// CENTER = 0 (specialization constant 6): rms_norm, bit-exact on every path and device: row_rms
+// below (its own canonical order of summation; constants 7, 8: PART_LANES, PART_T).
 // Q8 (layer_norm_q8, VEC only): x an int8 tensor in 4H4W and y one too, quantized as it is
 // written (rows of the trailing dim: 4 values a word, a block's 4 rows in consecutive words; the
 // rows that pad H to a multiple of 4 written 0, as quantize does): the dequantize -> layer_norm
@@ -43,9 +44,13 @@
 #include "texel.glsl"
 #include "int8x4.glsl"
 #include "fake_quant.glsl"
+#include "float_exact.glsl"
 
 layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of two
 #include "float_workgroup.glsl"
+#ifdef ROW_SUBGROUP
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 layout(constant_id = 6) const int CENTER = 1;
 
 IVEC4_WORDS_INPUT(0, xb)                         // texel.glsl: floats as their bits
@@ -65,6 +70,8 @@ layout(push_constant) uniform Params {
     int out_zp, qmin, qmax;
 #ifdef Q8
     float inv_d2, x_scale2, x_scale_d;   // float32(1 / D^2), float32(x_scale^2), float32(x_scale / D)
+#else
+    float inv_d;                         // rms_norm: float32(1 / D)
 #endif
 } p;
 #ifdef Q8
@@ -77,14 +84,6 @@ int row_word(int r) {
 #define E4(i) (unpack_int8x4(WORD(xb, i)) - p.x_zp)
 #define STORE_Y4(i, v) yq[(i)] = pack_int8x4(quantize_vec4(v, p.out_inv_scale, p.out_zp, p.qmin, p.qmax))
 #define STEP 4
-
-float rsqrt_newton(float t) {   // 1 / sqrt(t), t > 0 normal, ~1 ulp: the same bits on every device
-    precise float y = intBitsToFloat(0x5f375a86 - (floatBitsToInt(t) >> 1));
-    precise float h = 0.5 * t;
-    [[unroll]] for (int i = 0; i < 2; ++i) y = y * (1.5 - h * y * y);
-    precise float r = y + y * (0.5 - h * y * y);   // the last correction added: 1.2 ulp, not 2.1
-    return r;
-}
 
 void row_q8(int r, int l, int n) {
     const int D4 = p.D / 4, base4 = row_word(r), c4 = (r % p.G) * p.CG / 4;
@@ -137,6 +136,75 @@ int row_word(int r) { return r * (p.D / 4); }
 #endif
 
 #ifndef Q8
+// rms_norm (CENTER = 0), bit-exact (float_exact.glsl; vkq/ops/float.py rms_norm and
+// sum_squares_canonical are its twins): the row as vec4s q' (the last one padded with zeros
+// where D % 4 != 0), vec4 q' into vec4 partial q = q' % 16, each partial summed in index order;
+// S_q = (p.x + p.y) + (p.z + p.w); then the halving tree over the 16 S_q. Lane l of the row's
+// PART_LANES (its lanes, at most 16; the rest add zeros) holds the PART_T = 16 / PART_LANES
+// partials q = l + PART_LANES t, sums them in the tree's first levels itself and the rest across
+// lanes (row_tree: the same halving order). Then mean = ftz(ss * f32(1/D)), t = mean + eps,
+// r = rsqrt_newton(t) (0 where t is inf), y = ftz(ftz(ftz(x) r) ftz(w)).
+layout(constant_id = 7) const int PART_LANES = 1;
+layout(constant_id = 8) const int PART_T = 16;
+
+float row_tree(float v) {      // the halving tree over the row's lanes: lane i + lane i + m, m = lanes/2 .. 1
+#if defined(ROW_SUBGROUP)
+    for (int m = lanes() / 2; m > 0; m >>= 1) {
+        precise float s = v + subgroupShuffleXor(v, m);   // (lane i and lane i ^ m: the same sum)
+        v = s;
+    }
+    return v;
+#else
+    return row_sum(v);         // ROW_LANE: v; a workgroup: float_workgroup.glsl's tree, this order
+#endif
+}
+
+vec4 squares4(int r, int q) {  // row r's vec4 q squared, subnormal squares 0
+    vec4 v;
+    if (VEC != 0) {
+        v = X4(row_word(r) + q);
+    } else {
+        const int base = r * p.D, j = 4 * q;
+        v = vec4(X(base + j), j + 1 < p.D ? X(base + j + 1) : 0.0, j + 2 < p.D ? X(base + j + 2) : 0.0,
+                 j + 3 < p.D ? X(base + j + 3) : 0.0);
+    }
+    precise vec4 s = v * v;
+    return ftz(s);
+}
+
+void row_rms(int r, int l, int n) {
+    const int Q = (p.D + 3) / 4;
+    precise vec4 acc[PART_T];
+    [[unroll]] for (int t = 0; t < PART_T; ++t) acc[t] = vec4(0.0);
+    if (l < PART_LANES)
+        for (int c = l; c < Q; c += 16)
+            [[unroll]] for (int t = 0; t < PART_T; ++t) {
+                const int q = c + t * PART_LANES;
+                if (q < Q) acc[t] = acc[t] + squares4(r, q);
+            }
+    precise float s[PART_T];
+    [[unroll]] for (int t = 0; t < PART_T; ++t) s[t] = (acc[t].x + acc[t].y) + (acc[t].z + acc[t].w);
+    [[unroll]] for (int h = PART_T / 2; h > 0; h >>= 1)
+        [[unroll]] for (int t = 0; t < h; ++t) s[t] = s[t] + s[t + h];
+    precise float t = ftz(row_tree(s[0]) * p.inv_d) + p.eps;
+    const float k = isinf(t) ? 0.0 : rsqrt_newton(t);
+    if (VEC != 0) {
+        const int base4 = row_word(r);
+        for (int j4 = l; j4 < p.D / 4; j4 += n) {
+            precise vec4 a = ftz(X4(base4 + j4)) * k;
+            precise vec4 b = ftz(a) * ftz(intBitsToFloat(LOAD4(wb, j4)));
+            STORE_Y4(base4 + j4, ftz(b));
+        }
+    } else {
+        const int base = r * p.D;
+        for (int j = l; j < p.D; j += n) {
+            precise float a = ftz(X(base + j)) * k;
+            precise float b = ftz(a) * ftz(W(j));
+            y[base + j] = ftz(b);
+        }
+    }
+}
+
 void row_vec4(int r, int l, int n) {
     const int D4 = p.D / 4, base4 = row_word(r), c4 = (r % p.G) * p.CG / 4;
     vec4 v[KEEP];
@@ -176,6 +244,10 @@ void main() {
 #ifdef Q8
         row_q8(r, l, n);
 #else
+        if (CENTER == 0) {
+            row_rms(r, l, n);
+            continue;
+        }
         if (VEC != 0) {
             row_vec4(r, l, n);
             continue;

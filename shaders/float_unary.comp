@@ -145,7 +145,7 @@ float f(float v) {
 #elif defined(OP_TANH)
     return tanh_f32(v);
 #elif defined(OP_SILU)
-    return v * sigmoid_f32(v);
+    return silu_f32(v);
 #elif defined(OP_HARDSWISH)
     precise float h = v * clamp(v + 3.0, 0.0, 6.0) / 6.0;     // as ATen: x * min(max(x + 3, 0), 6) / 6
     return isnan(v) ? v : h;

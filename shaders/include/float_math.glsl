@@ -1,5 +1,6 @@
 #ifndef VKQ_FLOAT_MATH_GLSL
 #define VKQ_FLOAT_MATH_GLSL
+#include "float_exact.glsl"
 // Float32 functions with a stated accuracy that does not depend on the driver's exp/erf
 // (Vulkan allows exp an error of 3 + 2|x| ulp). vkq/ops/float.py tests them against numpy.
 
@@ -11,20 +12,20 @@
 // comparisons after the polynomial, which leave a NaN a NaN (clamp()'s max / min turned NaN
 // into a number, and an isnan() test cost SiLU and sigmoid 10-20% on lavapipe); an input
 // clamp as well cost them 5-10% there, so the polynomial runs on any x, its result replaced.
-float exp_f32(float x) {
+float exp_f32(float x) {       // `precise` throughout: vkq/ops/float.py exp_f32 is its exact twin
     const bool sub = x < -87.33654;
-    float y = sub ? x + 16.635532333 : x;          // 24 ln 2 (past the range: replaced below)
-    float n = roundEven(y * 1.44269504089);
-    float r = y - n * 0.693359375;     // ln2 high part: 9 significant bits, n * it is exact
+    precise float y = sub ? x + 16.635532333 : x;          // 24 ln 2 (past the range: replaced below)
+    precise float n = roundEven(y * 1.44269504089);
+    precise float r = y - n * 0.693359375;     // ln2 high part: 9 significant bits, n * it is exact
     r = r + n * 2.12194440e-4;         // ln2 = 0.693359375 - 2.12194440e-4
-    float p = 1.9875691500e-4;
+    precise float p = 1.9875691500e-4;
     p = p * r + 1.3981999507e-3;
     p = p * r + 8.3334519073e-3;
     p = p * r + 4.1665795894e-2;
     p = p * r + 1.6666665459e-1;
     p = p * r + 5.0000001201e-1;
     p = p * (r * r) + r + 1.0;
-    float v = ldexp(p, int(n));
+    precise float v = ldexp(p, int(n));
     v = sub ? v * 5.9604644775390625e-8 : v;       // 2^-24
     return x > 88.72283 ? uintBitsToFloat(0x7f800000u) : x < -103.972077 ? 0.0 : v;
 }
@@ -670,6 +671,20 @@ float polygamma_f32(float x, int n) {
 }
 
 float sigmoid_f32(float x) { return 1.0 / (1.0 + exp_f32(-x)); }
+
+// SiLU, bit-exact (float_exact.glsl's rules; vkq/ops/float.py silu_f32 is its twin):
+//   x < -87 or |x| < 2^-124 (zeros, subnormals): a zero of x's sign (-87: e^87 + 1 is the
+//       largest 1 + e whose reciprocal stays normal; 2^-124: x / 2 stays normal), so
+//       silu(-inf) = -0 (torch: NaN), silu(-100) = -0 (torch: -3.7e-42);
+//   else x * recip_newton(1 + exp_f32(-x)) (s = 1 + e past 2^64 as 2^-64 recip_newton(s 2^-64)):
+//   within 3 ulp of x / (1 + e^-x) (vkq/ops/float.py), silu(inf) = inf, NaN stays NaN.
+float silu_f32(float x) {
+    const int b = floatBitsToInt(x);
+    precise float s = 1.0 + exp_f32(-x);
+    const float k = s > 1.8446744e19 ? 5.421010862427522e-20 : 1.0;   // past 2^64: 1/s = 2^-64 / (s 2^-64),
+    precise float y = x * (recip_newton(s * k) * k);                   // exact scalings: no step subnormal
+    return x < -87.0 || (b & 0x7fffffff) < 0x01800000 ? intBitsToFloat(b & int(0x80000000u)) : y;
+}
 
 // GELU, exact (erf) form: 0.5 x (1 + erf(x / sqrt 2)); abs error <= 0.5 |x| 4e-7 + rounding
 float gelu_erf(float x) { return 0.5 * x * (1.0 + erf_f32(x * 0.70710678118654752)); }

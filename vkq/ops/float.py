@@ -33,8 +33,10 @@ shapes on every test device):
   add, sub, mul, maximum, minimum, relu, neg, abs, clamp, hardtanh, the copies
                             bit for bit (one rounding each)
   div                       <= 2.5 ulp (Vulkan's division is not correctly rounded)
-  exp, sigmoid, silu, tanh  exp_f32: Cody-Waite + Cephes polynomial, <= 2 ulp relative (the
+  exp, sigmoid, tanh        exp_f32: Cody-Waite + Cephes polynomial, <= 2 ulp relative (the
                             driver's exp may be 3 + 2|x| ulp, so the shaders do not use it)
+  silu, rms_norm            bit for bit (float_exact.glsl's rules: silu_f32, 3 ulp from float64;
+                            rms_norm's canonical sum of squares, sum_squares_canonical)
   gelu, erf                 erf_f32 (Eigen/XLA rational, float32): |error| <= 4.0e-7 on erf,
                             so <= 0.5 |x| 4e-7 + rounding on gelu
   log, softplus, mish, elu  log_f32 (Cephes logf, <= 2 ulp), log1p_f32 (Goldberg), exp_f32:
@@ -50,7 +52,7 @@ shapes on every test device):
   lgamma, digamma, erfinv   float_math.glsl, measured: 4 ulp (x > 0; x < 0 3 ulp + 1e-6 absolute),
                             5 ulp + 1e-6 absolute (near its zeros), 3 ulp
   softmax(_masked), log_   exp_f32, float32 sums vs float64 in the reference: ~1e-6 rel
-  layer_norm, rms_norm      float32 sums of the row vs float64: ~1e-6 rel
+  layer_norm, group_norm    float32 sums of the row vs float64: ~1e-6 rel
   matmul(_strided), sum,    float32 accumulation in another order: |error| <= 2 K eps sum |a b|
   mean, vector_norm
 
@@ -136,9 +138,64 @@ def exp_f32(x):
     for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
         p = p * r + F32(c)
     p = p * (r * r) + r + F32(1)
-    v = np.ldexp(p, n.astype(np.int32)).astype(F32)
+    with np.errstate(invalid="ignore"):          # (n of an inf or NaN: replaced below)
+        v = np.ldexp(p, n.astype(np.int32)).astype(F32)
     v = np.where(sub, v * F32(2.0 ** -24), v)
     return np.where(x > F32(88.72283), F32(np.inf), np.where(x < F32(-103.972077), F32(0), v)).astype(F32)
+
+
+def ftz(v):
+    """float_exact.glsl's ftz: v, or a zero of v's sign where v is subnormal."""
+    v = _f(v)
+    b = v.view(np.int32)
+    return np.where((b & 0x7F800000) == 0, (b & np.int32(-0x80000000)).view(F32), v).astype(F32)
+
+
+def recip_newton(s):
+    """float_exact.glsl's recip_newton: 1/s for float32 s in [1, 2^100] in float32 steps, a
+    bit-pattern guess, two Newton steps and a third as a correction added, y + y (1 - s y)
+    (every step normal on that range; past ~2^109 the correction is subnormal):
+    1.21 ulp at most (linear.py's reciprocal, three plain steps for linear_rowq: 1.97)."""
+    s = _f(s)
+    y = (np.uint32(0x7EF311C7) - s.view(np.uint32)).view(F32)
+    for _ in range(2):
+        y = y * (F32(2) - s * y)
+    return y + y * (F32(1) - s * y)
+
+
+def silu_f32(x):
+    """float_math.glsl's silu_f32, bit for bit: x * recip_newton(1 + exp_f32(-x)) (s = 1 + e past
+    2^64 as 2^-64 recip_newton(s 2^-64)), a zero of x's sign where x < -87 or |x| < 2^-124 (silu(-inf) = -0)."""
+    x = _f(x)
+    s = F32(1) + exp_f32(-x)
+    k = np.where(s > F32(2.0 ** 64), F32(2.0 ** -64), F32(1))
+    y = x * (recip_newton(s * k) * k)
+    tiny = (x.view(np.int32) & 0x7FFFFFFF) < 0x01800000
+    return np.where((x < F32(-87)) | tiny, (x.view(np.int32) & np.int32(-0x80000000)).view(F32), y).astype(F32)
+
+
+NORM_PARTS = 64     # rms_norm's partial sums of squares (16 vec4s; float_layer_norm.comp row_rms)
+
+
+def sum_squares_canonical(x):
+    """float_layer_norm.comp's row sum of squares, bit for bit, for x (rows, D): value j's
+    square (ftz) into partial j % 64, each partial summed in index order; partials 4q..4q+3
+    summed (p0 + p1) + (p2 + p3) into S_q; then the halving tree over the 16 S_q
+    (S_q + S_{q+8}, + 4, + 2, + 1). Every lane count and path computes exactly this."""
+    x = _f(x)
+    rows, d = x.shape
+    m = max(1, -(-d // NORM_PARTS))
+    sq = np.zeros((rows, m * NORM_PARTS), F32)
+    sq[:, :d] = ftz(x * x)
+    sq = sq.reshape(rows, m, NORM_PARTS // 4, 4)
+    acc = sq[:, 0]
+    for i in range(1, m):
+        acc = acc + sq[:, i]
+    s = (acc[..., 0] + acc[..., 1]) + (acc[..., 2] + acc[..., 3])
+    while s.shape[1] > 1:
+        h = s.shape[1] // 2
+        s = s[:, :h] + s[:, h:]
+    return s[:, 0]
 
 
 # ---------------------------------------------------------------- references
@@ -153,11 +210,18 @@ def layer_norm(x, weight, bias, *, normalized_shape, eps=1e-5):
 
 
 def rms_norm(x, weight, *, normalized_shape, eps):
-    """torch's rms_norm: x / sqrt(mean(x^2) + eps) * weight over the trailing dims."""
-    x = _f(x).astype(np.float64)
-    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
-    y = x / np.sqrt((x * x).mean(axis=axes, keepdims=True) + eps)
-    return (y * _f(weight)).astype(F32)
+    """torch's rms_norm, x / sqrt(mean(x^2) + eps) * weight over the trailing dims, as one
+    sequence of float32 steps that every device computes bit for bit (float_exact.glsl):
+        ss = sum_squares_canonical(x),  mean = ftz(ss * f32(1/D)),  t = mean + eps
+        r = rsqrt_newton(t) (0 where t is inf),  y = ftz(ftz(ftz(x) * r) * ftz(w))
+    A row holding a NaN is NaN; one whose squares overflow: 0 where x is finite (as torch)."""
+    x = _f(x)
+    d = _numel(normalized_shape)
+    rows = x.reshape(-1, d)
+    t = ftz(sum_squares_canonical(rows) * F32(1.0 / d)) + F32(eps)
+    r = np.where(np.isinf(t), F32(0), rsqrt_newton(t)).astype(F32)
+    y = ftz(ftz(ftz(rows) * r[:, None]) * ftz(_f(weight).reshape(-1)))
+    return y.reshape(x.shape)
 
 
 def softmax(x, *, dim=-1):
@@ -213,8 +277,7 @@ UNARY = {
     "sigmoid": lambda x: (1 / (1 + _exp_neg(x))).astype(F32),
     "tanh": lambda x: np.tanh(_f(x)),
     "relu": lambda x: np.maximum(_f(x), F32(0)),
-    "silu": lambda x: np.where(np.isneginf(_f(x)), F32(np.nan),       # (-inf * sigmoid(-inf) = -inf * 0, torch's)
-                               (_f(x) / (1 + _exp_neg(x))).astype(F32)),
+    "silu": silu_f32,       # bit-exact (silu(-inf) = -0 where torch's is NaN)
     "exp": lambda x: np.exp(_f(x)),
     "neg": lambda x: -_f(x),
     "abs": lambda x: np.abs(_f(x)),
@@ -464,7 +527,8 @@ def _elementwise(ctx, shader, buffers, n, push, defines=None, spec=()):
 
 
 def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec4s=None, vec=False, center=None,
-                  passes: int = 3, per_step: int = 1, lane_max: int = 0, lane_group: int = 1, spec_from_7=()):
+                  passes: int = 3, per_step: int = 1, lane_max: int = 0, lane_group: int = 1, spec_from_7=(),
+                  parts: int = 0):
     """A row shader: a lane a row on CPU drivers where a row is at most lane_max values
     (ROW_LANE; 0: the shader has no such variant), else a subgroup a row where the device has
     subgroup arithmetic (ROW_SUBGROUP, no barriers), else a workgroup a row (a power of two <=
@@ -479,7 +543,11 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
     share of a row `passes` times, `per_step` values a loop iteration (vec: 4). Where that passes
     the device's loop budget (llvmpipe: vkinfo.DeviceInfo.loop_budget, past which values are
     left out silently), a workgroup owns each row, as wide as the device allows; past even that,
-    DeviceLimit (the node runs on the CPU)."""
+    DeviceLimit (the node runs on the CPU).
+    parts: a shader that sums its rows in a canonical order over this many partials (rms_norm:
+    16 vec4s), at most that many lanes of a row holding them: a workgroup a row is no wider, the
+    loop count is reckoned over those lanes, a subgroup a row needs shuffles (its tree), and
+    specialization constants 7, 8 get (the lanes that hold partials, the partials each holds)."""
     info = ctx.device.info
     sg, step = int(info.subgroup_size), 4 if vec else per_step
     limit = info.loop_budget or math.inf
@@ -488,6 +556,7 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
     def owner(width, per_group, owners=rows, values=d):   # (width, rows a workgroup, workgroups, a lane's loop iterations)
         groups = min(max(1, -(-owners // per_group)), info.max_workgroup_count[0])
         lanes = width // per_group
+        lanes = min(lanes, parts) if parts else lanes
         rows_each = -(-owners // (groups * per_group))
         # each pass over its share and the exit test of each; a workgroup's row: its two
         # reductions over the lanes (float_workgroup.glsl: log2(lanes) + 1 iterations each)
@@ -496,7 +565,7 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
 
     # a row a subgroup needs every lane of it: full subgroups (vkinfo.fixed_subgroups)
     by_subgroup = ROW_SUBGROUP and "arithmetic" in info.subgroup_operations and info.fixed_subgroups \
-        and 1 < sg <= LOCAL
+        and 1 < sg <= LOCAL and (not parts or info.shuffle_lanes)
     by_lane = ROW_LANE and info.type == "cpu" and d <= lane_max
     if by_lane:
         variant, (width, per_group, groups, loops) = "ROW_LANE", owner(LOCAL, LOCAL, -(-rows // lane_group),
@@ -506,10 +575,10 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
         variant, (width, per_group, groups, loops) = "ROW_SUBGROUP", owner(LOCAL, LOCAL // sg)
     if not (by_subgroup or by_lane) or loops > limit:
         width = 1
-        while width < min(LOCAL, d) and width * 2 <= widest:
+        while width < min(LOCAL, d, parts or LOCAL) and width * 2 <= widest:
             width *= 2
         variant, (width, per_group, groups, loops) = "ROW_WORKGROUP", owner(width, 1)
-        while loops > limit and width * 2 <= widest:    # a long row: more lanes share it
+        while loops > limit and width * 2 <= widest and not parts:    # a long row: more lanes share it
             width, per_group, groups, loops = owner(width * 2, 1)
     if loops > limit:
         raise DeviceLimit(f"{shader}: rows of {d} values take {loops} loop iterations a lane on {info.name} "
@@ -519,6 +588,9 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
     kept = ROW_LANE_KEEP if variant == "ROW_LANE" else ROW_KEEP
     keep = () if vec4s is None else (min(kept, max(1, -(-vec4s // lanes))), int(vec))
     keep += () if center is None else (int(center),)
+    if parts:
+        held = min(lanes, parts)
+        spec_from_7 = (held, parts // held)
     spec = (width, *keep) + (((1, 0, 1)[len(keep):] + tuple(spec_from_7)) if spec_from_7 else ())
     return ctx.device.dispatch(shader, buffers, (groups, 1, 1), local=(width,), spec=spec, push=push,
                                defines=[variant, *defines])
@@ -657,9 +729,10 @@ def _layer_norm_build(ctx, node):
         raise ValueError(f"{node.name}: {node.op} weight/bias must have the normalized_shape's {d} values")
     rows = n // d
     bias = ctx.buffer(b[0]) if b else ctx.const_buffer(np.zeros(d, F32), F32)
+    exact = {} if b else dict(parts=NORM_PARTS // 4, passes=2, per_step=4)   # rms_norm: canonical order
     return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), bias, ctx.buffer(y)],
-                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), 1, d, 1, *_NOT_Q8),
-                          vec4s=d // 4, vec=d % 4 == 0, center=not not b, lane_max=ROW_LANE_NORM)]
+                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), 1, d, 1, *_NOT_Q8, F32(1.0 / d)),
+                          vec4s=d // 4, vec=d % 4 == 0, center=not not b, lane_max=ROW_LANE_NORM, **exact)]
 
 
 _NOT_Q8 = (1, F32(1.0), 0, F32(1.0), 0, -128, 127)     # float_layer_norm's Q8 push constants, unused
@@ -771,7 +844,7 @@ def _group_norm_build(ctx, node):
     rows, d = n * groups, c // groups * hw
     return [_row_dispatch(ctx, "float_layer_norm", [ctx.buffer(x), ctx.buffer(w), ctx.buffer(b),
                                                     ctx.buffer(node.outputs[0])],
-                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), groups, c // groups, hw, *_NOT_Q8),
+                          rows, d, (rows, d, F32(node.attrs.get("eps", 1e-5)), groups, c // groups, hw, *_NOT_Q8, F32(1.0)),
                           vec4s=d // 4, vec=hw == 1 and d % 4 == 0, lane_max=ROW_LANE_NORM)]
 
 
