@@ -7,7 +7,9 @@ default static int8), each compiled once per session:
   op by op        every node of the program, fed PT2E's values of its inputs, is within one
                   int8 step of PT2E (assert_matches_pt2e) — the check that finds a lowering
                   computing something else
-  end to end      cosine >= 0.99 with PT2E's output
+  end to end      cosine >= 0.99 with PT2E's output, or, where a random-weight net amplifies
+                  PT2E's fp32 rounding (which depends on the host CPU's SIMD path), within
+                  PT2E's own spread under 1e-5 input noise (test_lower.assert_cosine_with_pt2e)
   on Vulkan       (lavapipe only: SwiftShader takes minutes per model) equal to the CPU
                   reference bit for bit where the program is all-integer, cosine >= 0.9995
                   where float islands (layer_norm, softmax, ...) remain
@@ -27,7 +29,7 @@ import numpy as np
 import pytest
 import torch
 
-from test_lower import assert_matches_pt2e, cosine
+from test_lower import assert_cosine_with_pt2e, assert_matches_pt2e, cosine
 from vkq import api, zoo
 from vkq.executor import VulkanExecutor, run_reference
 from vkq.lower import lower
@@ -39,13 +41,12 @@ warnings.filterwarnings("ignore")
 # What keeps nodes on the CPU today.
 CPU_NODES_LEFT: dict = {}    # (Swin's x.new_zeros mask is a constant now: fold_constants)
 VULKAN_FAILS: dict = {}
-# Random-weight networks amplify one-step differences layer by layer (PT2E itself is at 0.73-0.97
-# with fp32 on them). With the bias's fraction in the requantization (vkq/quant.py:split_bias) every
-# op of LCNet matches PT2E op by op except 1 conv output of 104,672, one step off where PT2E's fp32
-# arithmetic rounds across a boundary that exact integer arithmetic does not; this network
-# amplifies that one flip to cosine 0.974.
-# PT2E does not meet the criterion against itself there: test_zoo_reference_unstable.
-COSINE_BELOW = {"lcnet_050": "one conv output in 10^5 one step off (PT2E's fp32 rounding), amplified (cosine 0.974)"}
+# Random-weight networks amplify one-step differences layer by layer. vkq's integer arithmetic is
+# exact; PT2E's fp32 rounds across a quantization boundary here and there, at places that depend on
+# the host's SIMD path, so the end-to-end cosine is a draw from PT2E's own spread: LCNet 0.974 on
+# AVX-512 and 1.0 with ATen's default kernels, EfficientNet-B0 1.0 and 0.969, R(2+1)D 0.995 and
+# 0.987 with oneDNN on AVX2 (PT2E against itself under 1e-5 input noise: a median 0.95-0.99 on
+# them). test_zoo_cosine_with_pt2e judges them against that spread.
 
 
 def _xfail(table, name):
@@ -102,30 +103,11 @@ def test_zoo_rewrites_before_quantizing_keep_the_model(name):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * float(np.abs(want).max()) + 1e-6)
 
 
-@pytest.mark.parametrize("name", _cases(COSINE_BELOW))
+@pytest.mark.parametrize("name", _cases())
 def test_zoo_cosine_with_pt2e(name):
     case, gm, program = compiled(name)
     out = _first(run_reference(program, *[a.numpy() for a in case.inputs]))
-    with torch.no_grad():
-        ref = _first(gm(*case.inputs))
-    assert cosine(out, ref) >= 0.99
-
-
-@pytest.mark.parametrize("name", sorted(COSINE_BELOW))
-def test_zoo_reference_unstable(name):
-    """Where vkq is below 0.99 with PT2E, PT2E is below it with itself: input noise of 1e-5,
-    3e-4 of the input's quantization step (so it moves a handful of the 12,288 input values by
-    one step), takes PT2E's output to a median cosine under 0.99 with its unperturbed output,
-    and vkq is no further from PT2E than that median."""
-    case, gm, program = compiled(name)
-    x = case.inputs[0]
-    out = _first(run_reference(program, x.numpy()))
-    with torch.no_grad():
-        ref = _first(gm(x))
-        selfs = [cosine(_first(gm(x + 1e-5 * torch.randn(x.shape, generator=torch.Generator().manual_seed(s)))), ref)
-                 for s in range(5)]
-    assert np.median(selfs) < 0.99, selfs
-    assert cosine(out, ref) >= np.median(selfs), (cosine(out, ref), selfs)
+    assert_cosine_with_pt2e(out, gm, case.inputs)
 
 
 def all_integer(program) -> bool:
