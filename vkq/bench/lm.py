@@ -41,22 +41,31 @@ def real_text(min_tokens: int, tokenize) -> str:
 
 
 def _decode_bytes(lm, position: int) -> int:
-    """Bytes a decode step's dispatches read at `position`: each buffer once, a state (KV cache)
-    buffer as far as the position."""
+    """Bytes a decode step's dispatches read at `position`, each buffer once: constants (packed
+    weights, tables) whole, a state (KV cache) buffer as far as the position, an activation as
+    its tensor at one token (its buffer is sized for the largest prompt), the kernels' scratch
+    (a token's quantized row) not at all."""
     ex = lm._compiled.executor
     build = _step_build(lm)
     state = {id(ex.buffers[n]): ex.program.tensors[n].shape for n in ex.state_on_device}
+    tensors = {}
+    for name, buf in ex.buffers.items():
+        if name in build.program.tensors and id(buf) not in state:
+            words = build.program.tensors[name].device_words()
+            tensors[id(buf)] = max(tensors.get(id(buf), 0), words * 4)
+    scratch = {id(b) for b in ex._scratch.values()}
     seen, total = set(), 0
     for seg in build.segments:
         if seg[0] != "vulkan":
             continue
         for st in seg[1].steps:
             for b in st.reads:
-                if id(b) in seen:
+                if id(b) in seen or id(b) in scratch:
                     continue
                 seen.add(id(b))
                 shape = state.get(id(b))
-                total += b.nbytes if shape is None else b.nbytes * min(position + 1, shape[2]) // shape[2]
+                total += (b.nbytes * min(position + 1, shape[2]) // shape[2] if shape is not None
+                          else tensors.get(id(b), b.nbytes))
     return total
 
 
