@@ -12,7 +12,7 @@
 // grows. The partitions are merged by a fixed tree, the upper half folded onto the lower (r with
 // r + half, half = SPLIT/2, ..., 1), each merge (m1, s1, a1) + (m2, s2, a2) -> M = max(m1, m2),
 // f_i = exp(m_i - M) (1 where m_i = M: an empty partition's -inf too), s = s1 f1 + s2 f2,
-// a = a1 f1 + a2 f2; out = a / s.
+// a = a1 f1 + a2 f2; out = a * recip_newton(s) (no division: the reference's bits).
 // COOP lanes share a query (lane l of them owns partitions l + k COOP), QW queries a workgroup
 // (query q = (b * H + h) * T + t, workgroup x + y * its x count, slot = lane / COOP):
 //   GPUs          COOP = SPLIT, QW = 1: a workgroup a query, a lane a partition
@@ -81,7 +81,7 @@ void merge_into(int depth, float f1, float f2) {
     switch (depth) { MERGE_CASE(0) MERGE_CASE(1) MERGE_CASE(2) MERGE_CASE(3) MERGE_CASE(4) MERGE_CASE(5) MERGE_CASE(6) }
 }
 
-float factor(float m, float mx) { return m == mx ? 1.0 : exp_f32(m - mx); }
+float factor(float m, float mx) { return m == mx ? 1.0 : ftz(exp_f32(m - mx)); }
 
 // vec4 i of a row of `width` values starting at word `base` of q (which 0), k (1) or v (2),
 // zeros past width
@@ -126,12 +126,12 @@ void main() {
             precise float sc = ((d4.x + d4.y) + (d4.z + d4.w)) * p.scale;
             if (p.softcap > 0.0) sc = p.softcap * tanh_f32(sc / p.softcap);
             if (sc > m) {                                // a new max: rescale what the partition holds
-                const float f = exp_f32(m - sc);         // exp(-inf) = 0 at its first key
+                const float f = ftz(exp_f32(m - sc));    // exp(-inf) = 0 at its first key
                 s *= f;
                 [[unroll]] for (int c = 0; c < DV4; ++c) acc[c] *= f;
                 m = sc;
             }
-            const float e = exp_f32(sc - m);
+            const float e = ftz(exp_f32(sc - m));      // (flushed: a device may flush a subnormal)
             s += e;
             [[unroll]] for (int c = 0; c < DV4; ++c) {
                 precise vec4 a = acc[c] + e * row4(2, (row0 + j) * DV, c, DV);
@@ -152,11 +152,12 @@ void main() {
     }                                                    // top = 1: the lane's partitions merged in sa0
     const int obase = qc * DV;
     if (COOP == 1) {                                     // a lane a query: done
+        const float inv = recip_newton(st_s[0]);         // (s >= 1: the max key's weight is 1; no division)
         if (qi < nq) {
             if (DV % 4 == 0)                             // vec4 stores (a store is a loop over the lanes on llvmpipe)
-                [[unroll]] for (int c = 0; c < DV4; ++c) o4[obase / 4 + c] = sa0[c] / st_s[0];
+                [[unroll]] for (int c = 0; c < DV4; ++c) { precise vec4 y = sa0[c] * inv; o4[obase / 4 + c] = y; }
             else
-                [[unroll]] for (int d = 0; d < DV; ++d) o[obase + d] = sa0[d >> 2][d & 3] / st_s[0];
+                [[unroll]] for (int d = 0; d < DV; ++d) { precise float y = sa0[d >> 2][d & 3] * inv; o[obase + d] = y; }
         }
         return;
     }
@@ -180,10 +181,11 @@ void main() {
         barrier();
     }
     const int first = slot * COOP;                       // the query's root
+    const float inv = recip_newton(red_s[first]);
     if (qi < nq) {
         if (DV % 4 == 0)
-            for (int c = l; c < DV4; c += COOP) o4[obase / 4 + c] = red_a[first * DV4 + c] / red_s[first];
+            for (int c = l; c < DV4; c += COOP) { precise vec4 y = red_a[first * DV4 + c] * inv; o4[obase / 4 + c] = y; }
         else
-            for (int d = l; d < DV; d += COOP) o[obase + d] = red_a[first * DV4 + (d >> 2)][d & 3] / red_s[first];
+            for (int d = l; d < DV; d += COOP) { precise float y = red_a[first * DV4 + (d >> 2)][d & 3] * inv; o[obase + d] = y; }
     }
 }

@@ -20,9 +20,10 @@ buffer, so a decode step at position 20 of an 8192-row cache reads 21 rows. The 
 float sum is set by SPLIT alone, not by COOP or QW, the subgroup size or the device: the same
 query gives the same bits in a prefill and in a decode step, at any workgroup shape.
 
-The reference computes in float64 from the float32 inputs, rounded once at the end; the shader
-sums in float32 (exp_f32 / tanh_f32 of float_math.glsl): tests/test_attention_cached.py states
-the bound, as tests/test_float_ops.py does for softmax and matmul.
+The reference is the shader's float32 computation, operation by operation in its order (exp_f32,
+ftz and recip_newton of float_exact.glsl: no division but softcap's tanh), so the device gives
+its bits (tests/test_attention_cached.py; with a softcap, tanh_f32's division within Vulkan's
+2.5 ulp); tests compare it with a float64 attention within the bound of that order.
 """
 from __future__ import annotations
 
@@ -67,26 +68,78 @@ def _shapes(q_shape, k_shape, v_shape, pos_shape):
 
 
 def attention_cached(q, k_cache, v_cache, positions, *, scale, window=0, softcap=0.0):
-    """The specification, in float64 from the float32 inputs (scale and softcap too, as float32
-    push constants take them), rounded to float32 once."""
+    """The specification: shaders/attention_cached.comp's float32 operations in its order, so
+    that the device gives these bits. Per query, keys lo..p dealt into SPLIT partitions
+    (partition r: j = lo + r, lo + r + SPLIT, ...), each an online softmax in j order (a new max
+    rescales what it holds by exp_f32(m_old - m)), the partitions merged by the halving tree
+    (r with r + half, half = SPLIT/2 .. 1), out = a * recip_newton(s). The dot product: 4 partial
+    sums over d % 4 in d order, then (c0 + c1) + (c2 + c3), times scale. exp is exp_f32 (every
+    weight and factor flushed where subnormal, as a device may flush it), softcap's tanh the
+    shaders' tanh_f32. scale and softcap as float32 push constants take them."""
+    from .float import exp_f32, ftz, recip_newton
     q, k, v = (np.asarray(a, F32) for a in (q, k_cache, v_cache))
     B, H, T, D, Hkv, N, Dv = _shapes(q.shape, k.shape, v.shape, np.shape(positions))
     if int(window) < 0 or float(softcap) < 0:
         raise ValueError(f"attention_cached: window {window} and softcap {softcap} must be >= 0")
     pos = _positions(positions, N)
-    kv_head = np.arange(H) // (H // Hkv)                  # grouped heads: the cache head of each
-    out = np.empty((B, H, T, Dv), F32)
-    for t, p in enumerate(pos):
-        lo = max(0, p - int(window) + 1) if window else 0
-        keys = k[:, kv_head, lo:p + 1].astype(np.float64)      # (B, H, n, D)
-        vals = v[:, kv_head, lo:p + 1].astype(np.float64)
-        s = np.einsum("bhd,bhnd->bhn", q[:, :, t].astype(np.float64), keys) * float(F32(scale))
-        if softcap:
-            cap = float(F32(softcap))
-            s = cap * np.tanh(s / cap)
-        w = np.exp(s - s.max(axis=-1, keepdims=True))
-        out[:, :, t] = np.einsum("bhn,bhnd->bhd", w / w.sum(axis=-1, keepdims=True), vals).astype(F32)
-    return out
+    scale, cap = F32(scale), F32(softcap)
+    d4, dv4 = -(-D // 4), -(-Dv // 4)
+    pad = lambda a, d, n4: np.concatenate([a, np.zeros(a.shape[:-1] + (n4 * 4 - d,), F32)], -1) if n4 * 4 > d else a
+    qp = pad(q, D, d4).reshape(B * H, T, d4, 4)
+    kp, vp = pad(k, D, d4), pad(v, Dv, dv4)
+    bh = np.arange(B * H)
+    kh = (bh % H) // (H // Hkv) + (bh // H) * Hkv               # each (b, h)'s cache head, flattened with b
+    kf = kp.reshape(B * Hkv, N, d4, 4)[kh]                      # (BH, N, d4, 4): heads indexed once
+    vf = vp.reshape(B * Hkv, N, dv4 * 4)[kh]
+    lo = np.maximum(0, pos - int(window) + 1) if window else np.zeros_like(pos)
+    r = np.arange(SPLIT)
+    m = np.full((B * H, T, SPLIT), -np.inf, F32)
+    s = np.zeros((B * H, T, SPLIT), F32)
+    a = np.zeros((B * H, T, SPLIT, dv4 * 4), F32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for it in range(int(-(-(pos - lo + 1).max() // SPLIT)) if T else 0):
+            j = lo[:, None] + r[None, :] + SPLIT * it             # (T, SPLIT): partition r's it-th key
+            ok = j <= pos[:, None]
+            jj = np.where(ok, j, lo[:, None])
+            kr = kf[:, jj]                                      # (BH, T, SPLIT, d4, 4)
+            acc = np.zeros((B * H, T, SPLIT, 4), F32)
+            for c in range(d4):
+                acc = acc + qp[:, :, None, c, :] * kr[..., c, :]
+            sc = ((acc[..., 0] + acc[..., 1]) + (acc[..., 2] + acc[..., 3])) * scale
+            if cap:
+                sc = cap * tanh_f32(sc / cap)
+            new = ok[None] & (sc > m)
+            f = ftz(exp_f32(m - sc))
+            s = np.where(new, s * f, s)
+            a = np.where(new[..., None], a * f[..., None], a)
+            m = np.where(new, sc, m)
+            e = ftz(exp_f32(sc - m))
+            s = np.where(ok[None], s + e, s)
+            a = np.where(ok[None, ..., None], a + e[..., None] * vf[:, jj], a)
+        half = SPLIT // 2
+        while half:
+            m1, m2 = m[..., :half], m[..., half:2 * half]
+            mx = np.maximum(m1, m2)
+            f1 = np.where(m1 == mx, F32(1), ftz(exp_f32(m1 - mx)))
+            f2 = np.where(m2 == mx, F32(1), ftz(exp_f32(m2 - mx)))
+            s = s[..., :half] * f1 + s[..., half:2 * half] * f2
+            a = a[..., :half, :] * f1[..., None] + a[..., half:2 * half, :] * f2[..., None]
+            m = mx
+            half //= 2
+        out = a[..., 0, :] * recip_newton(s[..., 0])[..., None]
+    return out[..., :Dv].reshape(B, H, T, Dv)
+
+
+def tanh_f32(x):
+    """float_math.glsl's tanh_f32 in float32 numpy (its division: within Vulkan's 2.5 ulp only)."""
+    from .float import exp_f32
+    x = np.asarray(x, F32)
+    a = np.abs(x)
+    x2 = x * x
+    small = x + x * x2 * (F32(-0.333333333) + x2 * F32(0.133333333))
+    e = exp_f32(F32(2) * a)
+    big = np.sign(x).astype(F32) * (F32(1) - F32(2) / (e + F32(1)))
+    return np.where(a < F32(0.0625), small, big).astype(F32)
 
 
 def loop_iterations(keys: int, dv: int, coop: int) -> int:
