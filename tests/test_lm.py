@@ -113,7 +113,10 @@ def test_long_logits_run_a_chunk_at_a_time(tokenizer_file):
 def test_device_generates_the_reference_tokens(arch, tokenizer_file, device):
     _, lm = build(arch, tokenizer_file)
     on = vkq.LanguageModel(lm.program, device)
-    np.testing.assert_allclose(on.logits(IDS), lm.reference.logits(IDS), rtol=0, atol=1e-2)
+    if arch == "llama":     # every float op of its step gives the reference's bits (rms_norm, silu, rotary, attention)
+        np.testing.assert_array_equal(on.logits(IDS), lm.reference.logits(IDS))
+    else:                   # (Gemma 2's softcap tanh divides; GPT-2's layer norm and GELU are not exact yet)
+        np.testing.assert_allclose(on.logits(IDS), lm.reference.logits(IDS), rtol=0, atol=1e-2)
     got = on.generate(IDS[:5], max_new_tokens=16)
     want = lm.reference.generate(IDS[:5], max_new_tokens=16)
     assert got.tokens == want.tokens and got.text == want.text
