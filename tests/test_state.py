@@ -140,3 +140,28 @@ def test_compiled_program_state_on_device(compiled, device):
     np.testing.assert_array_equal(prog.read_state("state_cache"), prog.read_state("state_cache", reference=True))
     prog.reset()
     np.testing.assert_array_equal(prog(*calls[0])[0], prog.run_reference(*calls[0])[0])
+
+
+class Filled(nn.Module):
+    """A state written by index_fill_ (scatter of one value along a dim: index_copy_rows' SCALAR)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mask", torch.zeros(1, N, 3))
+
+    def forward(self, x, pos):
+        self.mask.index_fill_(1, pos, 2.5)
+        return self.mask.sum(-1) + x
+
+
+def test_index_fill_of_a_state_writes_its_rows_in_place(device):
+    x = torch.zeros(1, N)
+    program, _ = api.compile(Filled().eval(), (x, torch.tensor([3])), scheme="dynamic", progress=False)
+    ex = VulkanExecutor(program, device)
+    assert list(ex._in_place.values()) == ["state_mask"]
+    state = {}
+    for at in ([3], [0], [N - 1]):
+        pos = np.array(at)
+        np.testing.assert_array_equal(ex(x.numpy(), pos), run_reference(program, x.numpy(), pos, state=state))
+    np.testing.assert_array_equal(ex.read_state("state_mask"), state["state_mask"])
+    assert sorted(np.flatnonzero(state["state_mask"][0, :, 0])) == [0, 3, N - 1]
