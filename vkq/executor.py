@@ -439,7 +439,10 @@ class VulkanExecutor:
         self.state_on_device = [n for n, u in program.state.items()
                                 if n not in self.host_side and u not in self.host_side]
         self._state_host = {n: program.state_init[n] for n in program.state if n not in self.state_on_device}
-        self.host_side |= {program.state[n] for n in self._state_host}      # (comes down after each call)
+        self._host_updates = {program.state[n] for n in self._state_host}
+        self.host_side |= self._host_updates      # (comes down after each call)
+        # tensors CPU nodes read: a program output among them always comes down (__call__'s outputs=)
+        self._cpu_reads = {t for i, n in enumerate(sized.nodes) if i in self.cpu_reasons for t in n.inputs}
         order = {t: i for i, node in enumerate(sized.nodes) for t in node.outputs}
         self._in_place, self._state_copies = {}, []
         for name in self.state_on_device:
@@ -576,8 +579,7 @@ class VulkanExecutor:
             unknown = [o for o in outputs if o not in self.program.outputs]
             if unknown:
                 raise KeyError(f"{unknown[0]!r} is not an output of the program ({', '.join(self.program.outputs)})")
-            cpu_reads = {t for i, n in enumerate(self.program.nodes) if i in self.cpu_reasons for t in n.inputs}
-            skip = frozenset(o for o in self.program.outputs if o not in outputs and o not in cpu_reads)
+            skip = frozenset(o for o in self.program.outputs if o not in outputs and o not in self._cpu_reads)
         bindings = self.program.bind([np.shape(_as_numpy(x)) for x in inputs]) if self.program.dynamic else {}
         program = self.program.specialize(bindings)
         env = _bind_inputs(program, inputs)
@@ -607,7 +609,7 @@ class VulkanExecutor:
                 self.run_segment(seg, program, env, host)
             if not keep_all:
                 for t in frees:
-                    if t not in self._state_updates_host:
+                    if t not in self._host_updates:
                         host.pop(t, None)
         for name in self._state_host:
             self._state_host[name] = host[program.state[name]]
@@ -631,9 +633,6 @@ class VulkanExecutor:
             spec = program.tensors[t]
             host[t] = spec.from_device(self.buffers[t].read(spec.device_words()))
 
-    @property
-    def _state_updates_host(self) -> set:
-        return {self.program.state[n] for n in self._state_host}
 
 
 
