@@ -25,16 +25,25 @@
 // states); the rest go through shared memory. So every float sum runs in an order set by SPLIT
 // alone, not by COOP, QW, the subgroup size or the device (tests: the same bits at any of them);
 // `precise` keeps the compiler from contracting products and sums into FMAs. exp is exp_f32,
-// tanh tanh_f32 (float_math.glsl).
+// tanh tanh_f32 (float_math.glsl), of s_j times the host's f32(1 / softcap).
 // The dot product sums q*k in 4 partial sums over d % 4 (d = 4i + c, i ascending), then
 // (c0 + c1) + (c2 + c3); D and DV are specialization constants (the loops over them unroll).
 // A row of q or a cache is read as vec4s where D (DV) % 4 == 0 (every row starts on one), else
 // word by word.
 // TEXEL: q and the caches through texel fetches (texel.glsl), the float bits as ints.
+// Q8: the caches are int8 (attention_cached_q8, vkq/ops/kv_q8.py): row j of D4 (DV4) Int8x4
+// words then its float32 scale, ks_j (vs_j); each scale is taken out of its row's sums:
+//   s_j = ftz(ftz(dot(q, f32(qk_j)) * ks_j) * scale),  a += ftz(e_j * vs_j) * f32(qv_j)
+// (the dot's order as above; s sums e_j). A row is D4 + 1 words: word loads, not vec4s.
+// tokens_first: out is written (B, T, H, DV), the head merge's transpose folded in
+// (vkq/ops/attention_cached.py fold_head_transposes).
 //! variant
 //! variant TEXEL
+//! variant Q8
+//! variant Q8 TEXEL
 #include "common.glsl"
 #include "float_math.glsl"
+#include "int8x4.glsl"
 #include "texel.glsl"
 
 layout(constant_id = 3) const int COOP = 8;     // lanes a query, a power of two <= SPLIT
@@ -56,6 +65,8 @@ layout(std430, binding = 4) writeonly buffer Out4 { vec4 o4[]; };   // the same 
 layout(push_constant) uniform Params {
     int B, H, T, N, Hkv, window;
     float scale, softcap;                // softcap 0: none
+    int tokens_first;
+    float inv_softcap;                   // f32(1 / softcap), the host's
 } p;
 
 shared float red_m[COOP > 1 ? COOP * QW : 1];   // lane i's state (its partitions merged) at i
@@ -87,6 +98,12 @@ float factor(float m, float mx) { return m == mx ? 1.0 : ftz(exp_f32(m - mx)); }
 // zeros past width
 ivec4 load4(int which, int i) { return which == 0 ? LOAD4(qb, i) : which == 1 ? LOAD4(kc, i) : LOAD4(vc, i); }
 int word(int which, int w) { return which == 0 ? WORD(qb, w) : which == 1 ? WORD(kc, w) : WORD(vc, w); }
+
+#ifdef Q8
+const int KW = D4 + 1, VW = DV4 + 1;    // words a cache row: the packed values, then the scale
+vec4 q8_4(int which, int w) { return vec4(unpack_int8x4(word(which, w))); }
+float q8_scale(int which, int w) { return intBitsToFloat(word(which, w)); }
+#endif
 
 vec4 row4(int which, int base, int i, int width) {
     if (width % 4 == 0) return intBitsToFloat(load4(which, base / 4 + i));
@@ -122,9 +139,20 @@ void main() {
         [[unroll]] for (int c = 0; c < DV4; ++c) acc[c] = vec4(0.0);
         for (int j = lo + r; j <= pos; j += SPLIT) {
             precise vec4 d4 = vec4(0.0);
+#ifdef Q8
+            const int kb = (row0 + j) * KW, vb = (row0 + j) * VW;
+            [[unroll]] for (int c = 0; c < D4; ++c) d4 += qv[c] * q8_4(1, kb + c);
+            precise float dot = (d4.x + d4.y) + (d4.z + d4.w);
+            precise float sk = ftz(dot * q8_scale(1, kb + D4)) * p.scale;
+            float sc = ftz(sk);
+#else
             [[unroll]] for (int c = 0; c < D4; ++c) d4 += qv[c] * row4(1, (row0 + j) * D, c, D);
             precise float sc = ((d4.x + d4.y) + (d4.z + d4.w)) * p.scale;
-            if (p.softcap > 0.0) sc = p.softcap * tanh_f32(sc / p.softcap);
+#endif
+            if (p.softcap > 0.0) {                       // no division: f32(1/softcap) is pushed
+                precise float capped = ftz(p.softcap * tanh_f32(ftz(sc * p.inv_softcap)));
+                sc = capped;
+            }
             if (sc > m) {                                // a new max: rescale what the partition holds
                 const float f = ftz(exp_f32(m - sc));    // exp(-inf) = 0 at its first key
                 s *= f;
@@ -133,10 +161,19 @@ void main() {
             }
             const float e = ftz(exp_f32(sc - m));      // (flushed: a device may flush a subnormal)
             s += e;
+#ifdef Q8
+            precise float ev = e * q8_scale(2, vb + DV4);
+            const float w = ftz(ev);
+            [[unroll]] for (int c = 0; c < DV4; ++c) {
+                precise vec4 a = acc[c] + w * q8_4(2, vb + c);
+                acc[c] = a;
+            }
+#else
             [[unroll]] for (int c = 0; c < DV4; ++c) {
                 precise vec4 a = acc[c] + e * row4(2, (row0 + j) * DV, c, DV);
                 acc[c] = a;
             }
+#endif
         }
         for (int n = i; (n & 1) != 0; n >>= 1) {         // merge with the stack's top: a carry
             --top;
@@ -150,7 +187,7 @@ void main() {
         put(top);
         ++top;
     }                                                    // top = 1: the lane's partitions merged in sa0
-    const int obase = qc * DV;
+    const int obase = (p.tokens_first != 0 ? (b * p.T + t) * p.H + h : qc) * DV;
     if (COOP == 1) {                                     // a lane a query: done
         const float inv = recip_newton(st_s[0]);         // (s >= 1: the max key's weight is 1; no division)
         if (qi < nq) {

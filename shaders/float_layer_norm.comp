@@ -47,10 +47,8 @@
 #include "float_exact.glsl"
 
 layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of two
+#define ROW_CANON
 #include "float_workgroup.glsl"
-#ifdef ROW_SUBGROUP
-#extension GL_KHR_shader_subgroup_shuffle : require
-#endif
 layout(constant_id = 6) const int CENTER = 1;
 
 IVEC4_WORDS_INPUT(0, xb)                         // texel.glsl: floats as their bits
@@ -71,7 +69,7 @@ layout(push_constant) uniform Params {
 #ifdef Q8
     float inv_d2, x_scale2, x_scale_d;   // float32(1 / D^2), float32(x_scale^2), float32(x_scale / D)
 #else
-    float inv_d;                         // rms_norm: float32(1 / D)
+    float inv_d;                         // float32(1 / D)
 #endif
 } p;
 #ifdef Q8
@@ -136,30 +134,23 @@ int row_word(int r) { return r * (p.D / 4); }
 #endif
 
 #ifndef Q8
-// rms_norm (CENTER = 0), bit-exact (float_exact.glsl; vkq/ops/float.py rms_norm and
-// sum_squares_canonical are its twins): the row as vec4s q' (the last one padded with zeros
-// where D % 4 != 0), vec4 q' into vec4 partial q = q' % 16, each partial summed in index order;
-// S_q = (p.x + p.y) + (p.z + p.w); then the halving tree over the 16 S_q. Lane l of the row's
-// PART_LANES (its lanes, at most 16; the rest add zeros) holds the PART_T = 16 / PART_LANES
-// partials q = l + PART_LANES t, sums them in the tree's first levels itself and the rest across
-// lanes (row_tree: the same halving order). Then mean = ftz(ss * f32(1/D)), t = mean + eps,
-// r = rsqrt_newton(t) (0 where t is inf), y = ftz(ftz(ftz(x) r) ftz(w)).
-layout(constant_id = 7) const int PART_LANES = 1;
-layout(constant_id = 8) const int PART_T = 16;
-
-float row_tree(float v) {      // the halving tree over the row's lanes: lane i + lane i + m, m = lanes/2 .. 1
-#if defined(ROW_SUBGROUP)
-    for (int m = lanes() / 2; m > 0; m >>= 1) {
-        precise float s = v + subgroupShuffleXor(v, m);   // (lane i and lane i ^ m: the same sum)
-        v = s;
-    }
-    return v;
-#else
-    return row_sum(v);         // ROW_LANE: v; a workgroup: float_workgroup.glsl's tree, this order
-#endif
-}
-
-vec4 squares4(int r, int q) {  // row r's vec4 q squared, subnormal squares 0
+// layer_norm, group_norm (CENTER = 1) and rms_norm (CENTER = 0), bit-exact on every path and
+// device (float_exact.glsl's rules; vkq/ops/float_norm.py layer_norm, group_norm and rms_norm are
+// the twins). Values are ftz'd as read (x_j below). Sums are float_exact.glsl's canonical row sum
+// (vkq/ops/float_math.py sum_canonical): the row as vec4s q (values 4q .. 4q + 3, zeros past D),
+// vec4 q added into partial vec4 q % 16 in index order (ftz after each add of a signed sum: one
+// may pass through a subnormal, which a device may flush); S_q = (P.x + P.y) + (P.z + P.w); the
+// halving tree over the 16 S_q (S_q + S_q+8, + 4, + 2, + 1), ftz after each add. Lane l of the
+// row's PART_LANES (its lanes, at most 16; the others hold zeros) visits the vec4s
+// q = l + 16 c + PART_LANES t (c = 0, 1, ...; t < PART_T = 16 / PART_LANES), keeps the first
+// KEEP visits in registers (a multiple of PART_T), sums partials t itself in the tree's first
+// levels and the rest across lanes (row_tree: the same halving order). Then, 1/D a float32 from
+// the host:
+//   CENTER 1: mean = ftz(S(x) * 1/D), d_j = ftz(x_j - mean), t = ftz(S(ftz(d^2)) * 1/D) + eps,
+//             y_j = ftz(ftz(ftz(d_j k) * ftz(w_c)) + ftz(b_c))
+//   CENTER 0: t = ftz(S(ftz(x^2)) * 1/D) + eps,  y_j = ftz(ftz(x_j k) * ftz(w_j))
+// with k = rsqrt_newton(t) (0 where t is inf) and c = (r % G) * CG + j / HW (group_norm's channel).
+vec4 quad(int r, int q) {      // row r's values 4q .. 4q + 3, ftz'd, zeros past D
     vec4 v;
     if (VEC != 0) {
         v = X4(row_word(r) + q);
@@ -168,73 +159,91 @@ vec4 squares4(int r, int q) {  // row r's vec4 q squared, subnormal squares 0
         v = vec4(X(base + j), j + 1 < p.D ? X(base + j + 1) : 0.0, j + 2 < p.D ? X(base + j + 2) : 0.0,
                  j + 3 < p.D ? X(base + j + 3) : 0.0);
     }
-    precise vec4 s = v * v;
+    return ftz(v);
+}
+
+vec4 deviation(vec4 v, int q, float mean) {   // ftz(x - mean), zeros past D
+    precise vec4 d = v - mean;
+    return mix(ftz(d), vec4(0.0), greaterThanEqual(4 * q + ivec4(0, 1, 2, 3), ivec4(p.D)));
+}
+
+// what: 0 sum x (signed), 1 sum ftz((x - mean)^2), 2 sum ftz(x^2)
+vec4 term(vec4 v, int q, float mean, int what) {
+    if (what == 0) return v;
+    const vec4 d = what == 1 ? deviation(v, q, mean) : v;
+    precise vec4 s = d * d;
     return ftz(s);
 }
 
-void row_rms(int r, int l, int n) {
-    const int Q = (p.D + 3) / 4;
+float row_canon(int r, int l, int Q, vec4 v[KEEP], float mean, int what) {
     precise vec4 acc[PART_T];
     [[unroll]] for (int t = 0; t < PART_T; ++t) acc[t] = vec4(0.0);
-    if (l < PART_LANES)
-        for (int c = l; c < Q; c += 16)
+    if (l < PART_LANES) {
+        [[unroll]] for (int i = 0; i < KEEP; ++i) {
+            precise vec4 a = acc[i % PART_T] + term(v[i], VISIT(i), mean, what);   // (past Q: v is 0)
+            acc[i % PART_T] = what == 0 ? ftz(a) : a;
+        }
+        for (int c = l + 16 * (KEEP / PART_T); c < Q; c += 16)
             [[unroll]] for (int t = 0; t < PART_T; ++t) {
                 const int q = c + t * PART_LANES;
-                if (q < Q) acc[t] = acc[t] + squares4(r, q);
+                if (q < Q) {
+                    precise vec4 a = acc[t] + term(quad(r, q), q, mean, what);
+                    acc[t] = what == 0 ? ftz(a) : a;
+                }
             }
-    precise float s[PART_T];
-    [[unroll]] for (int t = 0; t < PART_T; ++t) s[t] = (acc[t].x + acc[t].y) + (acc[t].z + acc[t].w);
-    [[unroll]] for (int h = PART_T / 2; h > 0; h >>= 1)
-        [[unroll]] for (int t = 0; t < h; ++t) s[t] = s[t] + s[t + h];
-    precise float t = ftz(row_tree(s[0]) * p.inv_d) + p.eps;
-    const float k = isinf(t) ? 0.0 : rsqrt_newton(t);
+    }
+    return canon_total(acc);
+}
+
+void store_quad(int r, int q, vec4 v, float mean, float k) {
     if (VEC != 0) {
-        const int base4 = row_word(r);
-        for (int j4 = l; j4 < p.D / 4; j4 += n) {
-            precise vec4 a = ftz(X4(base4 + j4)) * k;
-            precise vec4 b = ftz(a) * ftz(intBitsToFloat(LOAD4(wb, j4)));
-            STORE_Y4(base4 + j4, ftz(b));
+        const int c4 = (r % p.G) * p.CG / 4 + q;
+        precise vec4 a = (CENTER != 0 ? deviation(v, q, mean) : v) * k;
+        precise vec4 b = ftz(a) * ftz(intBitsToFloat(LOAD4(wb, c4)));
+        if (CENTER != 0) {
+            precise vec4 c = ftz(b) + ftz(intBitsToFloat(LOAD4(bb, c4)));
+            b = c;
         }
-    } else {
-        const int base = r * p.D;
-        for (int j = l; j < p.D; j += n) {
-            precise float a = ftz(X(base + j)) * k;
-            precise float b = ftz(a) * ftz(W(j));
+        STORE_Y4(row_word(r) + q, ftz(b));
+        return;
+    }
+    const vec4 d = CENTER != 0 ? deviation(v, q, mean) : v;
+    const int base = r * p.D, c0 = (r % p.G) * p.CG;
+    [[unroll]] for (int k4 = 0; k4 < 4; ++k4) {
+        const int j = 4 * q + k4;
+        if (j < p.D) {
+            const int c = c0 + j / p.HW;
+            precise float a = d[k4] * k;
+            precise float b = ftz(a) * ftz(W(c));
+            if (CENTER != 0) {
+                precise float e = ftz(b) + ftz(BIAS(c));
+                b = e;
+            }
             y[base + j] = ftz(b);
         }
     }
 }
 
-void row_vec4(int r, int l, int n) {
-    const int D4 = p.D / 4, base4 = row_word(r), c4 = (r % p.G) * p.CG / 4;
+void row_exact(int r, int l) {
+    const int Q = (p.D + 3) / 4;
     vec4 v[KEEP];
-    float s = 0.0;
-    [[unroll]] for (int i = 0; i < KEEP; ++i) {
-        const int j4 = l + i * n;
-        v[i] = j4 < D4 ? X4(base4 + STEP * j4) : vec4(0.0);
-        s += sum4(v[i]);
+    [[unroll]] for (int i = 0; i < KEEP; ++i) v[i] = l < PART_LANES && VISIT(i) < Q ? quad(r, VISIT(i)) : vec4(0.0);
+    float mean = 0.0;
+    if (CENTER != 0) {
+        precise float m = ftz(row_canon(r, l, Q, v, 0.0, 0) * p.inv_d);
+        mean = m;
     }
-    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) s += sum4(X4(base4 + STEP * j4));
-    const float mean = CENTER != 0 ? row_sum(s) / float(p.D) : 0.0;
-
-    float ss = 0.0;
-    [[unroll]] for (int i = 0; i < KEEP; ++i) {
-        const vec4 d = v[i] - mean;
-        if (l + i * n < D4) ss += sum4(d * d);
+    precise float t = ftz(row_canon(r, l, Q, v, mean, CENTER != 0 ? 1 : 2) * p.inv_d) + p.eps;
+    const float k = isinf(t) ? 0.0 : rsqrt_newton(t);
+    if (l < PART_LANES) {
+        [[unroll]] for (int i = 0; i < KEEP; ++i)
+            if (VISIT(i) < Q) store_quad(r, VISIT(i), v[i], mean, k);
+        for (int c = l + 16 * (KEEP / PART_T); c < Q; c += 16)
+            [[unroll]] for (int t = 0; t < PART_T; ++t) {
+                const int q = c + t * PART_LANES;
+                if (q < Q) store_quad(r, q, quad(r, q), mean, k);
+            }
     }
-    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) {
-        const vec4 d = X4(base4 + STEP * j4) - mean;
-        ss += sum4(d * d);
-    }
-    const float rstd = inversesqrt(row_sum(ss) / float(p.D) + p.eps);
-
-    [[unroll]] for (int i = 0; i < KEEP; ++i) {
-        const int j4 = l + i * n;
-        if (j4 < D4)
-            STORE_Y4(base4 + STEP * j4, (v[i] - mean) * rstd * intBitsToFloat(LOAD4(wb, c4 + j4)) + intBitsToFloat(LOAD4(bb, c4 + j4)));
-    }
-    for (int j4 = l + KEEP * n; j4 < D4; j4 += n)
-        STORE_Y4(base4 + STEP * j4, (X4(base4 + STEP * j4) - mean) * rstd * intBitsToFloat(LOAD4(wb, c4 + j4)) + intBitsToFloat(LOAD4(bb, c4 + j4)));
 }
 #endif
 
@@ -244,34 +253,7 @@ void main() {
 #ifdef Q8
         row_q8(r, l, n);
 #else
-        if (CENTER == 0) {
-            row_rms(r, l, n);
-            continue;
-        }
-        if (VEC != 0) {
-            row_vec4(r, l, n);
-            continue;
-        }
-        int base = r * p.D;
-        float mean = 0.0;
-        if (CENTER != 0) {
-            float s = 0.0;
-            for (int j = l; j < p.D; j += n) s += X(base + j);
-            mean = row_sum(s) / float(p.D);
-        }
-
-        float ss = 0.0;
-        for (int j = l; j < p.D; j += n) {
-            float d = X(base + j) - mean;
-            ss += d * d;
-        }
-        float rstd = inversesqrt(row_sum(ss) / float(p.D) + p.eps);
-
-        int c0 = (r % p.G) * p.CG;
-        for (int j = l; j < p.D; j += n) {
-            int c = c0 + j / p.HW;
-            y[base + j] = (X(base + j) - mean) * rstd * W(c) + BIAS(c);
-        }
+        row_exact(r, l);
 #endif
     }
 }

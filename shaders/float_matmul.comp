@@ -10,8 +10,11 @@
 // A workgroup owns TM rows (workgroup y) x (width * TN) columns; a lane owns TN columns. The
 // rows are the same for every lane, so their loads are uniform (one load, not a gather, on CPU
 // drivers that run lanes as SIMD); each lane loads its own columns of b.
-// float32 accumulation in k order, 4 products at a time (the reference's order differs: results
-// agree to ~K ulp of sum_k |a b|).
+// One float32 order on every path and device (vkq/ops/float_math.py matmul_f32 is its twin): k in
+// groups of 4 from 0 (zeros past K), a group's products summed ((p0 + p1) + p2) + p3, the groups
+// added into the accumulator in k order, `precise` (no fused multiply-add). Products are not
+// flushed (an ftz a multiply-add cost too much): a device that flushes subnormals may differ
+// where a product is subnormal and the sum it enters is below ~2^-102.
 //   GENERAL  any strides, a float load per value
 //   VEC_K    a and b contiguous along k (sak = sbk = 1; K, sam, sbn and batch strides multiples
 //            of 4): vec4 loads along k, TM x TN dot products (a @ b^T: attention scores Q K^T)
@@ -115,7 +118,10 @@ void main() {
         [[unroll]] for (int r = 0; r < TM; ++r) av[r] = A4(ra[r] / 4 + k4);
         [[unroll]] for (int c = 0; c < TN; ++c) bv[c] = B4(cb[c] / 4 + k4);
         [[unroll]] for (int r = 0; r < TM; ++r)
-            [[unroll]] for (int c = 0; c < TN; ++c) acc[r][c] += dot(av[r], bv[c]);
+            [[unroll]] for (int c = 0; c < TN; ++c) {     // (not dot(): its order is the driver's)
+                precise float s = av[r].x * bv[c].x + av[r].y * bv[c].y + av[r].z * bv[c].z + av[r].w * bv[c].w;
+                acc[r][c] += s;
+            }
     }
 #elif defined(VEC_KN)
     int bcol = cb[0] / 4, bstep = p.sbk / 4;       // TN = 4: a lane's columns are one vec4

@@ -65,6 +65,7 @@
 #include "texel.glsl"
 
 layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of two
+#define ROW_CANON
 #include "float_workgroup.glsl"
 #define NEG_INF (-uintBitsToFloat(0x7F800000u))
 
@@ -125,38 +126,40 @@ float value(int base, int mbase, int j) { return X(base + j * p.inner); }
 vec4 value4(int base4, int mbase, int j4) { return X4(base4 + j4); }
 #endif
 
-float safe_exp(float d) { return d < -87.33654 ? 0.0 : exp_f32(d); }
+float safe_exp(float d) { return d < -87.33654 ? 0.0 : ftz(exp_f32(d)); }
 vec4 safe_exp4(vec4 d) { return vec4(safe_exp(d.x), safe_exp(d.y), safe_exp(d.z), safe_exp(d.w)); }
 float max4(vec4 v) { return max(max(v.x, v.y), max(v.z, v.w)); }
-
-// Block j4 of a row along the last dim (inner = 1; the row starts at word `base`): values
-// 4*j4 .. 4*j4 + 3, -inf past D. vec: one vec4 load; else value by value, so that a row gives
-// the same bits at any padded length (see above).
-vec4 load_block(int base, int off, int mbase, int j4) {
-    if (VEC != 0) {      // a row's last block may pass D (rows padded to RS, a multiple of 4); VEC 3: its first may start before it
-        const vec4 v = value4((base - off) / 4, mbase, j4);
-        const int w0 = 4 * j4 - off;                      // the block's first value's place in the row
-        return w0 >= 0 && w0 + 4 <= p.D ? v : mix(vec4(NEG_INF), v, lessThan(uvec4(w0 + ivec4(0, 1, 2, 3)), uvec4(p.D)));
-    }
-    vec4 v;
-    [[unroll]] for (int k = 0; k < 4; ++k) {   // clamped load and a select: no branch per value
-        const int j = 4 * j4 + k;
-        const float x = value(base, mbase, min(j, p.D - 1));
-        v[k] = j < p.D ? x : NEG_INF;
-    }
-    return v;
+vec4 scaled(vec4 e, float k) {      // ftz(e k): the product may be subnormal
+    precise vec4 y = e * k;
+    return ftz(y);
+}
+vec4 log_out(vec4 v, float m, float ls) {
+    precise vec4 y = (v - m) - ls;
+    return y;
 }
 
-void store_block(int base, int off, int j4, vec4 v) {
-    const int w0 = 4 * j4 - off;
-    if (VEC == 3) {     // word by word, every block: a vec4 store where the block is whole made the
-                        // lanes take both paths (6 store loops a block on llvmpipe, not 4): slower
-        [[unroll]] for (int k = 0; k < 4; ++k)
-            if (uint(w0 + k) < uint(p.D)) y[base + w0 + k] = v[k];
-        return;
+// Block j4 of a row along the last dim (inner = 1; the row starts at word `base`): values
+// 4*j4 .. 4*j4 + 3, -inf past D. VEC 1, 2: one vec4 load (rows on vec4s); VEC 3: the row's words
+// from the two buffer vec4s that hold them (its first vec4 starts off = base % 4 words before
+// the row); else value by value. Always the row's own quads, so the canonical sum sees the same
+// vec4s on every path and at any padded length (see above).
+vec4 load_block(int base, int off, int mbase, int j4) {
+    vec4 v;
+    if (VEC == 3) {
+        const int b4 = (base - off) / 4 + j4;
+        const vec4 a = X4(b4), c = X4(min(b4 + 1, (p.rows * p.D + 3) / 4 - 1));   // (c past x: not used)
+        v = off == 0 ? a : off == 1 ? vec4(a.yzw, c.x) : off == 2 ? vec4(a.zw, c.xy) : vec4(a.w, c.xyz);
+    } else if (VEC != 0) {
+        v = value4(base / 4, mbase, j4);
+    } else {
+        [[unroll]] for (int k = 0; k < 4; ++k) v[k] = value(base, mbase, min(4 * j4 + k, p.D - 1));   // (clamped)
     }
-    if (VEC != 0) {
-        STORE_VEC4(y4, (base - off) / 4 + j4, v);
+    return 4 * j4 + 4 <= p.D ? v : mix(vec4(NEG_INF), v, lessThan(4 * j4 + ivec4(0, 1, 2, 3), ivec4(p.D)));
+}
+
+void store_block(int base, int j4, vec4 v) {
+    if (VEC == 1 || VEC == 2) {
+        STORE_VEC4(y4, base / 4 + j4, v);
         return;
     }
     if (4 * j4 + 4 <= p.D) {                   // a whole block (all but a row's last)
@@ -167,55 +170,59 @@ void store_block(int base, int off, int j4, vec4 v) {
     }
 }
 
-vec4 reload_block(int base, int off, int j4) {     // what store_block wrote, in this same invocation
-    const int w0 = 4 * j4 - off;
-    if (VEC == 3) {     // this row's words of the block (as stored), the others not used
-        vec4 v;
-        [[unroll]] for (int k = 0; k < 4; ++k) v[k] = y[base + clamp(w0 + k, max(w0, 0), min(w0 + 3, p.D - 1))];
-        return v;
-    }
-    if (VEC != 0) return RELOAD_VEC4(y4, (base - off) / 4 + j4);
+vec4 reload_block(int base, int j4) {     // what store_block wrote, in this same invocation
+    if (VEC == 1 || VEC == 2) return RELOAD_VEC4(y4, base / 4 + j4);
     vec4 v;
     [[unroll]] for (int k = 0; k < 4; ++k) v[k] = y[base + min(4 * j4 + k, p.D - 1)];
     return v;                                 // past D: not stored
 }
 
-// Passes 1 and 2 of a row along the last dim: its max m and sum of exp s; v: the lane's first
-// KEEP blocks (exp'd unless LOG). stash: blocks past KEEP store their exp for pass 3 to read back
+// Passes 1 and 2 of a row along the last dim: its max m and canonical sum of exp s (ROW_CANON:
+// the lanes visit the row's vec4s as float_workgroup.glsl says); v: the lane's first KEEP
+// visits (exp'd unless LOG). stash: visits past KEEP store their exp for pass 3 to read back
 // (row_blocks; row_group computes them again instead).
-void row_stats(int base, int off, int mbase, int D4, int l, int n, bool stash, out vec4 v[KEEP], out float m,
+void row_stats(int base, int off, int mbase, int D4, int l, bool stash, out vec4 v[KEEP], out float m,
                out float s) {
+    const bool holds = l < PART_LANES;
     m = NEG_INF;
     [[unroll]] for (int i = 0; i < KEEP; ++i) {
-        const int j4 = l + i * n;
-        v[i] = j4 < D4 ? load_block(base, off, mbase, j4) : vec4(NEG_INF);
+        v[i] = holds && VISIT(i) < D4 ? load_block(base, off, mbase, VISIT(i)) : vec4(NEG_INF);
         m = max(m, max4(v[i]));
     }
-    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) m = max(m, max4(load_block(base, off, mbase, j4)));
+    if (holds)
+        for (int c = l + 16 * (KEEP / PART_T); c < D4; c += 16)
+            [[unroll]] for (int t = 0; t < PART_T; ++t)
+                if (c + t * PART_LANES < D4) m = max(m, max4(load_block(base, off, mbase, c + t * PART_LANES)));
     m = row_max(m);
 
-    s = 0.0;                                 // blocks in the order j4 = l, l + n, ...
+    precise vec4 acc[PART_T];
+    [[unroll]] for (int t = 0; t < PART_T; ++t) acc[t] = vec4(0.0);
     [[unroll]] for (int i = 0; i < KEEP; ++i) {
-        if (l + i * n < D4) {
+        if (holds && VISIT(i) < D4) {
             const vec4 e = safe_exp4(v[i] - m);
-            s += sum4(e);
+            acc[i % PART_T] = acc[i % PART_T] + e;
 #ifndef LOG
             v[i] = e;
 #endif
         }
     }
-    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) {
-        const vec4 e = safe_exp4(load_block(base, off, mbase, j4) - m);
+    if (holds)
+        for (int c = l + 16 * (KEEP / PART_T); c < D4; c += 16)
+            [[unroll]] for (int t = 0; t < PART_T; ++t) {
+                const int q = c + t * PART_LANES;
+                if (q < D4) {
+                    const vec4 e = safe_exp4(load_block(base, off, mbase, q) - m);
 #ifndef LOG
-        if (stash) store_block(base, off, j4, e);   // read back in pass 3 by this same invocation
+                    if (stash) store_block(base, q, e);   // read back in pass 3 by this same invocation
 #endif
-        s += sum4(e);
-    }
-    s = row_sum(s);
+                    acc[t] = acc[t] + e;
+                }
+            }
+    s = canon_total(acc);
 }
 
-void row_blocks(int r, int l, int n) {
-    const int base = r * p.rs, off = VEC == 3 ? base & 3 : 0, D4 = (off + p.D + 3) / 4;
+void row_blocks(int r, int l) {
+    const int base = r * p.rs, off = VEC == 3 ? base & 3 : 0, D4 = (p.D + 3) / 4;
 #ifdef MASKED
     const int mbase = mask_row(r);
 #else
@@ -223,16 +230,26 @@ void row_blocks(int r, int l, int n) {
 #endif
     vec4 v[KEEP];
     float m, s;
-    row_stats(base, off, mbase, D4, l, n, true, v, m, s);
+    row_stats(base, off, mbase, D4, l, true, v, m, s);
+    if (l >= PART_LANES) return;
 #ifdef LOG
     const float ls = log_f32(s);
     [[unroll]] for (int i = 0; i < KEEP; ++i)
-        if (l + i * n < D4) store_block(base, off, l + i * n, v[i] - m - ls);
-    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) store_block(base, off, j4, load_block(base, off, mbase, j4) - m - ls);
+        if (VISIT(i) < D4) store_block(base, VISIT(i), log_out(v[i], m, ls));
+    for (int c = l + 16 * (KEEP / PART_T); c < D4; c += 16)
+        [[unroll]] for (int t = 0; t < PART_T; ++t) {
+            const int q = c + t * PART_LANES;
+            if (q < D4) store_block(base, q, log_out(load_block(base, off, mbase, q), m, ls));
+        }
 #else
+    const float k = recip_newton(s);          // s in [1, D]: 1 / s within 1.21 ulp, the same everywhere
     [[unroll]] for (int i = 0; i < KEEP; ++i)
-        if (l + i * n < D4) store_block(base, off, l + i * n, v[i] / s);
-    for (int j4 = l + KEEP * n; j4 < D4; j4 += n) store_block(base, off, j4, reload_block(base, off, j4) / s);
+        if (VISIT(i) < D4) store_block(base, VISIT(i), scaled(v[i], k));
+    for (int c = l + 16 * (KEEP / PART_T); c < D4; c += 16)
+        [[unroll]] for (int t = 0; t < PART_T; ++t) {
+            const int q = c + t * PART_LANES;
+            if (q < D4) store_block(base, q, scaled(reload_block(base, q), k));
+        }
 #endif
 }
 
@@ -248,18 +265,19 @@ float pick(vec4 a, int i) { return i == 0 ? a.x : i == 1 ? a.y : i == 2 ? a.z : 
 // rows where D % 4 == 2 (2 * D words whole vec4s) gave nothing (rows of 50: 6.1 both ways).
 void row_group(int r0) {
     const int RG = 4;
-    vec4 m, s;                               // per row of the group
+    vec4 m, k;                               // per row of the group: its max, and 1 / s (LOG: log s)
     [[unroll]] for (int g = 0; g < RG; ++g) {
         const int base = (r0 + g) * p.D, off = base & 3;
         vec4 v[KEEP];
         float mg, sg;
-        row_stats(base, off, 0, (off + p.D + 3) / 4, 0, 1, false, v, mg, sg);
+        row_stats(base, off, 0, (p.D + 3) / 4, 0, false, v, mg, sg);
         m[g] = mg;
-        s[g] = sg;
-    }
 #ifdef LOG
-    const vec4 ls = vec4(log_f32(s.x), log_f32(s.y), log_f32(s.z), log_f32(s.w));
+        k[g] = log_f32(sg);
+#else
+        k[g] = recip_newton(sg);
 #endif
+    }
     const int base4 = r0 * p.D / 4;
     int lo = 0, next = p.D;                  // the row of a vec4's first word; the word where the next row starts
     for (int j4 = 0; j4 < RG * p.D / 4; ++j4) {
@@ -267,11 +285,14 @@ void row_group(int r0) {
         const int hi = min(lo + 1, 3);
         const bvec4 upper = greaterThanEqual(4 * j4 + ivec4(0, 1, 2, 3), ivec4(next));
         const vec4 mr = mix(vec4(pick(m, lo)), vec4(pick(m, hi)), upper);
+        const vec4 kr = mix(vec4(pick(k, lo)), vec4(pick(k, hi)), upper);
 #ifdef LOG
-        STORE_VEC4(y4, base4 + j4, x - mr - mix(vec4(pick(ls, lo)), vec4(pick(ls, hi)), upper));
+        precise vec4 out4 = (x - mr) - kr;
 #else
-        STORE_VEC4(y4, base4 + j4, safe_exp4(x - mr) / mix(vec4(pick(s, lo)), vec4(pick(s, hi)), upper));
+        precise vec4 e = safe_exp4(x - mr) * kr;
+        const vec4 out4 = ftz(e);
 #endif
+        STORE_VEC4(y4, base4 + j4, out4);
         if (4 * j4 + 4 >= next) {
             lo += 1;
             next += p.D;
@@ -280,52 +301,75 @@ void row_group(int r0) {
 }
 #endif
 
-void row_scalar(int r, int l, int n) {    // along a dim with inner > 1
-    const int step = p.inner, base = (r / p.inner) * p.D * p.inner + r % p.inner;
+void row_scalar(int r, int l) {    // along a dim with inner > 1: the row's quads as row_stats visits them
+    const int step = p.inner, base = (r / p.inner) * p.D * p.inner + r % p.inner, D4 = (p.D + 3) / 4;
 #ifdef MASKED
     const int mbase = mask_row(r);
 #else
     const int mbase = 0;
 #endif
     float m = NEG_INF;
-    for (int j = l; j < p.D; j += n) m = max(m, value(base, mbase, j));
+    for (int j = l; j < p.D; j += lanes()) m = max(m, value(base, mbase, j));
     m = row_max(m);
 
-    float s = 0.0;
-    for (int j = l; j < p.D; j += n) {
-        float e = safe_exp(value(base, mbase, j) - m);
+    precise vec4 acc[PART_T];
+    [[unroll]] for (int t = 0; t < PART_T; ++t) acc[t] = vec4(0.0);
+    if (l < PART_LANES)
+        for (int c = l; c < D4; c += 16)
+            [[unroll]] for (int t = 0; t < PART_T; ++t) {
+                const int q = c + t * PART_LANES;
+                vec4 e = vec4(0.0);
+                [[unroll]] for (int k = 0; k < 4; ++k) {
+                    const int j = 4 * q + k;
+                    if (j < p.D) {
+                        e[k] = safe_exp(value(base, mbase, j) - m);
 #ifndef LOG
-        y[base + j * step] = e;   // read back below by this same invocation
+                        y[base + j * step] = e[k];   // read back below by this same invocation
 #endif
-        s += e;
-    }
-    s = row_sum(s);
-
+                    }
+                }
+                acc[t] = acc[t] + e;
+            }
+    const float s = canon_total(acc);
+    if (l >= PART_LANES) return;
 #ifdef LOG
-    float ls = log_f32(s);
-    for (int j = l; j < p.D; j += n) y[base + j * step] = value(base, mbase, j) - m - ls;
+    const float ls = log_f32(s);
 #else
-    for (int j = l; j < p.D; j += n) y[base + j * step] = y[base + j * step] / s;
+    const float kr = recip_newton(s);
 #endif
+    for (int c = l; c < D4; c += 16)
+        [[unroll]] for (int t = 0; t < PART_T; ++t)
+            [[unroll]] for (int k = 0; k < 4; ++k) {
+                const int j = 4 * (c + t * PART_LANES) + k;
+                if (j < p.D) {
+#ifdef LOG
+                    precise float o = (value(base, mbase, j) - m) - ls;
+#else
+                    precise float o = y[base + j * step] * kr;
+                    o = ftz(o);
+#endif
+                    y[base + j * step] = o;
+                }
+            }
 }
 
 void main() {
-    const int l = lane(), n = lanes();
+    const int l = lane();
 #if defined(ROW_LANE) && !defined(MASKED)
     if (VEC == 3 && (p.D & 1) != 0 && p.D >= 5) {   // a lane 4 rows (the host dispatches rows / 4 lanes)
         for (int t = first_row(); 4 * t < p.rows; t += row_stride()) {
             if (4 * t + 4 <= p.rows)
                 row_group(4 * t);
             else                             // the last rows, fewer than 4: one by one
-                for (int r = 4 * t; r < p.rows; ++r) row_blocks(r, 0, 1);
+                for (int r = 4 * t; r < p.rows; ++r) row_blocks(r, 0);
         }
         return;
     }
 #endif
     for (int r = first_row(); r < p.rows; r += row_stride()) {
         if (p.inner == 1)
-            row_blocks(r, l, n);
+            row_blocks(r, l);
         else
-            row_scalar(r, l, n);
+            row_scalar(r, l);
     }
 }

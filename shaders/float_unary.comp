@@ -153,7 +153,7 @@ float f(float v) {
     precise float h = clamp(v + 3.0, 0.0, 6.0) / 6.0;
     return isnan(v) ? v : h;
 #elif defined(OP_EXP)
-    return exp_f32(v);
+    return ftz(exp_f32(v));      // (bit-exact: a subnormal result flushed, as a device may)
 #elif defined(OP_NEG)
     return -v;
 #elif defined(OP_ABS)

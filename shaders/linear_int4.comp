@@ -17,8 +17,9 @@
 //   strand j (j = 0..7) sums t over g = j, j + 8, ... in ascending g from 0.0;
 //   acc = ((S0 + S1) + (S2 + S3)) + ((S4 + S5) + (S6 + S7))
 //   X_F32  out = acc + bias[n];  X_Q8  out = acc * row_scale[r] + bias[n]
-// s, z, m: the group's scale, zero point and offset; z is the push constant ZC for every group
-// unless ZERO (per group); m only with OFFSET.
+// s, z, m: the group's scale, zero point and offset; z is the specialization constant ZC for
+// every group unless ZERO (per group); m only with OFFSET. (A constant: GGUF Q4_1's z = 0 then
+// costs no subtraction, one of the 6 operations a value of the float GEMV's inner loop.)
 //
 // Tiling (the decoder's GEMV, M = 1, and the same kernel over row blocks for M > 1): a row of
 // 8 lanes owns TN columns of one 4-row block (a workgroup: CT such rows, CT column tiles, so
@@ -27,6 +28,9 @@
 // per word: 4 columns' word i), and the group's 4-column scales with one vec4 load. The 8
 // strands are added in shared memory in the fixed tree above (no subgroup operations: a
 // subgroup's float sum has no defined order, and this kernel takes any subgroup size).
+// W8 (GGUF Q8_0, vkq/int4.py bits 8): int8 values in place of u - z (z = ZC = 0, no offset),
+// four a word, so a step of 8 k reads two words a column (words 2i, 2i + 1: the same layout
+// with twice the words a group); X_Q8 without DOT then unpacks and multiplies (no SWAR).
 // DOT (X_Q8): (word & 0x0F0F0F0F) holds values 8i..8i+3 of a column as bytes, ((word >> 4) &
 // 0x0F0F0F0F) values 8i+4..8i+7: one 4x8-bit dot product each against the x words. X_Q8
 // without DOT: the weights packed another way (pack_int4_swar, TN = 32) for two products a
@@ -58,6 +62,14 @@
 //! variant X_Q8 DOT TEXEL
 //! variant X_Q8 ZERO DOT TEXEL
 //! variant X_Q8 OFFSET DOT TEXEL
+//! variant X_F32 W8
+//! variant X_F32 W8 VEC4
+//! variant X_F32 W8 TEXEL
+//! variant X_F32 W8 VEC4 TEXEL
+//! variant X_Q8 W8
+//! variant X_Q8 W8 DOT
+//! variant X_Q8 W8 TEXEL
+//! variant X_Q8 W8 DOT TEXEL
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "int8x4.glsl"
@@ -65,14 +77,15 @@
 #ifdef DOT
 #include "dot4x8.glsl"
 #endif
+#include "int4_groups.glsl"
 
 layout(constant_id = 3) const int MR = 4;     // rows computed of the 4-row block: min(R, 4)
 layout(constant_id = 4) const int TN = 16;    // columns per workgroup, a multiple of 4
 layout(constant_id = 5) const int G = 32;     // group size, a multiple of 32
+layout(constant_id = 6) const int ZC = 8;     // the zero point of every group (unless ZERO)
 const int TN4 = TN / 4, GW = G / 8;           // GW words a column a group
 const int STRANDS = 8;                        // = the workgroup width x (the host dispatches 8 lanes)
 const int CT = int(gl_WorkGroupSize.y);       // column tiles a workgroup, one a row of 8 lanes
-const int M4 = 0x0F0F0F0F;
 
 #ifdef X_F32
 #ifdef VEC4
@@ -101,7 +114,6 @@ layout(push_constant) uniform Params {
     int N;    // output columns
     int NG;   // groups: ceil(K / G)
     int K4;   // X_Q8: k-blocks of x, up4(K) / 4
-    int ZC;   // the zero point of every group (unless ZERO)
 } p;
 
 shared vec4 part[CT][STRANDS][MR * TN4];
@@ -152,7 +164,7 @@ void main() {
 #ifdef ZERO
             zf[j] = intBitsToFloat(LOAD4(prm, PS * (pb + j) + 1));
 #else
-            zf[j] = vec4(float(p.ZC));
+            zf[j] = vec4(float(ZC));
 #endif
 #ifdef OFFSET
             off[j] = intBitsToFloat(LOAD4(prm, PS * (pb + j) + 1));
@@ -179,9 +191,15 @@ void main() {
 #endif
             }
             [[unroll]] for (int j = 0; j < TN4; ++j) {
+#ifdef W8
+                ivec4 wa = LOAD4(w, 2 * ((pb + j) * GW + i)), wb = LOAD4(w, 2 * ((pb + j) * GW + i) + 1);
+#define VALUE(t) byte_value(wa, wb, t)
+#else
                 ivec4 word = LOAD4(w, (pb + j) * GW + i);
+#define VALUE(t) nibble(word, t)
+#endif
                 [[unroll]] for (int t = 0; t < 8; ++t) {   // value 8i + t: byte t % 4, nibble t / 4
-                    vec4 d = vec4((word >> (8 * (t % 4) + 4 * (t / 4))) & 15) - zf[j];   // exact
+                    vec4 d = vec4(VALUE(t)) - zf[j];   // exact
                     [[unroll]] for (int r = 0; r < MR; ++r) {
                         precise vec4 prod = xv[r][t] * d;
                         precise vec4 s = A[r][j] + prod;
@@ -192,13 +210,7 @@ void main() {
         }
         [[unroll]] for (int r = 0; r < MR; ++r)
             [[unroll]] for (int j = 0; j < TN4; ++j) {
-                precise vec4 t = A[r][j] * sc[j];
-#ifdef OFFSET
-                precise vec4 tb = vec4(B[r]) * off[j];
-                precise vec4 t2 = t + tb;
-                t = t2;
-#endif
-                precise vec4 s = S[r][j] + t;
+                precise vec4 s = S[r][j] + group_term_f32(A[r][j], sc[j], B[r], off[j]);
                 S[r][j] = s;
             }
 #else
@@ -209,27 +221,45 @@ void main() {
             [[unroll]] for (int j = 0; j < TN4; ++j) P[r][j] = ivec4(0);
         }
         [[unroll]] for (int j = 0; j < TN4; ++j) U[j] = ivec4(0);
-#ifdef DOT
+#if defined(DOT) || defined(W8)
         for (int i = 0; i < GW; ++i) {   // rolled: G/8 words, nothing indexed by i
             const int kb = kg / 4 + 2 * i;      // x words: k 4kb..+3 and 4kb+4..+7 (0 past K)
             ivec4 xa = LOAD4(xq, rb * p.K4 + min(kb, p.K4 - 1));
             ivec4 xb = LOAD4(xq, rb * p.K4 + min(kb + 1, p.K4 - 1));
             xa = kb < p.K4 ? xa : ivec4(0);
             xb = kb + 1 < p.K4 ? xb : ivec4(0);
+#ifdef DOT
             [[unroll]] for (int r = 0; r < MR; ++r)
                 X[r] = dot4x8_acc(xa[r], 0x01010101, dot4x8_acc(xb[r], 0x01010101, X[r]));
+#else
+            ivec4 xs[MR][2];   // row r's values at k 8i..+3 and 8i+4..+7
+            [[unroll]] for (int r = 0; r < MR; ++r) {
+                xs[r][0] = unpack_int8x4(xa[r]);
+                xs[r][1] = unpack_int8x4(xb[r]);
+                ivec4 s2 = xs[r][0] + xs[r][1];
+                X[r] += (s2.x + s2.y) + (s2.z + s2.w);
+            }
+#endif
             [[unroll]] for (int j = 0; j < TN4; ++j) {
-                ivec4 word = LOAD4(w, (pb + j) * GW + i);
-                ivec4 lo = word & M4, hi = (word >> 4) & M4;   // values 8i..+3, 8i+4..+7 as bytes
-                ivec4 us = lo + hi;                             // sum of a word's 8 values (SWAR)
-                us += us >> 8;
-                us += us >> 16;
-                U[j] += us & 0xFF;
+#ifdef W8
+                ivec4 wa = LOAD4(w, 2 * ((pb + j) * GW + i)), wb = LOAD4(w, 2 * ((pb + j) * GW + i) + 1);
+#ifdef DOT
+                U[j] += dot_bytes(wa, 0x01010101, dot_bytes(wb, 0x01010101, ivec4(0)));
                 [[unroll]] for (int r = 0; r < MR; ++r)
-                    P[r][j] = ivec4(dot4x8_acc(xb[r], hi.x, dot4x8_acc(xa[r], lo.x, P[r][j].x)),
-                                    dot4x8_acc(xb[r], hi.y, dot4x8_acc(xa[r], lo.y, P[r][j].y)),
-                                    dot4x8_acc(xb[r], hi.z, dot4x8_acc(xa[r], lo.z, P[r][j].z)),
-                                    dot4x8_acc(xb[r], hi.w, dot4x8_acc(xa[r], lo.w, P[r][j].w)));
+                    P[r][j] = dot_bytes(wa, xa[r], dot_bytes(wb, xb[r], P[r][j]));
+#else
+                ivec4 wv[8];
+                [[unroll]] for (int t = 0; t < 8; ++t) wv[t] = byte_value(wa, wb, t);
+                U[j] += ((wv[0] + wv[1]) + (wv[2] + wv[3])) + ((wv[4] + wv[5]) + (wv[6] + wv[7]));
+                [[unroll]] for (int r = 0; r < MR; ++r)
+                    P[r][j] += xs[r][0].x * wv[0] + xs[r][0].y * wv[1] + xs[r][0].z * wv[2] + xs[r][0].w * wv[3]
+                             + xs[r][1].x * wv[4] + xs[r][1].y * wv[5] + xs[r][1].z * wv[6] + xs[r][1].w * wv[7];
+#endif
+#else
+                ivec4 word = LOAD4(w, (pb + j) * GW + i);
+                U[j] += nibble_sum(word);
+                [[unroll]] for (int r = 0; r < MR; ++r) P[r][j] = dot_word(xa[r], xb[r], word, P[r][j]);
+#endif
             }
         }
 #else
@@ -284,14 +314,7 @@ void main() {
         [[unroll]] for (int j = 0; j < TN4; ++j) {
             ivec4 z = ivec4(zf[j]);
             [[unroll]] for (int r = 0; r < MR; ++r) {
-                ivec4 a = P[r][j] - z * X[r] - xzp[r] * (U[j] - ng * z);
-                precise vec4 t = vec4(a) * sc[j];
-#ifdef OFFSET
-                precise vec4 tb = vec4(float(X[r] - ng * xzp[r])) * off[j];
-                precise vec4 t2 = t + tb;
-                t = t2;
-#endif
-                precise vec4 s = S[r][j] + t;
+                precise vec4 s = S[r][j] + group_term_q8(P[r][j], X[r], U[j], z, xzp[r], ng, sc[j], off[j]);
                 S[r][j] = s;
             }
         }

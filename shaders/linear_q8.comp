@@ -84,6 +84,9 @@
 #include "int8x4.glsl"
 #include "texel.glsl"
 #include "requant.glsl"
+#ifdef ROW_QPARAMS
+#include "float_math.glsl"
+#endif
 #ifdef DOT
 #include "dot4x8.glsl"
 #endif
@@ -113,6 +116,8 @@ layout(std430, binding = 3) writeonly buffer Out { float out_f[]; };  // (batch 
 #endif
 #ifdef ROW_QPARAMS
 layout(std430, binding = 4) readonly buffer RowQ { vec2 rowq[]; };   // (scale, zero point) per row
+layout(std430, binding = 5) readonly buffer Other { float other_f[]; };  // linear_store.glsl's epilogue
+layout(constant_id = 7) const int EPI = 0;
 #endif
 
 layout(push_constant) uniform Params {

@@ -29,6 +29,32 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.vulkan)
 
 
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures (a module's model among them) are set up
+def pytest_runtest_setup(item):
+    """Every test starts from the same global random state, whatever ran before it in its process
+    (pytest-xdist deals modules to processes by timing, so that order changes run to run): the
+    random initial weights of a test's model are the test's own on every run and every machine."""
+    import random
+    random.seed(0)
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(0)
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(0)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """With $VKQ_DISPATCH_LOG set, each phase's seconds go into the dispatch log too (where the
+    test runs: once, under pytest-xdist as well): tools/select_tests.py reckons a test's time under
+    GPU-assisted validation from it and the test's dispatches (gpuav_seconds)."""
+    yield
+    path = os.environ.get("VKQ_DISPATCH_LOG")
+    if path:
+        import json
+        with open(path, "a") as f:
+            f.write(json.dumps({"test": item.nodeid, "seconds": round(call.duration, 3)}) + "\n")
+
+
 @pytest.fixture
 def device(request):
     from vkq.device import DeviceNotFound, get_device

@@ -105,8 +105,8 @@ CASES = [
 
 @pytest.mark.parametrize("name,B,H,Hkv,N,D,Dv,positions,window,softcap", CASES, ids=[c[0] for c in CASES])
 def test_attention_cached(loads_device, name, B, H, Hkv, N, D, Dv, positions, window, softcap):
-    """Device against the reference bit for bit (with a softcap: within the float bound, its
-    tanh_f32 divides); cache rows past max(positions) are NaN and the output has none (they are
+    """Device against the reference bit for bit (softcaps too: tanh_f32 and the host's 1/softcap,
+    no division); cache rows past max(positions) are NaN and the output has none (they are
     never read)."""
     rng = np.random.default_rng(len(name) * 101 + N)
     q, k, v, pos = make(rng, B, H, Hkv, N, D, Dv, positions)
@@ -117,8 +117,7 @@ def test_attention_cached(loads_device, name, B, H, Hkv, N, D, Dv, positions, wi
     assert [s[0] for s in ex.segments] == ["vulkan"]
     ref = run_reference(prog, q, k, v, pos)
     assert not np.isnan(got).any() and not np.isnan(ref).any()
-    if not softcap:
-        np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(got, ref)
     err = np.abs(got.astype(np.float64) - ref)
     b = bound(q, k, v, pos, scale, window, softcap)
     assert np.all(err <= b), f"max error {err.max():.3g}, bound there {b.reshape(-1)[np.argmax(err - b)]:.3g}"
@@ -139,6 +138,23 @@ def test_reference_is_attention(name, B, H, Hkv, N, D, Dv, positions, window, so
     assert np.all(err <= b), f"max error {err.max():.3g}, bound there {b.reshape(-1)[np.argmax(err - b)]:.3g}"
     if 0 < window <= max(positions):    # the window matters here: without it the values differ
         assert not np.allclose(ref, ac.attention_cached(q, k, v, pos, scale=scale, softcap=softcap), atol=1e-3)
+
+
+@pytest.mark.parametrize("name,B,H,Hkv,N,D,Dv,positions,window,softcap", [c for c in CASES if c[0] in (
+    "smollm2 decode late", "smollm2 prefill at 11", "mha odd dims")], ids=lambda c: c if isinstance(c, str) else "")
+def test_attention_cached_writes_tokens_first(loads_device, name, B, H, Hkv, N, D, Dv, positions, window, softcap):
+    """attr out_tokens_first (fold_head_transposes): out written (B, T, H, Dv), the head merge's
+    transpose folded in: the device gives the reference's bits, and they are the transposed
+    output of the op without it."""
+    rng = np.random.default_rng(N + D)
+    q, k, v, pos = make(rng, B, H, Hkv, N, D, Dv, positions)
+    attrs = {"scale": 1 / math.sqrt(D), "window": window, "softcap": softcap}
+    prog = single_op_program("attention_cached", [("q", spec(q.shape)), ("k", spec(k.shape)), ("v", spec(v.shape)),
+                                                  ("pos", spec(pos.shape, "int32"))],
+                             [("y", spec((B, len(positions), H, Dv)))], {**attrs, "out_tokens_first": True})
+    ref = run_reference(prog, q, k, v, pos)
+    np.testing.assert_array_equal(VulkanExecutor(prog, loads_device)(q, k, v, pos), ref)
+    np.testing.assert_array_equal(ref, run_reference(program(q, k, v, pos, attrs), q, k, v, pos).transpose(0, 2, 1, 3))
 
 
 def test_decode_step_gives_the_bits_of_its_prefill_row(device):

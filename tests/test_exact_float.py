@@ -2,14 +2,15 @@
 the numpy reference's bits exactly, on every driver, texel and ssbo loads, a lane, a subgroup
 or a workgroup a row, at any subgroup size (run this file under LP_NATIVE_VECTOR_WIDTH=128,
 256, 512 for lavapipe's 4, 8, 16 lanes). The references are float32 step sequences
-(vkq/ops/float.py silu_f32, rms_norm), themselves checked against torch here."""
+(vkq/ops/float_math.py silu_f32, vkq/ops/float_norm.py rms_norm), themselves checked against torch here."""
 import warnings
 
 import numpy as np
 import pytest
 
 from test_float_ops import lane_rows, run_op   # noqa: F401  (lane_rows: a fixture)
-from vkq.ops import float as fops
+from vkq.ops import float_math as fm
+from vkq.registry import get_op
 
 EPS = float(np.finfo(np.float32).eps)
 TINY = float(np.finfo(np.float32).tiny)
@@ -36,9 +37,9 @@ def test_silu_is_exact(loads_device):
     x = special_values(rng, 1031)
     got, ref = run_op(loads_device, "silu", [x], {}, x.shape)
     assert_same_bits(got, ref)
-    assert_same_bits(ref, fops.silu_f32(x))
+    assert_same_bits(ref, fm.silu_f32(x))
     # what it gives: -0 for -inf and below -87, x's signed zero for zeros and subnormals
-    assert_same_bits(fops.silu_f32(np.array([-np.inf, -100.0, -0.0, 1e-40, -1e-40, np.inf, np.nan], np.float32)),
+    assert_same_bits(fm.silu_f32(np.array([-np.inf, -100.0, -0.0, 1e-40, -1e-40, np.inf, np.nan], np.float32)),
                      np.array([-0.0, -0.0, -0.0, 0.0, -0.0, np.inf, np.nan], np.float32))
     import torch
     with warnings.catch_warnings():
@@ -87,12 +88,139 @@ def test_rms_norm_is_exact(loads_device, lane_rows, rows, d):
         assert np.isnan(ref[3]).all() and (ref[2] != 0).sum() > d // 2
 
 
+@pytest.mark.parametrize("rows,d", [(5, 384), (4, 577), (7, 5), (3, 2056), (6, 40), (2, 1)])
+def test_layer_norm_is_exact(loads_device, lane_rows, rows, d):
+    """layer_norm: canonical sums (the mean, then the squared deviations), rsqrt_newton, ftz:
+    the reference's bits on every path; the reference within a few ulp of float64's."""
+    device, steps = loads_device, []
+    rng = np.random.default_rng(rows * 131 + d)
+    x = rms_input(rng, rows, d) * np.float32(3) + np.float32(40)     # an offset: the mean matters
+    if rows >= 4 and d >= 40:
+        x[2] = (rng.standard_normal(d) * 1e-37).astype(np.float32)   # deviations subnormal
+    w = (rng.standard_normal(d) * 0.5 + 1).astype(np.float32)
+    b = rng.standard_normal(d).astype(np.float32)
+    w[: min(3, d)] = [0.0, -1.0, 1e-40][: min(3, d)]
+    got, ref = run_op(device, "layer_norm", [x], {"normalized_shape": [d], "eps": 1e-5}, x.shape,
+                      constants=[w, b], steps=steps)
+    assert_same_bits(got, ref)
+    (st,) = steps
+    assert st.spec[2:4] == (d % 4 == 0, 1)                   # VEC, CENTER
+    variant = next(v for v in st.defines if v.startswith("ROW_"))
+    lanes = {"ROW_LANE": 1, "ROW_SUBGROUP": device.info.subgroup_size, "ROW_WORKGROUP": st.spec[0]}[variant]
+    assert st.spec[4:] == (min(lanes, 16), 16 // min(lanes, 16))    # PART_LANES, PART_T
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-5) * w + b
+    ok = np.isfinite(want).all(1)                            # (row 3 holds a NaN: NaN both)
+    assert np.array_equal(np.isnan(ref).any(1), ~ok)
+    np.testing.assert_allclose(ref[ok], want[ok], rtol=0, atol=64 * EPS * np.abs(want[ok]).max())
+
+
+@pytest.mark.parametrize("shape,groups", [((2, 6, 5, 7), 3), ((3, 4, 11), 1), ((3, 16), 2), ((1, 8, 3, 3), 8)])
+def test_group_norm_is_exact(loads_device, lane_rows, shape, groups):
+    device = loads_device
+    rng = np.random.default_rng(sum(shape) + groups)
+    x = (rng.standard_normal(shape) * 3 + 0.5).astype(np.float32)
+    x.reshape(-1)[::7] = 0.0
+    w, b = rng.standard_normal(shape[1]).astype(np.float32), rng.standard_normal(shape[1]).astype(np.float32)
+    got, ref = run_op(device, "group_norm", [x], {"groups": groups, "eps": 1e-5}, shape, constants=[w, b])
+    assert_same_bits(got, ref)
+    import torch
+    want = torch.nn.functional.group_norm(torch.from_numpy(x).double(), groups, torch.from_numpy(w).double(),
+                                          torch.from_numpy(b).double(), 1e-5).numpy()
+    np.testing.assert_allclose(ref, want, rtol=0, atol=32 * EPS * np.abs(want).max())
+
+
+def test_sum_canonical_signed():
+    """The signed canonical sum: ftz after each add (a partial that passes through a subnormal
+    is 0, as on a device that flushes), +0 for a row of -0s, and not numpy's own order."""
+    x = np.zeros((3, 130), np.float32)
+    x[0, 0], x[0, 64] = np.float32(2e-38), np.float32(-1.5e-38)     # partial 0: 5e-39, subnormal: 0
+    x[1, :] = -0.0
+    x[2] = np.random.default_rng(1).standard_normal(130).astype(np.float32)
+    s = fm.sum_canonical(x)
+    assert s[0] == 0 and s[1] == 0 and not np.signbit(s[1])
+    assert abs(s[2] - x[2].astype(np.float64).sum()) <= 130 * EPS * np.abs(x[2]).sum()
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape,dim", [((7, 49), -1), ((3, 5, 51), -1), ((5, 52), -1), ((3, 300), -1),
+                                       ((4, 5, 6), 1), ((2, 131), -1), ((3, 1001), -1), ((6, 3), -1)])
+def test_softmax_is_exact(loads_device, lane_rows, op, shape, dim):
+    """softmax / log_softmax: the max, the canonical sum of exp_f32 (row_stats), recip_newton or
+    log_f32: the reference's bits on every path (VEC 0, 1, 3 and row groups among these shapes);
+    the reference within (4 + |x - m|) ulp (+ 1e-44) of float64's softmax."""
+    device = loads_device
+    rng = np.random.default_rng(sum(shape) + len(op))
+    x = (rng.standard_normal(shape) * 6).astype(np.float32)
+    x.reshape(-1)[::11] = -1e30                    # exp(x - m) 0 (below -87.3)
+    x.reshape(-1)[5::13] = 1e-40                   # subnormal inputs
+    got, ref = run_op(device, op, [x], {"dim": dim}, shape)
+    assert_same_bits(got, ref)
+    x64 = np.moveaxis(x.astype(np.float64), dim, -1)
+    z = x64 - x64.max(-1, keepdims=True)
+    want = z - np.log(np.exp(z).sum(-1, keepdims=True)) if op == "log_softmax" else \
+        np.exp(z) / np.exp(z).sum(-1, keepdims=True)
+    want = np.moveaxis(want, -1, dim)
+    # (x - m rounds to float32 first: its error |x - m| eps/2 passes into exp relative, as in torch)
+    zz = np.moveaxis(np.abs(z), -1, dim)
+    if op == "softmax":
+        assert np.all(np.abs(ref - want) <= (4 + zz) * EPS * want + 1e-44)
+    else:
+        fine = want > -1e20
+        assert np.all(np.abs(ref - want)[fine] <= 4 * EPS * (np.abs(want) + 1)[fine])
+
+
+def test_softmax_masked_is_exact(loads_device, lane_rows):
+    device = loads_device
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((2, 3, 5, 11)) * 9).astype(np.float32)
+    m = np.where(rng.random((2, 1, 1, 11)) < 0.3, -np.inf, 0).astype(np.float32)
+    m[..., 0] = 0
+    got, ref = run_op(device, "softmax_masked", [x, m], {"scale": 0.37}, x.shape)
+    assert_same_bits(got, ref)
+
+
+def test_log_f32_twin():
+    """float_math.log_f32 (the shaders' log, bit for bit on the device through log_softmax):
+    within 2 ulp of float64's log on normal and subnormal inputs, its special values."""
+    x = np.concatenate([np.random.default_rng(2).uniform(0, 50, 20000), [1e-40, 1e-45, 1.0, 2.0, 0.5, 3e38]])
+    x = x.astype(np.float32)
+    got = fm.log_f32(x).astype(np.float64)
+    want = np.log(x.astype(np.float64))
+    assert np.all(np.abs(got - want) <= 2 * EPS * np.maximum(np.abs(want), 1e-30) + 1e-45)
+    assert_same_bits(fm.log_f32(np.array([0.0, -1.0, np.inf, np.nan], np.float32)),
+                     np.array([-np.inf, np.nan, np.inf, np.nan], np.float32))
+
+
+@pytest.mark.parametrize("op,attrs", [("sigmoid", {}), ("tanh", {}), ("exp", {}), ("erf", {})])
+def test_unary_is_exact(loads_device, op, attrs):
+    """sigmoid, tanh, exp, erf: float_math.glsl's sequences (no division: recip_newton;
+    precise; products flushed) give their twins' bits, special values included; the twins are
+    within their stated bounds of float64."""
+    rng = np.random.default_rng(len(op) + len(attrs))
+    x = special_values(rng, 4001)
+    x[:2000] = rng.uniform(-12, 12, 2000).astype(np.float32)
+    x[2000:2100] = rng.uniform(-0.07, 0.07, 100).astype(np.float32)      # tanh's series
+    if loads_device.texel_loads:
+        x = x[:4000]
+    got, ref = run_op(loads_device, op, [x], attrs, x.shape)
+    assert_same_bits(got, ref)
+    import math
+    v = x[np.isfinite(x) & (np.abs(x) < 30)].astype(np.float64)
+    erf = np.vectorize(math.erf)
+    want = {"sigmoid": lambda t: 1 / (1 + np.exp(-t)), "tanh": np.tanh, "exp": np.exp, "erf": erf}[op](v)
+    r = get_op(op).reference(v.astype(np.float32), **attrs).astype(np.float64)
+    bound = {"exp": 3 * EPS * np.abs(want) + 1e-44, "sigmoid": 4 * EPS * np.abs(want) + 1e-44,
+             "tanh": 2.5e-7 + 0 * want, "erf": 4.5e-7 + 0 * want}[op]
+    assert np.all(np.abs(r - want) <= bound), np.abs(r - want).max()
+
+
 def test_sum_squares_canonical_order():
     """The canonical sum is a float32 sum close to the float64 one, and it is an order of its
     own (not numpy's): it differs from a sequential float32 sum somewhere."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((64, 3001)).astype(np.float32)
-    s = fops.sum_squares_canonical(x)
+    s = fm.sum_squares_canonical(x)
     want = (x.astype(np.float64) ** 2).sum(1)
     assert np.abs(s - want).max() <= 3001 * EPS * want.max()
     seq = np.zeros(64, np.float32)
@@ -100,17 +228,17 @@ def test_sum_squares_canonical_order():
         seq = seq + x[:, j] * x[:, j]
     assert (seq != s).any()
     # partial j % 64, then the fixed tree: a row of ones sums exactly, and order shows on 2^24 + 1s
-    assert fops.sum_squares_canonical(np.ones((1, 577), np.float32))[0] == 577
+    assert fm.sum_squares_canonical(np.ones((1, 577), np.float32))[0] == 577
     y = np.ones((1, 65), np.float32)
     y[0, 0] = 4096.0            # 2^24: partial 0 loses value 64's 1; the other 63 ones are summed first
-    assert fops.sum_squares_canonical(y)[0] == 2.0 ** 24 + 62    # (a sequential sum: 2^24)
+    assert fm.sum_squares_canonical(y)[0] == 2.0 ** 24 + 62    # (a sequential sum: 2^24)
 
 
 def test_recip_newton_is_within_1_21_ulp():
     """On [1, 2^100] (silu takes s past 2^64 down by 2^-64 first); 1 and 1/2 exact."""
     rng = np.random.default_rng(9)
     s = np.concatenate([np.exp2(rng.uniform(0, 100, 200_000)), [1.0, 2.0, 3.0, 1.5]]).astype(np.float32)
-    got = fops.recip_newton(s).astype(np.float64)
+    got = fm.recip_newton(s).astype(np.float64)
     want = 1 / s.astype(np.float64)
     assert (np.abs(got - want) / np.spacing(want.astype(np.float32))).max() <= 1.21
-    assert fops.recip_newton(np.float32(1.0)) == 1.0 and fops.recip_newton(np.float32(2.0)) == 0.5
+    assert fm.recip_newton(np.float32(1.0)) == 1.0 and fm.recip_newton(np.float32(2.0)) == 0.5

@@ -87,8 +87,10 @@ def test_bad_input_is_a_named_error():
         quantize_groups(np.full((1, 32), np.nan, np.float32), 32)
     with pytest.raises(GroupFormatError, match="qweight"):
         GroupWeights(4, 64, 32, np.zeros((4, 7), np.int32), np.ones((4, 2), np.float32), np.zeros((4, 2), np.int32))
-    with pytest.raises(GroupFormatError, match="Q5_K|Q4_0, Q4_1 and Q8_0"):
+    with pytest.raises(GroupFormatError, match="Q5_K: vkq reads Q4_0, Q4_1 and Q8_0"):
         from_gguf(Q.Q5_K, np.zeros(176, np.uint8), (1, 256))
+    with pytest.raises(GroupFormatError, match="IQ2_XXS: vkq reads Q4_0, Q4_1 and Q8_0"):
+        from_gguf(Q.IQ2_XXS, np.zeros(66, np.uint8), (1, 256))
     with pytest.raises(GroupFormatError, match="multiple"):
         from_gguf(Q.Q4_0, np.zeros(18, np.uint8), (1, 40))
     with pytest.raises(GroupFormatError, match="bytes"):

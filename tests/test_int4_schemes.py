@@ -176,3 +176,29 @@ def test_torchao_quantized_model_keeps_its_integers(device, config, op, group_si
     assert cosine(ref, want) >= 0.999
     got = VulkanExecutor(program, device)(x.numpy())
     oputil.assert_same((got,), (ref,))
+
+
+@pytest.mark.parametrize("scheme,op", [("int4", "linear_int4"), ("8da4w", "linear_8da4w")])
+def test_q8_0_linear_keeps_its_blocks(device, scheme, op):
+    """A linear whose weight is a GGUF Q8_0 tensor (known_groups, as gguf_llama gives them)
+    lowers to the int4 ops with 8-bit groups (attr bits 8): the file's int8 values and scales,
+    not re-rounded into int4; the other linear (no known groups) is int4; Vulkan = reference."""
+    import gguf
+    import hashlib
+    torch.manual_seed(3)
+    model = MLP().eval()
+    w = model.fc1.weight.detach().numpy()
+    raw = gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0)
+    gw = int4.from_gguf(gguf.GGMLQuantizationType.Q8_0, raw, w.shape)
+    wd = int4.dequantize(gw)
+    with torch.no_grad():
+        model.fc1.weight.copy_(torch.from_numpy(wd))
+    known = {hashlib.sha1(np.ascontiguousarray(wd).tobytes()).hexdigest(): gw}
+    x = torch.randn(5, 96)
+    program, fallback = api.compile(model, (x,), scheme=scheme, group_size=32, known_groups=known, progress=False)
+    fc1, fc2 = linear_nodes(program, op)
+    assert fallback == [] and fc1.attrs == {"group_size": 32, "bits": 8} and fc2.attrs == {"group_size": 32}
+    qw, scale = (program.constants[i] for i in fc1.inputs[1:3])
+    np.testing.assert_array_equal(qw.view(np.int8).reshape(gw.qweight.shape), gw.qweight)
+    np.testing.assert_array_equal(scale, gw.scale)
+    oputil.assert_program_on_device(program, device, x.numpy())

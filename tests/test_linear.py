@@ -465,6 +465,84 @@ def test_linear_dynamic_reference_matches_torch():
     assert np.all(np.abs(want - exact) <= bound)
 
 
+
+@pytest.mark.parametrize("epilogue", ["silu", "add", "mul"])
+@pytest.mark.parametrize("subgroups", [True, False])
+@pytest.mark.parametrize("x_shape,n", [((1, 37), 29), ((3, 48), 13), ((2, 5, 37), 7)])
+def test_linear_dynamic_float_epilogue(int8_device, x_shape, n, epilogue, subgroups):
+    """A float op fused after linear_dynamic (attr epilogue, vkq/passes/fuse_float_epilogue.py):
+    silu, a residual add, a multiply by another tensor. The device gives the reference's bits,
+    and the reference is the linear then the op's own reference, through the GEMV (1 and 3 rows)
+    and the GEMM (10 rows), with and without subgroups, on both dot-product paths."""
+    from vkq.program import Node, Program
+    device = get_device(int8_device.info, dot_product=int8_device.dot_product, texel_loads=int8_device.texel_loads,
+                        subgroups=subgroups)
+    rng = np.random.default_rng(n)
+    k, out = x_shape[-1], tuple(x_shape[:-1]) + (n,)
+    x = rng.normal(0, 2, x_shape).astype(np.float32)
+    w, ws = weights(rng, n, k)
+    consts = {"w": (w_spec(w), w), "s": (spec((n,)), (4 * ws).astype(np.float32)),
+              "b": (spec((n,)), rng.normal(0, 3, n).astype(np.float32))}
+    other = rng.normal(0, 2, out).astype(np.float32)
+    other.reshape(-1)[:3] = (np.inf, -0.0, 1e-30)
+    ins = [("x", spec(x_shape))] + ([("o", spec(out))] if epilogue != "silu" else [])
+    tensors = {**dict(ins), **{t: c[0] for t, c in consts.items()}, "y": spec(out)}
+    node = Node("linear_dynamic", ["x", "w", "s", "b"] + (["o"] if epilogue != "silu" else []), ["y"],
+                {"epilogue": epilogue})
+    prog = Program(tensors=tensors, nodes=[node], inputs=[t for t, _ in ins], outputs=["y"],
+                   constants={t: c[1] for t, c in consts.items()})
+    prog.validate()
+    arrays = (x, other)[:len(ins)]
+    got, ref = VulkanExecutor(prog, device)(*arrays), run_reference(prog, *arrays)
+    assert_same((got,), (ref,))
+    lin = get_op("linear_dynamic").reference(x, w, consts["s"][1], consts["b"][1])
+    want = {"silu": lambda: get_op("silu").reference(lin), "add": lambda: get_op("add").reference(other, lin),
+            "mul": lambda: get_op("mul").reference(lin, other)}[epilogue]()
+    np.testing.assert_array_equal(ref, want)
+    assert len(np.unique(ref)) > ref.size // 2 and (lin < 0).any() and (lin > 0).any()
+
+
+@pytest.mark.parametrize("subgroups", [True, False])
+@pytest.mark.parametrize("x_shape,n,epilogue", [((1, 37), 29, None), ((1, 576), 13, "add"), ((3, 48), 13, "silu"),
+                                                ((2, 5, 23), 7, None), ((1, 2, 1000), 5, None)])
+def test_linear_dynamic_fused_rms_norm(device, x_shape, n, epilogue, subgroups):
+    """An rms_norm before linear_dynamic (attr rms_norm, vkq/passes/fuse_float_epilogue.py
+    fuse_rms_norm), computed by the row quantizer (linear_rowq.comp NORM): the device gives the
+    reference's bits, and the reference is the op rms_norm then the linear (then its epilogue),
+    K not a multiple of 4 or 64, rows with a subnormal, a zero and a huge value, 1 row and more,
+    with and without subgroups."""
+    from vkq.program import Node, Program
+    dev = get_device(device.info, subgroups=subgroups)
+    rng = np.random.default_rng(x_shape[-1])
+    k, out = x_shape[-1], tuple(x_shape[:-1]) + (n,)
+    x = rng.normal(0, 2, x_shape).astype(np.float32)
+    flat = x.reshape(-1, k)
+    flat[0, :3] = (1e-40, 0.0, -3e4)
+    if flat.shape[0] > 2:
+        flat[2] = 0.0
+    w, ws = weights(rng, n, k)
+    norm_w = rng.normal(1, 0.5, k).astype(np.float32)
+    consts = {"w": (w_spec(w), w), "s": (spec((n,)), ws.astype(np.float32)),
+              "b": (spec((n,)), rng.normal(0, 1, n).astype(np.float32)), "g": (spec((k,)), norm_w)}
+    other = rng.normal(0, 1, out).astype(np.float32)
+    ins = [("x", spec(x_shape))] + ([("o", spec(out))] if epilogue == "add" else [])
+    tensors = {**dict(ins), **{t: c[0] for t, c in consts.items()}, "y": spec(out)}
+    attrs = {"rms_norm": {"eps": 1e-5}, **({"epilogue": epilogue} if epilogue else {})}
+    node = Node("linear_dynamic", ["x", "w", "s", "b"] + (["o"] if epilogue == "add" else []) + ["g"], ["y"], attrs)
+    prog = Program(tensors=tensors, nodes=[node], inputs=[t for t, _ in ins], outputs=["y"],
+                   constants={t: c[1] for t, c in consts.items()})
+    prog.validate()
+    arrays = (x, other)[:len(ins)]
+    ex = VulkanExecutor(prog, dev)
+    got, ref = ex(*arrays), run_reference(prog, *arrays)
+    assert [st.variant for seg in ex.segments for st in seg[1].steps][0].startswith("linear_rowq(NORM")
+    assert_same((got,), (ref,))
+    normed = get_op("rms_norm").reference(x, norm_w, normalized_shape=[k], eps=1e-5)
+    want = get_op("linear_dynamic").reference(normed, w, consts["s"][1], consts["b"][1],
+                                              *((other,) if epilogue == "add" else ()), epilogue=epilogue)
+    np.testing.assert_array_equal(ref, want)
+    assert len(np.unique(ref)) > ref.size // 2
+
 # -- linear_weight_only -----------------------------------------------------------------------
 
 def weight_only_tolerance(x, w, ws, k):

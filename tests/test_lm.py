@@ -16,10 +16,12 @@ CONTEXT = 24
 IDS = [3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37]
 COMMON = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2)
-# grouped heads (Llama), a sliding window and attention / final softcaps (Gemma 2), learned positions
-# and a fused qkv Conv1D (GPT-2)
+# grouped heads (Llama), q / k / v biases (Qwen2), a sliding window and attention / final softcaps
+# (Gemma 2), learned positions and a fused qkv Conv1D (GPT-2), fused qkv_proj and gate_up_proj (Phi-3)
 ARCHS = {
     "llama": lambda: T.LlamaForCausalLM(T.LlamaConfig(**COMMON, tie_word_embeddings=True)),
+    "qwen2": lambda: T.Qwen2ForCausalLM(T.Qwen2Config(**COMMON)),
+    "phi3": lambda: T.Phi3ForCausalLM(T.Phi3Config(**COMMON, pad_token_id=0)),
     "gemma2": lambda: T.Gemma2ForCausalLM(T.Gemma2Config(**COMMON, head_dim=8, sliding_window=4,
                                                          attn_logit_softcapping=50.0, final_logit_softcapping=30.0)),
     "gpt2": lambda: T.GPT2LMHeadModel(T.GPT2Config(vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=128,
@@ -41,6 +43,7 @@ def tokenizer_file(tmp_path_factory):
     return str(path)
 
 
+EXACT = ("llama", "qwen2", "phi3")     # the decoders whose float ops are all exact on the device
 _BUILT = {}
 
 
@@ -67,7 +70,10 @@ def test_program_is_one_device_segment_with_the_cache_as_state(arch, tokenizer_f
     assert model.config._attn_implementation != "vkq" and not any(hasattr(m, "vkq_cos_table") for m in model.modules())
     if arch == "llama":      # RMSNorm's weight is the norm's own (one dispatch, not a norm and a multiply)
         norms = {n.outputs[0] for n in p.nodes if n.op == "rms_norm"}
-        assert len(norms) == 5 and not any(n.op == "mul" and set(n.inputs) & norms for n in p.nodes)
+        assert len(norms) == 1 and not any(n.op == "mul" and set(n.inputs) & norms for n in p.nodes)
+        # the layers' norms run in the row quantization of the linears they feed (fuse_rms_norm)
+        fused = {(n.inputs[0], n.inputs[-1]) for n in p.nodes if n.op == "linear_dynamic" and "rms_norm" in n.attrs}
+        assert len(fused) == 4 and all(p.tensors[w].shape == (32,) for _, w in fused)
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
@@ -113,7 +119,7 @@ def test_long_logits_run_a_chunk_at_a_time(tokenizer_file):
 def test_device_generates_the_reference_tokens(arch, tokenizer_file, device):
     _, lm = build(arch, tokenizer_file)
     on = vkq.LanguageModel(lm.program, device)
-    if arch == "llama":     # every float op of its step gives the reference's bits (rms_norm, silu, rotary, attention)
+    if arch in EXACT:       # every float op of its step gives the reference's bits (rms_norm, silu, rotary, attention)
         np.testing.assert_array_equal(on.logits(IDS), lm.reference.logits(IDS))
     else:                   # (Gemma 2's softcap tanh divides; GPT-2's layer norm and GELU are not exact yet)
         np.testing.assert_allclose(on.logits(IDS), lm.reference.logits(IDS), rtol=0, atol=1e-2)
@@ -130,6 +136,156 @@ def test_device_generates_the_reference_tokens(arch, tokenizer_file, device):
         linears = {n.inputs[0] for n in lm.program.nodes if n.op == "linear_dynamic"}
         assert names.count("linear_rowq") == len(linears) == 9
     assert s["memory_bytes"]["cache"] == 2 * 2 * lm.program.tensors[next(iter(lm.program.state))].device_words() * 4
+
+
+# -- the int8 KV cache (kv_cache="int8": vkq.ops.kv_q8) ------------------------------------------
+
+# the float cache's architectures and a Mistral of head dim 32 (its own sliding window)
+KV8_ARCHS = {**ARCHS, "mistral": lambda: T.MistralForCausalLM(T.MistralConfig(**COMMON, head_dim=32,
+                                                                                sliding_window=5))}
+_BUILT8 = {}
+
+
+def build8(name, tokenizer_file):
+    if name not in _BUILT8:
+        torch.manual_seed(0)
+        model = KV8_ARCHS[name]().eval()
+        _BUILT8[name] = model, vkq.compile_lm(model, tokenizer_file, max_context=CONTEXT, progress=False,
+                                              kv_cache="int8")
+    return _BUILT8[name]
+
+
+@pytest.mark.parametrize("arch", sorted(KV8_ARCHS))
+def test_int8_kv_cache_gives_the_reference_on_the_device(arch, tokenizer_file, device):
+    """The cache is int8 rows with a scale (ceil(D/4) + 1 int32 words a row), quantized and
+    written in place by index_copy_q8 (fuse_kv_write) and read by attention_cached_q8; the device
+    gives the reference's logits (bit for bit where the float ops are exact: Llama, Mistral) and
+    tokens, and the logits stay near torch's."""
+    from vkq.lm_compile import model_shape
+    model, lm = build8(arch, tokenizer_file)
+    p = lm.program
+    shape = model_shape(model.config)
+    words = -(-shape["head_dim"] // 4) + 1
+    assert lm.kv_cache == "int8" and not p.fallback
+    assert all(p.tensors[s].dtype == "int32" and p.tensors[s].shape == (1, shape["kv_heads"], CONTEXT, words)
+               for s in p.state) and len(p.state) == 4
+    ops = [n.op for n in p.nodes]
+    assert ops.count("attention_cached_q8") == 2 and ops.count("index_copy_q8") == 4
+    assert "attention_cached" not in ops and "kv_quantize" not in ops and "scatter" not in ops
+    on = vkq.LanguageModel(p, device)
+    got, ref = on.logits(IDS), lm.reference.logits(IDS)
+    if arch in ("llama", "mistral"):
+        np.testing.assert_array_equal(got, ref)
+    else:                   # (Gemma 2's softcap tanh divides; GPT-2's layer norm and GELU are not exact yet)
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-2)
+    with torch.no_grad():
+        want = model(torch.tensor([IDS])).logits[0].numpy()
+    assert np.abs(ref - want).max() <= 0.05 * np.abs(want).max()
+    g = on.generate(IDS[:5], max_new_tokens=12)
+    assert g.tokens == lm.reference.generate(IDS[:5], max_new_tokens=12).tokens
+    s = g.stats
+    assert s["kv_cache"] == "int8" and s["submits_per_step"] == 1
+    assert not on._compiled.executor._state_copies            # every cache written in place
+    if arch == "llama":     # a step's dispatches: the float cache's (one write a cache, quantizing)
+        assert s["dispatches_per_step"] == vkq.LanguageModel(build(arch, tokenizer_file)[1].program, device).generate(
+            IDS[:5], max_new_tokens=2).stats["dispatches_per_step"]
+    # the cache's device bytes: a row of 4 (ceil(D/4) + 1) bytes for 4 D (D = 8: 3/8, D = 32: 9/32)
+    assert s["memory_bytes"]["cache"] == 2 * 2 * shape["kv_heads"] * CONTEXT * words * 4
+    if arch == "mistral":
+        assert s["memory_bytes"]["cache"] / (2 * 2 * shape["kv_heads"] * CONTEXT * shape["head_dim"] * 4) == 9 / 32
+
+
+def test_int8_kv_cache_rows_are_the_float_rows_quantized(tokenizer_file, device):
+    """After a 5-token prefill and steps at 5, 6 and 7, the first layer's int8 cache rows 0..7 are
+    kv_quantize of the float cache's rows (the first layer's keys and values do not depend on the
+    cache), on the device as in the reference, every layer's; rows past 7 untouched (zero)."""
+    from vkq.ops.kv_q8 import kv_quantize
+    _, f32 = build("llama", tokenizer_file)
+    _, q8 = build8("llama", tokenizer_file)
+    on = vkq.LanguageModel(q8.program, device)
+    for lm in (f32.reference, q8.reference, on):
+        lm.reset()
+        lm._run(IDS[:5], 0, [4], False)
+        for pos in (5, 6, 7):
+            lm._run([IDS[pos]], pos, [0], False)
+    ref_state = lambda lm, name: lm._compiled.read_state(name, reference=True)
+    for kind in "kv":
+        name = f"state_{kind}_cache_0"
+        want = kv_quantize(ref_state(f32.reference, name)[:, :, :8])
+        np.testing.assert_array_equal(ref_state(q8.reference, name)[:, :, :8], want)
+    for name in q8.program.state:
+        rows = on._compiled.read_state(name)
+        np.testing.assert_array_equal(rows, ref_state(q8.reference, name))
+        assert rows[:, :, :8].any(axis=-1).all() and not rows[:, :, 8:].any()
+
+
+def test_fuse_kv_write_fuses_a_write_of_rows_nothing_else_reads():
+    """index_copy(cache, kv_quantize(x)) -> index_copy_q8(cache, x); rows also returned stay."""
+    from vkq import lm_compile  # noqa: F401  (registers the vkq ops)
+    from vkq.passes._graph import op_name
+    from vkq.passes.fuse_kv_write import fuse_kv_write
+
+    class Writes(torch.nn.Module):
+        def forward(self, cache, pos, x, y):
+            a = cache.index_copy(2, pos, torch.ops.vkq.kv_quantize(x))
+            qy = torch.ops.vkq.kv_quantize(y)
+            return a.index_copy(2, pos, qy), qy
+    args = (torch.zeros(1, 2, 9, 5, dtype=torch.int32), torch.tensor([3, 7]), torch.randn(1, 2, 2, 16),
+            torch.randn(1, 2, 2, 16))
+    gm = torch.export.export(Writes(), args).module()
+    want = gm(*args)
+    assert fuse_kv_write(gm)
+    calls = [op_name(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert calls.count("vkq.index_copy_q8") == 1 and calls.count("vkq.kv_quantize") == 1 \
+        and calls.count("aten.index_copy") == 1
+    for g, w in zip(gm(*args), want):
+        assert torch.equal(g, w)
+
+
+def test_an_unknown_kv_cache_is_named(tokenizer_file):
+    model, _ = build("llama", tokenizer_file)
+    with pytest.raises(ValueError, match="kv_cache must be one of float32, int8, got 'int4'"):
+        vkq.compile_lm(model, tokenizer_file, max_context=CONTEXT, kv_cache="int4", progress=False)
+
+
+def test_saved_int8_kv_lm_says_its_cache(tokenizer_file, tmp_path):
+    _, lm = build8("llama", tokenizer_file)
+    path = lm.save(tmp_path / "kv8.vkq")
+    assert vkq.load_lm(path).kv_cache == "int8"
+    res = run_cli_without_torch("generate", path, "--prompt", "the cat", "--max-new-tokens", "4")
+    assert res.returncode == 0 and "int8 KV cache" in res.stderr, res.stderr[-2000:]
+    assert res.stdout.rstrip("\n") == lm.generate("the cat", max_new_tokens=4).text
+    res = run_cli_without_torch("generate", path, "--prompt", "the cat", "--kv-cache", "float32")
+    assert res.returncode == 2 and "its KV cache is int8, not float32" in res.stderr
+
+
+def decode_step(on):
+    """The build of a decode step (one token) of a LanguageModel that has run one."""
+    ex = on._compiled.executor
+    return next(b for (key, _), b in reversed(ex._builds.items()) if dict(key).get(on._token_symbol()) == 1)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_decode_step_folds_copies_norms_and_float_ops(arch, tokenizer_file, device):
+    """A decode step runs no copy around attention (fold_head_transposes: rotary reads q and k
+    (B, T, H, D), the cache scatter reads v so, attention writes (B, T, H, Dv); GPT-2's q, which
+    it reads, keeps its transpose) and, in Llama and Qwen2, no norm, silu, product or residual
+    add of its own (fuse_rms_norm, fuse_float_epilogue), q's and k's rotations one dispatch
+    (pair_rotaries): 15 dispatches a layer."""
+    _, lm = build(arch, tokenizer_file)
+    on = vkq.LanguageModel(lm.program, device)
+    s = on.generate(IDS[:3], max_new_tokens=2).stats
+    nodes = decode_step(on).program.nodes
+    ops = [n.op for n in nodes]
+    assert ops.count("transpose") + ops.count("permute") == (2 if arch == "gpt2" else 0)
+    assert all(n.attrs.get("out_tokens_first") for n in nodes if n.op == "attention_cached")
+    # v's cache write reads it through the transpose (k's reads rotary's output; GPT-2's k too)
+    assert sum(bool(n.attrs.get("src_transpose")) for n in nodes if n.op == "scatter") == (4 if arch == "gpt2" else 2)
+    assert all(n.attrs.get("tokens_first") for n in nodes if n.op == "rotary")
+    if arch in ("llama", "qwen2"):
+        assert ops.count("rms_norm") == 1 and not {"silu", "mul", "add"} & set(ops)     # (the final norm)
+        assert s["dispatches_per_step"] <= 15 * 2 + 13
+    assert ops.count("rotary") == (0 if arch == "gpt2" else 2)          # (a pair a layer)
 
 
 @pytest.mark.parametrize("scheme", ["static", "weight_only", "8da4w"])

@@ -453,6 +453,44 @@ def test_scatter(device, dtype, reduce, xs, ishape, sshape, dim, along):
         assert not np.array_equal(ref, x)                                  # something was written
 
 
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_scatter_reads_src_through_a_transpose(device, in_place):
+    """attr src_transpose (vkq/ops/attention_cached.py fold_head_transposes): src given (B, T, H,
+    D) is written as its transpose (B, H, T, D) into a (B, H, N, D) cache along dim 2, by the
+    general scatter and in place (a state's rows: index_copy_rows), over three calls with
+    repeated and negative rows: the reference's bits, and the reference is the scatter of the
+    transposed src."""
+    from vkq.program import Node, Program
+    xs, ss = (2, 3, 11, 5), (2, 4, 3, 5)
+    attrs = {"dim": 2, "reduce": "none", "include_self": True, "along": True, "src_transpose": [1, 2]}
+    tensors = {"cache": spec(xs), "idx": spec((4,), "int32"), "src": spec(ss), "upd": spec(xs), "y": spec(ss)}
+    copy = Node("mul", ["src"], ["y"], {"scalar": 2.0})
+    if in_place:        # the cache a state written by the scatter, read by nothing after it
+        prog = Program(tensors, [Node("scatter", ["cache", "idx", "src"], ["upd"], attrs), copy], ["idx", "src"],
+                       ["y"], state={"cache": "upd"}, state_init={"cache": floats(*xs)})
+    else:
+        prog = Program(tensors, [Node("scatter", ["cache", "idx", "src"], ["upd"], attrs)], ["cache", "idx", "src"],
+                       ["upd"])
+    prog.validate()
+    ex, state = VulkanExecutor(prog, device), {}
+    names = {st.name for seg in ex.segments if seg[0] == "vulkan" for st in seg[1].steps}
+    assert ("index_copy_rows" in names) == in_place
+    cache = floats(*xs)
+    for idx in ([3, -1, 3, 0], [1, 2, 9, -11], [10, 4, 5, 6]):
+        idx, src = np.array(idx, np.int32), floats(*ss)
+        want = get_op("scatter").reference(cache, idx, src.transpose(0, 2, 1, 3), dim=2, along=True)
+        if in_place:
+            ex(idx, src)
+            run_reference(prog, idx, src, state=state)
+            np.testing.assert_array_equal(ex.read_state("cache"), state["cache"])
+            assert not np.array_equal(state["cache"], prog.state_init["cache"])
+        else:
+            got, ref = ex(cache, idx, src), run_reference(prog, cache, idx, src)
+            np.testing.assert_array_equal(got, ref)
+            np.testing.assert_array_equal(ref, want)
+            assert not np.array_equal(ref, cache)
+
 def test_scatter_ignores_indices_out_of_range_and_declines_int_mean():
     x, index = np.zeros((2, 4), np.float32), np.array([[5, -5], [1, 1]], np.int32)
     src = np.ones((2, 2), np.float32)

@@ -93,10 +93,10 @@ def convnet():
 
 def test_pipeline_is_an_ordered_list_linted_after_each_pass(convnet):
     names = [p.__name__ for p in PIPELINE]
-    assert names == ["inline_wrappers", "drop_guards", "unroll_rnn", "normalize_ops", "fold_constant_computations",
-                     "fuse_activation",
+    assert names == ["inline_wrappers", "drop_guards", "unroll_rnn", "normalize_ops", "fuse_kv_write",
+                     "fold_constant_computations", "fuse_activation",
                      "lift_quantize", "drop_cancelling_qdq", "fold_qdq_patterns", "int8_embeddings", "decompose_ops",
-                     "fuse_epilogue",
+                     "fuse_epilogue", "fuse_float_epilogue", "fuse_rms_norm",
                      "permute_in_float", "fake_quantize", "views_to_repack", "fold_constants", "assign_layouts"]
     _, gm = prepared(convnet, X, upto=PIPELINE[0])
     report = run_pipeline(gm)

@@ -374,7 +374,7 @@ class BiasedWindowAttention(WindowAttention):
 def test_quantize_dequantize_pairs_between_float_ops_are_one_pass(device):
     """The scores' PT2E quantize -> dequantize pairs, read by nothing else (passes/fake_quantize.py),
     are one float fake_quantize each, not a packed int8 tensor written and read back, and each
-    folds into the float kernel that produces its input (ops/float.py fold_fake_quantize: attr
+    folds into the float kernel that produces its input (ops/float_rewrites.py fold_fake_quantize: attr
     fq on the scores' matmul and the bias add): no pass of its own. The program computes what
     the pairs did (reference == PT2E op by op, Vulkan == reference)."""
     x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(4))
@@ -447,7 +447,7 @@ class CosineAttention(nn.Module):
 
 def test_normalize_divides_by_the_norm_it_broadcasts(device):
     """F.normalize's x / norm.expand_as(x): the expand folds into the division, which broadcasts
-    the norm (ops/float.py fold_broadcast_expands); no (.., 8)-wide copy of the norms is made.
+    the norm (ops/float_rewrites.py fold_broadcast_expands); no (.., 8)-wide copy of the norms is made.
     The reference equals PT2E op by op, Vulkan the reference."""
     x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(6))
     gm = vkq.quantize(CosineAttention().eval(), (x,), [(torch.randn(2, 7, 16),) for _ in range(2)])

@@ -12,7 +12,9 @@
 #      declared variant is built by no test at all);
 #   4. the kernel tests that build a subgroup variant in pass 2 (tools/select_tests.py subgroups),
 #      on lavapipe at the two vector widths (of 128/256/512 bits: 4/8/16 lanes) that passes 1-3
-#      did not use (vkq takes 512 where the CPU has AVX-512, else 256: vkq/device.py).
+#      did not use (vkq takes 512 where the CPU has AVX-512, else 256: vkq/device.py); among them
+#      tests/test_exact_float.py and tests/test_same_bits.py, so that the float kernels' and whole
+#      float-heavy programs' equal bits are checked at every subgroup size.
 # Each pass runs in a process per core, at most 4 (pytest-xdist): a test is mostly single-threaded
 # Python, shader compiles and the validation layer, so one process kept one core of two busy.
 # --dist loadscope keeps a module's tests in one process, so a module's fixtures (a quantized
@@ -44,10 +46,11 @@ $PY tools/select_tests.py cover "$WORK/dispatch.log" > "$WORK/gpuav_tests.txt"
 rc3=$?
 if [ -s "$WORK/gpuav_tests.txt" ]; then   # (an empty list would make pytest run everything)
   # Its time is compiling the instrumented shaders (llvmpipe's LLVM splitting a barrier kernel
-  # into coroutines: up to a minute a variant, one thread a process; Mesa's shader cache misses,
+  # into coroutines: minutes for some variants, one thread a process; Mesa's shader cache misses,
   # the instrumentation numbering shaders in creation order). The tests share no fixtures worth
-  # keeping together, so they are dealt one at a time to whichever process is free.
-  gpuav=(); [ "$JOBS" -gt 1 ] && gpuav=(-n "$JOBS" --dist load)
+  # keeping together, so they are dealt one at a time, costliest first (the list's order), to
+  # whichever process is free: no long test is left to run alone at the end.
+  gpuav=(); [ "$JOBS" -gt 1 ] && gpuav=(-n "$JOBS" --dist load --maxschedchunk 1)
   VKQ_TEST_DEVICES=llvmpipe VK_INSTANCE_LAYERS=$LAYER \
     VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_GPU_ASSISTED_EXT \
     $PY -m pytest -q -p no:cacheprovider "${gpuav[@]}" "@$WORK/gpuav_tests.txt" || rc3=1
@@ -55,7 +58,8 @@ fi
 
 USED_WIDTH=$($PY -c 'import os, vkq.device; print(os.environ.get("LP_NATIVE_VECTOR_WIDTH", "256"))')
 echo "== pass 4/4: lavapipe, subgroup kernels at the vector widths other than $USED_WIDTH bits"
-KERNEL_TESTS="tests/test_conv.py tests/test_linear.py tests/test_float_ops.py tests/test_pool.py tests/test_eltwise.py"
+KERNEL_TESTS="tests/test_conv.py tests/test_linear.py tests/test_float_ops.py tests/test_pool.py tests/test_eltwise.py
+  tests/test_exact_float.py tests/test_same_bits.py"
 $PY tools/select_tests.py subgroups "$WORK/dispatch.log" $KERNEL_TESTS > "$WORK/subgroup_tests.txt"
 rc4=$?
 for width in 128 256 512; do

@@ -274,12 +274,16 @@ def cmd_generate(args) -> int:
     from pathlib import Path
     from .lm import PACKAGED, load_lm, packaged_lm
     if args.model in PACKAGED:
-        lm = packaged_lm(args.model, args.max_context, args.scheme, device=args.device, progress=not args.no_progress)
+        lm = packaged_lm(args.model, args.max_context, args.scheme, device=args.device, progress=not args.no_progress,
+                         kv_cache=args.kv_cache or "float32")
     elif Path(args.model).suffix == ".vkq" or Path(args.model).is_file():
         lm = load_lm(args.model, device=args.device)
     else:
         raise ValueError(f"unknown model {args.model!r}: give a .vkq language-model file or one of "
                          f"{', '.join(sorted(PACKAGED))}")
+    if args.kv_cache not in (None, lm.kv_cache):
+        raise ValueError(f"{args.model}: its KV cache is {lm.kv_cache}, not {args.kv_cache} (the program fixes it: "
+                         "compile it with vkq compile-lm --kv-cache)")
     r = lm.generate(args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                     top_k=args.top_k, top_p=args.top_p, seed=args.seed, chat=args.chat, stream=sys.stdout)
     sys.stdout.write("\n")
@@ -288,7 +292,8 @@ def cmd_generate(args) -> int:
     print(f"vkq: {s['prompt_tokens']} prompt tokens, {s['new_tokens']} new ({s['stopped']}); time to first token "
           f"{s['time_to_first_token_s'] * 1e3:.0f} ms; prefill {s['prefill_tok_s']:.1f} tok/s; decode "
           f"{s['decode_tok_s']:.1f} tok/s; {s.get('dispatches_per_step', '?')} dispatches a decode step; device "
-          f"memory: weights {mem.get('weights', 0) / 2**20:.0f} MiB, cache {mem.get('cache', 0) / 2**20:.0f} MiB, "
+          f"memory: weights {mem.get('weights', 0) / 2**20:.0f} MiB, {lm.kv_cache} KV cache "
+          f"{mem.get('cache', 0) / 2**20:.1f} MiB, "
           f"intermediates {mem.get('intermediates', 0) / 2**20:.0f} MiB ({lm.device.info.name})", file=sys.stderr)
     return 0
 
@@ -299,10 +304,10 @@ def cmd_compile_lm(args) -> int:
     from .modelsource import import_function
     model, tokenizer = _model_and_tokenizer(import_function(args.model)(), args.model)
     lm = compile_lm(model, tokenizer, max_context=args.max_context, scheme=args.scheme,
-                    progress=not args.no_progress, group_size=args.group_size)
+                    progress=not args.no_progress, group_size=args.group_size, kv_cache=args.kv_cache)
     out = lm.save(args.output or _default_output(args.model))
     print(f"wrote {out}: {len(lm.program.nodes)} nodes, {len(lm.program.fallback)} op(s) on the CPU, context "
-          f"{lm.max_context}, vocabulary {lm.vocab_size}")
+          f"{lm.max_context}, vocabulary {lm.vocab_size}, {lm.kv_cache} KV cache")
     return 0
 
 
@@ -412,6 +417,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-context", type=int, default=2048, help="a packaged model's context when it is built")
     p.add_argument("--scheme", default="dynamic", choices=("dynamic", "int4", "8da4w"),
                    help="a packaged model's weights: int8 (dynamic), or the GGUF's own int4 blocks")
+    p.add_argument("--kv-cache", default=None, choices=("float32", "int8"),
+                   help="a packaged model's KV cache when it is built (default float32); a .vkq file's is its own")
     _add_device_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no stage lines while a packaged model is built")
     p.set_defaults(func=cmd_generate)
@@ -422,6 +429,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-context", type=int, default=512)
     p.add_argument("--scheme", default="dynamic", choices=("dynamic", "weight_only", "static", "int4", "8da4w"))
     p.add_argument("--group-size", type=int, default=32, help="int4 / 8da4w: weights in groups of this many along K")
+    p.add_argument("--kv-cache", default="float32", choices=("float32", "int8"),
+                   help="int8: each token's key and value rows int8 with a float32 scale (a quarter of the bytes)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_compile_lm)
     args = parser.parse_args(argv)

@@ -123,7 +123,7 @@ def _normalize_defines(defines) -> dict:
 def _log_variant(shader: str, defines: tuple) -> None:
     """With $VKQ_DISPATCH_LOG set, append each shader variant a dispatch is built from, with
     the pytest test that built it: tools/select_tests.py turns the log of the lavapipe test
-    pass into the smallest set of tests that runs every variant under GPU-assisted validation,
+    pass into the cheapest set of tests that runs every variant under GPU-assisted validation,
     and into the tests that run a subgroup kernel (for the other subgroup sizes)."""
     path = os.environ.get("VKQ_DISPATCH_LOG")
     if path:

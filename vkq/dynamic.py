@@ -26,7 +26,7 @@ from torch.fx import GraphModule, Node
 
 from . import symbolic
 from .passes._graph import SHAPE_OF
-from .passes.decompose_ops import FOURIER, fourier_shape
+from .passes.decompose_fourier import FOURIER, fourier_shape
 from .program import Program, TensorSpec
 
 

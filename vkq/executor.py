@@ -432,7 +432,8 @@ class VulkanExecutor:
         executor) unless a CPU node reads it or makes its update: then on the host, passed in
         and taken back like an input and an output. Its update is written into the state's own
         buffer (in place: no copy, no arena slot) where the node making it is a scatter of
-        slices into the state (index_copy_ of a KV cache at its positions) and nothing reads
+        slices into the state (index_copy_ of a KV cache at its positions; index_copy_q8 of an
+        int8 one, vkq.ops.kv_q8) and nothing reads
         the old value after it; else it gets a buffer of its own, copied into the state's at
         the end of the call."""
         program = self.program
@@ -450,8 +451,9 @@ class VulkanExecutor:
             i = order.get(update)
             node = sized.nodes[i] if i is not None else None
             later_reads = any(name in n.inputs for n in sized.nodes[i + 1:]) if node is not None else True
-            if node is not None and node.op == "scatter" and node.inputs[0] == name and node.attrs.get("along") \
-                    and node.attrs.get("reduce", "none") == "none" and not later_reads:
+            rows = node is not None and (node.op == "index_copy_q8" or node.op == "scatter" and node.attrs.get("along")
+                                         and node.attrs.get("reduce", "none") == "none")
+            if rows and node.inputs[0] == name and not later_reads:
                 self._in_place[update] = name
             else:
                 self._state_copies.append((update, name))

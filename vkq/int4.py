@@ -24,8 +24,9 @@ exactly to float32):
                u = q + 8, zero = zp + 8, scale = s, offset None  (from_torchao)
     vkq's own quantize_groups: symmetric (zero = 8) or asymmetric (integer zero point).
 GGUF Q8_0 (w = d * q, q int8, blocks of 32) is a separate kind, bits = 8: int8 values q in
-place of u - zero (zero 0, no offset), w = f32(q) * scale; vkq's int8 weights (one scale a
-row) cannot hold a scale a block exactly, so it does not map into them. No kernel reads it yet.
+place of u - zero (zero 0, no offset), w = f32(q) * scale. vkq's int8 weights (one scale a
+row) cannot hold a scale a block exactly; the int4 linears' kernels read these groups as they
+are (their W8 variants, node attr bits = 8: vkq/ops/linear_int4.py), no second rounding.
 
 Packing (pack / unpack): a row's values, K padded to ng * G with u = 0, eight to a word:
     value k of a row is in word k // 8, bits [8 * (k % 4) + 4 * ((k % 8) // 4), +4)

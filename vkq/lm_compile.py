@@ -8,7 +8,8 @@ What is exported (CachedDecoder): forward(ids (1, T), positions (T,), logit_inde
 with T = its length and K = 1 (the last position's logits only); a decode step T = K = 1;
 teacher-forced logits K = T. next_token is the argmax of the last logits row, on the device:
 greedy decoding takes one int32 back a step.
-The cache is two buffers a layer, (1, kv heads, max_context, head_dim), written in place
+The cache is two buffers a layer, (1, kv heads, max_context, head_dim) float32 (kv_cache="int8":
+rows of int8 values and a float32 scale, vkq.ops.kv_q8), written in place
 (index_copy_ at the positions): vkq makes them program state (vkq.passes.functionalize,
 Program.state), kept on the device and written a row a step. Attention runs through a
 transformers attention function of our own ("vkq", registered with transformers'
@@ -60,6 +61,48 @@ def cached_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 @cached_attention.register_fake
 def _(q, k_cache, v_cache, positions, scale, window, softcap):
     return q.new_empty((*q.shape[:-1], v_cache.shape[-1]))
+
+
+@torch.library.custom_op("vkq::kv_quantize", mutates_args=())
+def kv_quantize(x: torch.Tensor) -> torch.Tensor:
+    """Rows (..., D) float32 -> int32 words (..., ceil(D/4) + 1): int8 values and a float32 scale
+    a row, the int8 KV cache's format (vkq.ops.kv_q8, whose reference this runs eagerly)."""
+    from .ops.kv_q8 import kv_quantize as quantize
+    return torch.from_numpy(quantize(x.detach().float().contiguous().numpy()))
+
+
+@kv_quantize.register_fake
+def _(x):
+    from .ops.kv_q8 import row_words
+    return x.new_empty((*x.shape[:-1], row_words(x.shape[-1])), dtype=torch.int32)
+
+
+@torch.library.custom_op("vkq::index_copy_q8", mutates_args=())
+def index_copy_q8(cache: torch.Tensor, dim: int, index: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """cache.index_copy(dim, index, kv_quantize(x)): what vkq.passes.fuse_kv_write makes of the
+    int8 cache's writes (vkq.ops.kv_q8.index_copy_q8, one dispatch)."""
+    return cache.index_copy(dim, index, kv_quantize(x))
+
+
+@index_copy_q8.register_fake
+def _(cache, dim, index, x):
+    return torch.empty_like(cache)
+
+
+@torch.library.custom_op("vkq::cached_attention_q8", mutates_args=())
+def cached_attention_q8(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
+                        scale: float, window: int, softcap: float, dv: int) -> torch.Tensor:
+    """cached_attention over int8 caches of kv_quantize's rows (B, Hkv, N, ceil(D/4) + 1), values
+    of dv: vkq.ops.attention_cached.attention_cached_q8, run eagerly."""
+    from .ops.attention_cached import attention_cached_q8 as attend
+    out = attend(q.detach().float().numpy(), k_cache.numpy(), v_cache.numpy(), positions.numpy(),
+                 scale=scale, window=window, softcap=softcap, dv=dv)
+    return torch.from_numpy(out).to(q.dtype)
+
+
+@cached_attention_q8.register_fake
+def _(q, k_cache, v_cache, positions, scale, window, softcap, dv):
+    return q.new_empty((*q.shape[:-1], dv))
 
 
 @torch.library.custom_op("vkq::rotary", mutates_args=())
@@ -176,11 +219,17 @@ def vkq_attention(module, query, key, value, attention_mask, scaling=None, dropo
         raise RuntimeError("the 'vkq' attention runs inside vkq.lm_compile.CachedDecoder only")
     i = module.layer_idx
     k_cache, v_cache = lm.caches(i)
-    k_cache.index_copy_(2, _CONTEXT.positions, key.to(k_cache.dtype))
-    v_cache.index_copy_(2, _CONTEXT.positions, value.to(v_cache.dtype))
     scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
-    out = torch.ops.vkq.cached_attention(query, k_cache, v_cache, _CONTEXT.positions, scale,
-                                         int(sliding_window or 0), float(softcap or 0.0))
+    window, cap = int(sliding_window or 0), float(softcap or 0.0)
+    if lm.kv_cache == "int8":         # each new row int8 with its scale, written as the float rows are
+        k_cache.index_copy_(2, _CONTEXT.positions, torch.ops.vkq.kv_quantize(key.float()))
+        v_cache.index_copy_(2, _CONTEXT.positions, torch.ops.vkq.kv_quantize(value.float()))
+        out = torch.ops.vkq.cached_attention_q8(query, k_cache, v_cache, _CONTEXT.positions, scale, window, cap,
+                                                value.shape[-1])
+    else:
+        k_cache.index_copy_(2, _CONTEXT.positions, key.to(k_cache.dtype))
+        v_cache.index_copy_(2, _CONTEXT.positions, value.to(v_cache.dtype))
+        out = torch.ops.vkq.cached_attention(query, k_cache, v_cache, _CONTEXT.positions, scale, window, cap)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -200,19 +249,32 @@ def model_shape(config) -> dict:
             "vocab": config.vocab_size}
 
 
+KV_CACHES = ("float32", "int8")
+
+
+def cache_shape(shape: dict, max_context: int, kv_cache: str) -> tuple:
+    """One layer's key (and value) cache: (1, kv heads, max_context, head_dim) float32, or int8
+    rows of ceil(head_dim / 4) Int8x4 words and a float32 scale (vkq.ops.kv_q8) as int32 words."""
+    from .ops.kv_q8 import row_words
+    width = shape["head_dim"] if kv_cache == "float32" else row_words(shape["head_dim"])
+    return 1, shape["kv_heads"], max_context, width
+
+
 class CachedDecoder(nn.Module):
     """forward(ids (1, T), positions (T,), logit_index (K,)) -> (logits (K, V), next_token (1,))
     over a static KV cache kept in this module's buffers (written in place)."""
 
-    def __init__(self, model: nn.Module, max_context: int):
+    def __init__(self, model: nn.Module, max_context: int, kv_cache: str = "float32"):
         super().__init__()
         self.model = model
+        self.kv_cache = kv_cache
         shape = model_shape(model.config)
         self.n_layers = shape["layers"]
+        dtype = torch.float32 if kv_cache == "float32" else torch.int32
         for i in range(self.n_layers):
             for kind in "kv":
-                self.register_buffer(f"{kind}_cache_{i}", torch.zeros(1, shape["kv_heads"], max_context,
-                                                                       shape["head_dim"]), persistent=False)
+                self.register_buffer(f"{kind}_cache_{i}", torch.zeros(cache_shape(shape, max_context, kv_cache),
+                                                                       dtype=dtype), persistent=False)
 
     def caches(self, i: int):
         return getattr(self, f"k_cache_{i}"), getattr(self, f"v_cache_{i}")
@@ -313,7 +375,8 @@ SCHEMES = ("dynamic", "weight_only", "static", "int4", "8da4w")
 
 def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: str = "dynamic", device=None,
                progress: bool = True, meta: dict | None = None, calibration=None, group_size: int = 32,
-               symmetric: bool = True, known_groups: dict | None = None, int4_lm_head: bool = False):
+               symmetric: bool = True, known_groups: dict | None = None, int4_lm_head: bool = False,
+               kv_cache: str = "float32"):
     """Compile a transformers causal LM with a static KV cache of max_context positions; every
     linear int8 (scheme "dynamic": per-token activations; "weight_only"; "static": per-tensor
     activations, their ranges from `calibration`, texts or token-id lists run as prompts) or int4
@@ -321,7 +384,9 @@ def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: s
     a GGUF's own blocks for the weights they dequantize to, vkq.models.gguf_llama; the lm_head
     stays int8 by rows unless int4_lm_head: its logits decide every token, and a tied one is then
     the embedding's own int8 table), the
-    token embedding as int8 rows (tied to the lm_head: stored once). The model given is not
+    token embedding as int8 rows (tied to the lm_head: stored once). kv_cache: "float32", or
+    "int8" (each token's key and value rows of a head int8 with a float32 scale: vkq.ops.kv_q8,
+    about a quarter of the cache's bytes and of attention's reads). The model given is not
     changed (a half-precision one is compiled from a float32 copy). Returns a vkq.lm.LanguageModel."""
     import vkq
     from torch.export import Dim
@@ -330,15 +395,17 @@ def compile_lm(hf_model: nn.Module, tokenizer, max_context: int = 512, scheme: s
     vkq._quiet_third_party_logs()
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    if kv_cache not in KV_CACHES:
+        raise ValueError(f"kv_cache must be one of {', '.join(KV_CACHES)}, got {kv_cache!r}")
     max_context = int(max_context)
     if max_context < 4:
         raise ValueError(f"max_context must be at least 4, got {max_context}")
-    info = {**lm_meta(hf_model, tokenizer, max_context), **(meta or {})}
+    info = {**lm_meta(hf_model, tokenizer, max_context), "kv_cache": kv_cache, **(meta or {})}
     model = hf_model.eval()
     if any(p.dtype != torch.float32 for p in model.parameters()):
         import copy
         model = copy.deepcopy(model).float()
-    decoder = CachedDecoder(model, max_context).eval()
+    decoder = CachedDecoder(model, max_context, kv_cache).eval()
     example = (torch.tensor([[1, 2, 3]]), torch.arange(3), torch.tensor([1, 2]))
     info["max_logit_rows"] = logit_rows(max_context, info["vocab"])
     if scheme in ("int4", "8da4w") and not int4_lm_head:      # the lm_head int8 by rows (the embedding's table)

@@ -414,8 +414,9 @@ def gguf_llama(path) -> tuple:
     """(LlamaForCausalLM in float32, its GGUF metadata) from a llama-architecture GGUF: each
     tensor dequantized by the gguf package (gguf.quants.dequantize), q and k rows put back in
     Hugging Face's rotary order; the lm_head tied to the embedding where the file has none.
-    meta["vkq.int4_groups"]: {sha1 of a linear's float32 weight: its Q4_0 / Q4_1 blocks as
-    vkq.int4.GroupWeights}, for the int4 schemes to keep the file's own integers and scales."""
+    meta["vkq.int4_groups"]: {sha1 of a linear's float32 weight: its Q4_0 / Q4_1 / Q8_0 blocks as
+    vkq.int4.GroupWeights}, for the int4 schemes to keep the file's own integers and scales (Q8_0:
+    8-bit groups, not re-rounded into int4)."""
     import gguf
     from . import int4
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -462,7 +463,7 @@ def gguf_llama(path) -> tuple:
             w, rows = _unpermute_rotary(w, kv), _unpermute_rotary(rows[:, None], kv)[:, 0]
         state[ours] = torch.from_numpy(w)
         t = tensors[theirs]
-        if t.tensor_type.name in ("Q4_0", "Q4_1") and ours != "model.embed_tokens.weight":
+        if t.tensor_type.name in ("Q4_0", "Q4_1", "Q8_0") and ours != "model.embed_tokens.weight":
             groups[_sha1(w)] = _rows_of(int4.from_gguf(t.tensor_type, t.data, w.shape), rows)
     with torch.device("meta"):
         model = LlamaForCausalLM(config)

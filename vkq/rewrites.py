@@ -11,7 +11,8 @@ names of nodes it must leave in place."""
 from __future__ import annotations
 
 from .ops.attention import fold_views_into_attention
-from .ops.float import fold_broadcast_expands, fold_fake_quantize, fold_scale_mask_into_softmax, fold_views_into_matmul
+from .ops.attention_cached import fold_head_transposes, pair_rotaries
+from .ops.float_rewrites import fold_broadcast_expands, fold_fake_quantize, fold_scale_mask_into_softmax, fold_views_into_matmul
 from .ops.pool import fold_cat_prefixes
 from .ops.shape import fold_view_chains
 from .program import NodeError
@@ -21,6 +22,8 @@ SHAPE_REWRITES = [
     fold_views_into_matmul,          # attention's head split/merge copies -> strided matmuls
     fold_scale_mask_into_softmax,    # softmax(scores * s + mask) in one pass
     fold_views_into_attention,       # q, k, v read from the projection, the result written merged
+    fold_head_transposes,            # a cached decoder's head split / merge read and written through
+    pair_rotaries,                   # its q's and k's rotations in one dispatch; after the fold (same attrs)
     fold_fake_quantize,              # a float result's q/dq pair in its kernel's stores; last: the
                                      #   folds above take only ops without one
     fold_view_chains,                # int8 gathers in a row -> one gather by the composed map

@@ -1,8 +1,9 @@
 #ifndef VKQ_FLOAT_EXACT_GLSL
 #define VKQ_FLOAT_EXACT_GLSL
 // Bit-exact float32 (issue 59): the rules a kernel follows to give the same bits on every
-// device and in its numpy reference (vkq/ops/float.py: ftz, recip_newton, rsqrt_newton, exp_f32,
-// silu_f32, rms_norm are the twins of what is here and in float_math.glsl).
+// device and in its numpy reference (vkq/ops/float_math.py holds the twins of what is here and in
+// float_math.glsl: ftz, recip_newton, rsqrt_newton, exp_f32, log_f32, erf_f32, tanh_f32,
+// sigmoid_f32, silu_f32, gelu_*, sum_canonical, matmul_f32).
 //  1. Only + - * and comparisons/selects on floats (each one IEEE rounding in Vulkan), every one
 //     whose rounding matters `precise` (SPIR-V NoContraction: no fused multiply-add chosen by the
 //     compiler); the twin does the same float32 operations in the same order (numpy float32
@@ -10,8 +11,9 @@
 //  2. No division, sqrt, inversesqrt, exp, log, pow...: Vulkan leaves their precision open
 //     (division 2.5 ulp). 1/s: recip_newton; 1/sqrt(t): rsqrt_newton; exp: exp_f32.
 //  3. Sums in a canonical order, a function of the row length alone, never of the lanes, the
-//     subgroup size, the workgroup or the vec4/texel path (float_layer_norm.comp rms_norm:
-//     64 fixed partials, then a fixed tree).
+//     subgroup size, the workgroup or the vec4/texel path: the row shaders' canonical sum
+//     (float_workgroup.glsl ROW_CANON: 64 fixed partials, then a fixed tree; the norms and
+//     softmaxes), float_matmul.comp's groups of 4 products added in k order.
 //  4. Subnormals: some devices flush them, some keep them. Wherever one may arise (an input, a
 //     product), ftz() makes it a zero of its sign explicitly, so both kinds agree.
 //  5. Constants that depend on a shape (1/D) are float32 values computed on the host.

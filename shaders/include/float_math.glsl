@@ -12,7 +12,7 @@
 // comparisons after the polynomial, which leave a NaN a NaN (clamp()'s max / min turned NaN
 // into a number, and an isnan() test cost SiLU and sigmoid 10-20% on lavapipe); an input
 // clamp as well cost them 5-10% there, so the polynomial runs on any x, its result replaced.
-float exp_f32(float x) {       // `precise` throughout: vkq/ops/float.py exp_f32 is its exact twin
+float exp_f32(float x) {       // `precise` throughout: vkq/ops/float_math.py exp_f32 is its exact twin
     const bool sub = x < -87.33654;
     precise float y = sub ? x + 16.635532333 : x;          // 24 ln 2 (past the range: replaced below)
     precise float n = roundEven(y * 1.44269504089);
@@ -31,26 +31,31 @@ float exp_f32(float x) {       // `precise` throughout: vkq/ops/float.py exp_f32
 }
 
 // erf(x): the rational approximation x P(x^2) / Q(x^2) of Eigen and XLA (float32), with x
-// clamped to [-4, 4] (|erf(4)| = 1 - 1.5e-8, 1 in float32). Max abs error 4.0e-7 measured
-// in float32 against math.erf on [-6, 6] (vkq/ops/float.py: erf_f32 is its numpy twin);
+// clamped to [-4, 4] (|erf(4)| = 1 - 1.5e-8, 1 in float32). Max abs error 4.11e-7 measured
+// in float32 against math.erf on [-6, 6] (vkq/ops/float_math.py: erf_f32 is its bit-exact twin);
 // unlike Abramowitz-Stegun 7.1.26 (max abs error 1.5e-7 in exact arithmetic, but 1 - t P(t)
 // e^{-x^2} loses relative accuracy near 0) it is accurate relative to erf near 0 too.
-float erf_f32(float x) {
+float erf_f32(float x) {       // `precise` throughout: vkq/ops/float_math.py erf_f32 is its exact twin
     x = x < -4.0 ? -4.0 : x > 4.0 ? 4.0 : x;      // (comparisons: a NaN stays NaN, clamp() made it -1)
-    float x2 = x * x;
-    float p = -2.72614225801306e-10;
+    precise float x2 = x * x;
+    x2 = ftz(x2);
+    precise float p = -2.72614225801306e-10;
     p = p * x2 + 2.77068142495902e-08;
     p = p * x2 - 2.10102402082508e-06;
     p = p * x2 - 5.69250639462346e-05;
     p = p * x2 - 7.34990630326855e-04;
     p = p * x2 - 2.95459980854025e-03;
     p = p * x2 - 1.60960333262415e-02;
-    float q = -1.45660718464996e-05;
+    precise float q = -1.45660718464996e-05;
     q = q * x2 - 2.13374055278905e-04;
     q = q * x2 - 1.68282697438203e-03;
     q = q * x2 - 7.37332916720468e-03;
     q = q * x2 - 1.42647390514189e-02;
-    return x * p / q;
+    // p / q as (x p) (1 / q): q in [-2.4, -0.0142], so -128 q in [1, 2^100], recip_newton's range
+    // (the scalings by 2^7 are exact); no division (Vulkan's is 2.5 ulp, not the same everywhere)
+    precise float r = recip_newton(q * -128.0) * -128.0;
+    precise float y = ftz(x * p) * r;
+    return ftz(y);
 }
 
 // (hi, lo) = a * b exactly (Dekker, without fma: Veltkamp's split by 4097 = 2^12 + 1), for
@@ -81,30 +86,37 @@ float erfc_f32(float x) {
     return x < 0.0 ? 2.0 - r : r;
 }
 
-// tanh(x) = sign(x) (1 - 2 / (e^{2|x|} + 1)); below |x| = 1/16 the series x - x^3/3 + 2x^5/15
-// (no cancellation). Abs error <= 2e-7.
+// tanh(x) = sign(x) (1 - 2 recip_newton(e^{2|x|} + 1)), |x| clamped to 9.5 (tanh is 1 in float32
+// from 9.01; e^19 + 1 stays in recip_newton's range); below |x| = 1/16 the series
+// x - x^3/3 + 2x^5/15 (no cancellation), a zero kept with its sign. Abs error <= 2e-7.
+// Bit-exact: `precise`, products flushed, no division (vkq/ops/float_math.py tanh_f32 is its twin).
 float tanh_f32(float x) {
-    float a = abs(x);
+    x = ftz(x);
+    const float a = abs(x);
     if (a < 0.0625) {
-        float x2 = x * x;
-        return x + x * x2 * (-0.333333333 + x2 * 0.133333333);
+        precise float x2 = x * x;
+        x2 = ftz(x2);
+        precise float c = ftz(x * x2) * (-0.333333333 + x2 * 0.133333333);
+        precise float y = x + ftz(c);
+        return x == 0.0 ? x : ftz(y);
     }
-    float e = exp_f32(2.0 * a);
-    return sign(x) * (1.0 - 2.0 / (e + 1.0));
+    precise float e = exp_f32(2.0 * (a > 9.5 ? 9.5 : a));          // (a NaN stays NaN)
+    precise float t = 1.0 - 2.0 * recip_newton(e + 1.0);
+    return x < 0.0 ? -t : t;
 }
 
 // log(x): Cephes' logf. x = m 2^e with m in [sqrt(1/2), sqrt 2), log(1 + f) for f = m - 1 by
 // its degree-9 polynomial, e ln2 added in two parts (the high one exact). <= 2 ulp for normal
 // x > 0 (measured against numpy: tests/test_float_ops.py); log(0) = -inf, x < 0 NaN, log(inf) inf.
-float log_f32(float x) {
+float log_f32(float x) {       // `precise` throughout: vkq/ops/float_math.py log_f32 is its exact twin
     if (!(x > 0.0) || isinf(x))
         return x == 0.0 ? uintBitsToFloat(0xff800000u) : x > 0.0 ? x : uintBitsToFloat(0x7fc00000u);
     int e, sub = x < 1.17549435e-38 ? 24 : 0;      // a subnormal x scaled up first (exactly)
-    float f = frexp(x * (sub != 0 ? 16777216.0 : 1.0), e);    // [0.5, 1)
+    precise float f = frexp(x * (sub != 0 ? 16777216.0 : 1.0), e);    // [0.5, 1)
     e -= sub;
     if (f < 0.70710678118654752) { e -= 1; f = f + f - 1.0; } else { f = f - 1.0; }
-    float z = f * f;
-    float y = 7.0376836292e-2;
+    precise float z = f * f;
+    precise float y = 7.0376836292e-2;
     y = y * f - 1.1514610310e-1;
     y = y * f + 1.1676998740e-1;
     y = y * f - 1.2420140846e-1;
@@ -114,10 +126,11 @@ float log_f32(float x) {
     y = y * f - 2.4999993993e-1;
     y = y * f + 3.3333331174e-1;
     y = y * f * z;
-    float fe = float(e);
+    const float fe = float(e);
     y += -2.12194440e-4 * fe;
     y += -0.5 * z;
-    return (f + y) + 0.693359375 * fe;
+    precise float r = (f + y) + 0.693359375 * fe;
+    return r;
 }
 
 // log(1 + x), x > -1: Goldberg's log(u) x / (u - 1) with u = 1 + x rounded, which restores the
@@ -670,9 +683,17 @@ float polygamma_f32(float x, int n) {
     return -(a + zeta_fact(n, 1.0 - x));
 }
 
-float sigmoid_f32(float x) { return 1.0 / (1.0 + exp_f32(-x)); }
+// sigmoid, bit-exact (vkq/ops/float_math.py sigmoid_f32 is its twin): recip_newton(1 + exp_f32(-x))
+// (s past 2^64 as 2^-64 recip_newton(s 2^-64), as silu_f32), flushed; 0 below -87.33654, where
+// 1 / (1 + e^-x) is subnormal; NaN stays NaN.
+float sigmoid_f32(float x) {
+    precise float s = 1.0 + exp_f32(-x);
+    const float k = s > 1.8446744e19 ? 5.421010862427522e-20 : 1.0;
+    precise float y = recip_newton(s * k) * k;
+    return x < -87.33654 ? 0.0 : ftz(y);
+}
 
-// SiLU, bit-exact (float_exact.glsl's rules; vkq/ops/float.py silu_f32 is its twin):
+// SiLU, bit-exact (float_exact.glsl's rules; vkq/ops/float_math.py silu_f32 is its twin):
 //   x < -87 or |x| < 2^-124 (zeros, subnormals): a zero of x's sign (-87: e^87 + 1 is the
 //       largest 1 + e whose reciprocal stays normal; 2^-124: x / 2 stays normal), so
 //       silu(-inf) = -0 (torch: NaN), silu(-100) = -0 (torch: -3.7e-42);
@@ -686,7 +707,9 @@ float silu_f32(float x) {
     return x < -87.0 || (b & 0x7fffffff) < 0x01800000 ? intBitsToFloat(b & int(0x80000000u)) : y;
 }
 
-// GELU, exact (erf) form: 0.5 x (1 + erf(x / sqrt 2)); abs error <= 0.5 |x| 4e-7 + rounding
+// GELU, erf form: 0.5 x (1 + erf(x / sqrt 2)); abs error <= 0.5 |x| 4e-7 + rounding. Not bit-exact:
+// the bit-exact sequence (ftz'd input and products, precise, as gelu's erf_f32 twin would need)
+// took SwiftShader's compiler 58 s to over 300 s for float_unary OP_GELU (erf alone: 0.4 s).
 float gelu_erf(float x) { return 0.5 * x * (1.0 + erf_f32(x * 0.70710678118654752)); }
 
 // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))

@@ -6,7 +6,11 @@
 //                        as requantize_clamped with the host's per-column constants (the bias
 //                        fraction always added: a few operations an output, next to K multiply-adds)
 //   OUT_F32              out = f32(acc + corr[n]) * scale[n] + bias[n]                    (row-major)
-//   OUT_F32 ROW_QPARAMS  out = f32(acc - zp[r] * wsum[n]) * (row_scale[r] * w_scale[n]) + bias[n]
+//   OUT_F32 ROW_QPARAMS  out = f32(acc - zp[r] * wsum[n]) * (row_scale[r] * w_scale[n]) + bias[n],
+//                        then linear_dynamic's float epilogue by the specialization constant EPI
+//                        (vkq/passes/fuse_float_epilogue.py): 0 none, 1 silu_f32(out),
+//                        2 out + other[r, n] (a residual add), 3 out * other[r, n] (silu(gate) * up),
+//                        each rounded once, as the float ops it replaces: their bits
 //   OUT_Q8 LUT           out = table[out + 128] after the requantization (a fused lut_q8:
 //                        vkq/passes/fuse_epilogue.py), the table at binding 4 (lut_lookup.glsl)
 //   OUT_Q8 DEQUANT       out = f32(q - p.deq_zp) * p.deq_scale (row-major), q the int8 result
@@ -14,7 +18,8 @@
 //                        shaders/dequantize.comp computes it
 // The including shader declares the buffers chan (an IVEC4_INPUT: 4 ivec4 per column block),
 // out_q / out_f, rowq, and the push constants p.H (rows of each batch matrix), p.N, p.out_zp,
-// p.qmin, p.qmax, p.deq_scale, p.deq_zp.
+// p.qmin, p.qmax, p.deq_scale, p.deq_zp; with ROW_QPARAMS also EPI and other_f (binding 5, the
+// output's shape; any buffer where EPI < 2) and float_math.glsl.
 // store_block is straight-line code (16 requantizations; rolled loops over rr and b index the
 // vectors by a variable: 3% slower on lavapipe); the callers call it from rolled loops, one copy
 // of its code (SwiftShader compiles an unrolled TM x TN epilogue for seconds). cw: the column
@@ -28,6 +33,17 @@
 ivec4[4] chan_block(int nb) {
     return ivec4[4](LOAD4(chan, 4 * nb), LOAD4(chan, 4 * nb + 1), LOAD4(chan, 4 * nb + 2), LOAD4(chan, 4 * nb + 3));
 }
+
+#ifdef ROW_QPARAMS
+float epilogue(float y, int i) {
+    if (EPI == 1) return silu_f32(y);
+    if (EPI == 2) { precise float z = y + other_f[i]; return z; }
+    if (EPI == 3) { precise float z = y * other_f[i]; return z; }
+    return y;       // (other_f, then any buffer, is not read)
+}
+#else
+float epilogue(float y, int i) { return y; }
+#endif
 
 // a[rr][b]: the accumulator of packed row 4rb + rr (batch rows at b*Hp + h), column 4nb + b.
 // Padding rows and columns are written 0 (OUT_Q8) or not at all (OUT_F32, DEQUANT).
@@ -82,7 +98,7 @@ void store_block(int rb, int nb, ivec4 a[4], ivec4 cw[4]) {
 #endif
         precise vec4 y = vec4(acc) * scale + intBitsToFloat(ivec4(c0.z, c1.z, c2.z, c3.z));
         for (int b = 0; b < 4; ++b)
-            if (col_ok[b]) out_f[row * p.N + 4 * nb + b] = y[b];
+            if (col_ok[b]) out_f[row * p.N + 4 * nb + b] = epilogue(y[b], row * p.N + 4 * nb + b);
     }
 #endif
 }

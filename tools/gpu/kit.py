@@ -27,7 +27,7 @@ NO_TORCH_TESTS = ["test_devices.py", "test_packing.py", "test_guards.py", "test_
                   "test_symbolic.py", "test_logic_ops.py", "test_shape_ops.py"]
 TORCH_REFERENCE_TESTS = ["test_eltwise.py", "test_io_ops.py", "test_pool.py", "test_quant.py", "test_conv.py",
                          "test_linear.py", "test_resize_ops.py", "test_float_ops.py", "test_attention_cached.py",
-                         "test_exact_float.py", "test_linear_int4.py", "test_rotary.py"]
+                         "test_kv_q8.py", "test_exact_float.py", "test_linear_int4.py", "test_rotary.py"]
 HOST_ONLY_TESTS = {
     "test_shaders.py": "the shader toolchain: spirv-val and a wheel built from the repo (not carried)",
     "test_bench.py": "vkq bench with its CPU and ncnn peers (run.sh runs `vkq bench kernels` instead)",
@@ -54,6 +54,7 @@ HOST_ONLY_TESTS = {
     "test_lm.py": "transformers decoders compiled with PT2E, and SmolLM2's GGUF",
     "test_state.py": "models with buffers written in place, compiled with PT2E (torchao, torch 2.13)",
     "test_verify.py": "models compiled with PT2E (torchao, torch 2.13)",
+    "test_same_bits.py": "float-heavy models compiled with PT2E (torchao, torch 2.13)",
 }
 TIERS = {"no-torch": NO_TORCH_TESTS, "torch-reference": TORCH_REFERENCE_TESTS}
 

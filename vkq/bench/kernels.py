@@ -34,11 +34,13 @@ LINEAR_QUICK = [("linear 16x64x64", 16, 64, 64), ("minilm-like 8x32x96", 8, 32, 
 FLOAT_LINEAR = "minilm"   # cases whose name starts with this also run linear_dynamic / weight-only
 
 # int4 group-wise linears (vkq/ops/linear_int4.py), groups of 32, symmetric: (name, M, K, N).
-# SmolLM2-135M's decoder shapes (576 x 1536 MLP, 576 x 49152 lm_head) and the square ones.
+# SmolLM2-135M's decoder shapes (576 x 1536 MLP, 576 x 49152 lm_head) and the square ones; its
+# prefill of 128 tokens (q / o 576 x 576, the MLP's up and down) on the tiled GEMM.
 INT4 = [("int4 gemv 1x576x1536", 1, 576, 1536), ("int4 gemv 1x1536x576", 1, 1536, 576),
         ("int4 gemv 1x576x49152", 1, 576, 49152), ("int4 gemv 1x2048x2048", 1, 2048, 2048),
-        ("int4 gemv 1x4096x4096", 1, 4096, 4096), ("int4 gemm 128x576x1536", 128, 576, 1536)]
-INT4_QUICK = [("int4 gemv 1x96x40", 1, 96, 40), ("int4 gemm 8x64x37", 8, 64, 37)]
+        ("int4 gemv 1x4096x4096", 1, 4096, 4096), ("int4 gemm 128x576x576", 128, 576, 576),
+        ("int4 gemm 128x576x1536", 128, 576, 1536), ("int4 gemm 128x1536x576", 128, 1536, 576)]
+INT4_QUICK = [("int4 gemv 1x96x40", 1, 96, 40), ("int4 gemm 8x64x37", 8, 64, 37)]   # M = 8: the GEMM
 INT4_GROUP = 32
 
 # conv: name -> (N, C, H, W, OC, K, stride, pad, groups)

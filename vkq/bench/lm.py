@@ -3,6 +3,8 @@
   vkq int8 (Vulkan)   the packaged LM (vkq.lm.packaged_lm: every linear int8 with per-token
                       activations, int8 embedding rows, the KV cache on the device)
   vkq int4 / 8da4w    the same with the GGUF's own Q4_1 blocks (float / per-token int8 activations)
+  vkq int8 kv8        vkq int8 with the int8 KV cache (compile_lm(kv_cache="int8"): each token's key and
+                      value rows of a head int8 with a float32 scale, vkq.ops.kv_q8)
   torch fp32 CPU      the same float model, eager, with transformers' StaticCache
   torch int8 CPU      torch.ao.quantization.quantize_dynamic of its linears (qint8), likewise
 
@@ -83,11 +85,12 @@ def run_lm(s: Settings, progress: bool = True) -> list:
     if s.quick:
         note(s, "lm: quick run: a 2-layer random Llama, not SmolLM2")
         lm, model = _tiny(dev)
-        lms = [("vkq int8 (Vulkan)", lm)]
+        lms = [("vkq int8 (Vulkan)", lm), ("vkq int8 kv8 (Vulkan)", _tiny(dev, "int8")[0])]
     else:
         model, _ = models.load_smollm2()
-        lms = [(f"vkq {label} (Vulkan)", lm_mod.packaged_lm("smollm2", CONTEXT, scheme, device=dev, progress=progress))
-               for label, scheme in SCHEMES]
+        lms = [(f"vkq {label} (Vulkan)", lm_mod.packaged_lm("smollm2", CONTEXT, scheme, device=dev, progress=progress,
+                                                             kv_cache=kv))
+               for label, scheme, kv in SCHEMES]
     for backend, lm in lms:
         records += _vkq_records(s, backend, lm)
     lm = lms[0][1]
@@ -100,7 +103,9 @@ def run_lm(s: Settings, progress: bool = True) -> list:
     return records
 
 
-SCHEMES = (("int8", "dynamic"), ("int4", "int4"), ("8da4w", "8da4w"))     # SmolLM2's: int8; the GGUF's int4 blocks
+# (label, scheme, KV cache): SmolLM2's int8, the GGUF's int4 blocks, int8 with the int8 KV cache
+SCHEMES = (("int8", "dynamic", "float32"), ("int4", "int4", "float32"), ("8da4w", "8da4w", "float32"),
+           ("int8 kv8", "dynamic", "int8"))
 
 
 def _prompt(lm) -> list:
@@ -141,7 +146,7 @@ def _rec(s, name, tokens, backend, med, p90, tok_s, extra=None) -> Record:
     return r
 
 
-def _tiny(dev):
+def _tiny(dev, kv_cache: str = "float32"):
     import torch
     import transformers as T
     from tokenizers import Tokenizer, models as tm
@@ -152,7 +157,8 @@ def _tiny(dev):
                                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2))
     path = Path(tempfile.mkdtemp()) / "tokenizer.json"
     Tokenizer(tm.BPE(vocab={chr(33 + i): i for i in range(90)}, merges=[])).save(str(path))
-    return compile_lm(model.eval(), str(path), max_context=64, device=dev, progress=False), model.eval()
+    return compile_lm(model.eval(), str(path), max_context=64, device=dev, progress=False,
+                      kv_cache=kv_cache), model.eval()
 
 
 def _torch_int8(model):

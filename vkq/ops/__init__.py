@@ -24,6 +24,12 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
   attention_cached    q f32 (B, H, T, D), k_cache f32 (B, Hkv, N, D), v_cache f32 (B, Hkv, N, Dv), positions int32 (T,)
                       -> f32 (B, H, T, Dv); attrs scale, window (0: none), softcap (0.0: none): query t attends to
                       cache rows lo..positions[t] (a window: lo = p - window + 1), head h to cache head h // (H // Hkv)
+  kv_quantize         x f32 (..., D) -> int32 (..., ceil(D/4) + 1): each row int8 Int8x4 and its float32 scale
+                      (symmetric, amax / 127), the int8 KV cache's rows (kv_q8.py)
+  index_copy_q8       x int32 (..., size, W + 1), index int32 (k,), src f32 (..., k, D) -> int32: x with rows
+                      index[j] = kv_quantize(src)'s row j; attrs dim (rank - 2); in place into a state (kv_q8.py)
+  attention_cached_q8 attention_cached over int8 caches of kv_quantize's rows (B, Hkv, N, ceil(D/4) + 1);
+                      attrs scale, window, softcap, dv
   linear_q8           x int8 4H4W (..., K), weight int8 (N, K), bias float64 or int32 (N,),
                       multiplier int32 (N,), shift int32 (N,) -> int8 4H4W (..., N)
                       attrs x_zp, out_zp, qmin, qmax (qmin/qmax carry a fused relu/relu6/clamp)
@@ -52,4 +58,4 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
 Each op module also exports a `*_params` helper that turns float scales (and a float bias) into
 the integer constants/attrs above, used by the lowering and by tests alike.
 """
-from . import io, linear, linear_int4, conv, eltwise, pool, lut, cpu, float, shape, attention, attention_cached, rotary, logic, creation, resize, scan, embedding_q8  # noqa: F401
+from . import io, linear, linear_int4, conv, eltwise, pool, lut, cpu, float, float_norm, float_matmul, shape, attention, attention_cached, kv_q8, rotary, logic, creation, resize, scan, embedding_q8  # noqa: F401

@@ -22,8 +22,11 @@ import math
 import numpy as np
 
 from ..registry import register_op
-from .float import (_contiguous_view, _matmul_dispatch, _numel, _through, _view, masked_softmax_dispatch,
-                    merge_view, readers_of, softmax_masked, split_view, strides_of)
+from .float import _numel, strides_of
+from .float_math import matmul_f32
+from .float_matmul import _contiguous_view, _matmul_dispatch, _view
+from .float_norm import masked_softmax_dispatch, softmax_masked
+from .float_rewrites import _through, merge_view, readers_of, split_view
 
 F32 = np.float32
 
@@ -43,17 +46,18 @@ def attention_mask(mask, kind, causal, L, S):
 
 
 def sdpa(q, k, v, mask=None, *, scale, causal=False, mask_kind="none", views=None, out_view=None):
-    """softmax(q @ k^T * scale + mask) @ v, each step rounded to float32 as the shaders do.
+    """softmax(q @ k^T * scale + mask) @ v, each step rounded to float32 as the shaders do, in
+    their order (matmul_f32, softmax_masked): the device's bits.
     views: q, k, v read as strided views [shape, strides, offset] of their inputs' values (the
     head split folded in, fold_views_into_attention); out_view [shape, strides]: the result
     written through strides into an output of that shape (the head merge)."""
     q, k, v = (np.asarray(a, F32) for a in (q, k, v))
     if views is not None:
         q, k, v = (_view(a, *vw) for a, vw in zip((q, k, v), views))
-    scores = np.matmul(q, np.swapaxes(k, -1, -2))
+    scores = matmul_f32(q, np.swapaxes(k, -1, -2))
     m = attention_mask(mask, mask_kind, causal, q.shape[-2], k.shape[-2])
     p = softmax_masked(scores, F32(0) if m is None else m, scale=scale)
-    r = np.matmul(p, v).astype(F32)
+    r = matmul_f32(p, v)
     if out_view is None:
         return r
     out = np.zeros(_numel(out_view[0]), F32)

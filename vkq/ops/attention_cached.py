@@ -1,7 +1,8 @@
 """attention_cached: attention of new queries over a static KV cache, in float32 on Vulkan.
 
     q f32 (B, H, T, D), k_cache f32 (B, Hkv, N, D), v_cache f32 (B, Hkv, N, Dv), positions int32 (T,)
-    -> out f32 (B, H, T, Dv);  attrs scale, window (0: none), softcap (0.0: none)
+    -> out f32 (B, H, T, Dv);  attrs scale, window (0: none), softcap (0.0: none),
+    out_tokens_first (out written (B, T, H, Dv): the head merge's transpose, fold_head_transposes)
 
 For each b, h, t: p = positions[t] (the caches already hold query t's own key and value at row
 p), kh = h // (H // Hkv) (grouped-query heads: the cache head is indexed, not repeated), keys
@@ -21,9 +22,9 @@ float sum is set by SPLIT alone, not by COOP or QW, the subgroup size or the dev
 query gives the same bits in a prefill and in a decode step, at any workgroup shape.
 
 The reference is the shader's float32 computation, operation by operation in its order (exp_f32,
-ftz and recip_newton of float_exact.glsl: no division but softcap's tanh), so the device gives
-its bits (tests/test_attention_cached.py; with a softcap, tanh_f32's division within Vulkan's
-2.5 ulp); tests compare it with a float64 attention within the bound of that order.
+ftz and recip_newton of float_exact.glsl, tanh_f32 of float_math.glsl; softcap's s / c as s times
+the host's f32(1 / c): no division), so the device gives its bits (tests/test_attention_cached.py,
+softcaps too); tests compare it with a float64 attention within the bound of that order.
 """
 from __future__ import annotations
 
@@ -67,7 +68,20 @@ def _shapes(q_shape, k_shape, v_shape, pos_shape):
     return B, H, T, D, Hkv, N, v_shape[3]
 
 
-def attention_cached(q, k_cache, v_cache, positions, *, scale, window=0, softcap=0.0):
+def _shapes_q8(q_shape, k_shape, v_shape, pos_shape, dv):
+    """_shapes of int8 caches, rows of kv_quantize's words: (B, Hkv, N, ceil(D/4) + 1) keys and
+    (B, Hkv, N, ceil(dv/4) + 1) values."""
+    from .kv_q8 import row_words
+    if len(q_shape) != 4 or len(k_shape) != 4 or len(v_shape) != 4 or int(dv) < 1:
+        raise ValueError(f"attention_cached_q8: q, k_cache, v_cache must be 4-D and dv >= 1, got {q_shape}, "
+                         f"{k_shape}, {v_shape}, dv {dv}")
+    if k_shape[3] != row_words(q_shape[3]) or v_shape[3] != row_words(dv):
+        raise ValueError(f"attention_cached_q8: caches of rows of {k_shape[3]} and {v_shape[3]} words do not hold "
+                         f"{q_shape[3]} and {dv} int8 values and a scale (ceil(D/4) + 1 words)")
+    return _shapes(q_shape, (*k_shape[:3], q_shape[3]), (*v_shape[:3], int(dv)), pos_shape)
+
+
+def attention_cached(q, k_cache, v_cache, positions, *, scale, window=0, softcap=0.0, out_tokens_first=False):
     """The specification: shaders/attention_cached.comp's float32 operations in its order, so
     that the device gives these bits. Per query, keys lo..p dealt into SPLIT partitions
     (partition r: j = lo + r, lo + r + SPLIT, ...), each an online softmax in j order (a new max
@@ -76,9 +90,36 @@ def attention_cached(q, k_cache, v_cache, positions, *, scale, window=0, softcap
     sums over d % 4 in d order, then (c0 + c1) + (c2 + c3), times scale. exp is exp_f32 (every
     weight and factor flushed where subnormal, as a device may flush it), softcap's tanh the
     shaders' tanh_f32. scale and softcap as float32 push constants take them."""
-    from .float import exp_f32, ftz, recip_newton
     q, k, v = (np.asarray(a, F32) for a in (q, k_cache, v_cache))
-    B, H, T, D, Hkv, N, Dv = _shapes(q.shape, k.shape, v.shape, np.shape(positions))
+    _, _, _, _, _, _, dv = _shapes(q.shape, k.shape, v.shape, np.shape(positions))
+    return _attend(q, k, v, None, None, positions, dv, scale, window, softcap, out_tokens_first)
+
+
+def attention_cached_q8(q, k_cache, v_cache, positions, *, scale, window=0, softcap=0.0, dv,
+                        out_tokens_first=False):
+    """attention_cached over int8 caches: rows of kv_quantize's words (vkq/ops/kv_q8.py), the
+    int8 values of key / value row j, qk_j and qv_j, with their scales ks_j and vs_j. The order
+    is attention_cached's with each scale taken out of its row's sums (a multiply a row, not a
+    multiply a value):
+        s_j = ftz(ftz(dot(q, f32(qk_j)) * ks_j) * scale)    (dot: attention_cached's 4 partial sums)
+        the value row's weight e_j (exp_f32, as attention_cached's) is ftz(e_j * vs_j) in the
+        exp-weighted sum: a += ftz(e_j * vs_j) * f32(qv_j); the sum s of the weights is of e_j.
+    Everything else (partitions, rescales, tree, softcap, 1/s) as attention_cached."""
+    from .kv_q8 import dequantize_rows
+    q = np.asarray(q, F32)
+    k, v = np.asarray(k_cache), np.asarray(v_cache)
+    _shapes_q8(q.shape, k.shape, v.shape, np.shape(positions), dv)
+    kq, ks = dequantize_rows(k, q.shape[3])
+    vq, vs = dequantize_rows(v, dv)
+    return _attend(q, kq, vq, ks, vs, positions, int(dv), scale, window, softcap, out_tokens_first)
+
+
+def _attend(q, k, v, ks, vs, positions, Dv, scale, window, softcap, out_tokens_first=False):
+    """attention_cached's computation; k, v (B, Hkv, N, D | Dv or padded to 4s) float32, ks, vs
+    (B, Hkv, N) the int8 rows' scales or None (float caches)."""
+    from .float_math import exp_f32, ftz, recip_newton, tanh_f32
+    B, H, T, D = q.shape
+    Hkv, N = k.shape[1], k.shape[2]
     if int(window) < 0 or float(softcap) < 0:
         raise ValueError(f"attention_cached: window {window} and softcap {softcap} must be >= 0")
     pos = _positions(positions, N)
@@ -86,11 +127,13 @@ def attention_cached(q, k_cache, v_cache, positions, *, scale, window=0, softcap
     d4, dv4 = -(-D // 4), -(-Dv // 4)
     pad = lambda a, d, n4: np.concatenate([a, np.zeros(a.shape[:-1] + (n4 * 4 - d,), F32)], -1) if n4 * 4 > d else a
     qp = pad(q, D, d4).reshape(B * H, T, d4, 4)
-    kp, vp = pad(k, D, d4), pad(v, Dv, dv4)
+    kp, vp = pad(k, k.shape[-1], d4), pad(v, v.shape[-1], dv4)
     bh = np.arange(B * H)
     kh = (bh % H) // (H // Hkv) + (bh // H) * Hkv               # each (b, h)'s cache head, flattened with b
     kf = kp.reshape(B * Hkv, N, d4, 4)[kh]                      # (BH, N, d4, 4): heads indexed once
     vf = vp.reshape(B * Hkv, N, dv4 * 4)[kh]
+    ksf = None if ks is None else np.asarray(ks, F32).reshape(B * Hkv, N)[kh]       # (BH, N)
+    vsf = None if vs is None else np.asarray(vs, F32).reshape(B * Hkv, N)[kh]
     lo = np.maximum(0, pos - int(window) + 1) if window else np.zeros_like(pos)
     r = np.arange(SPLIT)
     m = np.full((B * H, T, SPLIT), -np.inf, F32)
@@ -105,9 +148,10 @@ def attention_cached(q, k_cache, v_cache, positions, *, scale, window=0, softcap
             acc = np.zeros((B * H, T, SPLIT, 4), F32)
             for c in range(d4):
                 acc = acc + qp[:, :, None, c, :] * kr[..., c, :]
-            sc = ((acc[..., 0] + acc[..., 1]) + (acc[..., 2] + acc[..., 3])) * scale
+            sc = (acc[..., 0] + acc[..., 1]) + (acc[..., 2] + acc[..., 3])
+            sc = sc * scale if ksf is None else ftz(ftz(sc * ksf[:, jj]) * scale)
             if cap:
-                sc = cap * tanh_f32(sc / cap)
+                sc = ftz(cap * tanh_f32(ftz(sc * F32(1 / float(cap)))))
             new = ok[None] & (sc > m)
             f = ftz(exp_f32(m - sc))
             s = np.where(new, s * f, s)
@@ -115,7 +159,8 @@ def attention_cached(q, k_cache, v_cache, positions, *, scale, window=0, softcap
             m = np.where(new, sc, m)
             e = ftz(exp_f32(sc - m))
             s = np.where(ok[None], s + e, s)
-            a = np.where(ok[None, ..., None], a + e[..., None] * vf[:, jj], a)
+            w = e if vsf is None else ftz(e * vsf[:, jj])
+            a = np.where(ok[None, ..., None], a + w[..., None] * vf[:, jj], a)
         half = SPLIT // 2
         while half:
             m1, m2 = m[..., :half], m[..., half:2 * half]
@@ -127,19 +172,8 @@ def attention_cached(q, k_cache, v_cache, positions, *, scale, window=0, softcap
             m = mx
             half //= 2
         out = a[..., 0, :] * recip_newton(s[..., 0])[..., None]
-    return out[..., :Dv].reshape(B, H, T, Dv)
-
-
-def tanh_f32(x):
-    """float_math.glsl's tanh_f32 in float32 numpy (its division: within Vulkan's 2.5 ulp only)."""
-    from .float import exp_f32
-    x = np.asarray(x, F32)
-    a = np.abs(x)
-    x2 = x * x
-    small = x + x * x2 * (F32(-0.333333333) + x2 * F32(0.133333333))
-    e = exp_f32(F32(2) * a)
-    big = np.sign(x).astype(F32) * (F32(1) - F32(2) / (e + F32(1)))
-    return np.where(a < F32(0.0625), small, big).astype(F32)
+    out = out[..., :Dv].reshape(B, H, T, Dv)
+    return np.ascontiguousarray(out.transpose(0, 2, 1, 3)) if out_tokens_first else out
 
 
 def loop_iterations(keys: int, dv: int, coop: int) -> int:
@@ -178,34 +212,45 @@ def lanes_for(info, queries: int, keys: int, dv: int) -> tuple[int, int]:
 
 
 def _decline(node, tensors):
+    q8 = node.op == "attention_cached_q8"
     q, k, v, pos = (tensors[t] for t in node.inputs[:4])
     out = tensors[node.outputs[0]]
     kinds = [s.dtype for s in (q, k, v, out)]
-    if kinds != ["float32"] * 4 or pos.dtype != "int32":
-        return f"attention_cached: takes float32 q, k_cache, v_cache, out and int32 positions, got {kinds + [pos.dtype]}"
+    want = ["float32", "int32", "int32", "float32"] if q8 else ["float32"] * 4
+    if kinds != want or pos.dtype != "int32":
+        return (f"{node.op}: takes {', '.join(want)} q, k_cache, v_cache, out and int32 positions, got "
+                f"{kinds + [pos.dtype]}")
     try:
-        B, H, T, D, Hkv, N, Dv = _shapes(q.shape, k.shape, v.shape, pos.shape)
+        B, H, T, D, Hkv, N, Dv = (_shapes_q8(q.shape, k.shape, v.shape, pos.shape, node.attrs.get("dv", 0)) if q8
+                                  else _shapes(q.shape, k.shape, v.shape, pos.shape))
     except ValueError as e:
         return str(e)
     if max(D, Dv) > MAX_HEAD_DIM or min(D, Dv, N, T, B) < 1:
-        return f"attention_cached: head dims {D}, {Dv} (at most {MAX_HEAD_DIM}), N {N}, T {T}, B {B} (at least 1)"
+        return f"{node.op}: head dims {D}, {Dv} (at most {MAX_HEAD_DIM}), N {N}, T {T}, B {B} (at least 1)"
+    want = (B, T, H, Dv) if node.attrs.get("out_tokens_first") else (B, H, T, Dv)
+    if tuple(out.shape) != want:
+        return f"{node.op}: out {out.shape} is not {want}"
     if int(node.attrs.get("window", 0)) < 0 or float(node.attrs.get("softcap", 0.0)) < 0:
-        return "attention_cached: a negative window or softcap"
+        return f"{node.op}: a negative window or softcap"
     return None
 
 
 def _build(ctx, node):
+    q8 = node.op == "attention_cached_q8"
     q, k, v, pos = node.inputs[:4]
     out = node.outputs[0]
-    B, H, T, D, Hkv, N, Dv = _shapes(ctx.spec(q).shape, ctx.spec(k).shape, ctx.spec(v).shape, ctx.spec(pos).shape)
+    shapes = (ctx.spec(q).shape, ctx.spec(k).shape, ctx.spec(v).shape, ctx.spec(pos).shape)
+    B, H, T, D, Hkv, N, Dv = _shapes_q8(*shapes, node.attrs["dv"]) if q8 else _shapes(*shapes)
     window, softcap = int(node.attrs.get("window", 0)), float(node.attrs.get("softcap", 0.0))
     keys = min(N, window) if window else N
     coop, qw = LANES or lanes_for(ctx.device.info, B * H * T, keys, Dv)
-    ctx.device.info.check_loop_budget(loop_iterations(keys, Dv, coop), f"{node.name}: attention_cached")
-    push = (B, H, T, N, Hkv, window, F32(node.attrs["scale"]), F32(softcap))
+    ctx.device.info.check_loop_budget(loop_iterations(keys, Dv, coop), f"{node.name}: {node.op}")
+    push = (B, H, T, N, Hkv, window, F32(node.attrs["scale"]), F32(softcap), int(bool(node.attrs.get("out_tokens_first"))),
+            F32(1 / float(F32(softcap))) if softcap else F32(0))
     bufs = [ctx.buffer(t) for t in (q, k, v, pos, out)]
     return [ctx.device.dispatch("attention_cached", bufs, grid_1d(B * H * T, qw), local=(coop * qw,),
-                                spec=(coop, D, Dv, SPLIT, (SPLIT // coop).bit_length(), qw), push=push)]
+                                spec=(coop, D, Dv, SPLIT, (SPLIT // coop).bit_length(), qw),
+                                push=push, defines=["Q8"] if q8 else None)]
 
 
 @register_op
@@ -217,3 +262,98 @@ class AttentionCached:
     reference = staticmethod(attention_cached)
     build = staticmethod(_build)
     decline = staticmethod(_decline)
+
+
+@register_op
+class AttentionCachedQ8:
+    """attention_cached over an int8 KV cache: rows of int8 values and a float32 scale
+    (kv_quantize's), dequantized in the kernel."""
+    name = "attention_cached_q8"
+    shaders = ("attention_cached",)
+    reference = staticmethod(attention_cached_q8)
+    build = staticmethod(_build)
+    decline = staticmethod(_decline)
+
+
+def _head_swap(node, program) -> bool:
+    """Whether node is a transpose (or permute) of dims 1 and 2 of a 4-D float32 tensor: a
+    decoder's head split (B, T, H, D) -> (B, H, T, D), or the merge back."""
+    if node is None or len(node.inputs) != 1 or program.tensors[node.inputs[0]].dtype != "float32" \
+            or len(program.tensors[node.inputs[0]].shape) != 4:
+        return False
+    if node.op == "transpose":
+        return sorted((node.attrs["dim0"] % 4, node.attrs["dim1"] % 4)) == [1, 2]
+    return node.op == "permute" and [d % 4 for d in node.attrs["dims"]] == [0, 2, 1, 3]
+
+
+def fold_head_transposes(program, keep=frozenset()) -> int:
+    """The copies around a cached decoder's attention (vkq.lm_compile) read or written through:
+    q's and k's head split into rotary (tokens_first: it reads (B, T, H, D)), v's into the
+    scatter that writes the cache (src_transpose; in place index_copy_rows reads (B, T, Hkv, D)),
+    the head merge after attention_cached (out_tokens_first: it writes (B, T, H, Dv), which the
+    reshape before o_proj then aliases). Each is a float32 transpose of dims 1 and 2 with its
+    op as its only reader: four dispatches a decoder layer fewer, the same values. Returns the
+    transposes folded."""
+    from .float_rewrites import readers_of
+    producer = {t: n for n in program.nodes for t in n.outputs}
+    readers = readers_of(program)
+    private = lambda t: len(readers.get(t, [])) == 1 and t not in program.outputs
+    gone = set()
+
+    def split(t):
+        """The head split that made t, where it can be folded into t's one reader."""
+        n = producer.get(t)
+        return n if private(t) and n.name not in keep and n.name not in gone and _head_swap(n, program) else None
+
+    for idx, node in enumerate(program.nodes):
+        a, ins, cut = node.attrs, list(node.inputs), None
+        if node.op == "rotary" and not a.get("tokens_first") and (cut := split(ins[0])) is not None:
+            ins[0], a = cut.inputs[0], {**a, "tokens_first": True}
+        elif (node.op == "scatter" and a.get("along") or node.op == "index_copy_q8") and not a.get("src_transpose") \
+                and len(ins) == 3 and a.get("dim", 0) % 4 == 2 and len(program.tensors[ins[0]].shape) == 4 \
+                and (cut := split(ins[2])) is not None:
+            ins[2], a = cut.inputs[0], {**a, "src_transpose": [1, 2]}
+        elif node.op in ("attention_cached", "attention_cached_q8") and not a.get("out_tokens_first") and private(node.outputs[0]):
+            merge = readers[node.outputs[0]][0]
+            if merge.name in keep or not _head_swap(merge, program):
+                continue
+            program.tensors.pop(node.outputs[0])
+            program.nodes[idx] = type(node)(node.op, ins, list(merge.outputs), {**a, "out_tokens_first": True},
+                                            name=node.name)
+            gone.add(merge.name)
+            continue
+        if cut is None:
+            continue
+        program.tensors.pop(cut.outputs[0])
+        program.nodes[idx] = type(node)(node.op, ins, list(node.outputs), a, name=node.name)
+        gone.add(cut.name)
+    program.nodes = [n for n in program.nodes if n.name not in gone]
+    return len(gone)
+
+
+def pair_rotaries(program, keep=frozenset()) -> int:
+    """Two rotary nodes by the same cos and sin (a layer's q and k) -> one, in the second's
+    place, with both inputs and outputs (rotary's PAIR: one dispatch, each value as before), where
+    nothing reads the first's output before that place. Returns the pairs merged."""
+    gone, merged = set(), 0
+    for j, second in enumerate(program.nodes):
+        if second.op != "rotary" or len(second.inputs) != 3:
+            continue
+        for i in range(j - 1, -1, -1):
+            first = program.nodes[i]
+            if first.op == "rotary" and first.name not in gone and first.name not in keep and len(first.inputs) == 3 \
+                    and first.inputs[1:] == second.inputs[1:] \
+                    and bool(first.attrs.get("tokens_first")) == bool(second.attrs.get("tokens_first")):
+                between = program.nodes[i + 1:j]
+                if any(t in n.inputs for n in between for t in first.outputs) or first.outputs[0] in second.inputs:
+                    break
+                program.nodes[j] = type(second)("rotary", list(second.inputs) + [first.inputs[0]],
+                                                list(second.outputs) + list(first.outputs), dict(second.attrs),
+                                                name=second.name)
+                gone.add(first.name)
+                merged += 1
+                break
+            if first.op == "rotary":
+                break
+    program.nodes = [n for n in program.nodes if n.name not in gone]
+    return merged

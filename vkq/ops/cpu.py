@@ -1,6 +1,6 @@
 """CPU-only ops: what a lowered model runs on the host between Vulkan segments. Registered
 with no build(), so the executor runs their numpy references. (The float ops with float32
-shaders — layer_norm, softmax, gelu, add, matmul, ... — are in vkq.ops.float.)
+shaders — layer_norm, softmax, gelu, add, matmul, ... — are in vkq.ops.float, float_norm, float_matmul.)
 
 Every reference takes logical numpy arrays and JSON attrs and needs no torch, except
 `torch_op`, the generic fallback, which calls the aten op by its qualified name.

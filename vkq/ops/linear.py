@@ -223,11 +223,12 @@ def _weight(ctx, node, k):
 
 
 def _gemm_q8(ctx, variant, x_buf, rows4: int, h: int, k: int, w, cols, out_buf, fill=0,
-             push_tail=(0, 0, 0), extra_buf=None, dequant=None):
+             push_tail=(0, 0, 0), extra_buf=None, dequant=None, epilogue=None):
     """The int8 GEMM dispatch over a 4H4W x of rows4 packed rows (h real rows per batch matrix);
     cols: the four per-column constants the variant reads (see shaders/linear_store.glsl);
     push_tail: (out_zp, qmin, qmax) of OUT_Q8; dequant: (scale, zero_point) of DEQUANT;
-    extra_buf: binding 4, the row qparams (ROW_QPARAMS) or the table (LUT).
+    extra_buf: binding 4, the row qparams (ROW_QPARAMS) or the table (LUT);
+    epilogue: ROW_QPARAMS's (EPI, binding 5), linear_dynamic's float epilogue.
     A single row block runs as a GEMV (shaders/linear_gemv.comp), more as the tiled GEMM."""
     n, info = w.shape[0], ctx.device.info
     dot = use_dot_product(ctx.device, k)
@@ -252,6 +253,8 @@ def _gemm_q8(ctx, variant, x_buf, rows4: int, h: int, k: int, w, cols, out_buf, 
     table = _columns(n, tn, cols, fill)
     bufs = [x_buf, ctx.const_buffer(pack_weight(w, tn, kstep, dot)), ctx.const_buffer(table), out_buf]
     bufs += [extra_buf] if extra_buf is not None else []
+    if epilogue is not None:
+        spec, bufs = tuple(spec) + (epilogue[0],), bufs + [epilogue[1]]
     return ctx.device.dispatch(shader, bufs, groups, local=local, spec=spec,
                                push=(rb, h, k4, n, nt) + tuple(push_tail) + (np.float32(deq_scale), int(deq_zp)),
                                defines=defines)
@@ -363,43 +366,93 @@ class LinearQ8Fout:
         return [_gemm_q8(ctx, ("OUT_F32",), ctx.buffer(x), rows4, h, k, w, cols, ctx.buffer(node.outputs[0]))]
 
 
+# linear_dynamic's float epilogues (attr epilogue, vkq/passes/fuse_float_epilogue.py): the
+# shaders' EPI (linear_store.glsl), and whether the op reads a fifth input, `other`
+EPILOGUES = {None: 0, "silu": 1, "add": 2, "mul": 3}
+
+
+def _check_epilogue(epilogue, other, shape, out_shape, name="linear_dynamic"):
+    if epilogue not in EPILOGUES or len(other) != int(EPILOGUES[epilogue] >= 2):
+        raise ValueError(f"{name}: epilogue {epilogue!r} with {len(other)} more inputs")
+    if other and tuple(shape) != tuple(out_shape):
+        raise ValueError(f"{name}: the epilogue's operand {tuple(shape)} is not the output's {tuple(out_shape)}")
+
+
+def _more_inputs(more, epilogue, rms_norm, name="linear_dynamic"):
+    """linear_dynamic's inputs after the bias: ([other] of an add / mul epilogue, [the norm's
+    weight] of a fused rms_norm)."""
+    n_other = int(EPILOGUES.get(epilogue, 0) >= 2)
+    if len(more) != n_other + (rms_norm is not None) or (rms_norm is not None and "eps" not in rms_norm):
+        raise ValueError(f"{name}: {len(more)} inputs after the bias for epilogue {epilogue!r} and rms_norm "
+                         f"{rms_norm!r}")
+    return list(more[:n_other]), list(more[n_other:])
+
+
+def _epilogue(out, other, epilogue):
+    """linear_dynamic's result through its fused float epilogue: silu (the op silu's silu_f32),
+    out + other or out * other (other of out's shape), float32, each rounded once."""
+    _check_epilogue(epilogue, other, np.shape(other[0]) if other else (), out.shape)
+    if epilogue == "silu":
+        from .float_math import silu_f32
+        return silu_f32(out)
+    if other:
+        o = np.asarray(other[0], np.float32)
+        return np.add(out, o) if epilogue == "add" else np.multiply(out, o)
+    return out
+
+
 @register_op
 class LinearDynamic:
     """float32 x (..., K), weight int8 (N, K), w_scale f32 (N,), bias f32 (N,) -> f32 (..., N).
     Each row of x is quantized on the device (quantize_rows: q, row_scale, zp), then
-    out = f32(q @ W^T - zp * wsum) * (row_scale * w_scale) + bias, float32 ops rounded once."""
+    out = f32(q @ W^T - zp * wsum) * (row_scale * w_scale) + bias, float32 ops rounded once.
+    A fused float epilogue (attr epilogue, vkq/passes/fuse_float_epilogue.py): "silu": silu(out);
+    "add" / "mul" with a fifth input other f32 (..., N): out + other (a residual), out * other
+    (an MLP's silu(gate) * up), exactly the op that followed it: no dispatch of its own.
+    A fused rms_norm before it (attr rms_norm={"eps"}, its weight f32 (K,) the last input): x is
+    rms_norm(x) (vkq/ops/float.py), computed by the row quantizer (linear_rowq.comp NORM)."""
     name = "linear_dynamic"
     shaders = ("linear_rowq", "linear_q8", "linear_gemv")
 
-    def reference(x, weight, w_scale, bias):
+    def reference(x, weight, w_scale, bias, *more, epilogue=None, rms_norm=None):
+        other, norm = _more_inputs(more, epilogue, rms_norm)
+        if rms_norm is not None:
+            from .float_norm import rms_norm as _rms_norm
+            x = _rms_norm(x, norm, normalized_shape=[x.shape[-1]], eps=rms_norm["eps"])
         k, n = x.shape[-1], weight.shape[0]
         q, scale, zp = quantize_rows(x.reshape(-1, k))
         w64 = weight.astype(np.int64)
         acc = q.astype(np.int64) @ w64.T - zp[:, None].astype(np.int64) * w64.sum(axis=1)
         s = scale[:, None] * np.asarray(w_scale, np.float32)[None, :]
         out = acc.astype(np.float32) * s + np.asarray(bias, np.float32)
-        return out.reshape(x.shape[:-1] + (n,))
+        return _epilogue(out.reshape(x.shape[:-1] + (n,)), other, epilogue)
 
     def build(ctx, node):
-        x, _, sname, bname = node.inputs
+        x, _, sname, bname, *more = node.inputs
+        epilogue, norm_attr = node.attrs.get("epilogue"), node.attrs.get("rms_norm")
+        other, norm = _more_inputs(more, epilogue, norm_attr, node.name)
+        _check_epilogue(epilogue, other, ctx.spec(other[0]).shape if other else (), ctx.spec(node.outputs[0]).shape,
+                        node.name)
         shape = ctx.spec(x).shape
         r, k = _rows(shape), shape[-1]
         w = _weight(ctx, node, k)
         rows4 = _up4(r)
-        quant, q, rowq = quantize_rows_dispatch(ctx, x, r, k)
+        quant, q, rowq = quantize_rows_dispatch(ctx, x, r, k, (norm[0], float(norm_attr["eps"])) if norm else None)
         cols = [w.sum(axis=1, dtype=np.int64), np.asarray(ctx.constant(sname), np.float32),
                 np.asarray(ctx.constant(bname), np.float32), np.zeros(w.shape[0])]
         gemm = _gemm_q8(ctx, ("OUT_F32", "ROW_QPARAMS"), q, rows4, r, k, w, cols,
-                        ctx.buffer(node.outputs[0]), extra_buf=rowq)
+                        ctx.buffer(node.outputs[0]), extra_buf=rowq,
+                        epilogue=(EPILOGUES[epilogue], ctx.buffer(other[0]) if other else rowq))
         return [s for s in (quant, gemm) if s is not None]
 
 
-def quantize_rows_dispatch(ctx, x: str, r: int, k: int):
+def quantize_rows_dispatch(ctx, x: str, r: int, k: int, norm=None):
     """The device's quantize_rows of float x (r, K) (shaders/linear_rowq.comp): (dispatch, q, rowq),
-    q the 4H4W int8 rows (up4(r) x up4(K) / 4 words, scratch), rowq (scale, zero point) per row.
+    q the 4H4W int8 rows (up4(r) x up4(K) / 4 words, scratch), rowq (scale, zero point) per row;
+    norm: (weight, eps) of an rms_norm of x's rows quantized instead (NORM).
     Once a build for an x that several linears read (q, k and v; gate and up: ctx.memo): the
     dispatch is None for the later ones, which read the first one's q and rowq."""
-    key = ("linear_rowq", x)
+    key = ("linear_rowq", x, norm)
     if key in ctx.memo:
         return (None, *ctx.memo[key])
     rows4, k4 = _up4(r), _up4(k) // 4
@@ -410,11 +463,18 @@ def quantize_rows_dispatch(ctx, x: str, r: int, k: int):
     defines = {"PLAIN": 1} if not sg else {}
     if k % 4 == 0:
         defines["VEC4"] = 1
-    # two passes over a row's k-blocks (its range, then its values), PLAIN's reductions
-    ctx.device.info.check_loop_budget(2 * -(-k4 // width) + 16 + (0 if sg else 2 * width.bit_length()),
+    bufs, spec, push = [ctx.buffer(x), q, rowq], (), (r, k, np.float32(0), np.float32(0))
+    norm_loops = 0
+    if norm is not None:       # the 16 partial sums: min(lanes, 16) lanes hold them (linear_rowq.comp)
+        lanes = min(width, 16)
+        bufs, spec = bufs + [ctx.buffer(norm[0])], (lanes, 16 // lanes)
+        push, defines["NORM"] = (r, k, np.float32(1.0 / k), np.float32(norm[1])), 1
+        norm_loops = 4 * (-(-k4 // 16) + lanes.bit_length() + 4)      # 4 rows: the squares, the tree, rsqrt
+    # two passes over a row's k-blocks (its range, then its values), PLAIN's reductions, the norm's
+    ctx.device.info.check_loop_budget(2 * -(-k4 // width) + 16 + (0 if sg else 2 * width.bit_length()) + norm_loops,
                                       f"linear_rowq over K = {k}")
-    quant = ctx.device.dispatch("linear_rowq", [ctx.buffer(x), q, rowq], grid_1d(rows4 // 4, 1),
-                                local=(width,), push=(r, k), defines=defines)
+    quant = ctx.device.dispatch("linear_rowq", bufs, grid_1d(rows4 // 4, 1), local=(width,), spec=spec, push=push,
+                                defines=defines)
     ctx.memo[key] = (q, rowq)
     return quant, q, rowq
 

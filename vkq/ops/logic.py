@@ -233,8 +233,9 @@ SCATTER_REDUCE = ("none", "sum", "prod", "mean", "amax", "amin")   # shaders/sca
 SCATTER_SEARCH_MAX = 1 << 26     # output values x index elements searched, at most (else the CPU)
 
 
-def scatter(x, index, src, *, dim, reduce="none", include_self=True, along=False):
+def scatter(x, index, src, *, dim, reduce="none", include_self=True, along=False, src_transpose=None):
     x, index, src = np.asarray(x), np.asarray(index, np.int64), np.asarray(src)
+    src = np.swapaxes(src, *src_transpose) if src_transpose else src    # a transpose folded in (its view)
     if reduce not in SCATTER_REDUCE or not isinstance(dim, int) or not -x.ndim <= dim < max(x.ndim, 1):
         raise ValueError(f"scatter: reduce {reduce!r} along dim {dim!r} of a rank-{x.ndim} tensor "
                          f"(reduce one of {SCATTER_REDUCE})")
@@ -510,6 +511,13 @@ def _scatter_build(ctx, node):
     x, index, src = node.inputs
     xs, ishape, sshape = ctx.spec(x).shape, ctx.spec(index).shape, ctx.spec(src).shape
     a, rank = node.attrs, len(xs)
+    swap = a.get("src_transpose")
+    sstride = strides_of(sshape) if sshape else [0] * rank
+    if swap:        # src read through the transpose that made it (fold_head_transposes)
+        d0, d1 = swap
+        sshape, sstride = list(sshape), list(sstride)
+        sshape[d0], sshape[d1], sstride[d0], sstride[d1] = sshape[d1], sshape[d0], sstride[d1], sstride[d0]
+        sshape = tuple(sshape)
     if not isinstance(a.get("dim"), int) or not -rank <= a["dim"] < rank:
         raise ValueError(f"{node.name}: scatter along dim {a.get('dim')!r} of a rank-{rank} tensor")
     dim = a["dim"] % rank
@@ -528,7 +536,6 @@ def _scatter_build(ctx, node):
         return []
     if ctx.buffer(x) is ctx.buffer(node.outputs[0]):      # in place: a state's rows (the executor's plan)
         return _index_copy_rows(ctx, node, xs, dim, k, bool(sshape))
-    sstride = strides_of(sshape) if sshape else [0] * rank
     push = (n, rank, dim, k, xs[dim], 0, _pad(xs, MAX_RANK, 1), _pad(istride, MAX_RANK), _pad(sstride, MAX_RANK),
             _pad(iext, MAX_RANK, 1))
     spec = (SCATTER_REDUCE.index(a.get("reduce", "none")), int(bool(a.get("include_self", True))))
@@ -566,7 +573,12 @@ def _index_copy_rows(ctx, node, xs, dim, k, has_src):
     if n == 0 or inner == 0:
         return []
     x, index, src = node.inputs
-    push = (outer, xs[dim], inner, k, chunks)
+    swap = a.get("src_transpose")
+    if swap and (sorted(swap) != [dim - 1, dim] or dim < 1 or not has_src):
+        raise ValueError(f"{node.name}: an in-place scatter along dim {dim} reads src transposed at dims "
+                         f"{dim - 1} and {dim} only, got {swap}")
+    heads = xs[dim - 1] if swap else 0      # src (..., k, heads, inner): its dims dim-1 and dim swapped
+    push = (outer, xs[dim], inner, k, chunks, heads)
     return [ctx.device.dispatch("index_copy_rows", [ctx.buffer(node.outputs[0]), ctx.buffer(index), ctx.buffer(src)],
                                 grid_1d(n, 64), local=(64,), spec=(INDEX_COPY_CHUNK,), push=push,
                                 defines=None if has_src else ["SCALAR"])]

@@ -407,7 +407,7 @@ class AdaptiveAvgPool2d:
         return out.astype(np.float32)
 
     def build(ctx, node):
-        from .float import _matmul_dispatch
+        from .float_matmul import _matmul_dispatch
         x_shape, y_shape = ctx.spec(node.inputs[0]).shape, ctx.spec(node.outputs[0]).shape
         (h, w), (oh, ow) = x_shape[-2:], node.attrs["output_size"]
         _check_out_shape(node, y_shape, tuple(x_shape[:-2]) + (oh, ow))

@@ -4,6 +4,8 @@
     out = x * cos + rotate_half(x) * sin,   rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2])
 
 cos and sin are shared by the heads (transformers' apply_rotary_pos_emb with unsqueeze_dim=1).
+attr tokens_first: x is (B, T, H, D), read through the transpose to (B, H, T, D) that made it
+(vkq.ops.attention_cached.fold_head_transposes drops that copy); the output is as above.
 Each product and the sum are float32 operations rounded once, as torch's eager ops round
 them: the shader gives the reference's bits. vkq.lm_compile routes a decoder's
 apply_rotary_pos_emb here (vkq::rotary) where it computes exactly this.
@@ -18,8 +20,11 @@ from .float import _elementwise
 F32 = np.float32
 
 
-def rotary(x, cos, sin):
+def rotary(x, cos, sin, *more, tokens_first=False):
+    if more:
+        return tuple(rotary(v, cos, sin, tokens_first=tokens_first) for v in (x, *more))
     x, cos, sin = (np.asarray(a, F32) for a in (x, cos, sin))
+    x = x.transpose(0, 2, 1, 3) if tokens_first else x
     _check(x.shape, cos.shape, sin.shape)
     half = x.shape[-1] // 2
     rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
@@ -35,28 +40,37 @@ def _check(xs, cs, ss):
 
 
 def _decline(node, tensors):
-    x, c, s = (tensors[t] for t in node.inputs)
-    if any(t.dtype != "float32" for t in (x, c, s)):
+    if any(tensors[t].dtype != "float32" for t in node.inputs):
         return "rotary: float32 only"
     return None
 
 
 def _build(ctx, node):
-    x, c, s = node.inputs
-    xs, cs = ctx.spec(x).shape, ctx.spec(c).shape
-    _check(xs, cs, ctx.spec(s).shape)
-    n = int(np.prod(xs))
-    if n == 0:
+    x, c, s, *more = node.inputs
+    first = bool(node.attrs.get("tokens_first"))
+    if len(more) > 1 or len(node.outputs) != 1 + len(more):
+        raise ValueError(f"{node.name}: rotary takes one or two x, one output each")
+    sizes = []
+    for v in (x, *more):
+        xs = ctx.spec(v).shape
+        xs = (xs[0], xs[2], xs[1], xs[3]) if first and len(xs) == 4 else xs
+        _check(xs, ctx.spec(c).shape, ctx.spec(s).shape)
+        sizes.append((int(np.prod(xs)), xs[1]))
+    (n, h), cs = sizes[0], ctx.spec(c).shape
+    n2, h2 = sizes[1] if more else (0, 0)
+    if n + n2 == 0:
         return []
-    b, h, t, d = xs
-    push = (n, d, t, h, 0 if cs[0] == 1 else t * d)
-    return [_elementwise(ctx, "rotary", [ctx.buffer(x), ctx.buffer(c), ctx.buffer(s), ctx.buffer(node.outputs[0])],
-                         n, push)]
+    t, d = cs[1], cs[2]
+    push = (n, d, t, h, 0 if cs[0] == 1 else t * d, int(first), n2, h2)
+    bufs = [ctx.buffer(x), ctx.buffer(c), ctx.buffer(s), ctx.buffer(node.outputs[0])]
+    bufs += [ctx.buffer(more[0]), ctx.buffer(node.outputs[1])] if more else []
+    return [_elementwise(ctx, "rotary", bufs, n + n2, push, ["PAIR"] if more else None)]
 
 
 @register_op
 class Rotary:
-    """Rotary position embedding of q or k (B, H, T, D) by cos / sin (B or 1, T, D), heads shared."""
+    """Rotary position embedding of q or k (B, H, T, D) by cos / sin (B or 1, T, D), heads shared;
+    of q and k in one dispatch where k is a fourth input."""
     name = "rotary"
     shaders = ("rotary",)
     reference = staticmethod(rotary)

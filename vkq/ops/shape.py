@@ -49,8 +49,8 @@ import numpy as np
 from .. import packing
 from ..device import grid_1d
 from ..registry import register_op
-from .float import (MAX_RANK, _elementwise, _numel, _pad, broadcast_strides, merge_dims, permute_dims,
-                    readers_of, strides_of)
+from .float import MAX_RANK, _elementwise, _numel, _pad, broadcast_strides, merge_dims, permute_dims, strides_of
+from .float_rewrites import readers_of
 
 LOCAL = 64
 ANY = ("4W4C", "4H4W", "ROW")

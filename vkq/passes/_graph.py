@@ -376,3 +376,32 @@ def pair(v, n: int = 2) -> list:
     """A stride/padding/dilation argument as n ints (one value means all n; n = 3 for 3-D ops)."""
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     return [int(x) for x in (v * n if len(v) == 1 else v)]
+
+
+# ---------------------------------------------------------------- building nodes (the rewrite rules)
+
+def _new(node: Node, target, args, kwargs=None) -> Node:
+    with node.graph.inserting_before(node):
+        new = node.graph.call_function(target, tuple(args), kwargs or {})
+    new.meta.update({k: v for k, v in node.meta.items()})
+    return new
+
+
+def _made(node, target, args, shape, dtype) -> Node:
+    """A new node before `node` with the val of (shape, dtype)."""
+    return set_val(_new(node, target, args), shape, dtype)
+
+
+def _in_place_of(users, new) -> Node:
+    """new read wherever the getitem-0 users of a tuple-valued node were (first_outputs): its val
+    theirs; they are left dead."""
+    new.meta["val"] = val(users[0])
+    for u in users:
+        u.replace_all_uses_with(new)
+    return new
+
+
+def _pair(v, n=2):
+    """pair's n values as they are, not made ints (what the rewrite rules pass on to a new node)."""
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * n if len(v) == 1 else v

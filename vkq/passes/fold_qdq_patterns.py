@@ -378,7 +378,7 @@ def fold_int4_linear(gm, lin: Node, op: str):
     quantized in groups along K (vkq.int4.quantize_groups, lower()'s group_size and symmetric)
     -> linear_int4 / linear_8da4w. Any rank of x (its rows flattened by the kernel)."""
     from ..int4 import GroupFormatError, quantize_groups
-    from ..ops.linear_int4 import int4_constants
+    from ..ops.linear_int4 import int4_constants, node_attrs
     w = evaluate_constant(gm, lin.args[1])
     if w is None or not w.is_floating_point() or w.dim() != 2:
         return "its weight is not a constant float matrix"
@@ -392,13 +392,12 @@ def fold_int4_linear(gm, lin: Node, op: str):
         from ..quantizer import quantize_rows
         wq, ws = quantize_rows(w)
         return _fold_float_linear(gm, lin, wq, ws, b)
-    try:       # (known: a torchao weight's own groups, vkq.int4.torchao_weights)
+    try:       # (known: a torchao weight's own groups, vkq.int4.torchao_weights; a GGUF's Q4 / Q8_0 blocks)
         gw = gw if gw is not None and gw.n == w.shape[0] else quantize_groups(w, groups["group_size"],
                                                                                 groups["symmetric"])
     except GroupFormatError as e:
         return str(e)
-    node = emit(gm, lin, op, [lin.args[0]], int4_constants(gw, b), {"group_size": gw.group_size},
-                shape_of(lin), torch.float32)
+    node = emit(gm, lin, op, [lin.args[0]], int4_constants(gw, b), node_attrs(gw), shape_of(lin), torch.float32)
     lin.replace_all_uses_with(node)
     return node
 

@@ -1,6 +1,6 @@
 """permute_in_float: the int8 permutes and views next to a float matmul (attention's) move to
 its float side, where the lowering folds them into the matmul's strided reads and writes
-(vkq/ops/float.py fold_views_into_matmul): no gather of their own.
+(vkq/ops/float_rewrites.py fold_views_into_matmul): no gather of their own.
 
   dequantize(permute(x_int8)), read only by float matmuls  -> permute(dequantize(x_int8))
   views(quantize(matmul(...))), the quantize read only by the views, each by the next
@@ -10,7 +10,7 @@ Attention's K transpose (Swin: k.transpose(-2, -1) on the int8 k picked out of t
 projection) was an int8 gather and its dequantize wrote the transposed copy; the float matmul
 then read b along rows of N (not a multiple of 4) one value at a time. Dequantized first, the
 transpose is a float view that the lowering folds into the matmul's strided read
-(vkq/ops/float.py fold_views_into_matmul): no gather, and a K read along d by vec4 (VEC_K).
+(vkq/ops/float_rewrites.py fold_views_into_matmul): no gather, and a K read along d by vec4 (VEC_K).
 Swin-T's (64, 3, 49, 32) @ (64, 3, 32, 49) on lavapipe: 12.3 -> 3.0 ms. The head merge after
 P V (transpose, reshape) is the same on the way out: the matmul writes the merged rows and the
 quantize writes them where the projection reads them (4H4W, rows of heads x d: vec4 stores)

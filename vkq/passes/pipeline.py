@@ -22,9 +22,11 @@ from .fake_quantize import fake_quantize
 from .fold_constants import fold_constant_computations, fold_constants
 from .fold_qdq_patterns import fold_qdq_patterns
 from .fuse_activation import fuse_activation
+from .fuse_kv_write import fuse_kv_write
 from .inline_wrappers import inline_wrappers
 from .int8_embeddings import int8_embeddings
 from .fuse_epilogue import fuse_epilogue
+from .fuse_float_epilogue import fuse_float_epilogue, fuse_rms_norm
 from .lift_quantize import lift_quantize
 from .normalize_ops import normalize_ops
 from .permute_in_float import permute_in_float
@@ -37,6 +39,7 @@ PIPELINE = [
     unroll_rnn,             # LSTM / GRU / RNN over a static length -> their cells' ops (a graph
                             #   converted without vkq's quantizer still has them); before normalize_ops
     normalize_ops,          # one spelling per op (convolution -> conv2d, t + addmm -> linear, ...)
+    fuse_kv_write,          # an int8 KV cache's index_copy of kv_quantize's rows -> index_copy_q8 (one dispatch)
     fold_constant_computations,  # computations on constants only (a position-bias MLP) -> their values,
                             #   as PT2E computes them; their q/dq and a weight's views stay for folding
     fuse_activation,        # relu/relu6/hardtanh before quantizes -> their qmin/qmax; before folding,
@@ -51,6 +54,9 @@ PIPELINE = [
                             #   one lookup table
     fuse_epilogue,          # a residual add_q8 into the conv2d_q8 whose output only it reads; on the
                             #   vkq ops, so after folding, and before assign_layouts (4W4C residual)
+    fuse_float_epilogue,    # a silu / residual add / product after a linear_dynamic into its epilogue
+    fuse_rms_norm,          # an rms_norm read by linear_dynamics only into their row quantization; after
+                            #   fuse_float_epilogue (the norm's weight is the linears' last input)
     permute_in_float,       # int8 permutes / views beside a float matmul (attention's K transpose, head
                             #   merge) -> float ones, which the lowering folds into its strided reads/writes
     fake_quantize,          # dq(q(x)) of a float x read by nothing else -> one float pass (attention scores);

@@ -1,0 +1,40 @@
+"""tools/select_tests.py cover: the tests the GPU-assisted validation pass runs, from a dispatch
+log of variants built and seconds taken (vkq/device.py, tests/conftest.py)."""
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+import select_tests  # noqa: E402
+
+
+def _log(tmp_path, records):
+    path = tmp_path / "dispatch.log"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def _built(test, shader, n=1, **defines):
+    return [{"test": test, "shader": shader, "defines": {k: "1" for k in defines}}] * n
+
+
+def test_cover_takes_the_cheap_builder_of_each_variant_costliest_first(tmp_path):
+    """A variant built by a slow model test and by a quick kernel case is checked through the
+    quick one; a test whose variants the others build is left out; the benchmark's tests and
+    shaders never count; the list comes costliest first."""
+    records = (_built("t.py::model", "a", 40) + _built("t.py::model", "b", 40)
+               + _built("t.py::kernel_a", "a") + _built("t.py::kernel_b", "b", 3)
+               + _built("t.py::kernel_c", "c") + _built("t.py::kernel_c", "a")
+               + _built("tests/test_bench.py::quick", "d") + _built("t.py::kernel_d", "bench_roofline")
+               + [{"test": "t.py::model", "seconds": 30.0}, {"test": "t.py::kernel_a", "seconds": 0.05},
+                  {"test": "t.py::kernel_b", "seconds": 0.2}, {"test": "t.py::kernel_c", "seconds": 0.4},
+                  {"test": "tests/test_bench.py::quick", "seconds": 0.01}])
+    tests, cost = select_tests.read_log(_log(tmp_path, records))
+    assert "tests/test_bench.py::quick" not in tests and not tests.get("t.py::kernel_d")
+    assert cost["t.py::model"] == select_tests.gpuav_seconds(30.0, 80)
+    assert cost["t.py::kernel_b"] == select_tests.gpuav_seconds(0.2, 3)
+    chosen = select_tests.cover(tests, cost)
+    # kernel_a, the cheapest, is taken first and then left out: kernel_c builds c and a; kernel_c (0.4 s)
+    # is reckoned costlier than kernel_b
+    assert chosen == ["t.py::kernel_c", "t.py::kernel_b"]
+    assert [cost[t] for t in chosen] == sorted((cost[t] for t in chosen), reverse=True)

@@ -1,0 +1,208 @@
+"""numpy twins of shaders/include/float_math.glsl and float_exact.glsl: the same float32
+operations in the same order as the shaders, so that a kernel built on them and its reference give
+the same bits (issue 59's rules: float_exact.glsl's header). numpy float32 + - * round once each;
+nothing here uses np.sum, BLAS or float64."""
+from __future__ import annotations
+
+import numpy as np
+
+F32 = np.float32
+
+
+def _f(x):
+    return np.asarray(x, dtype=F32)
+
+
+_ERF_P = [-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02]
+_ERF_Q = [-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+          -1.42647390514189e-02]
+
+
+def erf_f32(x):
+    """The shaders' erf, bit for bit: x P(x^2) / Q(x^2) on x clamped to [-4, 4], the division as
+    (x p) * recip_newton(-128 q) * -128 (float_math.glsl erf_f32), products flushed."""
+    x = np.where(_f(x) < F32(-4), F32(-4), np.where(_f(x) > F32(4), F32(4), _f(x))).astype(F32)
+    x2 = ftz(x * x)
+    p, q = F32(_ERF_P[0]), F32(_ERF_Q[0])
+    for c in _ERF_P[1:]:
+        p = p * x2 + F32(c)
+    for c in _ERF_Q[1:]:
+        q = q * x2 + F32(c)
+    r = recip_newton(q * F32(-128)) * F32(-128)
+    return ftz(ftz(x * p) * r)
+
+
+def exp_f32(x):
+    """The shaders' exp in float32 numpy: x = n ln2 + r (Cody-Waite), Cephes' polynomial, 2^n;
+    inf and 0 past float32's range, subnormals through e^(x + 24 ln 2) 2^-24."""
+    x = _f(x)
+    sub = x < F32(-87.33654)
+    y = np.clip(np.where(sub, x + F32(16.635532333), x), F32(-87.33654), F32(88.72283))
+    n = np.rint(y * F32(1.44269504089))
+    r = y - n * F32(0.693359375)
+    r = r + n * F32(2.12194440e-4)
+    p = F32(1.9875691500e-4)
+    for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+        p = p * r + F32(c)
+    p = p * (r * r) + r + F32(1)
+    with np.errstate(invalid="ignore"):          # (n of an inf or NaN: replaced below)
+        v = np.ldexp(p, n.astype(np.int32)).astype(F32)
+    v = np.where(sub, v * F32(2.0 ** -24), v)
+    return np.where(x > F32(88.72283), F32(np.inf), np.where(x < F32(-103.972077), F32(0), v)).astype(F32)
+
+
+def ftz(v):
+    """float_exact.glsl's ftz: v, or a zero of v's sign where v is subnormal."""
+    v = _f(v)
+    b = v.view(np.int32)
+    return np.where((b & 0x7F800000) == 0, (b & np.int32(-0x80000000)).view(F32), v).astype(F32)
+
+
+def recip_newton(s):
+    """float_exact.glsl's recip_newton: 1/s for float32 s in [1, 2^100] in float32 steps, a
+    bit-pattern guess, two Newton steps and a third as a correction added, y + y (1 - s y)
+    (every step normal on that range; past ~2^109 the correction is subnormal):
+    1.21 ulp at most (linear.py's reciprocal, three plain steps for linear_rowq: 1.97)."""
+    s = _f(s)
+    y = (np.uint32(0x7EF311C7) - s.view(np.uint32)).view(F32)
+    for _ in range(2):
+        y = y * (F32(2) - s * y)
+    return y + y * (F32(1) - s * y)
+
+
+def silu_f32(x):
+    """float_math.glsl's silu_f32, bit for bit: x * recip_newton(1 + exp_f32(-x)) (s = 1 + e past
+    2^64 as 2^-64 recip_newton(s 2^-64)), a zero of x's sign where x < -87 or |x| < 2^-124 (silu(-inf) = -0)."""
+    x = _f(x)
+    s = F32(1) + exp_f32(-x)
+    k = np.where(s > F32(2.0 ** 64), F32(2.0 ** -64), F32(1))
+    y = x * (recip_newton(s * k) * k)
+    tiny = (x.view(np.int32) & 0x7FFFFFFF) < 0x01800000
+    return np.where((x < F32(-87)) | tiny, (x.view(np.int32) & np.int32(-0x80000000)).view(F32), y).astype(F32)
+
+
+NORM_PARTS = 64     # the canonical row sum's partials (16 vec4s; float_layer_norm.comp row_canon)
+
+
+def sum_canonical(v):
+    """float_exact.glsl's canonical row sum (float_layer_norm.comp row_canon), bit for bit, of
+    v (rows, d): value j into partial j % 64, each partial summed in index order; partials
+    4q..4q+3 summed (p0 + p1) + (p2 + p3) into S_q; then the halving tree over the 16 S_q
+    (S_q + S_{q+8}, + 4, + 2, + 1); ftz after every add (a signed sum may pass through a
+    subnormal, which a device may flush; for terms >= 0 it changes nothing). Every lane count
+    and path computes exactly this."""
+    v = _f(v)
+    rows, d = v.shape
+    m = max(1, -(-d // NORM_PARTS))
+    terms = np.zeros((rows, m * NORM_PARTS), F32)
+    terms[:, :d] = v
+    terms = terms.reshape(rows, m, NORM_PARTS // 4, 4)
+    acc = np.zeros_like(terms[:, 0])
+    for i in range(m):
+        acc = ftz(acc + terms[:, i])        # (from +0, as the shader: a -0 term adds +0)
+    s = ftz(ftz(acc[..., 0] + acc[..., 1]) + ftz(acc[..., 2] + acc[..., 3]))
+    while s.shape[1] > 1:
+        h = s.shape[1] // 2
+        s = ftz(s[:, :h] + s[:, h:])
+    return s[:, 0]
+
+
+def sum_squares_canonical(x):
+    """rms_norm's row sum of squares: sum_canonical of the squares, each ftz'd."""
+    x = _f(x)
+    return sum_canonical(ftz(x * x))
+
+
+def rsqrt_newton(t):
+    """1 / sqrt(t) for float32 t > 0 (normal) to ~1 ulp in float32 steps alone: a bit-pattern
+    seed, two Newton steps and a third written as a correction added to y (y + y (1/2 - t y^2 / 2)
+    rather than y (3/2 - t y^2 / 2): 1.2 ulp at most instead of 2.1), as float_layer_norm.comp's
+    rsqrt_newton (inversesqrt is 2 ulp at best, and not the same bits on two devices)."""
+    t = np.asarray(t, F32)
+    y = (np.int32(0x5F375A86) - (t.view(np.int32) >> 1)).view(F32)
+    h = F32(0.5) * t
+    for _ in range(2):
+        y = y * (F32(1.5) - h * y * y)
+    return y + y * (F32(0.5) - h * y * y)
+
+
+_LOG_P = (-1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
+          2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)
+
+
+def log_f32(x):
+    """float_math.glsl's log_f32 (Cephes' logf), bit for bit: x = f 2^e (frexp; a subnormal
+    scaled by 2^24 first), f below sqrt(1/2) doubled, log(1 + f) by the degree-9 polynomial,
+    e ln 2 added in two parts; log(0) = -inf, x < 0 or NaN NaN, log(inf) = inf."""
+    with np.errstate(all="ignore"):       # (inf, NaN and x <= 0: replaced at the end)
+        return _log_f32(_f(x))
+
+
+def _log_f32(x):
+    sub = x < F32(1.17549435e-38)
+    f, e = np.frexp(np.where(sub, x * F32(16777216.0), x).astype(F32))
+    f, e = f.astype(F32), e - np.where(sub, 24, 0)
+    small = f < F32(0.70710678118654752)
+    e = np.where(small, e - 1, e)
+    f = np.where(small, (f + f) - F32(1), f - F32(1)).astype(F32)
+    z = f * f
+    y = np.full_like(f, F32(7.0376836292e-2))
+    for c in _LOG_P:
+        y = y * f + F32(c)
+    y = (y * f) * z
+    fe = e.astype(F32)
+    y = y + F32(-2.12194440e-4) * fe
+    y = y + F32(-0.5) * z
+    r = (f + y) + F32(0.693359375) * fe
+    return np.where(x == 0, F32(-np.inf), np.where(np.isinf(x) & (x > 0), x,
+                    np.where(x > 0, r, F32(np.nan)))).astype(F32)
+
+
+def tanh_f32(x):
+    """float_math.glsl's tanh_f32, bit for bit: sign(x) (1 - 2 recip_newton(exp_f32(2 min(|x|, 9.5)) + 1)),
+    below |x| = 1/16 x + x x^2 (-1/3 + 2/15 x^2) (zeros kept), products flushed."""
+    with np.errstate(all="ignore"):
+        x = ftz(x)
+        a = np.abs(x)
+        x2 = ftz(x * x)
+        small = ftz(x + ftz(ftz(x * x2) * (F32(-0.333333333) + x2 * F32(0.133333333))))
+        small = np.where(x == 0, x, small)
+        e = exp_f32(F32(2) * np.where(a > F32(9.5), F32(9.5), a))
+        t = F32(1) - F32(2) * recip_newton(e + F32(1))
+        return np.where(a < F32(0.0625), small, np.where(x < 0, -t, t)).astype(F32)
+
+
+def sigmoid_f32(x):
+    """float_math.glsl's sigmoid_f32, bit for bit: recip_newton(1 + exp_f32(-x)) (past 2^64 scaled
+    by 2^-64 around it), flushed; 0 below -87.33654."""
+    x = _f(x)
+    with np.errstate(all="ignore"):
+        s = F32(1) + exp_f32(-x)
+        k = np.where(s > F32(2.0 ** 64), F32(2.0 ** -64), F32(1))
+        y = ftz(recip_newton(s * k) * k)
+    return np.where(x < F32(-87.33654), F32(0), y).astype(F32)
+
+
+def matmul_f32(a, b):
+    """np.matmul's result (batch dims broadcast, 1-D operands as numpy promotes them) in
+    float_matmul.comp's order, bit for bit: k in groups of 4 from 0, a group's products summed
+    ((p0 + p1) + p2) + p3, the groups added into the accumulator in k order."""
+    a, b = _f(a), _f(b)
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    k = a2.shape[-1]
+    if b2.shape[-2] != k:
+        raise ValueError(f"matmul: inner dims differ, {a.shape} @ {b.shape}")
+    acc = np.zeros(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1]), F32)
+    for k0 in range(0, k, 4):
+        s = None
+        for kk in range(k0, min(k0 + 4, k)):
+            t = a2[..., :, kk:kk + 1] * b2[..., kk:kk + 1, :]
+            s = t if s is None else s + t
+        acc = acc + s            # (past K the shader adds products of zeros: s unchanged)
+    if a.ndim == 1:
+        acc = acc[..., 0, :]
+    if b.ndim == 1:
+        acc = acc[..., 0]
+    return acc
