@@ -31,6 +31,7 @@ TORCH_REFERENCE_TESTS = ["test_eltwise.py", "test_io_ops.py", "test_pool.py", "t
 HOST_ONLY_TESTS = {
     "test_shaders.py": "the shader toolchain: spirv-val and a wheel built from the repo (not carried)",
     "test_bench.py": "vkq bench with its CPU and ncnn peers (run.sh runs `vkq bench kernels` instead)",
+    "test_select_tests.py": "the CI passes' test selection: a dispatch log of this machine's test passes",
     "test_end_to_end.py": "PT2E quantization (torchao, torch 2.13) and the weight packages",
     "test_lower.py": "PT2E quantization (torchao, torch 2.13)",
     "test_op_coverage.py": "PT2E quantization (torchao, torch 2.13)",
