@@ -2,6 +2,10 @@
 
 VKQ_TEST_DEVICES  comma-separated device choices (default "llvmpipe,swiftshader")
 CI=true           a device that cannot be found fails the test instead of skipping it
+VKQ_TEST_DEADLINE time.time() after which a test is skipped, not started (tools/test.sh's
+                  time-budgeted GPU-assisted validation pass; the tests come in priority order);
+VKQ_TEST_RECKONED with it, a JSON file of test id -> reckoned seconds (select_tests.py cover):
+                  a test that would end past the deadline is skipped too
 VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation
                   the Khronos layer prints what it finds; any validation message fails
                   the test that caused it (with VK_LAYER_ENABLES=..._SYNCHRONIZATION_VALIDATION_EXT
@@ -9,6 +13,7 @@ VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation
 """
 import os
 import sys
+import time
 
 import pytest
 
@@ -29,11 +34,27 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.vulkan)
 
 
+_RECKONED = None
+
+
+def _reckoned() -> dict:
+    global _RECKONED
+    if _RECKONED is None:
+        import json
+        path = os.environ.get("VKQ_TEST_RECKONED")
+        _RECKONED = json.loads(open(path).read()) if path and os.path.exists(path) else {}
+    return _RECKONED
+
+
 @pytest.hookimpl(tryfirst=True)  # before the test's fixtures (a module's model among them) are set up
 def pytest_runtest_setup(item):
     """Every test starts from the same global random state, whatever ran before it in its process
     (pytest-xdist deals modules to processes by timing, so that order changes run to run): the
-    random initial weights of a test's model are the test's own on every run and every machine."""
+    random initial weights of a test's model are the test's own on every run and every machine.
+    Past $VKQ_TEST_DEADLINE a test is skipped before its fixtures are set up."""
+    deadline = os.environ.get("VKQ_TEST_DEADLINE")
+    if deadline and time.time() + _reckoned().get(item.nodeid, 0.0) > float(deadline):
+        pytest.skip("past this pass's time budget (VKQ_TEST_DEADLINE): a later run's share")
     import random
     random.seed(0)
     if "numpy" in sys.modules:

@@ -38,3 +38,26 @@ def test_cover_takes_the_cheap_builder_of_each_variant_costliest_first(tmp_path)
     # is reckoned costlier than kernel_b
     assert chosen == ["t.py::kernel_c", "t.py::kernel_b"]
     assert [cost[t] for t in chosen] == sorted((cost[t] for t in chosen), reverse=True)
+
+
+def test_priority_takes_the_newest_shaders_first_and_rotates_the_rest():
+    """The budgeted pass takes the test of the shader changed last first; what follows alternates
+    with an order the commit picks, so two commits check different shares of the unchanged ones."""
+    tests = {f"t.py::k{i}": {(f"s{i}", ())} for i in range(8)}
+    changed = {"s0": 10, "s1": 30, "s2": 20}          # s3..s7 untouched in the history
+    orders = [select_tests.priority(sorted(tests), tests, changed, seed) for seed in ("abc", "def", "123", "456")]
+    for order in orders:
+        assert sorted(order) == sorted(tests)          # every test once
+        assert order[0] == "t.py::k1"                  # the newest shader's
+        # the newest three come within the first six, each after at most one rotated pick
+        assert order.index("t.py::k2") <= 3 and order.index("t.py::k0") <= 5
+    assert len({tuple(o) for o in orders}) > 1
+
+
+def test_checked_counts_the_variants_built_under_the_layer(tmp_path, capsys):
+    full = _log(tmp_path, _built("t.py::a", "a") + _built("t.py::b", "b") + _built("t.py::c", "c", x=1))
+    part = tmp_path / "gpuav.log"
+    part.write_text("".join(json.dumps(r) + "\n" for r in _built("t.py::a", "a")))
+    assert select_tests.main(["checked", str(full), str(part)]) == 0
+    err = capsys.readouterr().err
+    assert "built 1 of the 3 variants" in err and "2 variants of b, c" in err

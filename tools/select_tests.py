@@ -1,6 +1,7 @@
 """Pick tests from a dispatch log, for the test passes that cannot afford the whole suite.
 
-    python tools/select_tests.py cover DISPATCH_LOG > tests.txt        (then: pytest @tests.txt)
+    python tools/select_tests.py cover DISPATCH_LOG [RECKONED_JSON] > tests.txt   (then: pytest @tests.txt)
+    python tools/select_tests.py checked DISPATCH_LOG GPUAV_DISPATCH_LOG
     python tools/select_tests.py subgroups DISPATCH_LOG [PATH ...] > tests.txt
 
 DISPATCH_LOG is what a test pass wrote with VKQ_DISPATCH_LOG set (vkq/device.py: one JSON line
@@ -8,11 +9,19 @@ per dispatch built, with its shader variant and the test that built it; and one 
 with its seconds: tests/conftest.py).
 
 cover: the cheapest tests (weighted greedy set cover, by their reckoned time) that between
-them build every variant that pass built, for the GPU-assisted validation pass, costliest first.
-It instruments every shader and slows it ~10x, so running the whole kernel suite under it would
-not fit CI; running each variant once catches every out-of-bounds access a variant makes on the
-shapes its tests use. Exits 1, naming them, if a variant that a shader declares (its `//! variant`
-lines) was built by no test at all: an untested variant is one GPU-assisted validation never sees.
+them build every variant that pass built, for the GPU-assisted validation pass. It instruments
+every shader and slows it 12-30x (llvmpipe compiling the instrumented pipelines), so running the
+whole kernel suite under it would not fit CI; running each variant once catches every
+out-of-bounds access a variant makes on the shapes its tests use. Even the cover (~500 tests,
+~65 CPU minutes on a 2-core machine) does not fit beside the other passes, so the pass runs it
+in the order of `priority` under a time budget (tools/test.sh): the variants whose shader
+sources changed most recently first, interleaved with a rotation that the commit picks, so each
+run checks what was just changed and, over runs, every variant. Exits 1, naming them, if a
+variant that a shader declares (its `//! variant` lines) was built by no test at all: an
+untested variant is one GPU-assisted validation never sees.
+
+checked: after the budgeted pass, how many of the variants the cover's tests build were built
+under the layer (its own dispatch log), and the shaders of those left for later runs.
 
 subgroups: every test (in the files or folders PATH, if given) that builds a variant using
 subgroup operations, for the pass at the other subgroup sizes: only those kernels' lanes depend
@@ -20,7 +29,9 @@ on the size (a third of the kernel tests; the rest would run the same code again
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -97,6 +108,56 @@ def cover(tests: dict, cost: dict) -> list:
     return kept
 
 
+def changed_at(shader_names) -> dict:
+    """shader -> the commit time (seconds) of the newest commit touching its source or anything it
+    includes; 0 for all where git or the history is missing (the order is then the rotation's)."""
+    root = Path(__file__).resolve().parent.parent
+    times, newest = {}, {}
+    for shader in shader_names:
+        files = [str(f) for f in shaders.source_files(shaders.source_path(shader))]
+        key = tuple(sorted(files))
+        if key not in times:
+            try:
+                out = subprocess.run(["git", "log", "-1", "--format=%ct", "--", *key], cwd=root,
+                                     capture_output=True, text=True, timeout=30).stdout.strip()
+                times[key] = int(out) if out else 0
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                times[key] = 0
+        newest[shader] = times[key]
+    return newest
+
+
+def rotation_seed() -> str:
+    """The commit under test (another commit, another rotation), else today's date."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    if not out:
+        import datetime
+        out = datetime.date.today().isoformat()
+    return out
+
+
+def priority(chosen: list, tests: dict, changed: dict, seed: str) -> list:
+    """The cover's tests in the order a time budget should take them: the variants by their
+    shader's last change, newest first, interleaved one for one with the variants in an order
+    that `seed` shuffles (so what is never changed is still checked, a run's share at a time);
+    each test placed by the first of its variants in that order, costlier among equals first
+    (its variants are dealt early, the long test does not start last)."""
+    variants = sorted(set().union(*(tests[t] for t in chosen)) if chosen else set())
+    def shuffled(v):
+        return hashlib.sha1(f"{seed}{v!r}".encode()).hexdigest()
+    by_change = sorted(variants, key=lambda v: (-changed.get(v[0], 0), shuffled(v)))
+    by_seed = sorted(variants, key=shuffled)
+    rank = {}
+    for pair in zip(by_change, by_seed):
+        for v in pair:
+            rank.setdefault(v, len(rank))
+    return sorted(chosen, key=lambda t: min(rank[v] for v in tests[t]))
+
+
 def declared() -> set:
     return {_variant(s, d) for s in shaders.list_shaders() if not s.startswith(UNCHECKED)
             for d in shaders.variants(s)}
@@ -107,9 +168,12 @@ def uses_subgroups(variant: tuple) -> bool:
     return shaders.reflect(shaders.compile_shader(shader, dict(defines))).subgroups
 
 
-def main_cover(log) -> int:
+def main_cover(log, reckoned=None) -> int:
     tests, cost = read_log(log)
     chosen = cover(tests, cost)
+    chosen = priority(chosen, tests, changed_at({v[0] for t in chosen for v in tests[t]}), rotation_seed())
+    if reckoned:   # for tests/conftest.py: a test is not started where it would end past the deadline
+        Path(reckoned).write_text(json.dumps({t: round(cost[t], 1) for t in chosen}))
     built = set().union(*tests.values()) if tests else set()
     print("\n".join(chosen))
     print(f"select_tests cover: {len(chosen)} of {len(tests)} tests build all {len(built)} variants "
@@ -130,6 +194,21 @@ def main_cover(log) -> int:
     return 0
 
 
+def main_checked(log, checked_log) -> int:
+    tests, _ = read_log(log)
+    wanted = set().union(*tests.values()) if tests else set()
+    done, _ = read_log(checked_log) if Path(checked_log).exists() else ({}, {})
+    seen = set().union(*done.values()) if done else set()
+    left = wanted - seen
+    print(f"select_tests checked: GPU-assisted validation built {len(wanted & seen)} of the "
+          f"{len(wanted)} variants in this run's time budget", file=sys.stderr)
+    if left:
+        names = sorted({shader for shader, _ in left})
+        print(f"  left to later runs (another commit, another share): {len(left)} variants of "
+              f"{', '.join(names)}", file=sys.stderr)
+    return 0
+
+
 def main_subgroups(log, paths) -> int:
     tests, _ = read_log(log)
     def within(test):
@@ -144,8 +223,10 @@ def main_subgroups(log, paths) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 2 and argv[0] == "cover":
-        return main_cover(argv[1])
+    if len(argv) in (2, 3) and argv[0] == "cover":
+        return main_cover(*argv[1:])
+    if len(argv) == 3 and argv[0] == "checked":
+        return main_checked(argv[1], argv[2])
     if len(argv) >= 2 and argv[0] == "subgroups":
         return main_subgroups(argv[1], argv[2:])
     print(__doc__, file=sys.stderr)

@@ -81,20 +81,24 @@ def list_shaders() -> list[str]:
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
-def _sources(path: Path, seen=None) -> list[tuple[str, str]]:
-    """(name, text) of a shader and of everything it includes, recursively."""
+def source_files(path: Path, seen=None) -> list[Path]:
+    """A shader's source file and every file it includes, recursively."""
     seen = set() if seen is None else seen
     if path in seen:
         return []
     seen.add(path)
-    text = path.read_text()
-    out = [(path.name, text)]
-    for inc in _INCLUDE.findall(text):
+    out = [path]
+    for inc in _INCLUDE.findall(path.read_text()):
         for base in (path.parent, shader_dir() / "include"):
             if (base / inc).is_file():
-                out += _sources(base / inc, seen)
+                out += source_files(base / inc, seen)
                 break
     return out
+
+
+def _sources(path: Path) -> list[tuple[str, str]]:
+    """(name, text) of a shader and of everything it includes."""
+    return [(p.name, p.read_text()) for p in source_files(path)]
 
 
 def variants(shader: str) -> list[dict]:
