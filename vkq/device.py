@@ -449,6 +449,8 @@ class Device:
         extensions = sorted({FEATURE_EXTENSIONS[f] for f in self.features_enabled} - {None})
         self._mgr = kp.Manager(info.index, [], extensions, sorted(self.features_enabled))
         self._spirv: dict = {}
+        self._owners: dict = {}            # variant -> kp algorithm (_pipeline_owner)
+        self._placeholder: Buffer | None = None
         self.lock = threading.RLock()
 
     @property
@@ -538,15 +540,18 @@ class Device:
         A shader that uses subgroup operations gets a pipeline that requires the device's
         subgroup size (and full subgroups where the workgroup width allows), where the device
         can require it: kernels choose their lane sharing from info.subgroup_size.
-        pipelines: a dict that keeps built pipelines (kp algorithms) for reuse by dispatches of
-        the same shader variant, constants, buffers and push-constant size (an executor's
-        builds for several shapes): a new shape then costs no pipeline compilation; and, by
-        shader variant, constants and push-constant size alone, the algorithm whose compiled
-        pipeline a dispatch over other buffers shares (kp's algorithm_like: a descriptor set of
-        its own, nothing compiled). One pipeline per kernel variant, not per dispatch: a 64-step
-        LSTM's 1921 dispatches have 15 variants; with a pipeline each, llvmpipe took 0.21 ms a
-        dispatch (its JIT code for 1921 pipelines) against 0.03 with 50 pipelines, and compiled
-        each."""
+        pipelines: a dict that keeps built kp algorithms for reuse by dispatches of the same
+        shader variant, constants, buffers and push-constant size (an executor's builds for
+        several shapes). Whatever the dict, a dispatch shares the compiled pipeline of the
+        device's one algorithm of its shader variant, constants, binding count and push-constant
+        size (_pipeline_owner; kp's algorithm_like: a descriptor set of its own, nothing
+        compiled). One pipeline per kernel variant and device, not per dispatch or per program:
+        a 64-step LSTM's 1921 dispatches have 15 variants; with a pipeline each, llvmpipe took
+        0.21 ms a dispatch (its JIT code for 1921 pipelines) against 0.03 with 50 pipelines, and
+        compiled each. Across programs it is compile time: SwiftShader has no disk cache, and
+        its pipeline cache keys on the pipeline layout object, so each algorithm of its own
+        compiled anew — in tests/test_conv.py + test_float_ops.py (SwiftShader, 2714 pipelines
+        of 946 variants) pipeline creation was 447 s of 475."""
         with self.lock:
             return self._dispatch(shader, buffers, groups, local, spec, push, defines, pipelines)
 
@@ -574,17 +579,40 @@ class Device:
             raise ValueError(f"{shader}: the shader binds {max(use.reads | use.writes) + 1} buffers, got {len(buffers)}")
         key = (shader, tuple(sorted(_normalize_defines(defines).items())), spec_arr.tobytes(),
                tuple(b.serial for b in buffers), push_arr.nbytes)
+        for b in use.texels:
+            if not self._texel_buffer_fits(buffers[b]):
+                raise ValueError(f"buffer {b} ({buffers[b].size} words) cannot be a texel buffer on {lim.name}: "
+                                 f"it must be whole ivec4s, at most {lim.max_texel_buffer_elements} of them")
         algo = pipelines.get(key) if pipelines is not None else None
         if algo is None:
-            variant = ("variant",) + key[:3] + (len(buffers), key[4])
-            owner = pipelines.get(variant) if pipelines is not None else None
+            owner = self._pipeline_owner(spirv, use, len(buffers), local, spec_arr, push_arr)
             algo = self._algorithm(spirv, use, buffers, groups, local, spec_arr, push_arr, owner)
             if pipelines is not None:
                 pipelines[key] = algo
-                pipelines.setdefault(variant, algo)
         return Dispatch(shader, algo, groups, push_arr,
                         reads={buffers[i] for i in use.reads}, writes={buffers[i] for i in use.writes},
                         defines=_normalize_defines(defines), spec=spec_arr[3:].tolist())
+
+    OWNERS_KEPT = 4096   # compiled pipelines a device keeps (least recently used dropped first)
+
+    def _pipeline_owner(self, spirv, use, n_buffers, local, spec_arr, push_arr):
+        """The device's algorithm of a variant (SPIR-V, constants, binding count, push-constant
+        size: defines that compile to the same code share it), whose pipeline every dispatch
+        of it shares. It is built over one
+        4-word placeholder buffer at every binding and never dispatched, so that it keeps no
+        program's buffers alive. An algorithm sharing a pipeline keeps its owner alive, so
+        dropping an owner from the cache frees nothing in use."""
+        variant = (spirv, spec_arr.tobytes(), n_buffers, push_arr.nbytes)
+        owner = self._owners.pop(variant, None)
+        if owner is None:
+            if self._placeholder is None:
+                self._placeholder = self.buffer(size=4, host_visible=False)
+            owner = self._algorithm(spirv, use, [self._placeholder] * n_buffers, (1, 1, 1), local,
+                                    spec_arr, np.zeros_like(push_arr))
+            while len(self._owners) >= self.OWNERS_KEPT:
+                self._owners.pop(next(iter(self._owners)))
+        self._owners[variant] = owner      # (last in the dict: the most recently used)
+        return owner
 
     def _algorithm(self, spirv, use, buffers, groups, local, spec_arr, push_arr, owner=None):
         """A kp algorithm (descriptor set + compute pipeline) for a shader over buffers; with
@@ -596,10 +624,6 @@ class Device:
             # a required size caps the workgroup at maxComputeWorkgroupSubgroups subgroups
             size = sg if np.prod(local) <= sg * lim.max_compute_workgroup_subgroups else 0
             full = local[0] % (size or lim.max_subgroup_size) == 0
-        for b in use.texels:
-            if not self._texel_buffer_fits(buffers[b]):
-                raise ValueError(f"buffer {b} ({buffers[b].size} words) cannot be a texel buffer on {lim.name}: "
-                                 f"it must be whole ivec4s, at most {lim.max_texel_buffer_elements} of them")
         if owner is not None:
             return self._mgr.algorithm_like(owner, size, full, sorted(use.texels), *args)
         if size or full or use.texels:
