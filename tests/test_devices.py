@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from vkq.device import DeviceNotFound, devices, select
@@ -169,3 +170,24 @@ def test_cpu_threads_and_rounds(monkeypatch):
     assert dev.cpu_threads() == dev.LP_MAX_THREADS == 32     # llvmpipe runs at most 32
     monkeypatch.setenv("LP_NUM_THREADS", "3")
     assert [dev.cpu_rounds(n) for n in (1, 3, 4, 6, 7)] == [1, 1, 2, 2, 3]
+
+
+def test_dispatches_of_a_variant_share_one_compiled_pipeline(device):
+    """Every dispatch of a kernel variant (SPIR-V, constants, binding count, push size) on a
+    device shares one pipeline, whoever builds it: other buffers, no pipelines dict. A
+    placeholder-bound owner compiles it, so the pipeline keeps no caller's buffers; a variant
+    with other constants gets its own; each dispatch still computes over its own buffers."""
+    from vkq.device import grid_1d
+    rng = np.random.default_rng(7)
+    spirv = device.spirv("selftest_div", log=False)
+    for n_size, local in ((37, 64), (1001, 64), (5, 32), (300, 32), (64, 64)):
+        n = rng.integers(0, 1 << 30, n_size).astype(np.int32)
+        dd = rng.integers(1, 1 << 16, n_size).astype(np.int32)
+        bufs = [device.buffer(n), device.buffer(dd), device.buffer(size=n_size)]
+        step = device.dispatch("selftest_div", bufs, grid_1d(n_size, local), local=(local,), push=(n_size,))
+        device.run([step], upload=bufs[:2], download=bufs[2:])
+        np.testing.assert_array_equal(bufs[2].read(), n // dd)
+        owners = [k for k in device._owners if k[0] is spirv]
+        assert len(owners) == 1 + (local == 32 or n_size == 64)     # 64 again: no third
+        assert all(k[2] == 3 for k in owners)
+    assert {int(np.frombuffer(k[1], np.int32)[0]) for k in owners} == {64, 32}
