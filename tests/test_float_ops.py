@@ -1236,7 +1236,7 @@ def test_adaptive_avg_pool2d_float(device, shape, size):
                                         ((2, 3, 17), (3, 1))])
 def test_adaptive_max_pool2d_float(device, shape, size):
     """Adaptive max pools on float32 with uneven windows, overlapping ones (output larger than the
-    input), 3-D input and a 1-D pool seen as rows (aten_rules.py: (N, C, L) as (C, L) planes): equal to
+    input), 3-D input and a 1-D pool seen as rows (aten_float.py: (N, C, L) as (C, L) planes): equal to
     torch's adaptive_max_pool2d, a NaN in a window included (as ATen: the window's value is NaN)."""
     import torch
     x = rnd(*shape)

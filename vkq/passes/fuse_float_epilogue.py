@@ -84,7 +84,7 @@ def fuse_rms_norm(gm: GraphModule) -> bool:
                 or not users or any(not is_vkq(u, "linear_dynamic") or u.args[0] is not node or node in u.args[1:]
                                     or u.kwargs.get("rms_norm") for u in users):
             continue
-        eps = float(np.finfo(np.float32).eps) if eps is None else float(eps)    # (torch's default, aten_rules)
+        eps = float(np.finfo(np.float32).eps) if eps is None else float(eps)    # (torch's default, aten_float)
         for u in users:
             with gm.graph.inserting_before(u):
                 fused = gm.graph.call_function(vkq_target("linear_dynamic"), (x,) + tuple(u.args[1:]) + (w,),
