@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from oputil import run_exact, spec
 from oputil import random_int8 as q8, torch_dequantize as dq, torch_quantize as qz
 from vkq import packing
-from vkq.ops.pool import (adaptive_avg_pool2d_params, avg_pool2d_params, cat_q8_params,
-                          max_pool2d_params, pool2d_output_shape)
+from vkq.ops.cat_q8 import cat_q8_params
+from vkq.ops.pool import adaptive_avg_pool2d_params, avg_pool2d_params, max_pool2d_params, pool2d_output_shape
 from vkq.registry import get_op
 
 
@@ -497,7 +497,7 @@ def test_max_unpool_matches_torch(case, ties):
     """PT2E's max_unpool2d(dq v, max_pool2d_with_indices(dq x)[1]), quantized with v's qparams,
     equals the reference bit for bit (first maximum of a window on ties; the later value where
     overlapping windows name one position)."""
-    from vkq.ops.pool import max_pool_indices
+    from vkq.ops.unpool import max_pool_indices
     shape, kw, size = UNPOOL_CASES[case]
     v, x = unpool_inputs(np.random.default_rng(4), shape, kw, ties)
     _, idx = F.max_pool2d(dq(x, 0.1, 3), return_indices=True, **kw)

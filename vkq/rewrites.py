@@ -13,7 +13,7 @@ from __future__ import annotations
 from .ops.attention import fold_views_into_attention
 from .ops.attention_cached import fold_head_transposes, pair_rotaries
 from .ops.float_rewrites import fold_broadcast_expands, fold_fake_quantize, fold_scale_mask_into_softmax, fold_views_into_matmul
-from .ops.pool import fold_cat_prefixes
+from .ops.cat_q8 import fold_cat_prefixes
 from .ops.shape import fold_view_chains
 from .program import NodeError
 

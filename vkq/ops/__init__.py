@@ -58,4 +58,4 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
 Each op module also exports a `*_params` helper that turns float scales (and a float bias) into
 the integer constants/attrs above, used by the lowering and by tests alike.
 """
-from . import io, linear, linear_int4, conv, eltwise, pool, lut, cpu, float, float_norm, float_matmul, shape, attention, attention_cached, kv_q8, rotary, logic, creation, resize, scan, embedding_q8  # noqa: F401
+from . import io, linear, linear_int4, conv, eltwise, pool, unpool, cat_q8, lut, cpu, float, float_norm, float_matmul, shape, attention, attention_cached, kv_q8, rotary, logic, creation, resize, scan, embedding_q8  # noqa: F401

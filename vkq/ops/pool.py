@@ -1,6 +1,7 @@
-"""Pooling and concatenation of int8 tensors: max_pool2d_q8, avg_pool2d_q8,
-adaptive_avg_pool2d_q8, adaptive_max_pool2d_q8 (4W4C, (N, C, H, W) as convolutions produce it)
-and cat_q8; the float pools beside them.
+"""Pooling of int8 tensors: max_pool2d_q8, avg_pool2d_q8, adaptive_avg_pool2d_q8,
+adaptive_max_pool2d_q8 (4W4C, (N, C, H, W) as convolutions produce it); the float pools beside
+them. Max unpooling (max_unpool2d_q8, max_unpool2d) is in vkq/ops/unpool.py, cat_q8 in
+vkq/ops/cat_q8.py (split off so that this module stays under 800 lines).
 
 Window geometry follows PyTorch exactly (pooling_output_shape, ceil_mode, the avg pool divisor,
 the adaptive start/end formula); the numpy references below are the specification, and
@@ -12,17 +13,12 @@ the adaptive start/end formula); the numpy references below are the specificatio
                           divisor_override, in_zp, out_zp, qmin, qmax, divisors, multipliers, shifts
   adaptive_max_pool2d_q8  attrs output_size [2]
                           out = max over the window (PyTorch's adaptive windows; qparams unchanged)
-  max_unpool2d_q8(v, x)   attrs kernel, stride, padding, dilation [2], ceil_mode (the pool's),
-                          output_size [2], zero_point (v's)
-                          out = v at each window's first maximum in x, zero_point elsewhere
   adaptive_avg_pool2d_q8  attrs output_size [2], in_zp, out_zp, qmin, qmax, in_scale, out_scale
                           (the windows' divisors follow from the input size, so their multipliers
                           are made when the op runs: one program pools every input size)
                           acc = sum over the window of (q - in_zp)
                           out = requantize(acc, m[d], s[d], out_zp, qmin, qmax) for the position's
                           divisor d, (m[d], s[d]) = quantize_multiplier(s_in / (s_out * d))
-  cat_q8                  attrs dim, in_zps, multipliers, shifts, out_zp
-                          out = concatenate(requantize(q_k - in_zps[k], m[k], s[k], out_zp))
 """
 from __future__ import annotations
 
@@ -30,11 +26,10 @@ import numpy as np
 
 from .. import packing
 from ..device import grid_1d
-from ..quant import (INT8_MAX, INT8_MIN, activation_bounds, quantize_multiplier, requant_clamp_params,
-                     requant_tie_free, requantize)
+from ..quant import INT8_MAX, INT8_MIN, activation_bounds, quantize_multiplier, requant_clamp_params, requantize
 from ..registry import register_op
 from ..vkinfo import DeviceLimit
-from .eltwise import IDENTITY, _check_zp, _requant_consts
+from .eltwise import _check_zp, _requant_consts
 
 LOCAL = 64
 WINDOW_TILE = (2, 1)     # pool_window: output rows x output blocks (4 widths) per invocation
@@ -589,228 +584,3 @@ class AdaptiveMaxPool2d:
         planes = int(np.prod(x_shape[:-2]))
         return [_adaptive_max_dispatch(ctx, node, "FLOAT_MAX", (planes, 1), x_shape[-2:], size,
                                        planes * size[0] * size[1])]
-
-
-# -- max unpooling ------------------------------------------------------------------------------
-
-def max_pool_indices(x, kernel, stride, padding, dilation, ceil_mode):
-    """PyTorch's max_pool2d_with_indices indices of x (..., H, W): each window's first maximum
-    (taps in row-major order, padding skipped; a NaN wins, as in ATen) as the flat position
-    ih * W + iw in x's plane."""
-    x = np.asarray(x)
-    lead, (h, w) = x.shape[:-2], x.shape[-2:]
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
-    oh = pool_output_size(h, kh, sh, ph, dh, ceil_mode)
-    ow = pool_output_size(w, kw, sw, pw, dw, ceil_mode)
-    best = np.full(lead + (oh, ow), -np.inf)
-    index = np.zeros(lead + (oh, ow), np.int64)
-    taken = np.zeros(lead + (oh, ow), bool)       # the window's first tap is taken, -inf too
-    for i in range(kh):
-        rows = np.arange(oh) * sh - ph + i * dh
-        for j in range(kw):
-            cols = np.arange(ow) * sw - pw + j * dw
-            valid = ((rows >= 0) & (rows < h))[:, None] & ((cols >= 0) & (cols < w))[None, :]
-            tap = x[..., np.clip(rows, 0, h - 1), :][..., np.clip(cols, 0, w - 1)].astype(np.float64)
-            take = valid & (~taken | (tap > best) | np.isnan(tap))
-            taken |= take
-            best = np.where(take, tap, best)
-            index = np.where(take, rows[:, None] * w + cols[None, :], index)
-    return index
-
-
-def max_unpool(v, indices, output_size, fill):
-    """PyTorch's max_unpool2d: v (..., VH, VW) placed at the flat positions `indices` of each
-    (OH, OW) plane, `fill` elsewhere; where two values land on one position the later one (in
-    v's order) stays, as ATen's CPU kernel leaves it. An index outside the plane raises, as ATen."""
-    v, indices = np.asarray(v), np.asarray(indices)
-    lead, size = v.shape[:-2], int(output_size[0]) * int(output_size[1])
-    planes = int(np.prod(lead, dtype=np.int64))
-    flat, idx = v.reshape(planes, -1), indices.reshape(planes, -1)
-    if idx.size and (idx.min() < 0 or idx.max() >= size):
-        raise ValueError(f"max_unpool2d: index {int(idx.max() if idx.max() >= size else idx.min())} is outside "
-                         f"the output plane of {tuple(output_size)}")
-    out = np.full((planes, size), fill, v.dtype)
-    key = (np.arange(planes)[:, None] * size + idx).reshape(-1)[::-1]     # the last write first
-    where, first = np.unique(key, return_index=True)
-    out.reshape(-1)[where] = flat.reshape(-1)[::-1][first]
-    return out.reshape(lead + tuple(int(s) for s in output_size))
-
-
-def _unpool_reference(v, x, fill, *, kernel, stride, padding, dilation, ceil_mode, output_size):
-    return max_unpool(v, max_pool_indices(x, kernel, stride, padding, dilation, ceil_mode), output_size, fill)
-
-
-@register_op
-class MaxUnpool2dQ8:
-    """vkq.max_unpool2d on int8 (ENet's and SegNet's decoders): v placed where the max pool of x
-    (attrs kernel, stride, padding, dilation, ceil_mode: the pool's) found each window's first
-    maximum, v's zero point (0.0) elsewhere, in an output of output_size [OH, OW]; qparams
-    v's. x's int8 values order as its floats do, so the positions are PyTorch's indices of the
-    dequantized x. Vulkan (max_unpool): windows that do not overlap (kernel <= stride, no
-    dilation: every pool that unpooling is used with) into at least H x W positions; otherwise
-    two windows can name one position, and the reference's order decides (CPU)."""
-    name = "max_unpool2d_q8"
-    shaders = ("max_unpool",)
-    layouts = ("4W4C",)
-
-    def reference(v, x, *, zero_point, **geometry):
-        return _unpool_reference(np.asarray(v, np.int8), np.asarray(x, np.int8), zero_point, **geometry)
-
-    def decline(node, tensors):
-        return _unpool_decline(node, tensors)
-
-    def build(ctx, node):
-        _, _, vs, outs = _spatial_specs(ctx, node)
-        xs = packing.as_nchw(ctx.spec(node.inputs[1]).shape)
-        _check_out_shape(node, outs, vs[:2] + tuple(node.attrs["output_size"]))
-        zp_word = (node.attrs["zero_point"] & 0xFF) * 0x01010101    # v's zero point in every byte
-        return [_unpool_dispatch(ctx, node, [], xs, vs, outs, _blocks(outs), (zp_word,))]
-
-
-def _unpool_decline(node, tensors):
-    a = node.attrs
-    if any(k > s for k, s in zip(a["kernel"], a["stride"])) or any(d != 1 for d in a["dilation"]):
-        return (f"{node.op}: kernel {a['kernel']} stride {a['stride']} dilation {a['dilation']}: windows that "
-                f"overlap can place two values in one position (the kernel takes kernel <= stride, no dilation)")
-    h, w = tensors[node.inputs[1]].shape[-2:]
-    if a["output_size"][0] * a["output_size"][1] < h * w:
-        return f"{node.op}: an output of {a['output_size']} cannot hold every index into {h} x {w}"
-    return None
-
-
-def _unpool_dispatch(ctx, node, defines, xs, vs, outs, invocations, push=()):
-    """max_unpool with the pool's geometry and the shapes (N, C, H, W of x; v's and the
-    output's H, W) as specialization constants."""
-    a = node.attrs
-    geo = [*a["kernel"], *a["stride"], *a["padding"], *xs, *vs[2:], *outs[2:]]
-    return ctx.device.dispatch("max_unpool", [ctx.buffer(t) for t in (*node.inputs, *node.outputs)],
-                               grid_1d(invocations, LOCAL), local=(LOCAL,), spec=geo, defines=defines, push=push)
-
-
-@register_op
-class MaxUnpool2d:
-    """vkq.max_unpool2d on float32 (..., H, W) (attrs as max_unpool2d_q8's, 0.0 elsewhere; the
-    linear-only schemes leave a CNN's pools float): max_unpool's FLOAT variant, one output value
-    an invocation; exact (values are moved, not computed)."""
-    name = "max_unpool2d"
-    shaders = ("max_unpool",)
-
-    def reference(v, x, **geometry):
-        return _unpool_reference(np.asarray(v, np.float32), np.asarray(x, np.float32), 0.0, **geometry)
-
-    def decline(node, tensors):
-        v, x = (tensors[t] for t in node.inputs[:2])
-        if v.dtype != "float32" or x.dtype != "float32" or len(v.shape) < 3:
-            return f"{node.op}: {v.dtype} {v.shape} (the kernel takes float32 (..., H, W))"
-        return _unpool_decline(node, tensors)
-
-    def build(ctx, node):
-        vs, xs, outs = (tuple(ctx.spec(t).shape) for t in (*node.inputs[:2], node.outputs[0]))
-        _check_out_shape(node, outs, vs[:-2] + tuple(node.attrs["output_size"]))
-        planes = int(np.prod(vs[:-2]))
-        return [_unpool_dispatch(ctx, node, ["FLOAT"], (planes, 1, *xs[-2:]), (planes, 1, *vs[-2:]),
-                                 (planes, 1, *outs[-2:]), planes * outs[-2] * outs[-1])]
-
-
-# -- concatenation -----------------------------------------------------------------------------
-
-def cat_q8_params(inputs, out_scale, out_zp, dim=1) -> dict:
-    """Attrs of cat_q8; inputs = [(scale, zero_point), ...] in order."""
-    _check_zp(out_zp, *(zp for _, zp in inputs))
-    pairs = [quantize_multiplier(float(sc) / float(out_scale)) for sc, _ in inputs]
-    return {"dim": int(dim), "in_zps": [int(zp) for _, zp in inputs],
-            "multipliers": [m for m, _ in pairs], "shifts": [s for _, s in pairs], "out_zp": int(out_zp)}
-
-
-def _copies(node) -> bool:
-    """A cat_q8 whose every input is copied (the output's qparams: no requantization)."""
-    a = node.attrs
-    return all((m, s) == IDENTITY and zp == a["out_zp"] for zp, m, s in zip(a["in_zps"], a["multipliers"], a["shifts"]))
-
-
-def fold_cat_prefixes(program, keep=frozenset()) -> int:
-    """cat_q8(a0, .., ak) where an earlier copying cat_q8 along the same dim made cat(a0, ..,
-    a_{j-1}) -> cat_q8(that, a_j, .., ak), the longest such prefix: DenseNet's layers each
-    concatenate every feature map before them (the quantizer shares one qparams across a cat,
-    so they are copies), k + 1 dispatches a cat, 597 for DenseNet-121; now 2 a cat. The same
-    bytes move; what goes is the dispatches (and the block of the earlier cat is read whole).
-    Returns the cats rewritten."""
-    made, rewritten = {}, 0
-    for idx, node in enumerate(program.nodes):
-        if node.op != "cat_q8" or not _copies(node):
-            continue
-        ins, rank = tuple(node.inputs), len(program.tensors[node.outputs[0]].shape)
-        dim = node.attrs["dim"] % rank
-        for j in range(len(ins) - 1, 1, -1):
-            prev = made.get((dim, ins[:j]))
-            if prev is not None:
-                parts = [prev, *ins[j:]]
-                out_zp = node.attrs["out_zp"]
-                attrs = {**node.attrs, "in_zps": [out_zp] * len(parts), "multipliers": [IDENTITY[0]] * len(parts),
-                         "shifts": [IDENTITY[1]] * len(parts)}
-                program.nodes[idx] = type(node)("cat_q8", parts, list(node.outputs), attrs, name=node.name)
-                rewritten += 1
-                break
-        made[(dim, ins)] = node.outputs[0]
-    return rewritten
-
-
-@register_op
-class CatQ8:
-    """Concatenation of int8 tensors along `dim`, each requantized to the output's qparams
-    (exactly a copy when they are equal: M = 1). On the device one dispatch per input writes
-    its part; 4W4C along channels moves whole blocks, other cases go byte by byte."""
-    name = "cat_q8"
-    shaders = ("cat_channels", "cat_generic")
-
-    def reference(*qs, dim, in_zps, multipliers, shifts, out_zp):
-        parts = [requantize(np.asarray(q).astype(np.int64) - zp, m, s, out_zp)
-                 for q, zp, m, s in zip(qs, in_zps, multipliers, shifts)]
-        return np.concatenate(parts, axis=dim)
-
-    def build(ctx, node):
-        a, so = node.attrs, ctx.spec(node.outputs[0])
-        out_shape = packing.as_nchw(so.shape)
-        dim4 = a["dim"] % len(so.shape) + 4 - len(so.shape)
-        dst, steps, off = ctx.buffer(node.outputs[0]), [], 0
-        parts = [i for i, t in enumerate(node.inputs) if 0 not in ctx.spec(t).shape]
-        byte_dim = 1 if so.layout == "4W4C" else 3      # the dim a word's four bytes run along
-        # cat_generic.comp INPUT: each input's words (padding included) are whole output words
-        blocked = {"4W4C": (1, 3), "4H4W": (2, 3)}.get(so.layout)
-        by_input = blocked is not None and all(
-            packing.as_nchw(ctx.spec(node.inputs[i]).shape)[dim4] % (4 if dim4 in blocked else 1) == 0 for i in parts)
-        for i, (t, zp, m, s) in enumerate(zip(node.inputs, a["in_zps"], a["multipliers"], a["shifts"])):
-            si = ctx.spec(t)
-            if i not in parts:
-                continue        # an empty part (Phi-3's pass-through half of a full rotary) adds nothing
-            if si.layout != so.layout:
-                raise ValueError(f"{node.name}: input {t!r} is {si.layout}, the output {so.layout}")
-            in_shape = packing.as_nchw(si.shape)
-            requant = ["REQUANT"] if (m, s) != IDENTITY or zp != a["out_zp"] else None
-            if so.layout == "4W4C" and dim4 == 1:
-                n, c, h, w = out_shape
-                c4_lo, c4_hi = off // 4, -(-(off + in_shape[1]) // 4)
-                positions = n * h * -(-w // 4)
-                ties = requant is not None and not requant_tie_free(m, s)
-                steps.append(ctx.device.dispatch(
-                    "cat_channels", [ctx.buffer(t), dst], grid_1d(positions * (c4_hi - c4_lo), LOCAL),
-                    local=(LOCAL,), spec=(off % 4, int(ties)), defines=requant,
-                    push=(positions, w, c, off, in_shape[1], c4_lo, c4_hi - c4_lo, zp,
-                          _requant_consts(m, s), a["out_zp"])))
-            elif by_input:
-                steps.append(ctx.device.dispatch(
-                    "cat_generic", [ctx.buffer(t), dst], grid_1d(si.device_words() // 4, LOCAL),
-                    local=(LOCAL,), spec=(packing.LAYOUT_IDS[so.layout], dim4), defines=["INPUT"] + (requant or []),
-                    push=(out_shape, in_shape, off, zp, m, s, a["out_zp"])))
-            else:
-                # each output word one input's (cat_generic.comp WORDS): moved whole
-                words = dim4 != byte_dim or (off % 4 == 0 and (in_shape[dim4] % 4 == 0 or i == parts[-1]))
-                steps.append(ctx.device.dispatch(
-                    "cat_generic", [ctx.buffer(t), dst], grid_1d(so.device_words(), LOCAL),
-                    local=(LOCAL,), spec=(packing.LAYOUT_IDS[so.layout], dim4),
-                    defines=(["WORDS"] if words else []) + (requant or []),
-                    push=(out_shape, in_shape, off, zp, m, s, a["out_zp"])))
-            off += in_shape[dim4]
-        if off != out_shape[dim4]:
-            raise ValueError(f"{node.name}: inputs give {off} along dim {a['dim']}, the output has {out_shape[dim4]}")
-        return steps

@@ -543,7 +543,7 @@ def fold_adaptive_pool(gm, node: Node):
 
 
 def fold_cat(gm, node: Node):
-    from ..ops.pool import cat_q8_params
+    from ..ops.cat_q8 import cat_q8_params
     # torch.cat skips 1-D empty tensors whatever the others' rank (an empty KV cache: GPT-2)
     tensors = [t for t in arg(node, 0, "tensors", []) if shape_of(t) != (0,)]
     srcs = [dq_source(t) for t in tensors]
