@@ -5,7 +5,9 @@
 // (vkq/ops/float.py); maximum / minimum too. The iteration runs over the output (rank <= 6 after merging dims that
 // are contiguous in every operand); a broadcast dim has stride 0. b is scaled by alpha first
 // (add/sub's alpha), each float op rounded once (`precise`: no fused multiply-add), so add,
-// sub and mul agree with numpy bit for bit; div is within 2.5 ulp (Vulkan's division).
+// sub and mul agree with numpy bit for bit; div is float_math.glsl's div_f32 (no division
+// instruction: Vulkan's is 2.5 ulp), the same bits on every device and in vkq/ops/float_math.py
+// div_f32 (IEEE's quotient where that is normal, a zero where it is subnormal).
 // CONTIG: a and b (if a tensor) contiguous in the output's order (rank 1, strides 1): no index
 // arithmetic (integer division is scalarised on CPU drivers), and an invocation does blocks of
 // 4 values by vec4 loads and stores (the last, partial block value by value; see float_unary).
@@ -70,6 +72,9 @@
 #include "common.glsl"
 #include "texel.glsl"
 #include "fake_quant.glsl"
+#ifdef OP_DIV
+#include "float_math.glsl"      // div_f32 (only here: its global constants would go into every variant)
+#endif
 
 layout(constant_id = 3) const int PER = 4;
 layout(constant_id = 4) const int FQ = 0;   // 1: a fake_quantize folded in, applied to every value (p.fq)
@@ -98,7 +103,12 @@ layout(push_constant) uniform Params {
 
 // x (op) y for one value of a and of b (the scalar in modes 1 and 2), each op rounded once
 float op(float x, float b_value) {
+#if defined(OP_DIV)      // alpha (torch's div has none: 1) only where it is not 1: a product by 1
+    precise float y = p.mode == 0 ? b_value : p.scalar;          // flushes a subnormal y where
+    y = p.alpha == 1.0 ? y : ftz(ftz(y) * p.alpha);               // the device flushes them
+#else
     precise float y = (p.mode == 0 ? b_value : p.scalar) * p.alpha;
+#endif
     if (p.mode == 2) { float tmp = x; x = y; y = tmp; }
 #if defined(OP_ADD)
     precise float r = x + y;
@@ -111,7 +121,7 @@ float op(float x, float b_value) {
 #elif defined(OP_MINIMUM)
     float r = isnan(x) || isnan(y) ? x + y : min(x, y);
 #else
-    float r = x / y;
+    float r = div_f32(x, y);
 #endif
     return FQ != 0 ? fake_quantize(r, p.fq) : r;
 }

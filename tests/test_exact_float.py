@@ -242,3 +242,79 @@ def test_recip_newton_is_within_1_21_ulp():
     want = 1 / s.astype(np.float64)
     assert (np.abs(got - want) / np.spacing(want.astype(np.float32))).max() <= 1.21
     assert fm.recip_newton(np.float32(1.0)) == 1.0 and fm.recip_newton(np.float32(2.0)) == 0.5
+
+
+def div_operands(rng, n):
+    """Dividends and divisors for div: random bit patterns (every exponent, subnormals, infs,
+    NaNs), ratios next to 1, quotients that overflow and that underflow, subnormal operands, and
+    every pair of the special values."""
+    bits = lambda k: rng.integers(0, 2 ** 32, k, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    k = n // 6
+    x, y = bits(n), bits(n)
+    x[k:2 * k] = rng.uniform(1, 2, k)
+    y[k:2 * k] = (x[k:2 * k].view(np.uint32) + rng.integers(-8, 9, k).astype(np.uint32)).view(np.float32)
+    x[2 * k:3 * k] = rng.uniform(-2, 2, k) * np.exp2(rng.integers(100, 128, k))      # x / y near FLT_MAX and past
+    y[2 * k:3 * k] = rng.uniform(-2, 2, k) * np.exp2(rng.integers(-126, -100, k))
+    x[3 * k:4 * k] = rng.uniform(-2, 2, k) * np.exp2(rng.integers(-126, -100, k))    # near 2^-126 and below
+    y[3 * k:4 * k] = rng.uniform(-2, 2, k) * np.exp2(rng.integers(0, 27, k))
+    x[4 * k:5 * k] = rng.integers(1, 2 ** 23, k).astype(np.uint32).view(np.float32)   # subnormal / anything
+    y[5 * k:6 * k] = rng.integers(1, 2 ** 23, k).astype(np.uint32).view(np.float32)   # anything / subnormal
+    spec = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 3.0, 1e-40, -1.4e-45, TINY, 3e38, -3e38,
+                     1e-30], np.float32)
+    sx, sy = np.meshgrid(spec, spec)
+    x[-sx.size:], y[-sx.size:] = sx.ravel(), sy.ravel()
+    return x, y
+
+
+def test_div_f32_twin():
+    """float_math.div_f32 (float_binary's div, bit for bit on the device) against IEEE's
+    division (np.divide, float32): equal bits wherever that is a normal number, inf, zero or NaN
+    (NaN as NaN); a quotient below 2^-126 is a zero of its sign (subnormals flushed, as issue
+    59's rule 4), and there only."""
+    rng = np.random.default_rng(59)
+    x, y = div_operands(rng, 600_000)
+    B = rng.integers(2 ** 23, 2 ** 24, 100_000)                      # quotients next to midpoints:
+    A = (B * (2 * rng.integers(2 ** 23, 2 ** 24, B.size) + 1) + 2 ** 24) >> 25   # (2K + 1) / 2^25 in [1/2, 1)
+    keep = (A >= 2 ** 23) & (A < 2 ** 24)
+    x = np.concatenate([x, A[keep].astype(np.float32), (A[keep] + 1).astype(np.float32)])
+    y = np.concatenate([y, B[keep].astype(np.float32), B[keep].astype(np.float32)])
+    with np.errstate(all="ignore"):
+        want = np.divide(x, y)
+        exact = x.astype(np.float64) / y.astype(np.float64)
+    got = fm.div_f32(x, y)
+    tiny = np.abs(exact) < TINY
+    assert_same_bits(got[~tiny], want[~tiny])
+    assert np.all(got[tiny] == 0) and np.array_equal(np.signbit(got[tiny]), np.signbit(want[tiny]))
+    assert tiny.sum() > 10_000 and (want[tiny] != 0).sum() > 1000 and (np.abs(want[~tiny]) > 3e38).any()
+    assert_same_bits(fm.div_f32(np.float32([1, -1, 0, 0, np.inf, np.inf, -np.inf, 1, 6, 1e-45, 1e-40, 3e38, np.nan]),
+                                np.float32([0, 0, 0, -1, 2, np.inf, -0.0, -np.inf, 3, 1e-45, 1e20, 1e-38, 1])),
+                     np.float32([np.inf, -np.inf, np.nan, -0.0, np.inf, np.nan, np.inf, -0.0, 2, 1, 0, np.inf, np.nan]))
+
+
+@pytest.mark.parametrize("a_shape,b_shape,path", [((3001,), (3001,), "CONTIG"), ((3000,), (3000,), "CONTIG"),
+                                                  ((4, 3, 5, 11), (1, 3, 5, 11), "FLAT"),
+                                                  ((4, 3, 4, 9), (1, 3, 4, 9), "FLAT"),   # (whole texels)
+                                                  ((2, 3, 5, 11), (2, 3, 5, 1), "FLAT"),
+                                                  ((2, 3, 5, 3), (1, 1, 1, 3), "ROWS"), ((3, 1, 7), (5, 7), "ROWS"),
+                                                  ((4, 3, 1), (4, 3, 6), None)])
+def test_div_is_exact(loads_device, a_shape, b_shape, path):
+    """div: float_math.glsl's div_f32 (no division instruction) gives its twin's bits on every
+    path (CONTIG, FLAT, ROWS, the general one; ssbo and texel loads), broadcast or not, with
+    special, subnormal, overflowing and underflowing operands; and with a scalar either side."""
+    rng = np.random.default_rng(sum(a_shape) + sum(b_shape))
+    shape = np.broadcast_shapes(a_shape, b_shape)
+    x, y = div_operands(rng, int(np.prod(shape)) + 300)
+    a, b = x[:np.prod(a_shape)].reshape(a_shape), y[-np.prod(b_shape):].reshape(b_shape)
+    steps = []
+    got, ref = run_op(loads_device, "div", [a, b], {}, shape, steps=steps)
+    assert_same_bits(got, ref)
+    assert_same_bits(ref, fm.div_f32(a, b))
+    d = steps[0].defines
+    assert "OP_DIV" in d and all((k in d) == (k == path) for k in ("CONTIG", "FLAT", "ROWS")), d
+    whole = a.size % 4 == 0 and b.size % 4 == 0
+    assert ("TEXEL" in d) == (path in ("CONTIG", "FLAT") and loads_device.texel_loads and whole), d
+    if len(a_shape) == 1:
+        for s, first in [(7.0, False), (1e-40, False), (3e-38, True), (-0.0, True), (1.0, True)]:
+            got, ref = run_op(loads_device, "div", [a], {"scalar": s, "scalar_first": first}, a_shape)
+            assert_same_bits(got, ref)
+            assert_same_bits(ref, fm.div_f32(np.float32(s), a) if first else fm.div_f32(a, np.float32(s)))

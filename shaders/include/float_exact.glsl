@@ -3,13 +3,14 @@
 // Bit-exact float32 (issue 59): the rules a kernel follows to give the same bits on every
 // device and in its numpy reference (vkq/ops/float_math.py holds the twins of what is here and in
 // float_math.glsl: ftz, recip_newton, rsqrt_newton, exp_f32, log_f32, erf_f32, tanh_f32,
-// sigmoid_f32, silu_f32, gelu_*, sum_canonical, matmul_f32).
+// sigmoid_f32, silu_f32, gelu_*, div_f32, sum_canonical, matmul_f32).
 //  1. Only + - * and comparisons/selects on floats (each one IEEE rounding in Vulkan), every one
 //     whose rounding matters `precise` (SPIR-V NoContraction: no fused multiply-add chosen by the
 //     compiler); the twin does the same float32 operations in the same order (numpy float32
 //     + - * round once each; no np.sum, no BLAS, no float64).
 //  2. No division, sqrt, inversesqrt, exp, log, pow...: Vulkan leaves their precision open
-//     (division 2.5 ulp). 1/s: recip_newton; 1/sqrt(t): rsqrt_newton; exp: exp_f32.
+//     (division 2.5 ulp). 1/s: recip_newton; x / y correctly rounded: div_f32 (float_math.glsl);
+//     1/sqrt(t): rsqrt_newton; exp: exp_f32.
 //  3. Sums in a canonical order, a function of the row length alone, never of the lanes, the
 //     subgroup size, the workgroup or the vec4/texel path: the row shaders' canonical sum
 //     (float_workgroup.glsl ROW_CANON: 64 fixed partials, then a fixed tree; the norms and

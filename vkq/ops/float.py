@@ -30,6 +30,10 @@ shapes on every test device; tests/test_exact_float.py the exact ones on every p
   (shaders/include/float_exact.glsl's rules; vkq/ops/float_math.py holds the twins):
   add, sub, mul, maximum, minimum, relu, neg, abs, clamp, hardtanh, leaky_relu, floor, ceil,
   round, trunc, sign, the copies     one rounding each
+  div                                div_f32: no division instruction (Vulkan's is 2.5 ulp),
+                                     + - * and integer steps: IEEE's correctly rounded
+                                     quotient wherever it is normal, inf, zero or NaN; a
+                                     quotient below 2^-126 a zero of its sign (flushed)
   exp, sigmoid, tanh, silu, erf      exp_f32 (Cody-Waite + Cephes), recip_newton for every
                                      division, precise, products flushed: exp <= 3 ulp, sigmoid
                                      4, silu 3 of float64, tanh and erf <= 2.5e-7 / 4.5e-7
@@ -45,7 +49,6 @@ shapes on every test device; tests/test_exact_float.py the exact ones on every p
   Within a bound only (Vulkan's own precision or a lane-dependent order, not yet issue 59's rules):
   gelu (both forms)         erf_f32 / tanh_f32 (now exact) in float32 vs float64: <= 0.5 |x| 5e-7 +
                             4 ulp (its bit-exact form took SwiftShader's compiler minutes)
-  div                       <= 2.5 ulp (Vulkan's division is not correctly rounded)
   log, softplus, mish, elu  log_f32 (Cephes logf, <= 2 ulp), log1p_f32 (Goldberg), exp_f32:
   log1p, log2               a few ulp relative, or ~1e-7 absolute near 0 (elu's exp(x) - 1);
                             log2 exact at powers of two
@@ -70,7 +73,7 @@ import numpy as np
 from ..device import grid_1d
 from ..quant import fake_quant_push, fake_quantize
 from ..registry import register_op
-from .float_math import erf_f32, exp_f32, ftz, sigmoid_f32, silu_f32, tanh_f32
+from .float_math import div_f32, erf_f32, exp_f32, ftz, sigmoid_f32, silu_f32, tanh_f32
 from .special import bessel_i64, digamma64, erf64, erfc64, erfcx64, erfinv64, lgamma64, ndtri64, polygamma64
 from ..vkinfo import DeviceLimit
 
@@ -231,7 +234,7 @@ def _fq(y, fq):
 
 def _binary(fn):
     def reference(a, b=None, *, scalar=None, scalar_first=False, alpha=1, fq=None):
-        if fn is not np.divide and np.asarray(a).dtype.kind in "iub" and _integral(alpha) and (
+        if fn is not div_f32 and np.asarray(a).dtype.kind in "iub" and _integral(alpha) and (
                 np.asarray(b).dtype.kind in "iub" if b is not None else _integral(scalar)):
             a64 = np.asarray(a, np.int64)       # int32 tensors (ids, masks): integer arithmetic, wrapping
             other = np.int64(scalar) if b is None else np.asarray(b, np.int64)
@@ -240,13 +243,13 @@ def _binary(fn):
             return r.astype(np.int32)
         a = _f(a)
         other = F32(scalar) if b is None else _f(b)
-        if alpha != 1:
-            other = other * F32(alpha)
+        if alpha != 1:      # (div: flushed, as float_binary.comp's, which skips a product by 1)
+            other = ftz(ftz(other) * F32(alpha)) if fn is div_f32 else other * F32(alpha)
         return _fq(fn(other, a) if (b is None and scalar_first) else fn(a, other), fq)
     return reference
 
 
-BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": div_f32,   # (float_math.glsl's twin)
           "maximum": np.maximum, "minimum": np.minimum}    # (NaN-propagating, as torch's)
 
 

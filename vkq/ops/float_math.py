@@ -206,3 +206,60 @@ def matmul_f32(a, b):
     if b.ndim == 1:
         acc = acc[..., 0]
     return acc
+
+
+def _split_f32(a):
+    """|x|'s bits a (finite, nonzero) as m 2^e, m in [1, 2) a float32, e an int32: a subnormal's
+    mantissa field normalized through its exact conversion to float32 (a < 2^23)."""
+    sub = a < np.uint32(0x00800000)
+    bits = np.where(sub, a.astype(F32).view(np.uint32), a)
+    e = (bits >> np.uint32(23)).astype(np.int32) - np.where(sub, np.int32(276), np.int32(127))
+    m = ((bits & np.uint32(0x007FFFFF)) | np.uint32(0x3F800000)).view(F32)
+    return m, e
+
+
+def _residual(m, q, d, dh, dl):
+    """m - q d for m, d in [1, 2), q near m / d: Dekker's product q d = hi + lo (d split as dh + dl,
+    q by Veltkamp's 4097), m - hi exact (Sterbenz); exact where q is within an ulp of m / d."""
+    hi = q * d
+    c = F32(4097) * q
+    qh = c - (c - q)
+    ql = q - qh
+    lo = (((qh * dh - hi) + qh * dl) + ql * dh) + ql * dl
+    return (m - hi) - lo
+
+
+def div_f32(x, y):
+    """float_math.glsl's div_f32, bit for bit: x / y from + - * and integer operations (each
+    rounded once, correctly), the same bits on every device. The exact quotient rounded to
+    nearest at float32's 24 bits as if the exponent range had no bounds, then: inf at or past
+    2^128 (as IEEE), a zero of the quotient's sign below 2^-126. So np.divide's bits wherever
+    that is a normal number, inf, zero or NaN (NaN: 0x7FC00000, any NaN operand, 0 / 0, inf /
+    inf), except for quotients below the smallest normal: IEEE's subnormals, and its 2^-126
+    from exact quotients in [1 - 2^-24, 1 - 2^-25) 2^-126, give a zero of the quotient's sign.
+    Subnormal operands are exact (normalized on their bits)."""
+    x, y = np.broadcast_arrays(_f(x), _f(y))
+    ux, uy = np.ascontiguousarray(x).view(np.uint32), np.ascontiguousarray(y).view(np.uint32)
+    sign = (ux ^ uy) & np.uint32(0x80000000)
+    ax, ay = ux & np.uint32(0x7FFFFFFF), uy & np.uint32(0x7FFFFFFF)
+    mx, ex = _split_f32(ax)             # (zeros, infs, NaNs: some m in [1, 2), replaced at the end)
+    my, ey = _split_f32(ay)
+    r = recip_newton(my)                # 1/my in (1/2, 1], 1.21 ulp
+    c = F32(4097) * my
+    mh = c - (c - my)
+    ml = my - mh
+    q = mx * r                          # mx / my in (1/2, 2) within 2 ulp (1.92 measured)
+    q = q + _residual(mx, q, my, mh, ml) * r          # within 1/2 + 2^-21 ulp: faithful
+    res = _residual(mx, q, my, mh, ml)               # exact: mx / my = q + res / my
+    qb = q.view(np.uint32)
+    qn = np.where(res > 0, qb + np.uint32(1), np.where(res < 0, qb - np.uint32(1), qb)).view(F32)
+    t = (qn - q) * my                   # the gap to q's neighbour on the quotient's side, times my (exact)
+    up = np.abs(res + res) > np.abs(t)  # past the midpoint (never on it; t has res's sign)
+    qb = np.where(up, qn, q).view(np.uint32)
+    e = (qb >> np.uint32(23)).astype(np.int32) + ex - ey           # the biased exponent
+    bits = np.where(e >= 255, np.uint32(0x7F800000),
+                    np.where(e <= 0, np.uint32(0), (e.astype(np.uint32) << np.uint32(23)) | (qb & np.uint32(0x007FFFFF))))
+    inf, nan = np.uint32(0x7F800000), (ax > np.uint32(0x7F800000)) | (ay > np.uint32(0x7F800000))
+    nan |= ((ax == 0) & (ay == 0)) | ((ax == inf) & (ay == inf))
+    bits = np.where((ax == inf) | (ay == 0), inf, np.where((ax == 0) | (ay == inf), np.uint32(0), bits))
+    return np.where(nan, np.uint32(0x7FC00000), bits | sign).view(F32).reshape(x.shape)
