@@ -1,7 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
-// One input's share of a channel concatenation of 4W4C int8 tensors (cat_q8 in vkq/ops/pool.py).
+// One input's share of a channel concatenation of 4W4C int8 tensors (cat_q8 in vkq/ops/cat_q8.py).
 // The op runs one dispatch per input, in order; this one writes output channels
 // [off, off + in_c): REQUANT: out = requantize(q - in_zp, m, s, out_zp) (as requantize_clamped
 // with the host's constants, requant.glsl), else a copy.

@@ -1,7 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
-// One input's share of a concatenation along any dim, either layout (cat_q8 in vkq/ops/pool.py;
+// One input's share of a concatenation along any dim, either layout (cat_q8 in vkq/ops/cat_q8.py;
 // 4W4C channel concatenation has the faster cat_channels). One dispatch per input, in order;
 // one invocation per output word, byte by byte: element e of the output takes
 //   e[DIM] <  off:            kept (an earlier input wrote it)

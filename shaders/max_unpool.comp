@@ -1,7 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
-// max_unpool2d_q8 (vkq/ops/pool.py) on 4W4C int8: v (N, C, VH, VW) placed where the max pool of
+// max_unpool2d_q8 (vkq/ops/unpool.py) on 4W4C int8: v (N, C, VH, VW) placed where the max pool of
 // x (N, C, H, W) found each window's maximum, zp elsewhere, in an (N, C, OH, OW) output:
 //   out[n, c].flat[idx[n, c, p]] = v[n, c, p],   idx = max_pool2d_with_indices(x, ...)[1]
 // (PyTorch's index: the window's first maximum, taps in row-major order, padding skipped, as the
