@@ -38,6 +38,14 @@ shapes on every test device; tests/test_exact_float.py the exact ones on every p
                                      fixed tree, ftz), rsqrt_newton; a few ulp of float64's
   softmax(_masked), log_softmax      float_softmax: the canonical sum of exp_f32, recip_newton /
                                      log_f32; (4 + |x - m|) ulp of float64's
+  sum, mean, vector_norm             float_reduce: each output's K values in their logical order
+                                     (row-major over the reduced dims) by the canonical sum of
+                                     ftz(x) / ftz(x^2) (value j into partial j % 64, the fixed
+                                     tree, ftz), mean ftz(S * float32(1/K)), the norm sqrt_f32
+                                     (rsqrt_newton, one correction: <= 0.75 ulp): |error| <=
+                                     (ceil(K/64) + 6) eps/2 sum |x| (+ 2^-126 an add flushed), mean
+                                     + 1.5 ulp, norm half that relative + 0.75 ulp; squares below
+                                     2^-126 count 0 (tests/test_exact_float.py)
   matmul(_strided), bmm,             float_matmul: groups of 4 products from k = 0, summed in k
   scaled_dot_product_attention       order (matmul_f32): |error| <= 2 K eps sum |a b| of exact
                                      (a product that is subnormal, in a sum below ~2^-102, may
@@ -57,7 +65,6 @@ shapes on every test device; tests/test_exact_float.py the exact ones on every p
   erfc                      Numerical Recipes' erfcc, -x^2 split exactly: 6 ulp measured
   lgamma, digamma, erfinv   float_math.glsl, measured: 4 ulp (x > 0; x < 0 3 ulp + 1e-6 absolute),
                             5 ulp + 1e-6 absolute (near its zeros), 3 ulp
-  sum, mean, vector_norm    float32 accumulation in a lane-dependent order: <= 2 K eps sum |x|
   grouped_matmul            float32 dots in the kernel's order vs numpy's
 """
 from __future__ import annotations
