@@ -45,7 +45,8 @@ shapes on every test device; tests/test_exact_float.py the exact ones on every p
                                      (rsqrt_newton, one correction: <= 0.75 ulp): |error| <=
                                      (ceil(K/64) + 6) eps/2 sum |x| (+ 2^-126 an add flushed), mean
                                      + 1.5 ulp, norm half that relative + 0.75 ulp; squares below
-                                     2^-126 count 0 (tests/test_exact_float.py)
+                                     2^-126 count 0 (tests/test_exact_float.py); measured: 1.2 eps
+                                     of the sum of 2^20 values >= 0, the norm 1.3 eps relative
   matmul(_strided), bmm,             float_matmul: groups of 4 products from k = 0, summed in k
   scaled_dot_product_attention       order (matmul_f32): |error| <= 2 K eps sum |a b| of exact
                                      (a product that is subnormal, in a sum below ~2^-102, may
