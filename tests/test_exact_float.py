@@ -2,13 +2,14 @@
 the numpy reference's bits exactly, on every driver, texel and ssbo loads, a lane, a subgroup
 or a workgroup a row, at any subgroup size (run this file under LP_NATIVE_VECTOR_WIDTH=128,
 256, 512 for lavapipe's 4, 8, 16 lanes). The references are float32 step sequences
-(vkq/ops/float_math.py silu_f32, vkq/ops/float_norm.py rms_norm), themselves checked against torch here."""
+(vkq/ops/float_math.py silu_f32, vkq/ops/float_norm.py rms_norm, vkq/ops/float.py sum_), themselves checked against torch here."""
+import math
 import warnings
 
 import numpy as np
 import pytest
 
-from test_float_ops import lane_rows, run_op   # noqa: F401  (lane_rows: a fixture)
+from test_float_ops import lane_rows, rows, run_op   # noqa: F401  (lane_rows, rows: fixtures)
 from vkq.ops import float_math as fm
 from vkq.registry import get_op
 
@@ -318,3 +319,168 @@ def test_div_is_exact(loads_device, a_shape, b_shape, path):
             got, ref = run_op(loads_device, "div", [a], {"scalar": s, "scalar_first": first}, a_shape)
             assert_same_bits(got, ref)
             assert_same_bits(ref, fm.div_f32(np.float32(s), a) if first else fm.div_f32(a, np.float32(s)))
+
+
+def canonical_sum_by_definition(v):
+    """float_exact.glsl's canonical sum of one output's values v (its logical order), written
+    from its definition, value by value (the twin, sum_canonical, is vectorised): partial j % 64
+    from +0, zeros past the values up to whole rounds of 64 added too, ftz after each add; the
+    partials 4q .. 4q + 3 into S_q = (p0 + p1) + (p2 + p3); the halving tree over the 16 S_q."""
+    f = np.float32
+    ftz = lambda a: fm.ftz(np.float32(a))[()]                          # noqa: E731
+    n = max(1, -(-len(v) // 64)) * 64
+    parts = [f(0)] * 64
+    for j in range(n):
+        parts[j % 64] = ftz(parts[j % 64] + (v[j] if j < len(v) else f(0)))
+    s = [ftz(ftz(parts[4 * q] + parts[4 * q + 1]) + ftz(parts[4 * q + 2] + parts[4 * q + 3])) for q in range(16)]
+    while len(s) > 1:
+        h = len(s) // 2
+        s = [ftz(s[t] + s[t + h]) for t in range(h)]
+    return s[0]
+
+
+def zeros_of_both_signs(rng, n):
+    """Values whose partial sums are subnormal (flushed: zeros of either sign) or tiny."""
+    return rng.choice(np.array([1.2e-38, -1.2e-38, 2.3e-38, -2.3e-38, 2.9e-38, -3e-38, 0.0, -0.0, 1e-40, -1e-40],
+                               np.float32), n)
+
+
+def reduce_input(rng, shape, dims, op):
+    """x of `shape`, its outputs' rows (logical order) planted: NaN, +inf, +inf and -inf, tiny
+    values (zeros of both signs), squares that are subnormal or overflow (the norm)."""
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    red = sorted({d % len(shape) for d in dims}) if dims else list(range(len(shape)))
+    keep = [d for d in range(len(shape)) if d not in red]
+    order = keep + red
+    rows = np.ascontiguousarray(np.transpose(x, order)).reshape(-1, math.prod(shape[d] for d in red))
+    n_out, count = rows.shape
+    for r in range(n_out):
+        kind = r % 8
+        if kind == 1 and count >= 63:           # a sum of -0: every S_q -0 (the tree keeps it)
+            rows[r] = 0.0
+            rows[r, :min(count, 64)] = np.resize(np.array([-3e-38, 2.9e-38], np.float32), min(count, 64))
+            if count == 63:                      # (S_15 = ftz(ftz(a + b) + ftz(c + 0)))
+                rows[r, 60:] = [3e-38, -1.5e-38, -1.6e-38]
+        elif kind in (1, 7):
+            rows[r] = zeros_of_both_signs(rng, count)
+        elif kind == 2 and count > 2:
+            rows[r, rng.integers(count)] = np.nan
+        elif kind == 3:
+            rows[r, rng.integers(count)] = np.inf
+        elif kind == 4 and count > 1:
+            rows[r, :2] = [np.inf, -np.inf]
+        elif kind == 5:
+            rows[r] = rows[r] * np.float32(1e-20 if op == "vector_norm" else 1e-37)   # subnormal squares / sums
+        elif kind == 6 and op == "vector_norm":
+            rows[r, 0] = 3e20                                                        # its square: inf
+    x = np.transpose(rows.reshape([shape[d] for d in order]), np.argsort(order))
+    return np.ascontiguousarray(x), rows
+
+
+REDUCE_EXACT = [((7, 5), [1], False), ((6, 63), [-1], False), ((5, 64), [-1], True), ((4, 3, 100), [2], False),
+                ((3, 4097), [1], False), ((300, 7), [0], False), ((5, 6, 7), [0, 2], True),
+                ((2, 3, 17, 24), [1, 2, 3], False), ((9, 13), None, False), ((4, 12), [1], True),
+                ((2, 70, 3), [1], True), ((3, 5, 32), [0, 2], False), ((2, 3, 4, 5, 6), [0, 2, 4], False),
+                ((64, 2), [1], False), ((20001,), None, False), ((8, 128), [1], False)]
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "vector_norm"])
+@pytest.mark.parametrize("shape,dims,keepdim", REDUCE_EXACT, ids=[f"{c[0]}-{c[1]}" for c in REDUCE_EXACT])
+def test_sum_mean_norm_are_exact(loads_device, rows, op, shape, dims, keepdim):
+    """sum, mean, vector_norm (float_reduce.comp): each output's values in the canonical order
+    (float_math.sum_canonical of ftz(x) / ftz(x^2)), mean ftz(S * float32(1/count)), the norm
+    sqrt_f32: the reference's bits on every path (an invocation an output below 64 values, a
+    subgroup at 4 / 8 / 16 lanes or a workgroup from 64, vec4 / texel loads of a contiguous run,
+    value by value over strided and several dims), NaN, inf and zeros of both signs included.
+    The reference within its stated bounds of float64's."""
+    rng = np.random.default_rng(sum(shape) * 31 + len(op) + len(dims or ()))
+    x, xr = reduce_input(rng, shape, dims, op)
+    attrs = {"dims": dims, "keepdim": keepdim}
+    ref = get_op(op).reference(x, **attrs)
+    steps = []
+    got, ref2 = run_op(loads_device, op, [x], attrs, ref.shape, steps=steps)
+    assert_same_bits(got, ref)
+    assert_same_bits(ref2, ref)
+    (st,) = steps
+    count = xr.shape[1]
+    owner = next((d for d in st.defines if d.startswith("ROW_")), None)
+    assert (owner is None) == (count < 64), st.defines
+    if owner is not None and rows == "workgroup":
+        assert owner == "ROW_WORKGROUP"
+    # the reference within its bounds of float64's: (k + 6) eps/2 sum |x| for k = ceil(count / 64)
+    # adds a partial and the tree's 6, plus what ftz drops (< 2^-126 an add); mean + 1.5 ulp of
+    # S / count; the norm: half the relative error of S, + 0.75 ulp
+    with np.errstate(invalid="ignore", over="ignore"):      # (float64 sums of inf and NaN rows)
+        r = ref.reshape(-1).astype(np.float64)
+        x64 = xr.astype(np.float64)
+        fine = np.isfinite(x64).all(1) & (np.abs(x64).max(1) < 1e19)
+        k = -(-count // 64)
+        if op == "vector_norm":
+            want = np.sqrt((x64 ** 2).sum(1))
+            bound = ((k + 6) / 2 + 1) * EPS * want + np.sqrt(count * TINY)
+        else:
+            want = x64.sum(1) / (count if op == "mean" else 1)
+            bound = (k + 6) * EPS / 2 * np.abs(x64).sum(1) / (count if op == "mean" else 1) + count * TINY \
+                + (1.5 * EPS * np.abs(want) + TINY if op == "mean" else 0)
+        assert np.all(np.abs(r - want)[fine] <= bound[fine]), np.max((np.abs(r - want) / bound)[fine])
+        assert np.array_equal(np.isnan(r), np.isnan(x64).any(1) | (np.isinf(x64).any(1) & (op != "vector_norm")
+                                                                  & np.isnan(x64.sum(1))))
+    if op != "vector_norm" and count >= 63 and len(r) > 1:
+        assert (np.signbit(r) & (r == 0)).any()                       # (a -0 sum reached)
+
+
+def test_reduce_twins_are_the_canonical_order():
+    """sum_ / mean / vector_norm's references sum each output's values in the canonical order:
+    equal to that order written from its definition (value by value, the logical order of
+    the reduced dims, strided or several), for counts below, at and past 64 and rounds not whole;
+    not numpy's order (pairwise); the accumulate fast path of sum_canonical equal to its
+    round-by-round path; -0 and +0 as the order gives them."""
+    rng = np.random.default_rng(11)
+    sum_ = get_op("sum").reference
+    for shape, dims in [((3, 5), [1]), ((2, 63), [1]), ((2, 64), [-1]), ((2, 65), [1]), ((130, 2), [0]),
+                        ((3, 4, 5), [0, 2]), ((2, 3, 30), None), ((4, 200), [1])]:
+        x = (rng.standard_normal(shape) * 3).astype(np.float32)
+        if shape == (2, 64):
+            x[1] = zeros_of_both_signs(rng, 64)
+        red = sorted({d % x.ndim for d in dims}) if dims else list(range(x.ndim))
+        keep = [d for d in range(x.ndim) if d not in red]
+        rows = np.transpose(x, keep + red).reshape(-1, math.prod(shape[d] for d in red))
+        want = np.array([canonical_sum_by_definition(fm.ftz(v)) for v in rows], np.float32)
+        assert_same_bits(sum_(x, dims=dims).reshape(-1), want)
+        sq = np.array([canonical_sum_by_definition(fm.ftz(v * v)) for v in rows], np.float32)
+        assert_same_bits(get_op("vector_norm").reference(x, dims=dims).reshape(-1), fm.sqrt_f32(sq))
+        inv = np.float32(1.0 / rows.shape[1])
+        assert_same_bits(get_op("mean").reference(x, dims=dims).reshape(-1), fm.ftz(want * inv))
+    # 2^24 then 64 ones (partial 0 loses its 1; the other 63 are summed before it): 2^24 + 62
+    y = np.ones(65, np.float32)
+    y[0] = 2.0 ** 24
+    assert sum_(y) == 2.0 ** 24 + 62 and np.sum(y) != 2.0 ** 24 + 62
+    big = rng.standard_normal((3, 5000)).astype(np.float32)
+    assert (sum_(big, dims=[1]) != big.sum(1)).any()                   # not numpy's pairwise order
+    # the accumulate fast path: the same bits as round by round
+    terms = rng.standard_normal((5, 40, 16, 4)).astype(np.float32)
+    loop = np.zeros((5, 16, 4), np.float32)
+    for i in range(40):
+        loop = fm.ftz(loop + terms[:, i])
+    assert_same_bits(fm._partials(terms), loop)
+    z = zeros_of_both_signs(rng, 64 * 5 * 16 * 4).reshape(5, 64, 16, 4)
+    loop = np.zeros((5, 16, 4), np.float32)
+    for i in range(64):
+        loop = fm.ftz(loop + z[:, i])
+    assert_same_bits(fm._partials(z), loop)
+    assert (np.signbit(loop) & (loop == 0)).any()
+    assert not np.signbit(sum_(np.full(70, -0.0, np.float32)))         # -0s sum to +0 (from +0)
+
+
+def test_sqrt_f32_is_within_0_75_ulp():
+    """sqrt_f32 (+ - * alone, the 2-norm's root): <= 0.75 ulp of the exact root over the normal
+    range; 0, inf, NaN themselves; exact on perfect squares."""
+    rng = np.random.default_rng(4)
+    t = np.concatenate([np.exp2(rng.uniform(-126, 128, 400_000)), np.linspace(1, 4, 100_000),
+                        [TINY, 2.0 ** -64, 2.0 ** 64, np.finfo(np.float32).max]]).astype(np.float32)
+    got = fm.sqrt_f32(t).astype(np.float64)
+    want = np.sqrt(t.astype(np.float64))
+    assert (np.abs(got - want) / np.spacing(want.astype(np.float32))).max() <= 0.75
+    sq = np.arange(1, 4097, dtype=np.float32)
+    np.testing.assert_array_equal(fm.sqrt_f32(sq * sq), sq)
+    assert_same_bits(fm.sqrt_f32(np.array([0.0, np.inf, np.nan], np.float32)), np.array([0.0, np.inf, np.nan], np.float32))

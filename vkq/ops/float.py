@@ -42,6 +42,15 @@ shapes on every test device; tests/test_exact_float.py the exact ones on every p
                                      fixed tree, ftz), rsqrt_newton; a few ulp of float64's
   softmax(_masked), log_softmax      float_softmax: the canonical sum of exp_f32, recip_newton /
                                      log_f32; (4 + |x - m|) ulp of float64's
+  sum, mean, vector_norm             float_reduce: each output's K values in their logical order
+                                     (row-major over the reduced dims) by the canonical sum of
+                                     ftz(x) / ftz(x^2) (value j into partial j % 64, the fixed
+                                     tree, ftz), mean ftz(S * float32(1/K)), the norm sqrt_f32
+                                     (rsqrt_newton, one correction: <= 0.75 ulp): |error| <=
+                                     (ceil(K/64) + 6) eps/2 sum |x| (+ 2^-126 an add flushed), mean
+                                     + 1.5 ulp, norm half that relative + 0.75 ulp; squares below
+                                     2^-126 count 0 (tests/test_exact_float.py); measured: 1.2 eps
+                                     of the sum of 2^20 values >= 0, the norm 1.3 eps relative
   matmul(_strided), bmm,             float_matmul: groups of 4 products from k = 0, summed in k
   scaled_dot_product_attention       order (matmul_f32): |error| <= 2 K eps sum |a b| of exact
                                      (a product that is subnormal, in a sum below ~2^-102, may
@@ -60,7 +69,6 @@ shapes on every test device; tests/test_exact_float.py the exact ones on every p
   erfc                      Numerical Recipes' erfcc, -x^2 split exactly: 6 ulp measured
   lgamma, digamma, erfinv   float_math.glsl, measured: 4 ulp (x > 0; x < 0 3 ulp + 1e-6 absolute),
                             5 ulp + 1e-6 absolute (near its zeros), 3 ulp
-  sum, mean, vector_norm    float32 accumulation in a lane-dependent order: <= 2 K eps sum |x|
   grouped_matmul            float32 dots in the kernel's order vs numpy's
 """
 from __future__ import annotations
@@ -73,7 +81,8 @@ import numpy as np
 from ..device import grid_1d
 from ..quant import fake_quant_push, fake_quantize
 from ..registry import register_op
-from .float_math import div_f32, erf_f32, exp_f32, ftz, sigmoid_f32, silu_f32, tanh_f32
+from .float_math import (NORM_PARTS, div_f32, erf_f32, exp_f32, ftz, sigmoid_f32, silu_f32, sqrt_f32,
+                         sum_canonical, sum_squares_canonical, tanh_f32)
 from .special import bessel_i64, digamma64, erf64, erfc64, erfcx64, erfinv64, lgamma64, ndtri64, polygamma64
 from ..vkinfo import DeviceLimit
 
@@ -257,12 +266,29 @@ def _axes(dims):
     return None if dims is None else tuple(dims)
 
 
-def mean(x, *, dims=None, keepdim=False):
-    return _f(x).astype(np.float64).mean(axis=_axes(dims), keepdims=keepdim).astype(F32)
+def _reduced_rows(x, dims, keepdim):
+    """x's values as (outputs, count) rows, each output's reduced values in their logical order
+    (row-major over the reduced dims: float_reduce.comp's j), and the output's shape."""
+    x = _f(x)
+    red = sorted({d % x.ndim for d in dims}) if dims else list(range(x.ndim))
+    keep = [d for d in range(x.ndim) if d not in red]
+    rows = np.transpose(x, keep + red).reshape(math.prod(x.shape[d] for d in keep), -1)
+    shape = [1 if d in red else x.shape[d] for d in range(x.ndim)] if keepdim else [x.shape[d] for d in keep]
+    return rows, tuple(shape)
 
 
 def sum_(x, *, dims=None, keepdim=False):
-    return _f(x).astype(np.float64).sum(axis=_axes(dims), keepdims=keepdim).astype(F32)
+    """float_reduce.comp SUM: the canonical sum (float_math.sum_canonical) of ftz(x) over dims
+    (all where dims is None or empty, as torch's sum(x, []))."""
+    rows, shape = _reduced_rows(x, dims, keepdim)
+    return sum_canonical(ftz(rows)).reshape(shape)
+
+
+def mean(x, *, dims=None, keepdim=False):
+    """float_reduce.comp MEAN: ftz(sum_ * float32(1 / count))."""
+    rows, shape = _reduced_rows(x, dims, keepdim)
+    inv = F32(1.0 / rows.shape[1]) if rows.shape[1] else F32(np.nan)
+    return ftz(sum_canonical(ftz(rows)) * inv).reshape(shape)
 
 
 def amax(x, *, dims=None, keepdim=False):
@@ -274,9 +300,11 @@ def amin(x, *, dims=None, keepdim=False):
 
 
 def vector_norm(x, *, dims=None, keepdim=False):
-    """The 2-norm over dims: sqrt(sum x^2) (linalg_vector_norm with ord 2)."""
-    x = _f(x).astype(np.float64)
-    return np.sqrt((x * x).sum(axis=_axes(dims), keepdims=keepdim)).astype(F32)
+    """The 2-norm over dims (linalg_vector_norm with ord 2; other ords are decomposed into sums,
+    vkq/passes/decompose_ops.py), float_reduce.comp NORM2: sqrt_f32 of the canonical sum of
+    ftz(x^2) (float_math.sum_squares_canonical)."""
+    rows, shape = _reduced_rows(x, dims, keepdim)
+    return sqrt_f32(sum_squares_canonical(rows)).reshape(shape)
 
 
 # ---------------------------------------------------------------- strides: what the shaders index with
@@ -354,7 +382,7 @@ def _elementwise(ctx, shader, buffers, n, push, defines=None, spec=()):
 
 def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec4s=None, vec=False, center=None,
                   passes: int = 3, per_step: int = 1, lane_max: int = 0, lane_group: int = 1, spec_from_7=(),
-                  parts: int = 0):
+                  parts: int = 0, by_rounds: bool = False):
     """A row shader: a lane a row on CPU drivers where a row is at most lane_max values
     (ROW_LANE; 0: the shader has no such variant), else a subgroup a row where the device has
     subgroup arithmetic (ROW_SUBGROUP, no barriers), else a workgroup a row (a power of two <=
@@ -373,8 +401,11 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
     parts: a shader that sums its rows in a canonical order over this many partials (the norms:
     16 vec4s), at most that many lanes of a row holding them: a workgroup a row is no wider, the
     loop count is reckoned over those lanes, a subgroup a row needs shuffles (its tree),
-    specialization constants 7, 8 get (the lanes that hold partials, the partials each holds)
-    and a lane keeps whole rounds of its partials (KEEP a multiple of the second)."""
+    specialization constants 7, 8 get (the lanes that hold partials, the partials each holds;
+    spec_from_7's first two are placeholders for them) and a lane keeps whole rounds of its
+    partials (KEEP a multiple of the second). by_rounds: the shader's loops go a round of `parts`
+    vec4s an iteration whatever its lanes (float_reduce: PART_T of them unrolled a lane), so a
+    lane's loop count is reckoned over `parts` lanes."""
     info = ctx.device.info
     sg, step = int(info.subgroup_size), 4 if vec else per_step
     limit = info.loop_budget or math.inf
@@ -385,10 +416,11 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
         lanes = width // per_group
         lanes = min(lanes, parts) if parts else lanes
         rows_each = -(-owners // (groups * per_group))
+        sharing = parts if by_rounds else lanes
         # each pass over its share and the exit test of each; a workgroup's row: its two
         # reductions over the lanes (float_workgroup.glsl: log2(lanes) + 1 iterations each)
         trees = 2 * lanes.bit_length() if per_group == 1 and lanes > 1 else 0
-        return width, per_group, groups, rows_each * (passes * (-(-values // (lanes * step)) + 1) + trees + 1) + 1
+        return width, per_group, groups, rows_each * (passes * (-(-values // (sharing * step)) + 1) + trees + 1) + 1
 
     # a row a subgroup needs every lane of it: full subgroups (vkinfo.fixed_subgroups)
     by_subgroup = ROW_SUBGROUP and "arithmetic" in info.subgroup_operations and info.fixed_subgroups \
@@ -416,9 +448,10 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
     keep = () if vec4s is None else (min(kept, max(1, -(-vec4s // lanes))), int(vec))
     if parts:       # a lane visits PART_T vec4s a round of `parts`; it keeps whole rounds
         held = min(lanes, parts)
-        spec_from_7 = (held, parts // held)
-        rounds = max(1, min(kept // spec_from_7[1], -(-vec4s // parts)))
-        keep = (rounds * spec_from_7[1], int(vec))
+        spec_from_7 = (held, parts // held) + tuple(spec_from_7)[2:]
+        if vec4s is not None:
+            rounds = max(1, min(kept // spec_from_7[1], -(-vec4s // parts)))
+            keep = (rounds * spec_from_7[1], int(vec))
     keep += () if center is None else (int(center),)
     spec = (width, *keep) + (((1, 0, 1)[len(keep):] + tuple(spec_from_7)) if spec_from_7 else ())
     return ctx.device.dispatch(shader, buffers, (groups, 1, 1), local=(width,), spec=spec, push=push,
@@ -541,17 +574,21 @@ def _reduce_build(variant):
             raise ValueError(f"{node.name}: reduction over more than 4 (merged) dims")
         n_out, count = _numel(ctx.spec(y).shape), _numel([shape[d] for d in red])
         push = (n_out, count, len(kshape), len(rshape), _pad(kshape, 4, 1), _pad(kst, 4),
-                _pad(rshape, 4, 1), _pad(rst, 4))
+                _pad(rshape, 4, 1), _pad(rst, 4), F32(1.0 / count) if count else F32(np.nan))
         bufs = [ctx.buffer(x), ctx.buffer(y)]
         # one contiguous run a row, in whole vec4s (float_reduce.comp CONTIG)
         contig = rst == [1] and count % 4 == 0 and all(s % 4 == 0 for s in kst)
         defines = [variant] + (["CONTIG"] if contig else [])
-        ranks = (len(kshape), len(rshape))       # (specialization 7, 8: the index arithmetic's dims)
+        # (specialization 7, 8: the canonical sum's PART_LANES, PART_T; 9, 10: the index arithmetic's dims)
+        ranks = (1, NORM_PARTS // 4, len(kshape), len(rshape))
+        canon = variant in ("SUM", "MEAN", "NORM2")
         if count >= REDUCE_ROW:     # a subgroup / workgroup an output (float_reduce.comp says why)
             return [_row_dispatch(ctx, "float_reduce", bufs, n_out, count, push, defines=defines,
-                                  passes=1, per_step=4, spec_from_7=ranks)]
+                                  passes=1, per_step=4, spec_from_7=ranks, parts=NORM_PARTS // 4 if canon else 0,
+                                  by_rounds=canon)]
+        # (11: an invocation's vec4s, float_reduce.comp lane_canon)
         return [ctx.device.dispatch("float_reduce", bufs, grid_1d(n_out, LOCAL), local=(LOCAL,), push=push,
-                                    spec=(LOCAL, 1, 0, 1, *ranks), defines=defines)]
+                                    spec=(LOCAL, 1, 0, 1, *ranks, max(1, -(-count // 4))), defines=defines)]
     return build
 
 

@@ -98,15 +98,28 @@ def sum_canonical(v):
     terms = np.zeros((rows, m * NORM_PARTS), F32)
     terms[:, :d] = v
     terms = terms.reshape(rows, m, NORM_PARTS // 4, 4)
-    acc = np.zeros_like(terms[:, 0])
-    for i in range(m):
-        acc = ftz(acc + terms[:, i])        # (from +0, as the shader: a -0 term adds +0)
+    acc = _partials(terms)
     s = ftz(ftz(acc[..., 0] + acc[..., 1]) + ftz(acc[..., 2] + acc[..., 3]))
     while s.shape[1] > 1:
         h = s.shape[1] // 2
         s = ftz(s[:, :h] + s[:, h:])
     return s[:, 0]
 
+
+
+def _partials(terms):
+    """The 64 partials of sum_canonical, terms (rows, rounds, 16, 4): each the sum of its terms
+    in round order from +0, ftz after each add. Where no running partial is subnormal the ftz's
+    change nothing, and numpy's accumulate (sequential, in index order: no pairwise summation)
+    gives the same bits in one call; else round by round."""
+    with np.errstate(invalid="ignore", over="ignore"):       # (inf - inf: NaN, as the shader's)
+        run = np.add.accumulate(terms, axis=1, dtype=F32) + F32(0)   # (+ 0: from +0, a -0 adds +0)
+    if run.size and np.any((np.abs(run) < F32(1.1754944e-38)) & (run != 0)):
+        acc = np.zeros_like(terms[:, 0])
+        for i in range(terms.shape[1]):
+            acc = ftz(acc + terms[:, i])        # (from +0, as the shader: a -0 term adds +0)
+        return acc
+    return run[:, -1]
 
 def sum_squares_canonical(x):
     """rms_norm's row sum of squares: sum_canonical of the squares, each ftz'd."""
@@ -126,6 +139,22 @@ def rsqrt_newton(t):
         y = y * (F32(1.5) - h * y * y)
     return y + y * (F32(0.5) - h * y * y)
 
+
+def sqrt_f32(t):
+    """float_exact.glsl's sqrt_f32, bit for bit: sqrt(t) for float32 t >= 0 in + - * alone, t
+    scaled by 2^64 (below 2^-64) or 2^-64 (above 2^64) so that every step is normal, s = u
+    rsqrt_newton(u), s + (u - s s) (y / 2), scaled back by 2^-32 / 2^32: <= 0.75 ulp of the exact
+    root (tests/test_exact_float.py). 0, inf and NaN give themselves."""
+    t = _f(t)
+    small, large = t < F32(2.0 ** -64), t > F32(2.0 ** 64)
+    k = np.where(small, F32(2.0 ** 64), np.where(large, F32(2.0 ** -64), F32(1))).astype(F32)
+    back = np.where(small, F32(2.0 ** -32), np.where(large, F32(2.0 ** 32), F32(1))).astype(F32)
+    with np.errstate(all="ignore"):       # (inf and NaN: replaced / propagated)
+        u = t * k
+        y = rsqrt_newton(u)
+        s = u * y
+        r = s + (u - s * s) * (F32(0.5) * y)
+        return np.where(np.isinf(t), t, r * back).astype(F32)
 
 _LOG_P = (-1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
           2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)
