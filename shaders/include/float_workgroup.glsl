@@ -116,7 +116,14 @@ float add_ftz(float a, float b) {
     return ftz(s);
 }
 
-float row_tree(float v) {      // the halving tree over the row's lanes: lane i + lane i + m, m = lanes/2 .. 1
+// The halving tree over the row's lanes: lane i + lane i + m, m = lanes/2 .. 1. The lanes past
+// PART_LANES hold no partial: they take -0, the one value whose sum with any x is x, so that the
+// levels above PART_LANES (a subgroup or workgroup wider than 16 lanes: GPUs' 32 and 64) change
+// nothing; their +0 made a -0 total +0 there, where the twin keeps it.
+float row_tree(float v) {
+#if !defined(ROW_LANE)
+    v = lane() < PART_LANES ? v : uintBitsToFloat(0x80000000u);
+#endif
 #if defined(ROW_SUBGROUP)
     for (int m = lanes() / 2; m > 0; m >>= 1) v = add_ftz(v, subgroupShuffleXor(v, m));   // (i and i ^ m: one sum)
     return v;
