@@ -21,7 +21,7 @@
 // v, or a zero of v's sign where v is subnormal (bitwise: the same on a device that flushes)
 float ftz(float v) {
     const int b = floatBitsToInt(v);
-    return (b & 0x7f800000) == 0 ? intBitsToFloat(b & int(0x80000000u)) : v;
+    return mix(v, intBitsToFloat(b & int(0x80000000u)), (b & 0x7f800000) == 0);    // (mix: a select, no branch)
 }
 vec4 ftz(vec4 v) {
     const ivec4 b = floatBitsToInt(v);
