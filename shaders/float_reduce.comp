@@ -8,7 +8,7 @@
 // vkq/ops/float_math.py sum_canonical, reduce_canonical) of an output's `count` values in their
 // logical order j (row-major over the reduced dims, whatever their strides): value j into
 // partial j % 64, each partial summed in index order, ftz after each add, then the fixed tree.
-// 1/count is a float32 from the host; sqrt_f32 is + - * alone (float_exact.glsl). Bit for bit
+// 1/count is a float32 from the host; sqrt_f32 is + - * alone (float_math.glsl). Bit for bit
 // the reference's on every device, lane count and path. inf and NaN propagate as in torch's sums.
 // The kept dims (rank <= 4, merged) index the output row-major; in-strides of kept and reduced
 // dims say where the values are (index arithmetic unrolled over 4 dims: no loop).
@@ -89,6 +89,9 @@
 #endif
 layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of two
 #include "float_workgroup.glsl"
+#ifdef NORM2
+#include "float_math.glsl"      // sqrt_f32 (only here: its global constants would go into every variant)
+#endif
 
 #ifdef CONTIG
 #include "texel.glsl"

@@ -129,6 +129,7 @@ layout(push_constant) uniform Params {
     int n;
     float lo, hi;    // OP_CLAMP bounds (+-inf when absent); LEAKY_RELU: lo the slope; ELU: lo alpha;
                      // SOFTPLUS: lo beta, hi the threshold; POW: lo the exponent; POLYGAMMA: lo n
+    float aux;       // SOFTPLUS: 1 / beta (rounded on the host)
 } p;
 
 float f(float v) {
@@ -147,10 +148,12 @@ float f(float v) {
 #elif defined(OP_SILU)
     return silu_f32(v);
 #elif defined(OP_HARDSWISH)
-    precise float h = v * clamp(v + 3.0, 0.0, 6.0) / 6.0;     // as ATen: x * min(max(x + 3, 0), 6) / 6
+    precise float a = v * clamp(v + 3.0, 0.0, 6.0);      // as ATen: x * min(max(x + 3, 0), 6) / 6
+    const float h = div6_f32(ftz(a));                     // (correctly rounded: bit-exact)
     return isnan(v) ? v : h;
 #elif defined(OP_HARDSIGMOID)
-    precise float h = clamp(v + 3.0, 0.0, 6.0) / 6.0;
+    precise float a = clamp(v + 3.0, 0.0, 6.0);
+    const float h = div6_core(a);                         // (a = 0 or >= 2^-22: correctly rounded)
     return isnan(v) ? v : h;
 #elif defined(OP_EXP)
     return ftz(exp_f32(v));      // (bit-exact: a subnormal result flushed, as a device may)
@@ -159,9 +162,9 @@ float f(float v) {
 #elif defined(OP_ABS)
     return abs(v);
 #elif defined(OP_SQRT)
-    return sqrt(v);
+    return sqrt_f32(v);
 #elif defined(OP_RSQRT)
-    return inversesqrt(v);
+    return rsqrt_f32(v);
 #elif defined(OP_SQUARE)
     precise float s = v * v;
     return s;
@@ -169,11 +172,16 @@ float f(float v) {
     precise float s = v * p.lo;
     return v > 0.0 ? v : s;
 #elif defined(OP_ELU)
-    return v > 0.0 ? v : p.lo * (exp_f32(v) - 1.0);
+    precise float e = exp_f32(v) - 1.0;            // (bit-exact: vkq/ops/float.py elu)
+    precise float s = p.lo * e;
+    const float sf = ftz(s);
+    return floatBitsToInt(v) > 0 ? v : sf;         // (by its bits: a subnormal x > 0 is x)
 #elif defined(OP_SOFTPLUS)
-    return softplus_f32(v, p.lo, p.hi);
+    return softplus_f32(v, p.lo, p.hi, p.aux);
 #elif defined(OP_MISH)
-    return v * tanh_f32(softplus_f32(v, 1.0, 20.0));
+    const float vf = ftz(v);
+    precise float m = vf * tanh_f32(softplus_f32(vf, 1.0, 20.0, 1.0));
+    return ftz(m);
 #elif defined(OP_LOG)
     return log_f32(v);
 #elif defined(OP_LOG1P)
@@ -205,7 +213,7 @@ float f(float v) {
 #elif defined(OP_EXP2)
     return exp2_f32(v);
 #elif defined(OP_LOG10)
-    return log_f32(v) * 0.43429448190325176;
+    return log10_f32(v);
 #elif defined(OP_ERFC)
     return erfc_f32(v);
 #elif defined(OP_ERF)

@@ -2,7 +2,7 @@
 #define VKQ_FLOAT_EXACT_GLSL
 // Bit-exact float32 (issue 59): the rules a kernel follows to give the same bits on every
 // device and in its numpy reference (vkq/ops/float_math.py holds the twins of what is here and in
-// float_math.glsl: ftz, recip_newton, rsqrt_newton, sqrt_f32, exp_f32, log_f32, erf_f32, tanh_f32,
+// float_math.glsl: ftz, recip_newton, rsqrt_newton, exp_f32, log_f32, erf_f32, tanh_f32,
 // sigmoid_f32, silu_f32, gelu_*, div_f32, sum_canonical, matmul_f32).
 //  1. Only + - * and comparisons/selects on floats (each one IEEE rounding in Vulkan), every one
 //     whose rounding matters `precise` (SPIR-V NoContraction: no fused multiply-add chosen by the
@@ -22,7 +22,7 @@
 // v, or a zero of v's sign where v is subnormal (bitwise: the same on a device that flushes)
 float ftz(float v) {
     const int b = floatBitsToInt(v);
-    return (b & 0x7f800000) == 0 ? intBitsToFloat(b & int(0x80000000u)) : v;
+    return mix(v, intBitsToFloat(b & int(0x80000000u)), (b & 0x7f800000) == 0);    // (mix: a select, no branch)
 }
 vec4 ftz(vec4 v) {
     const ivec4 b = floatBitsToInt(v);
@@ -55,21 +55,5 @@ float rsqrt_newton(float t) {
     }
     precise float r = y + y * (0.5 - h * y * y);
     return r;
-}
-// sqrt(t) for t >= 0 in + - * alone (vkq/ops/float_math.py sqrt_f32 is its twin): t scaled by
-// 2^64 or 2^-64 into [2^-64, 2^64] where it is past them (so that every step is normal: 0.5 t,
-// the residual), s = u rsqrt_newton(u), one correction s + (u - s s) (y / 2), scaled back by
-// 2^-32 or 2^32: <= 0.75 ulp of the exact root (measured; 83 % correctly rounded). 0 -> 0,
-// inf -> inf, NaN -> NaN. (sqrt() is not correctly rounded in Vulkan, nor the same on two devices.)
-float sqrt_f32(float t) {
-    const bool small = t < 5.421010862427522e-20, large = t > 1.8446744073709552e19;   // 2^-64, 2^64
-    const float k = mix(mix(1.0, 5.421010862427522e-20, large), 1.8446744073709552e19, small);
-    const float back = mix(mix(1.0, 4294967296.0, large), 2.3283064365386963e-10, small);       // 2^32, 2^-32
-    precise float u = t * k;
-    const float y = rsqrt_newton(u);
-    precise float s = u * y;
-    precise float r = s + (u - s * s) * (0.5 * y);
-    precise float out_ = r * back;
-    return mix(out_, t, isinf(t));
 }
 #endif

@@ -14,7 +14,8 @@
 // clamp as well cost them 5-10% there, so the polynomial runs on any x, its result replaced.
 float exp_f32(float x) {       // `precise` throughout: vkq/ops/float_math.py exp_f32 is its exact twin
     const bool sub = x < -87.33654;
-    precise float y = sub ? x + 16.635532333 : x;          // 24 ln 2 (past the range: replaced below)
+    precise float xs = x + 16.635532333;                   // 24 ln 2 (past the range: replaced below)
+    precise float y = mix(x, xs, sub);      // (mix, a select: glslang branches for ?: on expressions)
     precise float n = roundEven(y * 1.44269504089);
     precise float r = y - n * 0.693359375;     // ln2 high part: 9 significant bits, n * it is exact
     r = r + n * 2.12194440e-4;         // ln2 = 0.693359375 - 2.12194440e-4
@@ -26,8 +27,9 @@ float exp_f32(float x) {       // `precise` throughout: vkq/ops/float_math.py ex
     p = p * r + 5.0000001201e-1;
     p = p * (r * r) + r + 1.0;
     precise float v = ldexp(p, int(n));
-    v = sub ? v * 5.9604644775390625e-8 : v;       // 2^-24
-    return x > 88.72283 ? uintBitsToFloat(0x7f800000u) : x < -103.972077 ? 0.0 : v;
+    precise float vs = v * 5.9604644775390625e-8;       // 2^-24
+    v = mix(v, vs, sub);
+    return mix(mix(v, 0.0, x < -103.972077), uintBitsToFloat(0x7f800000u), x > 88.72283);
 }
 
 // erf(x): the rational approximation x P(x^2) / Q(x^2) of Eigen and XLA (float32), with x
@@ -162,17 +164,24 @@ float tanh_f32(float x) {
     return x < 0.0 ? -t : t;
 }
 
-// log(x): Cephes' logf. x = m 2^e with m in [sqrt(1/2), sqrt 2), log(1 + f) for f = m - 1 by
-// its degree-9 polynomial, e ln2 added in two parts (the high one exact). <= 2 ulp for normal
-// x > 0 (measured against numpy: tests/test_float_ops.py); log(0) = -inf, x < 0 NaN, log(inf) inf.
-float log_f32(float x) {       // `precise` throughout: vkq/ops/float_math.py log_f32 is its exact twin
-    if (!(x > 0.0) || isinf(x))
-        return x == 0.0 ? uintBitsToFloat(0xff800000u) : x > 0.0 ? x : uintBitsToFloat(0x7fc00000u);
-    int e, sub = x < 1.17549435e-38 ? 24 : 0;      // a subnormal x scaled up first (exactly)
-    precise float f = frexp(x * (sub != 0 ? 16777216.0 : 1.0), e);    // [0.5, 1)
-    e -= sub;
-    if (f < 0.70710678118654752) { e -= 1; f = f + f - 1.0; } else { f = f - 1.0; }
-    precise float z = f * f;
+// log(x) and its kin, bit-exact (float_exact.glsl's rules; vkq/ops/float_math.py log_f32,
+// log1p_f32, log2_f32, log10_f32, expm1_f32, exp2_f32, pow_f32 are their twins). x > 0 finite
+// by its bits b (a subnormal too, normalized by integers: the same where a device flushes it) as
+// (1 + f) 2^e, 1 + f in [sqrt(1/2), sqrt 2) (Cephes' split), f exact.
+float log_reduce(int b, out int e) {
+    const int m = b & 0x7fffff, p = findMSB(m);            // (subnormal: m != 0, p in 0..22)
+    const bool sub = (b & 0x7f800000) == 0;
+    const int ms = (m << (23 - p)) & 0x7fffff;
+    const int mb = mix(m, ms, sub);                         // the normalized mantissa's bits
+    const bool lowhalf = mb < 0x3504f3;                    // 1.mb < sqrt 2 (Cephes' f < sqrt(1/2))
+    const int es = p - 149, en = ((b >> 23) & 0xff) - 127;
+    e = mix(en, es, sub) + mix(1, 0, lowhalf);
+    precise float f = intBitsToFloat(mb | mix(0x3f000000, 0x3f800000, lowhalf)) - 1.0;   // (exact)
+    return f;
+}
+
+// log(1 + f) - f + f^2 / 2 for f in [sqrt(1/2) - 1, sqrt 2 - 1): Cephes' degree-9 polynomial (times f^3)
+float log_poly(float f, float z) {
     precise float y = 7.0376836292e-2;
     y = y * f - 1.1514610310e-1;
     y = y * f + 1.1676998740e-1;
@@ -183,78 +192,139 @@ float log_f32(float x) {       // `precise` throughout: vkq/ops/float_math.py lo
     y = y * f - 2.4999993993e-1;
     y = y * f + 3.3333331174e-1;
     y = y * f * z;
+    return y;
+}
+
+// log(1 + f) + e ln 2 + c, ln 2 in two parts (e times the high one exact): Cephes' logf
+float log_sum(float f, int e, float c) {
+    precise float z = f * f;
     const float fe = float(e);
+    precise float y = log_poly(f, z);
     y += -2.12194440e-4 * fe;
     y += -0.5 * z;
+    y += c;
     precise float r = (f + y) + 0.693359375 * fe;
     return r;
 }
 
-// log(1 + x), x > -1: Goldberg's log(u) x / (u - 1) with u = 1 + x rounded, which restores the
-// low bits of x that 1 + x drops (log(1 + x) alone gives 0 for |x| < 2^-24). A few ulp.
-// log1p(-1) = -inf, x < -1 (-inf included) NaN, log1p(inf) = inf.
+// log(x): Cephes' logf on log_reduce's split. <= 1 ulp measured (vkq/ops/float.py); log(+-0) = -inf,
+// x < 0 (-inf included) NaN, log(inf) = inf, a subnormal x its log.
+float log_f32(float x) {
+    const int b = floatBitsToInt(x);
+    int e;
+    const float f = log_reduce(b, e);
+    const float r = log_sum(f, e, 0.0);
+    const float ninf = uintBitsToFloat(0xff800000u), nan = uintBitsToFloat(0x7fc00000u);
+    const bool zero = (b & 0x7fffffff) == 0, neg = b < 0, special = (b & 0x7f800000) == 0x7f800000;
+    const float s = special ? x : r;           // (selects of values: no branches, SwiftShader's compile time)
+    const float t = neg ? nan : s;
+    return zero ? ninf : t;
+}
+
+// log(1 + x): u = 1 + x rounded split as log_f32's, plus what the rounding dropped, c / u with c =
+// x - (u - 1) (u < 2) or 1 - (u - x) (both exact; 0 from u = 2^24, where c / u < 2^-24 of a log
+// >= 16.6), 1 / u = 2^-e / (1 + f) by recip_newton (no division). |x| < 2^-25: x (zeros,
+// subnormals). log1p(-1) = -inf, x < -1 (-inf included) NaN, log1p(inf) = inf.
 float log1p_f32(float x) {
+    const int b = floatBitsToInt(x);
     precise float u = 1.0 + x;
-    precise float d = u - 1.0;
-    return u == 1.0 ? x : isinf(u) && u > 0.0 ? u : log_f32(u) * (x / d);
+    precise float c0 = x - (u - 1.0), c1 = 1.0 - (u - x);
+    const float c = mix(c1, c0, u < 2.0);
+    int e;
+    const float f = log_reduce(floatBitsToInt(u), e);
+    const float s = intBitsToFloat((127 - min(e, 100)) << 23);           // 2^-e (exact)
+    precise float k = mix(0.0, c, u < 16777216.0) * s;
+    precise float corr = k * (recip_newton(2.0 + (f + f)) * 2.0);       // c / u
+    const float r = log_sum(f, e, corr);
+    const float ninf = uintBitsToFloat(0xff800000u), nan = uintBitsToFloat(0x7fc00000u);
+    const bool tiny = (b & 0x7fffffff) < 0x33000000, minus1 = x == -1.0, outside = !(x > -1.0),
+               pinf = x == uintBitsToFloat(0x7f800000u);
+    const float r1 = pinf ? x : r;
+    const float r2 = outside ? nan : r1;
+    const float r3 = minus1 ? ninf : r2;
+    return tiny ? x : r3;
 }
 
-// log2(x) = k + log_f32(m) / ln 2 for x = m 2^k, m in [sqrt(1/2), sqrt 2): exact at powers of two
-// (log2(8) = 3, so floor(log2(x)) finds a bit length), a few ulp elsewhere; the special values
-// as log_f32's.
+// log2(x) = e + log(1 + f) / ln 2 on log_reduce's split: exact at powers of two (log2(8) = 3, so
+// floor(log2(x)) finds a bit length); the special values as log_f32's.
 float log2_f32(float x) {
-    if (!(x > 0.0) || isinf(x))
-        return log_f32(x);
-    int k, sub = x < 1.17549435e-38 ? 24 : 0;      // a subnormal x scaled up first (exactly)
-    float m = frexp(x * (sub != 0 ? 16777216.0 : 1.0), k);    // [0.5, 1)
-    k -= sub;
-    if (m < 0.70710678118654752) { m = m + m; k -= 1; }
-    return float(k) + log_f32(m) * 1.44269504089;
+    const int b = floatBitsToInt(x);
+    int e;
+    const float f = log_reduce(b, e);
+    const float l = log_sum(f, 0, 0.0);
+    precise float r = float(e) + l * 1.44269504089;
+    const float ninf = uintBitsToFloat(0xff800000u), nan = uintBitsToFloat(0x7fc00000u);
+    const bool zero = (b & 0x7fffffff) == 0, neg = b < 0, special = (b & 0x7f800000) == 0x7f800000;
+    const float s = special ? x : r;
+    const float t = neg ? nan : s;
+    return zero ? ninf : t;
 }
 
-// x^e, as C's powf / torch.pow: exp_f32(e log_f32|x|), the sign from an odd
-// integer e where x < 0 (or x = -0), NaN for x < 0 and a fractional e, x^0 = 1 (NaN too), 0 and
-// inf by their rules. Relative error <= (3 + 3 |e ln|x||) ulp: log's 2 ulp grow by the
-// product |e ln x| through exp. Results below the smallest normal are scaled through exp_f32's
-// range (which stops at exp(-87.3)) so that they come out subnormal, not clamped.
+// log10(x) = log_f32(x) log10(e)
+float log10_f32(float x) {
+    precise float r = log_f32(x) * 0.43429448190325176;
+    return r;
+}
+
+// x^e, as C's powf / torch.pow: exp_f32(e log_f32|x|) (flushed), the sign from an odd integer e
+// where x < 0 (or x = -0), NaN for x < 0 and a fractional e, x^0 = 1 (NaN too), 0 and inf by
+// their rules; x classified by its bits (a subnormal x is not 0). Relative error <= (3 + 3
+// |e ln|x||) ulp: log's ulp grow by the product |e ln x| through exp.
 float pow_f32(float x, float e) {
-    if (e == 0.0 || x == 1.0 || (x == -1.0 && isinf(e))) return 1.0;     // (even 1^NaN, NaN^0: C's)
-    if (isnan(x) || isnan(e)) return x + e;
-    bool integral = e == trunc(e);
-    bool odd = integral && abs(e) < 16777216.0 && mod(abs(e), 2.0) == 1.0;
-    if (x < 0.0 && !integral && !isinf(x)) return uintBitsToFloat(0x7fc00000u);   // (-inf^0.75 = inf)
-    float a = abs(x), r;
+    const int b = floatBitsToInt(x);
+    // (any / all of bvecs, not || / &&: glslang branches for those, and SwiftShader's compile
+    // time grows with the branches)
+    const bool integral = e == trunc(e);
+    precise float h = abs(e) * 0.5;
+    const bool odd = all(bvec3(integral, abs(e) < 16777216.0, h != trunc(h)));
+    const bool zero = (b & 0x7fffffff) == 0, ainf = (b & 0x7fffffff) == 0x7f800000;
     const float inf = uintBitsToFloat(0x7f800000u);
-    if (a == 0.0) {
-        r = e > 0.0 ? 0.0 : inf;
-    } else if (isinf(a)) {
-        r = e > 0.0 ? inf : 0.0;
-    } else {
-        float t = e * log_f32(a);
-        r = t > 88.72284 ? inf : t < -103.98 ? 0.0
-          : t < -87.33654 ? exp_f32(t + 16.635532333) * 5.9604644775390625e-8     // e^(t + 24 ln 2) 2^-24
-          : exp_f32(t);
-    }
-    return odd && floatBitsToInt(x) < 0 ? -r : r;
+    precise float t = e * log_f32(abs(x));
+    const float v = ftz(exp_f32(ftz(t)));
+    const bool epos = e > 0.0, neg = b < 0, nanin = any(bvec2(isnan(x), isnan(e)));
+    const bool one = any(bvec3(e == 0.0, x == 1.0, all(bvec2(x == -1.0, isinf(e)))));     // (even 1^NaN, NaN^0: C's)
+    const bool bad = all(bvec4(neg, !zero, !integral, !ainf));            // (-inf^0.75 = inf)
+    const float zr = epos ? 0.0 : inf, ir = epos ? inf : 0.0;
+    const float r1 = ainf ? ir : v;
+    const float r2 = zero ? zr : r1;
+    const float r3 = mix(r2, -r2, all(bvec2(odd, neg)));
+    const float r4 = bad ? uintBitsToFloat(0x7fc00000u) : r3;
+    precise float xe = x + e;
+    const float r5 = nanin ? xe : r4;
+    return one ? 1.0 : r5;
 }
 
 // e^x - 1: Kahan's (u - 1) x / log(u) with u = e^x rounded, which restores what u - 1 cancels
-// near 0 (exp(x) - 1 alone is 0 for |x| < 2^-25). A few ulp (exp_f32's and log_f32's).
+// near 0 (exp(x) - 1 alone is 0 for |x| < 2^-25), x / log(u) by recip_newton (2^26 |log u| in
+// [4, 2^33]); u = 1: x, u = 0 (or subnormal): -1, inf: inf.
 float expm1_f32(float x) {
-    float u = exp_f32(x);
+    precise float u = exp_f32(x);
     precise float um1 = u - 1.0;
-    return u == 1.0 ? x : um1 == -1.0 ? -1.0 : isinf(u) || isnan(x) ? u : um1 * x / log_f32(u);
+    const float l = log_f32(u);
+    precise float q = abs(x) * (recip_newton(abs(l) * 67108864.0) * 67108864.0);     // x / log(u) > 0
+    precise float r = um1 * q;
+    const bool same = u == 1.0, low = um1 == -1.0, keep = isinf(u) || isnan(x);
+    const float r1 = keep ? u : r;
+    const float r2 = low ? -1.0 : r1;
+    return same ? x : r2;
 }
 
 // 2^x: n = round(x) exactly, 2^(x - n) = e^((x - n) ln 2) by exp_f32 (|x - n| <= 1/2: exact),
-// scaled by 2^n (exact; results below the smallest normal in two steps, so they come out
-// subnormal, not clamped). Exact at integers, a few ulp elsewhere; overflow inf, NaN NaN.
+// scaled by 2^n (exact; below 2^-126 flushed, as a device may: 0 from x = -127). Exact at integers, a few ulp
+// elsewhere; overflow inf, NaN NaN.
 float exp2_f32(float x) {
-    if (!(x < 128.0)) return isnan(x) ? x : uintBitsToFloat(0x7f800000u);
-    if (x < -150.0) return 0.0;
-    float n = roundEven(x);
-    float v = exp_f32((x - n) * 0.693147180559945);
-    return n < -125.0 ? ldexp(v, int(n) + 24) * 5.9604644775390625e-8 : ldexp(v, int(n));
+    const float x0 = x < -127.0 ? -127.0 : x;      // (a NaN stays NaN: replaced)
+    const float xc = x0 > 128.0 ? 128.0 : x0;
+    precise float n = roundEven(xc);
+    precise float v = exp_f32((xc - n) * 0.693147180559945);
+    const bool small = n < -125.0;
+    const int k = small ? 24 : 0;
+    const float sc = small ? 5.9604644775390625e-8 : 1.0;
+    precise float w = ldexp(v, int(n) + k) * sc;
+    const float wf = ftz(w);
+    const float big = isnan(x) ? x : uintBitsToFloat(0x7f800000u);
+    const float r1 = x < -127.0 ? 0.0 : wf;
+    return !(x < 128.0) ? big : r1;
 }
 
 // atan(x): Cephes' atanf. |x| reduced to [0, tan(pi/8)] by pi/2 - atan(1/|x|) (|x| > tan 3pi/8)
@@ -425,6 +495,86 @@ float atanh_f32(float x) {
     return floatBitsToInt(x) < 0 ? -r : r;
 }
 
+// sqrt(x), correctly rounded (the same bits as IEEE's sqrt, numpy's and torch's; GLSL's sqrt is
+// 3 ulp in Vulkan, and not the same on two devices): y = t rsqrt_newton(t) (~2 ulp), its residual
+// t - y^2 exact by Dekker's product, y + (t - y^2) / (2 y) rounded once (the correction's error,
+// ~2^-21 ulp, is far below the ~2^-5 ulp a float's sqrt keeps from a midpoint). t in [2^-60, 2^100)
+// (the residual's products normal, y^2 finite); past it scaled by 2^+-100 (exact), a subnormal x
+// as float(mantissa) 2^49 = x 2^198 by integers (the same where a device flushes it).
+// sqrt(+-0) = +-0, x < 0 NaN, sqrt(inf) = inf (vkq/ops/float_math.py sqrt_f32, rsqrt_f32 are the twins).
+float sqrt_core(float t, float r) {
+    precise float y = t * r;
+    float hi, lo;
+    two_prod(y, y, hi, lo);
+    precise float d = (t - hi) - lo;
+    precise float s = y + d * (0.5 * r);
+    return s;
+}
+
+float sqrt_scaled(int b, float x, out float sc, out float sr) {   // t = x 2^2k in [2^-60, 2^100); sc = 2^-k, sr = 2^k
+    const bool sub = (b & 0x7f800000) == 0, small = (b & 0x7fffffff) < 0x21800000, big = (b & 0x7fffffff) >= 0x71800000;
+    precise float ts = float(b & 0x7fffff) * 562949953421312.0;          // 2^49
+    precise float tn = x * 1.2676506002282294e30;                         // 2^100
+    precise float tb = x * 7.888609052210118e-31;                         // 2^-100
+    const float t1 = big ? tb : x;
+    const float t2 = small ? tn : t1;
+    sc = sub ? 1.5777218104420236e-30 : small ? 8.881784197001252e-16 : big ? 1125899906842624.0 : 1.0;
+    sr = sub ? 6.338253001141147e29 : small ? 1125899906842624.0 : big ? 8.881784197001252e-16 : 1.0;
+    return sub ? ts : t2;
+}
+
+float sqrt_f32(float x) {
+    const int b = floatBitsToInt(x);
+    float sc, sr;
+    const float t = sqrt_scaled(b, x, sc, sr);
+    precise float s = sqrt_core(t, rsqrt_newton(t)) * sc;
+    const bool zero = (b & 0x7fffffff) == 0, neg = b < 0, special = (b & 0x7f800000) == 0x7f800000;
+    const float r1 = special ? x : s;
+    const float r2 = neg ? uintBitsToFloat(0x7fc00000u) : r1;
+    return zero ? x : r2;
+}
+
+// 1 / sqrt(x): rsqrt_newton (1.2 ulp) on sqrt_scaled's t; rsqrt(+-0) = +-inf, x < 0 NaN, rsqrt(inf) = 0
+float rsqrt_f32(float x) {
+    const int b = floatBitsToInt(x);
+    float sc, sr;
+    const float t = sqrt_scaled(b, x, sc, sr);
+    precise float s = rsqrt_newton(t) * sr;
+    const float inf = uintBitsToFloat(0x7f800000u);
+    const bool zero = (b & 0x7fffffff) == 0, neg = b < 0, special = (b & 0x7f800000) == 0x7f800000;
+    const float zr = neg ? -inf : inf;
+    const float sp = isnan(x) ? x : 0.0;
+    const float r1 = special ? sp : s;
+    const float r2 = neg ? uintBitsToFloat(0x7fc00000u) : r1;
+    return zero ? zr : r2;
+}
+
+// a / 6 correctly rounded (as IEEE's division, numpy's and torch's; GLSL's is 2.5 ulp) for a = 0
+// or |a| in [2^-60, 2^100] (the remainder's steps normal): q = a fl(1/6) (~1 ulp), the remainder a - 6 q exact by Dekker's product,
+// q + remainder fl(1/6) rounded once (checked against numpy on whole binades); other a scaled by
+// 2^+-64 (exact; the result then flushed where subnormal), +-0, inf and NaN kept.
+float div6_core(float a) {
+    precise float q = a * 0.16666667;
+    float hi, lo;
+    two_prod(q, 6.0, hi, lo);
+    precise float rem = (a - hi) - lo;
+    precise float r = q + rem * 0.16666667;
+    return r;
+}
+
+float div6_f32(float a) {
+    const int b = floatBitsToInt(a) & 0x7fffffff;
+    const bool big = b > 0x71800000, small = b < 0x21800000;     // (2^100, 2^-60)
+    precise float ab = a * 5.421010862427522e-20, as = a * 1.8446744073709552e19;      // 2^-64, 2^64
+    const float a1 = big ? ab : a;
+    const float a2 = small ? as : a1;
+    const float k = big ? 1.8446744073709552e19 : small ? 5.421010862427522e-20 : 1.0;
+    precise float q = div6_core(a2) * k;
+    const float qf = ftz(q);
+    const bool keep = uint(b) - 1u >= 0x7f7fffffu;        // +-0 (its sign), inf, NaN
+    return keep ? a : qf;
+}
+
 // sqrt(x^2 + y^2) without overflow or underflow in the squares: both scaled by 2^-k (exact), k
 // the larger one's exponent; inf if either is inf (even with a NaN), else NaN with a NaN.
 float hypot_f32(float x, float y) {
@@ -440,10 +590,17 @@ float hypot_f32(float x, float y) {
     return ldexp(sqrt(sa * sa + sb * sb), k);
 }
 
-// softplus as torch: x where beta x > threshold, else log(1 + e^(beta x)) / beta
-float softplus_f32(float x, float beta, float threshold) {
-    float bx = x * beta;
-    return bx > threshold ? x : log1p_f32(exp_f32(bx)) / beta;
+// softplus as torch: x where beta x > threshold, else log(1 + e^(beta x)) / beta, bit-exact
+// (vkq/ops/float_math.py softplus_f32): the division a product by ibeta, 1 / beta rounded on the
+// host; x, beta x, e^(beta x) and the result flushed where subnormal.
+float softplus_f32(float x, float beta, float threshold, float ibeta) {
+    const float xf = ftz(x);
+    precise float bx = xf * beta;
+    const float bxf = ftz(bx);
+    const float e = ftz(exp_f32(bxf));
+    precise float l = log1p_f32(e) * ibeta;
+    const float lf = ftz(l);
+    return bxf > threshold ? xf : lf;
 }
 
 // sin(x), cos(x): Cephes' sinf / cosf on reduce_octant's r, the sine or cosine polynomial on

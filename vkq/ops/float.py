@@ -38,6 +38,25 @@ shapes on every test device; tests/test_exact_float.py the exact ones on every p
                                      division, precise, products flushed: exp <= 3 ulp, sigmoid
                                      4, silu 3 of float64, tanh and erf <= 2.5e-7 / 4.5e-7
                                      absolute (tests/test_exact_float.py)
+  log, log1p, log2, log10            log_f32 (Cephes logf; x split by its bits, subnormals too),
+                                     log1p adds what 1 + x dropped (c / u by recip_newton): max
+                                     error vs float64 on 4M-value sweeps: log 0.82 ulp, log1p
+                                     0.89, log2 1.83 (exact at powers of two), log10 1.98
+  expm1, exp2                        Kahan's (u - 1) x / log u, the division by recip_newton:
+                                     3.3 ulp; 2^n exp_f32((x - n) ln 2): 0.98 ulp (exact at
+                                     integers; below 2^-126 flushed)
+  pow (not 2 or 3)                   ftz(exp_f32(e log_f32|x|)): <= 1.83 (1 + |e ln|x||) ulp
+                                     measured; C's rules for signs, zeros, inf, NaN
+  softplus, mish, elu                log1p_f32(exp_f32(beta x)) * fl(1 / beta): 1.7 ulp (of the
+                                     float64 formula on beta x rounded, as torch's); mish x
+                                     tanh_f32(softplus): 6.9e-7 absolute + 2 ulp; elu alpha
+                                     (exp_f32(x) - 1): 1.1e-7 absolute (steps flushed)
+  sqrt, rsqrt                        sqrt correctly rounded (rsqrt_newton, Dekker's residual, one
+                                     correction: np.sqrt's bits; torch's CPU sqrt differs by 1
+                                     ulp on 0.6 %); rsqrt rsqrt_newton: 1.21 ulp
+  hardswish, hardsigmoid             x * min(max(x + 3, 0), 6) / 6 as ATen, the division by 6
+                                     correctly rounded (div6_f32): torch's bits; 1.91 / 1.0 ulp
+                                     of float64 (torch's two roundings)
   layer_norm, group_norm, rms_norm   float_layer_norm: the canonical row sum (64 partials, a
                                      fixed tree, ftz), rsqrt_newton; a few ulp of float64's
   softmax(_masked), log_softmax      float_softmax: the canonical sum of exp_f32, recip_newton /
@@ -46,9 +65,9 @@ shapes on every test device; tests/test_exact_float.py the exact ones on every p
                                      (row-major over the reduced dims) by the canonical sum of
                                      ftz(x) / ftz(x^2) (value j into partial j % 64, the fixed
                                      tree, ftz), mean ftz(S * float32(1/K)), the norm sqrt_f32
-                                     (rsqrt_newton, one correction: <= 0.75 ulp): |error| <=
+                                     (correctly rounded, as sqrt's): |error| <=
                                      (ceil(K/64) + 6) eps/2 sum |x| (+ 2^-126 an add flushed), mean
-                                     + 1.5 ulp, norm half that relative + 0.75 ulp; squares below
+                                     + 1.5 ulp, norm half that relative + 0.5 ulp; squares below
                                      2^-126 count 0 (tests/test_exact_float.py); measured: 1.2 eps
                                      of the sum of 2^20 values >= 0, the norm 1.3 eps relative
   matmul(_strided), bmm,             float_matmul: groups of 4 products from k = 0, summed in k
@@ -58,14 +77,10 @@ shapes on every test device; tests/test_exact_float.py the exact ones on every p
   Within a bound only (Vulkan's own precision or a lane-dependent order, not yet issue 59's rules):
   gelu (both forms)         erf_f32 / tanh_f32 (now exact) in float32 vs float64: <= 0.5 |x| 5e-7 +
                             4 ulp (its bit-exact form took SwiftShader's compiler minutes)
-  log, softplus, mish, elu  log_f32 (Cephes logf, <= 2 ulp), log1p_f32 (Goldberg), exp_f32:
-  log1p, log2               a few ulp relative, or ~1e-7 absolute near 0 (elu's exp(x) - 1);
-                            log2 exact at powers of two
-  pow (not 2 or 3)          exp_f32(e log_f32|x|): <= (3 + 3 |e ln|x||) ulp relative
   sin, cos                  sincos_f32 (Cephes): ~1e-7 absolute for |x| < 8192
   tan, atan, asin, acos,    Cephes' tanf / atanf / asinf / acosf, glibc's float asinh / acosh /
-  sinh, cosh, asinh, acosh, atanh forms on log_f32 / log1p_f32, sinh / cosh / expm1 / exp2 on
-  atanh, expm1, exp2, log10 exp_f32: a few ulp (tests/test_float_ops.py states each bound)
+  sinh, cosh, asinh, acosh, atanh forms on log_f32 / log1p_f32, sinh / cosh on exp_f32: a few
+  atanh                     ulp (tests/test_float_ops.py states each bound)
   erfc                      Numerical Recipes' erfcc, -x^2 split exactly: 6 ulp measured
   lgamma, digamma, erfinv   float_math.glsl, measured: 4 ulp (x > 0; x < 0 3 ulp + 1e-6 absolute),
                             5 ulp + 1e-6 absolute (near its zeros), 3 ulp
@@ -81,8 +96,9 @@ import numpy as np
 from ..device import grid_1d
 from ..quant import fake_quant_push, fake_quantize
 from ..registry import register_op
-from .float_math import (NORM_PARTS, div_f32, erf_f32, exp_f32, ftz, sigmoid_f32, silu_f32, sqrt_f32,
-                         sum_canonical, sum_squares_canonical, tanh_f32)
+from .float_math import (NORM_PARTS, div6_f32, div_f32, elu_f32, erf_f32, exp2_f32, exp_f32, expm1_f32, ftz,
+                         log10_f32, log1p_f32, log2_f32, log_f32, mish_f32, pow_f32, rsqrt_f32, sigmoid_f32,
+                         silu_f32, softplus_f32, sqrt_f32, sum_canonical, sum_squares_canonical, tanh_f32)
 from .special import bessel_i64, digamma64, erf64, erfc64, erfcx64, erfinv64, lgamma64, ndtri64, polygamma64
 from ..vkinfo import DeviceLimit
 
@@ -150,14 +166,18 @@ UNARY = {
     "exp": lambda x: ftz(exp_f32(x)),
     "neg": lambda x: -_f(x),
     "abs": lambda x: np.abs(_f(x)),
-    "sqrt": lambda x: np.sqrt(_f(x)),
-    "rsqrt": lambda x: (1 / np.sqrt(_f(x).astype(np.float64))).astype(F32),
-    "hardswish": lambda x: _f(x) * np.clip(_f(x) + F32(3), F32(0), F32(6)) / F32(6),
+    "sqrt": sqrt_f32,       # bit-exact, correctly rounded (np.sqrt's bits)
+    "rsqrt": rsqrt_f32,     # bit-exact: rsqrt_newton
+    # x * min(max(x + 3, 0), 6) / 6 as ATen, the division correctly rounded (float_math.glsl div6_f32)
+    "hardswish": lambda x: div6_f32(ftz(_f(x) * np.clip(_f(x) + F32(3), F32(0), F32(6)))),
     "hardsigmoid": lambda x: np.clip(_f(x) + F32(3), F32(0), F32(6)) / F32(6),
-    "mish": lambda x: (_f(x) * np.tanh(_softplus64(x, 1.0, 20.0))).astype(F32),
-    "log": lambda x: np.log(_f(x).astype(np.float64)).astype(F32),
-    "log1p": lambda x: np.log1p(_f(x).astype(np.float64)).astype(F32),
-    "log2": lambda x: np.log2(_f(x).astype(np.float64)).astype(F32),
+    "mish": mish_f32,       # bit-exact (float_math.glsl twins: mish .. log2, expm1, exp2, log10)
+    "log": log_f32,
+    "log1p": log1p_f32,
+    "log2": log2_f32,
+    "expm1": expm1_f32,
+    "exp2": exp2_f32,
+    "log10": log10_f32,
     "erf": erf_f32,
     "floor": lambda x: np.floor(_f(x)),
     "ceil": lambda x: np.ceil(_f(x)),
@@ -169,7 +189,7 @@ UNARY = {
     **{name: (lambda fn: lambda x: _f64(fn, x))(fn) for name, fn in (
         ("atan", np.arctan), ("asin", np.arcsin), ("acos", np.arccos), ("tan", np.tan), ("sinh", np.sinh),
         ("cosh", np.cosh), ("asinh", np.arcsinh), ("acosh", np.arccosh), ("atanh", np.arctanh),
-        ("expm1", np.expm1), ("exp2", np.exp2), ("log10", np.log10), ("erfc", erfc64),
+        ("erfc", erfc64),
         ("lgamma", lgamma64), ("digamma", digamma64), ("erfinv", erfinv64), ("ndtri", ndtri64),
         ("erfcx", erfcx64))},
     **{name: (lambda order, scaled: lambda x: _f64(lambda v: bessel_i64(v, order, scaled), x))(order, scaled)
@@ -183,15 +203,16 @@ def _f64(fn, x):
         return fn(_f(x).astype(np.float64)).astype(F32)
 
 
-def _softplus64(x, beta, threshold):
-    x = _f(x).astype(np.float64)
-    bx = x * np.float64(F32(beta))
-    return np.where(bx > threshold, x, np.log1p(np.exp(np.minimum(bx, 700.0))) / np.float64(F32(beta)))
+def _inverse(v) -> F32:
+    """1 / v rounded to float32 (of v as float32): what float_unary takes for a division by v."""
+    with np.errstate(divide="ignore"):
+        return F32(1 / np.float64(F32(v)))
 
 
 def softplus(x, *, beta=1.0, threshold=20.0):
-    """torch's softplus: x where beta x > threshold, else log(1 + exp(beta x)) / beta."""
-    return _softplus64(x, beta, threshold).astype(F32)
+    """torch's softplus: x where beta x > threshold, else log(1 + exp(beta x)) / beta; bit-exact
+    (float_math.softplus_f32: the division a product by 1 / beta rounded)."""
+    return softplus_f32(x, beta, threshold, _inverse(beta))
 
 
 def leaky_relu(x, *, negative_slope=0.01):
@@ -200,8 +221,8 @@ def leaky_relu(x, *, negative_slope=0.01):
 
 
 def elu(x, *, alpha=1.0):
-    x = _f(x)
-    return np.where(x > 0, x, (F32(alpha) * np.expm1(np.minimum(x, 0).astype(np.float64))).astype(F32))
+    """x where x > 0, else alpha (exp(x) - 1), bit-exact (float_math.elu_f32)."""
+    return elu_f32(x, alpha)
 
 
 def _integral(v) -> bool:
@@ -209,13 +230,14 @@ def _integral(v) -> bool:
 
 
 def pow_(x, *, exponent):
-    """x ** exponent for a scalar exponent; 2 and 3 as ATen computes them ((x * x) * x)."""
+    """x ** exponent for a scalar exponent; 2 and 3 as ATen computes them ((x * x) * x), others
+    bit-exact (float_math.pow_f32)."""
     x = _f(x)
     if exponent == 2:
         return x * x
     if exponent == 3:
         return (x * x) * x
-    return np.power(x.astype(np.float64), float(exponent)).astype(F32)
+    return pow_f32(x, exponent)
 
 
 def polygamma(x, *, n):
@@ -468,9 +490,9 @@ def _unary_build(variant, bounds=lambda attrs: (-np.inf, np.inf)):
         if ctx.spec(x).shape != ctx.spec(y).shape:
             raise ValueError(f"{node.name}: elementwise {node.op} needs equal in/out shapes")
         v = variant(node.attrs) if callable(variant) else variant
-        lo, hi = bounds(node.attrs)
+        lo, hi, *aux = bounds(node.attrs)      # (aux: SOFTPLUS's 1 / beta)
         return [_elementwise(ctx, "float_unary", [ctx.buffer(x), ctx.buffer(y)], -(-n // 4),   # vec4 blocks
-                             (n, F32(lo), F32(hi)), [v])]
+                             (n, F32(lo), F32(hi), F32(aux[0] if aux else 0.0)), [v])]
     return build
 
 
@@ -628,7 +650,8 @@ _op("leaky_relu", leaky_relu, _unary_build("OP_LEAKY_RELU", lambda a: (a.get("ne
     ("float_unary",), "Float leaky relu: x, or x * negative_slope where x <= 0.")
 _op("elu", elu, _unary_build("OP_ELU", lambda a: (a.get("alpha", 1.0), 0.0)), ("float_unary",),
     "Float ELU: x, or alpha (exp(x) - 1) where x <= 0.")
-_op("softplus", softplus, _unary_build("OP_SOFTPLUS", lambda a: (a.get("beta", 1.0), a.get("threshold", 20.0))),
+_op("softplus", softplus, _unary_build("OP_SOFTPLUS", lambda a: (a.get("beta", 1.0), a.get("threshold", 20.0),
+                                                                   _inverse(a.get("beta", 1.0)))),
     ("float_unary",), "Float softplus (beta, threshold as torch).")
 _op("clamp", clamp, _unary_build("OP_CLAMP", lambda a: (_bound(a.get("min"), -np.inf), _bound(a.get("max"), np.inf))),
     ("float_unary",), "Float clamp to [min, max], either bound optional (clamp, clamp_min, clamp_max).")

@@ -140,52 +140,243 @@ def rsqrt_newton(t):
     return y + y * (F32(0.5) - h * y * y)
 
 
-def sqrt_f32(t):
-    """float_exact.glsl's sqrt_f32, bit for bit: sqrt(t) for float32 t >= 0 in + - * alone, t
-    scaled by 2^64 (below 2^-64) or 2^-64 (above 2^64) so that every step is normal, s = u
-    rsqrt_newton(u), s + (u - s s) (y / 2), scaled back by 2^-32 / 2^32: <= 0.75 ulp of the exact
-    root (tests/test_exact_float.py). 0, inf and NaN give themselves."""
-    t = _f(t)
-    small, large = t < F32(2.0 ** -64), t > F32(2.0 ** 64)
-    k = np.where(small, F32(2.0 ** 64), np.where(large, F32(2.0 ** -64), F32(1))).astype(F32)
-    back = np.where(small, F32(2.0 ** -32), np.where(large, F32(2.0 ** 32), F32(1))).astype(F32)
-    with np.errstate(all="ignore"):       # (inf and NaN: replaced / propagated)
-        u = t * k
-        y = rsqrt_newton(u)
-        s = u * y
-        r = s + (u - s * s) * (F32(0.5) * y)
-        return np.where(np.isinf(t), t, r * back).astype(F32)
+def two_prod(a, b):
+    """float_math.glsl's two_prod: (hi, lo) = a * b exactly (Dekker, Veltkamp's split by 4097)."""
+    p = a * b
+    ca = F32(4097) * a
+    ah = ca - (ca - a)
+    al = a - ah
+    cb = F32(4097) * b
+    bh = cb - (cb - b)
+    bl = b - bh
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _sqrt_scaled(x):
+    b = x.view(np.int32)
+    a = b & 0x7FFFFFFF
+    sub, small, big = (b & 0x7F800000) == 0, a < 0x21800000, a >= 0x71800000
+    t = np.where(sub, (b & 0x7FFFFF).astype(F32) * F32(2.0 ** 49),
+                 np.where(small, x * F32(2.0 ** 100), np.where(big, x * F32(2.0 ** -100), x))).astype(F32)
+    sc = np.where(sub, F32(2.0 ** -99), np.where(small, F32(2.0 ** -50), np.where(big, F32(2.0 ** 50), F32(1))))
+    sr = np.where(sub, F32(2.0 ** 99), np.where(small, F32(2.0 ** 50), np.where(big, F32(2.0 ** -50), F32(1))))
+    return b, t, sc.astype(F32), sr.astype(F32)
+
+
+def sqrt_f32(x):
+    """float_math.glsl's sqrt_f32, bit for bit: y = t rsqrt_newton(t), y + ((t - hi) - lo) r / 2 with
+    (hi, lo) = y^2 exactly, on t = x scaled into [2^-60, 2^100) (a subnormal by integers): correctly
+    rounded (np.sqrt's bits: tests/test_exact_float.py); sqrt(+-0) = +-0, x < 0 NaN."""
+    with np.errstate(all="ignore"):
+        x = _f(x)
+        b, t, sc, _ = _sqrt_scaled(x)
+        r = rsqrt_newton(t)
+        y = t * r
+        hi, lo = two_prod(y, y)
+        s = (y + ((t - hi) - lo) * (F32(0.5) * r)) * sc
+        s = np.where((b & 0x7F800000) == 0x7F800000, x, s)
+        s = np.where(b < 0, F32(np.nan), s)
+        return np.where((b & 0x7FFFFFFF) == 0, x, s).astype(F32)
+
+
+def rsqrt_f32(x):
+    """float_math.glsl's rsqrt_f32, bit for bit: rsqrt_newton on sqrt_f32's scaled t (1.2 ulp);
+    rsqrt(+-0) = +-inf, x < 0 NaN, rsqrt(inf) = 0."""
+    with np.errstate(all="ignore"):
+        x = _f(x)
+        b, t, _, sr = _sqrt_scaled(x)
+        s = rsqrt_newton(t) * sr
+        s = np.where((b & 0x7F800000) == 0x7F800000, np.where(np.isnan(x), x, F32(0)), s)
+        s = np.where(b < 0, F32(np.nan), s)
+        return np.where((b & 0x7FFFFFFF) == 0, np.where(b < 0, F32(-np.inf), F32(np.inf)), s).astype(F32)
+
+
+def div6_f32(a):
+    """float_math.glsl's div6_f32: a / 6 correctly rounded (numpy's division gives the same bits as
+    its q + remainder / 6 steps: tests/test_exact_float.py), |a| past [2^-60, 2^100] scaled by
+    2^+-64 around it, the result flushed; +-0, inf, NaN kept."""
+    with np.errstate(all="ignore"):
+        a = _f(a)
+        b = a.view(np.int32) & 0x7FFFFFFF
+        big, small = b > 0x71800000, b < 0x21800000      # (2^100, 2^-60)
+        a2 = np.where(big, a * F32(2.0 ** -64), np.where(small, a * F32(2.0 ** 64), a)).astype(F32)
+        k = np.where(big, F32(2.0 ** 64), np.where(small, F32(2.0 ** -64), F32(1)))
+        q = ftz((a2 / F32(6)) * k)
+        return np.where((b == 0) | (b >= 0x7F800000), a, q).astype(F32)
+
+
+def div6_steps(a):
+    """div6_core's float32 steps (float_math.glsl), for the test that numpy's a / 6 gives their bits."""
+    q = a * F32(1 / 6)
+    hi, lo = two_prod(q, np.full_like(q, F32(6)))
+    return q + ((a - hi) - lo) * F32(1 / 6)
+
 
 _LOG_P = (-1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
           2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)
+_NINF, _NAN = F32(-np.inf), F32(np.nan)
+
+
+def _log_reduce(b):
+    """float_math.glsl's log_reduce of bits b (x > 0 finite, a subnormal normalized by integers):
+    (f, e) with x = (1 + f) 2^e, 1 + f in [sqrt(1/2), sqrt 2), f exact."""
+    b = np.asarray(b, np.int32)
+    m = b & 0x7FFFFF
+    p = np.frexp(m.astype(np.float64))[1].astype(np.int32) - 1          # findMSB (-1 for 0)
+    sub = (b & 0x7F800000) == 0
+    mb = np.where(sub, (m << (23 - p).clip(0, 31)) & 0x7FFFFF, m).astype(np.int32)
+    low = mb < 0x3504F3
+    e = np.where(sub, p - 149, ((b >> 23) & 0xFF) - 127) + np.where(low, 0, 1)
+    f = (mb | np.where(low, 0x3F800000, 0x3F000000)).astype(np.int32).view(F32) - F32(1)
+    return f.astype(F32), e.astype(np.int32)
+
+
+def _log_sum(f, e, c):
+    """float_math.glsl's log_sum: log(1 + f) + e ln 2 + c (Cephes' logf)."""
+    z = f * f
+    fe = e.astype(F32)
+    y = np.full_like(f, F32(7.0376836292e-2))
+    for k in _LOG_P:
+        y = y * f + F32(k)
+    y = (y * f) * z
+    y = y + F32(-2.12194440e-4) * fe
+    y = y + F32(-0.5) * z
+    y = y + c
+    return ((f + y) + F32(0.693359375) * fe).astype(F32)
+
+
+def _log_special(x, b, r):
+    return np.where((b & 0x7FFFFFFF) == 0, _NINF, np.where(b < 0, _NAN,
+                    np.where((b & 0x7F800000) == 0x7F800000, x, r))).astype(F32)
 
 
 def log_f32(x):
-    """float_math.glsl's log_f32 (Cephes' logf), bit for bit: x = f 2^e (frexp; a subnormal
-    scaled by 2^24 first), f below sqrt(1/2) doubled, log(1 + f) by the degree-9 polynomial,
-    e ln 2 added in two parts; log(0) = -inf, x < 0 or NaN NaN, log(inf) = inf."""
+    """float_math.glsl's log_f32 (Cephes' logf), bit for bit: x = (1 + f) 2^e by its bits (a
+    subnormal normalized by integers), log(1 + f) by the degree-9 polynomial, e ln 2 added in two
+    parts; log(+-0) = -inf, x < 0 or NaN NaN, log(inf) = inf."""
     with np.errstate(all="ignore"):       # (inf, NaN and x <= 0: replaced at the end)
         return _log_f32(_f(x))
 
 
 def _log_f32(x):
-    sub = x < F32(1.17549435e-38)
-    f, e = np.frexp(np.where(sub, x * F32(16777216.0), x).astype(F32))
-    f, e = f.astype(F32), e - np.where(sub, 24, 0)
-    small = f < F32(0.70710678118654752)
-    e = np.where(small, e - 1, e)
-    f = np.where(small, (f + f) - F32(1), f - F32(1)).astype(F32)
-    z = f * f
-    y = np.full_like(f, F32(7.0376836292e-2))
-    for c in _LOG_P:
-        y = y * f + F32(c)
-    y = (y * f) * z
-    fe = e.astype(F32)
-    y = y + F32(-2.12194440e-4) * fe
-    y = y + F32(-0.5) * z
-    r = (f + y) + F32(0.693359375) * fe
-    return np.where(x == 0, F32(-np.inf), np.where(np.isinf(x) & (x > 0), x,
-                    np.where(x > 0, r, F32(np.nan)))).astype(F32)
+    b = x.view(np.int32)
+    f, e = _log_reduce(b)
+    return _log_special(x, b, _log_sum(f, e, F32(0)))
+
+
+def log2_f32(x):
+    """float_math.glsl's log2_f32: e + log(1 + f) / ln 2 (exact at powers of two)."""
+    with np.errstate(all="ignore"):
+        x = _f(x)
+        b = x.view(np.int32)
+        f, e = _log_reduce(b)
+        r = e.astype(F32) + _log_sum(f, np.zeros_like(e), F32(0)) * F32(1.44269504089)
+        return _log_special(x, b, r)
+
+
+def log10_f32(x):
+    """float_math.glsl's log10_f32: log_f32(x) log10(e)."""
+    return (log_f32(x) * F32(0.43429448190325176)).astype(F32)
+
+
+def log1p_f32(x):
+    """float_math.glsl's log1p_f32, bit for bit: u = 1 + x split as log_f32's, plus c / u, c what
+    rounding 1 + x dropped (exact), 1 / u = 2^-e recip_newton(2 (1 + f)) 2; |x| < 2^-25: x."""
+    with np.errstate(all="ignore"):
+        x = _f(x)
+        b = x.view(np.int32)
+        u = F32(1) + x
+        c = np.where(u < F32(2), x - (u - F32(1)), F32(1) - (u - x)).astype(F32)
+        f, e = _log_reduce(u.view(np.int32))
+        s = ((127 - np.minimum(e, 100)) << 23).astype(np.int32).view(F32)
+        k = np.where(u < F32(16777216.0), c, F32(0)).astype(F32) * s
+        corr = k * (recip_newton(F32(2) + (f + f)) * F32(2))
+        r = _log_sum(f, e, corr)
+        r = np.where(x == np.inf, x, r)
+        r = np.where(~(x > F32(-1)), _NAN, r)
+        r = np.where(x == F32(-1), _NINF, r)
+        return np.where((b & 0x7FFFFFFF) < 0x33000000, x, r).astype(F32)
+
+
+def expm1_f32(x):
+    """float_math.glsl's expm1_f32, bit for bit: Kahan's (u - 1) x / log(u), u = exp_f32(x), x / log(u)
+    as |x| recip_newton(2^26 |log u|) 2^26; u = 1: x, u - 1 = -1: -1, u inf or x NaN: u."""
+    with np.errstate(all="ignore"):
+        x = _f(x)
+        u = exp_f32(x)
+        um1 = u - F32(1)
+        l = log_f32(u)
+        q = np.abs(x) * (recip_newton(np.abs(l) * F32(67108864.0)) * F32(67108864.0))
+        r = um1 * q
+        r = np.where(np.isinf(u) | np.isnan(x), u, r)
+        r = np.where(um1 == F32(-1), F32(-1), r)
+        return np.where(u == F32(1), x, r).astype(F32)
+
+
+def exp2_f32(x):
+    """float_math.glsl's exp2_f32, bit for bit: 2^n exp_f32((x - n) ln 2), n = round(x); below
+    2^-126 flushed (0 from x = -127), inf from 128, NaN NaN."""
+    with np.errstate(all="ignore"):
+        x = _f(x)
+        xc = np.where(x < F32(-127), F32(-127), x)
+        xc = np.where(xc > F32(128), F32(128), xc).astype(F32)
+        n = np.rint(xc)
+        v = exp_f32((xc - n) * F32(0.693147180559945))
+        small = n < F32(-125)
+        ni = np.where(np.isnan(n), 0, n).astype(np.int32) + np.where(small, 24, 0)
+        w = np.ldexp(v, ni).astype(F32) * np.where(small, F32(2.0 ** -24), F32(1))
+        r = np.where(x < F32(-127), F32(0), ftz(w))
+        return np.where(~(x < F32(128)), np.where(np.isnan(x), x, F32(np.inf)), r).astype(F32)
+
+
+def pow_f32(x, e):
+    """float_math.glsl's pow_f32 (a scalar exponent e), bit for bit: ftz(exp_f32(ftz(e log_f32|x|)))
+    and C's / torch's rules for signs, zeros, infinities and NaN."""
+    with np.errstate(all="ignore"):
+        x, e = _f(x), F32(e)
+        b = x.view(np.int32)
+        integral = e == np.trunc(e)
+        h = np.abs(e) * F32(0.5)
+        odd = integral and abs(e) < 16777216.0 and h != np.trunc(h)
+        zero, ainf = (b & 0x7FFFFFFF) == 0, (b & 0x7FFFFFFF) == 0x7F800000
+        t = e * log_f32(np.abs(x))
+        v = ftz(exp_f32(ftz(t)))
+        inf = F32(np.inf)
+        r = np.where(ainf, inf if e > 0 else F32(0), v)
+        r = np.where(zero, F32(0) if e > 0 else inf, r)
+        neg = b < 0
+        if odd:
+            r = np.where(neg, -r, r)
+        if not integral:
+            r = np.where(neg & ~zero & ~ainf, _NAN, r)
+        r = np.where(np.isnan(x) | np.isnan(e), x + e, r)
+        one = (e == 0) | (x == F32(1)) | ((x == F32(-1)) & bool(np.isinf(e)))
+        return np.where(one, F32(1), r).astype(F32)
+
+
+def softplus_f32(x, beta, threshold, ibeta):
+    """float_math.glsl's softplus_f32, bit for bit: x where beta x > threshold, else
+    log1p_f32(exp_f32(beta x)) * ibeta (1 / beta rounded), each step flushed."""
+    with np.errstate(all="ignore"):
+        x = ftz(x)
+        bx = ftz(x * F32(beta))
+        l = ftz(log1p_f32(ftz(exp_f32(bx))) * F32(ibeta))
+        return np.where(bx > F32(threshold), x, l).astype(F32)
+
+
+def mish_f32(x):
+    """float_unary.comp's mish: ftz(x tanh_f32(softplus_f32(x, 1, 20)))."""
+    x = ftz(x)
+    return ftz(x * tanh_f32(softplus_f32(x, 1.0, 20.0, 1.0)))
+
+
+def elu_f32(x, alpha):
+    """float_unary.comp's elu: x where x > 0 by its bits (a subnormal x > 0 too), else
+    ftz(alpha (exp_f32(x) - 1))."""
+    with np.errstate(all="ignore"):
+        x = _f(x)
+        s = ftz(F32(alpha) * (exp_f32(x) - F32(1)))
+        return np.where(x.view(np.int32) > 0, x, s).astype(F32)
 
 
 def tanh_f32(x):
