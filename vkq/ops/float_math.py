@@ -4,6 +4,8 @@ the same bits (issue 59's rules: float_exact.glsl's header). numpy float32 + - *
 nothing here uses np.sum, BLAS or float64."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 F32 = np.float32
@@ -13,12 +15,28 @@ def _f(x):
     return np.asarray(x, dtype=F32)
 
 
+def _any_shape(fn):
+    """An elementwise twin taking 0-d inputs (a full reduction's result, a numpy scalar): run on
+    them as 1-d, the result shaped back. The twins work on bits, and numpy 1.x computes a 0-d
+    int32 array's `b >> 1` or `b & 0x7FFFFFFF` in int64 (a scalar operation), whose view as
+    float32 fails; on arrays of 1 dimension or more they stay int32."""
+    @functools.wraps(fn)
+    def twin(*args):
+        if not any(isinstance(a, (np.ndarray, np.generic)) and np.ndim(a) == 0 for a in args):
+            return fn(*args)
+        shape = np.broadcast_shapes(*(np.shape(a) for a in args if isinstance(a, (np.ndarray, np.generic))))
+        lifted = [np.atleast_1d(a) if isinstance(a, (np.ndarray, np.generic)) else a for a in args]
+        return np.asarray(fn(*lifted)).reshape(shape)
+    return twin
+
+
 _ERF_P = [-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
           -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02]
 _ERF_Q = [-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
           -1.42647390514189e-02]
 
 
+@_any_shape
 def erf_f32(x):
     """The shaders' erf, bit for bit: x P(x^2) / Q(x^2) on x clamped to [-4, 4], the division as
     (x p) * recip_newton(-128 q) * -128 (float_math.glsl erf_f32), products flushed."""
@@ -33,6 +51,7 @@ def erf_f32(x):
     return ftz(ftz(x * p) * r)
 
 
+@_any_shape
 def exp_f32(x):
     """The shaders' exp in float32 numpy: x = n ln2 + r (Cody-Waite), Cephes' polynomial, 2^n;
     inf and 0 past float32's range, subnormals through e^(x + 24 ln 2) 2^-24."""
@@ -52,6 +71,7 @@ def exp_f32(x):
     return np.where(x > F32(88.72283), F32(np.inf), np.where(x < F32(-103.972077), F32(0), v)).astype(F32)
 
 
+@_any_shape
 def ftz(v):
     """float_exact.glsl's ftz: v, or a zero of v's sign where v is subnormal."""
     v = _f(v)
@@ -59,6 +79,7 @@ def ftz(v):
     return np.where((b & 0x7F800000) == 0, (b & np.int32(-0x80000000)).view(F32), v).astype(F32)
 
 
+@_any_shape
 def recip_newton(s):
     """float_exact.glsl's recip_newton: 1/s for float32 s in [1, 2^100] in float32 steps, a
     bit-pattern guess, two Newton steps and a third as a correction added, y + y (1 - s y)
@@ -71,6 +92,7 @@ def recip_newton(s):
     return y + y * (F32(1) - s * y)
 
 
+@_any_shape
 def silu_f32(x):
     """float_math.glsl's silu_f32, bit for bit: x * recip_newton(1 + exp_f32(-x)) (s = 1 + e past
     2^64 as 2^-64 recip_newton(s 2^-64)), a zero of x's sign where x < -87 or |x| < 2^-124 (silu(-inf) = -0)."""
@@ -127,6 +149,7 @@ def sum_squares_canonical(x):
     return sum_canonical(ftz(x * x))
 
 
+@_any_shape
 def rsqrt_newton(t):
     """1 / sqrt(t) for float32 t > 0 (normal) to ~1 ulp in float32 steps alone: a bit-pattern
     seed, two Newton steps and a third written as a correction added to y (y + y (1/2 - t y^2 / 2)
@@ -163,6 +186,7 @@ def _sqrt_scaled(x):
     return b, t, sc.astype(F32), sr.astype(F32)
 
 
+@_any_shape
 def sqrt_f32(x):
     """float_math.glsl's sqrt_f32, bit for bit: y = t rsqrt_newton(t), y + ((t - hi) - lo) r / 2 with
     (hi, lo) = y^2 exactly, on t = x scaled into [2^-60, 2^100) (a subnormal by integers): correctly
@@ -179,6 +203,7 @@ def sqrt_f32(x):
         return np.where((b & 0x7FFFFFFF) == 0, x, s).astype(F32)
 
 
+@_any_shape
 def rsqrt_f32(x):
     """float_math.glsl's rsqrt_f32, bit for bit: rsqrt_newton on sqrt_f32's scaled t (1.2 ulp);
     rsqrt(+-0) = +-inf, x < 0 NaN, rsqrt(inf) = 0."""
@@ -191,6 +216,7 @@ def rsqrt_f32(x):
         return np.where((b & 0x7FFFFFFF) == 0, np.where(b < 0, F32(-np.inf), F32(np.inf)), s).astype(F32)
 
 
+@_any_shape
 def div6_f32(a):
     """float_math.glsl's div6_f32: a / 6 correctly rounded (numpy's division gives the same bits as
     its q + remainder / 6 steps: tests/test_exact_float.py), |a| past [2^-60, 2^100] scaled by
@@ -250,6 +276,7 @@ def _log_special(x, b, r):
                     np.where((b & 0x7F800000) == 0x7F800000, x, r))).astype(F32)
 
 
+@_any_shape
 def log_f32(x):
     """float_math.glsl's log_f32 (Cephes' logf), bit for bit: x = (1 + f) 2^e by its bits (a
     subnormal normalized by integers), log(1 + f) by the degree-9 polynomial, e ln 2 added in two
@@ -264,6 +291,7 @@ def _log_f32(x):
     return _log_special(x, b, _log_sum(f, e, F32(0)))
 
 
+@_any_shape
 def log2_f32(x):
     """float_math.glsl's log2_f32: e + log(1 + f) / ln 2 (exact at powers of two)."""
     with np.errstate(all="ignore"):
@@ -274,11 +302,13 @@ def log2_f32(x):
         return _log_special(x, b, r)
 
 
+@_any_shape
 def log10_f32(x):
     """float_math.glsl's log10_f32: log_f32(x) log10(e)."""
     return (log_f32(x) * F32(0.43429448190325176)).astype(F32)
 
 
+@_any_shape
 def log1p_f32(x):
     """float_math.glsl's log1p_f32, bit for bit: u = 1 + x split as log_f32's, plus c / u, c what
     rounding 1 + x dropped (exact), 1 / u = 2^-e recip_newton(2 (1 + f)) 2; |x| < 2^-25: x."""
@@ -298,6 +328,7 @@ def log1p_f32(x):
         return np.where((b & 0x7FFFFFFF) < 0x33000000, x, r).astype(F32)
 
 
+@_any_shape
 def expm1_f32(x):
     """float_math.glsl's expm1_f32, bit for bit: Kahan's (u - 1) x / log(u), u = exp_f32(x), x / log(u)
     as |x| recip_newton(2^26 |log u|) 2^26; u = 1: x, u - 1 = -1: -1, u inf or x NaN: u."""
@@ -313,6 +344,7 @@ def expm1_f32(x):
         return np.where(u == F32(1), x, r).astype(F32)
 
 
+@_any_shape
 def exp2_f32(x):
     """float_math.glsl's exp2_f32, bit for bit: 2^n exp_f32((x - n) ln 2), n = round(x); below
     2^-126 flushed (0 from x = -127), inf from 128, NaN NaN."""
@@ -329,6 +361,7 @@ def exp2_f32(x):
         return np.where(~(x < F32(128)), np.where(np.isnan(x), x, F32(np.inf)), r).astype(F32)
 
 
+@_any_shape
 def pow_f32(x, e):
     """float_math.glsl's pow_f32 (a scalar exponent e), bit for bit: ftz(exp_f32(ftz(e log_f32|x|)))
     and C's / torch's rules for signs, zeros, infinities and NaN."""
@@ -354,6 +387,7 @@ def pow_f32(x, e):
         return np.where(one, F32(1), r).astype(F32)
 
 
+@_any_shape
 def softplus_f32(x, beta, threshold, ibeta):
     """float_math.glsl's softplus_f32, bit for bit: x where beta x > threshold, else
     log1p_f32(exp_f32(beta x)) * ibeta (1 / beta rounded), each step flushed."""
@@ -364,12 +398,14 @@ def softplus_f32(x, beta, threshold, ibeta):
         return np.where(bx > F32(threshold), x, l).astype(F32)
 
 
+@_any_shape
 def mish_f32(x):
     """float_unary.comp's mish: ftz(x tanh_f32(softplus_f32(x, 1, 20)))."""
     x = ftz(x)
     return ftz(x * tanh_f32(softplus_f32(x, 1.0, 20.0, 1.0)))
 
 
+@_any_shape
 def elu_f32(x, alpha):
     """float_unary.comp's elu: x where x > 0 by its bits (a subnormal x > 0 too), else
     ftz(alpha (exp_f32(x) - 1))."""
@@ -379,6 +415,7 @@ def elu_f32(x, alpha):
         return np.where(x.view(np.int32) > 0, x, s).astype(F32)
 
 
+@_any_shape
 def tanh_f32(x):
     """float_math.glsl's tanh_f32, bit for bit: sign(x) (1 - 2 recip_newton(exp_f32(2 min(|x|, 9.5)) + 1)),
     below |x| = 1/16 x + x x^2 (-1/3 + 2/15 x^2) (zeros kept), products flushed."""
@@ -393,6 +430,7 @@ def tanh_f32(x):
         return np.where(a < F32(0.0625), small, np.where(x < 0, -t, t)).astype(F32)
 
 
+@_any_shape
 def sigmoid_f32(x):
     """float_math.glsl's sigmoid_f32, bit for bit: recip_newton(1 + exp_f32(-x)) (past 2^64 scaled
     by 2^-64 around it), flushed; 0 below -87.33654."""
@@ -449,6 +487,7 @@ def _residual(m, q, d, dh, dl):
     return (m - hi) - lo
 
 
+@_any_shape
 def div_f32(x, y):
     """float_math.glsl's div_f32, bit for bit: x / y from + - * and integer operations (each
     rounded once, correctly), the same bits on every device. The exact quotient rounded to

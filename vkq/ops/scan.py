@@ -50,8 +50,9 @@ class Cumsum:
         x = np.asarray(x)
         if x.ndim == 0:
             return x.astype(np.float32 if x.dtype.kind == "f" or dtype == "float32" else np.int32)
-        if x.dtype.kind == "f":      # torch sums floats in double on the CPU
-            return np.cumsum(x.astype(np.float64), axis=dim).astype(np.float32)
+        if x.dtype.kind == "f":      # torch sums floats in double on the CPU (inf - inf: NaN, quietly, as torch)
+            with np.errstate(invalid="ignore"):
+                return np.cumsum(x.astype(np.float64), axis=dim).astype(np.float32)
         s = np.cumsum(x.astype(np.int32), axis=dim, dtype=np.int32)      # wraps, as the kernel
         return s.astype(np.float32) if dtype == "float32" else s
 
