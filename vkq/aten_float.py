@@ -28,11 +28,16 @@ def _float_only(rule):
     return lambda n, t: rule(n, t) if _is_float(n) else None
 
 
+def _affine(t, w, b, shape):
+    """A norm's weight and bias, ones and zeros of `shape` where the model passes None."""
+    w = w if w is not None else t.const(np.ones(shape, np.float32), "ones")
+    return w, (b if b is not None else t.const(np.zeros(shape, np.float32), "zeros"))
+
+
 def _layer_norm(n, t):
     x, shape = n.args[0], list(n.args[1])
-    w, b, eps = arg(n, 2, "weight"), arg(n, 3, "bias"), arg(n, 4, "eps", 1e-5)
-    w = w if w is not None else t.const(np.ones(shape, np.float32), "ones")
-    b = b if b is not None else t.const(np.zeros(shape, np.float32), "zeros")
+    w, b = _affine(t, arg(n, 2, "weight"), arg(n, 3, "bias"), shape)
+    eps = arg(n, 4, "eps", 1e-5)
     return "layer_norm", [x, w, b], {"normalized_shape": shape, "eps": float(eps)}
 
 
@@ -51,18 +56,15 @@ def _instance_norm(n, t):
         return None      # running statistics: a per-channel affine map (no float kernel for it)
     x = n.args[0]
     c = shape_of(x)[1]
-    w, b, eps = arg(n, 1, "weight"), arg(n, 2, "bias"), arg(n, 7, "eps", 1e-5)
-    w = w if w is not None else t.const(np.ones(c, np.float32), "ones")
-    b = b if b is not None else t.const(np.zeros(c, np.float32), "zeros")
+    w, b = _affine(t, arg(n, 1, "weight"), arg(n, 2, "bias"), c)
+    eps = arg(n, 7, "eps", 1e-5)
     return "group_norm", [x, w, b], {"groups": c, "eps": float(eps)}
 
 
 def _group_norm(n, t):
     x, groups = n.args[0], int(n.args[1])
-    c = shape_of(x)[1]
-    w, b, eps = arg(n, 2, "weight"), arg(n, 3, "bias"), arg(n, 4, "eps", 1e-5)
-    w = w if w is not None else t.const(np.ones(c, np.float32), "ones")
-    b = b if b is not None else t.const(np.zeros(c, np.float32), "zeros")
+    w, b = _affine(t, arg(n, 2, "weight"), arg(n, 3, "bias"), shape_of(x)[1])
+    eps = arg(n, 4, "eps", 1e-5)
     return "group_norm", [x, w, b], {"groups": groups, "eps": float(eps)}
 
 
