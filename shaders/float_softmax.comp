@@ -68,6 +68,11 @@ layout(constant_id = 3) const int LOCAL = 64;   // = workgroup width, a power of
 #define ROW_CANON
 #include "float_workgroup.glsl"
 #define NEG_INF (-uintBitsToFloat(0x7F800000u))
+// TAIL (the host, vkq/ops/float.py _row_dispatch tail): whether a row has vec4s past its lanes'
+// KEEP visits. Where it has none the loops past KEEP (PART_T exp4s each, unrolled) are dead code
+// the driver's compiler removes: llvmpipe compiled them at any row length, most of a ROW_LANE
+// pipeline's time (rows of 49: 76 s a cold compile on this machine under a test run).
+layout(constant_id = 9) const bool TAIL = true;
 
 IVEC4_WORDS_INPUT(0, xb)                         // texel.glsl: floats as their bits
 #define X(i) intBitsToFloat(WORD(xb, i))
@@ -189,7 +194,7 @@ void row_stats(int base, int off, int mbase, int D4, int l, bool stash, out vec4
         v[i] = holds && VISIT(i) < D4 ? load_block(base, off, mbase, VISIT(i)) : vec4(NEG_INF);
         m = max(m, max4(v[i]));
     }
-    if (holds)
+    if (TAIL && holds)
         for (int c = l + 16 * (KEEP / PART_T); c < D4; c += 16)
             [[unroll]] for (int t = 0; t < PART_T; ++t)
                 if (c + t * PART_LANES < D4) m = max(m, max4(load_block(base, off, mbase, c + t * PART_LANES)));
@@ -206,7 +211,7 @@ void row_stats(int base, int off, int mbase, int D4, int l, bool stash, out vec4
 #endif
         }
     }
-    if (holds)
+    if (TAIL && holds)
         for (int c = l + 16 * (KEEP / PART_T); c < D4; c += 16)
             [[unroll]] for (int t = 0; t < PART_T; ++t) {
                 const int q = c + t * PART_LANES;
@@ -236,20 +241,22 @@ void row_blocks(int r, int l) {
     const float ls = log_f32(s);
     [[unroll]] for (int i = 0; i < KEEP; ++i)
         if (VISIT(i) < D4) store_block(base, VISIT(i), log_out(v[i], m, ls));
-    for (int c = l + 16 * (KEEP / PART_T); c < D4; c += 16)
-        [[unroll]] for (int t = 0; t < PART_T; ++t) {
-            const int q = c + t * PART_LANES;
-            if (q < D4) store_block(base, q, log_out(load_block(base, off, mbase, q), m, ls));
-        }
+    if (TAIL)
+        for (int c = l + 16 * (KEEP / PART_T); c < D4; c += 16)
+            [[unroll]] for (int t = 0; t < PART_T; ++t) {
+                const int q = c + t * PART_LANES;
+                if (q < D4) store_block(base, q, log_out(load_block(base, off, mbase, q), m, ls));
+            }
 #else
     const float k = recip_newton(s);          // s in [1, D]: 1 / s within 1.21 ulp, the same everywhere
     [[unroll]] for (int i = 0; i < KEEP; ++i)
         if (VISIT(i) < D4) store_block(base, VISIT(i), scaled(v[i], k));
-    for (int c = l + 16 * (KEEP / PART_T); c < D4; c += 16)
-        [[unroll]] for (int t = 0; t < PART_T; ++t) {
-            const int q = c + t * PART_LANES;
-            if (q < D4) store_block(base, q, scaled(reload_block(base, q), k));
-        }
+    if (TAIL)
+        for (int c = l + 16 * (KEEP / PART_T); c < D4; c += 16)
+            [[unroll]] for (int t = 0; t < PART_T; ++t) {
+                const int q = c + t * PART_LANES;
+                if (q < D4) store_block(base, q, scaled(reload_block(base, q), k));
+            }
 #endif
 }
 

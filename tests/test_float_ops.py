@@ -453,6 +453,11 @@ def test_softmax(loads_device, lane_rows, op, shape, dim):
     vec = 0 if not last else 1 if shape[-1] % 4 == 0 else 3 if x.size % 4 == 0 else 0
     assert softmax_path(steps, device)[0] == vec
     row_owner(steps, device, lane_rows, shape[dim] + 3 * (vec == 3), float_norm.ROW_LANE_SOFTMAX)
+    # TAIL (specialization constant 9): the loops past KEEP kept only where a row's vec4s pass
+    # its lanes' KEEP visits (KEEP / PART_T rounds of 16): rows of 49 none, rows of 2052 always
+    keep, part_t, tail = steps[0].spec[1], steps[0].spec[5], steps[0].spec[6]
+    assert tail == (-(-shape[dim] // 4) > 16 * (keep // part_t))
+    assert tail == 1 if shape[dim] > 2048 else tail == 0 if shape[dim] <= 64 else True
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])

@@ -404,7 +404,7 @@ def _elementwise(ctx, shader, buffers, n, push, defines=None, spec=()):
 
 def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec4s=None, vec=False, center=None,
                   passes: int = 3, per_step: int = 1, lane_max: int = 0, lane_group: int = 1, spec_from_7=(),
-                  parts: int = 0, by_rounds: bool = False):
+                  parts: int = 0, by_rounds: bool = False, tail: bool = False):
     """A row shader: a lane a row on CPU drivers where a row is at most lane_max values
     (ROW_LANE; 0: the shader has no such variant), else a subgroup a row where the device has
     subgroup arithmetic (ROW_SUBGROUP, no barriers), else a workgroup a row (a power of two <=
@@ -427,7 +427,10 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
     spec_from_7's first two are placeholders for them) and a lane keeps whole rounds of its
     partials (KEEP a multiple of the second). by_rounds: the shader's loops go a round of `parts`
     vec4s an iteration whatever its lanes (float_reduce: PART_T of them unrolled a lane), so a
-    lane's loop count is reckoned over `parts` lanes."""
+    lane's loop count is reckoned over `parts` lanes. tail (float_softmax, with parts and vec4s):
+    specialization constant 9 says whether a row has vec4s past its lanes' KEEP visits (a round
+    of `parts` vec4s a PART_T of KEEP), so that the shader's loops past KEEP compile to nothing
+    where it has none; a program is built at each concrete shape, so the row length is known."""
     info = ctx.device.info
     sg, step = int(info.subgroup_size), 4 if vec else per_step
     limit = info.loop_budget or math.inf
@@ -474,6 +477,8 @@ def _row_dispatch(ctx, shader, buffers, rows: int, d: int, push, defines=(), vec
         if vec4s is not None:
             rounds = max(1, min(kept // spec_from_7[1], -(-vec4s // parts)))
             keep = (rounds * spec_from_7[1], int(vec))
+            if tail:
+                spec_from_7 = spec_from_7[:2] + (int(vec4s > parts * rounds),)
     keep += () if center is None else (int(center),)
     spec = (width, *keep) + (((1, 0, 1)[len(keep):] + tuple(spec_from_7)) if spec_from_7 else ())
     return ctx.device.dispatch(shader, buffers, (groups, 1, 1), local=(width,), spec=spec, push=push,

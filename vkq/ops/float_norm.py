@@ -238,7 +238,7 @@ def _softmax_build(defines):
         group = 4 if vec == 3 and d % 2 and d >= 5 else 1
         return [_row_dispatch(ctx, "float_softmax", bufs, rows, span, (rows, d, inner, F32(_NO_MASK[0]), *_NO_MASK[1:], d),
                               defines, -(-d // 4), vec, lane_max=ROW_LANE_SOFTMAX, lane_group=group,
-                              parts=NORM_PARTS // 4)]
+                              parts=NORM_PARTS // 4, tail=True)]
     return build
 
 
@@ -258,7 +258,7 @@ def masked_softmax_dispatch(ctx, name, shape, mask_shape, scale, buffers, bool_m
     push = (rows, d, 1, F32(scale), len(mshape), st[-1], _pad(mshape, 3, 1), _pad(mst, 3), rs)
     return _row_dispatch(ctx, "float_softmax", list(buffers), rows, d, push,
                          ("MASKED",) + (("BOOL_MASK",) if bool_mask else ()), -(-d // 4), vec,
-                         parts=NORM_PARTS // 4)
+                         parts=NORM_PARTS // 4, tail=True)
 
 
 def _softmax_masked_build(ctx, node):
