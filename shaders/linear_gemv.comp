@@ -19,6 +19,15 @@
 //
 // Per k-block a lane loads one x ivec4 (4 rows x 4 k) and TN/4 weight ivec4 (4 k x 4 columns
 // each; DOT: 4 columns x 4 k, one column a word, for the integer dot product).
+// COLS (CPU drivers, vkq/ops/linear.py gemv_over_columns): the lanes own columns instead, lane
+// l column block nt*TN4 + l (TN = 4 L), and each runs through all of K: no cross-lane sum, and
+// every lane stores its own block. Split K, a workgroup's short K loop (9 steps at K = 576) sat
+// beside a 16-value subgroupAdd and an epilogue run once per column block by one lane of L
+// under a mask, so llvmpipe spent ~3 us a 16-column workgroup whatever its K. Measured
+// (lavapipe 512 bits, linear_dynamic, GPU time min of 30): 576x1536 268-322 -> 131-138 us,
+// 576x576 164 -> 68-88, 576x192 141 -> 33-70, 1536x576 208 -> 117-226, 576x49152 7.2-9.1 ->
+// 3.0-3.2 ms, 4096x4096 1.58 -> 1.60 ms (even); 32 or 64 lanes a workgroup: no faster. GPUs
+// keep split K: over columns, N = 576 would be 144 lanes in all.
 //! variant OUT_Q8
 //! variant OUT_F32
 //! variant OUT_F32 ROW_QPARAMS
@@ -67,7 +76,31 @@
 //! variant OUT_Q8 LUT DEQUANT PLAIN TEXEL
 //! variant OUT_Q8 LUT DEQUANT DOT TEXEL
 //! variant OUT_Q8 LUT DEQUANT PLAIN DOT TEXEL
-#ifndef PLAIN
+//! variant COLS OUT_Q8
+//! variant COLS OUT_F32
+//! variant COLS OUT_F32 ROW_QPARAMS
+//! variant COLS OUT_Q8 DOT
+//! variant COLS OUT_F32 DOT
+//! variant COLS OUT_F32 ROW_QPARAMS DOT
+//! variant COLS OUT_Q8 LUT
+//! variant COLS OUT_Q8 LUT DOT
+//! variant COLS OUT_Q8 DEQUANT
+//! variant COLS OUT_Q8 DEQUANT DOT
+//! variant COLS OUT_Q8 LUT DEQUANT
+//! variant COLS OUT_Q8 LUT DEQUANT DOT
+//! variant COLS OUT_Q8 TEXEL
+//! variant COLS OUT_F32 TEXEL
+//! variant COLS OUT_F32 ROW_QPARAMS TEXEL
+//! variant COLS OUT_Q8 DOT TEXEL
+//! variant COLS OUT_F32 DOT TEXEL
+//! variant COLS OUT_F32 ROW_QPARAMS DOT TEXEL
+//! variant COLS OUT_Q8 LUT TEXEL
+//! variant COLS OUT_Q8 LUT DOT TEXEL
+//! variant COLS OUT_Q8 DEQUANT TEXEL
+//! variant COLS OUT_Q8 DEQUANT DOT TEXEL
+//! variant COLS OUT_Q8 LUT DEQUANT TEXEL
+//! variant COLS OUT_Q8 LUT DEQUANT DOT TEXEL
+#if !defined(PLAIN) && !defined(COLS)
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
 #extension GL_EXT_control_flow_attributes : require
@@ -128,6 +161,33 @@ void main() {
     int K4w = (p.K4 + L - 1) / L * L;
     int wbase = nt * K4w * TN4, xbase = rb * p.K4;
 
+#ifdef COLS
+    // lanes over columns: lane l owns column block nt*TN4 + l (TN4 == L) and runs through all of
+    // K; neighbouring lanes read neighbouring 16-byte blocks at each k-block; no cross-lane sum
+    int nb = nt * TN4 + lane, wcols = nt * p.K4 * TN4;   // (w packed with K4w = K4: kstep 1)
+    ivec4 acc[MR];
+    [[unroll]] for (int r = 0; r < MR; ++r) acc[r] = ivec4(0);
+    for (int kb = 0; kb < p.K4; ++kb) {
+        ivec4 xb = LOAD4(x, xbase + kb);
+        ivec4 word = LOAD4(w, wcols + kb * TN4 + lane);
+#ifdef DOT
+        [[unroll]] for (int r = 0; r < MR; ++r)
+            acc[r] = ivec4(dot4x8_acc(xb[r], word.x, acc[r].x), dot4x8_acc(xb[r], word.y, acc[r].y),
+                           dot4x8_acc(xb[r], word.z, acc[r].z), dot4x8_acc(xb[r], word.w, acc[r].w));
+#else
+        ivec4 w0 = unpack_int8x4(word.x), w1 = unpack_int8x4(word.y);
+        ivec4 w2 = unpack_int8x4(word.z), w3 = unpack_int8x4(word.w);
+        [[unroll]] for (int r = 0; r < MR; ++r) {
+            ivec4 xs = unpack_int8x4(xb[r]);
+            acc[r] += xs.x * w0 + xs.y * w1 + xs.z * w2 + xs.w * w3;
+        }
+#endif
+    }
+    if (nb >= up4(p.N) / 4) return;
+    ivec4 blk[4] = ivec4[4](ivec4(0), ivec4(0), ivec4(0), ivec4(0));
+    [[unroll]] for (int r = 0; r < MR; ++r) blk[r] = acc[r];
+    store_block(rb, nb, blk, chan_block(nb));
+#else
     ivec4 acc[MR][TN4];   // acc[r][j] = row 4rb + r, columns nt*TN + 4j .. +3
     [[unroll]] for (int r = 0; r < MR; ++r)
         [[unroll]] for (int j = 0; j < TN4; ++j) acc[r][j] = ivec4(0);
@@ -175,4 +235,5 @@ void main() {
         store_block(rb, nb, blk, chan_block(nb));
     }
 #endif
+#endif   // COLS
 }

@@ -604,3 +604,44 @@ def test_linear_q8_dequant_attr_refused_when_malformed(device, out_dtype, deq):
                               "m": (spec((6,), "int32"), consts[1]), "s": (spec((6,), "int32"), consts[2])})
     with pytest.raises(ValueError, match="dequant"):
         VulkanExecutor(prog, device)(x)
+
+
+# -- the GEMV's two lane layouts ---------------------------------------------------------------
+
+def _gemv_variant(device, rows):
+    rng = np.random.default_rng(rows)
+    x, w, _, _, _, _, consts, attrs = q8_case(rng, (rows, 203), 37, 5, -2, None)
+    ex = VulkanExecutor(q8_program(x.shape, w, *consts, attrs), device)
+    assert_same((ex(x),), (run_reference(ex.program, x),))
+    return [st.variant for seg in ex.segments for st in seg[1].steps][0]
+
+
+def test_gemv_lanes_own_columns_on_cpu_drivers(device, monkeypatch):
+    """CPU drivers take the GEMV whose lanes own columns (COLS: 576 x 1536 in 0.45 of the time,
+    vkq/ops/linear.py gemv_over_columns); GPUs the one whose lanes split K; GEMV_COLS forces
+    either, and more than one 4-row block takes the tiled GEMM as before."""
+    assert device.info.is_software and linear.gemv_over_columns(device.info)
+    assert _gemv_variant(device, 1).startswith("linear_gemv(COLS")
+    monkeypatch.setattr(linear, "GEMV_COLS", False)
+    assert _gemv_variant(device, 3).startswith("linear_gemv(OUT_Q8")
+    monkeypatch.setattr(linear, "GEMV_COLS", True)
+    assert _gemv_variant(device, 5).startswith("linear_q8(")
+
+
+@pytest.mark.parametrize("subgroups", [True, False])
+def test_gemv_lanes_splitting_k(int8_device, subgroups, monkeypatch):
+    """The GEMV whose lanes split K, then add up their partial sums (subgroupAdd; PLAIN: in
+    shared memory): GPUs take it, CPU drivers the COLS one that the tests above run, so it is
+    forced here. Each epilogue (int8, float, per-row quantized x with a fused add, table,
+    dequantize), 1 and 3 rows, K past the lanes, N past a column tile, give the reference's bits."""
+    monkeypatch.setattr(linear, "GEMV_COLS", False)
+    dev = get_device(int8_device.info, dot_product=int8_device.dot_product, texel_loads=int8_device.texel_loads,
+                     subgroups=subgroups)
+    test_linear_q8_exact(dev, (1, 1001), 37, -128, 127, None)
+    test_linear_q8_exact(dev, (2, 1, 13), 9, 5, -1, "relu")
+    test_linear_q8_fout_exact(dev, (1, 601), 23, 127)
+    test_linear_dynamic_exact(dev, (1, 50), 29)
+    test_linear_dynamic_float_epilogue(dev, (3, 48), 13, "add", subgroups)
+    test_linear_q8_table_epilogue(dev, (1, 37), subgroups)
+    for lut in (False, True):
+        test_linear_q8_dequant_epilogue(dev, (1, 37), subgroups, lut)

@@ -14,7 +14,8 @@ Weights are packed once, at build time, into the tiling the kernel reads (pack_w
 ivec4 = 4 k x 4 n, so one 128-bit load feeds a 4 x 4 block of multiply-adds per x row.
 
 Which kernel, decided when the dispatch is built (_gemm_q8):
-  one 4-row block of x (batch-1 decoding)  shaders/linear_gemv.comp: lanes split K, weights streamed once
+  one 4-row block of x (batch-1 decoding)  shaders/linear_gemv.comp: lanes split K, weights streamed once;
+                                           on CPU drivers lanes own columns (COLS, gemv_over_columns)
   more rows                                shaders/linear_q8.comp: register-tiled GEMM, x shared by shuffles
   device.dot_product and K <= DOT_MAX_K    the DOT variants of both: 4 multiply-adds per instruction
   no usable subgroups (subgroup_lanes)     the PLAIN variants of both
@@ -47,6 +48,15 @@ PLAIN_WIDTH = 64             # workgroup width of the PLAIN variants
 ROWQ_WIDTH = 64              # workgroup width of the PLAIN per-row quantizer (a power of two)
 GEMV_ROWS = 4                # x of at most this many packed rows (one 4-row block) runs as a GEMV
 GEMV_TN = 16                 # columns per GEMV workgroup
+COLS_WIDTH = 16              # GEMV lanes a workgroup over columns (COLS) where no subgroup size
+# The GEMV's lanes split K (a cross-lane sum then) or own columns (COLS: each lane runs all of K):
+# None chooses per device (gemv_over_columns); True / False forces one (the tests take both).
+GEMV_COLS = None
+
+
+def gemv_over_columns(info) -> bool:
+    """Whether the int8 GEMV's lanes own columns (COLS) rather than split K on this device."""
+    return info.is_software if GEMV_COLS is None else bool(GEMV_COLS)
 # The integer dot product saturates its int32 accumulator; each int8 x int8 product is at most
 # 2^14 in magnitude, so sums of up to DOT_MAX_K of them (every partial sum included) stay inside
 # int32 and saturation never triggers. Longer K takes the kernels without the dot product.
@@ -237,7 +247,14 @@ def _gemm_q8(ctx, variant, x_buf, rows4: int, h: int, k: int, w, cols, out_buf, 
     variant += ("DEQUANT",) if dequant is not None else ()
     defines = {v: 1 for v in variant + (("PLAIN",) if not sg else ()) + (("DOT",) if dot else ())}
     deq_scale, deq_zp = dequant if dequant is not None else (0.0, 0)
-    if rows4 <= GEMV_ROWS:
+    if rows4 <= GEMV_ROWS and gemv_over_columns(info):
+        width = sg or min(COLS_WIDTH, info.max_workgroup_invocations)
+        tn, kstep, shader, spec = 4 * width, 1, "linear_gemv", (min(h, 4), 4 * width)
+        defines = {v: 1 for v in defines if v != "PLAIN"} | {"COLS": 1}
+        nt = -(-n // tn)
+        groups, local = (nt, rb, 1), (width,)
+        info.check_loop_budget(k4 + 32, f"linear_gemv over K = {k}")    # the K loop, the epilogue's
+    elif rows4 <= GEMV_ROWS:
         width = sg or min(PLAIN_WIDTH, info.max_workgroup_invocations)
         tn, kstep, shader, spec = GEMV_TN, width, "linear_gemv", (min(h, 4), GEMV_TN)
         nt = -(-n // tn)
