@@ -265,14 +265,18 @@ def test_cumsum_wraps_and_falls_back_past_the_loop_budget(device, monkeypatch):
 @pytest.mark.parametrize("op", ["argmax", "argmin"])
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
 @pytest.mark.parametrize("shape,dim,keepdim", [((3, 21, 5, 7), 1, False), ((2, 1000), -1, True), ((5, 3, 4), 0, False),
-                                               ((7, 9), None, False), ((4, 6), None, True)])
+                                               ((7, 9), None, False), ((4, 6), None, True),
+                                               ((3, 49157), -1, False), ((2, 1500, 3), 1, True), ((41, 37), None, False)])
 def test_argmax_argmin(device, op, dtype, shape, dim, keepdim):
     """The first index of the largest (smallest) value along a dim or over everything, as numpy
     and torch give it: ties planted (small integers), and with floats a NaN, which counts as the
-    largest and the smallest."""
+    largest and the smallest. Rows of 1024 or more (at most 64 of them) take a workgroup a row
+    (ROW): there ties sit in other lanes and halves of the tree, and a row holds two NaNs."""
     x = ints(*shape, lo=-3, hi=4) if dtype == "int32" else np.round(floats(*shape) * 2) / 2
     if dtype == "float32":
         x.reshape(-1)[5] = np.nan
+        if x.size > 1500:
+            x.reshape(-1)[x.size - 7] = np.nan   # a NaN late in the last row (and over all: a second one)
     want = getattr(np, op)(x.reshape(-1) if dim is None else x, axis=0 if dim is None else dim)
     out_shape = np.shape(want)
     if keepdim:

@@ -30,6 +30,10 @@ from ..device import grid_1d
 from ..registry import register_op
 from .float import LOCAL, PER, _numel
 
+# arg max / min of few long rows (an LM's greedy step over its vocabulary): a workgroup a row of
+# ROW_LOCAL lanes (shaders/argmax.comp ROW) where an invocation a row would leave the device idle
+ROW_MIN, ROW_MAX_ROWS, ROW_LOCAL = 1024, 64, 64
+
 _VARIANT = {("int32", "int32"): "I2I", ("int32", "float32"): "I2F", ("float32", "float32"): "F2F"}
 
 
@@ -182,8 +186,12 @@ def _along_dispatch(ctx, node, shader, dim, defines):
     x, y = node.inputs[0], node.outputs[0]
     shape = ctx.spec(x).shape
     outer, d, inner = _rows(shape, dim) if dim is not None else (1, _numel(shape), 1)
-    ctx.device.info.check_loop_budget(d, f"{node.op}: rows of {d} values, one loop iteration each")
     rows = outer * inner
+    if shader == "argmax" and d >= ROW_MIN and rows <= ROW_MAX_ROWS:
+        ctx.device.info.check_loop_budget(-(-d // ROW_LOCAL) + 8, f"{node.op}: rows of {d} values")
+        return ctx.device.dispatch(shader, [ctx.buffer(x), ctx.buffer(y)], (rows, 1, 1), local=(ROW_LOCAL,),
+                                   push=(rows, d, inner), defines=list(defines) + ["ROW"])
+    ctx.device.info.check_loop_budget(d, f"{node.op}: rows of {d} values, one loop iteration each")
     return ctx.device.dispatch(shader, [ctx.buffer(x), ctx.buffer(y)], grid_1d(rows, LOCAL), local=(LOCAL,),
                                push=(rows, d, inner), defines=defines)
 
