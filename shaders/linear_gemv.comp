@@ -79,9 +79,11 @@
 //! variant COLS OUT_Q8
 //! variant COLS OUT_F32
 //! variant COLS OUT_F32 ROW_QPARAMS
+//! variant COLS OUT_F32 ROW_QPARAMS PARTS
 //! variant COLS OUT_Q8 DOT
 //! variant COLS OUT_F32 DOT
 //! variant COLS OUT_F32 ROW_QPARAMS DOT
+//! variant COLS OUT_F32 ROW_QPARAMS PARTS DOT
 //! variant COLS OUT_Q8 LUT
 //! variant COLS OUT_Q8 LUT DOT
 //! variant COLS OUT_Q8 DEQUANT
@@ -91,9 +93,11 @@
 //! variant COLS OUT_Q8 TEXEL
 //! variant COLS OUT_F32 TEXEL
 //! variant COLS OUT_F32 ROW_QPARAMS TEXEL
+//! variant COLS OUT_F32 ROW_QPARAMS PARTS TEXEL
 //! variant COLS OUT_Q8 DOT TEXEL
 //! variant COLS OUT_F32 DOT TEXEL
 //! variant COLS OUT_F32 ROW_QPARAMS DOT TEXEL
+//! variant COLS OUT_F32 ROW_QPARAMS PARTS DOT TEXEL
 //! variant COLS OUT_Q8 LUT TEXEL
 //! variant COLS OUT_Q8 LUT DOT TEXEL
 //! variant COLS OUT_Q8 DEQUANT TEXEL
@@ -149,6 +153,18 @@ layout(push_constant) uniform Params {
     int deq_zp;
 } p;
 
+#ifdef PARTS
+// COLS over the linears that read one quantized row (a layer's q, k, v: vkq/ops/linear_parts.py):
+// part 0's p.N columns at binding 3, part 1's N1 at 6, part 2's N2 at 7; the weights and column
+// constants are the parts' own, one after another, each padded to whole column tiles
+layout(constant_id = 6) const int N1 = 0;
+layout(constant_id = 7) const int N2 = 0;
+layout(std430, binding = 6) writeonly buffer Out1 { float out_f1[]; };
+layout(std430, binding = 7) writeonly buffer Out2 { float out_f2[]; };
+int part = 0, part_n = 0;   // the column tile's part and its columns (main, before store_block)
+#define STORE_N part_n
+#define STORE_F(i, v) { if (part == 0) out_f[i] = (v); else if (part == 1) out_f1[i] = (v); else out_f2[i] = (v); }
+#endif
 #include "linear_store.glsl"
 
 #ifdef PLAIN
@@ -183,10 +199,19 @@ void main() {
         }
 #endif
     }
-    if (nb >= up4(p.N) / 4) return;
     ivec4 blk[4] = ivec4[4](ivec4(0), ivec4(0), ivec4(0), ivec4(0));
     [[unroll]] for (int r = 0; r < MR; ++r) blk[r] = acc[r];
+#ifdef PARTS
+    int t0 = (p.N + TN - 1) / TN, t1 = (N1 + TN - 1) / TN;
+    part = nt < t0 ? 0 : nt < t0 + t1 ? 1 : 2;
+    part_n = part == 0 ? p.N : part == 1 ? N1 : N2;
+    int nbl = (nt - (part == 0 ? 0 : part == 1 ? t0 : t0 + t1)) * TN4 + lane;   // in the part's columns
+    if (nbl >= up4(part_n) / 4) return;
+    store_block(rb, nbl, blk, chan_block(nb));
+#else
+    if (nb >= up4(p.N) / 4) return;
     store_block(rb, nb, blk, chan_block(nb));
+#endif
 #else
     ivec4 acc[MR][TN4];   // acc[r][j] = row 4rb + r, columns nt*TN + 4j .. +3
     [[unroll]] for (int r = 0; r < MR; ++r)

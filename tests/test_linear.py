@@ -645,3 +645,100 @@ def test_gemv_lanes_splitting_k(int8_device, subgroups, monkeypatch):
     test_linear_q8_table_epilogue(dev, (1, 37), subgroups)
     for lut in (False, True):
         test_linear_q8_dequant_epilogue(dev, (1, 37), subgroups, lut)
+
+
+# -- linear_dynamic_parts (a layer's q, k, v in one node) ---------------------------------------
+
+def parts_program(x_shape, ns, norm, rng):
+    """linear_dynamic_parts over len(ns) parts of N = ns, [an rms_norm], and its constants."""
+    from vkq.program import Node, Program
+    k = x_shape[-1]
+    consts, ins = {}, ["x"]
+    for i, n in enumerate(ns):
+        w, ws = weights(rng, n, k)
+        consts.update({f"w{i}": (w_spec(w), w), f"s{i}": (spec((n,)), ws.astype(np.float32)),
+                       f"b{i}": (spec((n,)), rng.normal(0, 1, n).astype(np.float32))})
+        ins += [f"w{i}", f"s{i}", f"b{i}"]
+    if norm:
+        consts["g"] = (spec((k,)), rng.normal(1, 0.5, k).astype(np.float32))
+        ins.append("g")
+    outs = [f"y{i}" for i in range(len(ns))]
+    tensors = {"x": spec(x_shape), **{t: c[0] for t, c in consts.items()},
+               **{o: spec(tuple(x_shape[:-1]) + (n,)) for o, n in zip(outs, ns)}}
+    attrs = {"parts": len(ns), **({"rms_norm": {"eps": 1e-5}} if norm else {})}
+    prog = Program(tensors=tensors, nodes=[Node("linear_dynamic_parts", ins, outs, attrs)], inputs=["x"],
+                   outputs=outs, constants={t: c[1] for t, c in consts.items()})
+    prog.validate()
+    return prog
+
+
+@pytest.mark.parametrize("cols", [True, False])
+@pytest.mark.parametrize("subgroups", [True, False])
+@pytest.mark.parametrize("x_shape,ns,norm", [((1, 37), (29, 7, 13), True), ((1, 1, 576), (65, 3), False),
+                                             ((3, 48), (13, 70, 5), False), ((9, 37), (5, 11), True)])
+def test_linear_dynamic_parts_exact(int8_device, x_shape, ns, norm, subgroups, cols, monkeypatch):
+    """Each output is linear_dynamic's of its part, bit for bit, on the device and in the
+    reference: one COLS PARTS dispatch (at most 4 rows, a CPU driver; N past a column tile and
+    not a multiple of 4, a part smaller than a tile), or the separate dispatches (split-K GEMV,
+    9 rows: the tiled GEMM); with and without the fused rms_norm."""
+    monkeypatch.setattr(linear, "GEMV_COLS", cols)
+    dev = get_device(int8_device.info, dot_product=int8_device.dot_product, texel_loads=int8_device.texel_loads,
+                     subgroups=subgroups)
+    rng = np.random.default_rng(sum(ns) + x_shape[-1])
+    prog = parts_program(x_shape, ns, norm, rng)
+    x = rng.normal(0, 2, x_shape).astype(np.float32)
+    x.reshape(-1)[:2] = (1e-40, -3e4)
+    ex = VulkanExecutor(prog, dev)
+    got, ref = ex(x), run_reference(prog, x)
+    assert_same(got, ref)
+    c = prog.constants
+    for i, n in enumerate(ns):
+        want = get_op("linear_dynamic").reference(x, c[f"w{i}"], c[f"s{i}"], c[f"b{i}"], *([c["g"]] if norm else []),
+                                                  rms_norm={"eps": 1e-5} if norm else None)
+        np.testing.assert_array_equal(ref[i], want)
+        assert len(np.unique(ref[i])) > ref[i].size // 2
+    variants = [st.variant for seg in ex.segments for st in seg[1].steps]
+    one = cols and x_shape[-2] <= 4
+    assert sum("COLS" in v and "PARTS" in v for v in variants) == int(one)
+    assert sum(v.startswith("linear_rowq") for v in variants) == 1
+    assert len(variants) == (2 if one else 1 + len(ns))
+
+
+def test_row_linears_grouped():
+    """group_row_linears: the linear_dynamic nodes without an epilogue reading one x with one
+    rms_norm become one node in the first one's place, at most 3 a node; one with an epilogue, of
+    another x or another norm stays; a kept node only leads a group (it keeps its name)."""
+    from vkq.ops.linear_parts import group_row_linears
+    from vkq.program import Node, Program
+    rng = np.random.default_rng(0)
+    tensors, consts, nodes = {"x": spec((1, 8)), "z": spec((1, 8)), "g": spec((8,)), "h": spec((8,))}, {}, []
+    consts.update(g=np.ones(8, np.float32), h=np.ones(8, np.float32))
+
+    def lin(i, x, norm=None, epilogue=None):
+        w, ws = weights(rng, 4, 8)
+        consts.update({f"w{i}": w, f"s{i}": ws.astype(np.float32), f"b{i}": np.zeros(4, np.float32)})
+        tensors.update({f"w{i}": w_spec(w), f"s{i}": spec((4,)), f"b{i}": spec((4,)), f"y{i}": spec((1, 4))})
+        attrs = {**({"rms_norm": {"eps": 1e-5}} if norm else {}), **({"epilogue": epilogue} if epilogue else {})}
+        ins = [x, f"w{i}", f"s{i}", f"b{i}"] + (["y0"] if epilogue == "add" else []) + ([norm] if norm else [])
+        nodes.append(Node("linear_dynamic", ins, [f"y{i}"], attrs, name=f"n{i}"))
+    for i, (x, norm, epi) in enumerate([("x", "g", None), ("x", None, None), ("x", "g", None), ("x", "h", None),
+                                        ("z", "g", None), ("x", "g", "silu"), ("x", "g", None), ("x", "g", None),
+                                        ("x", None, "add"), ("x", None, None)]):
+        lin(i, x, norm, epi)
+    prog = Program(tensors, nodes, ["x", "z"], [f"y{i}" for i in range(10)], consts)
+    prog.validate()
+    x = rng.normal(0, 1, (2, 1, 8)).astype(np.float32)
+    want = run_reference(prog, *x)
+    assert group_row_linears(prog) == 2
+    assert [(n.name, n.op, n.outputs) for n in prog.nodes] == [
+        ("n0", "linear_dynamic_parts", ["y0", "y2", "y6"]), ("n1", "linear_dynamic_parts", ["y1", "y9"]),
+        ("n3", "linear_dynamic", ["y3"]), ("n4", "linear_dynamic", ["y4"]), ("n5", "linear_dynamic", ["y5"]),
+        ("n7", "linear_dynamic", ["y7"]), ("n8", "linear_dynamic", ["y8"])]
+    assert_same(run_reference(prog, *x), want)
+    first = [(n.name, n.inputs, n.outputs) for n in prog.nodes]
+    for keep, lead in ((frozenset(n.name for n in prog.nodes), ["n0"]), (frozenset({"n2"}), ["n2"])):
+        again = Program(tensors, [Node(n.op, n.inputs, n.outputs, n.attrs, n.name) for n in nodes], ["x", "z"],
+                        prog.outputs, consts)
+        group_row_linears(again, keep)   # (what the first pass left kept: the same nodes again)
+        assert [n.name for n in again.nodes if n.op == "linear_dynamic_parts" and "g" in n.inputs] == lead
+        assert lead != ["n0"] or [(n.name, n.inputs, n.outputs) for n in again.nodes] == first

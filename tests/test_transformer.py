@@ -105,7 +105,9 @@ def test_sentences_fit_the_short_program(minilm):
 def test_lowered_program_runs_on_vulkan_only(programs):
     for scheme, program in programs.items():
         linear = "linear_dynamic" if scheme == "dynamic" else "linear_weight_only"
-        assert [n.op for n in program.nodes].count(linear) == 36   # 6 layers x (Q, K, V, out, 2 FFN)
+        linears = sum(n.attrs["parts"] if n.op == "linear_dynamic_parts" else n.op == linear for n in program.nodes)
+        assert linears == 36   # 6 layers x (Q, K, V, out, 2 FFN); dynamic: Q, K, V one linear_dynamic_parts node
+        assert [n.op for n in program.nodes].count("linear_dynamic_parts") == (6 if scheme == "dynamic" else 0)
         assert program.fallback == [], program.fallback            # embeddings and mask arithmetic too
         assert all(cpu_reason(n, program.tensors) is None for n in program.nodes)
 

@@ -24,6 +24,12 @@
 // vectors by a variable: 3% slower on lavapipe); the callers call it from rolled loops, one copy
 // of its code (SwiftShader compiles an unrolled TM x TN epilogue for seconds). cw: the column
 // block's 4 chan ivec4 (chan_block), loaded once per column block, not once per row block.
+// STORE_N / STORE_F(i, v): the output's columns and its float store; p.N and out_f[i] = v unless
+// the including shader defines them (linear_gemv.comp PARTS: one of several outputs).
+#ifndef STORE_N
+#define STORE_N p.N
+#define STORE_F(i, v) out_f[i] = (v)
+#endif
 
 #ifdef LUT
 #define LUT_BINDING 4
@@ -48,9 +54,9 @@ float epilogue(float y, int i) { return y; }
 // a[rr][b]: the accumulator of packed row 4rb + rr (batch rows at b*Hp + h), column 4nb + b.
 // Padding rows and columns are written 0 (OUT_Q8) or not at all (OUT_F32, DEQUANT).
 void store_block(int rb, int nb, ivec4 a[4], ivec4 cw[4]) {
-    int Hp = up4(p.H), N4 = up4(p.N) / 4;
+    int Hp = up4(p.H), N4 = up4(STORE_N) / 4;
     ivec4 c0 = cw[0], c1 = cw[1], c2 = cw[2], c3 = cw[3];
-    bvec4 col_ok = lessThan(4 * nb + ivec4(0, 1, 2, 3), ivec4(p.N));
+    bvec4 col_ok = lessThan(4 * nb + ivec4(0, 1, 2, 3), ivec4(STORE_N));
 #ifdef OUT_Q8
     ivec4 bias = ivec4(c0.x, c1.x, c2.x, c3.x), bound = ivec4(c0.y, c1.y, c2.y, c3.y);
     ivec4 m = ivec4(c0.z, c1.z, c2.z, c3.z), sh = ivec4(c0.w, c1.w, c2.w, c3.w);
@@ -72,7 +78,7 @@ void store_block(int rb, int nb, ivec4 a[4], ivec4 cw[4]) {
             int row = (4 * rb + rr) / Hp * p.H + (4 * rb + rr) % Hp;   // row in the (batch * H, N) output
             precise vec4 y = vec4(q - p.deq_zp) * p.deq_scale;
             for (int b = 0; b < 4; ++b)
-                if (col_ok[b]) out_f[row * p.N + 4 * nb + b] = y[b];
+                if (col_ok[b]) STORE_F(row * STORE_N + 4 * nb + b, y[b]);
         }
 #else
         words[rr] = pack_int8x4(q);
@@ -98,7 +104,7 @@ void store_block(int rb, int nb, ivec4 a[4], ivec4 cw[4]) {
 #endif
         precise vec4 y = vec4(acc) * scale + intBitsToFloat(ivec4(c0.z, c1.z, c2.z, c3.z));
         for (int b = 0; b < 4; ++b)
-            if (col_ok[b]) out_f[row * p.N + 4 * nb + b] = epilogue(y[b], row * p.N + 4 * nb + b);
+            if (col_ok[b]) STORE_F(row * STORE_N + 4 * nb + b, epilogue(y[b], row * STORE_N + 4 * nb + b));
     }
 #endif
 }

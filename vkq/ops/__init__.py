@@ -41,6 +41,8 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
                       attrs x_zp;  out = f32(acc_without_bias) * scale + bias  (scale = x_scale * w_scale[n])
   linear_dynamic      x f32 (..., K), weight int8 (N, K), w_scale f32 (N,), bias f32 (N,) -> f32 (..., N)
                       per-row int8 quantization of x on the device, int8 GEMM, float out
+  linear_dynamic_parts  x f32, then weight, w_scale, bias of each of 2-3 parts -> an output a part
+                      (the linear_dynamic nodes reading one x: a layer's q, k, v; linear_parts.py)
   linear_weight_only  x f32 (..., K), weight int8 (N, K), w_scale f32 (N,), bias f32 (N,) -> f32 (..., N)
   linear_int4         x f32 (..., K), qweight int32 (N, ng*G/8), scale f32 (N, ng), zero int32 (N, ng),
                       bias f32 (N,) [, offset f32 (N, ng)] -> f32 (..., N); attrs group_size
@@ -58,4 +60,4 @@ packed in their TensorSpec.layout. Requantization is vkq.quant.requantize everyw
 Each op module also exports a `*_params` helper that turns float scales (and a float bias) into
 the integer constants/attrs above, used by the lowering and by tests alike.
 """
-from . import io, linear, linear_int4, conv, eltwise, pool, unpool, cat_q8, lut, cpu, float, float_norm, float_matmul, shape, attention, attention_cached, kv_q8, rotary, logic, creation, resize, scan, embedding_q8  # noqa: F401
+from . import io, linear, linear_parts, linear_int4, conv, eltwise, pool, unpool, cat_q8, lut, cpu, float, float_norm, float_matmul, shape, attention, attention_cached, kv_q8, rotary, logic, creation, resize, scan, embedding_q8  # noqa: F401

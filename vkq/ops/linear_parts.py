@@ -1,0 +1,138 @@
+"""linear_dynamic_parts: the linear_dynamic nodes that read one x (a decoder layer's q, k and v
+projections) as one node, so that a batch-1 step computes them in one dispatch.
+
+    x f32 (..., K), then per part: weight int8 (N_i, K), w_scale f32 (N_i,), bias f32 (N_i,)
+    [, rms_norm's weight f32 (K,) last] -> one f32 (..., N_i) output per part;
+    attrs parts (2 or 3) [, rms_norm {"eps"}]
+
+Each output is bit for bit linear_dynamic's of its part (the reference computes it so): one row
+quantization of x (its rms_norm, where fused) and each column's own integer sum and epilogue.
+The build chooses the dispatches: on a CPU driver (the GEMV's lanes over columns, COLS) at most
+one 4-row block of x runs as one linear_gemv COLS PARTS dispatch over the parts' columns one
+after another, each output at its own binding; elsewhere (GPUs' split-K GEMV, a prefill's tiled
+GEMM) it runs as the separate linear_dynamic dispatches it replaced, with one row quantization.
+Measured (lavapipe, SmolLM2's decode step, 30 layers): see group_row_linears.
+
+group_row_linears is the program rewrite (vkq/rewrites.py) that forms the nodes."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..program import Node
+from ..registry import register_op
+from .linear import (EPILOGUES, GEMV_ROWS, COLS_WIDTH, LinearDynamic, _columns, _rows, _up4, _weight, gemv_over_columns,
+                     pack_weight, quantize_rows_dispatch, subgroup_lanes, use_dot_product)
+
+MAX_PARTS = 3      # output bindings of linear_gemv.comp PARTS
+
+
+def _parts(node):
+    """[(weight, w_scale, bias, output)] of each part, and the rms_norm weight or None."""
+    n = int(node.attrs.get("parts", 0))
+    ins = node.inputs[1:]
+    norm = node.attrs.get("rms_norm") is not None
+    if not 2 <= n <= MAX_PARTS or len(ins) != 3 * n + norm or len(node.outputs) != n:
+        raise ValueError(f"{node.name}: linear_dynamic_parts takes x, then weight, w_scale and bias of each of "
+                         f"its 2..{MAX_PARTS} parts (attr parts), [the rms_norm weight], and an output a part")
+    return [(*ins[3 * i:3 * i + 3], node.outputs[i]) for i in range(n)], (ins[-1] if norm else None)
+
+
+def _sub_node(node, i, part, norm):
+    w, s, b, y = part
+    attrs = {"rms_norm": node.attrs["rms_norm"]} if norm is not None else {}
+    return Node("linear_dynamic", [node.inputs[0], w, s, b] + ([norm] if norm is not None else []), [y], attrs,
+                name=f"{node.name}.{i}")
+
+
+def _reference(x, *more, parts, rms_norm=None):
+    ins, norm = list(more[:3 * parts]), list(more[3 * parts:])
+    return tuple(LinearDynamic.reference(x, *ins[3 * i:3 * i + 3], *norm, rms_norm=rms_norm) for i in range(parts))
+
+
+def _build(ctx, node):
+    parts, norm = _parts(node)
+    x = node.inputs[0]
+    shape = ctx.spec(x).shape
+    r, k, info = _rows(shape), shape[-1], ctx.device.info
+    if _up4(r) > GEMV_ROWS or not gemv_over_columns(info):
+        steps = []
+        for i, part in enumerate(parts):
+            steps += LinearDynamic.build(ctx, _sub_node(node, i, part, norm))
+        return steps
+    sub = [_sub_node(node, i, part, norm) for i, part in enumerate(parts)]
+    ws = [_weight(ctx, s, k) for s in sub]
+    attrs = node.attrs.get("rms_norm")
+    quant, q, rowq = quantize_rows_dispatch(ctx, x, r, k, (norm, float(attrs["eps"])) if norm else None)
+    dot = use_dot_product(ctx.device, k)
+    width = subgroup_lanes(info) or min(COLS_WIDTH, info.max_workgroup_invocations)
+    tn, k4 = 4 * width, _up4(k) // 4
+    packed = np.concatenate([pack_weight(w, tn, 1, dot) for w in ws])
+    table = np.concatenate([_columns(w.shape[0], tn, [w.sum(axis=1, dtype=np.int64),
+                                                      np.asarray(ctx.constant(s), np.float32),
+                                                      np.asarray(ctx.constant(b), np.float32), np.zeros(w.shape[0])])
+                            for w, (_, s, b, _) in zip(ws, parts)])
+    ns = [w.shape[0] for w in ws] + [0]
+    tiles = sum(-(-n // tn) for n in ns)
+    outs = [ctx.buffer(p[3]) for p in parts]
+    outs += outs[-1:] * (MAX_PARTS - len(outs))     # (an unused binding: part 2's columns are 0)
+    defines = {"COLS": 1, "OUT_F32": 1, "ROW_QPARAMS": 1, "PARTS": 1, **({"DOT": 1} if dot else {})}
+    info.check_loop_budget(k4 + 32, f"{node.name}: linear_gemv over K = {k}")
+    bufs = [q, ctx.const_buffer(packed), ctx.const_buffer(table), outs[0], rowq, rowq, *outs[1:]]
+    gemv = ctx.device.dispatch("linear_gemv", bufs, (tiles, _up4(r) // 4, 1), local=(width,),
+                               spec=(min(r, 4), tn, EPILOGUES[None], ns[1], ns[2]),
+                               push=(_up4(r) // 4, r, k4, ns[0], tiles, 0, 0, 0, np.float32(0), 0),
+                               defines=defines)
+    return [s for s in (quant, gemv) if s is not None]
+
+
+@register_op
+class LinearDynamicParts:
+    """float32 x (..., K), then (weight int8 (N_i, K), w_scale f32, bias f32) of each of 2-3
+    parts [, the rms_norm weight] -> an f32 (..., N_i) per part; attrs parts [, rms_norm]: the
+    linear_dynamic nodes that read one x, one row quantization, one dispatch where a GEMV's lanes
+    own columns (the module docstring)."""
+    name = "linear_dynamic_parts"
+    shaders = ("linear_rowq", "linear_q8", "linear_gemv")
+    reference = staticmethod(_reference)
+    build = staticmethod(_build)
+
+
+def _key(node):
+    if node.op != "linear_dynamic" or node.attrs.get("epilogue") or set(node.attrs) - {"rms_norm"}:
+        return None
+    norm = node.attrs.get("rms_norm")
+    if norm is not None and len(node.inputs) != 5 or norm is None and len(node.inputs) != 4:
+        return None
+    return (node.inputs[0], node.inputs[4] if norm is not None else None, repr(norm))
+
+
+def group_row_linears(program, keep=frozenset()) -> int:
+    """linear_dynamic nodes without an epilogue that read one x with one rms_norm (a layer's q, k,
+    v) -> one linear_dynamic_parts node, up to MAX_PARTS, in the first one's place (the others
+    read only x and constants, so nothing they read comes later). Returns the nodes formed."""
+    groups, order = {}, []
+    for node in program.nodes:
+        key = _key(node)
+        if key is None:
+            continue
+        members = groups.setdefault(key, [])
+        if not members or len(members[-1]) == MAX_PARTS or node.name in keep:   # (a kept node may only
+            members.append([node])                                              # lead: it keeps its name)
+            order.append((key, len(members) - 1))
+        else:
+            members[-1].append(node)
+    formed, replace, gone = 0, {}, set()
+    for key, idx in order:
+        nodes = groups[key][idx]
+        if len(nodes) < 2:
+            continue
+        first = nodes[0]
+        norm = first.attrs.get("rms_norm")
+        ins = [first.inputs[0]] + [t for n in nodes for t in n.inputs[1:4]] + ([first.inputs[4]] if norm else [])
+        attrs = {"parts": len(nodes), **({"rms_norm": dict(norm)} if norm is not None else {})}
+        replace[first.name] = Node("linear_dynamic_parts", ins, [n.outputs[0] for n in nodes], attrs,
+                                   name=first.name)
+        gone.update(n.name for n in nodes[1:])
+        formed += 1
+    program.nodes = [replace.get(n.name, n) for n in program.nodes if n.name not in gone]
+    return formed
