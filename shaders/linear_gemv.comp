@@ -80,10 +80,12 @@
 //! variant COLS OUT_F32
 //! variant COLS OUT_F32 ROW_QPARAMS
 //! variant COLS OUT_F32 ROW_QPARAMS PARTS
+//! variant COLS OUT_F32 ROW_QPARAMS GLU
 //! variant COLS OUT_Q8 DOT
 //! variant COLS OUT_F32 DOT
 //! variant COLS OUT_F32 ROW_QPARAMS DOT
 //! variant COLS OUT_F32 ROW_QPARAMS PARTS DOT
+//! variant COLS OUT_F32 ROW_QPARAMS GLU DOT
 //! variant COLS OUT_Q8 LUT
 //! variant COLS OUT_Q8 LUT DOT
 //! variant COLS OUT_Q8 DEQUANT
@@ -94,10 +96,12 @@
 //! variant COLS OUT_F32 TEXEL
 //! variant COLS OUT_F32 ROW_QPARAMS TEXEL
 //! variant COLS OUT_F32 ROW_QPARAMS PARTS TEXEL
+//! variant COLS OUT_F32 ROW_QPARAMS GLU TEXEL
 //! variant COLS OUT_Q8 DOT TEXEL
 //! variant COLS OUT_F32 DOT TEXEL
 //! variant COLS OUT_F32 ROW_QPARAMS DOT TEXEL
 //! variant COLS OUT_F32 ROW_QPARAMS PARTS DOT TEXEL
+//! variant COLS OUT_F32 ROW_QPARAMS GLU DOT TEXEL
 //! variant COLS OUT_Q8 LUT TEXEL
 //! variant COLS OUT_Q8 LUT DOT TEXEL
 //! variant COLS OUT_Q8 DEQUANT TEXEL
@@ -165,6 +169,19 @@ int part = 0, part_n = 0;   // the column tile's part and its columns (main, bef
 #define STORE_N part_n
 #define STORE_F(i, v) { if (part == 0) out_f[i] = (v); else if (part == 1) out_f1[i] = (v); else out_f2[i] = (v); }
 #endif
+#ifdef GLU
+// COLS over an MLP's gate and up projections of one quantized row (vkq/ops/linear_parts.py): a
+// lane owns column block nb of both (the weights and column constants: the gate's tiles, then
+// the up's, gl_NumWorkGroups.x tiles each); it stores gate = silu(gate's linear) at binding 6,
+// then out = up's linear * that gate value, read back from its own store (binding 3): the
+// two linear_dynamic nodes' epilogues, in one dispatch
+layout(std430, binding = 6) buffer OutGate { float out_g[]; };
+int glu_epi = 1;   // 1 while the gate block is stored, then 3
+#define EPI_NOW glu_epi
+#define OTHER(i) out_g[i]
+#define STORE_N p.N
+#define STORE_F(i, v) { if (glu_epi == 1) out_g[i] = (v); else out_f[i] = (v); }
+#endif
 #include "linear_store.glsl"
 
 #ifdef PLAIN
@@ -181,23 +198,35 @@ void main() {
     // lanes over columns: lane l owns column block nt*TN4 + l (TN4 == L) and runs through all of
     // K; neighbouring lanes read neighbouring 16-byte blocks at each k-block; no cross-lane sum
     int nb = nt * TN4 + lane, wcols = nt * p.K4 * TN4;   // (w packed with K4w = K4: kstep 1)
-    ivec4 acc[MR];
-    [[unroll]] for (int r = 0; r < MR; ++r) acc[r] = ivec4(0);
+#ifdef GLU
+    const int NP = 2, up_tiles = int(gl_NumWorkGroups.x);   // the gate's tiles, then the up's
+#else
+    const int NP = 1, up_tiles = 0;
+#endif
+    ivec4 acc[MR], acc2[MR];   // acc2: GLU's up
+    [[unroll]] for (int r = 0; r < MR; ++r) acc[r] = acc2[r] = ivec4(0);
     for (int kb = 0; kb < p.K4; ++kb) {
         ivec4 xb = LOAD4(x, xbase + kb);
-        ivec4 word = LOAD4(w, wcols + kb * TN4 + lane);
+        [[unroll]] for (int pp = 0; pp < NP; ++pp) {
+            ivec4 word = LOAD4(w, wcols + pp * up_tiles * p.K4 * TN4 + kb * TN4 + lane);
+            ivec4 a[MR];
+            [[unroll]] for (int r = 0; r < MR; ++r) a[r] = pp == 0 ? acc[r] : acc2[r];
 #ifdef DOT
-        [[unroll]] for (int r = 0; r < MR; ++r)
-            acc[r] = ivec4(dot4x8_acc(xb[r], word.x, acc[r].x), dot4x8_acc(xb[r], word.y, acc[r].y),
-                           dot4x8_acc(xb[r], word.z, acc[r].z), dot4x8_acc(xb[r], word.w, acc[r].w));
+            [[unroll]] for (int r = 0; r < MR; ++r)
+                a[r] = ivec4(dot4x8_acc(xb[r], word.x, a[r].x), dot4x8_acc(xb[r], word.y, a[r].y),
+                             dot4x8_acc(xb[r], word.z, a[r].z), dot4x8_acc(xb[r], word.w, a[r].w));
 #else
-        ivec4 w0 = unpack_int8x4(word.x), w1 = unpack_int8x4(word.y);
-        ivec4 w2 = unpack_int8x4(word.z), w3 = unpack_int8x4(word.w);
-        [[unroll]] for (int r = 0; r < MR; ++r) {
-            ivec4 xs = unpack_int8x4(xb[r]);
-            acc[r] += xs.x * w0 + xs.y * w1 + xs.z * w2 + xs.w * w3;
-        }
+            ivec4 w0 = unpack_int8x4(word.x), w1 = unpack_int8x4(word.y);
+            ivec4 w2 = unpack_int8x4(word.z), w3 = unpack_int8x4(word.w);
+            [[unroll]] for (int r = 0; r < MR; ++r) {
+                ivec4 xs = unpack_int8x4(xb[r]);
+                a[r] += xs.x * w0 + xs.y * w1 + xs.z * w2 + xs.w * w3;
+            }
 #endif
+            [[unroll]] for (int r = 0; r < MR; ++r) {
+                if (pp == 0) acc[r] = a[r]; else acc2[r] = a[r];
+            }
+        }
     }
     ivec4 blk[4] = ivec4[4](ivec4(0), ivec4(0), ivec4(0), ivec4(0));
     [[unroll]] for (int r = 0; r < MR; ++r) blk[r] = acc[r];
@@ -211,6 +240,11 @@ void main() {
 #else
     if (nb >= up4(p.N) / 4) return;
     store_block(rb, nb, blk, chan_block(nb));
+#ifdef GLU
+    glu_epi = 3;
+    [[unroll]] for (int r = 0; r < MR; ++r) blk[r] = acc2[r];
+    store_block(rb, nb, blk, chan_block(nb + up_tiles * TN4));
+#endif
 #endif
 #else
     ivec4 acc[MR][TN4];   // acc[r][j] = row 4rb + r, columns nt*TN + 4j .. +3

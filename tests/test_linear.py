@@ -742,3 +742,75 @@ def test_row_linears_grouped():
         group_row_linears(again, keep)   # (what the first pass left kept: the same nodes again)
         assert [n.name for n in again.nodes if n.op == "linear_dynamic_parts" and "g" in n.inputs] == lead
         assert lead != ["n0"] or [(n.name, n.inputs, n.outputs) for n in again.nodes] == first
+
+
+@pytest.mark.parametrize("cols", [True, False])
+@pytest.mark.parametrize("subgroups", [True, False])
+@pytest.mark.parametrize("x_shape,n,norm", [((1, 37), 29, True), ((1, 1, 576), 70, False), ((3, 48), 13, True),
+                                            ((9, 37), 5, False)])
+def test_linear_dynamic_glu_exact(int8_device, x_shape, n, norm, subgroups, cols, monkeypatch):
+    """linear_dynamic_glu's gate and up are the two linear_dynamic nodes' (silu; up times the
+    gate), bit for bit: one COLS GLU dispatch (at most 4 rows, a CPU driver) or the separate ones."""
+    from vkq.program import Node, Program
+    monkeypatch.setattr(linear, "GEMV_COLS", cols)
+    dev = get_device(int8_device.info, dot_product=int8_device.dot_product, texel_loads=int8_device.texel_loads,
+                     subgroups=subgroups)
+    rng = np.random.default_rng(n + x_shape[-1])
+    k, out = x_shape[-1], tuple(x_shape[:-1]) + (n,)
+    consts = {}
+    for p in "gu":
+        w, ws = weights(rng, n, k)
+        consts.update({f"w{p}": (w_spec(w), w), f"s{p}": (spec((n,)), (4 * ws).astype(np.float32)),
+                       f"b{p}": (spec((n,)), rng.normal(0, 3, n).astype(np.float32))})
+    if norm:
+        consts["g"] = (spec((k,)), rng.normal(1, 0.5, k).astype(np.float32))
+    ins = ["x", "wg", "sg", "bg", "wu", "su", "bu"] + (["g"] if norm else [])
+    tensors = {"x": spec(x_shape), **{t: c[0] for t, c in consts.items()}, "gate": spec(out), "up": spec(out)}
+    prog = Program(tensors, [Node("linear_dynamic_glu", ins, ["gate", "up"], {"rms_norm": {"eps": 1e-5}} if norm else {})],
+                   ["x"], ["gate", "up"], {t: c[1] for t, c in consts.items()})
+    prog.validate()
+    x = rng.normal(0, 2, x_shape).astype(np.float32)
+    ex = VulkanExecutor(prog, dev)
+    got, ref = ex(x), run_reference(prog, x)
+    assert_same(got, ref)
+    c = {t: v[1] for t, v in consts.items()}
+    nm = dict(rms_norm={"eps": 1e-5} if norm else None)
+    lin = get_op("linear_dynamic").reference
+    gate = lin(x, c["wg"], c["sg"], c["bg"], *([c["g"]] if norm else []), epilogue="silu", **nm)
+    up = lin(x, c["wu"], c["su"], c["bu"], gate, *([c["g"]] if norm else []), epilogue="mul", **nm)
+    np.testing.assert_array_equal(ref[0], gate)
+    np.testing.assert_array_equal(ref[1], up)
+    assert len(np.unique(up)) > up.size // 2 and (gate < 0).any()
+    variants = [st.variant for seg in ex.segments for st in seg[1].steps]
+    one = cols and x_shape[-2] <= 4
+    assert sum("GLU" in v for v in variants) == int(one) and len(variants) == (2 if one else 3)
+
+
+def test_glu_linears_paired():
+    """pair_glu_linears: a silu linear and the mul linear by its output, of one x and one norm, ->
+    one linear_dynamic_glu in the gate's place; a mul by something else, another x or a kept up
+    stays."""
+    from vkq.ops.linear_parts import pair_glu_linears
+    from vkq.program import Node, Program
+    rng = np.random.default_rng(1)
+    tensors, consts, nodes = {"x": spec((1, 8)), "z": spec((1, 8)), "g": spec((8,))}, {"g": np.ones(8, np.float32)}, []
+
+    def lin(i, x, epi, other=None, norm="g"):
+        w, ws = weights(rng, 4, 8)
+        consts.update({f"w{i}": w, f"s{i}": ws.astype(np.float32), f"b{i}": np.zeros(4, np.float32)})
+        tensors.update({f"w{i}": w_spec(w), f"s{i}": spec((4,)), f"b{i}": spec((4,)), f"y{i}": spec((1, 4))})
+        ins = [x, f"w{i}", f"s{i}", f"b{i}"] + ([other] if other else []) + ([norm] if norm else [])
+        nodes.append(Node("linear_dynamic", ins, [f"y{i}"], {"epilogue": epi, **({"rms_norm": {"eps": 1e-5}} if norm else {})},
+                          name=f"n{i}"))
+    lin(0, "x", "silu"), lin(1, "x", None), lin(2, "x", "mul", "y0"), lin(3, "x", "silu"), lin(4, "x", "mul", "y1")
+    lin(5, "z", "mul", "y3"), lin(6, "x", "silu", norm=None), lin(7, "x", "mul", "y6", norm=None)
+    lin(8, "x", "silu"), lin(9, "x", "mul", "y8")
+    prog = Program(tensors, nodes, ["x", "z"], [f"y{i}" for i in range(10)], consts)
+    prog.validate()
+    x = rng.normal(0, 1, (2, 1, 8)).astype(np.float32)
+    want = run_reference(prog, *x)
+    assert pair_glu_linears(prog, keep=frozenset({"n9"})) == 2
+    assert [(n.name, n.op, n.outputs) for n in prog.nodes if n.op == "linear_dynamic_glu"] == [
+        ("n0", "linear_dynamic_glu", ["y0", "y2"]), ("n6", "linear_dynamic_glu", ["y6", "y7"])]
+    assert [n.name for n in prog.nodes] == ["n0", "n1", "n3", "n4", "n5", "n6", "n8", "n9"]
+    assert_same(run_reference(prog, *x), want)

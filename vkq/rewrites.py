@@ -14,7 +14,7 @@ from .ops.attention import fold_views_into_attention
 from .ops.attention_cached import fold_head_transposes, pair_rotaries
 from .ops.float_rewrites import fold_broadcast_expands, fold_fake_quantize, fold_scale_mask_into_softmax, fold_views_into_matmul
 from .ops.cat_q8 import fold_cat_prefixes
-from .ops.linear_parts import group_row_linears
+from .ops.linear_parts import group_row_linears, pair_glu_linears
 from .ops.shape import fold_view_chains
 from .program import NodeError
 
@@ -30,6 +30,7 @@ SHAPE_REWRITES = [
     fold_view_chains,                # int8 gathers in a row -> one gather by the composed map
     fold_cat_prefixes,               # a copying cat of an earlier cat's inputs and more: that cat's output and the rest
     group_row_linears,               # the linears that read one x (q, k, v) as one node: one dispatch on CPU drivers
+    pair_glu_linears,                # an MLP's gate and up likewise
 ]
 
 

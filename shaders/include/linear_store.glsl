@@ -41,10 +41,16 @@ ivec4[4] chan_block(int nb) {
 }
 
 #ifdef ROW_QPARAMS
+// EPI_NOW / OTHER(i): the epilogue and its other operand; EPI and other_f[i] unless the including
+// shader defines them (linear_gemv.comp GLU: silu for the gate, then up times the gate it wrote)
+#ifndef EPI_NOW
+#define EPI_NOW EPI
+#define OTHER(i) other_f[i]
+#endif
 float epilogue(float y, int i) {
-    if (EPI == 1) return silu_f32(y);
-    if (EPI == 2) { precise float z = y + other_f[i]; return z; }
-    if (EPI == 3) { precise float z = y * other_f[i]; return z; }
+    if (EPI_NOW == 1) return silu_f32(y);
+    if (EPI_NOW == 2) { precise float z = y + OTHER(i); return z; }
+    if (EPI_NOW == 3) { precise float z = y * OTHER(i); return z; }
     return y;       // (other_f, then any buffer, is not read)
 }
 #else
