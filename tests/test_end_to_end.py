@@ -364,7 +364,9 @@ def test_patch_convs_run_as_linears_under_linear_only_schemes(scheme, device):
     compiled, x = _compiled_whole(PatchEncoder, (2, 3, 18, 23), 7, scheme)
     ops = [n.op for n in compiled.program.nodes]
     linear = "linear_dynamic" if scheme == "dynamic" else "linear_weight_only"
-    assert ops.count(linear) == 7 and not any("conv" in op for op in ops), ops    # 2 convs, qkv, out, 2 ffn, head
+    linears = ops.count(linear) + sum(n.attrs.get("parts", 2) for n in compiled.program.nodes
+                                      if n.op in ("linear_dynamic_parts", "linear_dynamic_glu"))
+    assert linears == 7 and not any("conv" in op for op in ops), ops    # 2 convs, qkv, out, 2 ffn, head
     assert _agrees_on_device(compiled, PatchEncoder, x, device).shape == (2, 5)
 
 
