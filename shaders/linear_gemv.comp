@@ -165,9 +165,9 @@ layout(constant_id = 6) const int N1 = 0;
 layout(constant_id = 7) const int N2 = 0;
 layout(std430, binding = 6) writeonly buffer Out1 { float out_f1[]; };
 layout(std430, binding = 7) writeonly buffer Out2 { float out_f2[]; };
-int part = 0, part_n = 0;   // the column tile's part and its columns (main, before store_block)
+int cur_part = 0, part_n = 0;   // the column tile's part and its columns (main, before store_block)
 #define STORE_N part_n
-#define STORE_F(i, v) { if (part == 0) out_f[i] = (v); else if (part == 1) out_f1[i] = (v); else out_f2[i] = (v); }
+#define STORE_F(i, v) { if (cur_part == 0) out_f[i] = (v); else if (cur_part == 1) out_f1[i] = (v); else out_f2[i] = (v); }
 #endif
 #ifdef GLU
 // COLS over an MLP's gate and up projections of one quantized row (vkq/ops/linear_parts.py): a
@@ -232,9 +232,9 @@ void main() {
     [[unroll]] for (int r = 0; r < MR; ++r) blk[r] = acc[r];
 #ifdef PARTS
     int t0 = (p.N + TN - 1) / TN, t1 = (N1 + TN - 1) / TN;
-    part = nt < t0 ? 0 : nt < t0 + t1 ? 1 : 2;
-    part_n = part == 0 ? p.N : part == 1 ? N1 : N2;
-    int nbl = (nt - (part == 0 ? 0 : part == 1 ? t0 : t0 + t1)) * TN4 + lane;   // in the part's columns
+    cur_part = nt < t0 ? 0 : nt < t0 + t1 ? 1 : 2;
+    part_n = cur_part == 0 ? p.N : cur_part == 1 ? N1 : N2;
+    int nbl = (nt - (cur_part == 0 ? 0 : cur_part == 1 ? t0 : t0 + t1)) * TN4 + lane;   // in the part's columns
     if (nbl >= up4(part_n) / 4) return;
     store_block(rb, nbl, blk, chan_block(nb));
 #else

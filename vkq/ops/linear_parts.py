@@ -11,7 +11,8 @@ The build chooses the dispatches: on a CPU driver (the GEMV's lanes over columns
 one 4-row block of x runs as one linear_gemv COLS PARTS dispatch over the parts' columns one
 after another, each output at its own binding; elsewhere (GPUs' split-K GEMV, a prefill's tiled
 GEMM) it runs as the separate linear_dynamic dispatches it replaced, with one row quantization.
-Measured (lavapipe, SmolLM2's decode step, 30 layers): see group_row_linears.
+Measured (lavapipe, SmolLM2's decode step, 30 layers): q, k, v 8.4 -> 4.0 ms of GPU time, 60
+dispatches fewer; gate and up (below) 10.5 -> 7.7 ms, 30 fewer.
 
 linear_dynamic_glu: an MLP's gate and up projections (gate = silu(gate's linear), up = up's
 linear * gate: the two linear_dynamic nodes with their fused epilogues) as one node:
@@ -19,7 +20,8 @@ linear * gate: the two linear_dynamic nodes with their fused epilogues) as one n
     x f32 (..., K), weight, w_scale, bias of the gate, then of the up [, the rms_norm weight]
     -> gate f32 (..., N), up f32 (..., N); attrs [rms_norm {"eps"}]
 
-one linear_gemv COLS GLU dispatch where the parts' is, else the two dispatches it replaced.
+one linear_gemv COLS GLU dispatch where the parts take one (at most 4 rows, a CPU driver), else
+the two dispatches it replaced.
 
 group_row_linears and pair_glu_linears are the program rewrites (vkq/rewrites.py) that form them."""
 from __future__ import annotations
