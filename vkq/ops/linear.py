@@ -53,10 +53,6 @@ COLS_WIDTH = 16              # GEMV lanes a workgroup over columns (COLS) where 
 # None chooses per device (gemv_over_columns); True / False forces one (the tests take both).
 GEMV_COLS = None
 
-
-def gemv_over_columns(info) -> bool:
-    """Whether the int8 GEMV's lanes own columns (COLS) rather than split K on this device."""
-    return info.is_software if GEMV_COLS is None else bool(GEMV_COLS)
 # The integer dot product saturates its int32 accumulator; each int8 x int8 product is at most
 # 2^14 in magnitude, so sums of up to DOT_MAX_K of them (every partial sum included) stay inside
 # int32 and saturation never triggers. Longer K takes the kernels without the dot product.
@@ -67,6 +63,16 @@ INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 def _up4(n: int) -> int:
     return (n + 3) // 4 * 4
+
+
+def gemv_over_columns(info) -> bool:
+    """Whether the int8 GEMV's lanes own columns (COLS) rather than split K on this device."""
+    return info.is_software if GEMV_COLS is None else bool(GEMV_COLS)
+
+
+def cols_width(info) -> int:
+    """The COLS GEMV's lanes a workgroup (its column tile: 4 columns a lane)."""
+    return subgroup_lanes(info) or min(COLS_WIDTH, info.max_workgroup_invocations)
 
 
 # -- parameters ------------------------------------------------------------------------------
@@ -248,7 +254,7 @@ def _gemm_q8(ctx, variant, x_buf, rows4: int, h: int, k: int, w, cols, out_buf, 
     defines = {v: 1 for v in variant + (("PLAIN",) if not sg else ()) + (("DOT",) if dot else ())}
     deq_scale, deq_zp = dequant if dequant is not None else (0.0, 0)
     if rows4 <= GEMV_ROWS and gemv_over_columns(info):
-        width = sg or min(COLS_WIDTH, info.max_workgroup_invocations)
+        width = cols_width(info)
         tn, kstep, shader, spec = 4 * width, 1, "linear_gemv", (min(h, 4), 4 * width)
         defines = {v: 1 for v in defines if v != "PLAIN"} | {"COLS": 1}
         nt = -(-n // tn)

@@ -30,8 +30,8 @@ import numpy as np
 
 from ..program import Node
 from ..registry import register_op
-from .linear import (EPILOGUES, GEMV_ROWS, COLS_WIDTH, LinearDynamic, _columns, _rows, _up4, _weight, gemv_over_columns,
-                     pack_weight, quantize_rows_dispatch, subgroup_lanes, use_dot_product)
+from .linear import (EPILOGUES, GEMV_ROWS, LinearDynamic, _columns, _rows, _up4, _weight, cols_width, gemv_over_columns,
+                     pack_weight, quantize_rows_dispatch, use_dot_product)
 
 MAX_PARTS = 3      # output bindings of linear_gemv.comp PARTS
 
@@ -75,7 +75,7 @@ def _cols_dispatch(ctx, node, sub, outs, mode, spec_tail, tiles_x):
     norm = node.inputs[-1] if attrs is not None else None
     quant, q, rowq = quantize_rows_dispatch(ctx, x, r, k, (norm, float(attrs["eps"])) if norm else None)
     dot = use_dot_product(ctx.device, k)
-    width = subgroup_lanes(info) or min(COLS_WIDTH, info.max_workgroup_invocations)
+    width = cols_width(info)
     tn, k4 = 4 * width, _up4(k) // 4
     packed = np.concatenate([pack_weight(w, tn, 1, dot) for w in ws])
     table = np.concatenate([_columns(w.shape[0], tn, [w.sum(axis=1, dtype=np.int64),
@@ -173,7 +173,8 @@ def pair_glu_linears(program, keep=frozenset()) -> int:
         elif epi == "mul" and len(node.inputs) == 5 + (norm is not None) and node.name not in keep:
             gate = gates.pop(node.inputs[4], None)
             if gate is None or gate.inputs[0] != node.inputs[0] or repr(gate.attrs.get("rms_norm")) != repr(norm) \
-                    or gate.inputs[4:] != node.inputs[5:] or gate.name in replace:
+                    or gate.inputs[4:] != node.inputs[5:] or gate.name in replace \
+                    or not _consts(program, node.inputs[1:4] + node.inputs[5:]):
                 continue
             attrs = {"rms_norm": dict(norm)} if norm is not None else {}
             replace[gate.name] = Node("linear_dynamic_glu", gate.inputs[:4] + node.inputs[1:4] + gate.inputs[4:],
@@ -181,6 +182,12 @@ def pair_glu_linears(program, keep=frozenset()) -> int:
             gone.add(node.name)
     program.nodes = [replace.get(n.name, n) for n in program.nodes if n.name not in gone]
     return len(replace)
+
+
+def _consts(program, names) -> bool:
+    """Whether these inputs are constants (a merged node computes a later node's linear earlier:
+    nothing it reads but x and the gate may be made in between)."""
+    return all(t in program.constants for t in names)
 
 
 def _key(node):
@@ -199,7 +206,7 @@ def group_row_linears(program, keep=frozenset()) -> int:
     groups, order = {}, []
     for node in program.nodes:
         key = _key(node)
-        if key is None:
+        if key is None or not _consts(program, node.inputs[1:]):
             continue
         members = groups.setdefault(key, [])
         if not members or len(members[-1]) == MAX_PARTS or node.name in keep:   # (a kept node may only

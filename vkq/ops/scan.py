@@ -180,17 +180,18 @@ for _name in ("cummax_indices", "cummin_indices"):
         "__doc__": f"{_name[:6]}'s indices along dim: float32 or int32 in, int32 out."}))
 
 
+def _along(ctx, node, dim):
+    """(outer, D, inner) of x around dim (dim None: everything as one row)."""
+    shape = ctx.spec(node.inputs[0]).shape
+    return _rows(shape, dim) if dim is not None else (1, _numel(shape), 1)
+
+
 def _along_dispatch(ctx, node, shader, dim, defines):
     """One invocation a row of x along dim (push: rows, D, inner); DeviceLimit where a row's
     loop passes the device's loop budget (llvmpipe: 65535 iterations; the node runs on the CPU)."""
     x, y = node.inputs[0], node.outputs[0]
-    shape = ctx.spec(x).shape
-    outer, d, inner = _rows(shape, dim) if dim is not None else (1, _numel(shape), 1)
+    outer, d, inner = _along(ctx, node, dim)
     rows = outer * inner
-    if shader == "argmax" and d >= ROW_MIN and rows <= ROW_MAX_ROWS:
-        ctx.device.info.check_loop_budget(-(-d // ROW_LOCAL) + 8, f"{node.op}: rows of {d} values")
-        return ctx.device.dispatch(shader, [ctx.buffer(x), ctx.buffer(y)], (rows, 1, 1), local=(ROW_LOCAL,),
-                                   push=(rows, d, inner), defines=list(defines) + ["ROW"])
     ctx.device.info.check_loop_budget(d, f"{node.op}: rows of {d} values, one loop iteration each")
     return ctx.device.dispatch(shader, [ctx.buffer(x), ctx.buffer(y)], grid_1d(rows, LOCAL), local=(LOCAL,),
                                push=(rows, d, inner), defines=defines)
@@ -215,7 +216,14 @@ def _arg_decline(node, tensors):
 
 def _arg_build(ctx, node):
     kind = ["MAX" if node.op == "argmax" else "MIN"] + (["INT"] if ctx.spec(node.inputs[0]).dtype == "int32" else [])
-    return [_along_dispatch(ctx, node, "argmax", node.attrs.get("dim"), kind)]
+    dim = node.attrs.get("dim")
+    outer, d, inner = _along(ctx, node, dim)
+    if d >= ROW_MIN and outer * inner <= ROW_MAX_ROWS:     # few long rows: a workgroup a row (ROW)
+        rows = outer * inner
+        ctx.device.info.check_loop_budget(-(-d // ROW_LOCAL) + 8, f"{node.op}: rows of {d} values")
+        return [ctx.device.dispatch("argmax", [ctx.buffer(node.inputs[0]), ctx.buffer(node.outputs[0])], (rows, 1, 1),
+                                    local=(ROW_LOCAL,), push=(rows, d, inner), defines=kind + ["ROW"])]
+    return [_along_dispatch(ctx, node, "argmax", dim, kind)]
 
 
 @register_op
